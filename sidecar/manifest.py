@@ -1,0 +1,230 @@
+"""The build contract between `clawc compile` and the sidecar.
+
+Every file the compiler writes under ``OUT/`` that the sidecar reads is modelled here, once.
+The compiler builds these models and serialises them with :func:`dump_json`; the sidecar
+loads them with :func:`load_build`, which refuses a build whose ``digest.json`` does not match.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+MANIFEST_VERSION = 1
+PRESENTED_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
+DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+
+Mode = Literal["mediated", "native"]
+OnMixed = Literal["refuse", "retry"]
+HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class ToolAuth(_Model):
+    """How the sidecar authenticates to a service; ``env`` names the variable, never a value."""
+
+    type: Literal["bearer", "header", "basic", "none"]
+    env: str | None = None
+    header: str | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ToolAuth:
+        if self.type != "none" and not self.env:
+            raise ValueError(f"auth type {self.type!r} needs 'env'")
+        if self.type == "header" and not self.header:
+            raise ValueError("auth type 'header' needs 'header'")
+        return self
+
+
+class Execution(_Model):
+    """Hidden HTTP execution metadata: never shown to an agent."""
+
+    transport: Literal["http"] = "http"
+    service: str
+    base_url: str
+    method: HttpMethod
+    path: str
+    body: Literal["json", "none"]
+    body_key: str | None = None
+    auth: ToolAuth
+
+
+class ToolPolicy(_Model):
+    max_rounds: int = Field(default=8, gt=0)
+    timeout_per_tool_ms: int = Field(default=30000, gt=0)
+    total_timeout_ms: int = Field(default=120000, gt=0)
+    max_tool_result_bytes: int = Field(default=16384, gt=0)
+
+    @model_validator(mode="after")
+    def _total_covers_one_tool(self) -> ToolPolicy:
+        if self.total_timeout_ms < self.timeout_per_tool_ms:
+            raise ValueError("total_timeout_ms must be >= timeout_per_tool_ms")
+        return self
+
+
+class ManagedTool(_Model):
+    name: str = Field(description="canonical name <service>.<tool>")
+    presented: str = Field(pattern=PRESENTED_NAME_PATTERN, description="what the model sees")
+    description: str
+    input_schema: dict[str, Any] = Field(alias="inputSchema")
+    annotations: dict[str, Any] = Field(default_factory=dict)
+    execution: Execution
+
+    @property
+    def read_only(self) -> bool:
+        return bool(self.annotations.get("readOnlyHint"))
+
+    @property
+    def idempotent(self) -> bool:
+        return bool(self.annotations.get("idempotentHint"))
+
+
+class ToolsManifest(_Model):
+    """``context/<agent>/tools.json``."""
+
+    version: Literal[1] = MANIFEST_VERSION
+    agent: str
+    tools: list[ManagedTool]
+    policy: ToolPolicy
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> ToolsManifest:
+        for attr in ("name", "presented"):
+            values = [getattr(tool, attr) for tool in self.tools]
+            if len(values) != len(set(values)):
+                raise ValueError(f"duplicate tool {attr} in manifest of {self.agent!r}")
+        return self
+
+
+class AgentManifest(_Model):
+    """``context/<agent>/agent.json``: identity and policy, with the token only as a hash."""
+
+    id: str
+    mode: Mode
+    token_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    on_mixed: OnMixed = "refuse"
+    policy: ToolPolicy
+    names: dict[str, str] = Field(description="presented name -> canonical name")
+
+
+class Provider(_Model):
+    api: Literal["openai", "anthropic"]
+    base_url: str
+    key_env: str
+    models: list[str]
+
+
+class Listen(_Model):
+    host: str = "0.0.0.0"
+    port: int = Field(default=8080, gt=0, lt=65536)
+
+
+class SidecarConfig(_Model):
+    """``sidecar.json``."""
+
+    version: Literal[1] = MANIFEST_VERSION
+    pod: str
+    providers: dict[str, Provider]
+    agents: list[str]
+    listen: Listen = Listen()
+    state_dir: str = "/var/lib/claw"
+    max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, gt=0)
+    upstream_timeout_ms: int = Field(default=600000, gt=0)
+
+
+class Digest(_Model):
+    """``digest.json``: sha256 of every file under ``context/`` and of ``sidecar.json``."""
+
+    version: Literal[1] = MANIFEST_VERSION
+    files: dict[str, str]
+
+
+class BuildError(Exception):
+    """The build directory is missing, malformed or tampered with."""
+
+
+class AgentBuild(_Model):
+    agent: AgentManifest
+    tools: ToolsManifest
+
+
+class Build(_Model):
+    root: Path
+    config: SidecarConfig
+    agents: dict[str, AgentBuild]
+
+
+def dump_json(model: BaseModel | dict[str, Any]) -> str:
+    """Canonical JSON text for build files: stable key order, 2-space indent, trailing newline."""
+    data = (
+        model.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if isinstance(model, BaseModel)
+        else model
+    )
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def digest_files(root: Path) -> dict[str, str]:
+    """Hash every file the digest covers, keyed by POSIX path relative to ``root``."""
+    paths = [root / "sidecar.json", *sorted(p for p in (root / "context").rglob("*") if p.is_file())]
+    return {p.relative_to(root).as_posix(): sha256_hex(p.read_bytes()) for p in paths if p.exists()}
+
+
+def verify_digest(root: Path) -> None:
+    digest_path = root / "digest.json"
+    try:
+        digest = Digest.model_validate_json(digest_path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise BuildError(f"{digest_path}: cannot read digest: {exc}") from exc
+    actual = digest_files(root)
+    problems = [
+        f"{name}: {'missing' if name not in actual else 'modified'}"
+        for name, expected in digest.files.items()
+        if actual.get(name) != expected
+    ]
+    problems += [f"{name}: not in digest" for name in actual if name not in digest.files]
+    if problems:
+        raise BuildError(f"{root}: build does not match digest.json ({'; '.join(problems)})")
+
+
+def _load(path: Path, model: type[_Model]) -> Any:
+    try:
+        return model.model_validate_json(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise BuildError(f"{path}: {exc}") from exc
+
+
+def load_build(root: Path | str) -> Build:
+    """Load and verify a build directory; raise :class:`BuildError` on any problem."""
+    root = Path(root)
+    verify_digest(root)
+    config: SidecarConfig = _load(root / "sidecar.json", SidecarConfig)
+    agents: dict[str, AgentBuild] = {}
+    for agent_id in config.agents:
+        directory = root / "context" / agent_id
+        agent = _load(directory / "agent.json", AgentManifest)
+        tools = _load(directory / "tools.json", ToolsManifest)
+        if agent.id != agent_id or tools.agent != agent_id:
+            raise BuildError(f"{directory}: agent id does not match sidecar.json ({agent_id!r})")
+        agents[agent_id] = AgentBuild(agent=agent, tools=tools)
+    return Build(root=root, config=config, agents=agents)
+
+
+def write_digest(root: Path) -> None:
+    """Write ``digest.json`` for the files currently in ``root`` (the compiler's last step)."""
+    (root / "digest.json").write_text(dump_json(Digest(files=digest_files(root))))
+
+
+def token_sha256(token: str) -> str:
+    return sha256_hex(token.encode())
