@@ -1,0 +1,1 @@
+"""Thin OpenAI and Anthropic codecs between provider wire formats and the neutral conversation."""
