@@ -1,0 +1,1 @@
+"""The sidecar's aiohttp server: identity, model routing, pass-through and the HTTP routes."""

@@ -1,0 +1,61 @@
+"""Per-app state and per-request context shared by the server and the mediation engine."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from aiohttp import web
+
+from sidecar.manifest import AgentBuild, Build, Provider, SidecarConfig
+
+if TYPE_CHECKING:
+    from sidecar.audit.log import AuditLog
+    from sidecar.execution.executor import ToolExecutor
+    from sidecar.mcp.endpoint import McpEndpoint
+    from sidecar.mediation.continuity import ContinuityStore
+    from sidecar.observability.metrics import Metrics
+    from sidecar.server.auth import TokenVerifier
+    from sidecar.server.routing import ModelRouter
+    from sidecar.server.upstream import UpstreamClient
+
+
+@dataclass
+class SidecarState:
+    """Everything one running sidecar holds; built once by ``create_app``."""
+
+    build: Build
+    config: SidecarConfig
+    env: Mapping[str, str]
+    state_dir: Path
+    upstream: UpstreamClient
+    executor: ToolExecutor
+    audit: AuditLog
+    metrics: Metrics
+    continuity: ContinuityStore
+    verifier: TokenVerifier
+    router: ModelRouter
+    mcp: McpEndpoint
+    started: bool = field(default=False)
+
+
+STATE_KEY: web.AppKey[SidecarState] = web.AppKey("claw_state", SidecarState)
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """One authenticated, routed client request to /v1/chat/completions or /v1/messages."""
+
+    state: SidecarState
+    agent: AgentBuild
+    api: Literal["openai", "anthropic"]
+    route: str
+    provider_name: str
+    provider: Provider
+    model: str  # upstream model, "provider/" prefix stripped
+    request_id: str
+    stream: bool
+    started: float  # time.monotonic() when the request arrived
+    forward_headers: dict[str, str]  # safe client headers for upstream; never auth
