@@ -1,0 +1,187 @@
+"""Hash-chained, append-only audit log: one JSON line per record, one file per agent.
+
+Every record carries ``prev`` (the ``hash`` of the record before it, 64 zeros for the first)
+and ``hash`` (sha256 of the record's canonical JSON without ``hash``). Editing, deleting or
+reordering lines breaks the chain; ``clawc audit verify`` finds where.
+
+Durability policy: each record is written and flushed to the OS at once (inside the event loop,
+with no await between computing ``prev`` and writing, so records of one agent are strictly
+ordered and a crash of the sidecar process never loses an appended record). ``fsync`` to disk
+runs in a background thread in batches, at most ``fsync_interval_s`` after a write, and once
+more on :meth:`AuditLog.close`. Only a host crash can lose the last fraction of a second.
+``fsync_interval_s=0`` fsyncs every record before ``append`` returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import re
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import orjson
+
+GENESIS = "0" * 64
+AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+TAIL_BYTES = 1 << 20
+DEFAULT_FSYNC_INTERVAL_S = 0.2
+
+
+def canonical_json(record: dict[str, Any]) -> bytes:
+    """The bytes a record's hash covers: compact JSON, keys sorted, ``hash`` excluded."""
+    body = {key: value for key, value in record.items() if key != "hash"}
+    try:
+        return orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        # orjson refuses integers beyond 64 bits; such values are stored as text instead.
+        return orjson.dumps(_json_safe(body), option=orjson.OPT_SORT_KEYS)
+
+
+def record_hash(record: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(record)).hexdigest()
+
+
+def _json_safe(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str), parse_int=_int_or_text)
+
+
+def _int_or_text(text: str) -> int | str:
+    number = int(text)
+    return number if -(2**63) <= number < 2**64 else text
+
+
+def audit_path(state_dir: Path, agent_id: str) -> Path:
+    if not AGENT_ID.match(agent_id):
+        raise ValueError(f"agent id {agent_id!r} cannot name an audit file")
+    return state_dir / "audit" / f"{agent_id}.jsonl"
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class _AgentFile:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.prev, needs_newline = _resume(path)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self.file: BinaryIO = os.fdopen(fd, "ab", buffering=0)
+        if needs_newline:
+            # A torn last line (crash mid-write) stays visible to verify; new records start clean.
+            self.file.write(b"\n")
+
+
+def _resume(path: Path) -> tuple[str, bool]:
+    """The hash to chain the next record to, and whether the file ends in a torn line."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return GENESIS, False
+    if size == 0:
+        return GENESIS, False
+    with path.open("rb") as handle:
+        handle.seek(max(0, size - TAIL_BYTES))
+        tail = handle.read()
+        if size > TAIL_BYTES and not _last_hash(tail.splitlines()[1:]):
+            handle.seek(0)
+            tail = handle.read()
+    return _last_hash(tail.splitlines()) or GENESIS, not tail.endswith(b"\n")
+
+
+def _last_hash(lines: list[bytes]) -> str | None:
+    for line in reversed(lines):
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("hash"), str):
+            return record["hash"]
+    return None
+
+
+class AuditLog:
+    def __init__(
+        self, state_dir: Path, *, fsync_interval_s: float = DEFAULT_FSYNC_INTERVAL_S
+    ) -> None:
+        self.state_dir = Path(state_dir)
+        self.fsync_interval_s = fsync_interval_s
+        self._files: dict[str, _AgentFile] = {}
+        self._dirty: set[str] = set()
+        self._wake: asyncio.Event | None = None
+        self._syncer: asyncio.Task[None] | None = None
+        self._closed = False
+
+    async def append(self, agent_id: str, record: dict[str, Any]) -> dict[str, Any]:
+        """Chain, write and return one record (adds id, time, agent, prev, hash)."""
+        if self._closed:
+            raise RuntimeError("audit log is closed")
+        handle = self._files.get(agent_id)
+        if handle is None:
+            handle = self._files[agent_id] = _AgentFile(audit_path(self.state_dir, agent_id))
+        full: dict[str, Any] = {
+            "id": record.get("id") or uuid.uuid4().hex,
+            "time": now_rfc3339(),
+            "agent": agent_id,
+            **{k: v for k, v in record.items() if k not in ("id", "agent", "prev", "hash")},
+            "prev": handle.prev,
+        }
+        canonical = canonical_json(full)
+        full["hash"] = hashlib.sha256(canonical).hexdigest()
+        try:
+            line = orjson.dumps(full)
+        except TypeError:
+            line = orjson.dumps(orjson.loads(canonical) | {"hash": full["hash"]})
+        # From here to the write there is no await: per-agent order is the order of appends.
+        handle.file.write(line + b"\n")
+        handle.prev = full["hash"]
+        if self.fsync_interval_s <= 0:
+            os.fsync(handle.file.fileno())
+        else:
+            self._schedule_sync(agent_id)
+        return full
+
+    def _schedule_sync(self, agent_id: str) -> None:
+        self._dirty.add(agent_id)
+        if self._syncer is None:
+            self._wake = asyncio.Event()
+            self._syncer = asyncio.create_task(self._sync_loop())
+        assert self._wake is not None
+        self._wake.set()
+
+    async def _sync_loop(self) -> None:
+        assert self._wake is not None
+        while True:
+            await self._wake.wait()
+            await asyncio.sleep(self.fsync_interval_s)
+            self._wake.clear()
+            await self._sync_dirty()
+
+    async def _sync_dirty(self) -> None:
+        dirty, self._dirty = self._dirty, set()
+        fds = [self._files[agent].file.fileno() for agent in dirty if agent in self._files]
+        if fds:
+            await asyncio.to_thread(_fsync_all, fds)
+
+    async def close(self) -> None:
+        """Flush everything to disk and close the files (records appended so far are kept)."""
+        self._closed = True
+        if self._syncer is not None:
+            self._syncer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._syncer
+            self._syncer = None
+        _fsync_all([handle.file.fileno() for handle in self._files.values()])
+        for handle in self._files.values():
+            handle.file.close()
+        self._files.clear()
+
+
+def _fsync_all(fds: list[int]) -> None:
+    for fd in fds:
+        os.fsync(fd)

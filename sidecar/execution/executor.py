@@ -1,0 +1,526 @@
+"""The one tool executor: validate arguments, build the HTTP request, call the service, wrap
+the answer in the envelope the model sees (SPEC 4.2 points 7, 8 and 16).
+
+Used by mediated mode and by the MCP endpoint alike, so both modes share encoding, limits and
+error codes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from http import HTTPStatus
+from types import SimpleNamespace
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import aiohttp
+import orjson
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+from yarl import URL
+
+from sidecar.execution.outcome import ToolOutcome, error_envelope
+from sidecar.manifest import ManagedTool
+from sidecar.observability.metrics import ConnectionCounts, Metrics, connection_trace_config
+
+PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
+CLAW_ID = "claw_id"
+QUERY_METHODS = frozenset({"GET", "DELETE"})
+MAX_REPORTED_SCHEMA_ERRORS = 8
+MAX_ERROR_TEXT = 300
+# How far past the result limit a body is still read (and discarded) to learn its real size.
+MAX_COUNTED_BODY_BYTES = 64 * 1024 * 1024
+READ_CHUNK = 64 * 1024
+USER_AGENT = "clawpod-sidecar"
+
+
+@dataclass(frozen=True, slots=True)
+class _PreparedTool:
+    """Per-tool work done once: the compiled validator and the parsed path template."""
+
+    tool: ManagedTool
+    validator: Draft202012Validator
+    path_parts: tuple[str, ...]  # literal, placeholder, literal, placeholder, ..., literal
+    base_url: str
+
+
+class ToolExecutor:
+    def __init__(
+        self, env: Mapping[str, str] | None = None, metrics: Metrics | None = None
+    ) -> None:
+        self._env = env if env is not None else os.environ
+        self._metrics = metrics
+        self._prepared: dict[int, _PreparedTool] = {}
+        self._session: aiohttp.ClientSession | None = None
+        self._inflight: set[asyncio.Task[ToolOutcome]] = set()
+        self.connections = ConnectionCounts()
+
+    async def start(self) -> None:
+        if self._session is not None:
+            return
+        connector = aiohttp.TCPConnector(
+            limit=512,
+            limit_per_host=128,
+            # Shorter than common server idle timeouts, so a pooled socket is not reused just
+            # as the service closes it.
+            keepalive_timeout=15,
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            trust_env=False,  # no proxy from the environment: only the manifest's host is contacted
+            trace_configs=[
+                connection_trace_config(self.connections, self._metrics, "tools"),
+                _headers_sent_trace(),
+            ],
+            auto_decompress=True,
+            headers={"User-Agent": USER_AGENT},
+        )
+
+    async def close(self) -> None:
+        """Let calls already sent finish (they are shielded from callers), then close the pool."""
+        if self._inflight:
+            await asyncio.wait(list(self._inflight))
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    # -- arguments ---------------------------------------------------------------------------
+
+    def check_arguments(
+        self, tool: ManagedTool, arguments: str | dict[str, Any] | None
+    ) -> dict[str, Any] | ToolOutcome:
+        """Parse (raw JSON text from the model, or a dict) and validate against the tool's schema.
+
+        Returns the arguments as a dict, or an ``invalid_arguments`` outcome whose message tells
+        the model what to fix.
+        """
+        started = time.perf_counter()
+        parsed = _parse_arguments(arguments)
+        if isinstance(parsed, str):
+            return _invalid(parsed, started)
+        problems = _schema_problems(self._prepare(tool).validator, parsed)
+        if problems:
+            return _invalid(
+                f"arguments do not match the input schema of {tool.presented}: {problems}", started
+            )
+        return parsed
+
+    def _prepare(self, tool: ManagedTool) -> _PreparedTool:
+        prepared = self._prepared.get(id(tool))
+        if prepared is None or prepared.tool is not tool:
+            validator = Draft202012Validator(
+                tool.input_schema, format_checker=Draft202012Validator.FORMAT_CHECKER
+            )
+            prepared = _PreparedTool(
+                tool=tool,
+                validator=validator,
+                path_parts=tuple(PLACEHOLDER.split(tool.execution.path)),
+                base_url=tool.execution.base_url.rstrip("/"),
+            )
+            self._prepared[id(tool)] = prepared
+        return prepared
+
+    # -- execution ---------------------------------------------------------------------------
+
+    async def execute(
+        self,
+        agent_id: str,
+        tool: ManagedTool,
+        arguments: str | dict[str, Any] | None,
+        *,
+        timeout_s: float,
+        max_result_bytes: int,
+    ) -> ToolOutcome:
+        started = time.perf_counter()
+        checked = self.check_arguments(tool, arguments)
+        if isinstance(checked, ToolOutcome):
+            self._record(tool, checked)
+            return checked
+        try:
+            request = self._build_request(agent_id, tool, checked)
+        except _RequestProblem as problem:
+            self._record(tool, problem.outcome)
+            return problem.outcome
+        if self._session is None:
+            raise RuntimeError("ToolExecutor.start() was not awaited")
+        # The exchange runs as its own task: if the caller is cancelled (client disconnect),
+        # a call already on its way to the service still completes (SPEC 4.2 point 16).
+        task = asyncio.ensure_future(
+            self._exchange(self._session, request, timeout_s, max_result_bytes, started)
+        )
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+        return await asyncio.shield(task)
+
+    def _record(self, tool: ManagedTool, outcome: ToolOutcome) -> None:
+        if self._metrics is None:
+            return
+        self._metrics.tool_calls.labels(tool=tool.name, outcome=outcome.error_code or "ok").inc()
+        self._metrics.tool_latency.labels(tool=tool.name).observe(outcome.latency_ms / 1000)
+
+    def _build_request(
+        self, agent_id: str, tool: ManagedTool, arguments: dict[str, Any]
+    ) -> _Request:
+        """The HTTP request for a validated call; raises :class:`_RequestProblem` if it cannot
+        be built (a path parameter missing or unusable, a credential not configured)."""
+        prepared = self._prepare(tool)
+        execution = tool.execution
+        remaining = dict(arguments)
+        path = _fill_path(prepared.path_parts, agent_id, remaining)
+        url = prepared.base_url + path
+        body: bytes | None = None
+        headers: dict[str, str] = {"Accept": "application/json"}
+        if execution.method in QUERY_METHODS or execution.body == "none":
+            query = _query_string(remaining)
+            if query:
+                url += "?" + query
+        else:
+            payload = {execution.body_key: remaining} if execution.body_key else remaining
+            body = orjson.dumps(payload)
+            headers["Content-Type"] = "application/json"
+        credential = self._credential_header(tool)
+        if credential is not None:
+            headers[credential[0]] = credential[1]
+        return _Request(tool, execution.method, URL(url, encoded=True), headers, body)
+
+    def _credential_header(self, tool: ManagedTool) -> tuple[str, str] | None:
+        auth = tool.execution.auth
+        if auth.type == "none" or auth.env is None:
+            return None
+        secret = self._env.get(auth.env)
+        if not secret:
+            raise _credential_problem(
+                f"the credential for {tool.execution.service} is not configured: environment "
+                f"variable {auth.env} is not set in the sidecar"
+            )
+        if any(c in secret for c in "\r\n\0"):
+            raise _credential_problem(
+                f"the credential in environment variable {auth.env} contains a line break or NUL"
+            )
+        if auth.type == "bearer":
+            return "Authorization", f"Bearer {secret}"
+        if auth.type == "header":
+            return auth.header or "", secret
+        if ":" not in secret:
+            raise _credential_problem(
+                f"environment variable {auth.env} must hold user:password for basic auth"
+            )
+        return "Authorization", "Basic " + base64.b64encode(secret.encode()).decode()
+
+    async def _exchange(
+        self,
+        session: aiohttp.ClientSession,
+        request: _Request,
+        timeout_s: float,
+        max_result_bytes: int,
+        started: float,
+    ) -> ToolOutcome:
+        outcome = await _send(session, request, timeout_s, max_result_bytes, started)
+        self._record(request.tool, outcome)
+        return outcome
+
+
+def _headers_sent_trace() -> aiohttp.TraceConfig:
+    """Marks the per-request progress object once the request has gone out, so a timeout or
+    disconnect can say whether the service may have acted on it."""
+
+    async def on_headers_sent(
+        _session: aiohttp.ClientSession, context: SimpleNamespace, _params: object
+    ) -> None:
+        if context.trace_request_ctx is not None:
+            context.trace_request_ctx.headers_sent = True
+
+    trace = aiohttp.TraceConfig()
+    trace.on_request_headers_sent.append(on_headers_sent)
+    return trace
+
+
+class _RequestProblem(Exception):
+    def __init__(self, outcome: ToolOutcome) -> None:
+        super().__init__(outcome.envelope["error"]["message"])
+        self.outcome = outcome
+
+
+async def _send(
+    session: aiohttp.ClientSession,
+    request: _Request,
+    timeout_s: float,
+    max_result_bytes: int,
+    started: float,
+) -> ToolOutcome:
+    progress = SimpleNamespace(headers_sent=False)  # set by the session's trace hook
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with session.request(
+                request.method,
+                request.url,
+                data=request.body,
+                headers=request.headers,
+                allow_redirects=False,
+                trace_request_ctx=progress,
+            ) as response:
+                body, original = await _read_limited(response, max_result_bytes)
+                return _outcome_for(response, body, original, max_result_bytes, started)
+    except TimeoutError:
+        message = f"the service did not answer within {timeout_s:g} s"
+        return _failed("timeout", message, progress.headers_sent, started)
+    except aiohttp.ClientConnectorError as exc:
+        reason = exc.os_error.strerror or "connection failed"
+        return _failed(
+            "unreachable", f"could not connect to the service ({reason})", False, started
+        )
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+        message = "the service closed the connection before answering"
+        return _failed("unreachable", message, progress.headers_sent, started)
+    except aiohttp.ClientError as exc:
+        message = f"the service's answer could not be read ({type(exc).__name__})"
+        return _failed("invalid_response", message, True, started)
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    tool: ManagedTool
+    method: str
+    url: URL
+    headers: dict[str, str]
+    body: bytes | None
+
+
+# -- argument helpers --------------------------------------------------------------------------
+
+
+def _parse_arguments(arguments: str | dict[str, Any] | None) -> dict[str, Any] | str:
+    """The arguments as a dict, or a message explaining why they are not a JSON object."""
+    if arguments is None:
+        return {}
+    if isinstance(arguments, dict):
+        return arguments
+    if not arguments.strip():
+        return {}
+    try:
+        value = orjson.loads(arguments)
+    except orjson.JSONDecodeError as exc:
+        return (
+            f"arguments are not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
+            "send a single JSON object that matches the tool's input schema"
+        )
+    if not isinstance(value, dict):
+        return f"arguments must be a JSON object, not {_json_type(value)}"
+    return value
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "null"
+
+
+def _schema_problems(validator: Draft202012Validator, arguments: dict[str, Any]) -> str:
+    errors = sorted(validator.iter_errors(arguments), key=_error_sort_key)
+    if not errors:
+        return ""
+    shown = [
+        f"at {error.json_path}: {_cut(error.message)}"
+        for error in errors[:MAX_REPORTED_SCHEMA_ERRORS]
+    ]
+    if len(errors) > MAX_REPORTED_SCHEMA_ERRORS:
+        shown.append(f"and {len(errors) - MAX_REPORTED_SCHEMA_ERRORS} more")
+    return "; ".join(shown)
+
+
+def _error_sort_key(error: ValidationError) -> tuple[str, str]:
+    return error.json_path, error.message
+
+
+def _cut(text: str, limit: int = MAX_ERROR_TEXT) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _invalid(message: str, started: float | None = None) -> ToolOutcome:
+    return ToolOutcome(
+        envelope=error_envelope("invalid_arguments", message),
+        error_code="invalid_arguments",
+        status=None,
+        executed=False,
+        latency_ms=0.0 if started is None else (time.perf_counter() - started) * 1000,
+    )
+
+
+def _credential_problem(message: str) -> _RequestProblem:
+    return _RequestProblem(
+        ToolOutcome(
+            envelope=error_envelope("credential_missing", message),
+            error_code="credential_missing",
+            status=None,
+            executed=False,
+            latency_ms=0.0,
+        )
+    )
+
+
+# -- request helpers ---------------------------------------------------------------------------
+
+
+def _fill_path(parts: tuple[str, ...], agent_id: str, remaining: dict[str, Any]) -> str:
+    """Fill placeholders (each value one encoded path segment); consumed arguments are removed
+    from ``remaining``."""
+    pieces: list[str] = []
+    for index, part in enumerate(parts):
+        if index % 2 == 0:
+            pieces.append(part)
+            continue
+        if part == CLAW_ID:
+            # Never from arguments: a model cannot act as another agent.
+            remaining.pop(CLAW_ID, None)
+            value: Any = agent_id
+        elif part in remaining:
+            value = remaining.pop(part)
+        else:
+            raise _RequestProblem(_invalid(f"path parameter {part!r} is required"))
+        segment = _segment(value)
+        if segment in ("", ".", ".."):
+            message = f"path parameter {part!r} must not be empty, '.' or '..'"
+            raise _RequestProblem(_invalid(message))
+        pieces.append(segment)
+    return "".join(pieces)
+
+
+def _segment(value: Any) -> str:
+    text = value if isinstance(value, str) else orjson.dumps(value).decode()
+    # safe="" encodes "/", "?", "#", "%", CR/LF, NUL and all non-ASCII: one segment, always.
+    return quote(text, safe="")
+
+
+def _query_string(arguments: dict[str, Any]) -> str:
+    """Scalars as text, arrays as repeated keys, objects as JSON text; null values are left out."""
+    pairs: list[tuple[str, str]] = []
+    for key, value in arguments.items():
+        if value is None:
+            continue
+        if isinstance(value, list):
+            pairs.extend((key, _query_value(item)) for item in value if item is not None)
+        else:
+            pairs.append((key, _query_value(value)))
+    return urlencode(pairs, quote_via=quote, safe="")
+
+
+def _query_value(value: Any) -> str:
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
+
+
+# -- response helpers --------------------------------------------------------------------------
+
+
+async def _read_limited(response: aiohttp.ClientResponse, limit: int) -> tuple[bytes, int]:
+    """Read at most ``limit + 1`` bytes to keep, but count the rest of the body (discarding it,
+    up to a hard cap) so the real size can be reported."""
+    kept = bytearray()
+    total = 0
+    async for chunk in response.content.iter_chunked(READ_CHUNK):
+        total += len(chunk)
+        if len(kept) <= limit:
+            kept += chunk[: limit + 1 - len(kept)]
+        if total >= MAX_COUNTED_BODY_BYTES:
+            declared = response.content_length or 0
+            response.close()  # stop downloading; the connection is not reused
+            return bytes(kept), max(total, declared)
+    return bytes(kept), total
+
+
+def _outcome_for(
+    response: aiohttp.ClientResponse,
+    body: bytes,
+    original: int,
+    limit: int,
+    started: float,
+) -> ToolOutcome:
+    status = response.status
+    latency = (time.perf_counter() - started) * 1000
+    truncated = original > limit
+    envelope: dict[str, Any]
+    if 300 <= status < 400:
+        code: str | None = f"http_{status}"
+        envelope = error_envelope(
+            code, f"the service answered {status} (a redirect); redirects are not followed", status
+        )
+    else:
+        data = _decode_body(body[:limit] if truncated else body, response.content_type, truncated)
+        if isinstance(data, _Undecodable):
+            code = "invalid_response"
+            envelope = error_envelope(code, data.reason, status)
+        elif status < 300:
+            code = None
+            envelope = {"ok": True, "status": status, "data": data}
+        else:
+            code = f"http_{status}"
+            envelope = error_envelope(
+                code, f"the service answered {status} {_phrase(status)}", status
+            )
+            if data is not None:
+                envelope["data"] = data
+    if truncated:
+        envelope["truncated"] = True
+        envelope["original_bytes"] = original
+    return ToolOutcome(
+        envelope=envelope,
+        error_code=code,
+        status=status,
+        executed=True,
+        latency_ms=latency,
+        truncated=truncated,
+        original_bytes=original if truncated else None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Undecodable:
+    reason: str
+
+
+def _decode_body(body: bytes, content_type: str, truncated: bool) -> Any:
+    """Parsed JSON when the body is JSON; text otherwise; the cut text when truncated."""
+    if not body:
+        return None
+    if truncated:
+        # A cut body is never valid JSON; give the model the readable prefix.
+        return body.decode("utf-8", "ignore")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        if "json" in content_type:
+            return _Undecodable(f"the service declared {content_type} but sent invalid JSON")
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        return _Undecodable(
+            f"the service sent {len(body)} bytes of binary content ({content_type or 'no type'})"
+        )
+
+
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
+
+
+def _failed(code: str, message: str, executed: bool, started: float) -> ToolOutcome:
+    return ToolOutcome(
+        envelope=error_envelope(code, message),
+        error_code=code,
+        status=None,
+        executed=executed,
+        latency_ms=(time.perf_counter() - started) * 1000,
+    )

@@ -1,0 +1,46 @@
+"""The result of one tool call, as the model sees it and as the audit records it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    envelope: dict[str, Any]
+    """Exactly what the model sees: ``{"ok": true, "status", "data"}`` or
+    ``{"ok": false, "error": {"code", "message"}, "status"}``, plus ``truncated`` and
+    ``original_bytes`` when the service's body was cut."""
+    error_code: str | None
+    status: int | None
+    """The service's HTTP status; None when the service was not reached."""
+    executed: bool
+    """True iff a request was sent to the service."""
+    latency_ms: float
+    truncated: bool = False
+    original_bytes: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error_code is None
+
+    def envelope_json(self) -> str:
+        return orjson.dumps(self.envelope).decode()
+
+
+def error_envelope(code: str, message: str, status: int | None = None) -> dict[str, Any]:
+    return {"ok": False, "error": {"code": code, "message": message}, "status": status}
+
+
+def refused(code: str, message: str) -> ToolOutcome:
+    """An outcome for a call the sidecar will not run (nothing is sent to any service)."""
+    return ToolOutcome(
+        envelope=error_envelope(code, message),
+        error_code=code,
+        status=None,
+        executed=False,
+        latency_ms=0.0,
+    )

@@ -1,0 +1,6 @@
+"""Prometheus metrics and JSON logs of the sidecar."""
+
+from sidecar.observability.logs import configure_logging, log_request
+from sidecar.observability.metrics import Metrics, connection_trace_config
+
+__all__ = ["Metrics", "configure_logging", "connection_trace_config", "log_request"]
