@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from aiohttp import web
 
@@ -38,7 +38,8 @@ class SidecarState:
     verifier: TokenVerifier
     router: ModelRouter
     mcp: McpEndpoint
-    started: bool = field(default=False)
+    # prometheus children by label values: labels() is too slow for the hot path.
+    counters: dict[tuple[Any, ...], Any] = field(default_factory=dict)
 
 
 STATE_KEY: web.AppKey[SidecarState] = web.AppKey("claw_state", SidecarState)

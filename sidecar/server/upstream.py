@@ -12,6 +12,7 @@ import aiohttp
 import orjson
 
 from sidecar.manifest import Provider, SidecarConfig
+from sidecar.observability.metrics import ConnectionCounts, Metrics, connection_trace_config
 
 if TYPE_CHECKING:
     from sidecar.server.context import RequestContext
@@ -102,7 +103,11 @@ class _ProviderChannel:
 class UpstreamClient:
     """Sends requests to providers over pooled keep-alive connections, attaching their keys."""
 
-    def __init__(self, config: SidecarConfig, env: Mapping[str, str]) -> None:
+    def __init__(
+        self, config: SidecarConfig, env: Mapping[str, str], metrics: Metrics | None = None
+    ) -> None:
+        self._metrics = metrics
+        self.connections = ConnectionCounts()
         timeout_s = config.upstream_timeout_ms / 1000
         self._channels: dict[str, _ProviderChannel] = {}
         for name, provider in config.providers.items():
@@ -118,7 +123,8 @@ class UpstreamClient:
     async def start(self) -> None:
         for channel in self._channels.values():
             connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)
-            channel.session = aiohttp.ClientSession(connector=connector)
+            trace = connection_trace_config(self.connections, self._metrics, "upstream")
+            channel.session = aiohttp.ClientSession(connector=connector, trace_configs=[trace])
 
     async def close(self) -> None:
         for channel in self._channels.values():

@@ -1,0 +1,69 @@
+"""Agent identity: the per-agent token, checked in constant time against the build's hashes."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from aiohttp import web
+
+from sidecar.manifest import AgentBuild, Build
+from sidecar.server.errors import ApiError
+
+
+class AuthError(ApiError):
+    """401 when no usable token was presented, 403 when it matches no agent."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(status, "invalid_token" if status == 403 else "missing_token", message)
+
+
+class TokenVerifier:
+    """Holds every agent's token digest; a check always compares against all of them."""
+
+    def __init__(self, build: Build) -> None:
+        self._digests = [
+            (bytes.fromhex(agent.agent.token_sha256), agent) for agent in build.agents.values()
+        ]
+
+    def authenticate(self, request: web.Request) -> AgentBuild:
+        token = presented_token(request)
+        digest = hashlib.sha256(token.encode()).digest()
+        match: AgentBuild | None = None
+        # No early exit: the time taken must not depend on which agent (if any) matched.
+        for expected, agent in self._digests:
+            if hmac.compare_digest(digest, expected):
+                match = agent
+        if match is None:
+            raise AuthError(403, "the presented token does not belong to any agent of this pod")
+        return match
+
+
+def presented_token(request: web.Request) -> str:
+    """The token from ``Authorization: Bearer`` or ``x-api-key``; 401 if absent or malformed."""
+    authorization = request.headers.get("Authorization")
+    if authorization is not None:
+        scheme, _, token = authorization.strip().partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token or " " in token:
+            raise AuthError(401, "malformed Authorization header: expected 'Bearer <token>'")
+        return token
+    api_key = request.headers.get("x-api-key")
+    if api_key is not None:
+        api_key = api_key.strip()
+        if not api_key or " " in api_key:
+            raise AuthError(401, "malformed x-api-key header")
+        return api_key
+    raise AuthError(401, "missing agent token: send 'Authorization: Bearer <token>' or 'x-api-key'")
+
+
+_verifiers: dict[int, tuple[Build, TokenVerifier]] = {}
+
+
+def authenticate(request: web.Request, build: Build) -> AgentBuild:
+    """Authenticate a request against ``build`` (the verifier is built once per build)."""
+    cached = _verifiers.get(id(build))
+    if cached is None or cached[0] is not build:
+        cached = (build, TokenVerifier(build))
+        _verifiers[id(build)] = cached
+    return cached[1].authenticate(request)

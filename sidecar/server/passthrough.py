@@ -1,0 +1,174 @@
+"""Governed pass-through: the client's request goes upstream unchanged, the answer comes back
+unchanged (streams chunk by chunk, never buffered), and the exchange is audited."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from sidecar.server.accounting import record_request, usage_record
+from sidecar.server.context import RequestContext
+from sidecar.server.errors import ApiError, error_response, stream_error_bytes
+from sidecar.server.upstream import UpstreamError, response_headers, translate_error
+from sidecar.server.usage import StreamUsage, usage_from_body
+
+
+def upstream_api_error(exc: UpstreamError) -> ApiError:
+    if exc.kind == "timeout":
+        return ApiError(504, "upstream_timeout", exc.message)
+    if exc.kind == "unreachable":
+        return ApiError(502, "upstream_unreachable", exc.message)
+    return ApiError(502, "upstream_protocol_error", exc.message)
+
+
+async def pass_through(request: web.Request, ctx: RequestContext, raw: bytes) -> web.StreamResponse:
+    sent = time.monotonic()
+    try:
+        upstream = await ctx.state.upstream.send(ctx, raw)
+    except UpstreamError as exc:
+        return await _fail(request, ctx, upstream_api_error(exc), rounds=1)
+    try:
+        _observe_upstream_latency(ctx, time.monotonic() - sent)
+        if upstream.status == 200 and upstream.content_type == "text/event-stream":
+            return await _relay_stream(request, ctx, upstream)
+        return await _relay_body(request, ctx, upstream)
+    finally:
+        upstream.release()
+
+
+async def _relay_body(
+    request: web.Request, ctx: RequestContext, upstream: aiohttp.ClientResponse
+) -> web.StreamResponse:
+    try:
+        data = await upstream.read()
+    except Exception as exc:
+        failure = translate_error(exc, ctx.provider_name)
+        if not isinstance(failure, UpstreamError):
+            raise
+        return await _fail(request, ctx, upstream_api_error(failure), rounds=1)
+    status = upstream.status
+    parsed = _json_or_none(data)
+    if status >= 400:
+        if not _is_protocol_error(parsed):
+            return await _fail(request, ctx, _wrapped_upstream_error(ctx, status, data), rounds=1)
+        error_code = f"upstream_http_{status}"
+        usage = usage_record(rounds=1)
+    elif parsed is None and status == 200:
+        err = ApiError(
+            502,
+            "upstream_protocol_error",
+            f"provider {ctx.provider_name!r} returned a response body that is not JSON",
+        )
+        return await _fail(request, ctx, err, rounds=1)
+    else:
+        error_code = None
+        usage = usage_record(*usage_from_body(ctx.api, parsed), rounds=1)
+    response = web.Response(status=status, body=data, headers=response_headers(upstream.headers))
+    await _send(request, response)
+    await record_request(ctx, http_status=status, error_code=error_code, usage=usage)
+    return response
+
+
+async def _relay_stream(
+    request: web.Request, ctx: RequestContext, upstream: aiohttp.ClientResponse
+) -> web.StreamResponse:
+    response = web.StreamResponse(status=200, headers=response_headers(upstream.headers))
+    await response.prepare(request)
+    usage = StreamUsage(ctx.api)
+    content = upstream.content
+    error_code: str | None = None
+    try:
+        while True:
+            try:
+                chunk = await content.readany()
+            except Exception as exc:
+                failure = translate_error(exc, ctx.provider_name)
+                if not isinstance(failure, UpstreamError):
+                    raise
+                err = upstream_api_error(failure)
+                error_code = err.code
+                await response.write(stream_error_bytes(ctx.api, err))
+                break
+            if not chunk:
+                break
+            usage.feed(chunk)
+            await response.write(chunk)
+        await response.write_eof()
+    except ConnectionError:
+        error_code = "client_disconnected"
+    except asyncio.CancelledError:
+        _record_later(ctx, "client_disconnected", usage)
+        raise
+    await record_request(
+        ctx,
+        http_status=200,
+        error_code=error_code,
+        usage=usage_record(usage.input_tokens, usage.output_tokens, rounds=1),
+    )
+    return response
+
+
+async def _fail(
+    request: web.Request, ctx: RequestContext, err: ApiError, *, rounds: int
+) -> web.StreamResponse:
+    response = error_response(ctx.api, err)
+    await _send(request, response)
+    await record_request(
+        ctx, http_status=err.status, error_code=err.code, usage=usage_record(rounds=rounds)
+    )
+    return response
+
+
+async def _send(request: web.Request, response: web.Response) -> None:
+    """Send the whole response now, so the audit write that follows adds no client latency."""
+    try:
+        await response.prepare(request)
+        await response.write_eof()
+    except ConnectionError:
+        pass  # the client left; the exchange is still audited
+
+
+def _record_later(ctx: RequestContext, code: str, usage: StreamUsage) -> None:
+    usage_now = usage_record(usage.input_tokens, usage.output_tokens, rounds=1)
+    task = asyncio.get_running_loop().create_task(
+        record_request(ctx, http_status=200, error_code=code, usage=usage_now)
+    )
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+
+
+_background: set[asyncio.Task[None]] = set()
+
+
+def _observe_upstream_latency(ctx: RequestContext, seconds: float) -> None:
+    key = ("upstream_latency", ctx.provider_name)
+    child = ctx.state.counters.get(key)
+    if child is None:
+        child = ctx.state.metrics.upstream_latency.labels(provider=ctx.provider_name)
+        ctx.state.counters[key] = child
+    child.observe(seconds)
+
+
+def _json_or_none(data: bytes) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _is_protocol_error(parsed: Any) -> bool:
+    return isinstance(parsed, dict) and isinstance(parsed.get("error"), dict)
+
+
+def _wrapped_upstream_error(ctx: RequestContext, status: int, data: bytes) -> ApiError:
+    """An upstream error whose body is not in the protocol's shape (a proxy page, plain text)."""
+    snippet = data[:200].decode("utf-8", "replace").strip()
+    message = f"provider {ctx.provider_name!r} answered HTTP {status}"
+    if snippet:
+        message += f": {snippet}"
+    return ApiError(status if status < 600 else 502, f"upstream_http_{status}", message)
