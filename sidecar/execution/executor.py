@@ -271,7 +271,12 @@ async def _send(
         message = f"the service did not answer within {timeout_s:g} s"
         return _failed("timeout", message, progress.headers_sent, started)
     except aiohttp.ClientConnectorError as exc:
-        reason = exc.os_error.strerror or "connection failed"
+        # strerror may embed the service's address; the errno text never does.
+        errno = exc.os_error.errno
+        if isinstance(exc, aiohttp.ClientConnectorDNSError):
+            reason = "its host name does not resolve"
+        else:
+            reason = os.strerror(errno).lower() if errno and errno > 0 else "connection failed"
         return _failed(
             "unreachable", f"could not connect to the service ({reason})", False, started
         )

@@ -1,0 +1,281 @@
+"""The hash-chained audit log, its verifier and its readable summary (SPEC 5)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from pathlib import Path
+
+import orjson
+import pytest
+
+from sidecar.audit import AuditLog, trace_call
+from sidecar.audit.cli import show_command, verify_command
+from sidecar.audit.log import GENESIS, record_hash
+from sidecar.execution import refused
+from sidecar.execution.outcome import ToolOutcome
+from tests.support.builds import http_tool
+
+TOOL = http_tool("trading-api", "execute_trade", "http://trading-api:4000", method="POST")
+
+
+def request_record(n: int) -> dict:
+    outcome = ToolOutcome(
+        envelope={"ok": True, "status": 200, "data": {}},
+        error_code=None,
+        status=200,
+        executed=True,
+        latency_ms=12.5,
+    )
+    return {
+        "route": "/v1/chat/completions",
+        "mode": "mediated",
+        "model": "gpt-4o",
+        "provider": "openai",
+        "outcome": {"status": "ok", "code": None},
+        "http_status": 200,
+        "stream": False,
+        "usage": {"input_tokens": 10 * n, "output_tokens": n, "rounds": 1},
+        "tool_trace": [
+            {
+                "round": 1,
+                "calls": [
+                    trace_call(f"call_{n}", TOOL, TOOL.presented, '{"symbol": "AAPL"}', outcome)
+                ],
+            }
+        ],
+    }
+
+
+async def write_records(state: Path, count: int, agent: str = "analyst", **options) -> list[dict]:
+    log = AuditLog(state, **options)
+    records = [await log.append(agent, request_record(n)) for n in range(count)]
+    await log.close()
+    return records
+
+
+def lines_of(state: Path, agent: str = "analyst") -> list[bytes]:
+    return (state / "audit" / f"{agent}.jsonl").read_bytes().splitlines(keepends=True)
+
+
+def write_lines(state: Path, lines: list[bytes], agent: str = "analyst") -> None:
+    (state / "audit" / f"{agent}.jsonl").write_bytes(b"".join(lines))
+
+
+def verify(state: Path) -> tuple[int, str]:
+    out = io.StringIO()
+    return verify_command(state, out), out.getvalue()
+
+
+async def test_records_are_chained_and_complete(tmp_path: Path) -> None:
+    records = await write_records(tmp_path, 3)
+    on_disk = [orjson.loads(line) for line in lines_of(tmp_path)]
+    assert on_disk == records
+    assert records[0]["prev"] == GENESIS
+    assert [r["prev"] for r in records[1:]] == [r["hash"] for r in records[:-1]]
+    for record in records:
+        assert record["hash"] == record_hash(record)
+        assert record["agent"] == "analyst"
+        assert record["time"].endswith("Z") and "T" in record["time"]
+        assert len(record["id"]) == 32
+    assert len({r["id"] for r in records}) == 3
+    assert (tmp_path / "audit" / "analyst.jsonl").stat().st_mode & 0o777 == 0o600
+    assert verify(tmp_path) == (0, "audit/analyst.jsonl: 3 records, chain intact\nOK\n")
+
+
+async def test_caller_id_is_kept_and_chain_fields_cannot_be_forged(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path)
+    record = await log.append(
+        "analyst", {"id": "req-1", "prev": "f" * 64, "hash": "0", "agent": "x"}
+    )
+    await log.close()
+    assert (record["id"], record["prev"], record["agent"]) == ("req-1", GENESIS, "analyst")
+    assert verify(tmp_path)[0] == 0
+
+
+async def test_chain_resumes_after_restart(tmp_path: Path) -> None:
+    first = await write_records(tmp_path, 2)
+    second = await write_records(tmp_path, 2)
+    assert second[0]["prev"] == first[-1]["hash"]
+    assert verify(tmp_path) == (0, "audit/analyst.jsonl: 4 records, chain intact\nOK\n")
+
+
+async def test_agents_have_separate_chains(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path)
+    a = await log.append("analyst", request_record(1))
+    b = await log.append("trader-0", request_record(2))
+    await log.close()
+    assert a["prev"] == b["prev"] == GENESIS
+    code, report = verify(tmp_path)
+    assert code == 0 and "audit/trader-0.jsonl: 1 records" in report
+
+
+async def test_concurrent_appends_keep_one_ordered_chain(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path)
+    await asyncio.gather(*(log.append("analyst", request_record(n)) for n in range(200)))
+    await log.close()
+    assert verify(tmp_path) == (0, "audit/analyst.jsonl: 200 records, chain intact\nOK\n")
+
+
+@pytest.mark.parametrize("fsync_interval_s", [0, 0.05])
+async def test_both_fsync_policies_keep_every_record(
+    tmp_path: Path, fsync_interval_s: float
+) -> None:
+    await write_records(tmp_path, 5, fsync_interval_s=fsync_interval_s)
+    assert len(lines_of(tmp_path)) == 5
+    assert verify(tmp_path)[0] == 0
+
+
+async def test_agent_ids_cannot_escape_the_audit_directory(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path)
+    with pytest.raises(ValueError):
+        await log.append("../evil", request_record(0))
+    await log.close()
+
+
+async def test_verify_finds_an_edited_record(tmp_path: Path) -> None:
+    await write_records(tmp_path, 4)
+    lines = lines_of(tmp_path)
+    lines[2] = lines[2].replace(b'"gpt-4o"', b'"gpt-4o-mini"')
+    write_lines(tmp_path, lines)
+    code, report = verify(tmp_path)
+    assert code == 1
+    assert "line 3 (record " in report and "content does not match its hash (edited)" in report
+    assert report.count("line ") == 1
+
+
+async def test_verify_finds_an_edit_that_also_rewrote_the_hash(tmp_path: Path) -> None:
+    records = await write_records(tmp_path, 3)
+    forged = dict(records[1], model="gpt-4o-mini")
+    forged["hash"] = record_hash(forged)
+    lines = lines_of(tmp_path)
+    lines[1] = orjson.dumps(forged) + b"\n"
+    write_lines(tmp_path, lines)
+    code, report = verify(tmp_path)
+    assert code == 1
+    assert f"line 3 (record {records[2]['id']}): chain broken" in report
+
+
+async def test_verify_finds_a_deleted_record(tmp_path: Path) -> None:
+    records = await write_records(tmp_path, 4)
+    lines = lines_of(tmp_path)
+    del lines[1]
+    write_lines(tmp_path, lines)
+    code, report = verify(tmp_path)
+    assert code == 1
+    assert f"line 2 (record {records[2]['id']}): chain broken" in report
+
+
+async def test_verify_finds_a_deleted_first_record(tmp_path: Path) -> None:
+    await write_records(tmp_path, 3)
+    write_lines(tmp_path, lines_of(tmp_path)[1:])
+    code, report = verify(tmp_path)
+    assert code == 1 and "line 1 " in report and "records before it are missing" in report
+
+
+async def test_verify_finds_reordered_records(tmp_path: Path) -> None:
+    await write_records(tmp_path, 4)
+    lines = lines_of(tmp_path)
+    lines[1], lines[2] = lines[2], lines[1]
+    write_lines(tmp_path, lines)
+    code, report = verify(tmp_path)
+    assert code == 1
+    assert "line 2 " in report and "line 3 " in report and "chain broken" in report
+
+
+async def test_verify_finds_a_truncated_last_line(tmp_path: Path) -> None:
+    await write_records(tmp_path, 3)
+    lines = lines_of(tmp_path)
+    lines[-1] = lines[-1][:40]
+    write_lines(tmp_path, lines)
+    code, report = verify(tmp_path)
+    assert code == 1 and "line 3 is truncated" in report
+
+
+async def test_a_torn_line_stays_visible_and_new_records_chain_to_the_last_good_one(
+    tmp_path: Path,
+) -> None:
+    records = await write_records(tmp_path, 2)
+    path = tmp_path / "audit" / "analyst.jsonl"
+    with path.open("ab") as handle:
+        handle.write(b'{"id": "torn", "ti')  # a crash mid-write
+    [after] = await write_records(tmp_path, 1)
+    assert after["prev"] == records[-1]["hash"]
+    assert orjson.loads(lines_of(tmp_path)[-1]) == after
+    code, report = verify(tmp_path)
+    assert code == 1 and "line 3 is not a JSON record" in report
+    assert report.count("line ") == 1
+
+
+async def test_verify_finds_a_record_moved_between_agents(tmp_path: Path) -> None:
+    await write_records(tmp_path, 1, agent="analyst")
+    (tmp_path / "audit" / "analyst.jsonl").rename(tmp_path / "audit" / "trader.jsonl")
+    code, report = verify(tmp_path)
+    assert code == 1 and "belongs to agent 'analyst'" in report
+
+
+def test_verify_without_audit_logs_says_so(tmp_path: Path) -> None:
+    code, report = verify(tmp_path)
+    assert code == 1 and "no audit logs" in report
+
+
+async def test_large_integers_from_a_model_do_not_break_the_chain(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path)
+    await log.append(
+        "analyst", {"tool_trace": [{"round": 1, "calls": [{"arguments": {"n": 10**30}}]}]}
+    )
+    await log.close()
+    assert verify(tmp_path)[0] == 0
+
+
+def test_trace_call_entry() -> None:
+    outcome = ToolOutcome(
+        envelope={},
+        error_code=None,
+        status=200,
+        executed=True,
+        latency_ms=3.14159,
+        truncated=True,
+        original_bytes=99999,
+    )
+    entry = trace_call("call_1", TOOL, "trading-api_execute_trade", '{"symbol": "AAPL"}', outcome)
+    assert entry == {
+        "id": "call_1",
+        "name": "trading-api.execute_trade",
+        "presented": "trading-api_execute_trade",
+        "arguments": {"symbol": "AAPL"},
+        "executed": True,
+        "status": 200,
+        "error_code": None,
+        "latency_ms": 3.142,
+        "truncated": True,
+        "original_bytes": 99999,
+    }
+
+
+def test_trace_call_keeps_unparseable_arguments_and_unknown_tools() -> None:
+    entry = trace_call(
+        "c", None, "not_ours", '{"broken": ', refused("unknown_tool", "no such tool")
+    )
+    assert entry["name"] is None and entry["arguments"] == '{"broken": '
+    assert entry["error_code"] == "unknown_tool" and entry["executed"] is False
+
+
+async def test_show_summarises_requests_and_tool_calls(tmp_path: Path) -> None:
+    await write_records(tmp_path, 3)
+    await write_records(tmp_path, 1, agent="trader")
+    out = io.StringIO()
+    assert show_command(tmp_path, out, agent="analyst", limit=2) == 0
+    text = out.getvalue()
+    assert text.startswith("== analyst\n")
+    assert "trader" not in text
+    assert text.count("/v1/chat/completions") == 2
+    assert "openai/gpt-4o" in text and "rounds=1 tokens=20/2" in text
+    assert "round 1: trading-api.execute_trade -> ok 200 12.5 ms" in text
+    assert 'args={"symbol":"AAPL"}' in text
+
+
+def test_show_for_an_unknown_agent_fails(tmp_path: Path) -> None:
+    out = io.StringIO()
+    assert show_command(tmp_path, out, agent="ghost") == 1
+    assert "ghost" in out.getvalue()

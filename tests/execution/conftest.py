@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from sidecar.execution import ToolExecutor
+from sidecar.observability import Metrics
+from tests.support.services import ToolService
+
+
+@pytest.fixture
+async def service() -> AsyncIterator[ToolService]:
+    async with ToolService() as running:
+        yield running
+
+
+@pytest.fixture
+def metrics() -> Metrics:
+    return Metrics()
+
+
+@pytest.fixture
+def env() -> dict[str, str]:
+    return {"SVC_TOKEN": "tok-very-secret-1", "SVC_BASIC": "alice:pa55-secret"}
+
+
+@pytest.fixture
+async def executor(env: dict[str, str], metrics: Metrics) -> AsyncIterator[ToolExecutor]:
+    running = ToolExecutor(env=env, metrics=metrics)
+    await running.start()
+    yield running
+    await running.close()
