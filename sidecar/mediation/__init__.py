@@ -1,1 +1,1 @@
-"""Mediated mode: a sans-IO tool loop over a provider-neutral conversation, plus its aiohttp driver."""
+"""Mediated mode: a sans-IO tool loop over a provider-neutral conversation, and its driver."""

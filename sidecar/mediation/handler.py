@@ -1,16 +1,289 @@
-"""The aiohttp driver of the mediation engine: all I/O of a mediated request lives here."""
+"""The aiohttp driver of the mediation engine: all I/O of a mediated request lives here.
+
+It performs the engine's commands (upstream calls, tool executions, continuity reads and
+writes, the client response), keeps streaming clients alive while it waits, and audits the
+request exactly once at the end — also when the client went away in the middle.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from aiohttp import web
+
+from sidecar.codecs.base import Codec, codec_for
+from sidecar.codecs.sse import KEEPALIVE
+from sidecar.execution.outcome import ToolOutcome, refused
+from sidecar.mediation.commands import (
+    BeginStream,
+    CallModel,
+    Command,
+    Done,
+    Event,
+    ExecuteTools,
+    Fail,
+    ModelFailed,
+    ModelReplied,
+    PlannedExecution,
+    Recall,
+    Recalled,
+    Remember,
+    Respond,
+    ToolsDone,
+)
+from sidecar.mediation.conversation import CodecError
+from sidecar.mediation.engine import MediationEngine
+from sidecar.server.accounting import record_request, usage_record
+from sidecar.server.errors import ApiError, error_response, stream_error_bytes
+from sidecar.server.upstream import UpstreamError
 
 if TYPE_CHECKING:
     from sidecar.server.context import RequestContext
+
+log = logging.getLogger("sidecar.mediation")
+
+# SSE comment keep-alives while tools run or the model thinks; overridable for tests/operators.
+KEEPALIVE_ENV = "CLAW_SSE_KEEPALIVE_MS"
+DEFAULT_KEEPALIVE_S = 5.0
+# Status recorded when the client left before the answer (nginx's convention).
+CLIENT_CLOSED = 499
+SSE_HEADERS = {
+    "Content-Type": "text/event-stream; charset=utf-8",
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",
+}
+
+# Drivers run as their own tasks so a cancelled handler cannot cut a loop (and its audit) short.
+_running: set[asyncio.Task[web.StreamResponse]] = set()
 
 
 async def handle_mediated(
     request: web.Request, ctx: RequestContext, body: dict[str, Any]
 ) -> web.StreamResponse:
-    raise web.HTTPNotImplemented(text="mediation engine not ready")
+    codec = codec_for(ctx.api)
+    state = ctx.state
+    try:
+        engine = MediationEngine(
+            codec,
+            ctx.agent,
+            body,
+            validate=state.executor.check_arguments,
+            clock=time.monotonic,
+            started=ctx.started,
+            upstream_timeout_s=state.config.upstream_timeout_ms / 1000,
+        )
+    except CodecError as exc:
+        response = error_response(ctx.api, ApiError(400, "invalid_request", str(exc)))
+        await record_request(ctx, http_status=400, error_code="invalid_request")
+        return response
+    task = asyncio.ensure_future(_Driver(request, ctx, codec, engine).run())
+    _running.add(task)
+    task.add_done_callback(_running.discard)
+    return await asyncio.shield(task)
+
+
+class _Driver:
+    def __init__(
+        self, request: web.Request, ctx: RequestContext, codec: Codec, engine: MediationEngine
+    ) -> None:
+        self.request = request
+        self.ctx = ctx
+        self.codec = codec
+        self.engine = engine
+        self.state = ctx.state
+        self.stream: web.StreamResponse | None = None
+        self.response: web.StreamResponse | None = None
+        self.client_gone = False
+        self.http_status = 200
+        self.error_code: str | None = None
+        self.executor_outcomes: set[int] = set()
+        keepalive_ms = self.state.env.get(KEEPALIVE_ENV)
+        self.keepalive_s = int(keepalive_ms) / 1000 if keepalive_ms else DEFAULT_KEEPALIVE_S
+
+    async def run(self) -> web.StreamResponse:
+        steps = self.engine.run()
+        try:
+            command: Command = next(steps)
+            while not isinstance(command, Respond | Fail):
+                if self._client_left() and isinstance(command, CallModel | ExecuteTools):
+                    self.http_status, self.error_code = CLIENT_CLOSED, "client_disconnected"
+                    break
+                command = steps.send(await self._perform(command))
+            else:
+                await self._reply(command)
+        except Exception:
+            log.exception("mediated request %s failed", self.ctx.request_id)
+            await self._reply(Fail(500, "internal_error", "the sidecar failed on this request"))
+        finally:
+            steps.close()
+        await self._account()
+        if self.response is None:
+            # The client left before anything was prepared; aiohttp discards this.
+            self.response = web.Response(status=CLIENT_CLOSED)
+        return self.response
+
+    # --- commands ---------------------------------------------------------------------------
+
+    async def _perform(self, command: Command) -> Event:
+        if isinstance(command, BeginStream):
+            self.stream = web.StreamResponse(status=200, headers=SSE_HEADERS)
+            self.response = self.stream
+            await self._guard(self.stream.prepare(self.request))
+            return Done()
+        if isinstance(command, Recall):
+            return Recalled(self.state.continuity.recall(command.keys))
+        if isinstance(command, Remember):
+            self.state.continuity.remember(command.key, command.messages)
+            return Done()
+        if isinstance(command, CallModel):
+            return await self._keeping_alive(self._call_model(command))
+        if isinstance(command, ExecuteTools):
+            return await self._keeping_alive(self._execute(command))
+        raise TypeError(f"unknown command {type(command).__name__}")
+
+    async def _call_model(self, command: CallModel) -> Event:
+        started = time.perf_counter()
+        try:
+            reply = await self.state.upstream.post_json(
+                self.ctx, command.body, timeout_s=command.timeout_s
+            )
+        except UpstreamError as exc:
+            return ModelFailed(exc.kind, exc.message)
+        finally:
+            self._upstream_latency().observe(time.perf_counter() - started)
+        if reply.status != 200:
+            return ModelFailed("status", _upstream_message(reply.body), reply.status)
+        try:
+            if "text/event-stream" in reply.headers.get("Content-Type", ""):
+                body = self.codec.assemble_stream(reply.body)
+            else:
+                body = orjson.loads(reply.body)
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            return ModelFailed("protocol", f"the provider's reply is not valid: {exc}")
+        if not isinstance(body, dict):
+            return ModelFailed("protocol", "the provider's reply is not a JSON object")
+        return ModelReplied(body)
+
+    async def _execute(self, command: ExecuteTools) -> ToolsDone:
+        if command.concurrent:
+            outcomes = await asyncio.gather(
+                *(self._run_one(command, e) for e in command.executions)
+            )
+            return ToolsDone(list(outcomes))
+        return ToolsDone([await self._run_one(command, e) for e in command.executions])
+
+    async def _run_one(self, command: ExecuteTools, execution: PlannedExecution) -> ToolOutcome:
+        remaining = command.deadline - time.monotonic()
+        if remaining <= 0:
+            return refused("timeout", "the request's total time budget ran out before this call")
+        try:
+            outcome = await self.state.executor.execute(
+                self.ctx.agent.agent.id,
+                execution.tool,
+                execution.arguments,
+                timeout_s=min(command.timeout_s, remaining),
+                max_result_bytes=command.max_result_bytes,
+            )
+        except Exception:
+            log.exception("tool %s failed in the executor", execution.tool.name)
+            return refused("execution_failed", "the sidecar could not execute this call")
+        self.executor_outcomes.add(id(outcome))
+        return outcome
+
+    async def _keeping_alive(self, work: Any) -> Event:
+        """Await ``work``; a streaming client gets an SSE comment every few seconds meanwhile."""
+        if self.stream is None:
+            return await work
+        task = asyncio.ensure_future(work)
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=self.keepalive_s)
+            if done:
+                return task.result()
+            await self._write(KEEPALIVE)
+
+    # --- the client response ----------------------------------------------------------------
+
+    async def _reply(self, command: Respond | Fail) -> None:
+        if isinstance(command, Fail):
+            self.http_status, self.error_code = command.status, command.code
+            err = ApiError(command.status, command.code, command.message)
+            if self.stream is not None:
+                await self._write(stream_error_bytes(self.ctx.api, err))
+            else:
+                self.response = error_response(self.ctx.api, err)
+        elif self.stream is not None:
+            await self._write(b"".join(command.frames or ()))
+        else:
+            self.response = web.Response(
+                body=orjson.dumps(command.body), content_type="application/json"
+            )
+        if self.stream is not None:
+            await self._guard(self.stream.write_eof())
+        elif self.response is not None and not self._client_left():
+            # Send now, so the audit below never delays the client.
+            await self._guard(self.response.prepare(self.request))
+            await self._guard(self.response.write_eof())
+
+    async def _write(self, data: bytes) -> None:
+        if self.stream is not None and not self.client_gone:
+            await self._guard(self.stream.write(data))
+
+    async def _guard(self, operation: Any) -> None:
+        """Run a client write; a client that went away must not abort the loop or its audit."""
+        try:
+            await operation
+        except (ConnectionError, RuntimeError) as exc:
+            self.client_gone = True
+            log.info("client of %s went away: %s", self.ctx.request_id, exc)
+
+    def _client_left(self) -> bool:
+        if self.client_gone:
+            return True
+        transport = self.request.transport
+        self.client_gone = transport is None or transport.is_closing()
+        return self.client_gone
+
+    # --- accounting -------------------------------------------------------------------------
+
+    async def _account(self) -> None:
+        engine = self.engine
+        metrics = self.state.metrics
+        metrics.rounds.observe(len(engine.tool_trace))
+        for tool, outcome in engine.outcomes:
+            if id(outcome) not in self.executor_outcomes:  # the executor counts its own
+                metrics.tool_calls.labels(tool=tool, outcome=outcome.error_code or "ok").inc()
+        usage = usage_record(
+            engine.usage.input_tokens, engine.usage.output_tokens, len(engine.tool_trace)
+        )
+        try:
+            await record_request(
+                self.ctx,
+                http_status=self.http_status,
+                error_code=self.error_code,
+                usage=usage,
+                tool_trace=engine.tool_trace,
+            )
+        except Exception:
+            log.exception("audit of mediated request %s failed", self.ctx.request_id)
+
+    def _upstream_latency(self) -> Any:
+        key = ("upstream_latency", self.ctx.provider_name)
+        child = self.state.counters.get(key)
+        if child is None:
+            child = self.state.metrics.upstream_latency.labels(provider=self.ctx.provider_name)
+            self.state.counters[key] = child
+        return child
+
+
+def _upstream_message(body: bytes) -> str:
+    """The provider's own error message (both protocols nest it under error.message)."""
+    try:
+        error = orjson.loads(body).get("error")
+        message = error.get("message") if isinstance(error, dict) else None
+    except (ValueError, AttributeError):
+        message = None
+    return str(message) if message else body[:200].decode("utf-8", "replace") or "no body"

@@ -1,0 +1,298 @@
+"""Anthropic Messages <-> the neutral conversation."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import orjson
+
+from sidecar.codecs.sse import event_frame, parse_events, pieces
+from sidecar.mediation.conversation import (
+    CodecError,
+    Conversation,
+    ModelTurn,
+    ToolCall,
+    ToolChoice,
+    ToolResult,
+    ToolSpec,
+    canonical_arguments,
+    canonical_json,
+    digest,
+    normalise_text,
+)
+
+TEXT_PIECE = 256
+# Blocks that carry a JSON ``input`` streamed as input_json_delta.
+INPUT_BLOCKS = ("tool_use", "server_tool_use")
+# Reasoning blocks the runner may or may not echo back; they do not identify a conversation.
+REASONING_BLOCKS = ("thinking", "redacted_thinking")
+CHOICE_TO_WIRE = {"auto": "auto", "required": "any", "none": "none", "named": "tool"}
+WIRE_TO_CHOICE = {wire: mode for mode, wire in CHOICE_TO_WIRE.items()}
+
+
+class AnthropicCodec:
+    api = "anthropic"
+    input_key = "input_tokens"
+    output_key = "output_tokens"
+
+    # --- client request ---------------------------------------------------------------------
+
+    def parse_request(self, body: dict[str, Any]) -> Conversation:
+        params = dict(body)
+        messages = params.pop("messages", None)
+        if not isinstance(messages, list) or not messages:
+            raise CodecError("messages: must be a non-empty array")
+        if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
+            raise CodecError("messages: every message must be an object with a 'role'")
+        tools = params.pop("tools", None) or []
+        if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+            raise CodecError("tools: must be an array of objects")
+        return Conversation(
+            params=params,
+            messages=messages,
+            fingerprints=[self.fingerprint(m) for m in messages],
+            seed=_content_fingerprint(params.get("system")),
+            roles=[m["role"] for m in messages],
+            tools=tools,
+            runner_tool_names={t["name"] for t in tools if isinstance(t.get("name"), str)},
+            tool_choice=_parse_choice(params.pop("tool_choice", None)),
+            stream=bool(params.pop("stream", False)),
+            include_usage=True,
+        )
+
+    def fingerprint(self, message: dict[str, Any]) -> str:
+        return digest(message.get("role", ""), _content_fingerprint(message.get("content")))
+
+    # --- upstream request -------------------------------------------------------------------
+
+    def render_request(
+        self,
+        conversation: Conversation,
+        messages: list[dict[str, Any]],
+        tools: list[ToolSpec],
+        choice: ToolChoice,
+    ) -> dict[str, Any]:
+        body = dict(conversation.params)
+        body["messages"] = messages
+        body["tools"] = [*conversation.tools, *map(tool_definition, tools)]
+        rendered_choice = _render_choice(choice)
+        if rendered_choice is not None:
+            body["tool_choice"] = rendered_choice
+        body["stream"] = False
+        return body
+
+    # --- upstream response ------------------------------------------------------------------
+
+    def parse_response(self, body: dict[str, Any]) -> ModelTurn:
+        content = body.get("content")
+        if not isinstance(content, list) or not all(isinstance(b, dict) for b in content):
+            raise CodecError("upstream response has no content array")
+        calls = [
+            ToolCall(id=str(b.get("id", "")), name=str(b.get("name", "")), arguments=b.get("input"))
+            for b in content
+            if b.get("type") == "tool_use"
+        ]
+        usage = body.get("usage")
+        return ModelTurn(calls=calls, usage=usage if isinstance(usage, dict) else {}, body=body)
+
+    def assemble_stream(self, data: bytes) -> dict[str, Any]:
+        message: dict[str, Any] | None = None
+        buffers: dict[int, str] = {}
+        for event, text in parse_events(data):
+            payload = orjson.loads(text)
+            kind = payload.get("type", event)
+            if kind == "error":
+                raise CodecError(f"upstream stream error: {payload.get('error')}")
+            if kind == "message_start":
+                message = copy.deepcopy(payload["message"])
+            elif message is None:
+                continue
+            elif kind == "content_block_start":
+                message["content"].append(copy.deepcopy(payload["content_block"]))
+            elif kind == "content_block_delta":
+                _apply_delta(
+                    message["content"][payload["index"]],
+                    payload["delta"],
+                    buffers,
+                    payload["index"],
+                )
+            elif kind == "content_block_stop":
+                raw = buffers.pop(payload["index"], "")
+                if raw:
+                    message["content"][payload["index"]]["input"] = orjson.loads(raw)
+            elif kind == "message_delta":
+                message.update(payload.get("delta") or {})
+                message["usage"] = {**message.get("usage", {}), **(payload.get("usage") or {})}
+        if message is None:
+            raise CodecError("upstream stream carried no message_start")
+        return message
+
+    def round_messages(self, turn: ModelTurn, results: list[ToolResult]) -> list[dict[str, Any]]:
+        # The assistant turn goes back untouched: thinking signatures and server blocks included.
+        return [
+            {"role": "assistant", "content": turn.body["content"]},
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": r.call.id,
+                        "content": r.outcome.envelope_json(),
+                        "is_error": not r.outcome.ok,
+                    }
+                    for r in results
+                ],
+            },
+        ]
+
+    # --- client response --------------------------------------------------------------------
+
+    def render_response(
+        self, conversation: Conversation, turn: ModelTurn, usage: dict[str, Any]
+    ) -> dict[str, Any]:
+        body = dict(turn.body)
+        if usage:
+            body["usage"] = usage
+        return body
+
+    def render_stream(self, conversation: Conversation, body: dict[str, Any]) -> list[bytes]:
+        usage = body.get("usage") or {}
+        start = {k: v for k, v in body.items() if k not in ("content", "stop_reason", "usage")}
+        start.update(content=[], stop_reason=None, stop_sequence=None, usage=usage)
+        frames = [event_frame("message_start", {"type": "message_start", "message": start})]
+        for index, block in enumerate(body.get("content") or []):
+            frames.extend(_block_events(index, block))
+        frames.append(
+            event_frame(
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {
+                        "stop_reason": body.get("stop_reason"),
+                        "stop_sequence": body.get("stop_sequence"),
+                    },
+                    "usage": usage,
+                },
+            )
+        )
+        frames.append(event_frame("message_stop", {"type": "message_stop"}))
+        return frames
+
+    def echo_fingerprint(self, conversation: Conversation, body: dict[str, Any]) -> str:
+        return self.fingerprint({"role": "assistant", "content": body.get("content")})
+
+
+def tool_definition(spec: ToolSpec) -> dict[str, Any]:
+    return {"name": spec.name, "description": spec.description, "input_schema": spec.schema}
+
+
+def _parse_choice(raw: Any) -> ToolChoice:
+    if raw is None:
+        return ToolChoice(mode=None)
+    if not isinstance(raw, dict) or raw.get("type") not in WIRE_TO_CHOICE:
+        return ToolChoice(mode="other", raw=raw)
+    extra = {k: v for k, v in raw.items() if k not in ("type", "name")}
+    mode = WIRE_TO_CHOICE[raw["type"]]
+    name = raw.get("name") if mode == "named" else None
+    if mode == "named" and not isinstance(name, str):
+        raise CodecError("tool_choice: type 'tool' needs a 'name'")
+    return ToolChoice(mode=mode, name=name, extra=extra)
+
+
+def _render_choice(choice: ToolChoice) -> Any:
+    if choice.mode is None:
+        return None
+    if choice.mode == "other":
+        return choice.raw
+    rendered: dict[str, Any] = {"type": CHOICE_TO_WIRE[choice.mode]}
+    if choice.mode == "named":
+        rendered["name"] = choice.name
+    if choice.mode != "none":
+        rendered.update(choice.extra)
+    return rendered
+
+
+def _content_fingerprint(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return normalise_text(content)
+    if not isinstance(content, list):
+        return canonical_json(content).decode()
+    return "|".join(_block_fingerprint(b) for b in content if _identifies(b))
+
+
+def _identifies(block: Any) -> bool:
+    return not (isinstance(block, dict) and block.get("type") in REASONING_BLOCKS)
+
+
+def _block_fingerprint(block: Any) -> str:
+    if not isinstance(block, dict):
+        return canonical_json(block).decode()
+    kind = block.get("type")
+    if kind == "text":
+        return "t:" + normalise_text(str(block.get("text", "")))
+    if kind == "tool_use":
+        return f"u:{block.get('id')}:{block.get('name')}:" + canonical_arguments(block.get("input"))
+    if kind == "tool_result":
+        content = _content_fingerprint(block.get("content"))
+        return f"r:{block.get('tool_use_id')}:{bool(block.get('is_error'))}:{content}"
+    return canonical_json({k: v for k, v in block.items() if k != "cache_control"}).decode()
+
+
+def _apply_delta(
+    block: dict[str, Any], delta: dict[str, Any], buffers: dict[int, str], index: int
+) -> None:
+    kind = delta.get("type")
+    if kind == "text_delta":
+        block["text"] = block.get("text", "") + delta.get("text", "")
+    elif kind == "input_json_delta":
+        buffers[index] = buffers.get(index, "") + delta.get("partial_json", "")
+    elif kind == "thinking_delta":
+        block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
+    elif kind == "signature_delta":
+        block["signature"] = delta.get("signature", "")
+    elif kind == "citations_delta":
+        block.setdefault("citations", []).append(delta.get("citation"))
+
+
+def _block_events(index: int, block: dict[str, Any]) -> list[bytes]:
+    kind = block.get("type")
+    deltas: list[dict[str, Any]] = []
+    if kind == "text":
+        start = {k: v for k, v in block.items() if k != "citations"} | {"text": ""}
+        deltas = [
+            {"type": "text_delta", "text": p} for p in pieces(block.get("text", ""), TEXT_PIECE)
+        ]
+        deltas += [{"type": "citations_delta", "citation": c} for c in block.get("citations") or []]
+    elif kind in INPUT_BLOCKS:
+        start = {**block, "input": {}}
+        arguments = orjson.dumps(block.get("input") or {}).decode()
+        deltas = [
+            {"type": "input_json_delta", "partial_json": p} for p in pieces(arguments, TEXT_PIECE)
+        ]
+    elif kind == "thinking":
+        start = {"type": "thinking", "thinking": "", "signature": ""}
+        text = block.get("thinking", "")
+        deltas = [{"type": "thinking_delta", "thinking": p} for p in pieces(text, TEXT_PIECE)]
+        if block.get("signature"):
+            deltas.append({"type": "signature_delta", "signature": block["signature"]})
+    else:
+        # Unknown and opaque blocks (redacted thinking, server tool results, new types) go out
+        # whole in their start event, untouched.
+        start = block
+    frames = [
+        event_frame(
+            "content_block_start",
+            {"type": "content_block_start", "index": index, "content_block": start},
+        )
+    ]
+    frames += [
+        event_frame(
+            "content_block_delta", {"type": "content_block_delta", "index": index, "delta": d}
+        )
+        for d in deltas
+    ]
+    frames.append(event_frame("content_block_stop", {"type": "content_block_stop", "index": index}))
+    return frames

@@ -1,0 +1,410 @@
+"""OpenAI Chat Completions <-> the neutral conversation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from sidecar.codecs.sse import DONE, data_frame, parse_events, pieces
+from sidecar.mediation.conversation import (
+    CodecError,
+    Conversation,
+    ModelTurn,
+    ToolCall,
+    ToolChoice,
+    ToolResult,
+    ToolSpec,
+    canonical_arguments,
+    canonical_json,
+    digest,
+    normalise_text,
+)
+
+TEXT_PIECE = 256
+SIMPLE_CHOICES = ("auto", "none", "required")
+
+
+class OpenAICodec:
+    api = "openai"
+    input_key = "prompt_tokens"
+    output_key = "completion_tokens"
+
+    # --- client request ---------------------------------------------------------------------
+
+    def parse_request(self, body: dict[str, Any]) -> Conversation:
+        params = dict(body)
+        messages = params.pop("messages", None)
+        if not isinstance(messages, list) or not messages:
+            raise CodecError("'messages' must be a non-empty array")
+        if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
+            raise CodecError("every message must be an object with a 'role'")
+        tools = params.pop("tools", None) or []
+        functions = params.pop("functions", None)
+        function_call = params.pop("function_call", None)
+        legacy = functions is not None or function_call is not None
+        if not isinstance(tools, list) or not isinstance(functions or [], list):
+            raise CodecError("'tools' and 'functions' must be arrays")
+        tools = [*tools, *({"type": "function", "function": f} for f in functions or [])]
+        raw_choice = params.pop("tool_choice", None)
+        if raw_choice is None and function_call is not None:
+            raw_choice = _choice_from_function_call(function_call)
+        messages = convert_legacy_messages(messages)
+        stream_options = params.pop("stream_options", None)
+        return Conversation(
+            params=params,
+            messages=messages,
+            fingerprints=[self.fingerprint(m) for m in messages],
+            seed="",
+            roles=[m["role"] for m in messages],
+            tools=tools,
+            runner_tool_names={n for n in map(_tool_name, tools) if n},
+            tool_choice=_parse_choice(raw_choice),
+            stream=bool(params.pop("stream", False)),
+            include_usage=bool(
+                isinstance(stream_options, dict) and stream_options.get("include_usage")
+            ),
+            legacy_functions=legacy,
+        )
+
+    def fingerprint(self, message: dict[str, Any]) -> str:
+        parts = [message.get("role", ""), _content_fingerprint(message.get("content"))]
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            parts.append(
+                f"call:{call.get('id')}:{function.get('name')}:"
+                + canonical_arguments(function.get("arguments"))
+            )
+        if message.get("tool_call_id"):
+            parts.append(f"result:{message['tool_call_id']}")
+        if message.get("name"):
+            parts.append(f"name:{message['name']}")
+        return digest(*parts)
+
+    # --- upstream request -------------------------------------------------------------------
+
+    def render_request(
+        self,
+        conversation: Conversation,
+        messages: list[dict[str, Any]],
+        tools: list[ToolSpec],
+        choice: ToolChoice,
+    ) -> dict[str, Any]:
+        body = dict(conversation.params)
+        body["messages"] = messages
+        body["tools"] = [*conversation.tools, *map(tool_definition, tools)]
+        rendered_choice = _render_choice(choice)
+        if rendered_choice is not None:
+            body["tool_choice"] = rendered_choice
+        body["stream"] = False
+        return body
+
+    # --- upstream response ------------------------------------------------------------------
+
+    def parse_response(self, body: dict[str, Any]) -> ModelTurn:
+        choices = body.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise CodecError("upstream response has no choices")
+        message = choices[0].get("message")
+        if not isinstance(message, dict):
+            raise CodecError("upstream response choice has no message")
+        calls = [_call_from_wire(c) for c in message.get("tool_calls") or []]
+        legacy = message.get("function_call")
+        if isinstance(legacy, dict):
+            calls.append(ToolCall("call_legacy_0", legacy.get("name", ""), legacy.get("arguments")))
+        usage = body.get("usage")
+        return ModelTurn(calls=calls, usage=usage if isinstance(usage, dict) else {}, body=body)
+
+    def assemble_stream(self, data: bytes) -> dict[str, Any]:
+        body: dict[str, Any] = {}
+        states: dict[int, dict[str, Any]] = {}
+        for _event, text in parse_events(data):
+            if text.strip() == "[DONE]":
+                break
+            chunk = orjson.loads(text)
+            if "error" in chunk:
+                raise CodecError(f"upstream stream error: {chunk['error']}")
+            if not body:
+                body = {k: chunk.get(k) for k in ("id", "created", "model")}
+                body["object"] = "chat.completion"
+            if chunk.get("usage"):
+                body["usage"] = chunk["usage"]
+            for choice in chunk.get("choices") or []:
+                _fold_choice(states, choice)
+        if not body:
+            raise CodecError("upstream stream carried no chunks")
+        body["choices"] = [_finish_choice(states[i]) for i in sorted(states)]
+        return body
+
+    def round_messages(self, turn: ModelTurn, results: list[ToolResult]) -> list[dict[str, Any]]:
+        message = turn.body["choices"][0]["message"]
+        assistant = {
+            "role": "assistant",
+            "content": message.get("content"),
+            "tool_calls": [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": _arguments_text(call.arguments)},
+                }
+                for call in turn.calls
+            ],
+        }
+        return [
+            assistant,
+            *(
+                {"role": "tool", "tool_call_id": r.call.id, "content": r.outcome.envelope_json()}
+                for r in results
+            ),
+        ]
+
+    # --- client response --------------------------------------------------------------------
+
+    def render_response(
+        self, conversation: Conversation, turn: ModelTurn, usage: dict[str, Any]
+    ) -> dict[str, Any]:
+        body = dict(turn.body)
+        if usage:
+            body["usage"] = usage
+        if conversation.legacy_functions:
+            body["choices"] = [_legacy_choice(c) for c in body.get("choices") or []]
+        return body
+
+    def render_stream(self, conversation: Conversation, body: dict[str, Any]) -> list[bytes]:
+        base = {
+            "id": body.get("id"),
+            "object": "chat.completion.chunk",
+            "created": body.get("created"),
+            "model": body.get("model"),
+        }
+        for optional in ("system_fingerprint", "service_tier"):
+            if body.get(optional) is not None:
+                base[optional] = body[optional]
+        frames: list[bytes] = []
+        for choice in body.get("choices") or []:
+            index = choice.get("index", 0)
+
+            def chunk(delta: dict[str, Any], finish: str | None = None, index: int = index) -> None:
+                frames.append(
+                    data_frame(
+                        {
+                            **base,
+                            "choices": [{"index": index, "delta": delta, "finish_reason": finish}],
+                        }
+                    )
+                )
+
+            message = choice.get("message") or {}
+            chunk({"role": "assistant", "content": ""})
+            if message.get("content"):
+                for piece in pieces(message["content"], TEXT_PIECE):
+                    chunk({"content": piece})
+            if message.get("refusal"):
+                chunk({"refusal": message["refusal"]})
+            function_call = message.get("function_call")
+            if isinstance(function_call, dict):
+                chunk({"function_call": {"name": function_call.get("name"), "arguments": ""}})
+                for piece in pieces(function_call.get("arguments") or "", TEXT_PIECE):
+                    chunk({"function_call": {"arguments": piece}})
+            for position, call in enumerate(message.get("tool_calls") or []):
+                function = call.get("function") or {}
+                first = {"name": function.get("name"), "arguments": ""}
+                chunk({"tool_calls": [_fragment(position, first, call.get("id"))]})
+                arguments = function.get("arguments") or ""
+                if arguments:
+                    for piece in pieces(arguments, TEXT_PIECE):
+                        chunk({"tool_calls": [_fragment(position, {"arguments": piece})]})
+            chunk({}, choice.get("finish_reason") or "stop")
+        if conversation.include_usage and body.get("usage"):
+            frames.append(data_frame({**base, "choices": [], "usage": body["usage"]}))
+        frames.append(DONE)
+        return frames
+
+    def echo_fingerprint(self, conversation: Conversation, body: dict[str, Any]) -> str:
+        message = body["choices"][0].get("message") or {}
+        echo = {k: v for k, v in message.items() if k in ("role", "content", "tool_calls")}
+        if message.get("function_call"):
+            echo["function_call"] = message["function_call"]
+        echo.setdefault("role", "assistant")
+        converted = convert_legacy_messages([echo], start=len(conversation.messages))
+        return self.fingerprint(converted[0])
+
+
+def tool_definition(spec: ToolSpec) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {"name": spec.name, "description": spec.description, "parameters": spec.schema},
+    }
+
+
+def convert_legacy_messages(
+    messages: list[dict[str, Any]], *, start: int = 0
+) -> list[dict[str, Any]]:
+    """Legacy assistant ``function_call`` / ``role: function`` turns as tool calls / results.
+
+    Call ids are a deterministic function of the message position, so the same history always
+    converts (and fingerprints) the same way.
+    """
+    if not any(m.get("function_call") or m.get("role") == "function" for m in messages):
+        return messages
+    converted: list[dict[str, Any]] = []
+    last_call_id: str | None = None
+    for position, message in enumerate(messages, start):
+        function_call = message.get("function_call")
+        if message.get("role") == "assistant" and isinstance(function_call, dict):
+            last_call_id = f"call_legacy_{position}"
+            turn = {k: v for k, v in message.items() if k != "function_call"}
+            turn["tool_calls"] = [
+                {
+                    "id": last_call_id,
+                    "type": "function",
+                    "function": {
+                        "name": function_call.get("name", ""),
+                        "arguments": function_call.get("arguments") or "",
+                    },
+                }
+            ]
+            converted.append(turn)
+        elif message.get("role") == "function":
+            converted.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": last_call_id or f"call_legacy_{position}",
+                    "content": message.get("content") or "",
+                }
+            )
+        else:
+            converted.append(message)
+    return converted
+
+
+def _choice_from_function_call(function_call: Any) -> Any:
+    if isinstance(function_call, dict) and "name" in function_call:
+        return {"type": "function", "function": {"name": function_call["name"]}}
+    return function_call
+
+
+def _parse_choice(raw: Any) -> ToolChoice:
+    if raw is None:
+        return ToolChoice(mode=None)
+    if raw in SIMPLE_CHOICES:
+        return ToolChoice(mode=raw)
+    if isinstance(raw, dict) and raw.get("type") == "function":
+        name = (raw.get("function") or {}).get("name")
+        if isinstance(name, str):
+            return ToolChoice(mode="named", name=name)
+    return ToolChoice(mode="other", raw=raw)
+
+
+def _render_choice(choice: ToolChoice) -> Any:
+    if choice.mode is None:
+        return None
+    if choice.mode == "named":
+        return {"type": "function", "function": {"name": choice.name}}
+    if choice.mode == "other":
+        return choice.raw
+    return choice.mode
+
+
+def _tool_name(tool: Any) -> str | None:
+    if not isinstance(tool, dict):
+        raise CodecError("every tool must be an object")
+    kind = tool.get("type", "function")
+    spec = tool.get(kind) if isinstance(tool.get(kind), dict) else tool.get("function")
+    name = spec.get("name") if isinstance(spec, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def _content_fingerprint(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return normalise_text(content)
+    if isinstance(content, list):
+        return "|".join(
+            normalise_text(part.get("text", ""))
+            if isinstance(part, dict) and part.get("type") == "text"
+            else canonical_json(part).decode()
+            for part in content
+        )
+    return canonical_json(content).decode()
+
+
+def _call_from_wire(call: Any) -> ToolCall:
+    if not isinstance(call, dict):
+        raise CodecError("upstream tool call is not an object")
+    kind = call.get("type", "function")
+    spec = call.get(kind) if isinstance(call.get(kind), dict) else {}
+    arguments = spec.get("arguments", spec.get("input"))
+    return ToolCall(id=str(call.get("id", "")), name=str(spec.get("name", "")), arguments=arguments)
+
+
+def _arguments_text(arguments: str | dict[str, Any] | None) -> str:
+    if isinstance(arguments, str):
+        return arguments
+    return orjson.dumps(arguments or {}).decode()
+
+
+def _legacy_choice(choice: dict[str, Any]) -> dict[str, Any]:
+    message = dict(choice.get("message") or {})
+    calls = message.pop("tool_calls", None)
+    if not calls:
+        return choice
+    function = calls[0].get("function") or {}
+    message["function_call"] = {
+        "name": function.get("name"),
+        "arguments": function.get("arguments", ""),
+    }
+    finish = choice.get("finish_reason")
+    return {
+        **choice,
+        "message": message,
+        "finish_reason": "function_call" if finish in ("tool_calls", None) else finish,
+    }
+
+
+def _fragment(position: int, function: dict[str, Any], call_id: str | None = None) -> dict:
+    fragment: dict[str, Any] = {"index": position}
+    if call_id is not None:
+        fragment["id"] = call_id
+        fragment["type"] = "function"
+    fragment["function"] = function
+    return fragment
+
+
+def _fold_choice(states: dict[int, dict[str, Any]], choice: dict[str, Any]) -> None:
+    index = choice.get("index", 0)
+    state = states.setdefault(
+        index, {"index": index, "content": None, "finish_reason": None, "calls": {}}
+    )
+    delta = choice.get("delta") or {}
+    if delta.get("content"):
+        state["content"] = (state["content"] or "") + delta["content"]
+    for fragment in delta.get("tool_calls") or []:
+        slot = state["calls"].setdefault(
+            fragment.get("index", 0), {"id": None, "name": "", "arguments": ""}
+        )
+        # Some compatible providers repeat id and name on every fragment: keep the first.
+        slot["id"] = slot["id"] or fragment.get("id")
+        function = fragment.get("function") or {}
+        slot["name"] = slot["name"] or function.get("name") or ""
+        slot["arguments"] += function.get("arguments") or ""
+    if choice.get("finish_reason"):
+        state["finish_reason"] = choice["finish_reason"]
+
+
+def _finish_choice(state: dict[str, Any]) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": state["content"]}
+    calls = [state["calls"][i] for i in sorted(state["calls"])]
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": c["id"] or f"call_{position}",
+                "type": "function",
+                "function": {"name": c["name"], "arguments": c["arguments"]},
+            }
+            for position, c in enumerate(calls)
+        ]
+    # A stream that never says why it stopped but carries tool calls stopped to call them.
+    finish = state["finish_reason"] or ("tool_calls" if calls else "stop")
+    return {"index": state["index"], "message": message, "finish_reason": finish}

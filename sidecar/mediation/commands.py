@@ -1,0 +1,115 @@
+"""What the sans-IO engine asks its driver to do, and what the driver reports back.
+
+The engine is a generator: it yields a command, the driver performs the I/O and sends the
+matching event back in. ``Respond`` and ``Fail`` end the exchange.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sidecar.execution.outcome import ToolOutcome
+from sidecar.manifest import ManagedTool
+from sidecar.mediation.conversation import ToolCall
+
+# --- commands -------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class BeginStream:
+    """Send the 200 text/event-stream headers now; keep the stream alive while waiting."""
+
+
+@dataclass(slots=True)
+class Recall:
+    """Look up hidden rounds stored under these continuity keys."""
+
+    keys: list[str]
+
+
+@dataclass(slots=True)
+class CallModel:
+    body: dict[str, Any]
+    timeout_s: float
+
+
+@dataclass(slots=True)
+class PlannedExecution:
+    call: ToolCall
+    tool: ManagedTool
+    arguments: dict[str, Any]
+
+
+@dataclass(slots=True)
+class ExecuteTools:
+    """Run these calls against their services; answer with outcomes in the same order."""
+
+    executions: list[PlannedExecution]
+    concurrent: bool
+    timeout_s: float
+    """Per call: timeout_per_tool_ms, already clamped to the request's remaining budget."""
+    max_result_bytes: int
+    deadline: float
+    """Clock reading at which the request's total budget ends (sequential calls stop there)."""
+
+
+@dataclass(slots=True)
+class Remember:
+    """Store hidden rounds under a continuity key (no answer expected)."""
+
+    key: str
+    messages: list[dict[str, Any]]
+
+
+@dataclass(slots=True)
+class Respond:
+    """The final answer: a JSON body, or the SSE frames of one stream lifecycle."""
+
+    body: dict[str, Any]
+    frames: list[bytes] | None = None
+
+
+@dataclass(slots=True)
+class Fail:
+    status: int
+    code: str
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+Command = BeginStream | Recall | CallModel | ExecuteTools | Remember | Respond | Fail
+
+# --- events ---------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Recalled:
+    found: dict[str, list[dict[str, Any]]]
+
+
+@dataclass(slots=True)
+class ModelReplied:
+    body: dict[str, Any]
+
+
+@dataclass(slots=True)
+class ModelFailed:
+    """The upstream call failed: an HTTP error status, or kind timeout/unreachable/protocol."""
+
+    kind: str
+    message: str
+    status: int | None = None
+
+
+@dataclass(slots=True)
+class ToolsDone:
+    outcomes: list[ToolOutcome]
+
+
+@dataclass(slots=True)
+class Done:
+    """Acknowledges a command that has no result (BeginStream, Remember)."""
+
+
+Event = Recalled | ModelReplied | ModelFailed | ToolsDone | Done

@@ -1,0 +1,381 @@
+"""The mediation loop, sans-IO (SPEC 4.2).
+
+:meth:`MediationEngine.run` is a generator: it yields commands (call the model, execute these
+tool calls, remember these rounds, respond, fail) and receives events back. It never touches a
+socket, a file or the clock directly, so every decision is testable in isolation; the aiohttp
+driver in :mod:`sidecar.mediation.handler` performs the I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Generator
+from typing import Any
+
+from sidecar.audit.trace import trace_call
+from sidecar.codecs.base import Codec
+from sidecar.execution.outcome import ToolOutcome, refused
+from sidecar.manifest import AgentBuild, ManagedTool
+from sidecar.mediation.commands import (
+    BeginStream,
+    CallModel,
+    Command,
+    Event,
+    ExecuteTools,
+    Fail,
+    ModelFailed,
+    ModelReplied,
+    PlannedExecution,
+    Recall,
+    Recalled,
+    Remember,
+    Respond,
+    ToolsDone,
+)
+from sidecar.mediation.conversation import (
+    CodecError,
+    ModelTurn,
+    ToolCall,
+    ToolChoice,
+    ToolResult,
+    ToolSpec,
+    Usage,
+    canonical_json,
+    digest,
+)
+
+Validate = Callable[[ManagedTool, Any], "dict[str, Any] | ToolOutcome"]
+Run = Generator[Command, Event, None]
+
+# Tools are withdrawn once this share of total_timeout_ms is spent (SPEC 4.2 point 11).
+FINALIZE_AT = 0.9
+NOT_EXECUTED = (
+    "not executed: this response mixed sidecar tools and your own tools; "
+    "re-issue sidecar tools and your own tools in separate turns"
+)
+BUDGET_EXHAUSTED = (
+    "not executed: the tool budget of this request is spent; answer with what you have"
+)
+
+
+def present_tools(tools: list[ManagedTool], runner_names: set[str]) -> dict[str, ManagedTool]:
+    """Request-local name -> managed tool. A runner tool keeps a colliding name; the managed
+    tool then gets a deterministic alternative that collides with nothing else."""
+    taken = runner_names | {tool.presented for tool in tools}
+    named: dict[str, ManagedTool] = {}
+    for tool in tools:
+        name = tool.presented
+        if name in runner_names:
+            name = _alternative_name(name, taken)
+            taken.add(name)
+        named[name] = tool
+    return named
+
+
+def _alternative_name(base: str, taken: set[str]) -> str:
+    for attempt in itertools.count(1):
+        suffix = "_claw" if attempt == 1 else f"_claw{attempt}"
+        candidate = base[: 64 - len(suffix)] + suffix
+        if candidate not in taken:
+            return candidate
+    raise AssertionError("unreachable")
+
+
+class MediationEngine:
+    def __init__(
+        self,
+        codec: Codec,
+        agent: AgentBuild,
+        body: dict[str, Any],
+        *,
+        validate: Validate,
+        clock: Callable[[], float],
+        started: float,
+        upstream_timeout_s: float,
+    ) -> None:
+        """Parse the client request; raises :class:`CodecError` when it is malformed."""
+        self.codec = codec
+        self.agent_id = agent.agent.id
+        self.on_mixed = agent.agent.on_mixed
+        self.policy = agent.tools.policy
+        self.conversation = codec.parse_request(body)
+        self.tools = present_tools(list(agent.tools.tools), self.conversation.runner_tool_names)
+        self.specs = [ToolSpec(n, t.description, t.input_schema) for n, t in self.tools.items()]
+        self._request_name = {t.name: n for n, t in self.tools.items()}
+        self._request_name |= {t.presented: n for n, t in self.tools.items()}
+        self.validate = validate
+        self.clock = clock
+        self.started = started
+        self.upstream_timeout_s = upstream_timeout_s
+        self.usage = Usage(input_key=codec.input_key, output_key=codec.output_key)
+        self.tool_trace: list[dict[str, Any]] = []
+        self.outcomes: list[tuple[str, ToolOutcome]] = []
+        """(tool label, outcome) of every call answered, for metrics."""
+        self.executed_rounds = 0
+        self.upstream_calls = 0
+        self._seen: dict[tuple[str, bytes], tuple[str, ToolOutcome]] = {}
+        self._prefix_hashes = self._hash_prefixes()
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> Run:
+        conversation = self.conversation
+        if conversation.stream:
+            yield BeginStream()
+        history = yield from self._restore_hidden_rounds()
+        transcript: list[dict[str, Any]] = []
+        choice = self._initial_choice()
+        finalizing = False
+        mixed_retried = False
+        while True:
+            finalizing = finalizing or self._nearly_out_of_time()
+            remaining = self._remaining_s()
+            if remaining <= 0:
+                yield self._timed_out()
+                return
+            body = self.codec.render_request(
+                conversation,
+                history + transcript,
+                self.specs,
+                ToolChoice(mode="none") if finalizing else choice,
+            )
+            event = yield CallModel(body, min(self.upstream_timeout_s, remaining))
+            turn = self._accept_reply(event)
+            if isinstance(turn, Fail):
+                yield turn
+                return
+            managed = [c for c in turn.calls if c.name in self.tools]
+            if not managed:
+                yield from self._finish(turn, transcript)
+                return
+            if finalizing:
+                self._trace_round(turn.calls, [self._budget_outcome()] * len(turn.calls))
+                yield Fail(502, "tool_budget_exhausted", self._budget_message(managed))
+                return
+            if len(managed) < len(turn.calls):
+                if self.on_mixed == "retry" and not mixed_retried:
+                    mixed_retried = True
+                    outcomes = [refused("mixed_executor_response", NOT_EXECUTED)] * len(turn.calls)
+                    transcript += self._answer(turn, outcomes)
+                    continue
+                self._trace_round(
+                    turn.calls, [refused("mixed_executor_response", NOT_EXECUTED)] * len(turn.calls)
+                )
+                yield Fail(502, "mixed_executor_response", self._mixed_message(turn.calls))
+                return
+            if self.executed_rounds >= self.policy.max_rounds or self._nearly_out_of_time():
+                transcript += self._answer(turn, [self._budget_outcome()] * len(turn.calls))
+                finalizing = True
+                continue
+            outcomes = yield from self._execute_round(turn.calls)
+            if outcomes is None:
+                yield self._timed_out()
+                return
+            transcript += self._answer(turn, outcomes)
+            choice = _relaxed(choice)
+
+    # --- steps ------------------------------------------------------------------------------
+
+    def _restore_hidden_rounds(self) -> Generator[Command, Event, list[dict[str, Any]]]:
+        """Put back the hidden rounds of earlier turns before the answers they led to."""
+        messages = self.conversation.messages
+        keys = {
+            index: self._prefix_hashes[index + 1]
+            for index, role in enumerate(self.conversation.roles)
+            if role == "assistant"
+        }
+        if not keys:
+            return list(messages)
+        event = yield Recall(list(keys.values()))
+        found = event.found if isinstance(event, Recalled) else {}
+        if not found:
+            return list(messages)
+        history: list[dict[str, Any]] = []
+        for index, message in enumerate(messages):
+            history.extend(found.get(keys.get(index, ""), ()))
+            history.append(message)
+        return history
+
+    def _accept_reply(self, event: Event) -> ModelTurn | Fail:
+        if isinstance(event, ModelFailed):
+            return self._upstream_failure(event)
+        if not isinstance(event, ModelReplied):
+            raise TypeError(f"CallModel answered with {type(event).__name__}")
+        try:
+            turn = self.codec.parse_response(event.body)
+        except CodecError as exc:
+            return Fail(502, "upstream_protocol_error", f"the provider's reply is malformed: {exc}")
+        self.upstream_calls += 1
+        self.usage.add(turn.usage)
+        return turn
+
+    def _execute_round(
+        self, calls: list[ToolCall]
+    ) -> Generator[Command, Event, list[ToolOutcome] | None]:
+        """Validate, de-duplicate and execute one round; outcomes keep call order."""
+        self.executed_rounds += 1
+        outcomes: list[ToolOutcome | None] = [None] * len(calls)
+        executions: list[PlannedExecution] = []
+        positions: list[int] = []
+        keys: list[tuple[str, bytes]] = []
+        first_in_round: dict[tuple[str, bytes], int] = {}
+        repeats: dict[int, int] = {}
+        for position, call in enumerate(calls):
+            tool = self.tools[call.name]
+            checked = self.validate(tool, call.arguments)
+            if isinstance(checked, ToolOutcome):
+                outcomes[position] = checked
+                continue
+            key = (tool.name, canonical_json(checked))
+            if key in self._seen:
+                earlier_id, earlier = self._seen[key]
+                outcomes[position] = _repeat(tool, earlier_id, earlier)
+            elif key in first_in_round:
+                repeats[position] = first_in_round[key]
+            else:
+                first_in_round[key] = position
+                executions.append(PlannedExecution(call, tool, checked))
+                positions.append(position)
+                keys.append(key)
+        if executions:
+            remaining = self._remaining_s()
+            if remaining <= 0:
+                return None
+            event = yield ExecuteTools(
+                executions,
+                concurrent=all(self.tools[c.name].read_only for c in calls),
+                timeout_s=min(self.policy.timeout_per_tool_ms / 1000, remaining),
+                max_result_bytes=self.policy.max_tool_result_bytes,
+                deadline=self.started + self.policy.total_timeout_ms / 1000,
+            )
+            if not isinstance(event, ToolsDone) or len(event.outcomes) != len(executions):
+                raise TypeError("ExecuteTools must be answered with one outcome per execution")
+            for position, key, outcome in zip(positions, keys, event.outcomes, strict=True):
+                outcomes[position] = outcome
+                self._seen[key] = (calls[position].id, outcome)
+        for position, source in repeats.items():
+            tool = self.tools[calls[position].name]
+            outcomes[position] = _repeat(tool, calls[source].id, _known(outcomes[source]))
+        return [_known(o) for o in outcomes]
+
+    def _answer(self, turn: ModelTurn, outcomes: list[ToolOutcome]) -> list[dict[str, Any]]:
+        """Trace a round and render it (assistant turn + results) for the next model call."""
+        self._trace_round(turn.calls, outcomes)
+        results = [ToolResult(c, o) for c, o in zip(turn.calls, outcomes, strict=True)]
+        return self.codec.round_messages(turn, results)
+
+    def _finish(self, turn: ModelTurn, transcript: list[dict[str, Any]]) -> Run:
+        body = self.codec.render_response(self.conversation, turn, self.usage.fields)
+        if transcript:
+            answer = self.codec.echo_fingerprint(self.conversation, body)
+            yield Remember(digest(self._prefix_hashes[-1], answer), transcript)
+        frames = (
+            self.codec.render_stream(self.conversation, body) if self.conversation.stream else None
+        )
+        yield Respond(body, frames)
+
+    # --- policy helpers ---------------------------------------------------------------------
+
+    def _initial_choice(self) -> ToolChoice:
+        """A choice naming a managed tool (canonical or presented) names it as presented here."""
+        choice = self.conversation.tool_choice
+        if choice.mode != "named" or choice.name in self.conversation.runner_tool_names:
+            return choice
+        request_name = self._request_name.get(choice.name or "")
+        if request_name is None:
+            return choice
+        return dataclasses.replace(choice, name=request_name)
+
+    def _remaining_s(self) -> float:
+        return self.started + self.policy.total_timeout_ms / 1000 - self.clock()
+
+    def _nearly_out_of_time(self) -> bool:
+        budget = self.policy.total_timeout_ms / 1000
+        return self.clock() - self.started >= FINALIZE_AT * budget
+
+    def _timed_out(self) -> Fail:
+        return Fail(
+            504,
+            "timeout",
+            f"the request exceeded its total tool budget of {self.policy.total_timeout_ms} ms",
+        )
+
+    def _budget_outcome(self) -> ToolOutcome:
+        return refused("budget_exhausted", BUDGET_EXHAUSTED)
+
+    def _budget_message(self, calls: list[ToolCall]) -> str:
+        names = ", ".join(f"{c.name} ({c.id})" for c in calls)
+        return (
+            f"the model kept calling tools after the tool budget was spent "
+            f"({self.executed_rounds} rounds, max_rounds {self.policy.max_rounds}): {names}"
+        )
+
+    def _mixed_message(self, calls: list[ToolCall]) -> str:
+        sidecar = [f"{c.name} ({c.id})" for c in calls if c.name in self.tools]
+        runner = [f"{c.name} ({c.id})" for c in calls if c.name not in self.tools]
+        return (
+            "the model mixed sidecar tool calls [" + ", ".join(sidecar) + "] and runner tool "
+            "calls [" + ", ".join(runner) + "] in one response; nothing was executed"
+        )
+
+    def _upstream_failure(self, event: ModelFailed) -> Fail:
+        if event.kind == "timeout":
+            if self._remaining_s() <= 0:
+                return self._timed_out()
+            return Fail(504, "upstream_timeout", event.message)
+        if event.status is None:
+            code = (
+                "upstream_unreachable" if event.kind == "unreachable" else "upstream_protocol_error"
+            )
+            return Fail(502, code, event.message)
+        if event.status in (401, 403) or event.status >= 500:
+            # The provider rejected the sidecar's key or failed: not the client's fault.
+            return Fail(502, "upstream_error", f"provider answered {event.status}: {event.message}")
+        return Fail(event.status, "upstream_error", event.message)
+
+    def _trace_round(self, calls: list[ToolCall], outcomes: list[ToolOutcome]) -> None:
+        for call, outcome in zip(calls, outcomes, strict=True):
+            tool = self.tools.get(call.name)
+            self.outcomes.append((tool.name if tool else call.name, outcome))
+        self.tool_trace.append(
+            {
+                "round": len(self.tool_trace) + 1,
+                "calls": [
+                    trace_call(call.id, self.tools.get(call.name), call.name, call.arguments, o)
+                    for call, o in zip(calls, outcomes, strict=True)
+                ],
+            }
+        )
+
+    def _hash_prefixes(self) -> list[str]:
+        """Rolling hashes: entry i covers the agent, the API, the system prompt and the first
+        i messages. Scoping by agent keeps agents from ever seeing each other's rounds."""
+        conversation = self.conversation
+        hashes = [digest(self.agent_id, self.codec.api, conversation.seed)]
+        for fingerprint in conversation.fingerprints:
+            hashes.append(digest(hashes[-1], fingerprint))
+        return hashes
+
+
+def _relaxed(choice: ToolChoice) -> ToolChoice:
+    """A forced choice has been honoured once a round ran; forcing it again never ends."""
+    if choice.mode in ("named", "required"):
+        return ToolChoice(mode="auto", extra=choice.extra)
+    return choice
+
+
+def _repeat(tool: ManagedTool, earlier_id: str, earlier: ToolOutcome) -> ToolOutcome:
+    if tool.read_only or tool.idempotent:
+        return dataclasses.replace(earlier, executed=False, latency_ms=0.0)
+    return refused(
+        "duplicate_call",
+        f"identical call already made in this request (call {earlier_id}); "
+        "it is not executed twice",
+    )
+
+
+def _known(outcome: ToolOutcome | None) -> ToolOutcome:
+    if outcome is None:
+        raise AssertionError("a call of the round has no outcome")
+    return outcome
