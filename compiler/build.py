@@ -1,0 +1,346 @@
+"""Turn a compiled pod into the files of a build directory (SPEC section 3)."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import yaml
+
+from compiler.compose import STATE_DIR, generate_compose
+from compiler.descriptor import CompiledTool
+from compiler.errors import CompileError
+from compiler.naming import canonical_name, present
+from compiler.pod import SIDECAR_HOST_URL, AgentPlan, CompiledPod, ToolService
+from sidecar.manifest import (
+    AgentManifest,
+    Execution,
+    Listen,
+    ManagedTool,
+    SidecarConfig,
+    ToolPolicy,
+    dump_json,
+    token_sha256,
+    write_digest,
+)
+
+TOKEN_PREFIX = "claw_"
+TOKEN_PATTERN = re.compile(r"^claw_[A-Za-z0-9_-]{32,}$")
+MCP_URL = f"{SIDECAR_HOST_URL}/mcp"
+# "http" is the transport name Claude Code and most mcpServers readers use for Streamable HTTP.
+MCP_TRANSPORT = "http"
+_ENV = jinja2.Environment(
+    loader=jinja2.PackageLoader("compiler", "templates"),
+    autoescape=False,
+    keep_trailing_newline=True,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    undefined=jinja2.StrictUndefined,
+)
+
+
+def version() -> str:
+    try:
+        return metadata.version("clawpod")
+    except metadata.PackageNotFoundError:  # running from a source tree that is not installed
+        return "0.0.0"
+
+
+def source_root() -> Path | None:
+    """The repository that holds the sidecar's Dockerfile, when clawc runs from a source tree."""
+    root = Path(__file__).resolve().parent.parent
+    return root if (root / "pyproject.toml").is_file() and (root / "sidecar").is_dir() else None
+
+
+def new_token() -> str:
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def read_token(env_file: Path) -> str | None:
+    """The agent token of an earlier build, if that file holds a well-formed one."""
+    try:
+        text = env_file.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        name, _, value = line.partition("=")
+        if name.strip() == "CLAW_AGENT_TOKEN" and TOKEN_PATTERN.match(value.strip()):
+            return value.strip()
+    return None
+
+
+@dataclass
+class _ToolEntry:
+    """A tool's manifest entry, built and validated once however many agents are granted it."""
+
+    canonical: str
+    data: dict[str, Any]  # ManagedTool JSON without "presented"
+
+
+def _tool_entry(service: ToolService, tool: CompiledTool) -> _ToolEntry:
+    canonical = canonical_name(service.name, tool.name)
+    model = ManagedTool(
+        name=canonical,
+        presented="placeholder",
+        description=tool.description,
+        inputSchema=tool.input_schema,
+        annotations=tool.annotations,
+        execution=Execution(
+            service=service.name,
+            base_url=service.base_url,
+            method=tool.method,  # type: ignore[arg-type]
+            path=tool.path,
+            body=tool.body,
+            body_key=tool.body_key,
+            auth=service.auth,
+        ),
+    )
+    data = model.model_dump(mode="json", by_alias=True, exclude_none=True)
+    del data["presented"]
+    return _ToolEntry(canonical, data)
+
+
+def _describe_type(schema: dict[str, Any]) -> str:
+    if "enum" in schema:
+        return "one of " + ", ".join(str(v) for v in schema["enum"])
+    if "const" in schema:
+        return f"always {schema['const']}"
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        return " or ".join(kind)
+    if kind == "array" and isinstance(schema.get("items"), dict):
+        return f"array of {_describe_type(schema['items'])}"
+    return kind or "any"
+
+
+def _effect(annotations: dict[str, Any]) -> str:
+    if annotations.get("readOnlyHint"):
+        return "read-only"
+    if annotations.get("destructiveHint"):
+        return "changes data; destructive, not undoable"
+    if annotations.get("idempotentHint"):
+        return "changes data; repeating it is harmless"
+    return "changes data"
+
+
+def _context_tool(presented: str, tool: CompiledTool) -> dict[str, Any]:
+    schema = tool.input_schema
+    required = set(schema.get("required", []))
+    arguments = [
+        {
+            "name": name,
+            "type": _describe_type(prop) if isinstance(prop, dict) else "any",
+            "required": name in required,
+            "description": (prop.get("description") or "").strip()
+            if isinstance(prop, dict)
+            else "",
+        }
+        for name, prop in (schema.get("properties") or {}).items()
+    ]
+    return {
+        "presented": presented,
+        "title": tool.annotations.get("title"),
+        "description": tool.description.strip(),
+        "effect": _effect(tool.annotations),
+        "arguments": arguments,
+    }
+
+
+def _render_context(pod: CompiledPod, agent: AgentPlan, names: dict[str, str]) -> str:
+    tools = [
+        _context_tool(names[canonical_name(service.name, tool.name)], tool)
+        for service, tool in agent.tools
+    ]
+    granted_services = list(dict.fromkeys(service.name for service, _ in agent.tools))
+    skills = [
+        {"service": name, "text": pod.tool_services[name].loaded.skill_text}
+        for name in granted_services
+        if pod.tool_services[name].loaded.skill_text
+    ]
+    text = _ENV.get_template("CONTEXT.md.j2").render(
+        agent_id=agent.id,
+        pod=pod.name,
+        mode=agent.mode,
+        tools=tools,
+        skills=skills,
+        policy=agent.policy,
+    )
+    for name in granted_services:
+        service = pod.tool_services[name]
+        if service.base_url in text:
+            raise CompileError(
+                f"the description or skill reveals the service URL {service.base_url}; "
+                "agents must not see service URLs",
+                file=service.loaded.source,
+            )
+    return text
+
+
+def _mcp_config() -> dict[str, Any]:
+    return {
+        "mcpServers": {
+            "clawpod": {
+                "type": MCP_TRANSPORT,
+                "url": MCP_URL,
+                "headers": {"Authorization": "Bearer ${CLAW_AGENT_TOKEN}"},
+            }
+        }
+    }
+
+
+def _env_file(agent_id: str, token: str) -> str:
+    return (
+        f"# Token of agent '{agent_id}' (secret): --rotate-tokens replaces it.\n"
+        f"CLAW_AGENT_TOKEN={token}\n"
+        f"CLAW_MCP_URL={MCP_URL}\n"
+        f"OPENAI_BASE_URL={SIDECAR_HOST_URL}/v1\n"
+        f"OPENAI_API_KEY={token}\n"
+        f"ANTHROPIC_BASE_URL={SIDECAR_HOST_URL}\n"
+        f"ANTHROPIC_API_KEY={token}\n"
+    )
+
+
+def _tools_json(
+    agent: AgentPlan, entries: list[_ToolEntry], names: dict[str, str], policy: ToolPolicy
+) -> str:
+    tools = [
+        {
+            "name": e.canonical,
+            "presented": names[e.canonical],
+            **{k: v for k, v in e.data.items() if k != "name"},
+        }
+        for e in entries
+    ]
+    return dump_json(
+        {"version": 1, "agent": agent.id, "tools": tools, "policy": policy.model_dump()}
+    )
+
+
+def _compose_text(document: dict[str, Any], pod: CompiledPod) -> str:
+    header = (
+        f"# Generated by clawc {version()} from {pod.file.name} (pod {pod.name}); do not edit.\n"
+        "# Run from this directory: docker compose up\n"
+    )
+    body = yaml.dump(
+        document,
+        Dumper=yaml.SafeDumper,
+        sort_keys=False,
+        default_flow_style=False,
+        width=100,
+        allow_unicode=True,
+    )
+    return header + body
+
+
+def render_build(
+    pod: CompiledPod,
+    out: Path,
+    tokens: dict[str, str],
+    *,
+    sidecar_image: str | None = None,
+) -> dict[str, str]:
+    """Every file of the build except digest.json, keyed by path relative to OUT."""
+    files: dict[str, str] = {}
+    entries: dict[tuple[str, str], _ToolEntry] = {}
+    for agent in pod.agents:
+        agent_entries = []
+        for service, tool in agent.tools:
+            key = (service.name, tool.name)
+            if key not in entries:
+                entries[key] = _tool_entry(service, tool)
+            agent_entries.append(entries[key])
+        names = present(e.canonical for e in agent_entries)
+        token = tokens[agent.id]
+        manifest = AgentManifest(
+            id=agent.id,
+            mode=agent.mode,
+            token_sha256=token_sha256(token),
+            on_mixed=pod.claw.on_mixed,
+            policy=agent.policy,
+            names={names[e.canonical]: e.canonical for e in agent_entries},
+        )
+        directory = f"context/{agent.id}"
+        files[f"{directory}/tools.json"] = _tools_json(agent, agent_entries, names, agent.policy)
+        files[f"{directory}/agent.json"] = dump_json(manifest)
+        files[f"{directory}/CONTEXT.md"] = _render_context(pod, agent, names)
+        files[f"{directory}/mcp.json"] = dump_json(_mcp_config())
+        files[f"agents/{agent.id}.env"] = _env_file(agent.id, token)
+    extra: dict[str, Any] = {}
+    if pod.claw.max_body_bytes:
+        extra["max_body_bytes"] = pod.claw.max_body_bytes
+    if pod.claw.upstream_timeout_ms:
+        extra["upstream_timeout_ms"] = pod.claw.upstream_timeout_ms
+    config = SidecarConfig(
+        pod=pod.name,
+        providers=pod.providers,
+        agents=[agent.id for agent in pod.agents],
+        listen=Listen(host="0.0.0.0", port=8080),
+        state_dir=STATE_DIR,
+        **extra,
+    )
+    files["sidecar.json"] = dump_json(config)
+    root = source_root()
+    if sidecar_image is None and root is None:
+        raise CompileError(
+            "clawc is not running from a clawpod source tree; pass --sidecar-image IMAGE"
+        )
+    document = generate_compose(
+        pod, out, source_root=root, sidecar_image=sidecar_image, version=version()
+    )
+    files["compose.yml"] = _compose_text(document, pod)
+    return files
+
+
+def _check_out(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise CompileError("output path exists and is not a directory", file=out)
+    if out.is_dir() and any(out.iterdir()) and not (out / "digest.json").exists():
+        raise CompileError(
+            "refusing to write into a non-empty directory that is not a clawc build", file=out
+        )
+
+
+def agent_tokens(pod: CompiledPod, out: Path, rotate: bool) -> dict[str, str]:
+    tokens = {}
+    for agent in pod.agents:
+        existing = None if rotate else read_token(out / "agents" / f"{agent.id}.env")
+        tokens[agent.id] = existing or new_token()
+    return tokens
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.chmod(path, 0o600)  # an existing file keeps its old mode through O_CREAT
+
+
+def write_build(
+    pod: CompiledPod, out: Path, *, rotate_tokens: bool = False, sidecar_image: str | None = None
+) -> None:
+    """Compile ``pod`` into ``out``; earlier context files and stale agents are removed."""
+    _check_out(out)
+    tokens = agent_tokens(pod, out, rotate_tokens)
+    files = render_build(pod, out, tokens, sidecar_image=sidecar_image)
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(out / "context", ignore_errors=True)
+    agents_dir = out / "agents"
+    agents_dir.mkdir(mode=0o700, exist_ok=True)
+    for stale in agents_dir.glob("*.env"):
+        if f"agents/{stale.name}" not in files:
+            stale.unlink()
+    for relative, text in files.items():
+        path = out / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if relative.startswith("agents/"):
+            _write_private(path, text)
+        else:
+            path.write_text(text, encoding="utf-8")
+    write_digest(out)

@@ -1,0 +1,147 @@
+"""The grant grammar of ``tools:`` and ``tools-defaults:`` (SPEC section 2).
+
+A grant item is ``...`` (splice the defaults), a service name (all its tools) or a mapping
+``{service, allow}`` where ``allow`` is ``all`` (also when omitted) or a list of tool names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import PlainValidator, WithJsonSchema
+
+from compiler.errors import CompileError
+
+SPREAD = "..."
+ALL = "all"
+
+
+@dataclass(frozen=True)
+class Grant:
+    service: str
+    allow: Literal["all"] | tuple[str, ...]
+
+
+def _parse_item(value: Any) -> str | Grant:
+    if value == SPREAD:
+        return SPREAD
+    if isinstance(value, str):
+        if not value:
+            raise ValueError("a grant needs a service name")
+        return Grant(service=value, allow=ALL)
+    if not isinstance(value, dict):
+        raise ValueError("a grant is '...', a service name, or a mapping {service, allow}")
+    unknown = sorted(set(value) - {"service", "allow"})
+    if unknown:
+        raise ValueError(f"unknown field '{unknown[0]}' in grant (expected service, allow)")
+    service = value.get("service")
+    if not isinstance(service, str) or not service:
+        raise ValueError("a grant mapping needs 'service: NAME'")
+    if "allow" not in value or value["allow"] == ALL:
+        return Grant(service=service, allow=ALL)
+    allow = value["allow"]
+    if not isinstance(allow, list):
+        raise ValueError("allow must be 'all' or a list of tool names")
+    if not allow:
+        raise ValueError("allow is empty; omit the grant, or write allow: all")
+    if any(not isinstance(name, str) or not name for name in allow):
+        raise ValueError("allow must list tool names (strings)")
+    if ALL in allow:
+        raise ValueError("allow: 'all' cannot be combined with tool names")
+    return Grant(service=service, allow=tuple(allow))
+
+
+_ITEM_SCHEMA = {
+    "anyOf": [
+        {"const": SPREAD, "description": "splice tools-defaults here"},
+        {"type": "string", "description": "a service: all of its tools"},
+        {
+            "type": "object",
+            "properties": {
+                "service": {"type": "string"},
+                "allow": {
+                    "anyOf": [
+                        {"const": ALL},
+                        {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                    ]
+                },
+            },
+            "required": ["service"],
+            "additionalProperties": False,
+        },
+    ]
+}
+
+GrantItem = Annotated[Any, PlainValidator(_parse_item), WithJsonSchema(_ITEM_SCHEMA)]
+"""A parsed grant item: :data:`SPREAD` or a :class:`Grant`."""
+
+
+@dataclass(frozen=True)
+class Located:
+    """A grant with the path of the item it came from, for error messages."""
+
+    grant: Grant
+    path: tuple[str | int, ...]
+
+
+def expand(
+    declared: Sequence[str | Grant] | None,
+    declared_path: tuple[str | int, ...],
+    defaults: Sequence[str | Grant] | None,
+    defaults_path: tuple[str | int, ...],
+    fail: Callable[[str, tuple[str | int, ...]], CompileError],
+) -> list[Located]:
+    """Apply inheritance, replacement and ``...`` splicing; return the grants in order."""
+    default_items = [
+        Located(item, (*defaults_path, i))
+        for i, item in enumerate(defaults or [])
+        if isinstance(item, Grant)
+    ]
+    if declared is None:
+        return default_items
+    result: list[Located] = []
+    spread_at: int | None = None
+    for index, item in enumerate(declared):
+        if item == SPREAD:
+            path = (*declared_path, index)
+            if spread_at is not None:
+                raise fail(f"'...' may appear only once (already at item {spread_at})", path)
+            if defaults is None:
+                raise fail("'...' splices tools-defaults, but the pod declares none", path)
+            spread_at = index
+            result += default_items
+        else:
+            assert isinstance(item, Grant)
+            result.append(Located(item, (*declared_path, index)))
+    return result
+
+
+@dataclass
+class ServiceGrant:
+    """The union of one service's grants for one agent."""
+
+    service: str
+    all: bool
+    names: list[str]
+    name_paths: dict[str, tuple[str | int, ...]]
+    path: tuple[str | int, ...]
+
+
+def union(grants: Sequence[Located]) -> list[ServiceGrant]:
+    """Union per service: ``all`` wins; duplicates collapse where they first occurred."""
+    merged: dict[str, ServiceGrant] = {}
+    for located in grants:
+        grant = located.grant
+        entry = merged.setdefault(
+            grant.service, ServiceGrant(grant.service, False, [], {}, located.path)
+        )
+        if grant.allow == ALL:
+            entry.all = True
+            continue
+        for position, name in enumerate(grant.allow):
+            if name not in entry.name_paths:
+                entry.names.append(name)
+                entry.name_paths[name] = (*located.path, "allow", position)
+    return list(merged.values())

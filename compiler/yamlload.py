@@ -1,0 +1,92 @@
+"""YAML/JSON loading that remembers where each value came from, so errors can cite lines."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from compiler.errors import CompileError
+
+try:  # the C loader is much faster on big pod files; fall back when libyaml is absent
+    _Loader: type[yaml.SafeLoader] = yaml.CSafeLoader  # type: ignore[assignment]
+except AttributeError:  # pragma: no cover
+    _Loader = yaml.SafeLoader
+
+Path_ = tuple[str | int, ...]
+
+
+@dataclass
+class Lines:
+    """1-based line numbers of the values of a loaded document, keyed by their path."""
+
+    by_path: dict[Path_, int] = field(default_factory=dict)
+
+    def line(self, path: Path_) -> int | None:
+        """The line of ``path``, or of its nearest ancestor that has one."""
+        for end in range(len(path), -1, -1):
+            found = self.by_path.get(tuple(path[:end]))
+            if found is not None:
+                return found
+        return None
+
+
+def _index(node: yaml.Node, path: Path_, lines: Lines) -> None:
+    lines.by_path.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            if isinstance(key_node, yaml.ScalarNode):
+                child = (*path, key_node.value)
+                lines.by_path[child] = key_node.start_mark.line + 1
+                _index(value_node, child, lines)
+    elif isinstance(node, yaml.SequenceNode):
+        for position, item in enumerate(node.value):
+            _index(item, (*path, position), lines)
+
+
+def _read_text(path: Path, what: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CompileError(f"{what} not found", file=path) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CompileError(f"cannot read {what}: {exc}", file=path) from None
+
+
+def parse_yaml(text: str, source: Path | str) -> tuple[Any, Lines]:
+    """Parse one YAML document, keeping line numbers."""
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else None
+        reason = f"invalid YAML: {exc.problem or exc.context}"
+        raise CompileError(reason, file=source, line=line) from None
+    except yaml.YAMLError as exc:
+        raise CompileError(f"invalid YAML: {exc}", file=source) from None
+    finally:
+        loader.dispose()
+    lines = Lines()
+    if node is not None:
+        _index(node, (), lines)
+    return data, lines
+
+
+def parse_document(text: str, source: Path | str, *, json_first: bool) -> tuple[Any, Lines]:
+    """Parse JSON (fast path, no line numbers) or YAML (with line numbers)."""
+    if json_first:
+        try:
+            return json.loads(text), Lines()
+        except json.JSONDecodeError as exc:
+            raise CompileError(f"invalid JSON: {exc.msg}", file=source, line=exc.lineno) from None
+    return parse_yaml(text, source)
+
+
+def load_file(path: Path, what: str) -> tuple[Any, Lines]:
+    """Load a ``.json`` file as JSON and anything else as YAML."""
+    return parse_document(_read_text(path, what), path, json_first=path.suffix.lower() == ".json")

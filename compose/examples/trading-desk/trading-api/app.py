@@ -1,0 +1,176 @@
+"""Trading desk API: an in-memory order book the example agents work against.
+
+Routes (all but /healthz need ``Authorization: Bearer <TRADING_API_TOKEN>``):
+  GET    /healthz
+  GET    /api/v1/market_context/{agent}   positions, balance and buying power
+  GET    /api/v1/quotes/{symbol}          last price of a symbol
+  GET    /api/v1/trades?limit=N           most recent trades first
+  POST   /api/v1/trades                   {"trade": {"symbol", "side", "quantity"}}
+  DELETE /api/v1/trades/{trade_id}        cancel a trade that has not settled
+
+Run: ``TRADING_API_TOKEN=... python app.py`` (listens on 0.0.0.0:4000, or $PORT).
+Tests import :func:`create_app` and read ``app[RECEIVED]`` to see what the service was sent.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+PRICES = {"AAPL": 189.50, "MSFT": 411.20, "NVDA": 121.40, "TSLA": 242.80, "SPY": 521.30}
+STARTING_CASH = 100_000.0
+
+
+@dataclass
+class Desk:
+    cash: float = STARTING_CASH
+    positions: dict[str, float] = field(default_factory=dict)
+    trades: list[dict[str, Any]] = field(default_factory=list)
+
+    def context(self, agent: str) -> dict[str, Any]:
+        value = sum(PRICES[s] * q for s, q in self.positions.items())
+        return {
+            "agent": agent,
+            "balance": round(self.cash, 2),
+            "buying_power": round(self.cash, 2),
+            "positions": [
+                {"symbol": s, "quantity": q, "market_value": round(PRICES[s] * q, 2)}
+                for s, q in sorted(self.positions.items())
+                if q
+            ],
+            "portfolio_value": round(self.cash + value, 2),
+        }
+
+
+DESK = web.AppKey("desk", Desk)
+RECEIVED = web.AppKey("received", list)
+TOKEN = web.AppKey("token", str)
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+@web.middleware
+async def _record_and_authenticate(request: web.Request, handler: Any) -> web.StreamResponse:
+    body = await request.text() if request.can_read_body else ""
+    request.app[RECEIVED].append(
+        {
+            "method": request.method,
+            "path": request.path,
+            "query": dict(request.query),
+            "body": body,
+            "authorized": request.headers.get("Authorization") is not None,
+        }
+    )
+    if request.path == "/healthz":
+        return await handler(request)
+    expected = f"Bearer {request.app[TOKEN]}"
+    presented = request.headers.get("Authorization", "")
+    if not hmac.compare_digest(presented.encode(), expected.encode()):
+        return _error(401, "missing or wrong bearer token")
+    return await handler(request)
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def market_context(request: web.Request) -> web.Response:
+    return web.json_response(request.app[DESK].context(request.match_info["agent"]))
+
+
+async def quote(request: web.Request) -> web.Response:
+    symbol = request.match_info["symbol"].upper()
+    if symbol not in PRICES:
+        return _error(404, f"unknown symbol {symbol}")
+    return web.json_response({"symbol": symbol, "price": PRICES[symbol], "currency": "USD"})
+
+
+async def list_trades(request: web.Request) -> web.Response:
+    try:
+        limit = int(request.query.get("limit", "20"))
+    except ValueError:
+        return _error(400, "limit must be an integer")
+    trades = list(reversed(request.app[DESK].trades))[: max(limit, 0)]
+    return web.json_response({"trades": trades})
+
+
+async def execute_trade(request: web.Request) -> web.Response:
+    try:
+        order = (await request.json())["trade"]
+        symbol = str(order["symbol"]).upper()
+        side = order["side"]
+        quantity = float(order["quantity"])
+    except (ValueError, KeyError, TypeError):
+        return _error(400, 'expected {"trade": {"symbol", "side", "quantity"}}')
+    if symbol not in PRICES:
+        return _error(404, f"unknown symbol {symbol}")
+    if side not in ("buy", "sell") or quantity <= 0:
+        return _error(400, "side must be buy or sell and quantity > 0")
+    desk = request.app[DESK]
+    cost = PRICES[symbol] * quantity
+    held = desk.positions.get(symbol, 0.0)
+    if side == "buy" and cost > desk.cash:
+        return _error(422, f"insufficient buying power: need {cost:.2f}, have {desk.cash:.2f}")
+    if side == "sell" and quantity > held:
+        return _error(422, f"cannot sell {quantity:g} {symbol}: position is {held:g}")
+    desk.cash += -cost if side == "buy" else cost
+    desk.positions[symbol] = held + (quantity if side == "buy" else -quantity)
+    trade = {
+        "id": f"T{len(desk.trades) + 1:04d}",
+        "symbol": symbol,
+        "side": side,
+        "quantity": quantity,
+        "price": PRICES[symbol],
+        "status": "filled",
+    }
+    desk.trades.append(trade)
+    return web.json_response(trade, status=201)
+
+
+async def cancel_trade(request: web.Request) -> web.Response:
+    trade_id = request.match_info["trade_id"]
+    desk = request.app[DESK]
+    for trade in desk.trades:
+        if trade["id"] == trade_id:
+            if trade["status"] == "cancelled":
+                return _error(409, f"trade {trade_id} is already cancelled")
+            sign = 1 if trade["side"] == "buy" else -1
+            desk.positions[trade["symbol"]] -= sign * trade["quantity"]
+            desk.cash += sign * trade["quantity"] * trade["price"]
+            trade["status"] = "cancelled"
+            return web.json_response(trade)
+    return _error(404, f"no trade {trade_id}")
+
+
+def create_app(token: str) -> web.Application:
+    """The trading API with a fresh desk; ``token`` is the bearer token it accepts."""
+    if not token:
+        raise ValueError("a bearer token is required")
+    app = web.Application(middlewares=[_record_and_authenticate])
+    app[TOKEN] = token
+    app[DESK] = Desk()
+    app[RECEIVED] = []
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/api/v1/market_context/{agent}", market_context)
+    app.router.add_get("/api/v1/quotes/{symbol}", quote)
+    app.router.add_get("/api/v1/trades", list_trades)
+    app.router.add_post("/api/v1/trades", execute_trade)
+    app.router.add_delete("/api/v1/trades/{trade_id}", cancel_trade)
+    return app
+
+
+def main() -> None:
+    token = os.environ.get("TRADING_API_TOKEN", "")
+    if not token:
+        raise SystemExit("TRADING_API_TOKEN is not set")
+    web.run_app(create_app(token), host="0.0.0.0", port=int(os.environ.get("PORT", "4000")))
+
+
+if __name__ == "__main__":
+    main()
