@@ -21,6 +21,7 @@ RUN python -c 'import tomllib; print("\n".join(tomllib.load(open("/tmp/claw/pypr
 COPY pyproject.toml README.md /tmp/claw/
 COPY compiler /tmp/claw/compiler
 COPY sidecar /tmp/claw/sidecar
+COPY scripts/sidecar-entrypoint.sh /usr/local/bin/sidecar-entrypoint
 RUN pip install --no-deps /tmp/claw \
  && rm -rf /tmp/claw \
  && useradd --system --uid 10001 --user-group --home-dir /var/lib/claw --no-create-home claw \
@@ -34,5 +35,6 @@ EXPOSE 8080
 HEALTHCHECK --interval=5s --timeout=3s --start-period=5s --retries=3 \
     CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=2).status != 200)"]
 
-ENTRYPOINT ["python", "-m", "sidecar"]
+# Effectively `python -m sidecar`; see scripts/sidecar-entrypoint.sh for why it is a shim.
+ENTRYPOINT ["sidecar-entrypoint"]
 CMD ["--build", "/claw/build", "--state-dir", "/var/lib/claw"]
