@@ -1,0 +1,285 @@
+"""Drive the sans-IO engine without sockets: scripted model replies and tool outcomes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from sidecar.codecs.base import codec_for
+from sidecar.execution.executor import ToolExecutor
+from sidecar.execution.outcome import ToolOutcome
+from sidecar.manifest import AgentBuild, AgentManifest, ManagedTool, ToolPolicy, ToolsManifest
+from sidecar.mediation.commands import (
+    BeginStream,
+    CallModel,
+    Command,
+    Done,
+    Event,
+    ExecuteTools,
+    Fail,
+    ModelFailed,
+    ModelReplied,
+    PlannedExecution,
+    Recall,
+    Recalled,
+    Remember,
+    Respond,
+    ToolsDone,
+)
+from sidecar.mediation.continuity import ContinuityStore
+from sidecar.mediation.engine import MediationEngine
+from tests.support.builds import http_tool
+
+VALIDATOR = ToolExecutor(env={})
+
+
+def tool(name: str, **kwargs: Any) -> ManagedTool:
+    service, _, operation = name.partition(".")
+    return http_tool(service, operation, "http://127.0.0.1:9", **kwargs)
+
+
+LOOKUP = tool(
+    "desk.lookup",
+    schema={
+        "type": "object",
+        "properties": {"symbol": {"type": "string"}},
+        "required": ["symbol"],
+    },
+    annotations={"readOnlyHint": True},
+)
+TRADE = tool(
+    "desk.trade",
+    method="POST",
+    schema={
+        "type": "object",
+        "properties": {"symbol": {"type": "string"}, "qty": {"type": "number"}},
+        "required": ["symbol", "qty"],
+    },
+    annotations={"destructiveHint": True},
+)
+CANCEL = tool("desk.cancel", method="POST", annotations={"idempotentHint": True})
+
+
+def agent(
+    *tools: ManagedTool,
+    agent_id: str = "analyst",
+    on_mixed: str = "refuse",
+    **policy: int,
+) -> AgentBuild:
+    tool_list = list(tools) or [LOOKUP, TRADE, CANCEL]
+    tool_policy = ToolPolicy(**policy)
+    return AgentBuild(
+        agent=AgentManifest(
+            id=agent_id,
+            mode="mediated",
+            token_sha256="0" * 64,
+            on_mixed=on_mixed,
+            policy=tool_policy,
+            names={t.presented: t.name for t in tool_list},
+        ),
+        tools=ToolsManifest(agent=agent_id, tools=tool_list, policy=tool_policy),
+    )
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def ok(data: Any = None, latency_ms: float = 1.0) -> ToolOutcome:
+    return ToolOutcome(
+        envelope={"ok": True, "status": 200, "data": data},
+        error_code=None,
+        status=200,
+        executed=True,
+        latency_ms=latency_ms,
+    )
+
+
+def engine_for(
+    api: str,
+    body: dict[str, Any],
+    agent_build: AgentBuild | None = None,
+    clock: Clock | None = None,
+) -> MediationEngine:
+    clock = clock or Clock()
+    return MediationEngine(
+        codec_for(api),
+        agent_build or agent(),
+        body,
+        validate=VALIDATOR.check_arguments,
+        clock=clock,
+        started=clock.now,
+        upstream_timeout_s=600.0,
+    )
+
+
+@dataclass
+class Transcript:
+    commands: list[Command] = field(default_factory=list)
+
+    def of(self, kind: type) -> list[Any]:
+        return [c for c in self.commands if isinstance(c, kind)]
+
+    @property
+    def upstream_bodies(self) -> list[dict[str, Any]]:
+        return [c.body for c in self.of(CallModel)]
+
+    @property
+    def executions(self) -> list[PlannedExecution]:
+        return [e for c in self.of(ExecuteTools) for e in c.executions]
+
+    @property
+    def last(self) -> Command:
+        return self.commands[-1]
+
+    @property
+    def response(self) -> Respond:
+        assert isinstance(self.last, Respond), self.last
+        return self.last
+
+    @property
+    def failure(self) -> Fail:
+        assert isinstance(self.last, Fail), self.last
+        return self.last
+
+
+def drive(
+    engine: MediationEngine,
+    replies: Iterable[dict[str, Any] | ModelFailed],
+    tools: Callable[[PlannedExecution], ToolOutcome] = lambda e: ok(e.arguments),
+    store: ContinuityStore | None = None,
+) -> Transcript:
+    """Run the engine to its end, answering each command like the real driver would."""
+    pending = list(replies)
+    transcript = Transcript()
+    steps = engine.run()
+    command = next(steps)
+    while True:
+        transcript.commands.append(command)
+        if isinstance(command, Respond | Fail):
+            steps.close()
+            return transcript
+        event: Event
+        if isinstance(command, BeginStream):
+            event = Done()
+        elif isinstance(command, Recall):
+            event = Recalled(store.recall(command.keys) if store else {})
+        elif isinstance(command, Remember):
+            if store:
+                store.remember(command.key, command.messages)
+            event = Done()
+        elif isinstance(command, CallModel):
+            assert pending, "the engine called the model more often than scripted"
+            reply = pending.pop(0)
+            event = reply if isinstance(reply, ModelFailed) else ModelReplied(reply)
+        elif isinstance(command, ExecuteTools):
+            event = ToolsDone([tools(e) for e in command.executions])
+        else:
+            raise AssertionError(f"unexpected command {command}")
+        command = steps.send(event)
+
+
+# --- provider reply builders ----------------------------------------------------------------
+
+
+def oa_calls(*calls: tuple[str, str, Any], content: str | None = None, tokens: int = 10) -> dict:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "gpt-4o",
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": content,
+                    "tool_calls": [
+                        {
+                            "id": call_id,
+                            "type": "function",
+                            "function": {
+                                "name": name,
+                                "arguments": args if isinstance(args, str) else _dump(args),
+                            },
+                        }
+                        for call_id, name, args in calls
+                    ],
+                },
+                "finish_reason": "tool_calls",
+            }
+        ],
+        "usage": {"prompt_tokens": tokens, "completion_tokens": 2, "total_tokens": tokens + 2},
+    }
+
+
+def oa_text(text: str, tokens: int = 10) -> dict:
+    return {
+        "id": "chatcmpl-2",
+        "object": "chat.completion",
+        "created": 2,
+        "model": "gpt-4o",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": tokens, "completion_tokens": 3, "total_tokens": tokens + 3},
+    }
+
+
+def an_calls(*calls: tuple[str, str, Any], text: str | None = None, tokens: int = 10) -> dict:
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    content += [
+        {"type": "tool_use", "id": call_id, "name": name, "input": args}
+        for call_id, name, args in calls
+    ]
+    return {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5",
+        "content": content,
+        "stop_reason": "tool_use",
+        "stop_sequence": None,
+        "usage": {"input_tokens": tokens, "output_tokens": 2},
+    }
+
+
+def an_text(text: str, tokens: int = 10) -> dict:
+    return {
+        "id": "msg_2",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5",
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": tokens, "output_tokens": 3},
+    }
+
+
+def calls(api: str, *items: tuple[str, str, Any], **kwargs: Any) -> dict:
+    return oa_calls(*items, **kwargs) if api == "openai" else an_calls(*items, **kwargs)
+
+
+def text(api: str, value: str, **kwargs: Any) -> dict:
+    return oa_text(value, **kwargs) if api == "openai" else an_text(value, **kwargs)
+
+
+def request(api: str, prompt: str = "What is AAPL at?", **extra: Any) -> dict:
+    body: dict[str, Any] = {"model": "gpt-4o" if api == "openai" else "claude-sonnet-4-5"}
+    if api == "anthropic":
+        body["max_tokens"] = 1024
+    body["messages"] = [{"role": "user", "content": prompt}]
+    body.update(extra)
+    return body
+
+
+def _dump(value: Any) -> str:
+    return orjson.dumps(value).decode()
