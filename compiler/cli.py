@@ -1,0 +1,214 @@
+"""``clawc``: compile pod files into runnable builds, and look inside them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from compiler.errors import CompileError, display_path
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+_MAIN_HELP = """\
+clawc turns a pod file (a docker compose file with x-claw blocks) and the service
+descriptors it names into a build directory: a runnable compose file with the
+sidecar added, and per-agent manifests of the tools each agent may use.
+
+examples:
+  clawc compile compose/examples/trading-desk/pod.yml
+      writes compose/examples/trading-desk/build/ (compose.yml, sidecar.json,
+      context/<agent>/..., agents/<agent>.env, digest.json)
+  clawc validate pod.yml                 check everything, write nothing
+  clawc inspect build/ --agent analyst   what an agent sees, how its tools execute
+  clawc schema pod > pod.schema.json     JSON Schema of x-claw, for editors
+  clawc audit verify build/state         check the audit hash chains
+
+exit status: 0 ok, 1 invalid input, 2 usage error
+"""
+
+_COMPILE_HELP = """\
+examples:
+  clawc compile pod.yml                       build/ beside pod.yml
+  clawc compile pod.yml -o /srv/desk-build    somewhere else
+  clawc compile pod.yml --rotate-tokens       new agent tokens (old ones stop working)
+  clawc compile pod.yml --sidecar-image registry.example/clawpod/sidecar:0.1.0
+
+Recompiling the same inputs gives byte-identical output and keeps the agent tokens.
+Run the result with:  docker compose -f OUT/compose.yml up
+Provider keys and service credentials are read by the sidecar from the environment
+at run time (they are referenced as ${VAR}); no value is ever written to OUT except
+the agent tokens in OUT/agents/*.env (mode 0600).
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="clawc", description=_MAIN_HELP, formatter_class=formatter
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    compile_ = commands.add_parser(
+        "compile",
+        help="compile a pod file into a build directory",
+        epilog=_COMPILE_HELP,
+        formatter_class=formatter,
+    )
+    compile_.add_argument(
+        "pod", type=Path, metavar="POD", help="pod file (compose YAML with x-claw)"
+    )
+    compile_.add_argument(
+        "-o", "--out", type=Path, metavar="OUT", help="build directory (default: build/ beside POD)"
+    )
+    compile_.add_argument(
+        "--rotate-tokens", action="store_true", help="replace the agent tokens of an earlier build"
+    )
+    compile_.add_argument(
+        "--sidecar-image", metavar="IMAGE", help="run this sidecar image instead of building it"
+    )
+
+    validate = commands.add_parser(
+        "validate",
+        help="run every check of compile, write nothing",
+        epilog="example:\n  clawc validate compose/examples/trading-desk/pod.yml",
+        formatter_class=formatter,
+    )
+    validate.add_argument("pod", type=Path, metavar="POD")
+
+    inspect = commands.add_parser(
+        "inspect",
+        help="show what each agent of a build sees and how its tools execute",
+        epilog="examples:\n  clawc inspect compose/examples/trading-desk/build\n"
+        "  clawc inspect build --agent trader",
+        formatter_class=formatter,
+    )
+    inspect.add_argument(
+        "out", type=Path, metavar="OUT", help="a build directory written by clawc compile"
+    )
+    inspect.add_argument("--agent", metavar="ID", help="only this agent")
+
+    schema = commands.add_parser(
+        "schema",
+        help="print a JSON Schema for editors",
+        epilog="examples:\n  clawc schema descriptor > descriptor.schema.json\n  clawc schema pod",
+        formatter_class=formatter,
+    )
+    schema.add_argument("kind", choices=["descriptor", "pod"])
+
+    audit = commands.add_parser(
+        "audit",
+        help="verify or show the sidecar's audit log",
+        epilog="examples:\n  clawc audit verify STATE_DIR\n"
+        "  clawc audit show STATE_DIR --agent analyst --limit 20",
+        formatter_class=formatter,
+    )
+    audit.add_argument("action", choices=["verify", "show"])
+    audit.add_argument(
+        "state_dir", type=Path, metavar="STATE_DIR", help="the sidecar's --state-dir"
+    )
+    audit.add_argument("--agent", metavar="ID", help="show: only this agent")
+    audit.add_argument("--limit", type=int, metavar="N", help="show: only the last N records")
+    return parser
+
+
+def _default_out(pod: Path) -> Path:
+    return pod.parent / "build"
+
+
+def _compile(args: argparse.Namespace, out: TextIO) -> int:
+    from compiler.build import write_build
+    from compiler.pod import compile_pod
+
+    pod = compile_pod(args.pod)
+    target = args.out or _default_out(args.pod)
+    write_build(pod, target, rotate_tokens=args.rotate_tokens, sidecar_image=args.sidecar_image)
+    summary = (
+        ", ".join(f"{a.id} ({a.mode}, {len(a.tools)} tools)" for a in pod.agents) or "no agents"
+    )
+    out.write(f"compiled pod {pod.name}: {summary}\n")
+    out.write(
+        f"wrote {display_path(target)}; "
+        f"run: docker compose -f {display_path(target / 'compose.yml')} up\n"
+    )
+    return EXIT_OK
+
+
+def _validate(args: argparse.Namespace, out: TextIO) -> int:
+    from compiler.build import render_build
+    from compiler.pod import compile_pod
+
+    pod = compile_pod(args.pod)
+    tokens = {agent.id: "claw_" + "0" * 43 for agent in pod.agents}
+    render_build(pod, _default_out(args.pod), tokens, sidecar_image="clawpod/sidecar")
+    tools = sum(len(s.loaded.tools) for s in pod.tool_services.values())
+    out.write(
+        f"{display_path(args.pod)}: valid (pod {pod.name}, {len(pod.agents)} agents, "
+        f"{len(pod.tool_services)} tool services, {tools} tools)\n"
+    )
+    return EXIT_OK
+
+
+def _inspect(args: argparse.Namespace, out: TextIO) -> int:
+    from compiler.inspect import inspect_command
+
+    inspect_command(args.out, out, args.agent)
+    return EXIT_OK
+
+
+def _schema(args: argparse.Namespace, out: TextIO) -> int:
+    from compiler.jsonschemas import descriptor_schema, pod_schema
+
+    schema = descriptor_schema() if args.kind == "descriptor" else pod_schema()
+    out.write(json.dumps(schema, indent=2) + "\n")
+    return EXIT_OK
+
+
+def _audit(args: argparse.Namespace, out: TextIO) -> int:
+    from sidecar.audit.cli import show_command, verify_command
+
+    if args.action == "verify":
+        return verify_command(args.state_dir, out)
+    return show_command(args.state_dir, out, agent=args.agent, limit=args.limit)
+
+
+_COMMANDS = {
+    "compile": _compile,
+    "validate": _validate,
+    "inspect": _inspect,
+    "schema": _schema,
+    "audit": _audit,
+}
+
+
+def main(
+    argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None
+) -> int:
+    out, err = stdout or sys.stdout, stderr or sys.stderr
+    args = _parser().parse_args(argv)  # exits with 2 on usage errors
+    from sidecar.manifest import BuildError
+
+    try:
+        return _COMMANDS[args.command](args, out)
+    except CompileError as exc:
+        err.write(f"clawc: error: {exc}\n")
+    except BuildError as exc:
+        err.write(f"clawc: error: {exc}\n")
+    except OSError as exc:
+        err.write(f"clawc: error: {exc.strerror or exc}: {exc.filename or ''}\n")
+    except Exception as exc:  # never a traceback for the user; CLAWC_DEBUG=1 shows it
+        if os.environ.get("CLAWC_DEBUG"):
+            raise
+        err.write(
+            f"clawc: internal error ({type(exc).__name__}: {exc}); "
+            "rerun with CLAWC_DEBUG=1 to see where\n"
+        )
+    return EXIT_INVALID
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""``clawc inspect OUT``: what each agent of a build sees, and how each of its tools executes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from sidecar.manifest import AgentBuild, Build, BuildError, ManagedTool, load_build
+
+_MODES = {
+    "mediated": "mediated: the sidecar offers these tools in every LLM request and runs them",
+    "native": "native: the runner calls these tools over MCP (context/{id}/mcp.json)",
+}
+
+
+def _table(rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        (indent + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row))).rstrip()
+        for row in rows
+    ]
+
+
+def _effect(tool: ManagedTool) -> str:
+    hints = tool.annotations
+    if hints.get("readOnlyHint"):
+        return "read-only"
+    if hints.get("destructiveHint"):
+        return "destructive"
+    return "idempotent" if hints.get("idempotentHint") else "writes"
+
+
+def _execution(tool: ManagedTool) -> str:
+    execution = tool.execution
+    text = f"{execution.method} {execution.base_url}{execution.path}"
+    if execution.body == "json":
+        return text + (f" (JSON under '{execution.body_key}')" if execution.body_key else " (JSON)")
+    in_path = set(re.findall(r"\{([^{}]*)\}", execution.path))
+    query = [name for name in tool.input_schema.get("properties", {}) if name not in in_path]
+    return text + ("?" + "&".join(query) if query else "")
+
+
+def _auth(tool: ManagedTool) -> str:
+    auth = tool.execution.auth
+    if auth.type == "none":
+        return "none"
+    if auth.type == "header":
+        return f"{auth.header}: ${auth.env}"
+    return f"{auth.type} ${auth.env}"
+
+
+def _agent_lines(root: Path, agent_build: AgentBuild) -> list[str]:
+    agent, tools = agent_build.agent, agent_build.tools
+    policy = agent.policy
+    lines = [
+        f"agent {agent.id}",
+        f"  mode     {_MODES[agent.mode].format(id=agent.id)}",
+        f"  policy   {policy.max_rounds} rounds, {policy.timeout_per_tool_ms} ms per tool, "
+        f"{policy.total_timeout_ms} ms per request, "
+        f"results cut at {policy.max_tool_result_bytes} bytes"
+        + (f"; mixed responses: {agent.on_mixed}" if agent.mode == "mediated" else ""),
+        f"  context  context/{agent.id}/CONTEXT.md; token in agents/{agent.id}.env",
+    ]
+    if not tools.tools:
+        return [*lines, "  tools    none (deny by default)", ""]
+    rows = [("MODEL SEES", "CANONICAL", "EFFECT", "EXECUTES AS", "AUTH")]
+    rows += [(t.presented, t.name, _effect(t), _execution(t), _auth(t)) for t in tools.tools]
+    return [*lines, f"  tools    {len(tools.tools)}", *_table(rows, "    "), ""]
+
+
+def render(build: Build, agent: str | None = None) -> str:
+    config = build.config
+    providers = ", ".join(
+        f"{name} ({p.api}: {' '.join(p.models)}; key ${p.key_env})"
+        for name, p in config.providers.items()
+    )
+    lines = [
+        f"pod {config.pod}: {len(config.agents)} agent(s); sidecar on "
+        f"{config.listen.host}:{config.listen.port}, state in {config.state_dir}",
+        f"providers: {providers}",
+        "",
+    ]
+    for agent_id in config.agents:
+        if agent is None or agent == agent_id:
+            lines += _agent_lines(build.root, build.agents[agent_id])
+    return "\n".join(lines)
+
+
+def inspect_command(out: Path, stdout: TextIO, agent: str | None = None) -> None:
+    """Print the build's agents; raise :class:`sidecar.manifest.BuildError` if it is unusable."""
+    build = load_build(out)
+    if agent is not None and agent not in build.agents:
+        raise BuildError(
+            f"no agent '{agent}' in this build (agents: {', '.join(build.config.agents)})"
+        )
+    stdout.write(render(build, agent))
