@@ -119,11 +119,11 @@ class AuditLog:
 
     async def append(self, agent_id: str, record: dict[str, Any]) -> dict[str, Any]:
         """Chain, write and return one record (adds id, time, agent, prev, hash)."""
-        if self._closed:
-            raise RuntimeError("audit log is closed")
         handle = self._files.get(agent_id)
         if handle is None:
-            handle = self._files[agent_id] = _AgentFile(audit_path(self.state_dir, agent_id))
+            handle = _AgentFile(audit_path(self.state_dir, agent_id))
+            if not self._closed:
+                self._files[agent_id] = handle
         full: dict[str, Any] = {
             "id": record.get("id") or uuid.uuid4().hex,
             "time": now_rfc3339(),
@@ -140,7 +140,11 @@ class AuditLog:
         # From here to the write there is no await: per-agent order is the order of appends.
         handle.file.write(line + b"\n")
         handle.prev = full["hash"]
-        if self.fsync_interval_s <= 0:
+        if self._closed:
+            # A call that outlived shutdown (shielded from its client) is still recorded.
+            os.fsync(handle.file.fileno())
+            handle.file.close()
+        elif self.fsync_interval_s <= 0:
             os.fsync(handle.file.fileno())
         else:
             self._schedule_sync(agent_id)

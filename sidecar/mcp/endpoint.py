@@ -1,0 +1,380 @@
+"""``/mcp``: MCP Streamable HTTP for native-mode agents (tools only).
+
+POST carries JSON-RPC (``initialize``, ``notifications/initialized``, ``ping``, ``tools/list``,
+``tools/call``); GET is answered 405 (this server never opens a stream of its own); DELETE ends
+a session. Tool calls run through the same :class:`ToolExecutor` as mediated mode, with the
+agent's policy limits, and each one is audited.
+
+A ``tools/call`` answers as an SSE stream when the client accepts one: headers go out at once
+and comment keep-alives flow while a slow tool runs, so proxies do not cut the exchange.
+Everything else answers as plain JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+from aiohttp import web
+
+from sidecar.audit.log import AuditLog
+from sidecar.audit.trace import trace_call
+from sidecar.execution.executor import ToolExecutor
+from sidecar.execution.outcome import ToolOutcome, refused
+from sidecar.manifest import AgentBuild, ManagedTool
+from sidecar.mcp.protocol import (
+    BATCHES_UNTIL,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    SUPPORTED_VERSIONS,
+    CallToolParams,
+    InitializeParams,
+    JsonRpcError,
+    ListToolsParams,
+    Message,
+    error_response,
+    initialize_result,
+    negotiate_version,
+    parse_body,
+    parse_params,
+    result_response,
+    tool_listing,
+    tool_result,
+)
+from sidecar.mcp.sessions import Session, SessionStore
+from sidecar.observability.logs import log_request
+from sidecar.observability.metrics import Metrics
+
+ROUTE = "/mcp"
+SESSION_HEADER = "Mcp-Session-Id"
+VERSION_HEADER = "MCP-Protocol-Version"
+JSON = "application/json"
+SSE = "text/event-stream"
+KEEPALIVE_S = 15.0
+# Without the header, the transport spec says to assume this revision.
+DEFAULT_HEADER_VERSION = "2025-03-26"
+
+# Per agent, built once: the build it came from, presented name -> tool, the tools/list payload.
+_AgentTools = tuple[AgentBuild, dict[str, ManagedTool], list[dict[str, Any]]]
+
+
+class McpEndpoint:
+    def __init__(self, executor: ToolExecutor, audit: AuditLog, metrics: Metrics) -> None:
+        self._executor = executor
+        self._audit = audit
+        self._metrics = metrics
+        self.sessions = SessionStore()
+        self._agent_tools: dict[str, _AgentTools] = {}
+        self._calls: set[asyncio.Task[ToolOutcome]] = set()
+
+    async def close(self) -> None:
+        """Wait for tool calls still running (their results are audited even if no one listens)."""
+        if self._calls:
+            await asyncio.wait(list(self._calls))
+
+    async def handle(self, request: web.Request, agent: AgentBuild) -> web.StreamResponse:
+        started = time.perf_counter()
+        try:
+            _check_origin(request)
+            if request.method == "POST":
+                response = await self._post(request, agent)
+            elif request.method == "DELETE":
+                response = self._delete(request, agent)
+            else:
+                response = _http_error(
+                    405,
+                    INVALID_REQUEST,
+                    "Method Not Allowed: use POST (and DELETE to end a session)",
+                )
+                response.headers["Allow"] = "POST, DELETE"
+        except _HttpError as err:
+            response = err.response
+        agent_id = agent.agent.id
+        self._metrics.requests.labels(
+            agent=agent_id, route=ROUTE, status=str(response.status)
+        ).inc()
+        log_request(
+            agent=agent_id,
+            route=ROUTE,
+            method=request.method,
+            status=response.status,
+            latency_ms=round((time.perf_counter() - started) * 1000, 3),
+        )
+        return response
+
+    # -- POST ------------------------------------------------------------------------------------
+
+    async def _post(self, request: web.Request, agent: AgentBuild) -> web.StreamResponse:
+        accepts_json, accepts_sse = _accepts(request)
+        if not (accepts_json or accepts_sse):
+            raise _HttpError(406, INVALID_REQUEST, f"Not Acceptable: accept {JSON} and {SSE}")
+        if request.content_type != JSON:
+            raise _HttpError(415, INVALID_REQUEST, f"Unsupported Media Type: send {JSON}")
+        try:
+            messages, batch = parse_body(await request.read())
+        except JsonRpcError as err:
+            raise _HttpError(400, err.code, err.message) from None
+        if any(m.method == "initialize" for m in messages):
+            if batch:
+                raise _HttpError(
+                    400, INVALID_REQUEST, "Invalid Request: initialize must not be batched"
+                )
+            return self._initialize(messages[0], agent, accepts_json)
+        session = self._session_for(request, agent)
+        if batch and session.protocol_version > BATCHES_UNTIL:
+            raise _HttpError(
+                400,
+                INVALID_PARAMS,
+                INVALID_REQUEST,
+                f"Invalid Request: JSON-RPC batches are not part of MCP {session.protocol_version}",
+            )
+        for message in messages:
+            if message.method == "notifications/initialized":
+                session.initialized = True
+        requests = [m for m in messages if m.kind == "request"]
+        if not requests:
+            return web.Response(status=202)
+        calls = any(m.method == "tools/call" for m in requests)
+        if accepts_sse and (calls or not accepts_json):
+            return await self._answer_sse(request, agent, session, requests, batch)
+        answers = [await self._answer(agent, session, m, stream=False) for m in requests]
+        return _json_response(answers if batch else answers[0])
+
+    def _initialize(self, message: Message, agent: AgentBuild, accepts_json: bool) -> web.Response:
+        if message.kind != "request":
+            raise _HttpError(
+                400, INVALID_REQUEST, "Invalid Request: initialize must be a request with an id"
+            )
+        try:
+            params = parse_params(InitializeParams, message)
+        except JsonRpcError as err:
+            return _json_response(err.response(), status=400)
+        version = negotiate_version(params.protocol_version)
+        session = self.sessions.create(agent.agent.id, version)
+        answer = result_response(message.id, initialize_result(version, agent))
+        body = orjson.dumps(answer)
+        if accepts_json:
+            response = web.Response(body=body, content_type=JSON)
+        else:
+            response = web.Response(body=_sse_event(body), content_type=SSE)
+        response.headers[SESSION_HEADER] = session.id
+        return response
+
+    def _session_for(self, request: web.Request, agent: AgentBuild) -> Session:
+        session_id = request.headers.get(SESSION_HEADER)
+        if not session_id:
+            raise _HttpError(
+                400,
+                INVALID_REQUEST,
+                f"Bad Request: missing {SESSION_HEADER} header; send initialize first",
+            )
+        session = self.sessions.get(session_id, agent.agent.id)
+        if session is None:
+            raise _HttpError(
+                404,
+                INVALID_REQUEST,
+                "Session not found: it ended or expired; initialize a new session",
+            )
+        header_version = request.headers.get(VERSION_HEADER, DEFAULT_HEADER_VERSION)
+        if header_version not in SUPPORTED_VERSIONS:
+            raise _HttpError(
+                400,
+                INVALID_PARAMS,
+                INVALID_REQUEST,
+                f"Bad Request: unsupported {VERSION_HEADER} {header_version!r}; "
+                f"supported: {', '.join(SUPPORTED_VERSIONS)}",
+            )
+        return session
+
+    async def _answer(
+        self, agent: AgentBuild, session: Session, message: Message, *, stream: bool
+    ) -> dict[str, Any]:
+        try:
+            if message.method == "ping":
+                return result_response(message.id, {})
+            if message.method == "tools/list":
+                if parse_params(ListToolsParams, message).cursor is not None:
+                    raise JsonRpcError(
+                        INVALID_PARAMS,
+                        "Invalid params: unknown cursor (the list has one page)",
+                        message.id,
+                    )
+                return result_response(message.id, {"tools": self._tools_of(agent)[2]})
+            if message.method == "tools/call":
+                params = parse_params(CallToolParams, message)
+                outcome = await self._call(agent, session, message, params, stream=stream)
+                return result_response(message.id, tool_result(outcome, session.protocol_version))
+            raise JsonRpcError(METHOD_NOT_FOUND, f"Method not found: {message.method}", message.id)
+        except JsonRpcError as err:
+            err.request_id = message.id
+            return err.response()
+
+    def _tools_of(self, agent: AgentBuild) -> _AgentTools:
+        cached = self._agent_tools.get(agent.agent.id)
+        if cached is None or cached[0] is not agent:
+            by_name = {tool.presented: tool for tool in agent.tools.tools}
+            cached = (agent, by_name, tool_listing(agent))
+            self._agent_tools[agent.agent.id] = cached
+        return cached
+
+    # -- tools/call ------------------------------------------------------------------------------
+
+    async def _call(
+        self,
+        agent: AgentBuild,
+        session: Session,
+        message: Message,
+        params: CallToolParams,
+        *,
+        stream: bool,
+    ) -> ToolOutcome:
+        tool = self._tools_of(agent)[1].get(params.name)
+        if tool is None:
+            # Never executed: not a tool of THIS agent (another agent's, ungranted or made up).
+            await self._audit_call(agent, message, params, None, _unknown(params.name), stream)
+            raise JsonRpcError(INVALID_PARAMS, f"Unknown tool: {params.name}", message.id)
+        # The call and its audit record run as one task: a client that goes away does not
+        # cancel a call already sent, and the record is still written.
+        task = asyncio.ensure_future(self._run(agent, message, params, tool, stream))
+        self._calls.add(task)
+        task.add_done_callback(self._calls.discard)
+        return await asyncio.shield(task)
+
+    async def _run(
+        self,
+        agent: AgentBuild,
+        message: Message,
+        params: CallToolParams,
+        tool: ManagedTool,
+        stream: bool,
+    ) -> ToolOutcome:
+        policy = agent.agent.policy
+        outcome = await self._executor.execute(
+            agent.agent.id,
+            tool,
+            params.arguments,
+            timeout_s=policy.timeout_per_tool_ms / 1000,
+            max_result_bytes=policy.max_tool_result_bytes,
+        )
+        await self._audit_call(agent, message, params, tool, outcome, stream)
+        return outcome
+
+    async def _audit_call(
+        self,
+        agent: AgentBuild,
+        message: Message,
+        params: CallToolParams,
+        tool: ManagedTool | None,
+        outcome: ToolOutcome,
+        stream: bool,
+    ) -> None:
+        call = trace_call(str(message.id), tool, params.name, params.arguments or {}, outcome)
+        await self._audit.append(
+            agent.agent.id,
+            {
+                "id": "mcp_" + uuid.uuid4().hex,
+                "route": ROUTE,
+                "mode": "native",
+                "model": None,
+                "provider": None,
+                "outcome": {"status": "ok" if outcome.ok else "error", "code": outcome.error_code},
+                "http_status": 200,
+                "stream": stream,
+                "usage": {"input_tokens": 0, "output_tokens": 0, "rounds": 1},
+                "tool_trace": [{"round": 1, "calls": [call]}],
+            },
+        )
+
+    # -- SSE -------------------------------------------------------------------------------------
+
+    async def _answer_sse(
+        self,
+        request: web.Request,
+        agent: AgentBuild,
+        session: Session,
+        requests: list[Message],
+        batch: bool,
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": SSE, "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        answers = [
+            asyncio.ensure_future(self._answer(agent, session, m, stream=True)) for m in requests
+        ]
+        pending = set(answers)
+        connected = True
+        while pending:
+            done, pending = await asyncio.wait(pending, timeout=KEEPALIVE_S)
+            if not done and connected:
+                connected = await _write(response, b": keep-alive\n\n")
+        if connected:
+            for answer in answers:
+                if not await _write(response, _sse_event(orjson.dumps(answer.result()))):
+                    break
+            else:
+                await response.write_eof()
+        return response
+
+    # -- DELETE ----------------------------------------------------------------------------------
+
+    def _delete(self, request: web.Request, agent: AgentBuild) -> web.Response:
+        session_id = request.headers.get(SESSION_HEADER)
+        if not session_id:
+            raise _HttpError(400, INVALID_REQUEST, f"Bad Request: missing {SESSION_HEADER} header")
+        if not self.sessions.terminate(session_id, agent.agent.id):
+            raise _HttpError(404, INVALID_REQUEST, "Session not found")
+        return web.Response(status=204)
+
+
+class _HttpError(Exception):
+    def __init__(self, status: int, code: int, message: str) -> None:
+        super().__init__(message)
+        self.response = _http_error(status, code, message)
+
+
+def _http_error(status: int, code: int, message: str) -> web.Response:
+    return _json_response(error_response(None, code, message), status=status)
+
+
+def _json_response(payload: Any, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(payload), content_type=JSON)
+
+
+def _sse_event(data: bytes) -> bytes:
+    return b"event: message\ndata: " + data + b"\n\n"
+
+
+async def _write(response: web.StreamResponse, data: bytes) -> bool:
+    try:
+        await response.write(data)
+    except (ConnectionError, RuntimeError):
+        return False  # the client went away; the tool call still completes and is audited
+    return True
+
+
+def _accepts(request: web.Request) -> tuple[bool, bool]:
+    accept = request.headers.get("Accept", "*/*").lower()
+    anything = "*/*" in accept
+    return (
+        anything or JSON in accept or "application/*" in accept,
+        anything or SSE in accept or "text/*" in accept,
+    )
+
+
+def _check_origin(request: web.Request) -> None:
+    """Browsers send Origin; a page from another origin must not drive this endpoint
+    (DNS rebinding), so the origin's host must be the host the request was sent to."""
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return
+    host = urlsplit(origin).netloc
+    if not host or host.lower() != request.host.lower():
+        raise _HttpError(403, INVALID_REQUEST, "Forbidden: cross-origin request")
+
+
+def _unknown(name: str) -> ToolOutcome:
+    return refused("unknown_tool", f"{name} is not a tool of this agent")
