@@ -170,9 +170,9 @@ def drive(
         if isinstance(command, BeginStream):
             event = Done()
         elif isinstance(command, Recall):
-            event = Recalled(store.recall(command.keys) if store else {})
+            event = Recalled(store.recall(command.keys) if store is not None else {})
         elif isinstance(command, Remember):
-            if store:
+            if store is not None:
                 store.remember(command.key, command.messages)
             event = Done()
         elif isinstance(command, CallModel):

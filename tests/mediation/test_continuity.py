@@ -1,0 +1,183 @@
+"""SPEC 4.2 point 14: hidden rounds come back in place, per conversation, after restarts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.mediation.commands import Remember
+from sidecar.mediation.continuity import ContinuityStore
+from tests.mediation.scripted import agent, calls, drive, engine_for, request, text
+
+APIS = ["openai", "anthropic"]
+
+
+def echo(api: str, body: dict[str, Any]) -> dict[str, Any]:
+    """The final answer as a runner sends it back (SDK objects dumped, extra null fields)."""
+    if api == "openai":
+        message = dict(body["choices"][0]["message"])
+        message.setdefault("refusal", None)
+        return message
+    return {"role": "assistant", "content": body["content"]}
+
+
+def first_turn(api: str, store: ContinuityStore, prompt: str, build: Any = None) -> dict:
+    body = request(api, prompt)
+    run = drive(
+        engine_for(api, body, build),
+        [calls(api, ("c1", "desk_lookup", {"symbol": prompt})), text(api, f"answer to {prompt}")],
+        store=store,
+    )
+    return {"messages": body["messages"] + [echo(api, run.response.body)]}
+
+
+def next_turn(
+    api: str, store: ContinuityStore, history: dict, follow_up: str, build: Any = None
+) -> list[dict[str, Any]]:
+    body = request(api)
+    body["messages"] = [*history["messages"], {"role": "user", "content": follow_up}]
+    run = drive(engine_for(api, body, build), [text(api, "ok")], store=store)
+    return run.upstream_bodies[0]["messages"]
+
+
+def hidden_ids(api: str, messages: list[dict[str, Any]]) -> list[str]:
+    """Tool-call ids of assistant turns the runner never saw."""
+    ids = []
+    for message in messages:
+        if api == "openai":
+            ids += [c["id"] for c in message.get("tool_calls") or []]
+        elif isinstance(message["content"], list):
+            ids += [b["id"] for b in message["content"] if b.get("type") == "tool_use"]
+    return ids
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_hidden_rounds_are_reinserted_before_the_answer_they_led_to(
+    api: str, tmp_path: Path
+) -> None:
+    store = ContinuityStore(tmp_path)
+    history = first_turn(api, store, "AAPL")
+    messages = next_turn(api, store, history, "and MSFT?")
+    roles = [m["role"] for m in messages]
+    if api == "openai":
+        assert roles == ["user", "assistant", "tool", "assistant", "user"]
+    else:
+        assert roles == ["user", "assistant", "user", "assistant", "user"]
+    assert hidden_ids(api, messages) == ["c1"]
+    assert messages[3] == history["messages"][1]
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_whitespace_and_key_order_do_not_change_the_conversation(api: str, tmp_path: Path) -> None:
+    store = ContinuityStore(tmp_path)
+    history = first_turn(api, store, "AAPL")
+    answer = history["messages"][1]
+    reordered = dict(reversed(list(answer.items())))
+    if api == "openai":
+        reordered["content"] = "  answer   to\nAAPL "
+    else:
+        reordered["content"] = [{"text": "answer to  AAPL\n", "type": "text"}]
+    history["messages"][1] = reordered
+    history["messages"][0] = {"content": "  AAPL\n", "role": "user"}
+    assert hidden_ids(api, next_turn(api, store, history, "more")) == ["c1"]
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_concurrent_conversations_of_one_agent_never_mix(api: str, tmp_path: Path) -> None:
+    store = ContinuityStore(tmp_path)
+    one = first_turn(api, store, "AAPL")
+    two = first_turn(api, store, "MSFT")
+    one_next = next_turn(api, store, one, "next")
+    two_next = next_turn(api, store, two, "next")
+    assert "AAPL" in str(one_next) and "MSFT" not in str(one_next)
+    assert "MSFT" in str(two_next) and "AAPL" not in str(two_next)
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_agents_never_see_each_others_rounds(api: str, tmp_path: Path) -> None:
+    store = ContinuityStore(tmp_path)
+    history = first_turn(api, store, "AAPL", agent(agent_id="alpha"))
+    assert hidden_ids(api, next_turn(api, store, history, "x", agent(agent_id="beta"))) == []
+    assert hidden_ids(api, next_turn(api, store, history, "x", agent(agent_id="alpha"))) == ["c1"]
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_rounds_survive_a_restart(api: str, tmp_path: Path) -> None:
+    history = first_turn(api, ContinuityStore(tmp_path), "AAPL")
+    restarted = ContinuityStore(tmp_path)
+    assert hidden_ids(api, next_turn(api, restarted, history, "again")) == ["c1"]
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_rounds_before_a_handoff_to_runner_tools_come_back(api: str, tmp_path: Path) -> None:
+    store = ContinuityStore(tmp_path)
+    body = request(api)
+    local = {"type": "object", "properties": {}}
+    body["tools"] = (
+        [{"type": "function", "function": {"name": "notify", "parameters": local}}]
+        if api == "openai"
+        else [{"name": "notify", "input_schema": local}]
+    )
+    run = drive(
+        engine_for(api, body),
+        [calls(api, ("c1", "desk_lookup", {"symbol": "A"})), calls(api, ("r1", "notify", {}))],
+        store=store,
+    )
+    handed_off = echo(api, run.response.body)
+    if api == "openai":
+        result = {"role": "tool", "tool_call_id": "r1", "content": "sent"}
+    else:
+        block = {"type": "tool_result", "tool_use_id": "r1", "content": "sent"}
+        result = {"role": "user", "content": [block]}
+    body["messages"] = [*body["messages"], handed_off, result]
+    back = drive(engine_for(api, body), [text(api, "done")], store=store)
+    messages = back.upstream_bodies[0]["messages"]
+    assert hidden_ids(api, messages) == ["c1", "r1"]
+
+
+def test_a_legacy_function_call_answer_is_recognised(tmp_path: Path) -> None:
+    store = ContinuityStore(tmp_path)
+    schema = {"type": "object", "properties": {}}
+    body = request("openai", functions=[{"name": "notify", "parameters": schema}])
+    run = drive(
+        engine_for("openai", body),
+        [
+            calls("openai", ("c1", "desk_lookup", {"symbol": "A"})),
+            calls("openai", ("x", "notify", {})),
+        ],
+        store=store,
+    )
+    answer = run.response.body["choices"][0]["message"]
+    assert "function_call" in answer
+    body["messages"] = [
+        *body["messages"],
+        answer,
+        {"role": "function", "name": "notify", "content": "sent"},
+    ]
+    back = drive(engine_for("openai", body), [text("openai", "done")], store=store)
+    assert "c1" in hidden_ids("openai", back.upstream_bodies[0]["messages"])
+
+
+def test_only_requests_with_hidden_rounds_are_remembered(tmp_path: Path) -> None:
+    run = drive(engine_for("openai", request("openai")), [text("openai", "plain")])
+    assert run.of(Remember) == []
+
+
+def test_the_store_is_bounded_least_recently_used_first(tmp_path: Path) -> None:
+    store = ContinuityStore(tmp_path, max_entries=2)
+    for key in ("aa01", "bb02"):
+        store.remember(key, [{"role": "assistant", "content": key}])
+    assert store.recall(["aa01"])  # touch: bb02 is now the oldest
+    store.remember("cc03", [{"role": "assistant", "content": "c"}])
+    assert set(store.recall(["aa01", "bb02", "cc03"])) == {"aa01", "cc03"}
+    assert not (tmp_path / "continuity" / "bb" / "bb02.json").exists()
+    assert len(ContinuityStore(tmp_path, max_entries=2)) == 2
+
+
+def test_an_unreadable_entry_is_skipped(tmp_path: Path) -> None:
+    store = ContinuityStore(tmp_path)
+    store.remember("dd04", [{"role": "assistant", "content": "d"}])
+    (tmp_path / "continuity" / "dd" / "dd04.json").write_text("{broken")
+    assert ContinuityStore(tmp_path).recall(["dd04"]) == {}
