@@ -389,6 +389,11 @@ def _fold_choice(states: dict[int, dict[str, Any]], choice: dict[str, Any]) -> N
         function = fragment.get("function") or {}
         slot["name"] = slot["name"] or function.get("name") or ""
         slot["arguments"] += function.get("arguments") or ""
+    function_call = delta.get("function_call")
+    if isinstance(function_call, dict):
+        legacy = state.setdefault("function_call", {"name": "", "arguments": ""})
+        legacy["name"] = legacy["name"] or function_call.get("name") or ""
+        legacy["arguments"] += function_call.get("arguments") or ""
     if choice.get("finish_reason"):
         state["finish_reason"] = choice["finish_reason"]
 
@@ -405,6 +410,10 @@ def _finish_choice(state: dict[str, Any]) -> dict[str, Any]:
             }
             for position, c in enumerate(calls)
         ]
+    if "function_call" in state:
+        message["function_call"] = state["function_call"]
     # A stream that never says why it stopped but carries tool calls stopped to call them.
-    finish = state["finish_reason"] or ("tool_calls" if calls else "stop")
+    finish = state["finish_reason"] or (
+        "tool_calls" if calls else "function_call" if "function_call" in state else "stop"
+    )
     return {"index": state["index"], "message": message, "finish_reason": finish}
