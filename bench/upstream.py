@@ -1,0 +1,293 @@
+"""An LLM upstream that answers instantly, for OpenAI Chat Completions and Anthropic Messages.
+
+Answers are realistic in shape and size (a ~600-byte text answer; streams of 200 SSE chunks)
+and pre-encoded per model name, so the stub spends as little CPU as aiohttp allows.
+
+The model name scripts the conversation:
+- ``...-r<N>`` (e.g. ``gpt-bench-r3``): while the request carries fewer than N tool results,
+  answer with one call to the last tool in the request's ``tools`` (arguments differ per round,
+  so no call is a duplicate); then answer with text. This drives the sidecar's mediated loop.
+- ``...-slow``: streams pace their chunks (``SLOW_CHUNK_INTERVAL_S``), so many streams stay
+  open at once (memory measurement).
+- anything else: answer with text at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from functools import cache
+
+import orjson
+from aiohttp import web
+
+from bench.stubserver import TrafficCounter, host_port_args, serve
+
+STREAM_CHUNKS = 200
+SLOW_CHUNK_INTERVAL_S = 0.02
+ANSWER_WORDS = ("The", " quarterly", " figures", " show", " steady", " growth", ",", " with")
+ANSWER_TEXT = "".join(ANSWER_WORDS) * 12
+ROUNDS_PATTERN = re.compile(r"-r(\d+)$")
+USAGE_OPENAI = {
+    "prompt_tokens": 412,
+    "completion_tokens": 137,
+    "total_tokens": 549,
+    "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+    "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0},
+}
+USAGE_ANTHROPIC = {
+    "input_tokens": 412,
+    "output_tokens": 137,
+    "cache_creation_input_tokens": 0,
+    "cache_read_input_tokens": 0,
+}
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
+
+def scripted_rounds(model: str) -> int:
+    match = ROUNDS_PATTERN.search(model)
+    return int(match.group(1)) if match else 0
+
+
+# --- OpenAI -------------------------------------------------------------------------------
+
+
+def _openai_completion(model: str, message: dict, finish_reason: str) -> bytes:
+    return orjson.dumps(
+        {
+            "id": "chatcmpl-bench0001",
+            "object": "chat.completion",
+            "created": 1767225600,
+            "model": model,
+            "choices": [
+                {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}
+            ],
+            "usage": USAGE_OPENAI,
+            "service_tier": "default",
+            "system_fingerprint": "fp_bench",
+        }
+    )
+
+
+@cache
+def openai_text(model: str) -> bytes:
+    message = {"role": "assistant", "content": ANSWER_TEXT, "refusal": None, "annotations": []}
+    return _openai_completion(model, message, "stop")
+
+
+def openai_tool_call(model: str, tool: str, round_no: int) -> bytes:
+    call = {
+        "id": f"call_bench_{round_no}",
+        "type": "function",
+        "function": {"name": tool, "arguments": f'{{"q":"round-{round_no}"}}'},
+    }
+    message = {"role": "assistant", "content": None, "tool_calls": [call], "refusal": None}
+    return _openai_completion(model, message, "tool_calls")
+
+
+@cache
+def openai_stream(model: str, include_usage: bool) -> tuple[bytes, ...]:
+    def chunk(delta: dict, finish_reason: str | None = None) -> bytes:
+        body = {
+            "id": "chatcmpl-bench0001",
+            "object": "chat.completion.chunk",
+            "created": 1767225600,
+            "model": model,
+            "service_tier": "default",
+            "system_fingerprint": "fp_bench",
+            "choices": [
+                {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+            ],
+            "obfuscation": "xY3k",
+        }
+        return b"data: " + orjson.dumps(body) + b"\n\n"
+
+    chunks = [chunk({"role": "assistant", "content": "", "refusal": None})]
+    for index in range(STREAM_CHUNKS - 2):
+        chunks.append(chunk({"content": ANSWER_WORDS[index % len(ANSWER_WORDS)]}))
+    chunks.append(chunk({}, "stop"))
+    if include_usage:
+        usage = {"id": "chatcmpl-bench0001", "object": "chat.completion.chunk", "choices": []}
+        chunks.append(b"data: " + orjson.dumps({**usage, "usage": USAGE_OPENAI}) + b"\n\n")
+    chunks.append(b"data: [DONE]\n\n")
+    return tuple(chunks)
+
+
+def count_openai_tool_results(body: dict) -> int:
+    return sum(1 for message in body.get("messages") or () if message.get("role") == "tool")
+
+
+def last_openai_tool(body: dict) -> str | None:
+    tools = body.get("tools") or ()
+    return tools[-1]["function"]["name"] if tools else None
+
+
+# --- Anthropic ----------------------------------------------------------------------------
+
+
+def _anthropic_message(model: str, content: list, stop_reason: str) -> bytes:
+    return orjson.dumps(
+        {
+            "id": "msg_bench0001",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": content,
+            "stop_reason": stop_reason,
+            "stop_sequence": None,
+            "usage": USAGE_ANTHROPIC,
+        }
+    )
+
+
+@cache
+def anthropic_text(model: str) -> bytes:
+    return _anthropic_message(model, [{"type": "text", "text": ANSWER_TEXT}], "end_turn")
+
+
+def anthropic_tool_use(model: str, tool: str, round_no: int) -> bytes:
+    block = {
+        "type": "tool_use",
+        "id": f"toolu_bench_{round_no}",
+        "name": tool,
+        "input": {"q": f"round-{round_no}"},
+    }
+    return _anthropic_message(model, [block], "tool_use")
+
+
+@cache
+def anthropic_stream(model: str) -> tuple[bytes, ...]:
+    def event(name: str, data: dict) -> bytes:
+        return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+    start = {
+        "id": "msg_bench0001",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {**USAGE_ANTHROPIC, "output_tokens": 1},
+    }
+    events = [
+        event("message_start", {"type": "message_start", "message": start}),
+        event(
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+        ),
+        event("ping", {"type": "ping"}),
+    ]
+    for index in range(STREAM_CHUNKS - 6):
+        delta = {"type": "text_delta", "text": ANSWER_WORDS[index % len(ANSWER_WORDS)]}
+        events.append(
+            event(
+                "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
+            )
+        )
+    events += [
+        event("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        event(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": 137},
+            },
+        ),
+        event("message_stop", {"type": "message_stop"}),
+    ]
+    return tuple(events)
+
+
+def count_anthropic_tool_results(body: dict) -> int:
+    count = 0
+    for message in body.get("messages") or ():
+        content = message.get("content")
+        if message.get("role") == "user" and isinstance(content, list):
+            count += sum(1 for block in content if block.get("type") == "tool_result")
+    return count
+
+
+def last_anthropic_tool(body: dict) -> str | None:
+    tools = body.get("tools") or ()
+    return tools[-1]["name"] if tools else None
+
+
+# --- handlers -----------------------------------------------------------------------------
+
+
+async def _stream(
+    request: web.Request, chunks: tuple[bytes, ...], slow: bool
+) -> web.StreamResponse:
+    response = web.StreamResponse(headers=SSE_HEADERS)
+    await response.prepare(request)
+    for chunk in chunks:
+        await response.write(chunk)
+        if slow:
+            await asyncio.sleep(SLOW_CHUNK_INTERVAL_S)
+    await response.write_eof()
+    return response
+
+
+def _json(body: bytes) -> web.Response:
+    return web.Response(body=body, content_type="application/json")
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    body = orjson.loads(await request.read())
+    model = body.get("model", "gpt-bench")
+    rounds = scripted_rounds(model)
+    tool = last_openai_tool(body)
+    if rounds and tool:
+        done = count_openai_tool_results(body)
+        if done < rounds:
+            return _json(openai_tool_call(model, tool, done + 1))
+    if body.get("stream"):
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        return await _stream(request, openai_stream(model, include_usage), model.endswith("-slow"))
+    return _json(openai_text(model))
+
+
+async def messages(request: web.Request) -> web.StreamResponse:
+    body = orjson.loads(await request.read())
+    model = body.get("model", "claude-bench")
+    rounds = scripted_rounds(model)
+    tool = last_anthropic_tool(body)
+    if rounds and tool:
+        done = count_anthropic_tool_results(body)
+        if done < rounds:
+            return _json(anthropic_tool_use(model, tool, done + 1))
+    if body.get("stream"):
+        return await _stream(request, anthropic_stream(model), model.endswith("-slow"))
+    return _json(anthropic_text(model))
+
+
+async def models(_: web.Request) -> web.Response:
+    listing = {
+        "object": "list",
+        "data": [{"id": "gpt-bench", "object": "model", "owned_by": "bench"}],
+    }
+    return _json(orjson.dumps(listing))
+
+
+def make_app() -> web.Application:
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/chat/completions", chat_completions)
+    app.router.add_post("/v1/messages", messages)
+    app.router.add_get("/v1/models", models)
+    return app
+
+
+def main() -> None:
+    args = host_port_args("Instant LLM upstream stub (OpenAI and Anthropic routes).").parse_args()
+    serve(make_app(), TrafficCounter(), args.host, args.port)
+
+
+if __name__ == "__main__":
+    main()
