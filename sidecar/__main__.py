@@ -1,0 +1,89 @@
+"""``python -m sidecar --build OUT [--host H] [--port P] [--state-dir DIR]``: run the sidecar."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from aiohttp import web
+
+from sidecar.manifest import Build, BuildError, load_build
+from sidecar.observability.logs import configure_logging
+from sidecar.server.app import create_app
+
+log = logging.getLogger("sidecar")
+SHUTDOWN_TIMEOUT_S = 10.0
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m sidecar", description=__doc__)
+    parser.add_argument("--build", required=True, type=Path, help="build directory (clawc output)")
+    parser.add_argument("--host", help="listen address (default: sidecar.json listen.host)")
+    parser.add_argument("--port", type=int, help="listen port, 0 = any free port")
+    parser.add_argument("--state-dir", type=Path, help="audit and continuity storage")
+    parser.add_argument("--log-level", default="INFO")
+    return parser.parse_args(argv)
+
+
+async def serve(build: Build, host: str, port: int, state_dir: Path) -> int:
+    app = create_app(build, state_dir=state_dir)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+    await runner.setup()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        site = web.TCPSite(runner, host, port)
+        try:
+            await site.start()
+        except OSError as exc:
+            print(f"sidecar: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
+            return 1
+        bound_host, bound_port = runner.addresses[0][:2]
+        # Exactly this line tells operators and health scripts that the sidecar is up.
+        print(f"listening on http://{host}:{bound_port}", flush=True)
+        log.info("listening on http://%s:%s (bound %s)", host, bound_port, bound_host)
+        await stop.wait()
+        log.info("shutting down")
+        return 0
+    finally:
+        await runner.cleanup()  # runs the app's cleanup: flushes the audit log
+
+
+def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop
+    return uvloop.new_event_loop
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    configure_logging(args.log_level)
+    try:
+        build = load_build(args.build)
+    except BuildError as exc:
+        print(f"sidecar: refusing to start: {exc}", file=sys.stderr)
+        return 1
+    listen = build.config.listen
+    host = args.host if args.host is not None else listen.host
+    port = args.port if args.port is not None else listen.port
+    state_dir = args.state_dir if args.state_dir is not None else Path(build.config.state_dir)
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"sidecar: cannot create state directory {state_dir}: {exc}", file=sys.stderr)
+        return 1
+    with asyncio.Runner(loop_factory=_event_loop_factory()) as runner:
+        return runner.run(serve(build, host, port, state_dir))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,306 @@
+"""The aiohttp application: routes, the protocol-error middleware and the sidecar's lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from sidecar.audit.log import AuditLog
+from sidecar.execution.executor import ToolExecutor
+from sidecar.manifest import AgentBuild, Build
+from sidecar.mcp.endpoint import McpEndpoint
+from sidecar.mediation.continuity import ContinuityStore
+from sidecar.mediation.handler import handle_mediated
+from sidecar.observability.logs import log_request
+from sidecar.observability.metrics import Metrics
+from sidecar.server.accounting import record
+from sidecar.server.auth import AuthError, TokenVerifier
+from sidecar.server.context import STATE_KEY, RequestContext, SidecarState
+from sidecar.server.errors import (
+    Api,
+    ApiError,
+    error_response,
+    jsonrpc_error_response,
+    stream_error_bytes,
+)
+from sidecar.server.passthrough import pass_through
+from sidecar.server.routing import ModelRouter
+from sidecar.server.upstream import FORWARDED_REQUEST_HEADERS, UpstreamClient
+
+log = logging.getLogger("sidecar.server")
+
+CHAT_COMPLETIONS = "/v1/chat/completions"
+MESSAGES = "/v1/messages"
+PREPARED_RESPONSE = web.RequestKey("claw_prepared_response", web.StreamResponse)
+JSONRPC_UNAUTHORIZED = -32001
+JSONRPC_INTERNAL_ERROR = -32603
+
+
+def create_app(
+    build: Build, *, state_dir: Path, env: Mapping[str, str] | None = None
+) -> web.Application:
+    """The sidecar for ``build``; provider keys and tool credentials are read from ``env``."""
+    env = os.environ if env is None else env
+    state_dir = Path(state_dir)
+    config = build.config
+    metrics = Metrics()
+    executor = ToolExecutor(env=env, metrics=metrics)
+    audit = AuditLog(state_dir)
+    state = SidecarState(
+        build=build,
+        config=config,
+        env=env,
+        state_dir=state_dir,
+        upstream=UpstreamClient(config, env, metrics=metrics),
+        executor=executor,
+        audit=audit,
+        metrics=metrics,
+        continuity=ContinuityStore(state_dir),
+        verifier=TokenVerifier(build),
+        router=ModelRouter(config),
+        mcp=McpEndpoint(executor, audit, metrics),
+    )
+    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[protocol_errors])
+    app[STATE_KEY] = state
+    app.on_response_prepare.append(_remember_prepared)
+    app.cleanup_ctx.append(_lifecycle)
+    app.router.add_post(CHAT_COMPLETIONS, chat_completions)
+    app.router.add_post(MESSAGES, messages)
+    app.router.add_get("/v1/models", models)
+    app.router.add_route("*", "/mcp", mcp)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics_route)
+    return app
+
+
+async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
+    state = app[STATE_KEY]
+    await state.upstream.start()
+    await state.executor.start()
+    try:
+        yield
+    finally:
+        await state.upstream.close()
+        await state.mcp.close()  # lets tool calls already sent finish (and be audited)
+        await state.executor.close()
+        await state.continuity.close()
+        await state.audit.close()  # flushes pending audit records to disk
+
+
+# --- /v1 LLM routes ---------------------------------------------------------------------------
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await _llm_request(request, "openai", CHAT_COMPLETIONS)
+
+
+async def messages(request: web.Request) -> web.StreamResponse:
+    return await _llm_request(request, "anthropic", MESSAGES)
+
+
+async def _llm_request(request: web.Request, api: Api, route: str) -> web.StreamResponse:
+    started = time.monotonic()
+    state = request.app[STATE_KEY]
+    agent = state.verifier.authenticate(request)
+    request_id = "req_" + os.urandom(12).hex()
+    inflight = _inflight_gauge(state, route)
+    inflight.inc()
+    body: dict[str, Any] = {}
+    try:
+        try:
+            raw = await _read_body(request, state.config.max_body_bytes)
+            body = _parse_body(raw)
+            provider_name, provider, model = state.router.resolve(api, body.get("model"))
+        except ApiError as err:
+            requested = body.get("model")
+            await record(
+                state,
+                agent,
+                route=route,
+                request_id=request_id,
+                started=started,
+                http_status=err.status,
+                error_code=err.code,
+                model=requested if isinstance(requested, str) else None,
+                provider=None,
+                stream=body.get("stream") is True,
+            )
+            return error_response(api, err)
+        if model != body["model"]:
+            body["model"] = model
+            raw = orjson.dumps(body)
+        ctx = RequestContext(
+            state=state,
+            agent=agent,
+            api=api,
+            route=route,
+            provider_name=provider_name,
+            provider=provider,
+            model=model,
+            request_id=request_id,
+            stream=body.get("stream") is True,
+            started=started,
+            forward_headers=_forward_headers(request, api),
+        )
+        if agent.agent.mode == "mediated" and agent.tools.tools:
+            return await handle_mediated(request, ctx, body)
+        return await pass_through(request, ctx, raw)
+    finally:
+        inflight.dec()
+
+
+async def _read_body(request: web.Request, limit: int) -> bytes:
+    too_large = ApiError(413, "request_too_large", f"request body exceeds {limit} bytes")
+    if request.content_length is not None and request.content_length > limit:
+        raise too_large
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise too_large from None
+
+
+def _parse_body(raw: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(400, "invalid_json", f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "invalid_json", "request body must be a JSON object")
+    return body
+
+
+def _forward_headers(request: web.Request, api: Api) -> dict[str, str]:
+    headers = request.headers
+    return {name: headers[name] for name in FORWARDED_REQUEST_HEADERS[api] if name in headers}
+
+
+def _inflight_gauge(state: SidecarState, route: str) -> Any:
+    key = ("inflight", route)
+    child = state.counters.get(key)
+    if child is None:
+        child = state.counters[key] = state.metrics.inflight.labels(route=route)
+    return child
+
+
+# --- other routes -----------------------------------------------------------------------------
+
+
+async def models(request: web.Request) -> web.Response:
+    """The model globs the agent may use, in Anthropic's list shape for Anthropic clients."""
+    state = request.app[STATE_KEY]
+    state.verifier.authenticate(request)
+    patterns = state.router.patterns()
+    if "anthropic-version" in request.headers:
+        data: list[dict[str, Any]] = [
+            {
+                "type": "model",
+                "id": glob,
+                "display_name": f"{glob} via {name}",
+                "created_at": "1970-01-01T00:00:00Z",
+            }
+            for name, glob in patterns
+        ]
+        first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
+        body: dict[str, Any] = {"data": data, "has_more": False, "first_id": first, "last_id": last}
+    else:
+        data = [
+            {"id": glob, "object": "model", "created": 0, "owned_by": name}
+            for name, glob in patterns
+        ]
+        body = {"object": "list", "data": data}
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
+async def mcp(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE_KEY]
+    try:
+        agent: AgentBuild = state.verifier.authenticate(request)
+    except AuthError as err:
+        return jsonrpc_error_response(err.status, JSONRPC_UNAUTHORIZED, err.message)
+    return await state.mcp.handle(request, agent)
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    state = request.app[STATE_KEY]
+    problems = []
+    if not state.upstream.started:
+        problems.append("upstream client not started")
+    if not os.access(state.state_dir, os.W_OK):
+        problems.append("state directory is not writable")
+    if problems:
+        return web.json_response({"status": "not ready", "problems": problems}, status=503)
+    return web.json_response({"status": "ready", "pod": state.config.pod})
+
+
+async def metrics_route(request: web.Request) -> web.Response:
+    body, content_type = request.app[STATE_KEY].metrics.render()
+    return web.Response(body=body, headers={"Content-Type": content_type})
+
+
+# --- errors -----------------------------------------------------------------------------------
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def protocol_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every error leaves in the caller's protocol shape; nothing internal leaks."""
+    try:
+        return await handler(request)
+    except AuthError as err:
+        log_request(route=request.path, status=err.status, code=err.code, agent=None)
+        return await _error_reply(request, err)
+    except ApiError as err:
+        return await _error_reply(request, err)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return await _error_reply(request, _from_http_exception(exc))
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        err = ApiError(500, "internal_error", "the sidecar failed on this request", "api_error")
+        return await _error_reply(request, err)
+
+
+async def _error_reply(request: web.Request, err: ApiError) -> web.StreamResponse:
+    if request.path == "/mcp":
+        return jsonrpc_error_response(err.status, JSONRPC_INTERNAL_ERROR, err.message)
+    api: Api = "anthropic" if request.path.startswith(MESSAGES) else "openai"
+    prepared = request.get(PREPARED_RESPONSE)
+    if prepared is None:
+        return error_response(api, err)
+    # Headers are gone already: end the stream with the protocol's in-band error.
+    try:
+        await prepared.write(stream_error_bytes(api, err))
+        await prepared.write_eof()
+    except ConnectionError:
+        pass
+    return prepared
+
+
+def _from_http_exception(exc: web.HTTPException) -> ApiError:
+    codes = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+    message = {
+        404: "no such route",
+        405: "method not allowed on this route",
+    }.get(exc.status, exc.reason)
+    return ApiError(exc.status, codes.get(exc.status, f"http_{exc.status}"), message)
+
+
+async def _remember_prepared(request: web.Request, response: web.StreamResponse) -> None:
+    request[PREPARED_RESPONSE] = response

@@ -1,0 +1,61 @@
+"""Run a real sidecar in-process on 127.0.0.1 (random port) for SDK-driven tests."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiohttp import web
+
+from sidecar.manifest import load_build
+from sidecar.server.app import create_app
+from sidecar.server.context import STATE_KEY, SidecarState
+
+TEST_PROVIDER_KEYS = {
+    "OPENAI_API_KEY": "sk-test-openai-key",
+    "ANTHROPIC_API_KEY": "sk-ant-test-key",
+}
+
+
+@dataclass
+class RunningSidecar:
+    url: str  # http://127.0.0.1:PORT
+    app: web.Application
+    runner: web.AppRunner
+
+    @property
+    def openai_base_url(self) -> str:
+        return self.url + "/v1"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        return self.url
+
+    @property
+    def state(self) -> SidecarState:
+        return self.app[STATE_KEY]
+
+    async def close(self) -> None:
+        await self.runner.cleanup()
+
+    async def __aenter__(self) -> RunningSidecar:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+async def start_sidecar(
+    build_root: Path, state_dir: Path, env: Mapping[str, str] | None = None
+) -> RunningSidecar:
+    """Load ``build_root`` (digest-checked) and serve it; ``env`` defaults to test provider keys."""
+    build = load_build(build_root)
+    app = create_app(
+        build, state_dir=state_dir, env=dict(TEST_PROVIDER_KEYS if env is None else env)
+    )
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    port = runner.addresses[0][1]
+    return RunningSidecar(url=f"http://127.0.0.1:{port}", app=app, runner=runner)
