@@ -129,7 +129,6 @@ class McpEndpoint:
         if batch and session.protocol_version > BATCHES_UNTIL:
             raise _HttpError(
                 400,
-                INVALID_PARAMS,
                 INVALID_REQUEST,
                 f"Invalid Request: JSON-RPC batches are not part of MCP {session.protocol_version}",
             )
@@ -184,7 +183,6 @@ class McpEndpoint:
         if header_version not in SUPPORTED_VERSIONS:
             raise _HttpError(
                 400,
-                INVALID_PARAMS,
                 INVALID_REQUEST,
                 f"Bad Request: unsupported {VERSION_HEADER} {header_version!r}; "
                 f"supported: {', '.join(SUPPORTED_VERSIONS)}",
