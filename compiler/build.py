@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
-import shutil
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -25,7 +25,6 @@ from sidecar.manifest import (
     Listen,
     ManagedTool,
     SidecarConfig,
-    ToolPolicy,
     dump_json,
     token_sha256,
     write_digest,
@@ -76,12 +75,29 @@ def read_token(env_file: Path) -> str | None:
     return None
 
 
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's emitter when available
+_PRESENTED = "@@CLAW_PRESENTED@@"  # cannot occur in a canonical name ('@' is not allowed there)
+_TOOLS = "@@CLAW_TOOLS@@"
+
+
 @dataclass
 class _ToolEntry:
-    """A tool's manifest entry, built and validated once however many agents are granted it."""
+    """A granted tool rendered once, however many agents are granted it.
+
+    Its tools.json entry and CONTEXT.md section differ between agents only by the presented
+    name, so both are kept as text split around that name.
+    """
 
     canonical: str
-    data: dict[str, Any]  # ManagedTool JSON without "presented"
+    json_parts: tuple[str, str]
+    context_parts: tuple[str, str]
+
+    def json_text(self, presented: str) -> str:
+        # Presented names are [a-zA-Z0-9_-]: as JSON strings they need no escaping.
+        return f'{self.json_parts[0]}"{presented}"{self.json_parts[1]}'
+
+    def context_text(self, presented: str) -> str:
+        return self.context_parts[0] + presented + self.context_parts[1]
 
 
 def _tool_entry(service: ToolService, tool: CompiledTool) -> _ToolEntry:
@@ -103,8 +119,13 @@ def _tool_entry(service: ToolService, tool: CompiledTool) -> _ToolEntry:
         ),
     )
     data = model.model_dump(mode="json", by_alias=True, exclude_none=True)
-    del data["presented"]
-    return _ToolEntry(canonical, data)
+    data["presented"] = _PRESENTED
+    # Indented as an item of the "tools" list in tools.json (two levels deep).
+    text = dump_json(data).rstrip("\n").replace("\n", "\n    ")
+    before, after = text.split(json.dumps(_PRESENTED), 1)
+    block = _ENV.get_template("tool.md.j2").render(presented=_PRESENTED, tool=_context_tool(tool))
+    context_before, context_after = block.split(_PRESENTED, 1)
+    return _ToolEntry(canonical, (before, after), (context_before, context_after))
 
 
 def _describe_type(schema: dict[str, Any]) -> str:
@@ -130,7 +151,7 @@ def _effect(annotations: dict[str, Any]) -> str:
     return "changes data"
 
 
-def _context_tool(presented: str, tool: CompiledTool) -> dict[str, Any]:
+def _context_tool(tool: CompiledTool) -> dict[str, Any]:
     schema = tool.input_schema
     required = set(schema.get("required", []))
     arguments = [
@@ -145,7 +166,6 @@ def _context_tool(presented: str, tool: CompiledTool) -> dict[str, Any]:
         for name, prop in (schema.get("properties") or {}).items()
     ]
     return {
-        "presented": presented,
         "title": tool.annotations.get("title"),
         "description": tool.description.strip(),
         "effect": _effect(tool.annotations),
@@ -153,11 +173,10 @@ def _context_tool(presented: str, tool: CompiledTool) -> dict[str, Any]:
     }
 
 
-def _render_context(pod: CompiledPod, agent: AgentPlan, names: dict[str, str]) -> str:
-    tools = [
-        _context_tool(names[canonical_name(service.name, tool.name)], tool)
-        for service, tool in agent.tools
-    ]
+def _render_context(
+    pod: CompiledPod, agent: AgentPlan, entries: list[_ToolEntry], names: dict[str, str]
+) -> str:
+    tools = [entry.context_text(names[entry.canonical]) for entry in entries]
     granted_services = list(dict.fromkeys(service.name for service, _ in agent.tools))
     skills = [
         {"service": name, "text": pod.tool_services[name].loaded.skill_text}
@@ -207,20 +226,17 @@ def _env_file(agent_id: str, token: str) -> str:
     )
 
 
-def _tools_json(
-    agent: AgentPlan, entries: list[_ToolEntry], names: dict[str, str], policy: ToolPolicy
-) -> str:
-    tools = [
-        {
-            "name": e.canonical,
-            "presented": names[e.canonical],
-            **{k: v for k, v in e.data.items() if k != "name"},
-        }
-        for e in entries
-    ]
-    return dump_json(
-        {"version": 1, "agent": agent.id, "tools": tools, "policy": policy.model_dump()}
+def _tools_json(agent: AgentPlan, entries: list[_ToolEntry], names: dict[str, str]) -> str:
+    """tools.json, byte for byte what dump_json(ToolsManifest) gives, from pre-rendered entries."""
+    if not entries:
+        return dump_json(
+            {"version": 1, "agent": agent.id, "tools": [], "policy": agent.policy.model_dump()}
+        )
+    skeleton = dump_json(
+        {"version": 1, "agent": agent.id, "tools": [_TOOLS], "policy": agent.policy.model_dump()}
     )
+    tools = ",\n    ".join(entry.json_text(names[entry.canonical]) for entry in entries)
+    return skeleton.replace(json.dumps(_TOOLS), tools, 1)
 
 
 def _compose_text(document: dict[str, Any], pod: CompiledPod) -> str:
@@ -230,7 +246,7 @@ def _compose_text(document: dict[str, Any], pod: CompiledPod) -> str:
     )
     body = yaml.dump(
         document,
-        Dumper=yaml.SafeDumper,
+        Dumper=_DUMPER,
         sort_keys=False,
         default_flow_style=False,
         width=100,
@@ -249,6 +265,7 @@ def render_build(
     """Every file of the build except digest.json, keyed by path relative to OUT."""
     files: dict[str, str] = {}
     entries: dict[tuple[str, str], _ToolEntry] = {}
+    presented: dict[tuple[str, ...], dict[str, str]] = {}
     for agent in pod.agents:
         agent_entries = []
         for service, tool in agent.tools:
@@ -256,7 +273,10 @@ def render_build(
             if key not in entries:
                 entries[key] = _tool_entry(service, tool)
             agent_entries.append(entries[key])
-        names = present(e.canonical for e in agent_entries)
+        grant_key = tuple(e.canonical for e in agent_entries)
+        if grant_key not in presented:  # agents with the same grants share their names
+            presented[grant_key] = present(grant_key)
+        names = presented[grant_key]
         token = tokens[agent.id]
         manifest = AgentManifest(
             id=agent.id,
@@ -267,9 +287,9 @@ def render_build(
             names={names[e.canonical]: e.canonical for e in agent_entries},
         )
         directory = f"context/{agent.id}"
-        files[f"{directory}/tools.json"] = _tools_json(agent, agent_entries, names, agent.policy)
+        files[f"{directory}/tools.json"] = _tools_json(agent, agent_entries, names)
         files[f"{directory}/agent.json"] = dump_json(manifest)
-        files[f"{directory}/CONTEXT.md"] = _render_context(pod, agent, names)
+        files[f"{directory}/CONTEXT.md"] = _render_context(pod, agent, agent_entries, names)
         files[f"{directory}/mcp.json"] = dump_json(_mcp_config())
         files[f"agents/{agent.id}.env"] = _env_file(agent.id, token)
     extra: dict[str, Any] = {}
@@ -322,6 +342,18 @@ def _write_private(path: Path, text: str) -> None:
     os.chmod(path, 0o600)  # an existing file keeps its old mode through O_CREAT
 
 
+def _remove_stale(out: Path, files: dict[str, str]) -> None:
+    """Delete what an earlier compile wrote and this one does not (agents that are gone)."""
+    stale = [p for p in (out / "context").rglob("*") if p.is_file()]
+    stale += list((out / "agents").glob("*.env"))
+    for path in stale:
+        if path.relative_to(out).as_posix() not in files:
+            path.unlink()
+    for directory in sorted((out / "context").glob("*/"), reverse=True):
+        if directory.is_dir() and not any(directory.iterdir()):
+            directory.rmdir()
+
+
 def write_build(
     pod: CompiledPod, out: Path, *, rotate_tokens: bool = False, sidecar_image: str | None = None
 ) -> None:
@@ -330,12 +362,8 @@ def write_build(
     tokens = agent_tokens(pod, out, rotate_tokens)
     files = render_build(pod, out, tokens, sidecar_image=sidecar_image)
     out.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(out / "context", ignore_errors=True)
-    agents_dir = out / "agents"
-    agents_dir.mkdir(mode=0o700, exist_ok=True)
-    for stale in agents_dir.glob("*.env"):
-        if f"agents/{stale.name}" not in files:
-            stale.unlink()
+    (out / "agents").mkdir(mode=0o700, exist_ok=True)
+    _remove_stale(out, files)
     for relative, text in files.items():
         path = out / relative
         path.parent.mkdir(parents=True, exist_ok=True)
