@@ -7,7 +7,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from jsonschema import Draft202012Validator, SchemaError
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    field_validator,
+)
 
 from compiler.errors import CompileError, pointer
 from compiler.schemas import SchemaProblem, normalise_schema, schema_key
@@ -32,12 +40,12 @@ class Annotations(_Spec):
     """MCP tool annotations; ``readOnly`` is accepted for ``readOnlyHint``."""
 
     title: str | None = None
-    readOnlyHint: bool | None = Field(
+    readOnlyHint: StrictBool | None = Field(
         default=None, validation_alias=AliasChoices("readOnlyHint", "readOnly")
     )
-    destructiveHint: bool | None = None
-    idempotentHint: bool | None = None
-    openWorldHint: bool | None = None
+    destructiveHint: StrictBool | None = None
+    idempotentHint: StrictBool | None = None
+    openWorldHint: StrictBool | None = None
 
 
 class HttpSpec(_Spec):
