@@ -81,6 +81,13 @@ class McpEndpoint:
         started = time.perf_counter()
         try:
             _check_origin(request)
+            if agent.agent.mode != "native":
+                raise _HttpError(
+                    403,
+                    INVALID_REQUEST,
+                    f"agent {agent.agent.id} is in mediated mode: the sidecar runs its tools; "
+                    "/mcp serves native-mode agents",
+                )
             if request.method == "POST":
                 response = await self._post(request, agent)
             elif request.method == "DELETE":

@@ -102,7 +102,8 @@ async def pod(tmp_path: Path, service: ToolService) -> AsyncIterator[NativePod]:
             policy=ToolPolicy(timeout_per_tool_ms=2000, max_tool_result_bytes=2048),
         ),
         AgentSpec("auditor", tools=[secret_tool], mode="native"),
-        AgentSpec("analyst", tools=[], mode="mediated"),
+        AgentSpec("idle", tools=[], mode="native"),
+        AgentSpec("analyst", tools=native_tools(service.url), mode="mediated"),
     ]
     tokens = write_build(
         tmp_path / "build", agents, providers_for(openai_url="http://127.0.0.1:9/v1")

@@ -41,8 +41,16 @@ async def test_tools_list_is_exactly_the_granted_tools(pod: NativePod) -> None:
 
 
 async def test_agent_without_tools_lists_none(pod: NativePod) -> None:
-    async with mcp_client(pod.mcp_url, pod.tokens["analyst"]) as client:
+    async with mcp_client(pod.mcp_url, pod.tokens["idle"]) as client:
         assert (await client.list_tools()).tools == []
+
+
+async def test_mediated_agents_are_refused(pod: NativePod) -> None:
+    with pytest.raises(BaseException) as raised:
+        async with mcp_client(pod.mcp_url, pod.tokens["analyst"]) as client:
+            await client.list_tools()
+    assert "mediated mode" in mcp_error_in(raised.value).error.message
+    assert pod.service.requests == []
 
 
 async def test_call_runs_through_the_executor_and_is_audited(pod: NativePod) -> None:
