@@ -20,8 +20,6 @@ from typing import Any
 
 from aiohttp import web
 
-TOOL_MATCH = os.environ.get("TOOL_MATCH", "")
-EXPECTED_API_KEY = os.environ["EXPECTED_API_KEY"]
 ANSWER_PREFIX = "Scripted answer from tool data: "
 
 
@@ -45,7 +43,7 @@ def tool_call_message(tool_name: str, turn: int) -> dict[str, Any]:
     return {"role": "assistant", "content": None, "tool_calls": [call]}
 
 
-def reply_for(body: dict[str, Any]) -> dict[str, Any]:
+def reply_for(body: dict[str, Any], tool_match: str) -> dict[str, Any]:
     messages = body.get("messages") or []
     model = body.get("model", "scripted")
     last = messages[-1] if messages else {}
@@ -54,7 +52,7 @@ def reply_for(body: dict[str, Any]) -> dict[str, Any]:
         return completion(model, {"role": "assistant", "content": text}, "stop")
     tools = body.get("tools") or []
     offered = [t["function"]["name"] for t in tools if t.get("type") == "function"]
-    matching = [name for name in offered if TOOL_MATCH in name]
+    matching = [name for name in offered if tool_match in name]
     if not matching:
         return completion(model, {"role": "assistant", "content": "No tool was offered."}, "stop")
     return completion(model, tool_call_message(matching[0], len(messages)), "tool_calls")
@@ -75,13 +73,14 @@ def summary(request: web.Request, body: dict[str, Any], authorized: bool) -> dic
 
 async def chat_completions(request: web.Request) -> web.Response:
     presented = request.headers.get("Authorization", "")
-    authorized = hmac.compare_digest(presented.encode(), f"Bearer {EXPECTED_API_KEY}".encode())
+    expected = f"Bearer {os.environ['EXPECTED_API_KEY']}"
+    authorized = hmac.compare_digest(presented.encode(), expected.encode())
     body = await request.json()
     print(json.dumps(summary(request, body, authorized)), flush=True)
     if not authorized:
         error = {"message": "invalid api key", "type": "invalid_request_error", "code": "401"}
         return web.json_response({"error": error}, status=401)
-    return web.json_response(reply_for(body))
+    return web.json_response(reply_for(body, os.environ.get("TOOL_MATCH", "")))
 
 
 async def healthz(_: web.Request) -> web.Response:

@@ -1,0 +1,246 @@
+"""The example pod as the Docker end-to-end tests run it, and helpers to look inside it.
+
+:class:`PodFiles` writes a test copy of ``compose/examples/trading-desk/pod.yml`` (providers
+pointed at the scripted upstream, paths made absolute, a per-session pod name), compiles it with
+the real ``clawc``, and adds ``.env`` (fresh random credentials) and a compose override.
+:class:`Pod` runs it with testcontainers' ``DockerCompose`` and talks to its containers with the
+docker SDK.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from subprocess import CalledProcessError
+from typing import Any
+
+import docker
+import yaml
+from docker.models.containers import Container
+from testcontainers.compose import DockerCompose
+
+SIDECAR = "claw-sidecar"
+UPSTREAM = "fake-llm"
+MEDIATED_AGENT = "analyst"
+NATIVE_AGENT = "trader"
+TOOL_SERVICES = {"trading-api": 4000, "market-news": 4100}
+UPSTREAM_PORT = 8000
+STATE_DIR = "/var/lib/claw"
+MODEL = "gpt-4o-mini"
+PROBES = Path(__file__).resolve().parent / "probes"
+
+IMAGES = {
+    "sidecar": "clawpod-e2e/sidecar:session",
+    "upstream": "clawpod-e2e/upstream:session",
+    "agent": "clawpod-e2e/agent:session",
+    "trading-api": "clawpod-e2e/trading-api:session",
+    "market-news": "clawpod-e2e/market-news:session",
+}
+
+# Every variable that holds a secret the agents must never see; values are fresh per session.
+CREDENTIAL_ENVS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "TRADING_API_TOKEN", "NEWS_API_KEY")
+
+OVERRIDE = """\
+# Test-only additions to the compiled pod: the scripted upstream on the egress network only,
+# prebuilt images instead of builds, and probe-ready agents.
+services:
+  {upstream}:
+    image: {upstream_image}
+    pull_policy: never
+    environment:
+      EXPECTED_API_KEY: ${{OPENAI_API_KEY}}
+      TOOL_MATCH: get_market_context
+    networks: [claw-egress]
+  trading-api:
+    image: {trading_api_image}
+    build: !reset null
+    pull_policy: never
+  market-news:
+    image: {market_news_image}
+    build: !reset null
+    pull_policy: never
+  {mediated}:
+    image: {agent_image}
+    build: !reset null
+    pull_policy: never
+  {native}:
+    image: {agent_image}
+    build: !reset null
+    pull_policy: never
+  {sidecar}:
+    pull_policy: never
+"""
+
+
+@dataclass(frozen=True)
+class PodFiles:
+    project: str
+    out: Path
+    credentials: dict[str, str]
+
+    @property
+    def compose_files(self) -> list[str]:
+        return ["compose.yml", "compose.e2e.yml"]
+
+    @classmethod
+    def write(cls, directory: Path, repo: Path) -> PodFiles:
+        project = f"clawpod-e2e-{secrets.token_hex(3)}"
+        pod_file = directory / project / "pod.yml"
+        pod_file.parent.mkdir(parents=True)
+        example = repo / "compose" / "examples" / "trading-desk" / "pod.yml"
+        pod_file.write_text(yaml.safe_dump(_test_pod(example, project), sort_keys=False))
+        out = directory / "build"
+        _compile(pod_file, out)
+        credentials = {
+            name: f"e2e-{name.lower()}-{secrets.token_hex(12)}" for name in CREDENTIAL_ENVS
+        }
+        (out / ".env").write_text("".join(f"{k}={v}\n" for k, v in credentials.items()))
+        (out / "compose.e2e.yml").write_text(
+            OVERRIDE.format(
+                upstream=UPSTREAM,
+                upstream_image=IMAGES["upstream"],
+                trading_api_image=IMAGES["trading-api"],
+                market_news_image=IMAGES["market-news"],
+                agent_image=IMAGES["agent"],
+                mediated=MEDIATED_AGENT,
+                native=NATIVE_AGENT,
+                sidecar=SIDECAR,
+            )
+        )
+        return cls(project=project, out=out, credentials=credentials)
+
+
+def _test_pod(example: Path, project: str) -> dict[str, Any]:
+    """The example pod, renamed, with absolute paths and providers that point at the upstream."""
+    pod = yaml.safe_load(example.read_text())
+    here = example.parent
+    pod["x-claw"]["pod"] = project
+    upstream = f"http://{UPSTREAM}:{UPSTREAM_PORT}"
+    pod["x-claw"]["providers"] = {
+        "openai": {
+            "api": "openai",
+            "base-url": f"{upstream}/v1",
+            "key-env": "OPENAI_API_KEY",
+            "models": ["gpt-*"],
+        },
+        "anthropic": {
+            "api": "anthropic",
+            "base-url": upstream,
+            "key-env": "ANTHROPIC_API_KEY",
+            "models": ["claude-*"],
+        },
+    }
+    for service in pod["services"].values():
+        if isinstance(service.get("build"), str):
+            service["build"] = str((here / service["build"]).resolve())
+        claw = service.get("x-claw") or {}
+        if "describe" in claw:
+            claw["describe"] = str((here / claw["describe"]).resolve())
+    return pod
+
+
+def _compile(pod_file: Path, out: Path) -> None:
+    clawc = Path(sys.executable).parent / "clawc"
+    command = [str(clawc), "compile", str(pod_file), "-o", str(out)]
+    command += ["--sidecar-image", IMAGES["sidecar"]]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise AssertionError(f"clawc compile failed:\n{result.stdout}{result.stderr}")
+
+
+class Pod:
+    def __init__(self, files: PodFiles) -> None:
+        self.files = files
+        self.compose = DockerCompose(
+            context=files.out,
+            compose_file_name=files.compose_files,
+            env_file=".env",
+            wait=True,
+        )
+        self.client = docker.from_env()
+
+    # lifecycle
+
+    def start(self) -> None:
+        try:
+            self.compose.start()
+        except CalledProcessError as exc:
+            logs = self._logs()
+            self.stop()
+            raise AssertionError(
+                f"docker compose up failed:\n{exc.stderr.decode(errors='replace')}\n{logs}"
+            ) from None
+
+    def stop(self) -> None:
+        self.compose.stop(down=True)
+
+    def _logs(self) -> str:
+        try:
+            stdout, stderr = self.compose.get_logs()
+        except CalledProcessError:
+            return "(no logs)"
+        return stdout + stderr
+
+    def restart(self, service: str, timeout_s: float = 60) -> None:
+        self.container(service).restart(timeout=10)
+        self.wait_healthy(service, timeout_s)
+
+    def wait_healthy(self, service: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            state = self.container(service).attrs["State"]
+            if state.get("Health", {}).get("Status") == "healthy":
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"{service} not healthy after {timeout_s}s:\n{self._logs()}")
+
+    # looking inside
+
+    def container(self, service: str) -> Container:
+        labels = [
+            f"com.docker.compose.project={self.files.project}",
+            f"com.docker.compose.service={service}",
+        ]
+        found = self.client.containers.list(all=True, filters={"label": labels})
+        if len(found) != 1:
+            raise AssertionError(f"expected one container for {service}, found {len(found)}")
+        return found[0]
+
+    def exec(self, service: str, *command: str) -> tuple[int, str]:
+        result = self.container(service).exec_run(list(command), demux=True)
+        stdout, stderr = result.output
+        return result.exit_code, (stdout or b"").decode() + (stderr or b"").decode()
+
+    def probe(self, service: str, script: str, *args: str) -> Any:
+        """Run ``probes/<script>.py`` inside ``service``'s container; its JSON output."""
+        source = (PROBES / f"{script}.py").read_text()
+        code, output = self.exec(service, "python", "-c", source, *args)
+        if code != 0:
+            raise AssertionError(f"probe {script} in {service} exited {code}:\n{output}")
+        return json.loads(output.strip().splitlines()[-1])
+
+    def chat(self, agent: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        return self.probe(agent, "chat", MODEL, json.dumps(messages))
+
+    def reach(self, service: str, targets: list[str]) -> dict[str, dict[str, Any]]:
+        return {r["target"]: r for r in self.probe(service, "reach", *targets)}
+
+    def addresses(self, service: str) -> list[str]:
+        networks = self.container(service).attrs["NetworkSettings"]["Networks"]
+        return [n["IPAddress"] for n in networks.values() if n.get("IPAddress")]
+
+    def audit(self, agent: str) -> list[dict[str, Any]]:
+        code, output = self.exec(SIDECAR, "cat", f"{STATE_DIR}/audit/{agent}.jsonl")
+        if code != 0:
+            return []
+        return [json.loads(line) for line in output.splitlines() if line.strip()]
+
+    def upstream_requests(self) -> list[dict[str, Any]]:
+        """What the scripted upstream was sent, one summary per request (see upstream/app.py)."""
+        logs = self.container(UPSTREAM).logs(stdout=True, stderr=False).decode()
+        return [json.loads(line) for line in logs.splitlines() if line.startswith("{")]
