@@ -84,6 +84,7 @@ def create_app(
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     state = app[STATE_KEY]
+    state.state_dir.mkdir(parents=True, exist_ok=True)
     await state.upstream.start()
     await state.executor.start()
     try:

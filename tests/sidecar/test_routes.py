@@ -1,0 +1,107 @@
+"""/healthz, /readyz, /v1/models, /metrics and the /mcp authentication gate."""
+
+from __future__ import annotations
+
+import shutil
+
+import aiohttp
+import openai
+
+from tests.sidecar.conftest import Pod
+from tests.support.upstream import Reply, openai_completion
+
+ALL_GLOBS = ["gpt-*", "o*", "claude-*"]
+
+
+async def _get(pod: Pod, path: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(pod.sidecar.url + path, headers=headers) as response,
+    ):
+        return response.status, await response.text()
+
+
+async def test_healthz_and_readyz(pod: Pod) -> None:
+    assert await _get(pod, "/healthz") == (200, '{"status": "ok"}')
+    status, body = await _get(pod, "/readyz")
+    assert status == 200 and '"ready"' in body
+
+
+async def test_readyz_fails_when_the_state_dir_is_gone(pod: Pod) -> None:
+    shutil.rmtree(pod.state_dir)
+    status, body = await _get(pod, "/readyz")
+    assert status == 503
+    assert "state directory" in body
+
+
+async def test_models_for_openai_clients(pod: Pod) -> None:
+    models = await pod.openai().models.list()
+    assert [m.id for m in models.data] == ALL_GLOBS
+    assert [m.owned_by for m in models.data] == ["openai", "openai", "anthropic"]
+
+
+async def test_models_for_anthropic_clients(pod: Pod) -> None:
+    page = await pod.anthropic().models.list()
+    assert [m.id for m in page.data] == ALL_GLOBS
+
+
+async def test_models_needs_a_token(pod: Pod) -> None:
+    status, _ = await _get(pod, "/v1/models")
+    assert status == 401
+    bad = pod.openai(token="claw_wrong")
+    try:
+        await bad.models.list()
+    except openai.PermissionDeniedError:
+        pass
+    else:
+        raise AssertionError("an unknown token listed models")
+
+
+async def test_metrics_count_requests(pod: Pod) -> None:
+    pod.upstream.enqueue("openai", Reply.json(openai_completion()))
+    await pod.openai().chat.completions.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "hi"}]
+    )
+    status, text = await _get(pod, "/metrics")
+    assert status == 200
+    assert (
+        'claw_requests_total{agent="agent",route="/v1/chat/completions",status="200"} 1.0' in text
+    )
+    assert 'claw_upstream_latency_seconds_count{provider="openai"} 1.0' in text
+    assert "sk-test" not in text
+
+
+async def test_mcp_rejects_missing_and_unknown_tokens_as_json_rpc(pod: Pod) -> None:
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(pod.sidecar.url + "/mcp", json=ping) as response:
+            assert response.status == 401
+            body = await response.json()
+            assert body["jsonrpc"] == "2.0" and body["error"]["code"] == -32001
+        headers = {"Authorization": "Bearer claw_wrong"}
+        async with session.post(pod.sidecar.url + "/mcp", json=ping, headers=headers) as response:
+            assert response.status == 403
+            assert (await response.json())["error"]["message"]
+
+
+async def test_mcp_serves_an_authenticated_agent(pod: Pod) -> None:
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-03-26",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"},
+        },
+    }
+    headers = {
+        "Authorization": f"Bearer {pod.token}",
+        "Accept": "application/json, text/event-stream",
+    }
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(pod.sidecar.url + "/mcp", json=initialize, headers=headers) as response,
+    ):
+        assert response.status == 200
+        assert "result" in await response.text()
