@@ -172,12 +172,32 @@ def test_the_store_is_bounded_least_recently_used_first(tmp_path: Path) -> None:
     assert store.recall(["aa01"])  # touch: bb02 is now the oldest
     store.remember("cc03", [{"role": "assistant", "content": "c"}])
     assert set(store.recall(["aa01", "bb02", "cc03"])) == {"aa01", "cc03"}
-    assert not (tmp_path / "continuity" / "bb" / "bb02.json").exists()
-    assert len(ContinuityStore(tmp_path, max_entries=2)) == 2
+    restarted = ContinuityStore(tmp_path, max_entries=2)
+    assert set(restarted.recall(["aa01", "bb02", "cc03"])) == {"aa01", "cc03"}
 
 
-def test_an_unreadable_entry_is_skipped(tmp_path: Path) -> None:
+async def test_a_replaced_entry_wins_and_a_torn_line_is_skipped(tmp_path: Path) -> None:
     store = ContinuityStore(tmp_path)
-    store.remember("dd04", [{"role": "assistant", "content": "d"}])
-    (tmp_path / "continuity" / "dd" / "dd04.json").write_text("{broken")
-    assert ContinuityStore(tmp_path).recall(["dd04"]) == {}
+    store.remember("dd04", [{"role": "assistant", "content": "old"}])
+    store.remember("dd04", [{"role": "assistant", "content": "new"}])
+    await store.close()
+    with open(store.path, "ab") as log:
+        log.write(b'{"key": "ee05", "messa')  # a crash mid-write
+    restarted = ContinuityStore(tmp_path)
+    assert restarted.recall(["dd04", "ee05"]) == {"dd04": [{"role": "assistant", "content": "new"}]}
+    restarted.remember("ff06", [])
+    assert ContinuityStore(tmp_path).recall(["ff06"]) == {"ff06": []}
+
+
+def test_the_log_is_compacted_when_dead_entries_dominate(tmp_path: Path) -> None:
+    store = ContinuityStore(tmp_path, max_entries=3)
+    payload = [{"role": "assistant", "content": "x" * 4096}]
+    for number in range(400):
+        store.remember(f"{number:04x}", payload)
+    assert store.path.stat().st_size < 3 * 1024 * 1024
+    assert set(store.recall(["018d", "018e", "018f"])) == {"018d", "018e", "018f"}
+    assert set(ContinuityStore(tmp_path).recall(["018d", "018e", "018f", "0000"])) == {
+        "018d",
+        "018e",
+        "018f",
+    }
