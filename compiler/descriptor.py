@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from jsonschema import Draft202012Validator, SchemaError
 from pydantic import (
@@ -14,6 +14,7 @@ from pydantic import (
     Field,
     StrictBool,
     ValidationError,
+    WithJsonSchema,
     field_validator,
 )
 
@@ -36,8 +37,18 @@ class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
+def _case_insensitive(words: tuple[str, ...]) -> str:
+    return "^(" + "|".join("".join(f"[{c.upper()}{c.lower()}]" for c in w) for w in words) + ")$"
+
+
 class Annotations(_Spec):
     """MCP tool annotations; ``readOnly`` is accepted for ``readOnlyHint``."""
+
+    model_config = ConfigDict(
+        json_schema_extra=lambda schema: schema["properties"].update(
+            readOnly={"type": "boolean", "description": "alias of readOnlyHint"}
+        )
+    )
 
     title: str | None = None
     readOnlyHint: StrictBool | None = Field(
@@ -49,7 +60,10 @@ class Annotations(_Spec):
 
 
 class HttpSpec(_Spec):
-    method: HttpMethod = Field(description="GET, POST, PUT, PATCH or DELETE (any case)")
+    method: Annotated[
+        HttpMethod,
+        WithJsonSchema({"type": "string", "pattern": _case_insensitive(METHODS)}),
+    ] = Field(description="GET, POST, PUT, PATCH or DELETE (any case)")
     path: str = Field(pattern=r"^/", description="starts with '/'; {name} placeholders")
     body: Literal["json", "none"] | None = Field(
         default=None, description="json (default for POST/PUT/PATCH) or none"
