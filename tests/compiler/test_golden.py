@@ -1,6 +1,7 @@
 """Golden files: the example build, byte for byte (tokens seeded through earlier env files).
 
-Regenerate after an intended change with:  CLAW_UPDATE_GOLDEN=1 .venv/bin/pytest tests/compiler/test_golden.py
+Regenerate after an intended change:
+    CLAW_UPDATE_GOLDEN=1 .venv/bin/pytest tests/compiler/test_golden.py
 """
 
 from __future__ import annotations
