@@ -169,7 +169,7 @@ class _Driver:
         return ModelReplied(body)
 
     async def _execute(self, command: ExecuteTools) -> ToolsDone:
-        if command.concurrent:
+        if command.concurrent and len(command.executions) > 1:
             outcomes = await asyncio.gather(
                 *(self._run_one(command, e) for e in command.executions)
             )
