@@ -217,7 +217,8 @@ def _content_fingerprint(content: Any) -> str:
     if content is None:
         return ""
     if isinstance(content, str):
-        return normalise_text(content)
+        # The same as one text block: runners echo answers either way.
+        return _block_fingerprint({"type": "text", "text": content})
     if not isinstance(content, list):
         return canonical_json(content).decode()
     return "|".join(_block_fingerprint(b) for b in content if _identifies(b))

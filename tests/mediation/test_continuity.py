@@ -78,7 +78,7 @@ def test_whitespace_and_key_order_do_not_change_the_conversation(api: str, tmp_p
     if api == "openai":
         reordered["content"] = "  answer   to\nAAPL "
     else:
-        reordered["content"] = [{"text": "answer to  AAPL\n", "type": "text"}]
+        reordered["content"] = "answer to  AAPL\n"  # a string instead of one text block
     history["messages"][1] = reordered
     history["messages"][0] = {"content": "  AAPL\n", "role": "user"}
     assert hidden_ids(api, next_turn(api, store, history, "more")) == ["c1"]
