@@ -101,8 +101,7 @@ class _Driver:
         self.http_status = 200
         self.error_code: str | None = None
         self.executor_outcomes: set[int] = set()
-        keepalive_ms = self.state.env.get(KEEPALIVE_ENV)
-        self.keepalive_s = int(keepalive_ms) / 1000 if keepalive_ms else DEFAULT_KEEPALIVE_S
+        self.keepalive_s = _keepalive_interval(self.state.env.get(KEEPALIVE_ENV))
 
     async def run(self) -> web.StreamResponse:
         steps = self.engine.run()
@@ -277,6 +276,14 @@ class _Driver:
             child = self.state.metrics.upstream_latency.labels(provider=self.ctx.provider_name)
             self.state.counters[key] = child
         return child
+
+
+def _keepalive_interval(configured: str | None) -> float:
+    try:
+        milliseconds = int(configured) if configured else 0
+    except ValueError:
+        milliseconds = 0
+    return milliseconds / 1000 if milliseconds > 0 else DEFAULT_KEEPALIVE_S
 
 
 def _upstream_message(body: bytes) -> str:
