@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import anthropic
 import orjson
+import pytest
 
 from tests.mediation.conftest import MediatedPod
 from tests.mediation.scripted import an_calls, an_text
@@ -146,3 +148,36 @@ async def test_choice_naming_a_managed_tool_is_presented_then_relaxed(pod: Media
         "disable_parallel_tool_use": True,
     }
     assert second["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
+
+
+async def test_mixed_response_is_refused_in_anthropic_shape(pod: MediatedPod) -> None:
+    script(
+        pod, an_calls(("toolu_1", "desk_quote", {"symbol": "A"}), ("toolu_2", "notify_user", {}))
+    )
+    client = pod.anthropic()
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        await client.messages.create(model=MODEL, max_tokens=64, messages=ASK, tools=[LOCAL_TOOL])
+    assert caught.value.status_code == 502
+    assert caught.value.body["type"] == "error"
+    assert caught.value.body["error"]["code"] == "mixed_executor_response"
+    assert "toolu_2" in caught.value.body["error"]["message"]
+    assert pod.service.requests == []
+    (record,) = await pod.wait_for_audit(1)
+    assert record["outcome"]["code"] == "mixed_executor_response"
+    assert [c["executed"] for c in record["tool_trace"][0]["calls"]] == [False, False]
+
+
+async def test_invalid_input_is_corrected_by_the_model(pod: MediatedPod) -> None:
+    script(
+        pod,
+        an_calls(("toolu_1", "desk_trade", {"symbol": "AAPL", "side": "short", "quantity": 1})),
+        an_calls(("toolu_2", "desk_trade", {"symbol": "AAPL", "side": "sell", "quantity": 1})),
+        an_text("Sold one."),
+    )
+    message = await pod.anthropic().messages.create(model=MODEL, max_tokens=64, messages=ASK)
+    assert message.content[0].text == "Sold one."
+    (trade,) = pod.service.requests
+    assert trade.json() == {"trade": {"symbol": "AAPL", "side": "sell", "quantity": 1}}
+    correction = pod.sent("anthropic")[1]["messages"][-1]["content"][0]
+    assert correction["is_error"] is True
+    assert orjson.loads(correction["content"])["error"]["code"] == "invalid_arguments"
