@@ -98,7 +98,7 @@ class PodClaw(_Spec):
 
 
 class AgentMarker(_Spec):
-    count: Annotated[int, Strict(), Field(ge=1)] | None = Field(
+    count: Annotated[int, Strict(), Field(ge=1, le=1000)] | None = Field(
         default=None, description="N agents with ids <service>-0 .. <service>-N-1"
     )
 
@@ -327,6 +327,48 @@ class _Resolver:
         return service
 
 
+# Compose keys clawc reads or rewrites, with the shapes it accepts (checked before any use).
+_SERVICE_SHAPES: dict[str, tuple[tuple[type, ...], tuple[type, ...]]] = {
+    # key: (accepted container types, accepted item types when it is a list)
+    "environment": ((dict, list), (str,)),
+    "env_file": ((str, list), (str, dict)),
+    "depends_on": ((dict, list), (str,)),
+    "volumes": ((list,), (str, dict)),
+    "networks": ((dict, list), (str,)),
+    "build": ((str, dict), ()),
+    "expose": ((list,), (str, int)),
+    "ports": ((list,), (str, int, dict)),
+}
+_TYPE_NAMES = {dict: "a mapping", list: "a list", str: "a string", int: "a number"}
+
+
+def _check_shapes(resolver: _Resolver) -> None:
+    """Reject compose values of a shape clawc cannot rewrite, before it touches them."""
+    for section in ("networks", "volumes", "configs", "secrets"):
+        value = resolver.data.get(section)
+        if value is not None and not isinstance(value, dict):
+            raise resolver.fail(f"'{section}' must be a mapping", (section,))
+    for name, definition in resolver.services.items():
+        if not isinstance(definition, dict):
+            raise resolver.fail("a service must be a mapping", ("services", name), name)
+        for key, (shapes, items) in _SERVICE_SHAPES.items():
+            value = definition.get(key)
+            if value is None:
+                continue
+            expected = " or ".join(_TYPE_NAMES[t] for t in shapes)
+            if not isinstance(value, shapes) or isinstance(value, bool):
+                raise resolver.fail(f"'{key}' must be {expected}", ("services", name, key), name)
+            if isinstance(value, list):
+                for index, item in enumerate(value):
+                    if not isinstance(item, items) or isinstance(item, bool):
+                        allowed = " or ".join(_TYPE_NAMES[t] for t in items)
+                        raise resolver.fail(
+                            f"items of '{key}' must be {allowed}",
+                            ("services", name, key, index),
+                            name,
+                        )
+
+
 def _agent_ids(name: str, marker: AgentMarker) -> list[str]:
     return [name] if marker.count is None else [f"{name}-{i}" for i in range(marker.count)]
 
@@ -420,6 +462,7 @@ def _starvation(resolver: _Resolver, name: str, forbidden: dict[str, str]) -> No
 def compile_pod(path: Path | str) -> CompiledPod:
     """Resolve a pod file into agents, their tools and policies; raise :class:`CompileError`."""
     resolver = _Resolver(Path(path))
+    _check_shapes(resolver)
     _check_reserved(resolver)
     claw = resolver.parse_pod_claw()
     claws = {name: resolver.parse_service_claw(name) for name in resolver.services}

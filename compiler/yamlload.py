@@ -34,6 +34,25 @@ class Lines:
         return None
 
 
+def _check_duplicates(node: yaml.Node, source: Path | str, done: set[int]) -> None:
+    """YAML loaders silently keep the last of two equal keys; compose refuses them, so do we."""
+    if id(node) in done:  # aliases share nodes
+        return
+    done.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.value != "<<":
+                if key_node.value in seen:
+                    line = key_node.start_mark.line + 1
+                    raise CompileError(f"duplicate key '{key_node.value}'", file=source, line=line)
+                seen.add(key_node.value)
+            _check_duplicates(value_node, source, done)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _check_duplicates(item, source, done)
+
+
 def _index(node: yaml.Node, path: Path_, lines: Lines) -> None:
     lines.by_path.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
@@ -61,6 +80,8 @@ def parse_yaml(text: str, source: Path | str) -> tuple[Any, Lines]:
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
+        if node is not None:
+            _check_duplicates(node, source, set())
         data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark

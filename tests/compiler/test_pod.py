@@ -337,3 +337,54 @@ def test_base_urls(pod_dir: PodDir) -> None:
     pod = pod_dir.compile(text)
     assert pod.tool_services["svc"].base_url == "http://svc:8000"
     assert pod.tool_services["other"].base_url == "http://127.0.0.1:9999"
+
+
+@pytest.mark.parametrize(
+    ("definition", "pointer", "reason"),
+    [
+        (
+            "environment: 'A=1'",
+            "/services/bot/environment",
+            "'environment' must be a mapping or a list",
+        ),
+        (
+            "environment: [1]",
+            "/services/bot/environment/0",
+            "items of 'environment' must be a string",
+        ),
+        ("env_file: 3", "/services/bot/env_file", "'env_file' must be a string or a list"),
+        ("depends_on: 5", "/services/bot/depends_on", "'depends_on' must be a mapping or a list"),
+        ("volumes: {a: b}", "/services/bot/volumes", "'volumes' must be a list"),
+        ("networks: 3", "/services/bot/networks", "'networks' must be a mapping or a list"),
+        ("build: [1]", "/services/bot/build", "'build' must be a string or a mapping"),
+        ("ports: [true]", "/services/bot/ports/0", "items of 'ports' must be"),
+    ],
+)
+def test_compose_values_clawc_rewrites_must_have_a_known_shape(
+    pod_dir: PodDir, definition: str, pointer: str, reason: str
+) -> None:
+    error = pod_dir.error(
+        f"services:\n  bot:\n    image: a\n    {definition}\n    x-claw: {{agent: {{}}}}\n"
+    )
+    assert (error.pointer, error.reason, error.service, error.line) == (pointer, reason, "bot", 4)
+
+
+def test_duplicate_keys_are_refused_but_merge_keys_work(pod_dir: PodDir) -> None:
+    error = pod_dir.error("services:\n  a: {image: x}\n  a: {image: y}\n")
+    assert (error.reason, error.line) == ("duplicate key 'a'", 3)
+    merged = """\
+    x-agent: &agent
+      image: example/agent
+      x-claw: {agent: {}}
+    services:
+      one:
+        <<: *agent
+        image: example/other
+      two: *agent
+    """
+    assert [a.id for a in pod_dir.compile(merged).agents] == ["one", "two"]
+
+
+def test_agent_count_is_bounded(pod_dir: PodDir) -> None:
+    error = pod_dir.error("services:\n  a:\n    image: x\n    x-claw: {agent: {count: 100000}}\n")
+    assert error.pointer == "/services/a/x-claw/agent/count"
