@@ -357,7 +357,11 @@ def test_base_urls(pod_dir: PodDir) -> None:
         ("volumes: {a: b}", "/services/bot/volumes", "'volumes' must be a list"),
         ("networks: 3", "/services/bot/networks", "'networks' must be a mapping or a list"),
         ("build: [1]", "/services/bot/build", "'build' must be a string or a mapping"),
-        ("ports: [true]", "/services/bot/ports/0", "items of 'ports' must be"),
+        (
+            "ports: [true]",
+            "/services/bot/ports/0",
+            "items of 'ports' must be a string or a number or a mapping",
+        ),
     ],
 )
 def test_compose_values_clawc_rewrites_must_have_a_known_shape(
