@@ -145,15 +145,16 @@ class MediationEngine:
             if isinstance(turn, Fail):
                 yield turn
                 return
+            # Only names presented to the model for THIS agent are the sidecar's (points 4, 6).
             managed = [c for c in turn.calls if c.name in self.tools]
-            if not managed:
+            if not managed:  # an answer, or calls the runner owns: hand it back
                 yield from self._finish(turn, transcript)
                 return
-            if finalizing:
+            if finalizing:  # tools were withdrawn and the model still calls them (point 11)
                 self._trace_round(turn.calls, [self._budget_outcome()] * len(turn.calls))
                 yield Fail(502, "tool_budget_exhausted", self._budget_message(managed))
                 return
-            if len(managed) < len(turn.calls):
+            if len(managed) < len(turn.calls):  # mixed executors: nothing runs (point 5)
                 if self.on_mixed == "retry" and not mixed_retried:
                     mixed_retried = True
                     outcomes = [refused("mixed_executor_response", NOT_EXECUTED)] * len(turn.calls)
@@ -165,6 +166,7 @@ class MediationEngine:
                 yield Fail(502, "mixed_executor_response", self._mixed_message(turn.calls))
                 return
             if self.executed_rounds >= self.policy.max_rounds or self._nearly_out_of_time():
+                # Budget spent: answer the pending calls, withdraw tools, one final call.
                 transcript += self._answer(turn, [self._budget_outcome()] * len(turn.calls))
                 finalizing = True
                 continue
