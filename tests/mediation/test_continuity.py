@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from sidecar.codecs.base import codec_for
 from sidecar.mediation.commands import Remember
 from sidecar.mediation.continuity import ContinuityStore
 from tests.mediation.scripted import agent, calls, drive, engine_for, request, text
@@ -201,3 +205,59 @@ def test_the_log_is_compacted_when_dead_entries_dominate(tmp_path: Path) -> None
         "018e",
         "018f",
     }
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    arguments=st.dictionaries(st.text(min_size=1, max_size=6), JSON_VALUES, max_size=5),
+    words=st.lists(st.text(alphabet="abcxyz.,!", min_size=1, max_size=6), max_size=6),
+)
+def test_fingerprints_ignore_key_order_spacing_and_null_fields(
+    arguments: dict[str, Any], words: list[str]
+) -> None:
+    reordered = dict(reversed(list(arguments.items())))
+    openai_codec, anthropic_codec = codec_for("openai"), codec_for("anthropic")
+    sent = {
+        "role": "assistant",
+        "content": " ".join(words),
+        "tool_calls": [
+            {
+                "id": "a",
+                "type": "function",
+                "function": {"name": "f", "arguments": json.dumps(arguments)},
+            }
+        ],
+    }
+    echoed = {
+        "tool_calls": [
+            {
+                "function": {"arguments": json.dumps(reordered, indent=2), "name": "f"},
+                "type": "function",
+                "id": "a",
+            }
+        ],
+        "refusal": None,
+        "content": "\n  " + "  \n".join(words) + " ",
+        "role": "assistant",
+    }
+    assert openai_codec.fingerprint(sent) == openai_codec.fingerprint(echoed)
+    blocks = [
+        {"type": "text", "text": " ".join(words)},
+        {"type": "tool_use", "id": "a", "name": "f", "input": arguments},
+    ]
+    again = [
+        {"text": "\t".join(words), "type": "text"},
+        {"input": reordered, "name": "f", "id": "a", "type": "tool_use"},
+    ]
+    assert anthropic_codec.fingerprint({"role": "assistant", "content": blocks}) == (
+        anthropic_codec.fingerprint({"content": again, "role": "assistant"})
+    )
