@@ -7,8 +7,9 @@ key and re-inserts them.
 
 Storage is one append-only log under ``<state>/continuity/`` (one JSON line per entry: a single
 write per request, no file churn) with an in-memory index of key -> byte range, rebuilt by
-scanning the log after a restart. The number of live entries is bounded (least recently used
-evicted); the log is compacted when dead entries dominate it.
+scanning the log after a restart. Live entries are bounded in number and bytes (least recently
+used evicted; after a restart "recent" means recently written); the log is compacted when dead
+entries dominate it.
 """
 
 from __future__ import annotations
@@ -27,13 +28,18 @@ LOG_NAME = "rounds.jsonl"
 # Compact when the log is this much larger than its live entries (and not tiny).
 COMPACT_RATIO = 3
 COMPACT_MIN_BYTES = 1 << 20
+# Live entries are bounded in bytes too: rounds carry tool results of up to 16 KiB each.
+DEFAULT_MAX_BYTES = 256 << 20
 
 
 class ContinuityStore:
-    def __init__(self, state_dir: Path, max_entries: int = 10000) -> None:
+    def __init__(
+        self, state_dir: Path, max_entries: int = 10000, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> None:
         self.directory = Path(state_dir) / "continuity"
         self.path = self.directory / LOG_NAME
         self.max_entries = max_entries
+        self.max_bytes = max_bytes
         self._index: OrderedDict[str, tuple[int, int]] | None = None
         self._fd: int | None = None
         self._size = 0
@@ -117,7 +123,9 @@ class ContinuityStore:
         """Drop least recently used entries over the bound; tombstones keep them dropped."""
         assert self._index is not None and self._fd is not None
         tombstones = b""
-        while len(self._index) > self.max_entries:
+        while len(self._index) > self.max_entries or (
+            len(self._index) > 1 and self._live_bytes > self.max_bytes
+        ):
             evicted, (_, length) = self._index.popitem(last=False)
             self._live_bytes -= length
             tombstones += orjson.dumps({"key": evicted, "drop": True}) + b"\n"

@@ -180,6 +180,13 @@ def test_the_store_is_bounded_least_recently_used_first(tmp_path: Path) -> None:
     assert set(restarted.recall(["aa01", "bb02", "cc03"])) == {"aa01", "cc03"}
 
 
+def test_the_store_is_bounded_in_bytes(tmp_path: Path) -> None:
+    store = ContinuityStore(tmp_path, max_bytes=10_000)
+    for number in range(5):
+        store.remember(f"{number:04x}", [{"role": "user", "content": "x" * 3000}])
+    assert set(store.recall([f"{n:04x}" for n in range(5)])) == {"0002", "0003", "0004"}
+
+
 async def test_a_replaced_entry_wins_and_a_torn_line_is_skipped(tmp_path: Path) -> None:
     store = ContinuityStore(tmp_path)
     store.remember("dd04", [{"role": "assistant", "content": "old"}])
