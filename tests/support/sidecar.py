@@ -11,6 +11,7 @@ from aiohttp import web
 from sidecar.manifest import load_build
 from sidecar.server.app import create_app
 from sidecar.server.context import STATE_KEY, SidecarState
+from tests.support import secret_sweep
 
 TEST_PROVIDER_KEYS = {
     "OPENAI_API_KEY": "sk-test-openai-key",
@@ -51,9 +52,9 @@ async def start_sidecar(
 ) -> RunningSidecar:
     """Load ``build_root`` (digest-checked) and serve it; ``env`` defaults to test provider keys."""
     build = load_build(build_root)
-    app = create_app(
-        build, state_dir=state_dir, env=dict(TEST_PROVIDER_KEYS if env is None else env)
-    )
+    env = dict(TEST_PROVIDER_KEYS if env is None else env)
+    secret_sweep.register_build_env(build, env)  # the suite-wide credential sweep checks these
+    app = create_app(build, state_dir=state_dir, env=env)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()

@@ -1,0 +1,57 @@
+"""Suite-wide plugin: the credential sweep (see tests/support/secret_sweep.py).
+
+Every credential value handed to a test sidecar is registered; at the end of the session every
+log record, every collected response and every file under the session's temporary directory
+(all build and state dirs) is searched, and the session fails if any value appears.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from tests.support import secret_sweep
+
+_collector = secret_sweep.LogCollector()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    root = logging.getLogger()
+    root.addHandler(_collector)
+    if root.level > logging.INFO or root.level == logging.NOTSET:
+        root.setLevel(logging.INFO)  # the sidecar's request lines are INFO
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    logging.getLogger().removeHandler(_collector)
+    sweep = secret_sweep.SWEEP
+    if not sweep.secrets:
+        return
+    trees = set(sweep.trees)
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if factory is not None:
+        trees.add(factory.getbasetemp())
+    leaks = secret_sweep.find_leaks(sweep.secrets, sweep.texts, trees)
+    session.config.stash[_RESULT] = (len(sweep.secrets), len(sweep.texts), leaks)
+    if leaks and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_RESULT = pytest.StashKey[tuple[int, int, list[str]]]()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    result = terminalreporter.config.stash.get(_RESULT, None)
+    if result is None:
+        return
+    secrets, texts, leaks = result
+    if leaks:
+        terminalreporter.section("credential sweep: FAILED", red=True)
+        for line in leaks[:50]:
+            terminalreporter.write_line(line)
+    else:
+        terminalreporter.write_line(
+            f"credential sweep: {secrets} credential values, {texts} texts and logs, "
+            "all build/state files: clean"
+        )
