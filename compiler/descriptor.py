@@ -263,8 +263,9 @@ def _check_auth(auth: ToolAuth, file: str, lines: Lines) -> None:
 
 def load_descriptor(source: DescriptorSource) -> LoadedDescriptor:
     """Read, validate and compile one descriptor; raise a located :class:`CompileError`."""
-    file = source.label
-    data, lines = parse_document(source.read_descriptor(), file, json_first=source.is_json)
+    text = source.read_descriptor()
+    file = source.label  # known only once read: an image source resolves its label path first
+    data, lines = parse_document(text, file, json_first=source.is_json)
     if not isinstance(data, dict):
         raise CompileError("a descriptor must be a mapping", file=file, pointer="")
     if data.get("version", 1) == 1 and "tools" not in data:
