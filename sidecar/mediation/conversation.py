@@ -8,6 +8,7 @@ a semantic fingerprint so a conversation can be recognised when the runner sends
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -122,7 +123,10 @@ class Conversation:
 
 
 def canonical_json(value: Any) -> bytes:
-    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # integers beyond 64 bits, which the standard library can write
+        return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
 
 def canonical_arguments(arguments: str | dict[str, Any] | None) -> str:
