@@ -387,3 +387,14 @@ def test_a_skill_that_reveals_a_service_url_is_refused(pod_dir: PodDir, tmp_path
     with pytest.raises(CompileError, match="reveals the service URL http://svc:8000") as caught:
         write_build(pod, tmp_path / "out")
     assert "svc.json" in str(caught.value)
+
+
+def test_big_pod_helper_compiles_into_a_loadable_build(tmp_path: Path) -> None:
+    from tests.support.bigpod import write_big_pod
+
+    pod = compile_pod(write_big_pod(tmp_path / "big", agents=3, services=2, tools=4))
+    write_build(pod, tmp_path / "big" / "build")
+    build = load_build(tmp_path / "big" / "build")
+    assert sorted(build.agents) == ["agent0", "agent1", "agent2"]
+    assert all(len(a.tools.tools) == 8 for a in build.agents.values())
+    assert build.agents["agent2"].agent.names["svc1_op3"] == "svc1.op3"
