@@ -226,6 +226,9 @@ class _Driver:
             # Send now, so the audit below never delays the client.
             await self._guard(self.response.prepare(self.request))
             await self._guard(self.response.write_eof())
+        if self.client_gone and self.error_code is None:
+            # The answer was ready but nobody was there to receive it.
+            self.http_status, self.error_code = CLIENT_CLOSED, "client_disconnected"
 
     async def _write(self, data: bytes) -> None:
         if self.stream is not None and not self.client_gone:

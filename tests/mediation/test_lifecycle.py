@@ -74,6 +74,25 @@ async def test_a_client_that_leaves_mid_loop_still_gets_its_call_completed_and_a
     assert len(pod.sent("openai")) == 1  # no model call after the client left
 
 
+async def test_a_client_that_leaves_during_the_final_call_is_recorded_as_gone(
+    pod: MediatedPod,
+) -> None:
+    pod.upstream.enqueue(
+        "openai",
+        Reply.json(oa_calls(("c1", "desk_quote", {"symbol": "A"}))),
+        Reply.json(oa_text("too late"), delay=0.5),
+    )
+    async with aiohttp.ClientSession() as session:
+        response = await post_stream(pod, session)
+        while len(pod.sent("openai")) < 2:  # the final call is under way
+            await asyncio.sleep(0.01)
+        response.close()
+    (record,) = await pod.wait_for_audit(1)
+    assert record["outcome"] == {"status": "error", "code": "client_disconnected"}
+    assert record["usage"]["rounds"] == 1
+    assert record["tool_trace"][0]["calls"][0]["executed"] is True
+
+
 async def test_concurrent_conversations_of_one_agent_never_mix(pod: MediatedPod) -> None:
     pod.service.reply(None, delay_s=0.05)
     script(
