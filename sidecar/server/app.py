@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import logging
 import os
 import time
@@ -40,6 +42,8 @@ log = logging.getLogger("sidecar.server")
 CHAT_COMPLETIONS = "/v1/chat/completions"
 MESSAGES = "/v1/messages"
 PREPARED_RESPONSE = web.RequestKey("claw_prepared_response", web.StreamResponse)
+# Unique across restarts (random prefix) without a syscall per request (counter).
+_request_ids = (f"req_{os.urandom(6).hex()}{n:08x}" for n in itertools.count(1))
 JSONRPC_UNAUTHORIZED = -32001
 JSONRPC_INTERNAL_ERROR = -32603
 
@@ -59,7 +63,7 @@ def create_app(
         config=config,
         env=env,
         state_dir=state_dir,
-        upstream=UpstreamClient(config, env, metrics=metrics),
+        upstream=UpstreamClient(config, env),
         executor=executor,
         audit=audit,
         metrics=metrics,
@@ -112,7 +116,7 @@ async def _llm_request(request: web.Request, api: Api, route: str) -> web.Stream
     started = time.monotonic()
     state = request.app[STATE_KEY]
     agent = state.verifier.authenticate(request)
-    request_id = "req_" + os.urandom(12).hex()
+    request_id = next(_request_ids)
     inflight = _inflight_gauge(state, route)
     inflight.inc()
     body: dict[str, Any] = {}
@@ -286,11 +290,9 @@ async def _error_reply(request: web.Request, err: ApiError) -> web.StreamRespons
     if prepared is None:
         return error_response(api, err)
     # Headers are gone already: end the stream with the protocol's in-band error.
-    try:
+    with contextlib.suppress(ConnectionError):
         await prepared.write(stream_error_bytes(api, err))
         await prepared.write_eof()
-    except ConnectionError:
-        pass
     return prepared
 
 

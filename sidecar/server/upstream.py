@@ -12,7 +12,6 @@ import aiohttp
 import orjson
 
 from sidecar.manifest import Provider, SidecarConfig
-from sidecar.observability.metrics import ConnectionCounts, Metrics, connection_trace_config
 
 if TYPE_CHECKING:
     from sidecar.server.context import RequestContext
@@ -103,11 +102,7 @@ class _ProviderChannel:
 class UpstreamClient:
     """Sends requests to providers over pooled keep-alive connections, attaching their keys."""
 
-    def __init__(
-        self, config: SidecarConfig, env: Mapping[str, str], metrics: Metrics | None = None
-    ) -> None:
-        self._metrics = metrics
-        self.connections = ConnectionCounts()
+    def __init__(self, config: SidecarConfig, env: Mapping[str, str]) -> None:
         timeout_s = config.upstream_timeout_ms / 1000
         self._channels: dict[str, _ProviderChannel] = {}
         for name, provider in config.providers.items():
@@ -123,8 +118,9 @@ class UpstreamClient:
     async def start(self) -> None:
         for channel in self._channels.values():
             connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)
-            trace = connection_trace_config(self.connections, self._metrics, "upstream")
-            channel.session = aiohttp.ClientSession(connector=connector, trace_configs=[trace])
+            # No trace configs: aiohttp then fires several signals per request and per chunk,
+            # a measurable share of a pass-through's CPU.
+            channel.session = aiohttp.ClientSession(connector=connector)
 
     async def close(self) -> None:
         for channel in self._channels.values():
