@@ -397,4 +397,4 @@ def test_big_pod_helper_compiles_into_a_loadable_build(tmp_path: Path) -> None:
     build = load_build(tmp_path / "big" / "build")
     assert sorted(build.agents) == ["agent0", "agent1", "agent2"]
     assert all(len(a.tools.tools) == 8 for a in build.agents.values())
-    assert build.agents["agent2"].agent.names["svc1_op3"] == "svc1.op3"
+    assert build.agents["agent2"].agent.names["svc1_op_3"] == "svc1.op_3"
