@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from sidecar.codecs.anthropic import AnthropicCodec
+from sidecar.codecs.openai import OpenAICodec
 from sidecar.mediation.conversation import (
     Conversation,
     ModelTurn,
@@ -52,7 +54,8 @@ class Codec(Protocol):
 
 
 def codec_for(api: str) -> Codec:
-    from sidecar.codecs.anthropic import AnthropicCodec
-    from sidecar.codecs.openai import OpenAICodec
+    """The codec of an API; codecs hold no state, so one instance serves every request."""
+    return _CODECS[api]
 
-    return OpenAICodec() if api == "openai" else AnthropicCodec()
+
+_CODECS: dict[str, Codec] = {"openai": OpenAICodec(), "anthropic": AnthropicCodec()}
