@@ -75,7 +75,14 @@ def read_token(env_file: Path) -> str | None:
     return None
 
 
-_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's emitter when available
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    """libyaml's emitter when available; values shared through YAML anchors are written out in
+    full, so the generated compose has no anchors to puzzle over."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 _PRESENTED = "@@CLAW_PRESENTED@@"  # cannot occur in a canonical name ('@' is not allowed there)
 _TOOLS = "@@CLAW_TOOLS@@"
 
@@ -258,7 +265,7 @@ def _compose_text(document: dict[str, Any], pod: CompiledPod) -> str:
     )
     body = yaml.dump(
         document,
-        Dumper=_DUMPER,
+        Dumper=_Dumper,
         sort_keys=False,
         default_flow_style=False,
         width=100,

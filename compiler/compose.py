@@ -85,6 +85,14 @@ class _Paths:
         return result
 
 
+def _without_claw(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_claw(v) for k, v in value.items() if k != "x-claw"}
+    if isinstance(value, list):
+        return [_without_claw(v) for v in value]
+    return value
+
+
 def _add_networks(definition: dict[str, Any], names: list[str]) -> None:
     networks = definition.get("networks")
     if isinstance(networks, dict):
@@ -156,7 +164,8 @@ def generate_compose(
     original = copy.deepcopy(pod.compose)
     paths = _Paths(pod.directory, out)
     document: dict[str, Any] = {"name": original.pop("name", None) or project_name(pod.name)}
-    document.update({k: v for k, v in original.items() if k != "x-claw"})
+    # Extension fields (x-...) often hold anchors with x-claw inside: no grant may survive there.
+    document.update({k: _without_claw(v) for k, v in original.items() if k != "x-claw"})
     surfaced = sorted({s for agent in pod.agents for s in agent.surfaces})
     agents_by_id = {agent.id: agent for agent in pod.agents}
     services: dict[str, Any] = {}

@@ -398,3 +398,30 @@ def test_big_pod_helper_compiles_into_a_loadable_build(tmp_path: Path) -> None:
     assert sorted(build.agents) == ["agent0", "agent1", "agent2"]
     assert all(len(a.tools.tools) == 8 for a in build.agents.values())
     assert build.agents["agent2"].agent.names["svc1_op_3"] == "svc1.op_3"
+
+
+def test_anchored_extension_fields_lose_their_x_claw_and_aliases_are_expanded(
+    pod_dir: PodDir, tmp_path: Path
+) -> None:
+    text = """\
+x-agent: &agent
+  image: example/agent
+  volumes: ["./shared:/shared"]
+  x-claw: {agent: {}, tools: [svc]}
+services:
+  svc:
+    image: example/svc
+    x-claw: {describe: svc.json}
+  one: *agent
+  two:
+    <<: *agent
+    image: example/other
+"""
+    out = tmp_path / "out"
+    write_build(pod_dir.compile(text), out, sidecar_image="sidecar:1")
+    generated = (out / "compose.yml").read_text()
+    assert "x-claw" not in generated and "&id" not in generated and "*id" not in generated
+    compose = yaml.safe_load(generated)
+    assert compose["x-agent"]["image"] == "example/agent"
+    assert compose["services"]["two"]["image"] == "example/other"
+    assert compose["services"]["one"]["env_file"] == ["agents/one.env"]
