@@ -205,8 +205,8 @@ class _Resolver:
 
     def __init__(self, path: Path) -> None:
         self.file = path
-        data, self.lines = load_file(path, "pod file")
-        self.lines: Lines
+        data, lines = load_file(path, "pod file")
+        self.lines: Lines = lines
         if not isinstance(data, dict):
             raise CompileError("a pod file must be a compose mapping", file=path, line=1)
         self.data: dict[str, Any] = data
@@ -286,11 +286,8 @@ class _Resolver:
             raise self.fail("an agent cannot also be a tool service", (*prefix, key), name)
         return claw
 
-    def tool_service(self, name: str, claw: ServiceClaw | None) -> ToolService:
-        if name in self.tool_services:
-            return self.tool_services[name]
-        definition = self.services[name]
-        source: DescriptorSource
+    def _source(self, name: str, claw: ServiceClaw | None) -> DescriptorSource:
+        """x-claw.describe first, else the claw.describe label of the service's image."""
         if claw is not None and claw.describe:
             path = (self.file.parent / claw.describe).resolve()
             if not path.is_file():
@@ -299,32 +296,34 @@ class _Resolver:
                     ("services", name, "x-claw", "describe"),
                     name,
                 )
-            source = FileSource(path)
-        elif isinstance(definition.get("image"), str):
-            source = ImageSource(definition["image"], name, self.file)
-        else:
-            raise self.fail(
-                "no descriptor: set x-claw.describe, or use an image labelled 'claw.describe'",
-                ("services", name),
-                name,
-            )
-        key = path if isinstance(source, FileSource) else None
-        if key is not None and key in self.descriptors:
-            loaded = self.descriptors[key]
-        else:
+            return FileSource(path)
+        image = self.services[name].get("image")
+        if isinstance(image, str):
+            return ImageSource(image, name, self.file)
+        raise self.fail(
+            "no descriptor: set x-claw.describe, or use an image labelled 'claw.describe'",
+            ("services", name),
+            name,
+        )
+
+    def _load(self, source: DescriptorSource) -> LoadedDescriptor:
+        if isinstance(source, ImageSource):
             try:
-                loaded = load_descriptor(source)
+                return load_descriptor(source)
             finally:
-                if isinstance(source, ImageSource):
-                    source.close()
-            if key is not None:
-                self.descriptors[key] = loaded
-        base_url = (
-            claw.url if claw and claw.url else None
-        ) or f"http://{name}:{container_port(definition)}"
-        service = ToolService(name=name, loaded=loaded, base_url=base_url.rstrip("/"))
-        self.tool_services[name] = service
-        return service
+                source.close()
+        assert isinstance(source, FileSource)
+        if source.path not in self.descriptors:  # services may share one descriptor file
+            self.descriptors[source.path] = load_descriptor(source)
+        return self.descriptors[source.path]
+
+    def tool_service(self, name: str, claw: ServiceClaw | None) -> ToolService:
+        if name not in self.tool_services:
+            loaded = self._load(self._source(name, claw))
+            default_url = f"http://{name}:{container_port(self.services[name])}"
+            base_url = (claw.url if claw is not None and claw.url else default_url).rstrip("/")
+            self.tool_services[name] = ToolService(name=name, loaded=loaded, base_url=base_url)
+        return self.tool_services[name]
 
 
 # Compose keys clawc reads or rewrites, with the shapes it accepts (checked before any use).

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import textwrap
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from compiler.errors import CompileError
 from compiler.pod import CompiledPod, compile_pod
@@ -89,10 +87,3 @@ TOOL_SERVICES = """\
 def granted(pod: CompiledPod, agent_id: str) -> list[str]:
     agent = next(a for a in pod.agents if a.id == agent_id)
     return [f"{service.name}.{t.name}" for service, t in agent.tools]
-
-
-def dump(data: Any) -> str:
-    return yaml.safe_dump(data, sort_keys=False)
-
-
-Factory = Callable[..., Any]
