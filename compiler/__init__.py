@@ -1,0 +1,1 @@
+"""clawc: compiles pod files and service descriptors into sidecar builds (docs/compiler.md)."""
