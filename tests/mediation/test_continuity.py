@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sidecar.codecs.base import codec_for
-from sidecar.mediation.commands import Remember
+from sidecar.mediation.commands import Recall, Remember
 from sidecar.mediation.continuity import ContinuityStore
 from tests.mediation.scripted import agent, calls, drive, engine_for, request, text
 
@@ -162,6 +162,27 @@ def test_a_legacy_function_call_answer_is_recognised(tmp_path: Path) -> None:
     ]
     back = drive(engine_for("openai", body), [text("openai", "done")], store=store)
     assert "c1" in hidden_ids("openai", back.upstream_bodies[0]["messages"])
+
+
+def test_a_different_system_prompt_is_a_different_conversation(tmp_path: Path) -> None:
+    store = ContinuityStore(tmp_path)
+    body = request("anthropic", "AAPL", system="You are terse.")
+    run = drive(
+        engine_for("anthropic", body),
+        [calls("anthropic", ("c1", "desk_lookup", {"symbol": "A"})), text("anthropic", "1")],
+        store=store,
+    )
+    history = [*body["messages"], echo("anthropic", run.response.body)]
+    for system, expected in (("You are terse.", ["c1"]), ("You are chatty.", [])):
+        again = request("anthropic", system=system)
+        again["messages"] = [*history, {"role": "user", "content": "more"}]
+        back = drive(engine_for("anthropic", again), [text("anthropic", "ok")], store=store)
+        assert hidden_ids("anthropic", back.upstream_bodies[0]["messages"]) == expected
+
+
+def test_a_first_turn_looks_nothing_up() -> None:
+    run = drive(engine_for("openai", request("openai")), [text("openai", "hi")])
+    assert run.of(Recall) == []
 
 
 def test_only_requests_with_hidden_rounds_are_remembered(tmp_path: Path) -> None:
