@@ -40,6 +40,18 @@ READ_CHUNK = 64 * 1024
 USER_AGENT = "clawpod-sidecar"
 
 
+class CheckedArguments(dict[str, Any]):
+    """Arguments that passed ``tool``'s schema. Handing them back to :meth:`ToolExecutor.execute`
+    skips a second validation (mediation checks first, for duplicate detection, then executes).
+    Treat them as read-only."""
+
+    __slots__ = ("tool",)
+
+    def __init__(self, tool: ManagedTool, arguments: dict[str, Any]) -> None:
+        super().__init__(arguments)
+        self.tool = tool
+
+
 @dataclass(frozen=True, slots=True)
 class _PreparedTool:
     """Per-tool work done once: the compiled validator and the parsed path template."""
@@ -60,6 +72,8 @@ class ToolExecutor:
         self._session: aiohttp.ClientSession | None = None
         self._inflight: set[asyncio.Task[ToolOutcome]] = set()
         self.connections = ConnectionCounts()
+        # labels() costs more than the increment; children are looked up once per tool/outcome.
+        self._metric_children: dict[tuple[str, str], tuple[Any, Any]] = {}
 
     async def start(self) -> None:
         if self._session is not None:
@@ -74,10 +88,7 @@ class ToolExecutor:
         self._session = aiohttp.ClientSession(
             connector=connector,
             trust_env=False,  # no proxy from the environment: only the manifest's host is contacted
-            trace_configs=[
-                connection_trace_config(self.connections, self._metrics, "tools"),
-                _headers_sent_trace(),
-            ],
+            trace_configs=[self._trace_config()],
             auto_decompress=True,
             headers={"User-Agent": USER_AGENT},
         )
@@ -101,6 +112,8 @@ class ToolExecutor:
         the model what to fix.
         """
         started = time.perf_counter()
+        if isinstance(arguments, CheckedArguments) and arguments.tool is tool:
+            return arguments
         parsed = _parse_arguments(arguments)
         if isinstance(parsed, str):
             return _invalid(parsed, started)
@@ -109,7 +122,7 @@ class ToolExecutor:
             return _invalid(
                 f"arguments do not match the input schema of {tool.presented}: {problems}", started
             )
-        return parsed
+        return CheckedArguments(tool, parsed)
 
     def _prepare(self, tool: ManagedTool) -> _PreparedTool:
         prepared = self._prepared.get(id(tool))
@@ -158,11 +171,25 @@ class ToolExecutor:
         task.add_done_callback(self._inflight.discard)
         return await asyncio.shield(task)
 
+    def _trace_config(self) -> aiohttp.TraceConfig:
+        # One TraceConfig: aiohttp signals every request once per config.
+        trace = connection_trace_config(self.connections, self._metrics, "tools")
+        trace.on_request_headers_sent.append(_mark_headers_sent)
+        return trace
+
     def _record(self, tool: ManagedTool, outcome: ToolOutcome) -> None:
         if self._metrics is None:
             return
-        self._metrics.tool_calls.labels(tool=tool.name, outcome=outcome.error_code or "ok").inc()
-        self._metrics.tool_latency.labels(tool=tool.name).observe(outcome.latency_ms / 1000)
+        outcome_label = outcome.error_code or "ok"
+        children = self._metric_children.get((tool.name, outcome_label))
+        if children is None:
+            children = (
+                self._metrics.tool_calls.labels(tool=tool.name, outcome=outcome_label),
+                self._metrics.tool_latency.labels(tool=tool.name),
+            )
+            self._metric_children[(tool.name, outcome_label)] = children
+        children[0].inc()
+        children[1].observe(outcome.latency_ms / 1000)
 
     def _build_request(
         self, agent_id: str, tool: ManagedTool, arguments: dict[str, Any]
@@ -226,19 +253,13 @@ class ToolExecutor:
         return outcome
 
 
-def _headers_sent_trace() -> aiohttp.TraceConfig:
+async def _mark_headers_sent(
+    _session: aiohttp.ClientSession, context: SimpleNamespace, _params: object
+) -> None:
     """Marks the per-request progress object once the request has gone out, so a timeout or
     disconnect can say whether the service may have acted on it."""
-
-    async def on_headers_sent(
-        _session: aiohttp.ClientSession, context: SimpleNamespace, _params: object
-    ) -> None:
-        if context.trace_request_ctx is not None:
-            context.trace_request_ctx.headers_sent = True
-
-    trace = aiohttp.TraceConfig()
-    trace.on_request_headers_sent.append(on_headers_sent)
-    return trace
+    if context.trace_request_ctx is not None:
+        context.trace_request_ctx.headers_sent = True
 
 
 class _RequestProblem(Exception):

@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from sidecar.execution import ToolExecutor, refused
+from sidecar.execution.executor import CheckedArguments
 from sidecar.observability import Metrics
 from tests.support.builds import http_tool
 from tests.support.services import ToolService
@@ -264,3 +265,19 @@ def test_refused_outcome_is_an_unexecuted_error() -> None:
         "status": None,
     }
     assert (outcome.ok, outcome.executed, outcome.status) == (False, False, None)
+
+
+async def test_checked_arguments_are_not_validated_twice(
+    executor: ToolExecutor, service: ToolService
+) -> None:
+    trade = http_tool("svc", "trade", service.url, method="POST", schema=TRADE_SCHEMA)
+    other = http_tool("svc", "other", service.url, method="POST", schema=TRADE_SCHEMA)
+    checked = executor.check_arguments(trade, '{"symbol": "A", "side": "buy", "quantity": 1}')
+    assert isinstance(checked, CheckedArguments) and checked.tool is trade
+    assert executor.check_arguments(trade, checked) is checked
+    # Checked for one tool means nothing for another: validated again there.
+    forged = CheckedArguments(trade, {"symbol": "A"})
+    refused_outcome = await call(executor, other, forged)
+    assert refused_outcome.error_code == "invalid_arguments" and service.requests == []
+    assert (await call(executor, trade, checked)).ok
+    assert service.requests[0].json() == {"symbol": "A", "side": "buy", "quantity": 1}
