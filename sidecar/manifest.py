@@ -177,7 +177,10 @@ def sha256_hex(data: bytes) -> str:
 
 def digest_files(root: Path) -> dict[str, str]:
     """Hash every file the digest covers, keyed by POSIX path relative to ``root``."""
-    paths = [root / "sidecar.json", *sorted(p for p in (root / "context").rglob("*") if p.is_file())]
+    paths = [
+        root / "sidecar.json",
+        *sorted(p for p in (root / "context").rglob("*") if p.is_file()),
+    ]
     return {p.relative_to(root).as_posix(): sha256_hex(p.read_bytes()) for p in paths if p.exists()}
 
 

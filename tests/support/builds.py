@@ -98,7 +98,9 @@ def write_build(
     return {a.id: a.token for a in agents}
 
 
-def providers_for(openai_url: str | None = None, anthropic_url: str | None = None) -> dict[str, Provider]:
+def providers_for(
+    openai_url: str | None = None, anthropic_url: str | None = None
+) -> dict[str, Provider]:
     """Providers pointing at local stub upstreams (key env names are the standard ones)."""
     providers: dict[str, Provider] = {}
     if openai_url:
@@ -107,6 +109,9 @@ def providers_for(openai_url: str | None = None, anthropic_url: str | None = Non
         )
     if anthropic_url:
         providers["anthropic"] = Provider(
-            api="anthropic", base_url=anthropic_url, key_env="ANTHROPIC_API_KEY", models=["claude-*"]
+            api="anthropic",
+            base_url=anthropic_url,
+            key_env="ANTHROPIC_API_KEY",
+            models=["claude-*"],
         )
     return providers
