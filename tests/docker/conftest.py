@@ -3,7 +3,8 @@
 One pod runs for the whole session: the example trading desk compiled from a test copy of its
 pod file whose providers point at a scripted upstream container, plus a compose override that
 swaps the agents for a probe image and puts that upstream on ``claw-egress`` only. Images are
-built once per session from ``$CLAW_BASE_IMAGE`` (default ``python:3.11-slim``).
+built once per session from ``$CLAW_BASE_IMAGE`` (default ``python:3.11-slim``; the agent image
+from ``$CLAW_AGENT_BASE_IMAGE`` when set).
 
 Without a reachable engine the tests skip, except under CI (``CI=true``) where they fail.
 """
@@ -62,6 +63,8 @@ def _build(tag: str, context: Path, base_image: str) -> None:
 def images(docker_engine: None) -> dict[str, str]:
     """Build every image the pod runs, once; returns role -> tag."""
     base_image = os.environ.get("CLAW_BASE_IMAGE", "python:3.11-slim")
+    # The agent image may start from a base that already has its SDKs (provision-docker.sh).
+    agent_base_image = os.environ.get("CLAW_AGENT_BASE_IMAGE", base_image)
     example = REPO / "compose" / "examples" / "trading-desk"
     contexts = {
         "sidecar": REPO,
@@ -71,7 +74,7 @@ def images(docker_engine: None) -> dict[str, str]:
         "market-news": example / "market-news",
     }
     for role, context in contexts.items():
-        _build(IMAGES[role], context, base_image)
+        _build(IMAGES[role], context, agent_base_image if role == "agent" else base_image)
     return IMAGES
 
 
