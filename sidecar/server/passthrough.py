@@ -35,6 +35,11 @@ async def pass_through(request: web.Request, ctx: RequestContext, raw: bytes) ->
     try:
         _observe_upstream_latency(ctx, time.monotonic() - sent)
         if upstream.status == 200 and upstream.content_type == "text/event-stream":
+            if not ctx.stream:
+                # The client asked for one JSON body; a stream would break its SDK.
+                message = f"provider {ctx.provider_name!r} streamed an answer nobody asked for"
+                err = ApiError(502, "upstream_protocol_error", message)
+                return await _fail(request, ctx, err, rounds=1)
             return await _relay_stream(request, ctx, upstream)
         return await _relay_body(request, ctx, upstream)
     finally:
@@ -80,6 +85,8 @@ async def _relay_stream(
     response = web.StreamResponse(status=200, headers=response_headers(upstream.headers))
     await response.prepare(request)
     usage = StreamUsage(ctx.api)
+    end_marker = _STREAM_END[ctx.api]
+    tail = b""  # enough of the last bytes to spot an end marker split across chunks
     content = upstream.content
     error_code: str | None = None
     try:
@@ -95,8 +102,16 @@ async def _relay_stream(
                 await response.write(stream_error_bytes(ctx.api, err))
                 break
             if not chunk:
+                if end_marker not in tail:
+                    # A cut stream must not look like a complete answer to the client.
+                    message = f"provider {ctx.provider_name!r} ended the stream before its end"
+                    err = ApiError(502, "upstream_protocol_error", message)
+                    error_code = err.code
+                    await response.write(stream_error_bytes(ctx.api, err))
                 break
             usage.feed(chunk)
+            if end_marker not in tail:
+                tail = tail[-len(end_marker) :] + chunk
             await response.write(chunk)
         await response.write_eof()
     except ConnectionError:
@@ -143,6 +158,8 @@ def _record_later(ctx: RequestContext, code: str, usage: StreamUsage) -> None:
 
 
 _background: set[asyncio.Task[None]] = set()
+# What a complete stream carries last: OpenAI's [DONE] sentinel, Anthropic's message_stop event.
+_STREAM_END = {"openai": b"[DONE]", "anthropic": b"message_stop"}
 
 
 def _observe_upstream_latency(ctx: RequestContext, seconds: float) -> None:
