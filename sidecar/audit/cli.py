@@ -18,8 +18,9 @@ MAX_PROBLEMS_PER_FILE = 20
 @dataclass(frozen=True, slots=True)
 class _Line:
     number: int
-    record: dict[str, Any] | None  # None: not a JSON object (torn or edited)
+    record: dict[str, Any] | None  # None: not a JSON object (torn, edited or empty)
     complete: bool  # ended with a newline
+    exact: bool  # the bytes are exactly what the log writes for this record
 
 
 def _audit_files(state_dir: Path) -> list[Path]:
@@ -30,14 +31,17 @@ def _lines(path: Path) -> Iterator[_Line]:
     with path.open("rb") as handle:
         for number, raw in enumerate(handle, start=1):
             complete = raw.endswith(b"\n")
-            text = raw.strip()
-            if not text:
-                continue
+            text = raw[:-1] if complete else raw
             try:
                 value = orjson.loads(text)
             except orjson.JSONDecodeError:
                 value = None
-            yield _Line(number, value if isinstance(value, dict) else None, complete)
+            if not isinstance(value, dict):
+                yield _Line(number, None, complete, False)
+                continue
+            # Records are written as orjson renders them, so any byte-level change (even one
+            # that parses to the same data, like extra whitespace) shows as a difference.
+            yield _Line(number, value, complete, orjson.dumps(value) == text)
 
 
 def verify_file(path: Path) -> tuple[int, list[str]]:
@@ -58,6 +62,8 @@ def verify_file(path: Path) -> tuple[int, list[str]]:
         stored_hash = record.get("hash")
         if not isinstance(stored_hash, str) or record_hash(record) != stored_hash:
             problems.append(f"{where}: content does not match its hash (edited)")
+        elif not line.exact:
+            problems.append(f"{where}: bytes differ from the written record (reformatted)")
         if record.get("prev") != expected_prev:
             cause = (
                 "records before it are missing"

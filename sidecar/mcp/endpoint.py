@@ -69,6 +69,7 @@ class McpEndpoint:
         self._audit = audit
         self._metrics = metrics
         self.sessions = SessionStore()
+        self.keepalive_s = KEEPALIVE_S
         self._agent_tools: dict[str, _AgentTools] = {}
         self._calls: set[asyncio.Task[ToolOutcome]] = set()
 
@@ -313,7 +314,7 @@ class McpEndpoint:
         pending = set(answers)
         connected = True
         while pending:
-            done, pending = await asyncio.wait(pending, timeout=KEEPALIVE_S)
+            done, pending = await asyncio.wait(pending, timeout=self.keepalive_s)
             if not done and connected:
                 connected = await _write(response, b": keep-alive\n\n")
         if connected:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sidecar.audit import AuditLog, trace_call
 from sidecar.audit.cli import show_command, verify_command
@@ -279,3 +281,45 @@ def test_show_for_an_unknown_agent_fails(tmp_path: Path) -> None:
     out = io.StringIO()
     assert show_command(tmp_path, out, agent="ghost") == 1
     assert "ghost" in out.getvalue()
+
+
+async def test_a_record_appended_after_close_is_still_written(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path)
+    first = await log.append("analyst", request_record(0))
+    await log.close()
+    late = await log.append("analyst", request_record(1))
+    assert late["prev"] == first["hash"]
+    assert verify(tmp_path) == (0, "audit/analyst.jsonl: 2 records, chain intact\nOK\n")
+
+
+async def test_verify_finds_formatting_only_edits_and_blank_lines(tmp_path: Path) -> None:
+    await write_records(tmp_path, 3)
+    lines = lines_of(tmp_path)
+    lines[0] = lines[0].replace(b'"route":', b'"route": ')
+    lines.insert(2, b"\n")
+    write_lines(tmp_path, lines)
+    code, report = verify(tmp_path)
+    assert code == 1
+    assert "line 1 " in report and "(reformatted)" in report
+    assert "line 3 is not a JSON record" in report
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_any_single_byte_edit_is_detected(tmp_path_factory: pytest.TempPathFactory, data) -> None:
+    state = tmp_path_factory.mktemp("audit")
+    asyncio.run(write_records(state, 4))
+    path = state / "audit" / "analyst.jsonl"
+    original = path.read_bytes()
+    position = data.draw(st.integers(0, len(original) - 1), label="position")
+    action = data.draw(st.sampled_from(["replace", "delete", "insert"]), label="action")
+    byte = data.draw(st.integers(0, 255).filter(lambda b: b != original[position]), label="byte")
+    edited = {
+        "replace": original[:position] + bytes([byte]) + original[position + 1 :],
+        "delete": original[:position] + original[position + 1 :],
+        "insert": original[:position] + bytes([byte]) + original[position:],
+    }[action]
+    path.write_bytes(edited)
+    assert verify(state)[0] == 1

@@ -325,3 +325,22 @@ def test_session_store_is_bounded_per_agent_and_overall() -> None:
     assert len(store) == 5
     assert store.get(others[-1].id, "agent-3") is not None
     assert store.get(others[-1].id, "a") is None
+
+
+async def test_slow_calls_stream_keepalives_before_the_result(wire: Wire, pod: NativePod) -> None:
+    pod.sidecar.state.mcp.keepalive_s = 0.05
+    pod.service.reply("/items/slow", delay_s=0.4)
+    await wire.initialize()
+    message = {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "method": "tools/call",
+        "params": {"name": "desk_get_item", "arguments": {"item": "slow"}},
+    }
+    async with wire.http.post(
+        pod.mcp_url, data=orjson.dumps(message), headers=wire.headers(BOTH, None)
+    ) as response:
+        raw = await response.read()
+    assert raw.startswith(b": keep-alive\n\n")
+    [answer] = sse_messages(raw)
+    assert answer["id"] == 3 and answer["result"]["isError"] is False

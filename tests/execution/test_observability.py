@@ -1,0 +1,70 @@
+"""Metrics registries per app and one JSON log line per request."""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+import pytest
+
+from sidecar.observability import Metrics, configure_logging, log_request
+
+
+def test_each_metrics_instance_has_its_own_registry() -> None:
+    first, second = Metrics(), Metrics()
+    first.requests.labels(agent="a", route="/mcp", status="200").inc()
+    first.rounds.observe(2)
+    first.inflight.labels(route="/mcp").inc()
+    assert (
+        first.registry.get_sample_value(
+            "claw_requests_total", {"agent": "a", "route": "/mcp", "status": "200"}
+        )
+        == 1
+    )
+    assert (
+        second.registry.get_sample_value(
+            "claw_requests_total", {"agent": "a", "route": "/mcp", "status": "200"}
+        )
+        is None
+    )
+    body, content_type = first.render()
+    assert content_type.startswith("text/plain; version=")
+    text = body.decode()
+    for name in (
+        "claw_requests_total",
+        "claw_upstream_latency_seconds",
+        "claw_tool_calls_total",
+        "claw_tool_latency_seconds",
+        "claw_tool_rounds",
+        "claw_inflight_requests",
+        "claw_connections_total",
+    ):
+        assert f"# TYPE {name.removesuffix('_total')}" in text
+    assert "_created" not in text
+
+
+@pytest.fixture(autouse=True)
+def restore_root_logger():
+    """configure_logging replaces the root handlers; put pytest's back afterwards."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def test_log_request_writes_one_json_line(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging("INFO")
+    log_request(agent="trader", route="/mcp", status=200, latency_ms=1.5)
+    logging.getLogger("sidecar.test").warning("disk %s", "almost full")
+    lines = capsys.readouterr().err.splitlines()
+    request, warning = (orjson.loads(line) for line in lines)
+    assert request["logger"] == "claw.request" and request["agent"] == "trader"
+    assert request["status"] == 200 and request["time"].endswith("Z")
+    assert warning["level"] == "warning" and warning["message"] == "disk almost full"
+
+
+def test_request_lines_follow_the_log_level(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging("WARNING")
+    log_request(agent="trader", route="/mcp", status=200)
+    assert capsys.readouterr().err == ""
