@@ -206,7 +206,7 @@ class ToolExecutor:
         if execution.method in QUERY_METHODS or execution.body == "none":
             query = _query_string(remaining)
             if query:
-                url += "?" + query
+                url += ("&" if "?" in path else "?") + query
         else:
             payload = {execution.body_key: remaining} if execution.body_key else remaining
             body = orjson.dumps(payload)

@@ -140,9 +140,8 @@ class McpEndpoint:
                 INVALID_REQUEST,
                 f"Invalid Request: JSON-RPC batches are not part of MCP {session.protocol_version}",
             )
-        for message in messages:
-            if message.method == "notifications/initialized":
-                session.initialized = True
+        # Notifications (initialized, cancelled) and responses need no action: calls already
+        # sent complete anyway, and this server sends no requests of its own.
         requests = [m for m in messages if m.kind == "request"]
         if not requests:
             return web.Response(status=202)

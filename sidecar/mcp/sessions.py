@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import secrets
-import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 MAX_SESSIONS = 4096
 MAX_SESSIONS_PER_AGENT = 64
@@ -16,8 +15,6 @@ class Session:
     id: str
     agent_id: str
     protocol_version: str
-    initialized: bool = False
-    created: float = field(default_factory=time.monotonic)
 
 
 class SessionStore:
