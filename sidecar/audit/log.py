@@ -23,7 +23,7 @@ import re
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import orjson
 
@@ -69,12 +69,21 @@ def now_rfc3339() -> str:
 class _AgentFile:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.prev, needs_newline = _resume(path)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        self.file: BinaryIO = os.fdopen(fd, "ab", buffering=0)
-        if needs_newline:
-            # A torn last line (crash mid-write) stays visible to verify; new records start clean.
-            self.file.write(b"\n")
+        self.prev, self.torn = _resume(path)
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
+    def write_line(self, line: bytes) -> None:
+        """Append one record line. After a torn line (a crash or a failed write left a partial
+        line), a newline comes first: the torn line stays visible to verify, the new record
+        starts clean."""
+        data = memoryview(b"\n" + line if self.torn else line)
+        self.torn = True
+        while data:
+            data = data[os.write(self.fd, data) :]
+        self.torn = False
+
+    def close(self) -> None:
+        os.close(self.fd)
 
 
 def _resume(path: Path) -> tuple[str, bool]:
@@ -138,14 +147,14 @@ class AuditLog:
         except TypeError:
             line = orjson.dumps(orjson.loads(canonical) | {"hash": full["hash"]})
         # From here to the write there is no await: per-agent order is the order of appends.
-        handle.file.write(line + b"\n")
+        handle.write_line(line + b"\n")
         handle.prev = full["hash"]
         if self._closed:
             # A call that outlived shutdown (shielded from its client) is still recorded.
-            os.fsync(handle.file.fileno())
-            handle.file.close()
+            os.fsync(handle.fd)
+            handle.close()
         elif self.fsync_interval_s <= 0:
-            os.fsync(handle.file.fileno())
+            os.fsync(handle.fd)
         else:
             self._schedule_sync(agent_id)
         return full
@@ -168,7 +177,7 @@ class AuditLog:
 
     async def _sync_dirty(self) -> None:
         dirty, self._dirty = self._dirty, set()
-        fds = [self._files[agent].file.fileno() for agent in dirty if agent in self._files]
+        fds = [self._files[agent].fd for agent in dirty if agent in self._files]
         if fds:
             await asyncio.to_thread(_fsync_all, fds)
 
@@ -180,9 +189,9 @@ class AuditLog:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._syncer
             self._syncer = None
-        _fsync_all([handle.file.fileno() for handle in self._files.values()])
+        _fsync_all([handle.fd for handle in self._files.values()])
         for handle in self._files.values():
-            handle.file.close()
+            handle.close()
         self._files.clear()
 
 

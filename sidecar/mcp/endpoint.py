@@ -13,6 +13,7 @@ Everything else answers as plain JSON.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from typing import Any
@@ -49,6 +50,8 @@ from sidecar.mcp.protocol import (
 from sidecar.mcp.sessions import Session, SessionStore
 from sidecar.observability.logs import log_request
 from sidecar.observability.metrics import Metrics
+
+log = logging.getLogger("sidecar.mcp")
 
 ROUTE = "/mcp"
 SESSION_HEADER = "Mcp-Session-Id"
@@ -279,21 +282,16 @@ class McpEndpoint:
         stream: bool,
     ) -> None:
         call = trace_call(str(message.id), tool, params.name, params.arguments or {}, outcome)
-        await self._audit.append(
-            agent.agent.id,
-            {
-                "id": "mcp_" + uuid.uuid4().hex,
-                "route": ROUTE,
-                "mode": "native",
-                "model": None,
-                "provider": None,
-                "outcome": {"status": "ok" if outcome.ok else "error", "code": outcome.error_code},
-                "http_status": 200,
-                "stream": stream,
-                "usage": {"input_tokens": 0, "output_tokens": 0, "rounds": 1},
-                "tool_trace": [{"round": 1, "calls": [call]}],
-            },
-        )
+        record_id = "mcp_" + uuid.uuid4().hex
+        try:
+            await self._audit.append(
+                agent.agent.id, _audit_record(record_id, outcome, stream, call)
+            )
+        except OSError:
+            # The call has happened; its result still goes back. The operator must know.
+            log.exception(
+                "audit record %s of agent %s could not be written", record_id, agent.agent.id
+            )
 
     # -- SSE -------------------------------------------------------------------------------------
 
@@ -379,6 +377,23 @@ def _check_origin(request: web.Request) -> None:
     host = urlsplit(origin).netloc
     if not host or host.lower() != request.host.lower():
         raise _HttpError(403, INVALID_REQUEST, "Forbidden: cross-origin request")
+
+
+def _audit_record(
+    record_id: str, outcome: ToolOutcome, stream: bool, call: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "id": record_id,
+        "route": ROUTE,
+        "mode": "native",
+        "model": None,
+        "provider": None,
+        "outcome": {"status": "ok" if outcome.ok else "error", "code": outcome.error_code},
+        "http_status": 200,
+        "stream": stream,
+        "usage": {"input_tokens": 0, "output_tokens": 0, "rounds": 1},
+        "tool_trace": [{"round": 1, "calls": [call]}],
+    }
 
 
 def _unknown(name: str) -> ToolOutcome:
