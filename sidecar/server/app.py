@@ -43,7 +43,8 @@ CHAT_COMPLETIONS = "/v1/chat/completions"
 MESSAGES = "/v1/messages"
 PREPARED_RESPONSE = web.RequestKey("claw_prepared_response", web.StreamResponse)
 # Unique across restarts (random prefix) without a syscall per request (counter).
-_request_ids = (f"req_{os.urandom(6).hex()}{n:08x}" for n in itertools.count(1))
+_REQUEST_ID_PREFIX = "req_" + os.urandom(6).hex()
+_request_ids = (f"{_REQUEST_ID_PREFIX}{n:08x}" for n in itertools.count(1))
 JSONRPC_UNAUTHORIZED = -32001
 JSONRPC_INTERNAL_ERROR = -32603
 

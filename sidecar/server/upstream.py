@@ -87,9 +87,11 @@ class _ProviderChannel:
             self.headers["Authorization"] = f"Bearer {key}"
         elif key:
             self.headers["x-api-key"] = key
-        self.stream_timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=min(timeout_s, 30.0), sock_read=timeout_s
-        )
+        connect_s = min(timeout_s, 30.0)
+        # A stream may run for long, so its deadline is per chunk; a plain answer has one
+        # deadline (cheaper too: no timer rescheduled on every read).
+        self.stream_timeout = aiohttp.ClientTimeout(sock_connect=connect_s, sock_read=timeout_s)
+        self.answer_timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=connect_s)
         self.session: aiohttp.ClientSession | None = None
 
     def request_headers(self, forward: Mapping[str, str]) -> dict[str, str]:
@@ -137,16 +139,19 @@ class UpstreamClient:
     ) -> aiohttp.ClientResponse:
         """POST raw JSON bytes to the context's provider; the caller must release the response.
 
-        Without ``timeout`` the read timeout applies per chunk (suits streams of any length).
+        Without ``timeout``, ``upstream_timeout_ms`` bounds each chunk of a streamed request
+        and the whole of any other.
         """
         channel = self._channels[ctx.provider_name]
         assert channel.session is not None, "UpstreamClient.start() was not awaited"
+        if timeout is None:
+            timeout = channel.stream_timeout if ctx.stream else channel.answer_timeout
         try:
             return await channel.session.post(
                 channel.url,
                 data=body,
                 headers=channel.request_headers(ctx.forward_headers),
-                timeout=timeout or channel.stream_timeout,
+                timeout=timeout,
                 allow_redirects=False,
             )
         except Exception as exc:
