@@ -75,7 +75,7 @@ def create_app(
     )
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[protocol_errors])
     app[STATE_KEY] = state
-    app.on_response_prepare.append(_remember_prepared)
+    app.on_response_prepare.append(remember_prepared)
     app.cleanup_ctx.append(_lifecycle)
     app.router.add_post(CHAT_COMPLETIONS, chat_completions)
     app.router.add_post(MESSAGES, messages)
@@ -306,5 +306,6 @@ def _from_http_exception(exc: web.HTTPException) -> ApiError:
     return ApiError(exc.status, codes.get(exc.status, f"http_{exc.status}"), message)
 
 
-async def _remember_prepared(request: web.Request, response: web.StreamResponse) -> None:
+async def remember_prepared(request: web.Request, response: web.StreamResponse) -> None:
+    """``on_response_prepare`` hook: lets :func:`protocol_errors` see a started response."""
     request[PREPARED_RESPONSE] = response
