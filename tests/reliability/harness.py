@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 import socket
+import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import anthropic
@@ -27,6 +28,7 @@ from tests.support.services import RecordedRequest, ToolService
 from tests.support.sidecar import TEST_PROVIDER_KEYS, RunningSidecar, start_sidecar
 from tests.support.upstream import Received, Reply, StubUpstream
 
+T = TypeVar("T")
 SERVICE_TOKEN = "svc-reliability-credential-7f3a9c"
 UPSTREAM_TIMEOUT_MS = 500
 ENV = {
@@ -353,3 +355,24 @@ async def assert_no_leaks(pod: Pod, baseline_tasks: int) -> Snapshot:
     assert current.tasks <= baseline_tasks, f"tasks grew from {baseline_tasks}: {current}"
     pod.upstream.release = asyncio.Event()
     return current
+
+
+class BackgroundLoop:
+    """An event loop in a thread, so synchronous hypothesis tests can drive async servers."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Awaitable[T], timeout: float = 60.0) -> T:
+        return asyncio.run_coroutine_threadsafe(_wrap(coro), self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+
+
+async def _wrap(coro: Awaitable[T]) -> T:
+    return await coro
