@@ -202,3 +202,5 @@ def test_sidecar_restart_keeps_audit_and_continuity(pod: Pod) -> None:
     assert audit_after[len(audit_before)]["prev"] == audit_before[-1]["hash"]
     code, report = pod.exec(SIDECAR, "clawc", "audit", "verify", STATE_DIR)
     assert code == 0, report
+    code, shown = pod.exec(SIDECAR, "clawc", "audit", "show", STATE_DIR, "--agent", MEDIATED_AGENT)
+    assert code == 0 and shown.count("trading-api.get_market_context") == len(audit_after), shown
