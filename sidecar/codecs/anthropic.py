@@ -99,6 +99,7 @@ class AnthropicCodec:
     def assemble_stream(self, data: bytes) -> dict[str, Any]:
         message: dict[str, Any] | None = None
         buffers: dict[int, str] = {}
+        finished = False
         for event, text in parse_events(data):
             payload = orjson.loads(text)
             kind = payload.get("type", event)
@@ -121,11 +122,16 @@ class AnthropicCodec:
                 raw = buffers.pop(payload["index"], "")
                 if raw:
                     message["content"][payload["index"]]["input"] = orjson.loads(raw)
+            elif kind == "message_stop":
+                finished = True
             elif kind == "message_delta":
                 message.update(payload.get("delta") or {})
                 message["usage"] = {**message.get("usage", {}), **(payload.get("usage") or {})}
         if message is None:
             raise CodecError("upstream stream carried no message_start")
+        if not finished:
+            # A cut stream would fold into a plausible but partial answer.
+            raise CodecError("upstream stream ended before message_stop")
         return message
 
     def round_messages(self, turn: ModelTurn, results: list[ToolResult]) -> list[dict[str, Any]]:

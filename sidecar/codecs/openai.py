@@ -118,8 +118,10 @@ class OpenAICodec:
     def assemble_stream(self, data: bytes) -> dict[str, Any]:
         body: dict[str, Any] = {}
         states: dict[int, dict[str, Any]] = {}
+        finished = False
         for _event, text in parse_events(data):
             if text.strip() == "[DONE]":
+                finished = True
                 break
             chunk = orjson.loads(text)
             if "error" in chunk:
@@ -133,6 +135,9 @@ class OpenAICodec:
                 _fold_choice(states, choice)
         if not body:
             raise CodecError("upstream stream carried no chunks")
+        if not finished:
+            # A cut stream would fold into a plausible but partial answer.
+            raise CodecError("upstream stream ended before [DONE]")
         body["choices"] = [_finish_choice(states[i]) for i in sorted(states)]
         return body
 

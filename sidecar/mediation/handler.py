@@ -51,8 +51,6 @@ KEEPALIVE_ENV = "CLAW_SSE_KEEPALIVE_MS"
 DEFAULT_KEEPALIVE_S = 5.0
 # Status recorded when the client left before the answer (nginx's convention).
 CLIENT_CLOSED = 499
-# What a complete stream carries last: OpenAI's [DONE] sentinel, Anthropic's message_stop event.
-_STREAM_END = {"openai": b"[DONE]", "anthropic": b"message_stop"}
 SSE_HEADERS = {
     "Content-Type": "text/event-stream; charset=utf-8",
     "Cache-Control": "no-cache",
@@ -160,9 +158,6 @@ class _Driver:
             return ModelFailed("status", _upstream_message(reply.body), reply.status)
         try:
             if "text/event-stream" in reply.headers.get("Content-Type", ""):
-                if _STREAM_END[self.ctx.api] not in reply.body:
-                    # A cut stream would assemble into a plausible but partial answer.
-                    return ModelFailed("protocol", "the provider's stream ended before its end")
                 body = self.codec.assemble_stream(reply.body)
             else:
                 body = orjson.loads(reply.body)

@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from sidecar.codecs.base import codec_for
-from sidecar.mediation.conversation import Conversation
+from sidecar.mediation.conversation import CodecError, Conversation
 from sidecar.mediation.handler import _upstream_message
 from tests.support.upstream import Recorded, fixture_files, load_fixture
 
@@ -149,3 +149,20 @@ def test_thinking_with_signature_is_kept_for_the_next_round() -> None:
     assert second.request is not None
     assert assistant == second.request["messages"][1]
     assert results["content"][0]["tool_use_id"] == turn.calls[0].id
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "derived/openai_stream_tool_call.turn1.sse",
+        "derived/anthropic_stream_tool_use_no_args.turn1.sse",
+    ],
+)
+def test_a_cut_stream_is_refused_not_folded_into_a_partial_answer(name: str) -> None:
+    (exchange,) = load_fixture(name)
+    codec = codec_for(exchange.api)
+    assert codec.assemble_stream(exchange.body)
+    end = b"data: [DONE]" if exchange.api == "openai" else b"event: message_stop"
+    cut = exchange.body[: exchange.body.index(end)]
+    with pytest.raises(CodecError, match="ended before"):
+        codec.assemble_stream(cut)
