@@ -87,6 +87,8 @@ class _ProviderChannel:
             self.headers["Authorization"] = f"Bearer {key}"
         elif key:
             self.headers["x-api-key"] = key
+        if provider.api == "anthropic":
+            self.headers["anthropic-version"] = ANTHROPIC_DEFAULT_VERSION
         connect_s = min(timeout_s, 30.0)
         # A stream may run for long, so its deadline is per chunk; a plain answer has one
         # deadline (cheaper too: no timer rescheduled on every read).
@@ -94,11 +96,10 @@ class _ProviderChannel:
         self.answer_timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=connect_s)
         self.session: aiohttp.ClientSession | None = None
 
-    def request_headers(self, forward: Mapping[str, str]) -> dict[str, str]:
-        headers = {**self.headers, **forward} if forward else dict(self.headers)
-        if self.api == "anthropic" and "anthropic-version" not in forward:
-            headers["anthropic-version"] = ANTHROPIC_DEFAULT_VERSION
-        return headers
+    def request_headers(self, forward: Mapping[str, str]) -> Mapping[str, str]:
+        if not forward:
+            return self.headers  # aiohttp copies it; nothing to merge
+        return {**self.headers, **forward}  # a client's anthropic-version replaces the default
 
 
 class UpstreamClient:
