@@ -38,6 +38,8 @@ MAX_ERROR_TEXT = 300
 MAX_COUNTED_BODY_BYTES = 64 * 1024 * 1024
 READ_CHUNK = 64 * 1024
 USER_AGENT = "clawpod-sidecar"
+MAX_REMEMBERED_ARGUMENTS = 1024
+MAX_REMEMBERED_TEXT = 1024
 
 
 class CheckedArguments(dict[str, Any]):
@@ -72,6 +74,9 @@ class ToolExecutor:
         self._session: aiohttp.ClientSession | None = None
         self._inflight: set[asyncio.Task[ToolOutcome]] = set()
         self.connections = ConnectionCounts()
+        # Validation is a pure function of tool and text, and costs more than the rest of a
+        # call's preparation; agents repeat the same small calls (context, quotes) often.
+        self._valid_texts: dict[tuple[int, str], CheckedArguments] = {}
         # labels() costs more than the increment; children are looked up once per tool/outcome.
         self._metric_children: dict[tuple[str, str], tuple[Any, Any]] = {}
 
@@ -114,6 +119,11 @@ class ToolExecutor:
         started = time.perf_counter()
         if isinstance(arguments, CheckedArguments) and arguments.tool is tool:
             return arguments
+        memo_key = (id(tool), arguments) if _memoizable(arguments) else None
+        if memo_key is not None:
+            known = self._valid_texts.get(memo_key)
+            if known is not None and known.tool is tool:
+                return CheckedArguments(tool, known)
         parsed = _parse_arguments(arguments)
         if isinstance(parsed, str):
             return _invalid(parsed, started)
@@ -122,7 +132,15 @@ class ToolExecutor:
             return _invalid(
                 f"arguments do not match the input schema of {tool.presented}: {problems}", started
             )
-        return CheckedArguments(tool, parsed)
+        checked = CheckedArguments(tool, parsed)
+        if memo_key is not None:
+            self._remember_valid(memo_key, CheckedArguments(tool, checked))
+        return checked
+
+    def _remember_valid(self, key: tuple[int, str], checked: CheckedArguments) -> None:
+        if len(self._valid_texts) >= MAX_REMEMBERED_ARGUMENTS:
+            self._valid_texts.pop(next(iter(self._valid_texts)))
+        self._valid_texts[key] = checked
 
     def _prepare(self, tool: ManagedTool) -> _PreparedTool:
         prepared = self._prepared.get(id(tool))
@@ -339,6 +357,10 @@ def _parse_arguments(arguments: str | dict[str, Any] | None) -> dict[str, Any] |
     if not isinstance(value, dict):
         return f"arguments must be a JSON object, not {_json_type(value)}"
     return value
+
+
+def _memoizable(arguments: object) -> bool:
+    return isinstance(arguments, str) and len(arguments) <= MAX_REMEMBERED_TEXT
 
 
 def _json_type(value: Any) -> str:

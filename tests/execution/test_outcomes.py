@@ -281,3 +281,17 @@ async def test_checked_arguments_are_not_validated_twice(
     assert refused_outcome.error_code == "invalid_arguments" and service.requests == []
     assert (await call(executor, trade, checked)).ok
     assert service.requests[0].json() == {"symbol": "A", "side": "buy", "quantity": 1}
+
+
+def test_repeated_argument_text_gives_independent_results(executor: ToolExecutor) -> None:
+    tool = http_tool("svc", "trade", "http://svc", method="POST", schema=TRADE_SCHEMA)
+    text = '{"symbol": "A", "side": "buy", "quantity": 1}'
+    first = executor.check_arguments(tool, text)
+    assert isinstance(first, dict)
+    first["quantity"] = 99  # a caller changing its copy does not change what is remembered
+    second = executor.check_arguments(tool, text)
+    assert second == {"symbol": "A", "side": "buy", "quantity": 1} and second is not first
+    other = http_tool(
+        "svc", "other", "http://svc", method="POST", schema={"type": "object", "maxProperties": 1}
+    )
+    assert executor.check_arguments(other, text).error_code == "invalid_arguments"
