@@ -281,3 +281,134 @@ async def test_mediated_agents_are_not_served_over_mcp(desk: dict[str, Any]) -> 
             await client.list_tools()
     assert "mediated" in repr(raised.value)
     assert desk["trading_received"] == []
+
+
+def streamed(*chunks: dict[str, Any]) -> Reply:
+    """Chat Completions chunks as an SSE stream (one write per event), ending with [DONE]."""
+    events = [b"data: " + orjson.dumps(chunk) + b"\n\n" for chunk in chunks]
+    return Reply.sse([*events, b"data: [DONE]\n\n"])
+
+
+def chunk(delta: dict[str, Any], finish: str | None = None, usage: dict | None = None) -> dict:
+    return {
+        "id": "chatcmpl-stream",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": "gpt-4o-mini",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        "usage": usage,
+    }
+
+
+async def test_streaming_native_loop_is_passed_through_and_audited(desk: dict[str, Any]) -> None:
+    upstream: StubUpstream = desk["upstream"]
+    arguments = orjson.dumps({"symbol": "MSFT"}).decode()
+    upstream.enqueue(
+        "openai",
+        streamed(
+            chunk(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": "s1",
+                            "type": "function",
+                            "function": {"name": "trading-api_get_quote", "arguments": ""},
+                        }
+                    ],
+                }
+            ),
+            chunk({"tool_calls": [{"index": 0, "function": {"arguments": arguments[:8]}}]}),
+            chunk({"tool_calls": [{"index": 0, "function": {"arguments": arguments[8:]}}]}),
+            chunk(
+                {},
+                finish="tool_calls",
+                usage={"prompt_tokens": 30, "completion_tokens": 9, "total_tokens": 39},
+            ),
+        ),
+        streamed(
+            chunk({"role": "assistant", "content": "MSFT is "}),
+            chunk(
+                {"content": "411.20."},
+                finish="stop",
+                usage={"prompt_tokens": 60, "completion_tokens": 4, "total_tokens": 64},
+            ),
+        ),
+    )
+    sidecar_url = desk["sidecar"].url
+    env = agent_env(desk["build"], "trader", sidecar_url)
+    http, url = mcp_transport(desk["build"], "trader", env, sidecar_url)
+    llm = openai.AsyncOpenAI(
+        base_url=env["OPENAI_BASE_URL"], api_key=env["OPENAI_API_KEY"], max_retries=0
+    )
+    async with http, Client(streamable_http_client(url, http_client=http)) as client:
+        tools = [
+            {"type": "function", "function": {"name": t.name, "parameters": t.input_schema}}
+            for t in (await client.list_tools()).tools
+        ]
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "Price of MSFT?"}]
+        answer = ""
+        for _ in range(3):
+            calls: dict[int, dict[str, str]] = {}
+            text = ""
+            stream = await llm.chat.completions.create(
+                model="gpt-4o-mini",
+                messages=messages,
+                tools=tools,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            async for event in stream:
+                for choice in event.choices:
+                    text += choice.delta.content or ""
+                    for delta in choice.delta.tool_calls or []:
+                        call = calls.setdefault(
+                            delta.index, {"id": "", "name": "", "arguments": ""}
+                        )
+                        call["id"] += delta.id or ""
+                        call["name"] += (delta.function.name or "") if delta.function else ""
+                        call["arguments"] += (
+                            (delta.function.arguments or "") if delta.function else ""
+                        )
+            if not calls:
+                answer = text
+                break
+            messages.append(
+                {
+                    "role": "assistant",
+                    "tool_calls": [
+                        {
+                            "id": c["id"],
+                            "type": "function",
+                            "function": {"name": c["name"], "arguments": c["arguments"]},
+                        }
+                        for c in calls.values()
+                    ],
+                }
+            )
+            for c in calls.values():
+                result = await client.call_tool(c["name"], orjson.loads(c["arguments"]))
+                messages.append(
+                    {"role": "tool", "tool_call_id": c["id"], "content": result.content[0].text}
+                )
+    await llm.close()
+    assert answer == "MSFT is 411.20."
+    records = [
+        orjson.loads(line)
+        for line in (desk["state"] / "audit" / "trader.jsonl").read_bytes().splitlines()
+    ]
+    assert [(r["route"], r["stream"]) for r in records] == [
+        ("/v1/chat/completions", True),
+        ("/mcp", True),
+        ("/v1/chat/completions", True),
+    ]
+    assert records[0]["usage"]["input_tokens"] == 30 and records[2]["usage"]["output_tokens"] == 4
+    call = records[1]["tool_trace"][0]["calls"][0]
+    assert (call["name"], call["arguments"], call["status"]) == (
+        "trading-api.get_quote",
+        {"symbol": "MSFT"},
+        200,
+    )
+    assert verify_command(desk["state"], io.StringIO()) == 0
