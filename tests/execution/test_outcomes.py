@@ -295,3 +295,13 @@ def test_repeated_argument_text_gives_independent_results(executor: ToolExecutor
         "svc", "other", "http://svc", method="POST", schema={"type": "object", "maxProperties": 1}
     )
     assert executor.check_arguments(other, text).error_code == "invalid_arguments"
+
+
+async def test_a_dropped_connection_after_sending_counts_as_executed(
+    executor: ToolExecutor, service: ToolService
+) -> None:
+    service.reply(drop=True)
+    outcome = await call(executor, http_tool("svc", "trade", service.url, method="POST"), {})
+    assert outcome.error_code == "unreachable"
+    assert outcome.executed  # the service got the request and may have acted on it
+    assert len(service.requests) == 1

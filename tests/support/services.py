@@ -48,6 +48,7 @@ class Reply:
     delay_s: float = 0.0
     redirect_to: str | None = None
     size: int | None = None  # stream a JSON string body of exactly this many bytes
+    drop: bool = False  # close the connection without answering
     headers: dict[str, str] = field(default_factory=dict)
 
 
@@ -106,6 +107,9 @@ class ToolService:
         reply = self._replies.get(request.path) or self._replies.get(None) or Reply()
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
+        if reply.drop and request.transport is not None:
+            request.transport.abort()
+            raise asyncio.CancelledError  # nothing more to send on a closed connection
         if self._required and request.headers.get(self._required[0]) != self._required[1]:
             response: web.StreamResponse = web.json_response({"error": "unauthorized"}, status=401)
         else:
