@@ -69,7 +69,7 @@ class Settings:
         )
 
     def ttfb_requests(self, concurrency: int) -> int:
-        return concurrency * (2 if self.quick else 20) + (8 if self.quick else 180)
+        return concurrency * (2 if self.quick else 10) + (8 if self.quick else 100)
 
 
 @dataclass
@@ -439,6 +439,29 @@ class Bench:
             "rss_before_mb": baseline / 2**20,
             "rss_peak_mb": max(samples, default=baseline) / 2**20,
         }
+
+    def sidecar_connection_metrics(self) -> dict[str, Any]:
+        """The sidecar's own count of new vs reused outbound connections (claw_connections)."""
+        target = self.targets.get("sidecar")
+        if not target or not target.process:
+            return {"skipped": self.skipped.get("sidecar", "sidecar not running")}
+        connection = http.client.HTTPConnection("127.0.0.1", target.process.port, timeout=10)
+        try:
+            connection.request("GET", "/metrics")
+            text = connection.getresponse().read().decode()
+        finally:
+            connection.close()
+        counts: dict[str, dict[str, float]] = {}
+        for line in text.splitlines():
+            if line.startswith("claw_connections_total{"):
+                labels, _, value = line.partition("} ")
+                fields = dict(
+                    part.split("=", 1)
+                    for part in labels.removeprefix("claw_connections_total{").split(",")
+                )
+                pool, kind = fields["pool"].strip('"'), fields["kind"].strip('"')
+                counts.setdefault(pool, {})[kind] = float(value)
+        return counts
 
     def compile_time(self) -> dict[str, Any]:
         agents, services, tools = self.settings.compile_size
@@ -810,6 +833,15 @@ def render_table(results: dict) -> str:
                 for proxy, runs in ttfb.items()
             )
         )
+    reported = results.get("sidecar_reported_connections") or {}
+    if reported and "skipped" not in reported and "error" not in reported:
+        lines.append(
+            "sidecar /metrics connections: "
+            + "; ".join(
+                f"{pool} new={kinds.get('new', 0):.0f} reused={kinds.get('reused', 0):.0f}"
+                for pool, kinds in sorted(reported.items())
+            )
+        )
     lines.append("")
     lines.append("SPEC §6 target                                  measured      limit     met")
     for check in results["targets"]:
@@ -891,6 +923,7 @@ def main(argv: list[str] | None = None) -> int:
         results["ttfb"] = bench.streaming_ttfb()
         results["mediated"] = bench.mediated()
         results["memory"] = bench.memory_under_streams()
+        results["sidecar_reported_connections"] = bench._safe(bench.sidecar_connection_metrics)
     finally:
         bench.stop_all()
     results["compile"] = bench._safe(bench.compile_time)

@@ -1,0 +1,142 @@
+"""Profile the sidecar (or the bare forwarder) under wrk load with py-spy; print the hot frames.
+
+    .venv/bin/python -m bench.profile --workload openai_json --concurrency 16 --seconds 10
+    .venv/bin/python -m bench.profile --workload mediated_r3 --target sidecar
+
+Needs ``py-spy`` on PATH (``pip install py-spy``; it is not a project dependency). Writes the
+collapsed stacks next to the summary so they can be fed to a flame-graph tool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections import Counter
+from pathlib import Path
+
+from bench import loadgen
+from bench.run import Bench, Settings
+
+WORKLOADS = (
+    "openai_json",
+    "openai_sse",
+    "anthropic_json",
+    "mediated_r0",
+    "mediated_r1",
+    "mediated_r3",
+)
+
+
+def summarize(collapsed: Path, top: int) -> str:
+    """Self and inclusive sample shares per function from py-spy's collapsed-stack output."""
+    own: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    total = 0
+    for line in collapsed.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack:
+            continue
+        count = int(count_text)
+        total += count
+        frames = stack.split(";")
+        own[frames[-1]] += count
+        for frame in set(frames):
+            inclusive[frame] += count
+    if not total:
+        return "no samples"
+    lines = [f"{total} samples", "", "self %  function"]
+    lines += [f"{100 * n / total:6.1f}  {frame}" for frame, n in own.most_common(top)]
+    lines += ["", "incl %  function"]
+    lines += [f"{100 * n / total:6.1f}  {frame}" for frame, n in inclusive.most_common(top)]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", choices=WORKLOADS, default="openai_json")
+    parser.add_argument("--target", choices=("sidecar", "bare"), default="sidecar")
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--top", type=int, default=40)
+    parser.add_argument(
+        "--output", type=Path, default=Path(tempfile.gettempdir()) / "clawpod-profile"
+    )
+    args = parser.parse_args()
+    py_spy = shutil.which("py-spy")
+    if not py_spy:
+        print("py-spy is not on PATH (pip install py-spy)", file=sys.stderr)
+        return 2
+    settings = Settings(
+        False, args.seconds, 1, (args.concurrency,), (), (0, 1, 3), 0, (1, 1, 1), False
+    )
+    bench = Bench(settings, Path(tempfile.mkdtemp(prefix="clawpod-profile-")))
+    args.output.mkdir(parents=True, exist_ok=True)
+    collapsed = args.output / f"{args.target}-{args.workload}-c{args.concurrency}.txt"
+    try:
+        bench.start()
+        target = bench.targets[args.target]
+        assert target.process is not None
+        headers = None
+        if args.workload.startswith("mediated"):
+            headers = {"Authorization": f"Bearer {bench.tokens['bench-mediated']}"}
+        url, route_headers = bench._route(target, args.workload)
+        body = bench.bodies[args.workload]
+        loadgen.run_wrk(
+            url,
+            concurrency=args.concurrency,
+            duration_s=1,
+            headers=headers or route_headers,
+            body_file=body,
+        )
+        recorder = subprocess.Popen(
+            [
+                py_spy,
+                "record",
+                "--pid",
+                str(target.process.pid),
+                "--duration",
+                str(args.seconds),
+                "--format",
+                "raw",
+                "--rate",
+                "250",
+                "--output",
+                str(collapsed),
+                "--nonblocking",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        result: dict = {}
+        load = threading.Thread(
+            target=lambda: result.update(
+                loadgen.run_wrk(
+                    url,
+                    concurrency=args.concurrency,
+                    duration_s=args.seconds,
+                    headers=headers or route_headers,
+                    body_file=body,
+                )
+            )
+        )
+        load.start()
+        load.join()
+        recorder.wait(timeout=60)
+    finally:
+        bench.stop_all()
+    print(
+        f"{args.target} {args.workload} c={args.concurrency}: "
+        f"{result.get('throughput_rps', 0):.0f} rps,"
+        f" p50 {result.get('latency', {}).get('p50_ms')} ms"
+    )
+    print(summarize(collapsed, args.top))
+    print(f"collapsed stacks: {collapsed}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
