@@ -14,6 +14,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
@@ -471,9 +472,10 @@ class Bench:
         log(f"clawc    compile {agents} agents x {services} services x {tools} tools")
         pod = write_pod(self.workdir / "bigpod", agents, services, tools)
         out = self.workdir / "bigpod-build"
-        timings = []
+        timings, cpu = [], []
         for _ in range(1 if self.settings.quick else 3):
             started = time.perf_counter()
+            children = resource.getrusage(resource.RUSAGE_CHILDREN)
             result = subprocess.run(
                 [str(clawc), "compile", str(pod), "-o", str(out)],
                 capture_output=True,
@@ -481,6 +483,8 @@ class Bench:
                 check=False,
             )
             timings.append(time.perf_counter() - started)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu.append(after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime)
             if result.returncode != 0:
                 return {
                     "error": (result.stderr or result.stdout)[-2000:],
@@ -493,6 +497,7 @@ class Bench:
             "seconds_first": timings[0],
             "seconds_best": min(timings),
             "runs": len(timings),
+            "cpu_seconds_best": min(cpu),
         }
 
     def _safe(self, measure: Callable[[], dict]) -> dict:
@@ -776,7 +781,8 @@ def check_targets(results: dict) -> list[dict[str, Any]]:
             "<=",
             150.0,
         ),
-        (f"compile {compile_size} (s)", compiled.get("seconds_best"), "<=", 2.0),
+        (f"compile {compile_size} wall (s)", compiled.get("seconds_best"), "<=", 2.0),
+        (f"compile {compile_size} CPU (s)", compiled.get("cpu_seconds_best"), "<=", 2.0),
     ]
     out = []
     for name, value, op, limit in checks:
@@ -852,6 +858,33 @@ def render_table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def render_markdown(results: dict) -> str:
+    """The README's results tables, from one run's JSON (python -m bench.run --markdown FILE)."""
+    out = [
+        "| workload | c | direct rps | bare rps | sidecar rps | LiteLLM rps | sidecar/direct"
+        " | sidecar/bare | LiteLLM/sidecar | sidecar added p50 / p99 ms | CPU ms/req bare"
+        " / sidecar / LiteLLM |",
+        "|" + "---|" * 11,
+    ]
+    for r in results["ratios"]:
+        rps, cpu = r["rps"], r["cpu_ms_per_request"]
+        out.append(
+            f"| {r['workload']} | {r['concurrency']} | {_fmt(rps['direct'], 0)}"
+            f" | {_fmt(rps['bare'], 0)} | {_fmt(rps['sidecar'], 0)} | {_fmt(rps['litellm'], 0)}"
+            f" | {_fmt(r['sidecar_over_direct'])} | {_fmt(r['sidecar_over_bare'])}"
+            f" | {_fmt(r['litellm_over_sidecar'], 3)}"
+            f" | {_fmt(r['sidecar_added_p50_ms'])} / {_fmt(r['sidecar_added_p99_ms'])}"
+            f" | {_fmt(cpu['bare'], 3)} / {_fmt(cpu['sidecar'], 3)} / {_fmt(cpu['litellm'], 3)} |"
+        )
+    out += ["", "| SPEC §6 target | measured | limit | met |", "|---|---|---|---|"]
+    for check in results["targets"]:
+        met = {True: "yes", False: "**no**", None: "n/a"}[check["met"]]
+        out.append(
+            f"| {check['target']} | {_fmt(check['measured'], 3)} | {check['limit']} | {met} |"
+        )
+    return "\n".join(out)
+
+
 def versions() -> dict[str, str | None]:
     def version(package: str) -> str | None:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
@@ -896,7 +929,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-litellm", dest="litellm", action="store_false")
     parser.add_argument("--output", type=Path, help="JSON file (default bench/results/<time>.json)")
     parser.add_argument("--keep-workdir", action="store_true")
+    parser.add_argument("--markdown", type=Path, help="print a finished run's tables as Markdown")
     args = parser.parse_args(argv)
+    if args.markdown:
+        print(render_markdown(json.loads(args.markdown.read_text())))
+        return 0
     if args.quick:
         args.litellm = False  # installing and starting LiteLLM dwarfs a smoke run
     settings = Settings.from_args(args)

@@ -80,6 +80,6 @@ def test_memory_compile_reuse_and_table(quick_run: tuple[dict, str]) -> None:
     assert "seconds_best" in results["compile"], results["compile"]
     reuse = results["derived"]["keepalive_reuse"]["sidecar"]
     assert {"upstream", "tool"} <= reuse.keys()
-    assert len(results["targets"]) >= 10
+    assert len(results["targets"]) >= 14
     assert "SPEC §6 target" in stdout
     assert "sc/direct" in stdout
