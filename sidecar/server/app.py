@@ -41,6 +41,7 @@ log = logging.getLogger("sidecar.server")
 
 CHAT_COMPLETIONS = "/v1/chat/completions"
 MESSAGES = "/v1/messages"
+COUNT_TOKENS = "/v1/messages/count_tokens"
 PREPARED_RESPONSE = web.RequestKey("claw_prepared_response", web.StreamResponse)
 # Unique across restarts (random prefix) without a syscall per request (counter).
 _REQUEST_ID_PREFIX = "req_" + os.urandom(6).hex()
@@ -79,6 +80,7 @@ def create_app(
     app.cleanup_ctx.append(_lifecycle)
     app.router.add_post(CHAT_COMPLETIONS, chat_completions)
     app.router.add_post(MESSAGES, messages)
+    app.router.add_post(COUNT_TOKENS, count_tokens)
     app.router.add_get("/v1/models", models)
     app.router.add_route("*", "/mcp", mcp)
     app.router.add_get("/healthz", healthz)
@@ -113,7 +115,14 @@ async def messages(request: web.Request) -> web.StreamResponse:
     return await _llm_request(request, "anthropic", MESSAGES)
 
 
-async def _llm_request(request: web.Request, api: Api, route: str) -> web.StreamResponse:
+async def count_tokens(request: web.Request) -> web.StreamResponse:
+    """Anthropic's token counting: no model call, so never mediated; passed through."""
+    return await _llm_request(request, "anthropic", COUNT_TOKENS, mediate=False)
+
+
+async def _llm_request(
+    request: web.Request, api: Api, route: str, *, mediate: bool = True
+) -> web.StreamResponse:
     started = time.monotonic()
     state = request.app[STATE_KEY]
     agent = state.verifier.authenticate(request)
@@ -157,7 +166,7 @@ async def _llm_request(request: web.Request, api: Api, route: str) -> web.Stream
             started=started,
             forward_headers=_forward_headers(request, api),
         )
-        if agent.agent.mode == "mediated" and agent.tools.tools:
+        if mediate and agent.agent.mode == "mediated" and agent.tools.tools:
             return await handle_mediated(request, ctx, body)
         return await pass_through(request, ctx, raw)
     finally:

@@ -19,7 +19,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("sidecar.upstream")
 
 ANTHROPIC_DEFAULT_VERSION = "2023-06-01"
-_ENDPOINT_PATH = {"openai": "/chat/completions", "anthropic": "/v1/messages"}
+# Client route -> path under the provider's base URL (OpenAI base URLs already end in /v1).
+_ENDPOINT_PATHS = {
+    "openai": {"/v1/chat/completions": "/chat/completions"},
+    "anthropic": {
+        "/v1/messages": "/v1/messages",
+        "/v1/messages/count_tokens": "/v1/messages/count_tokens",
+    },
+}
 # Client headers that carry API semantics and are safe to pass on. Never auth headers.
 FORWARDED_REQUEST_HEADERS = {
     "openai": ("openai-organization", "openai-project", "openai-beta", "idempotency-key"),
@@ -80,7 +87,10 @@ class _ProviderChannel:
 
     def __init__(self, name: str, provider: Provider, key: str | None, timeout_s: float) -> None:
         self.name = name
-        self.url = provider.base_url.rstrip("/") + _ENDPOINT_PATH[provider.api]
+        base_url = provider.base_url.rstrip("/")
+        self.urls = {
+            route: base_url + path for route, path in _ENDPOINT_PATHS[provider.api].items()
+        }
         self.api = provider.api
         self.headers: dict[str, str] = {"Content-Type": "application/json"}
         if key and provider.api == "openai":
@@ -149,7 +159,7 @@ class UpstreamClient:
             timeout = channel.stream_timeout if ctx.stream else channel.answer_timeout
         try:
             return await channel.session.post(
-                channel.url,
+                channel.urls[ctx.route],
                 data=body,
                 headers=channel.request_headers(ctx.forward_headers),
                 timeout=timeout,

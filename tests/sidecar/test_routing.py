@@ -12,6 +12,8 @@ import pytest
 
 from sidecar.manifest import Provider
 from tests.sidecar.conftest import Pod, PodFactory
+from tests.support.builds import AgentSpec, http_tool
+from tests.support.sidecar import TEST_PROVIDER_KEYS
 from tests.support.upstream import Reply, StubUpstream, anthropic_message, openai_completion
 
 PROMPT = [{"role": "user", "content": "hi"}]
@@ -143,3 +145,18 @@ async def test_unknown_route_and_wrong_method_are_shaped(pod: Pod) -> None:
         async with session.get(pod.sidecar.url + "/v1/messages") as response:
             assert response.status == 405
             assert (await response.json())["type"] == "error"
+
+
+async def test_anthropic_count_tokens_is_passed_through(make_pod: PodFactory) -> None:
+    # Even for a mediated agent with tools: counting calls no model, so nothing is injected.
+    tool = http_tool("svc", "lookup", "http://127.0.0.1:9")
+    pod = await make_pod([AgentSpec("agent", mode="mediated", tools=[tool])])
+    pod.upstream.enqueue("/v1/messages/count_tokens", Reply.json({"input_tokens": 12}))
+    counted = await pod.anthropic().messages.count_tokens(
+        model="anthropic/claude-haiku-4-5", messages=PROMPT
+    )
+    assert counted.input_tokens == 12
+    seen = pod.upstream.received[-1]
+    assert seen.path == "/v1/messages/count_tokens"
+    assert seen.json == {"model": "claude-haiku-4-5", "messages": PROMPT}
+    assert seen.headers["x-api-key"] == TEST_PROVIDER_KEYS["ANTHROPIC_API_KEY"]
