@@ -76,8 +76,11 @@ async def handle_mediated(
             started=ctx.started,
             upstream_timeout_s=state.config.upstream_timeout_ms / 1000,
         )
-    except CodecError as exc:
-        response = error_response(ctx.api, ApiError(400, "invalid_request", str(exc)))
+    except (CodecError, AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
+        # Building the engine only reads the client's body (sans-IO): any failure here is a
+        # body whose parts do not have the protocol's shapes (a message that is not an object).
+        message = str(exc) if isinstance(exc, CodecError) else _shape_message(ctx.api, exc)
+        response = error_response(ctx.api, ApiError(400, "invalid_request", message))
         await record_request(ctx, http_status=400, error_code="invalid_request")
         return response
     task = asyncio.ensure_future(_Driver(request, ctx, codec, engine).run())
@@ -279,6 +282,14 @@ class _Driver:
             child = self.state.metrics.upstream_latency.labels(provider=self.ctx.provider_name)
             self.state.counters[key] = child
         return child
+
+
+def _shape_message(api: str, exc: Exception) -> str:
+    protocol = "Chat Completions" if api == "openai" else "Messages"
+    return (
+        f"the request body does not have the shape of a {protocol} request "
+        f"({type(exc).__name__}); check the types of messages, tools and tool_choice"
+    )
 
 
 def _keepalive_interval(configured: str | None) -> float:
