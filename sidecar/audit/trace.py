@@ -9,8 +9,8 @@ import orjson
 from sidecar.execution.outcome import ToolOutcome
 from sidecar.manifest import ManagedTool
 
-# Invalid argument text from a model is kept for the operator, but not without bound.
-MAX_RAW_ARGUMENTS = 16 * 1024
+# Arguments are kept for the operator, but a runaway model must not bloat the log.
+MAX_ARGUMENT_BYTES = 64 * 1024
 
 
 def trace_call(
@@ -35,14 +35,26 @@ def trace_call(
 
 
 def _readable(arguments: Any) -> Any:
-    """Arguments as a JSON value when they parse; otherwise the raw text the model sent."""
-    if not isinstance(arguments, str):
-        return arguments
-    if not arguments.strip():
-        return {}
+    """Arguments as a JSON value when they parse, else the raw text the model sent; either is
+    replaced by a cut JSON text when it exceeds MAX_ARGUMENT_BYTES."""
+    if isinstance(arguments, str):
+        if not arguments.strip():
+            return {}
+        try:
+            arguments = orjson.loads(arguments)
+        except orjson.JSONDecodeError:
+            return _bounded(arguments)
     try:
-        return orjson.loads(arguments)
-    except orjson.JSONDecodeError:
-        if len(arguments) > MAX_RAW_ARGUMENTS:
-            return arguments[:MAX_RAW_ARGUMENTS] + f"... ({len(arguments)} characters)"
+        text = orjson.dumps(arguments)
+    except TypeError:
+        return arguments  # not JSON-native (huge integers); the log stores it as text
+    if len(text) <= MAX_ARGUMENT_BYTES:
         return arguments
+    return _bounded(text.decode())
+
+
+def _bounded(text: str) -> str:
+    if len(text.encode()) <= MAX_ARGUMENT_BYTES:
+        return text
+    cut = text.encode()[:MAX_ARGUMENT_BYTES].decode("utf-8", "ignore")
+    return f"{cut}... (cut, {len(text.encode())} bytes)"

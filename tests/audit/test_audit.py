@@ -323,3 +323,19 @@ def test_any_single_byte_edit_is_detected(tmp_path_factory: pytest.TempPathFacto
     }[action]
     path.write_bytes(edited)
     assert verify(state)[0] == 1
+
+
+def test_trace_call_bounds_huge_arguments() -> None:
+    outcome = refused("invalid_arguments", "too big")
+    huge = {"blob": "x" * 200_000}
+    entry = trace_call("c", TOOL, TOOL.presented, huge, outcome)
+    assert isinstance(entry["arguments"], str)
+    assert (
+        entry["arguments"].startswith('{"blob":"xxx')
+        and "(cut, 200011 bytes)" in entry["arguments"]
+    )
+    assert len(entry["arguments"]) < 70_000
+    raw = "not json " * 20_000
+    assert trace_call("c", TOOL, TOOL.presented, raw, outcome)["arguments"].endswith(
+        "(cut, 180000 bytes)"
+    )
