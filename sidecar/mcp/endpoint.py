@@ -29,6 +29,7 @@ from sidecar.execution.outcome import ToolOutcome, refused
 from sidecar.manifest import AgentBuild, ManagedTool
 from sidecar.mcp.protocol import (
     BATCHES_UNTIL,
+    INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
@@ -221,6 +222,10 @@ class McpEndpoint:
         except JsonRpcError as err:
             err.request_id = message.id
             return err.response()
+        except Exception:
+            # A bug must not leave an SSE stream without an answer or leak a traceback.
+            log.exception("MCP %s failed for agent %s", message.method, agent.agent.id)
+            return error_response(message.id, INTERNAL_ERROR, "Internal error in the sidecar")
 
     def _tools_of(self, agent: AgentBuild) -> _AgentTools:
         cached = self._agent_tools.get(agent.agent.id)
