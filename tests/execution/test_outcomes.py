@@ -305,3 +305,12 @@ async def test_a_dropped_connection_after_sending_counts_as_executed(
     assert outcome.error_code == "unreachable"
     assert outcome.executed  # the service got the request and may have acted on it
     assert len(service.requests) == 1
+
+
+async def test_unresolvable_service_host_is_unreachable_without_naming_it(
+    executor: ToolExecutor,
+) -> None:
+    tool = http_tool("svc", "gone", "http://no-such-service.invalid:4000")
+    outcome = await call(executor, tool)
+    assert outcome.error_code == "unreachable" and not outcome.executed
+    assert "no-such-service" not in outcome.envelope_json()
