@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,9 @@ except AttributeError:  # pragma: no cover
     _Loader = yaml.SafeLoader
 
 Path_ = tuple[str | int, ...]
+TOO_DEEP = "the document is nested too deeply"
+MAX_C_LOADER_DEPTH = 500
+_FLOW_BRACKETS = re.compile(r"[\[\]{}]")
 
 
 @dataclass
@@ -34,11 +38,18 @@ class Lines:
         return None
 
 
-def _check_duplicates(node: yaml.Node, source: Path | str, done: set[int]) -> None:
-    """YAML loaders silently keep the last of two equal keys; compose refuses them, so do we."""
+def _check_duplicates(
+    node: yaml.Node, source: Path | str, done: set[int], inside: frozenset[int] = frozenset()
+) -> None:
+    """YAML loaders silently keep the last of two equal keys; compose refuses them, so do we.
+    An alias to a node that contains it would make the document infinite: refused too."""
+    if id(node) in inside:
+        line = node.start_mark.line + 1
+        raise CompileError("recursive YAML alias (a node contains itself)", file=source, line=line)
     if id(node) in done:  # aliases share nodes
         return
     done.add(id(node))
+    inside = inside | {id(node)}
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for key_node, value_node in node.value:
@@ -47,10 +58,10 @@ def _check_duplicates(node: yaml.Node, source: Path | str, done: set[int]) -> No
                     line = key_node.start_mark.line + 1
                     raise CompileError(f"duplicate key '{key_node.value}'", file=source, line=line)
                 seen.add(key_node.value)
-            _check_duplicates(value_node, source, done)
+            _check_duplicates(value_node, source, done, inside)
     elif isinstance(node, yaml.SequenceNode):
         for item in node.value:
-            _check_duplicates(item, source, done)
+            _check_duplicates(item, source, done, inside)
 
 
 def _index(node: yaml.Node, path: Path_, lines: Lines) -> None:
@@ -75,9 +86,21 @@ def _read_text(path: Path, what: str) -> str:
         raise CompileError(f"cannot read {what}: {exc}", file=path) from None
 
 
+def _loader_for(text: str) -> type[yaml.SafeLoader]:
+    """libyaml's composer recurses in C and crashes the process on very deep flow nesting
+    ("[[[[..."); such text goes to the pure-Python loader, which raises RecursionError."""
+    if text.count("[") + text.count("{") <= MAX_C_LOADER_DEPTH:
+        return _Loader
+    depth = deepest = 0
+    for bracket in _FLOW_BRACKETS.finditer(text):  # quotes ignored: only picks a loader
+        depth += 1 if bracket.group() in "[{" else -1
+        deepest = max(deepest, depth)
+    return yaml.SafeLoader if deepest > MAX_C_LOADER_DEPTH else _Loader
+
+
 def parse_yaml(text: str, source: Path | str) -> tuple[Any, Lines]:
     """Parse one YAML document, keeping line numbers."""
-    loader = _Loader(text)
+    loader = _loader_for(text)(text)
     try:
         node = loader.get_single_node()
         if node is not None:
@@ -90,6 +113,8 @@ def parse_yaml(text: str, source: Path | str) -> tuple[Any, Lines]:
         raise CompileError(reason, file=source, line=line) from None
     except yaml.YAMLError as exc:
         raise CompileError(f"invalid YAML: {exc}", file=source) from None
+    except RecursionError:
+        raise CompileError(TOO_DEEP, file=source) from None
     finally:
         loader.dispose()
     lines = Lines()
@@ -105,6 +130,8 @@ def parse_document(text: str, source: Path | str, *, json_first: bool) -> tuple[
             return json.loads(text), Lines()
         except json.JSONDecodeError as exc:
             raise CompileError(f"invalid JSON: {exc.msg}", file=source, line=exc.lineno) from None
+        except RecursionError:
+            raise CompileError(TOO_DEEP, file=source) from None
     return parse_yaml(text, source)
 
 
