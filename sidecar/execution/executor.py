@@ -38,6 +38,7 @@ MAX_ERROR_TEXT = 300
 MAX_COUNTED_BODY_BYTES = 64 * 1024 * 1024
 READ_CHUNK = 64 * 1024
 USER_AGENT = "clawpod-sidecar"
+REDACTED = b"[redacted]"
 MAX_REMEMBERED_ARGUMENTS = 1024
 MAX_REMEMBERED_TEXT = 1024
 
@@ -93,6 +94,9 @@ class ToolExecutor:
         self._session = aiohttp.ClientSession(
             connector=connector,
             trust_env=False,  # no proxy from the environment: only the manifest's host is contacted
+            # Each call is bounded by its own asyncio.timeout; a session-wide timer would be a
+            # second timer per request.
+            timeout=aiohttp.ClientTimeout(total=None),
             trace_configs=[self._trace_config()],
             auto_decompress=True,
             headers={"User-Agent": USER_AGENT},
@@ -230,9 +234,15 @@ class ToolExecutor:
             body = orjson.dumps(payload)
             headers["Content-Type"] = "application/json"
         credential = self._credential_header(tool)
+        secrets: tuple[bytes, ...] = ()
         if credential is not None:
             headers[credential[0]] = credential[1]
-        return _Request(tool, execution.method, URL(url, encoded=True), headers, body)
+            # A service that echoes the secret (or basic auth's base64 of it) must not hand it
+            # to the model.
+            secrets = (self._env.get(tool.execution.auth.env or "", "").encode(),)
+            if tool.execution.auth.type == "basic":
+                secrets += (credential[1].removeprefix("Basic ").encode(),)
+        return _Request(tool, execution.method, URL(url, encoded=True), headers, body, secrets)
 
     def _credential_header(self, tool: ManagedTool) -> tuple[str, str] | None:
         auth = tool.execution.auth
@@ -305,6 +315,7 @@ async def _send(
                 trace_request_ctx=progress,
             ) as response:
                 body, original = await _read_limited(response, max_result_bytes)
+                body = _redacted(body, request.secrets)
                 return _outcome_for(response, body, original, max_result_bytes, started)
     except TimeoutError:
         message = f"the service did not answer within {timeout_s:g} s"
@@ -334,6 +345,14 @@ class _Request:
     url: URL
     headers: dict[str, str]
     body: bytes | None
+    secrets: tuple[bytes, ...] = ()
+
+
+def _redacted(body: bytes, secrets: tuple[bytes, ...]) -> bytes:
+    for secret in secrets:
+        if secret and secret in body:
+            body = body.replace(secret, REDACTED)
+    return body
 
 
 # -- argument helpers --------------------------------------------------------------------------
