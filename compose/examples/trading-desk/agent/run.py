@@ -1,34 +1,101 @@
-"""A minimal agent runner: one question to the model through the sidecar, then the answer.
+"""The example agent runner: one task for the model through the sidecar, then the answer.
 
-It knows nothing about tools or credentials: OPENAI_BASE_URL points at the sidecar and
-OPENAI_API_KEY is this agent's token (both from agents/<id>.env). In mediated mode the sidecar
-offers the granted tools, runs them and returns the final answer.
+It knows no service URL and no credential: OPENAI_BASE_URL points at the sidecar and
+OPENAI_API_KEY is this agent's token (both from agents/<id>.env).
+
+- mediated agents just ask: the sidecar offers the granted tools, runs them and returns the
+  final answer.
+- native agents (the compiler mounts /claw/mcp.json for them) own the loop: they list their
+  tools over MCP, offer them to the model, and run the model's calls with `tools/call`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import sys
 from pathlib import Path
+from string import Template
+from typing import Any
 
-from openai import OpenAI
+from openai import AsyncOpenAI
 
 QUESTION = "Summarise my positions and buying power, and the latest news on my holdings."
 CONTEXT = Path("/claw/CONTEXT.md")
+MCP_CONFIG = Path("/claw/mcp.json")
+MAX_TURNS = 8
 
 
-def main() -> int:
-    client = OpenAI()  # reads OPENAI_BASE_URL and OPENAI_API_KEY
-    messages = []
+def first_messages() -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
     if CONTEXT.is_file():
         messages.append({"role": "system", "content": CONTEXT.read_text(encoding="utf-8")})
     messages.append({"role": "user", "content": os.environ.get("CLAW_QUESTION", QUESTION)})
-    reply = client.chat.completions.create(
-        model=os.environ.get("CLAW_MODEL", "gpt-4o-mini"), messages=messages
-    )
-    print(reply.choices[0].message.content or "")
+    return messages
+
+
+def mcp_server(config_path: Path) -> tuple[str, dict[str, str]]:
+    """URL and headers of the one server in mcp.json, with ${VAR} taken from the environment."""
+    [server] = json.loads(config_path.read_text(encoding="utf-8"))["mcpServers"].values()
+    headers = {k: Template(v).substitute(os.environ) for k, v in server.get("headers", {}).items()}
+    return server["url"], headers
+
+
+async def ask(llm: AsyncOpenAI, model: str) -> str:
+    reply = await llm.chat.completions.create(model=model, messages=first_messages())
+    return reply.choices[0].message.content or ""
+
+
+async def native_loop(llm: AsyncOpenAI, model: str, config_path: Path) -> str:
+    # Imported here so a mediated agent's image needs no MCP client.
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    url, headers = mcp_server(config_path)
+    async with (
+        create_mcp_http_client(headers=headers) as http,
+        Client(streamable_http_client(url, http_client=http)) as session,
+    ):
+        listing = await session.list_tools()
+        tools = [
+            {
+                "type": "function",
+                "function": {
+                    "name": tool.name,
+                    "description": tool.description or "",
+                    "parameters": tool.input_schema,
+                },
+            }
+            for tool in listing.tools
+        ]
+        messages = first_messages()
+        for _ in range(MAX_TURNS):
+            reply = await llm.chat.completions.create(model=model, messages=messages, tools=tools)
+            message = reply.choices[0].message
+            if not message.tool_calls:
+                return message.content or ""
+            messages.append(message.model_dump(exclude_none=True))
+            for call in message.tool_calls:
+                result = await session.call_tool(
+                    call.function.name, json.loads(call.function.arguments or "{}")
+                )
+                text = "".join(b.text for b in result.content if getattr(b, "text", None))
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
+    return f"(stopped after {MAX_TURNS} model turns without an answer)"
+
+
+async def main() -> int:
+    model = os.environ.get("CLAW_MODEL", "gpt-4o-mini")
+    async with AsyncOpenAI() as llm:  # reads OPENAI_BASE_URL and OPENAI_API_KEY
+        if MCP_CONFIG.is_file():
+            answer = await native_loop(llm, model, MCP_CONFIG)
+        else:
+            answer = await ask(llm, model)
+    print(answer)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(asyncio.run(main()))
