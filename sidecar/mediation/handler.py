@@ -158,7 +158,8 @@ class _Driver:
         finally:
             self._upstream_latency().observe(time.perf_counter() - started)
         if reply.status != 200:
-            return ModelFailed("status", _upstream_message(reply.body), reply.status)
+            body = self.state.upstream.redact(self.ctx.provider_name, reply.body)
+            return ModelFailed("status", _upstream_message(body), reply.status)
         try:
             if "text/event-stream" in reply.headers.get("Content-Type", ""):
                 body = self.codec.assemble_stream(reply.body)

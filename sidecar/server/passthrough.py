@@ -57,6 +57,8 @@ async def _relay_body(
             raise
         return await _fail(request, ctx, upstream_api_error(failure), rounds=1)
     status = upstream.status
+    if status >= 400:
+        data = ctx.state.upstream.redact(ctx.provider_name, data)
     parsed = _json_or_none(data)
     if status >= 400:
         if not _is_protocol_error(parsed):

@@ -92,6 +92,7 @@ class _ProviderChannel:
             route: base_url + path for route, path in _ENDPOINT_PATHS[provider.api].items()
         }
         self.api = provider.api
+        self.key = key.encode() if key else b""
         self.headers: dict[str, str] = {"Content-Type": "application/json"}
         if key and provider.api == "openai":
             self.headers["Authorization"] = f"Bearer {key}"
@@ -140,6 +141,12 @@ class UpstreamClient:
             if channel.session is not None:
                 await channel.session.close()
                 channel.session = None
+
+    def redact(self, provider_name: str, data: bytes) -> bytes:
+        """``data`` without the provider's key: some providers repeat a rejected key in their
+        error message, and it must not reach an agent."""
+        key = self._channels[provider_name].key
+        return data.replace(key, b"[redacted]") if key and key in data else data
 
     @property
     def started(self) -> bool:
