@@ -1,0 +1,109 @@
+"""Credential sweep: the sweeper itself, and hostile peers that try to make the sidecar repeat a
+credential (a provider that echoes its key in an error, a service that echoes its credential).
+
+The suite-wide sweep (tests/conftest.py) searches, at the end of every session, all build and
+state dirs under pytest's temporary directory, every log record, and every response body and
+error message the reliability tests collected, for every credential value any test sidecar
+was given; a hit fails the session.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.reliability.harness import ENV, SERVICE_TOKEN, Pod, start_pod, stop_pod
+from tests.reliability.wire import Api, ask, text, tool_call
+from tests.support import secret_sweep
+from tests.support.sidecar import TEST_PROVIDER_KEYS
+from tests.support.upstream import Reply
+
+KEY_OF: dict[Api, str] = {
+    "openai": TEST_PROVIDER_KEYS["OPENAI_API_KEY"],
+    "anthropic": TEST_PROVIDER_KEYS["ANTHROPIC_API_KEY"],
+}
+
+
+def test_the_sweep_finds_a_planted_credential(tmp_path: Path) -> None:
+    secret = "planted-credential-0a1b2c3d"
+    (tmp_path / "state" / "audit").mkdir(parents=True)
+    (tmp_path / "state" / "audit" / "a.jsonl").write_text(f'{{"x": "{secret}"}}\n')
+    leaks = secret_sweep.find_leaks({secret}, [("response", b"clean")], {tmp_path})
+    assert leaks == [f"{tmp_path / 'state/audit/a.jsonl'}: contains {secret_sweep.mask(secret)}"]
+    leaks = secret_sweep.find_leaks({secret}, [("log x", f"oops {secret}".encode())], set())
+    assert leaks and leaks[0].startswith("log x")
+    assert secret not in leaks[0]  # the report itself does not repeat the value
+
+
+def test_the_log_collector_keeps_messages_and_tracebacks() -> None:
+    collector = secret_sweep.LogCollector()
+    logger = logging.getLogger("sidecar.sweep-check")
+    logger.addHandler(collector)
+    try:
+        try:
+            raise ValueError("boom-value-in-traceback")
+        except ValueError:
+            logger.exception("failed with %s", "argument-text")
+    finally:
+        logger.removeHandler(collector)
+    where, text_ = secret_sweep.SWEEP.texts[-1]
+    assert where == "log sidecar.sweep-check"
+    assert b"argument-text" in text_ and b"boom-value-in-traceback" in text_
+
+
+@pytest.fixture
+async def pod(tmp_path: Path) -> AsyncIterator[Pod]:
+    running = await start_pod(tmp_path)
+    yield running
+    await stop_pod(running)
+
+
+async def test_sidecar_credentials_are_registered_for_the_sweep(pod: Pod) -> None:
+    assert {*TEST_PROVIDER_KEYS.values(), SERVICE_TOKEN} <= secret_sweep.SWEEP.secrets
+
+
+def echoing_key(api: Api, status: int = 401) -> Reply:
+    return Reply.error(api, status, f"Incorrect API key provided: {KEY_OF[api]}", "invalid_api_key")
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize(
+    ("agent", "stream"), [("plain", False), ("analyst", False), ("analyst", True)]
+)
+async def test_a_provider_echoing_its_key_does_not_reach_the_client(
+    pod: Pod, api: Api, agent: str, stream: bool
+) -> None:
+    pod.upstream.enqueue(api, echoing_key(api))
+    seen = await ask(pod, api, agent, "hello", stream=stream)
+    assert seen.answer is None
+    assert KEY_OF[api] not in seen.message
+    assert "Incorrect API key provided" in seen.message  # the provider's words still arrive
+    records = await pod.wait_for_audit(agent, 1)
+    assert KEY_OF[api] not in str(records)
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+async def test_a_service_echoing_its_credential_does_not_reach_the_model(
+    pod: Pod, api: Api
+) -> None:
+    pod.service.reply("/quotes/ECHO", json={"you_sent": f"Bearer {SERVICE_TOKEN}"})
+    pod.upstream.enqueue(
+        api,
+        Reply.json(tool_call(api, "desk_quote", {"symbol": "ECHO"})),
+        Reply.json(text(api, "done")),
+    )
+    seen = await ask(pod, api, "analyst", "quote ECHO", stream=False)
+    assert seen.answer == "done"
+    assert pod.service.requests[-1].headers["Authorization"] == f"Bearer {SERVICE_TOKEN}"
+    to_model = pod.upstream.requests_to(api)[-1].body
+    secret_sweep.collect("request to the model", to_model)
+    assert SERVICE_TOKEN.encode() not in to_model
+    assert b"you_sent" in to_model
+
+
+def test_every_test_credential_is_long_enough_to_be_swept() -> None:
+    for value in (*TEST_PROVIDER_KEYS.values(), SERVICE_TOKEN, ENV["SVC_TOKEN"]):
+        assert len(value) >= secret_sweep.MIN_SECRET_LENGTH
