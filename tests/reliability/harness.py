@@ -266,6 +266,8 @@ async def start_pod(tmp_path: Path, **config: Any) -> Pod:
 
 
 async def stop_pod(pod: Pod) -> None:
+    status, _ = await pod.get("/metrics")  # the page goes into the credential sweep
+    assert status == 200
     await pod.close()
     await pod.upstream.close()
     await pod.service.close()

@@ -178,6 +178,7 @@ async def test_upstream_fault(pod: Pod, fault: str, phase: str, client: str, api
 async def assert_healthy(pod: Pod, api: Api, agent: str, streaming: bool, baseline: int) -> None:
     """The next request of the same kind gets the right answer."""
     assert (await pod.get("/healthz"))[0] == 200
+    assert (await pod.get("/metrics"))[0] == 200
     answer = f"recovered {next(_prompts)}"
     if agent == "plain":
         upstream = (
