@@ -19,7 +19,7 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 STATE_DIR=${CLAW_DOCKER_STATE:-${TMPDIR:-/tmp}/clawpod-docker}
 PID_FILE=$STATE_DIR/dockerd.pid
 ENGINE_LOG=$STATE_DIR/dockerd.log
-ROOTFS_IMAGE=clawpod-local/bookworm-rootfs:latest
+ROOTFS_REPOSITORY=clawpod-local/bookworm-rootfs
 BASE_IMAGE=${CLAW_BASE_IMAGE:-clawpod-local/python:3.11}
 AGENT_BASE_IMAGE=${CLAW_AGENT_BASE_IMAGE:-clawpod-local/python-agent:3.11}
 AGENT_PY_PACKAGES="openai>=1.50 mcp>=1.9"
@@ -92,19 +92,35 @@ start_engine() {
   exit 1
 }
 
+# The rootfs image is tagged with a hash of this recipe, so a changed recipe builds a new one.
+rootfs_image() {
+  echo "$ROOTFS_REPOSITORY:$(sed -n '/^build_rootfs_image()/,/^}/p' "$0" | sha256sum | cut -c1-12)"
+}
+
+# Debian minbase with python3 and pip. usrmerge (and the perl it pulls in, ~45 MB) is purged:
+# mmdebstrap has already merged /usr, and the usr-is-merged marker keeps dependencies satisfied.
+# The import goes to a temporary tag so a failed debootstrap never leaves a usable-looking image.
 build_rootfs_image() {
-  docker image inspect "$ROOTFS_IMAGE" >/dev/null 2>&1 && return
-  say "mmdebstrap bookworm rootfs -> $ROOTFS_IMAGE"
-  local sources=/etc/apt/sources.list.d/debian.sources
+  local tag=$1 sources=/etc/apt/sources.list.d/debian.sources
   [ -f "$sources" ] || sources=/etc/apt/sources.list
+  say "mmdebstrap bookworm rootfs -> $tag"
   mmdebstrap --quiet --variant=minbase \
-    --include=python3,python3-pip,python-is-python3,ca-certificates \
+    --include=usr-is-merged,python3,python3-pip,python-is-python3,ca-certificates \
     --aptopt='Acquire::Check-Valid-Until "false"' --dpkgopt=force-unsafe-io \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-include=/usr/share/locale/locale.alias' \
-    --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
+    --customize-hook='chroot "$1" dpkg --purge usrmerge libfile-find-rule-perl libnumber-compare-perl libtext-glob-perl perl libperl5.36 perl-modules-5.36 >/dev/null' \
+    --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/var/log/*' \
     bookworm - "$sources" |
-    docker import -c 'ENV LANG=C.UTF-8' -c 'CMD ["python3"]' - "$ROOTFS_IMAGE" >/dev/null
+    docker import -c 'ENV LANG=C.UTF-8' -c 'CMD ["python3"]' - "$tag-partial" >/dev/null || {
+    docker image rm "$tag-partial" >/dev/null 2>&1 || true
+    exit 1
+  }
+  docker tag "$tag-partial" "$tag"
+  docker image rm "$tag-partial" >/dev/null
+  # Rootfs images of earlier recipes are no longer needed.
+  docker images --format '{{.Repository}}:{{.Tag}}' "$ROOTFS_REPOSITORY" | grep -vxF "$tag" |
+    xargs -r docker image rm >/dev/null 2>&1 || true
 }
 
 # A Python image TAG FROM an image, with the requirements in a file preinstalled offline from
@@ -168,11 +184,12 @@ print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]
 }
 
 ensure_images() {
-  local requirements
+  local requirements rootfs
+  rootfs=$(rootfs_image)
+  docker image inspect "$rootfs" >/dev/null 2>&1 || build_rootfs_image "$rootfs"
   requirements=$(mktemp)
-  build_rootfs_image
   runtime_requirements >"$requirements"
-  ensure_python_image "$BASE_IMAGE" "$ROOTFS_IMAGE" "$requirements"
+  ensure_python_image "$BASE_IMAGE" "$rootfs" "$requirements"
   printf '%s\n' $AGENT_PY_PACKAGES >"$requirements"
   ensure_python_image "$AGENT_BASE_IMAGE" "$BASE_IMAGE" "$requirements"
   rm -f "$requirements"

@@ -49,7 +49,18 @@ def docker_engine() -> None:
     pytest.skip(f"{problem}; {hint}")
 
 
+def _image_id(tag: str) -> str | None:
+    result = subprocess.run(
+        ["docker", "image", "inspect", "-f", "{{.Id}}", tag],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
 def _build(tag: str, context: Path, base_image: str) -> None:
+    previous = _image_id(tag)
     env = {**os.environ, "DOCKER_BUILDKIT": "0"}
     command = ["docker", "build", "-q", "--build-arg", f"BASE_IMAGE={base_image}", "-t", tag]
     result = subprocess.run(
@@ -57,6 +68,9 @@ def _build(tag: str, context: Path, base_image: str) -> None:
     )
     if result.returncode != 0:
         pytest.fail(f"docker build {context} failed:\n{result.stderr}", pytrace=False)
+    if previous and previous != _image_id(tag):
+        # The image this session replaced is untagged now; do not let them pile up across runs.
+        subprocess.run(["docker", "image", "rm", previous], capture_output=True, check=False)
 
 
 @pytest.fixture(scope="session")
