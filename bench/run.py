@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from bench import loadgen, streamclient, workloads
+from bench import interleaved, loadgen, streamclient, workloads
 from bench.processes import Server, cpu_seconds, free_port, rss_bytes, start_server
 from sidecar.manifest import ToolPolicy
 
@@ -39,6 +39,7 @@ PROVIDER_KEYS = {"OPENAI_API_KEY": "sk-bench-openai", "ANTHROPIC_API_KEY": "sk-b
 PASS_MODEL = "gpt-4o-mini"
 ANTHROPIC_MODEL = "claude-bench"
 TARGET_NAMES = ("direct", "bare", "sidecar", "litellm")
+TTFB_MAX_SECONDS = 15.0  # caps slow proxies' stream runs (LiteLLM needs ~0.2 s per stream)
 
 
 @dataclass(frozen=True)
@@ -259,6 +260,7 @@ class Bench:
             "openai_sse": workloads.openai_chat(PASS_MODEL, stream=True),
             "anthropic_json": workloads.anthropic_messages(ANTHROPIC_MODEL),
             "slow_sse": workloads.openai_chat("gpt-bench-slow", stream=True),
+            "gap_sse": workloads.openai_chat(f"{PASS_MODEL}-gap", stream=True),
         }
         for rounds in self.settings.rounds:
             bodies[f"mediated_r{rounds}"] = workloads.openai_chat(f"gpt-bench-r{rounds}")
@@ -281,6 +283,7 @@ class Bench:
         url, route_headers = self._route(target, workload)
         headers = headers or route_headers
         body = self.bodies[workload]
+        self._settle(target)
         if self.settings.warmup_s:
             loadgen.run_wrk(
                 url,
@@ -299,6 +302,21 @@ class Bench:
         )
         cell.update(self._accounting(target, before, cell["requests"]))
         return cell
+
+    def _settle(self, target: Target, max_wait_s: float = 90.0) -> None:
+        """Wait until the proxy has drained work left by the previous cell (an overloaded proxy
+        keeps serving requests its abandoned clients sent), so cells do not pollute each other."""
+        if not target.process:
+            return
+        deadline = time.monotonic() + max_wait_s
+        before = cpu_seconds(target.process.pid)
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            now = cpu_seconds(target.process.pid)
+            if now - before < 0.05:  # under 10% of a core: idle apart from housekeeping
+                return
+            before = now
+        log(f"  {target.name} still busy after {max_wait_s:.0f} s")
 
     def _counters(self, target: Target) -> dict[str, float]:
         self.upstream_stats.reset()
@@ -364,9 +382,37 @@ class Bench:
                 processes = 1 if concurrency <= 16 else 2
                 results.setdefault(name, {})[str(concurrency)] = self._safe(
                     lambda u=url, h=headers, b=body, c=concurrency, r=requests, p=processes: (
-                        streamclient.run(u, b, h, concurrency=c, requests=r, processes=p)
+                        streamclient.run(
+                            u,
+                            b,
+                            h,
+                            concurrency=c,
+                            requests=r,
+                            processes=p,
+                            max_seconds=TTFB_MAX_SECONDS,
+                        )
                     )
                 )
+        return results
+
+    def interleaved_c1(self) -> dict[str, Any]:
+        """Concurrency-1 latency and TTFB with the targets interleaved request by request."""
+        results: dict[str, Any] = {}
+        json_rounds, sse_rounds = (20, 10) if self.settings.quick else (400, 200)
+        for workload, rounds in (("openai_json", json_rounds), ("gap_sse", sse_rounds)):
+            endpoints = {}
+            for name in TARGET_NAMES:
+                target = self.targets.get(name)
+                # LiteLLM takes ~0.3 s per 200-chunk stream: it would dominate the run.
+                if not target or (name == "litellm" and workload == "gap_sse"):
+                    continue
+                url, headers = self._route(target, workload)
+                body = self.bodies[workload].read_bytes()
+                endpoints[name] = interleaved.Endpoint(url, headers, body)
+            log(f"interleaved c=1 {workload} x{rounds}: {', '.join(endpoints)}")
+            results[workload] = self._safe(
+                lambda e=endpoints, r=rounds: interleaved.run(e, rounds=r)
+            )
         return results
 
     def mediated(self) -> dict[str, Any]:
@@ -630,6 +676,11 @@ def derive(results: dict, settings: Settings) -> dict[str, Any]:
                 derived["ttfb_added_ms"].setdefault(proxy, {})[concurrency] = {
                     q: _diff(run["ttfb"][q], direct["ttfb"][q]) for q in ("p50_ms", "p99_ms")
                 }
+    measured = results.get("interleaved_c1", {})
+    derived["interleaved_c1_added_ms"] = {
+        "latency_openai_json": interleaved.added(measured.get("openai_json", {})),
+        "ttfb_openai_sse": interleaved.added(measured.get("gap_sse", {}), key="ttfb"),
+    }
     derived["mediated"] = derive_mediated(results, settings)
     derived["keepalive_reuse"] = derive_reuse(results)
     return derived
@@ -728,11 +779,11 @@ def ratios(results: dict, settings: Settings) -> list[dict[str, Any]]:
 def check_targets(results: dict) -> list[dict[str, Any]]:
     """SPEC §6, one line per target: measured value, limit, met or not (None = not measured)."""
     derived = results["derived"]
-    added = derived["added_latency_ms"].get("sidecar", {}).get("openai_json", {}).get("1", {})
+    added = derived["interleaved_c1_added_ms"]["latency_openai_json"].get("sidecar", {})
     cpu = derived["cpu_ms_per_request"]
     sidecar_cpu = cpu.get("sidecar", {}).get("openai_json")
     bare_cpu = cpu.get("bare", {}).get("openai_json")
-    ttfb = derived["ttfb_added_ms"].get("sidecar", {}).get("1", {})
+    ttfb = derived["interleaved_c1_added_ms"]["ttfb_openai_sse"].get("sidecar", {})
     reuse = derived["keepalive_reuse"].get("sidecar", {})
     memory = results["memory"]
     compiled = results["compile"]
@@ -829,6 +880,13 @@ def render_table(results: dict) -> str:
             + f"; per round {_fmt(mediated['cpu_ms_per_round'], 3)} ms CPU,"
             f" +{_fmt(mediated['added_latency_p50_ms_per_round_c1'], 3)} ms p50 latency at c=1"
         )
+    for label, key in (("latency", "latency_openai_json"), ("stream TTFB", "ttfb_openai_sse")):
+        rows = results["derived"]["interleaved_c1_added_ms"][key]
+        if rows:
+            lines.append(
+                f"interleaved c=1 added {label} p50/p99 ms: "
+                + "; ".join(f"{n} {_fmt(v['p50_ms'])}/{_fmt(v['p99_ms'])}" for n, v in rows.items())
+            )
     ttfb = results["derived"]["ttfb_added_ms"]
     if ttfb:
         lines.append(
@@ -956,6 +1014,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     try:
         bench.start()
+        results["interleaved_c1"] = bench.interleaved_c1()
         results["throughput"] = bench.throughput_matrix()
         results["ttfb"] = bench.streaming_ttfb()
         results["mediated"] = bench.mediated()

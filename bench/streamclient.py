@@ -40,9 +40,10 @@ async def _client(
     body: bytes,
     headers: dict[str, str],
     budget: list[int],
+    deadline: float,
     out: dict[str, list],
 ) -> None:
-    while budget[0] > 0:
+    while budget[0] > 0 and time.monotonic() < deadline:
         budget[0] -= 1
         started = time.perf_counter()
         try:
@@ -67,11 +68,12 @@ async def _client(
 async def _run_process(args: dict[str, Any]) -> dict[str, list]:
     out: dict[str, list] = {"ttfb": [], "total": [], "errors": []}
     budget = [args["requests"]]
+    deadline = time.monotonic() + args["max_seconds"]
     timeout = aiohttp.ClientTimeout(total=args["timeout_s"])
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         clients = [
-            _client(session, args["url"], args["body"], args["headers"], budget, out)
+            _client(session, args["url"], args["body"], args["headers"], budget, deadline, out)
             for _ in range(args["concurrency"])
         ]
         await asyncio.gather(*clients)
@@ -91,7 +93,9 @@ def run(
     requests: int,
     processes: int = 1,
     timeout_s: float = 120.0,
+    max_seconds: float = 3600.0,
 ) -> dict[str, Any]:
+    """Send ``requests`` streams (fewer if ``max_seconds`` runs out first) and summarise them."""
     processes = max(1, min(processes, concurrency))
     queue: multiprocessing.Queue = multiprocessing.Queue()
     workers = []
@@ -103,6 +107,7 @@ def run(
             "concurrency": concurrency // processes + (index < concurrency % processes),
             "requests": requests // processes + (index < requests % processes),
             "timeout_s": timeout_s,
+            "max_seconds": max_seconds,
         }
         workers.append(multiprocessing.Process(target=_process_main, args=(share, queue)))
     started = time.perf_counter()

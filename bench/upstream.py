@@ -9,6 +9,10 @@ The model name scripts the conversation:
   so no call is a duplicate); then answer with text. This drives the sidecar's mediated loop.
 - ``...-slow``: streams pace their chunks (``SLOW_CHUNK_INTERVAL_S``), so many streams stay
   open at once (memory measurement).
+- ``...-gap``: streams pause ``FIRST_CHUNK_GAP_S`` after the first chunk, then send the rest at
+  once. Time to first byte then measures how fast a proxy relays the first chunk, not how long
+  it waits for CPU while the stub bursts the other 199 (as a real model, which spaces its
+  chunks, never does).
 - anything else: answer with text at once.
 """
 
@@ -25,6 +29,7 @@ from bench.stubserver import TrafficCounter, host_port_args, serve
 
 STREAM_CHUNKS = 200
 SLOW_CHUNK_INTERVAL_S = 0.02
+FIRST_CHUNK_GAP_S = 0.005
 ANSWER_WORDS = ("The", " quarterly", " figures", " show", " steady", " growth", ",", " with")
 ANSWER_TEXT = "".join(ANSWER_WORDS) * 12
 ROUNDS_PATTERN = re.compile(r"-r(\d+)$")
@@ -221,15 +226,26 @@ def last_anthropic_tool(body: dict) -> str | None:
 # --- handlers -----------------------------------------------------------------------------
 
 
+def _pacing(model: str) -> tuple[float, float]:
+    """(pause after the first chunk, pause after each later chunk) in seconds."""
+    if model.endswith("-slow"):
+        return SLOW_CHUNK_INTERVAL_S, SLOW_CHUNK_INTERVAL_S
+    if model.endswith("-gap"):
+        return FIRST_CHUNK_GAP_S, 0.0
+    return 0.0, 0.0
+
+
 async def _stream(
-    request: web.Request, chunks: tuple[bytes, ...], slow: bool
+    request: web.Request, chunks: tuple[bytes, ...], model: str
 ) -> web.StreamResponse:
+    first_pause, pause = _pacing(model)
     response = web.StreamResponse(headers=SSE_HEADERS)
     await response.prepare(request)
-    for chunk in chunks:
+    for index, chunk in enumerate(chunks):
         await response.write(chunk)
-        if slow:
-            await asyncio.sleep(SLOW_CHUNK_INTERVAL_S)
+        delay = first_pause if index == 0 else pause
+        if delay:
+            await asyncio.sleep(delay)
     await response.write_eof()
     return response
 
@@ -249,7 +265,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             return _json(openai_tool_call(model, tool, done + 1))
     if body.get("stream"):
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        return await _stream(request, openai_stream(model, include_usage), model.endswith("-slow"))
+        return await _stream(request, openai_stream(model, include_usage), model)
     return _json(openai_text(model))
 
 
@@ -263,7 +279,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
         if done < rounds:
             return _json(anthropic_tool_use(model, tool, done + 1))
     if body.get("stream"):
-        return await _stream(request, anthropic_stream(model), model.endswith("-slow"))
+        return await _stream(request, anthropic_stream(model), model)
     return _json(anthropic_text(model))
 
 

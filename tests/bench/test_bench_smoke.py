@@ -32,9 +32,15 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
 
 def test_reports_every_section(quick_run: tuple[dict, str]) -> None:
     results, _ = quick_run
-    for key in ("meta", "throughput", "ttfb", "mediated", "memory", "compile", "derived"):
+    for key in ("meta", "interleaved_c1", "throughput", "ttfb", "mediated", "memory", "compile"):
         assert key in results, key
-    assert {"ratios", "targets", "skipped"} <= results.keys()
+    assert {
+        "derived",
+        "ratios",
+        "targets",
+        "skipped",
+        "sidecar_reported_connections",
+    } <= results.keys()
     assert results["meta"]["quick"] is True
     assert results["skipped"]["litellm"]
 
@@ -58,6 +64,21 @@ def test_streams_are_timed_to_first_byte(quick_run: tuple[dict, str]) -> None:
         for run in results["ttfb"][target].values():
             assert run["errors"] == 0
             assert set(run["ttfb"]) == {"p50_ms", "p90_ms", "p99_ms"}
+
+
+def test_interleaved_concurrency_one_covers_every_running_target(
+    quick_run: tuple[dict, str],
+) -> None:
+    results, _ = quick_run
+    for workload in ("openai_json", "gap_sse"):
+        measured = results["interleaved_c1"][workload]
+        assert set(measured) == {"direct", "bare", "sidecar"}
+        for run in measured.values():
+            assert run["errors"] == 0
+            assert run["requests"] > 0
+    added = results["derived"]["interleaved_c1_added_ms"]
+    assert set(added["latency_openai_json"]) == {"bare", "sidecar"}
+    assert set(added["ttfb_openai_sse"]) == {"bare", "sidecar"}
 
 
 def test_mediated_requests_run_the_scripted_tool_rounds(quick_run: tuple[dict, str]) -> None:
