@@ -224,8 +224,11 @@ class Pod:
             raise AssertionError(f"probe {script} in {service} exited {code}:\n{output}")
         return json.loads(output.strip().splitlines()[-1])
 
-    def chat(self, agent: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        return self.probe(agent, "chat", MODEL, json.dumps(messages))
+    def chat(
+        self, agent: str, messages: list[dict[str, Any]], *, stream: bool = False
+    ) -> dict[str, Any]:
+        mode = ["stream"] if stream else []
+        return self.probe(agent, "chat", MODEL, json.dumps(messages), *mode)
 
     def reach(self, service: str, targets: list[str]) -> dict[str, dict[str, Any]]:
         return {r["target"]: r for r in self.probe(service, "reach", *targets)}
