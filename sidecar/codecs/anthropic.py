@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 
+from sidecar.codecs.base import CodecBase
 from sidecar.codecs.sse import event_frame, parse_events, pieces
 from sidecar.mediation.conversation import (
     CodecError,
@@ -31,7 +32,7 @@ CHOICE_TO_WIRE = {"auto": "auto", "required": "any", "none": "none", "named": "t
 WIRE_TO_CHOICE = {wire: mode for mode, wire in CHOICE_TO_WIRE.items()}
 
 
-class AnthropicCodec:
+class AnthropicCodec(CodecBase):
     api = "anthropic"
     input_key = "input_tokens"
     output_key = "output_tokens"
@@ -66,21 +67,22 @@ class AnthropicCodec:
 
     # --- upstream request -------------------------------------------------------------------
 
-    def render_request(
-        self,
-        conversation: Conversation,
-        messages: list[dict[str, Any]],
-        tools: list[ToolSpec],
-        choice: ToolChoice,
-    ) -> dict[str, Any]:
-        body = dict(conversation.params)
-        body["messages"] = messages
-        body["tools"] = [*conversation.tools, *map(tool_definition, tools)]
-        rendered_choice = _render_choice(choice)
-        if rendered_choice is not None:
-            body["tool_choice"] = rendered_choice
-        body["stream"] = False
-        return body
+    @staticmethod
+    def tool_definition(spec: ToolSpec) -> dict[str, Any]:
+        return {"name": spec.name, "description": spec.description, "input_schema": spec.schema}
+
+    @staticmethod
+    def render_choice(choice: ToolChoice) -> Any:
+        if choice.mode is None:
+            return None
+        if choice.mode == "other":
+            return choice.raw
+        rendered: dict[str, Any] = {"type": CHOICE_TO_WIRE[choice.mode]}
+        if choice.mode == "named":
+            rendered["name"] = choice.name
+        if choice.mode != "none":
+            rendered.update(choice.extra)
+        return rendered
 
     # --- upstream response ------------------------------------------------------------------
 
@@ -154,14 +156,6 @@ class AnthropicCodec:
 
     # --- client response --------------------------------------------------------------------
 
-    def render_response(
-        self, conversation: Conversation, turn: ModelTurn, usage: dict[str, Any]
-    ) -> dict[str, Any]:
-        body = dict(turn.body)
-        if usage:
-            body["usage"] = usage
-        return body
-
     def render_stream(self, conversation: Conversation, body: dict[str, Any]) -> list[bytes]:
         usage = body.get("usage") or {}
         start = {k: v for k, v in body.items() if k not in ("content", "stop_reason", "usage")}
@@ -189,10 +183,6 @@ class AnthropicCodec:
         return self.fingerprint({"role": "assistant", "content": body.get("content")})
 
 
-def tool_definition(spec: ToolSpec) -> dict[str, Any]:
-    return {"name": spec.name, "description": spec.description, "input_schema": spec.schema}
-
-
 def _parse_choice(raw: Any) -> ToolChoice:
     if raw is None:
         return ToolChoice(mode=None)
@@ -204,19 +194,6 @@ def _parse_choice(raw: Any) -> ToolChoice:
     if mode == "named" and not isinstance(name, str):
         raise CodecError("tool_choice: type 'tool' needs a 'name'")
     return ToolChoice(mode=mode, name=name, extra=extra)
-
-
-def _render_choice(choice: ToolChoice) -> Any:
-    if choice.mode is None:
-        return None
-    if choice.mode == "other":
-        return choice.raw
-    rendered: dict[str, Any] = {"type": CHOICE_TO_WIRE[choice.mode]}
-    if choice.mode == "named":
-        rendered["name"] = choice.name
-    if choice.mode != "none":
-        rendered.update(choice.extra)
-    return rendered
 
 
 def _content_fingerprint(content: Any) -> str:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from sidecar.codecs.anthropic import AnthropicCodec
-from sidecar.codecs.openai import OpenAICodec
 from sidecar.mediation.conversation import (
     Conversation,
     ModelTurn,
@@ -53,9 +51,38 @@ class Codec(Protocol):
         ...
 
 
-def codec_for(api: str) -> Codec:
-    """The codec of an API; codecs hold no state, so one instance serves every request."""
-    return _CODECS[api]
+class CodecBase:
+    """What both codecs do alike; each gives its wire shape of a tool and of a tool choice."""
 
+    def render_request(
+        self,
+        conversation: Conversation,
+        messages: list[dict[str, Any]],
+        tools: list[ToolSpec],
+        choice: ToolChoice,
+    ) -> dict[str, Any]:
+        body = dict(conversation.params)
+        body["messages"] = messages
+        body["tools"] = [*conversation.tools, *map(self.tool_definition, tools)]
+        rendered_choice = self.render_choice(choice)
+        if rendered_choice is not None:
+            body["tool_choice"] = rendered_choice
+        body["stream"] = False
+        return body
 
-_CODECS: dict[str, Codec] = {"openai": OpenAICodec(), "anthropic": AnthropicCodec()}
+    def render_response(
+        self, conversation: Conversation, turn: ModelTurn, usage: dict[str, Any]
+    ) -> dict[str, Any]:
+        body = dict(turn.body)
+        if usage:
+            body["usage"] = usage
+        return body
+
+    @staticmethod
+    def tool_definition(spec: ToolSpec) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @staticmethod
+    def render_choice(choice: ToolChoice) -> Any:
+        """The wire form of a tool choice, or None to leave ``tool_choice`` out."""
+        raise NotImplementedError

@@ -6,6 +6,7 @@ from typing import Any
 
 import orjson
 
+from sidecar.codecs.base import CodecBase
 from sidecar.codecs.sse import DONE, data_frame, parse_events, pieces
 from sidecar.mediation.conversation import (
     CodecError,
@@ -25,7 +26,7 @@ TEXT_PIECE = 256
 SIMPLE_CHOICES = ("auto", "none", "required")
 
 
-class OpenAICodec:
+class OpenAICodec(CodecBase):
     api = "openai"
     input_key = "prompt_tokens"
     output_key = "completion_tokens"
@@ -83,21 +84,26 @@ class OpenAICodec:
 
     # --- upstream request -------------------------------------------------------------------
 
-    def render_request(
-        self,
-        conversation: Conversation,
-        messages: list[dict[str, Any]],
-        tools: list[ToolSpec],
-        choice: ToolChoice,
-    ) -> dict[str, Any]:
-        body = dict(conversation.params)
-        body["messages"] = messages
-        body["tools"] = [*conversation.tools, *map(tool_definition, tools)]
-        rendered_choice = _render_choice(choice)
-        if rendered_choice is not None:
-            body["tool_choice"] = rendered_choice
-        body["stream"] = False
-        return body
+    @staticmethod
+    def tool_definition(spec: ToolSpec) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": spec.name,
+                "description": spec.description,
+                "parameters": spec.schema,
+            },
+        }
+
+    @staticmethod
+    def render_choice(choice: ToolChoice) -> Any:
+        if choice.mode is None:
+            return None
+        if choice.mode == "named":
+            return {"type": "function", "function": {"name": choice.name}}
+        if choice.mode == "other":
+            return choice.raw
+        return choice.mode
 
     # --- upstream response ------------------------------------------------------------------
 
@@ -168,9 +174,7 @@ class OpenAICodec:
     def render_response(
         self, conversation: Conversation, turn: ModelTurn, usage: dict[str, Any]
     ) -> dict[str, Any]:
-        body = dict(turn.body)
-        if usage:
-            body["usage"] = usage
+        body = super().render_response(conversation, turn, usage)
         if conversation.legacy_functions:
             body["choices"] = [_legacy_choice(c) for c in body.get("choices") or []]
         return body
@@ -235,13 +239,6 @@ class OpenAICodec:
         return self.fingerprint(converted[0])
 
 
-def tool_definition(spec: ToolSpec) -> dict[str, Any]:
-    return {
-        "type": "function",
-        "function": {"name": spec.name, "description": spec.description, "parameters": spec.schema},
-    }
-
-
 def convert_legacy_messages(
     messages: list[dict[str, Any]], *, start: int = 0
 ) -> list[dict[str, Any]]:
@@ -299,16 +296,6 @@ def _parse_choice(raw: Any) -> ToolChoice:
         if isinstance(name, str):
             return ToolChoice(mode="named", name=name)
     return ToolChoice(mode="other", raw=raw)
-
-
-def _render_choice(choice: ToolChoice) -> Any:
-    if choice.mode is None:
-        return None
-    if choice.mode == "named":
-        return {"type": "function", "function": {"name": choice.name}}
-    if choice.mode == "other":
-        return choice.raw
-    return choice.mode
 
 
 def _tool_name(tool: Any) -> str | None:

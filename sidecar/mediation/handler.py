@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import web
 
-from sidecar.codecs.base import Codec, codec_for
+from sidecar.codecs import codec_for
+from sidecar.codecs.base import Codec
 from sidecar.codecs.sse import KEEPALIVE
 from sidecar.execution.outcome import ToolOutcome, refused
 from sidecar.mediation.commands import (

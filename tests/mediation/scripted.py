@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from sidecar.codecs.base import codec_for
+from sidecar.codecs import codec_for
 from sidecar.execution.executor import ToolExecutor
 from sidecar.execution.outcome import ToolOutcome
 from sidecar.manifest import AgentBuild, AgentManifest, ManagedTool, ToolPolicy, ToolsManifest

@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
-from sidecar.codecs.base import codec_for
+from sidecar.codecs import codec_for
 from sidecar.mediation.conversation import CodecError, Conversation
 from sidecar.mediation.handler import _upstream_message
 from tests.support.upstream import Recorded, fixture_files, load_fixture

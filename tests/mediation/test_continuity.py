@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sidecar.codecs.base import codec_for
+from sidecar.codecs import codec_for
 from sidecar.mediation.commands import Recall, Remember
 from sidecar.mediation.continuity import ContinuityStore
 from tests.mediation.scripted import agent, calls, drive, engine_for, request, text

@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
-from sidecar.codecs.base import codec_for
+from sidecar.codecs import codec_for
 from sidecar.execution.outcome import ToolOutcome
 from sidecar.mediation.commands import BeginStream, CallModel, ExecuteTools, ModelFailed, Remember
 from sidecar.mediation.engine import present_tools
