@@ -23,7 +23,7 @@ from sidecar.mediation.continuity import ContinuityStore
 from sidecar.mediation.handler import handle_mediated
 from sidecar.observability.logs import log_request
 from sidecar.observability.metrics import Metrics
-from sidecar.server.accounting import record
+from sidecar.server.accounting import record_request
 from sidecar.server.auth import AuthError, TokenVerifier
 from sidecar.server.context import STATE_KEY, RequestContext, SidecarState
 from sidecar.server.errors import (
@@ -126,7 +126,15 @@ async def _llm_request(
     started = time.monotonic()
     state = request.app[STATE_KEY]
     agent = state.verifier.authenticate(request)
-    request_id = next(_request_ids)
+    ctx = RequestContext(
+        state=state,
+        agent=agent,
+        api=api,
+        route=route,
+        request_id=next(_request_ids),
+        started=started,
+        forward_headers=_forward_headers(request, api),
+    )
     inflight = _inflight_gauge(state, route)
     inflight.inc()
     body: dict[str, Any] = {}
@@ -134,38 +142,16 @@ async def _llm_request(
         try:
             raw = await _read_body(request, state.config.max_body_bytes)
             body = _parse_body(raw)
-            provider_name, provider, model = state.router.resolve(api, body.get("model"))
+            ctx.stream = body.get("stream") is True
+            ctx.provider_name, _, ctx.model = state.router.resolve(api, body.get("model"))
         except ApiError as err:
             requested = body.get("model")
-            await record(
-                state,
-                agent,
-                route=route,
-                request_id=request_id,
-                started=started,
-                http_status=err.status,
-                error_code=err.code,
-                model=requested if isinstance(requested, str) else None,
-                provider=None,
-                stream=body.get("stream") is True,
-            )
+            ctx.model = requested if isinstance(requested, str) else None
+            await record_request(ctx, http_status=err.status, error_code=err.code)
             return error_response(api, err)
-        if model != body["model"]:
-            body["model"] = model
+        if ctx.model != body["model"]:
+            body["model"] = ctx.model
             raw = orjson.dumps(body)
-        ctx = RequestContext(
-            state=state,
-            agent=agent,
-            api=api,
-            route=route,
-            provider_name=provider_name,
-            provider=provider,
-            model=model,
-            request_id=request_id,
-            stream=body.get("stream") is True,
-            started=started,
-            forward_headers=_forward_headers(request, api),
-        )
         if mediate and agent.agent.mode == "mediated" and agent.tools.tools:
             return await handle_mediated(request, ctx, body)
         return await pass_through(request, ctx, raw)

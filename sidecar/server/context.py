@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from aiohttp import web
 
-from sidecar.manifest import AgentBuild, Build, Provider, SidecarConfig
+from sidecar.manifest import AgentBuild, Build, SidecarConfig
 
 if TYPE_CHECKING:
     from sidecar.audit.log import AuditLog
@@ -47,16 +47,16 @@ STATE_KEY: web.AppKey[SidecarState] = web.AppKey("claw_state", SidecarState)
 
 @dataclass(slots=True)
 class RequestContext:
-    """One authenticated, routed client request to /v1/chat/completions or /v1/messages."""
+    """One authenticated client request to /v1/chat/completions or /v1/messages."""
 
     state: SidecarState
     agent: AgentBuild
     api: Literal["openai", "anthropic"]
     route: str
-    provider_name: str
-    provider: Provider
-    model: str  # upstream model, "provider/" prefix stripped
     request_id: str
-    stream: bool
     started: float  # time.monotonic() when the request arrived
     forward_headers: dict[str, str]  # safe client headers for upstream; never auth
+    # Known once the body is read and routed; a request refused before that keeps what it got.
+    stream: bool = False
+    provider_name: str | None = None
+    model: str | None = None  # upstream model, "provider/" prefix stripped
