@@ -3,6 +3,7 @@
 Every credential value handed to a test sidecar is registered; at the end of the session every
 log record, every collected response and every file under the session's temporary directory
 (all build and state dirs) is searched, and the session fails if any value appears.
+Fixtures several areas share come from tests/support/fixtures.py.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import logging
 import pytest
 
 from tests.support import secret_sweep
+
+pytest_plugins = ["tests.support.fixtures"]
 
 _collector = secret_sweep.LogCollector()
 

@@ -6,13 +6,6 @@ import pytest
 
 from sidecar.execution import ToolExecutor
 from sidecar.observability import Metrics
-from tests.support.services import ToolService
-
-
-@pytest.fixture
-async def service() -> AsyncIterator[ToolService]:
-    async with ToolService() as running:
-        yield running
 
 
 @pytest.fixture

@@ -84,12 +84,6 @@ def native_tools(base_url: str) -> list:
 
 
 @pytest.fixture
-async def service() -> AsyncIterator[ToolService]:
-    async with ToolService() as running:
-        yield running
-
-
-@pytest.fixture
 async def pod(tmp_path: Path, service: ToolService) -> AsyncIterator[NativePod]:
     service.reply("/broken", status=500, json={"detail": "database down"})
     service.require_header("Authorization", f"Bearer {SERVICE_TOKEN}")

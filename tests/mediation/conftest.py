@@ -131,18 +131,6 @@ PodFactory = Callable[..., Awaitable[MediatedPod]]
 
 
 @pytest.fixture
-async def upstream() -> AsyncIterator[StubUpstream]:
-    async with StubUpstream() as stub:
-        yield stub
-
-
-@pytest.fixture
-async def service() -> AsyncIterator[ToolService]:
-    async with ToolService() as tool_service:
-        yield tool_service
-
-
-@pytest.fixture
 async def make_pod(
     tmp_path: Path, upstream: StubUpstream, service: ToolService
 ) -> AsyncIterator[PodFactory]:

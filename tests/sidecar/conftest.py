@@ -69,12 +69,6 @@ PodFactory = Callable[..., Awaitable[Pod]]
 
 
 @pytest.fixture
-async def upstream() -> AsyncIterator[StubUpstream]:
-    async with StubUpstream() as stub:
-        yield stub
-
-
-@pytest.fixture
 async def make_pod(tmp_path: Path, upstream: StubUpstream) -> AsyncIterator[PodFactory]:
     """Build and start a sidecar; by default one native agent ``agent`` and both providers."""
     started: list[Pod] = []
