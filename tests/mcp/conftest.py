@@ -8,31 +8,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from sidecar.manifest import ToolAuth, ToolPolicy
-from tests.support.builds import AgentSpec, http_tool, providers_for, write_build
+from tests.support.builds import TRADE_SCHEMA, AgentSpec, http_tool, providers_for, write_build
 from tests.support.services import ToolService
-from tests.support.sidecar import TEST_PROVIDER_KEYS, RunningSidecar, start_sidecar
+from tests.support.sidecar import (
+    TEST_PROVIDER_KEYS,
+    RunningSidecar,
+    audit_records,
+    start_sidecar,
+)
 
 SERVICE_TOKEN = "svc-secret-token-value"
 ITEM_SCHEMA = {
     "type": "object",
     "properties": {"item": {"type": "string", "minLength": 1}},
     "required": ["item"],
-}
-ORDER_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "symbol": {"type": "string"},
-        "side": {"enum": ["buy", "sell"]},
-        "quantity": {"type": "number", "exclusiveMinimum": 0},
-    },
-    "required": ["symbol", "side", "quantity"],
 }
 
 
@@ -48,10 +43,7 @@ class NativePod:
         return self.sidecar.url + "/mcp"
 
     def audit(self, agent: str) -> list[dict[str, Any]]:
-        path = self.state_dir / "audit" / f"{agent}.jsonl"
-        if not path.exists():
-            return []
-        return [orjson.loads(line) for line in path.read_bytes().splitlines()]
+        return audit_records(self.state_dir, agent)
 
 
 def native_tools(base_url: str) -> list:
@@ -73,7 +65,7 @@ def native_tools(base_url: str) -> list:
             base_url,
             method="POST",
             path="/orders",
-            schema=ORDER_SCHEMA,
+            schema=TRADE_SCHEMA,
             annotations={"destructiveHint": True},
             body_key="order",
             auth=auth,

@@ -11,13 +11,17 @@ from typing import Any
 
 import anthropic
 import openai
-import orjson
 import pytest
 
 from sidecar.manifest import ManagedTool, ToolAuth, ToolPolicy
-from tests.support.builds import AgentSpec, http_tool, providers_for, write_build
+from tests.support.builds import TRADE_SCHEMA, AgentSpec, http_tool, providers_for, write_build
 from tests.support.services import ToolService
-from tests.support.sidecar import TEST_PROVIDER_KEYS, RunningSidecar, start_sidecar
+from tests.support.sidecar import (
+    TEST_PROVIDER_KEYS,
+    RunningSidecar,
+    audit_records,
+    start_sidecar,
+)
 from tests.support.upstream import StubUpstream
 
 TRADING_TOKEN = "trading-secret-value"
@@ -25,15 +29,6 @@ QUOTE_SCHEMA = {
     "type": "object",
     "properties": {"symbol": {"type": "string", "minLength": 1}},
     "required": ["symbol"],
-}
-TRADE_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "symbol": {"type": "string"},
-        "side": {"enum": ["buy", "sell"]},
-        "quantity": {"type": "number", "exclusiveMinimum": 0},
-    },
-    "required": ["symbol", "side", "quantity"],
 }
 
 
@@ -102,10 +97,7 @@ class MediatedPod:
         return [r.json for r in self.upstream.requests_to(api)]
 
     def audit(self, agent: str = "analyst") -> list[dict[str, Any]]:
-        path = self.state_dir / "audit" / f"{agent}.jsonl"
-        if not path.exists():
-            return []
-        return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+        return audit_records(self.state_dir, agent)
 
     async def wait_for_audit(self, count: int, agent: str = "analyst") -> list[dict[str, Any]]:
         for _ in range(500):

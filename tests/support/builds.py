@@ -24,6 +24,17 @@ from sidecar.manifest import (
     write_digest,
 )
 
+# The order-entry schema of the example trading tool (SPEC section 1).
+TRADE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "symbol": {"type": "string"},
+        "side": {"enum": ["buy", "sell"]},
+        "quantity": {"type": "number", "exclusiveMinimum": 0},
+    },
+    "required": ["symbol", "side", "quantity"],
+}
+
 
 def http_tool(
     service: str,

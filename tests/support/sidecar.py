@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import orjson
 from aiohttp import web
 
 from sidecar.manifest import load_build
@@ -45,6 +47,14 @@ class RunningSidecar:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def audit_records(state_dir: Path, agent: str) -> list[dict[str, Any]]:
+    """The agent's audit records so far (none when it has no audit file yet)."""
+    path = state_dir / "audit" / f"{agent}.jsonl"
+    if not path.exists():
+        return []
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
 
 
 async def start_sidecar(
