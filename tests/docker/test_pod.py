@@ -165,6 +165,21 @@ def test_no_credential_is_visible_to_an_agent(pod: Pod, agent: str) -> None:
         assert not any(value in content for value in secrets), mount
 
 
+def test_sidecar_runs_unprivileged_and_reports_health(pod: Pod) -> None:
+    container = pod.container(SIDECAR)
+    image = pod.client.images.get(container.attrs["Config"]["Image"])
+
+    code, uid = pod.exec(SIDECAR, "id", "-u")
+
+    assert code == 0 and int(uid) != 0
+    assert image.attrs["Config"]["User"] == "claw"
+    assert image.attrs["Config"]["Healthcheck"]["Test"][0] == "CMD"
+    assert container.attrs["State"]["Health"]["Status"] == "healthy"
+    # The state volume is writable by that user: the audit lives there.
+    code, owner = pod.exec(SIDECAR, "stat", "-c", "%u", STATE_DIR)
+    assert code == 0 and owner.strip() == uid.strip()
+
+
 def test_sidecar_logs_and_audit_hold_no_credential(pod: Pod) -> None:
     pod.chat(MEDIATED_AGENT, [QUESTION])
     logs = pod.container(SIDECAR).logs().decode(errors="replace")
