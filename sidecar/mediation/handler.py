@@ -157,7 +157,10 @@ class _Driver:
         except UpstreamError as exc:
             return ModelFailed(exc.kind, exc.message)
         finally:
-            self._upstream_latency().observe(time.perf_counter() - started)
+            latency = self.state.labelled(
+                self.state.metrics.upstream_latency, self.ctx.provider_name
+            )
+            latency.observe(time.perf_counter() - started)
         if reply.status != 200:
             body = self.state.upstream.redact(self.ctx.provider_name, reply.body)
             return ModelFailed("status", _upstream_message(body), reply.status)
@@ -276,14 +279,6 @@ class _Driver:
             )
         except Exception:
             log.exception("audit of mediated request %s failed", self.ctx.request_id)
-
-    def _upstream_latency(self) -> Any:
-        key = ("upstream_latency", self.ctx.provider_name)
-        child = self.state.counters.get(key)
-        if child is None:
-            child = self.state.metrics.upstream_latency.labels(provider=self.ctx.provider_name)
-            self.state.counters[key] = child
-        return child
 
 
 def _shape_message(api: str, exc: Exception) -> str:

@@ -9,9 +9,7 @@ from typing import TYPE_CHECKING, Any
 from sidecar.observability.logs import log_request
 
 if TYPE_CHECKING:
-    from prometheus_client import Counter
-
-    from sidecar.server.context import RequestContext, SidecarState
+    from sidecar.server.context import RequestContext
 
 log = logging.getLogger("sidecar.server")
 
@@ -35,7 +33,7 @@ async def record_request(
     mode = ctx.agent.agent.mode
     usage = usage or usage_record()
     status = "ok" if error_code is None else "error"
-    _request_counter(ctx.state, agent_id, ctx.route, http_status).inc()
+    ctx.state.labelled(ctx.state.metrics.requests, agent_id, ctx.route, str(http_status)).inc()
     log_request(
         request_id=ctx.request_id,
         agent=agent_id,
@@ -68,12 +66,3 @@ async def record_request(
     except Exception:
         # The client already has its answer; losing the record must be loud, not fatal.
         log.exception("audit append failed for request %s of agent %s", ctx.request_id, agent_id)
-
-
-def _request_counter(state: SidecarState, agent: str, route: str, status: int) -> Counter:
-    key = ("requests", agent, route, status)
-    child = state.counters.get(key)
-    if child is None:
-        child = state.metrics.requests.labels(agent=agent, route=route, status=str(status))
-        state.counters[key] = child
-    return child

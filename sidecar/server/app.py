@@ -135,7 +135,7 @@ async def _llm_request(
         started=started,
         forward_headers=_forward_headers(request, api),
     )
-    inflight = _inflight_gauge(state, route)
+    inflight = state.labelled(state.metrics.inflight, route)
     inflight.inc()
     body: dict[str, Any] = {}
     try:
@@ -182,14 +182,6 @@ def _parse_body(raw: bytes) -> dict[str, Any]:
 def _forward_headers(request: web.Request, api: Api) -> dict[str, str]:
     headers = request.headers
     return {name: headers[name] for name in FORWARDED_REQUEST_HEADERS[api] if name in headers}
-
-
-def _inflight_gauge(state: SidecarState, route: str) -> Any:
-    key = ("inflight", route)
-    child = state.counters.get(key)
-    if child is None:
-        child = state.counters[key] = state.metrics.inflight.labels(route=route)
-    return child
 
 
 # --- other routes -----------------------------------------------------------------------------

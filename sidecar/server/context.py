@@ -41,6 +41,14 @@ class SidecarState:
     # prometheus children by label values: labels() is too slow for the hot path.
     counters: dict[tuple[Any, ...], Any] = field(default_factory=dict)
 
+    def labelled(self, metric: Any, *values: str) -> Any:
+        """``metric.labels(*values)``, memoised in :attr:`counters`."""
+        key = (metric, *values)
+        child = self.counters.get(key)
+        if child is None:
+            child = self.counters[key] = metric.labels(*values)
+        return child
+
 
 STATE_KEY: web.AppKey[SidecarState] = web.AppKey("claw_state", SidecarState)
 

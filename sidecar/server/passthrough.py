@@ -33,7 +33,8 @@ async def pass_through(request: web.Request, ctx: RequestContext, raw: bytes) ->
     except UpstreamError as exc:
         return await _fail(request, ctx, upstream_api_error(exc), rounds=1)
     try:
-        _observe_upstream_latency(ctx, time.monotonic() - sent)
+        latency = ctx.state.labelled(ctx.state.metrics.upstream_latency, ctx.provider_name)
+        latency.observe(time.monotonic() - sent)
         if upstream.status == 200 and upstream.content_type == "text/event-stream":
             if not ctx.stream:
                 # The client asked for one JSON body; a stream would break its SDK.
@@ -162,15 +163,6 @@ def _record_later(ctx: RequestContext, code: str, usage: StreamUsage) -> None:
 _background: set[asyncio.Task[None]] = set()
 # What a complete stream carries last: OpenAI's [DONE] sentinel, Anthropic's message_stop event.
 _STREAM_END = {"openai": b"[DONE]", "anthropic": b"message_stop"}
-
-
-def _observe_upstream_latency(ctx: RequestContext, seconds: float) -> None:
-    key = ("upstream_latency", ctx.provider_name)
-    child = ctx.state.counters.get(key)
-    if child is None:
-        child = ctx.state.metrics.upstream_latency.labels(provider=ctx.provider_name)
-        ctx.state.counters[key] = child
-    child.observe(seconds)
 
 
 def _json_or_none(data: bytes) -> Any:
