@@ -8,12 +8,9 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
 from compiler.errors import CompileError, display_path
-
-if TYPE_CHECKING:
-    from compiler.pod import CompiledPod
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -121,13 +118,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def _default_out(pod: Path) -> Path:
     return pod.parent / "build"
-
-
-def _summary(pod: CompiledPod) -> str:
-    if len(pod.agents) > 6:
-        grants = sum(len(a.tools) for a in pod.agents)
-        return f"{len(pod.agents)} agents, {grants} tool grants"
-    return ", ".join(f"{a.id} ({a.mode}, {len(a.tools)} tools)" for a in pod.agents) or "no agents"
 
 
 def _compile(args: argparse.Namespace, out: TextIO) -> int:
