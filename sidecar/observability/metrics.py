@@ -96,11 +96,6 @@ class ConnectionCounts:
         self.created = 0
         self.reused = 0
 
-    @property
-    def reuse_ratio(self) -> float:
-        total = self.created + self.reused
-        return self.reused / total if total else 0.0
-
 
 def connection_trace_config(
     counts: ConnectionCounts, metrics: Metrics | None = None, pool: str = "tools"
