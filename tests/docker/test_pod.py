@@ -6,9 +6,11 @@ real openai SDK or the official MCP client, exactly as an unmodified runner woul
 
 from __future__ import annotations
 
+import io
 import json
 import tarfile
-from typing import IO
+from collections.abc import Iterable
+from typing import IO, Any
 
 import pytest
 
@@ -115,23 +117,26 @@ def _files_containing(archive: IO[bytes], secrets: list[bytes]) -> list[str]:
     return found
 
 
-class _ChunkReader:
-    """File-like view over the chunk iterator docker's export returns, for streaming tarfile."""
+class _ChunkStream(io.RawIOBase):
+    """Readable stream over the chunks docker's export yields, so tarfile can stream it."""
 
-    def __init__(self, chunks) -> None:
+    def __init__(self, chunks: Iterable[bytes]) -> None:
         self._chunks = iter(chunks)
-        self._buffer = b""
+        self._chunk = memoryview(b"")
 
-    def read(self, size: int = -1) -> bytes:
-        while size < 0 or len(self._buffer) < size:
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._chunk:
             chunk = next(self._chunks, None)
             if chunk is None:
-                break
-            self._buffer += chunk
-        if size < 0:
-            size = len(self._buffer)
-        data, self._buffer = self._buffer[:size], self._buffer[size:]
-        return data
+                return 0
+            self._chunk = memoryview(chunk)
+        size = min(len(buffer), len(self._chunk))
+        buffer[:size] = self._chunk[:size]
+        self._chunk = self._chunk[size:]
+        return size
 
 
 @pytest.mark.parametrize("agent", [MEDIATED_AGENT, NATIVE_AGENT])
@@ -154,7 +159,8 @@ def test_no_credential_is_visible_to_an_agent(pod: Pod, agent: str) -> None:
         assert value not in pid1_environment
         assert value not in logs
     encoded = [value.encode() for value in secrets]
-    assert _files_containing(_ChunkReader(container.export()), encoded) == []
+    exported = io.BufferedReader(_ChunkStream(container.export()))
+    assert _files_containing(exported, encoded) == []
     # Mounts are not part of the export: the build files mounted into the agent (CONTEXT.md,
     # mcp.json) are read from inside.
     mounts = [m["Destination"] for m in container.attrs["Mounts"]]
