@@ -56,14 +56,3 @@ def presented_token(request: web.Request) -> str:
         return api_key
     raise AuthError(401, "missing agent token: send 'Authorization: Bearer <token>' or 'x-api-key'")
 
-
-_verifiers: dict[int, tuple[Build, TokenVerifier]] = {}
-
-
-def authenticate(request: web.Request, build: Build) -> AgentBuild:
-    """Authenticate a request against ``build`` (the verifier is built once per build)."""
-    cached = _verifiers.get(id(build))
-    if cached is None or cached[0] is not build:
-        cached = (build, TokenVerifier(build))
-        _verifiers[id(build)] = cached
-    return cached[1].authenticate(request)
