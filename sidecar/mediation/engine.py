@@ -155,14 +155,12 @@ class MediationEngine:
                 yield Fail(502, "tool_budget_exhausted", self._budget_message(managed))
                 return
             if len(managed) < len(turn.calls):  # mixed executors: nothing runs (point 5)
+                outcomes = [refused("mixed_executor_response", NOT_EXECUTED)] * len(turn.calls)
                 if self.on_mixed == "retry" and not mixed_retried:
                     mixed_retried = True
-                    outcomes = [refused("mixed_executor_response", NOT_EXECUTED)] * len(turn.calls)
                     transcript += self._answer(turn, outcomes)
                     continue
-                self._trace_round(
-                    turn.calls, [refused("mixed_executor_response", NOT_EXECUTED)] * len(turn.calls)
-                )
+                self._trace_round(turn.calls, outcomes)
                 yield Fail(502, "mixed_executor_response", self._mixed_message(turn.calls))
                 return
             if self.executed_rounds >= self.policy.max_rounds or self._nearly_out_of_time():
