@@ -31,7 +31,7 @@ async def pass_through(request: web.Request, ctx: RequestContext, raw: bytes) ->
     try:
         upstream = await ctx.state.upstream.send(ctx, raw)
     except UpstreamError as exc:
-        return await _fail(request, ctx, upstream_api_error(exc), rounds=1)
+        return await _fail(request, ctx, upstream_api_error(exc))
     try:
         latency = ctx.state.labelled(ctx.state.metrics.upstream_latency, ctx.provider_name)
         latency.observe(time.monotonic() - sent)
@@ -40,7 +40,7 @@ async def pass_through(request: web.Request, ctx: RequestContext, raw: bytes) ->
                 # The client asked for one JSON body; a stream would break its SDK.
                 message = f"provider {ctx.provider_name!r} streamed an answer nobody asked for"
                 err = ApiError(502, "upstream_protocol_error", message)
-                return await _fail(request, ctx, err, rounds=1)
+                return await _fail(request, ctx, err)
             return await _relay_stream(request, ctx, upstream)
         return await _relay_body(request, ctx, upstream)
     finally:
@@ -56,14 +56,14 @@ async def _relay_body(
         failure = translate_error(exc, ctx.provider_name)
         if not isinstance(failure, UpstreamError):
             raise
-        return await _fail(request, ctx, upstream_api_error(failure), rounds=1)
+        return await _fail(request, ctx, upstream_api_error(failure))
     status = upstream.status
     if status >= 400:
         data = ctx.state.upstream.redact(ctx.provider_name, data)
     parsed = _json_or_none(data)
     if status >= 400:
         if not _is_protocol_error(parsed):
-            return await _fail(request, ctx, _wrapped_upstream_error(ctx, status, data), rounds=1)
+            return await _fail(request, ctx, _wrapped_upstream_error(ctx, status, data))
         error_code = f"upstream_http_{status}"
         usage = usage_record(rounds=1)
     elif parsed is None and status == 200:
@@ -72,7 +72,7 @@ async def _relay_body(
             "upstream_protocol_error",
             f"provider {ctx.provider_name!r} returned a response body that is not JSON",
         )
-        return await _fail(request, ctx, err, rounds=1)
+        return await _fail(request, ctx, err)
     else:
         error_code = None
         usage = usage_record(*usage_from_body(ctx.api, parsed), rounds=1)
@@ -131,13 +131,12 @@ async def _relay_stream(
     return response
 
 
-async def _fail(
-    request: web.Request, ctx: RequestContext, err: ApiError, *, rounds: int
-) -> web.StreamResponse:
+async def _fail(request: web.Request, ctx: RequestContext, err: ApiError) -> web.StreamResponse:
     response = error_response(ctx.api, err)
     await _send(request, response)
+    # A pass-through is one upstream call, answered or not.
     await record_request(
-        ctx, http_status=err.status, error_code=err.code, usage=usage_record(rounds=rounds)
+        ctx, http_status=err.status, error_code=err.code, usage=usage_record(rounds=1)
     )
     return response
 
