@@ -21,11 +21,14 @@ def event_frame(event: str, payload: Any) -> bytes:
 
 def parse_events(text: bytes | str) -> Iterator[tuple[str | None, str]]:
     """Yield (event name, data) for each event; comments and empty events are skipped."""
-    if isinstance(text, bytes):
-        text = text.decode("utf-8")
+    if isinstance(text, str):
+        text = text.encode("utf-8")
     event: str | None = None
     data: list[str] = []
-    for line in [*text.splitlines(), ""]:
+    # bytes.splitlines() breaks at CR, LF and CRLF only: SSE's line ends. str.splitlines() would
+    # also break inside JSON strings holding U+2028, U+2029 or NEL.
+    for raw in [*text.splitlines(), b""]:
+        line = raw.decode("utf-8")
         if not line:
             if data:
                 yield event, "\n".join(data)

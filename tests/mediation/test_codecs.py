@@ -166,3 +166,39 @@ def test_a_cut_stream_is_refused_not_folded_into_a_partial_answer(name: str) -> 
     cut = exchange.body[: exchange.body.index(end)]
     with pytest.raises(CodecError, match="ended before"):
         codec.assemble_stream(cut)
+
+
+# U+2028/U+2029 and NEL are line breaks to str.splitlines() but plain text to SSE, and JSON
+# carries them unescaped.
+UNICODE_BREAKS = "one\u2028two\u2029three\x85four"
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_unicode_line_separators_in_streamed_text_do_not_split_the_event(api: str) -> None:
+    if api == "openai":
+        message = {"role": "assistant", "content": UNICODE_BREAKS}
+        body: dict[str, Any] = {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        }
+    else:
+        body = {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "m",
+            "content": [{"type": "text", "text": UNICODE_BREAKS}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 1, "output_tokens": 1},
+        }
+    codec = codec_for(api)
+    frames = codec.render_stream(streaming_conversation(api), body)
+    assembled = codec.assemble_stream(b"".join(frames))
+    if api == "openai":
+        assert assembled["choices"][0]["message"]["content"] == UNICODE_BREAKS
+    else:
+        assert assembled["content"][0]["text"] == UNICODE_BREAKS
