@@ -314,7 +314,10 @@ async def _send(
                 allow_redirects=False,
                 trace_request_ctx=progress,
             ) as response:
-                body, original = await _read_limited(response, max_result_bytes)
+                # Keep enough past the cut that a credential straddling it is redacted whole,
+                # not shown in part.
+                overlap = max(map(len, request.secrets), default=0)
+                body, original = await _read_limited(response, max_result_bytes + overlap)
                 body = _redacted(body, request.secrets)
                 return _outcome_for(response, body, original, max_result_bytes, started)
     except TimeoutError:

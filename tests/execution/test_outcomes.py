@@ -10,6 +10,7 @@ import pytest
 
 from sidecar.execution import ToolExecutor, refused
 from sidecar.execution.executor import CheckedArguments
+from sidecar.manifest import ToolAuth
 from sidecar.observability import Metrics
 from tests.support.builds import http_tool
 from tests.support.services import ToolService
@@ -314,3 +315,15 @@ async def test_unresolvable_service_host_is_unreachable_without_naming_it(
     outcome = await call(executor, tool)
     assert outcome.error_code == "unreachable" and not outcome.executed
     assert "no-such-service" not in outcome.envelope_json()
+
+
+async def test_a_credential_cut_by_truncation_shows_no_part_of_itself(
+    executor: ToolExecutor, service: ToolService, env: dict[str, str]
+) -> None:
+    secret = env["SVC_TOKEN"]
+    service.reply(text="x" * 60 + secret + " and more", content_type="text/plain")
+    tool = http_tool("svc", "echo", service.url, auth=ToolAuth(type="bearer", env="SVC_TOKEN"))
+    outcome = await call(executor, tool, limit=64)
+    assert outcome.truncated
+    assert outcome.envelope["data"].startswith("x" * 60)
+    assert secret[:4] not in outcome.envelope_json()
