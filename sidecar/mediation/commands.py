@@ -76,6 +76,7 @@ class Fail:
     code: str
     message: str
     details: dict[str, Any] = field(default_factory=dict)
+    retry_after: str | None = None
 
 
 Command = BeginStream | Recall | CallModel | ExecuteTools | Remember | Respond | Fail
@@ -100,6 +101,7 @@ class ModelFailed:
     kind: str
     message: str
     status: int | None = None
+    retry_after: str | None = None  # the provider's Retry-After, passed on to the client
 
 
 @dataclass(slots=True)

@@ -331,8 +331,9 @@ class MediationEngine:
             return Fail(502, code, event.message)
         if event.status in (401, 403) or event.status >= 500:
             # The provider rejected the sidecar's key or failed: not the client's fault.
-            return Fail(502, "upstream_error", f"provider answered {event.status}: {event.message}")
-        return Fail(event.status, "upstream_error", event.message)
+            message = f"provider answered {event.status}: {event.message}"
+            return Fail(502, "upstream_error", message, retry_after=event.retry_after)
+        return Fail(event.status, "upstream_error", event.message, retry_after=event.retry_after)
 
     def _trace_round(self, calls: list[ToolCall], outcomes: list[ToolOutcome]) -> None:
         for call, outcome in zip(calls, outcomes, strict=True):

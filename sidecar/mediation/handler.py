@@ -163,7 +163,9 @@ class _Driver:
             latency.observe(time.perf_counter() - started)
         if reply.status != 200:
             body = self.state.upstream.redact(self.ctx.provider_name, reply.body)
-            return ModelFailed("status", _upstream_message(body), reply.status)
+            return ModelFailed(
+                "status", _upstream_message(body), reply.status, reply.headers.get("Retry-After")
+            )
         try:
             if "text/event-stream" in reply.headers.get("Content-Type", ""):
                 body = self.codec.assemble_stream(reply.body)
@@ -222,6 +224,8 @@ class _Driver:
                 await self._write(stream_error_bytes(self.ctx.api, err))
             else:
                 self.response = error_response(self.ctx.api, err)
+                if command.retry_after:
+                    self.response.headers["Retry-After"] = command.retry_after
         elif self.stream is not None:
             await self._write(b"".join(command.frames or ()))
         else:
