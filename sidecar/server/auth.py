@@ -55,4 +55,3 @@ def presented_token(request: web.Request) -> str:
             raise AuthError(401, "malformed x-api-key header")
         return api_key
     raise AuthError(401, "missing agent token: send 'Authorization: Bearer <token>' or 'x-api-key'")
-
