@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from sidecar.codecs.base import CodecBase
+from sidecar.codecs.base import Codec
 from sidecar.codecs.sse import event_frame, parse_events, pieces
 from sidecar.mediation.conversation import (
     CodecError,
@@ -32,7 +32,7 @@ CHOICE_TO_WIRE = {"auto": "auto", "required": "any", "none": "none", "named": "t
 WIRE_TO_CHOICE = {wire: mode for mode, wire in CHOICE_TO_WIRE.items()}
 
 
-class AnthropicCodec(CodecBase):
+class AnthropicCodec(Codec):
     api = "anthropic"
     input_key = "input_tokens"
     output_key = "output_tokens"

@@ -1,8 +1,9 @@
-"""What the mediation engine needs from a provider codec."""
+"""What the mediation engine needs from a provider codec, and what both codecs do alike."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from abc import ABC, abstractmethod
+from typing import Any
 
 from sidecar.mediation.conversation import (
     Conversation,
@@ -13,46 +14,13 @@ from sidecar.mediation.conversation import (
 )
 
 
-class Codec(Protocol):
+class Codec(ABC):
     api: str
     input_key: str
     output_key: str
 
+    @abstractmethod
     def parse_request(self, body: dict[str, Any]) -> Conversation: ...
-
-    def render_request(
-        self,
-        conversation: Conversation,
-        messages: list[dict[str, Any]],
-        tools: list[ToolSpec],
-        choice: ToolChoice,
-    ) -> dict[str, Any]: ...
-
-    def parse_response(self, body: dict[str, Any]) -> ModelTurn: ...
-
-    def assemble_stream(self, data: bytes) -> dict[str, Any]:
-        """A streamed response (SSE bytes) folded into the equivalent non-streaming body."""
-        ...
-
-    def round_messages(self, turn: ModelTurn, results: list[ToolResult]) -> list[dict[str, Any]]:
-        """The assistant turn and its tool results, as messages to append to the request."""
-        ...
-
-    def render_response(
-        self, conversation: Conversation, turn: ModelTurn, usage: dict[str, Any]
-    ) -> dict[str, Any]: ...
-
-    def render_stream(self, conversation: Conversation, body: dict[str, Any]) -> list[bytes]:
-        """The client body (from render_response) as one well-formed SSE lifecycle."""
-        ...
-
-    def echo_fingerprint(self, conversation: Conversation, body: dict[str, Any]) -> str:
-        """Fingerprint of the final answer as the runner will send it back next time."""
-        ...
-
-
-class CodecBase:
-    """What both codecs do alike; each gives its wire shape of a tool and of a tool choice."""
 
     def render_request(
         self,
@@ -70,6 +38,27 @@ class CodecBase:
         body["stream"] = False
         return body
 
+    @staticmethod
+    @abstractmethod
+    def tool_definition(spec: ToolSpec) -> dict[str, Any]:
+        """A managed tool in the provider's tool shape."""
+
+    @staticmethod
+    @abstractmethod
+    def render_choice(choice: ToolChoice) -> Any:
+        """The wire form of a tool choice, or None to leave ``tool_choice`` out."""
+
+    @abstractmethod
+    def parse_response(self, body: dict[str, Any]) -> ModelTurn: ...
+
+    @abstractmethod
+    def assemble_stream(self, data: bytes) -> dict[str, Any]:
+        """A streamed response (SSE bytes) folded into the equivalent non-streaming body."""
+
+    @abstractmethod
+    def round_messages(self, turn: ModelTurn, results: list[ToolResult]) -> list[dict[str, Any]]:
+        """The assistant turn and its tool results, as messages to append to the request."""
+
     def render_response(
         self, conversation: Conversation, turn: ModelTurn, usage: dict[str, Any]
     ) -> dict[str, Any]:
@@ -78,11 +67,10 @@ class CodecBase:
             body["usage"] = usage
         return body
 
-    @staticmethod
-    def tool_definition(spec: ToolSpec) -> dict[str, Any]:
-        raise NotImplementedError
+    @abstractmethod
+    def render_stream(self, conversation: Conversation, body: dict[str, Any]) -> list[bytes]:
+        """The client body (from render_response) as one well-formed SSE lifecycle."""
 
-    @staticmethod
-    def render_choice(choice: ToolChoice) -> Any:
-        """The wire form of a tool choice, or None to leave ``tool_choice`` out."""
-        raise NotImplementedError
+    @abstractmethod
+    def echo_fingerprint(self, conversation: Conversation, body: dict[str, Any]) -> str:
+        """Fingerprint of the final answer as the runner will send it back next time."""

@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from sidecar.codecs.base import CodecBase
+from sidecar.codecs.base import Codec
 from sidecar.codecs.sse import DONE, data_frame, parse_events, pieces
 from sidecar.mediation.conversation import (
     CodecError,
@@ -26,7 +26,7 @@ TEXT_PIECE = 256
 SIMPLE_CHOICES = ("auto", "none", "required")
 
 
-class OpenAICodec(CodecBase):
+class OpenAICodec(Codec):
     api = "openai"
     input_key = "prompt_tokens"
     output_key = "completion_tokens"
