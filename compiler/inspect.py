@@ -51,7 +51,7 @@ def _auth(tool: ManagedTool) -> str:
     return f"{auth.type} ${auth.env}"
 
 
-def _agent_lines(root: Path, agent_build: AgentBuild) -> list[str]:
+def _agent_lines(agent_build: AgentBuild) -> list[str]:
     agent, tools = agent_build.agent, agent_build.tools
     policy = agent.policy
     lines = [
@@ -84,7 +84,7 @@ def render(build: Build, agent: str | None = None) -> str:
     ]
     for agent_id in config.agents:
         if agent is None or agent == agent_id:
-            lines += _agent_lines(build.root, build.agents[agent_id])
+            lines += _agent_lines(build.agents[agent_id])
     return "\n".join(lines)
 
 
