@@ -151,7 +151,7 @@ class McpEndpoint:
             return web.Response(status=202)
         calls = any(m.method == "tools/call" for m in requests)
         if accepts_sse and (calls or not accepts_json):
-            return await self._answer_sse(request, agent, session, requests, batch)
+            return await self._answer_sse(request, agent, session, requests)
         answers = [await self._answer(agent, session, m, stream=False) for m in requests]
         return _json_response(answers if batch else answers[0])
 
@@ -216,7 +216,7 @@ class McpEndpoint:
                 return result_response(message.id, {"tools": self._tools_of(agent)[2]})
             if message.method == "tools/call":
                 params = parse_params(CallToolParams, message)
-                outcome = await self._call(agent, session, message, params, stream=stream)
+                outcome = await self._call(agent, message, params, stream=stream)
                 return result_response(message.id, tool_result(outcome, session.protocol_version))
             raise JsonRpcError(METHOD_NOT_FOUND, f"Method not found: {message.method}", message.id)
         except JsonRpcError as err:
@@ -240,7 +240,6 @@ class McpEndpoint:
     async def _call(
         self,
         agent: AgentBuild,
-        session: Session,
         message: Message,
         params: CallToolParams,
         *,
@@ -306,7 +305,6 @@ class McpEndpoint:
         agent: AgentBuild,
         session: Session,
         requests: list[Message],
-        batch: bool,
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": SSE, "Cache-Control": "no-cache"})
         await response.prepare(request)
