@@ -458,6 +458,52 @@ def _starvation(resolver: _Resolver, name: str, forbidden: dict[str, str]) -> No
                 )
 
 
+def _claim_agent_ids(
+    resolver: _Resolver, name: str, marker: AgentMarker, taken: set[str]
+) -> list[str]:
+    """The agent ids of service ``name``, each valid and new; they join ``taken``."""
+    pointer = ("services", name, "x-claw", "agent")
+    ids = _agent_ids(name, marker)
+    for agent_id in ids:
+        if not AGENT_ID.match(agent_id):
+            raise resolver.fail(f"'{agent_id}' is not a valid agent id", pointer, name)
+        if agent_id != name and agent_id in taken:
+            raise resolver.fail(f"agent id '{agent_id}' clashes with a service", pointer, name)
+        taken.add(agent_id)
+    return ids
+
+
+def _surfaces(
+    resolver: _Resolver, name: str, service_claw: ServiceClaw, agent_services: set[str]
+) -> list[str]:
+    """The tool services agent ``name`` may reach directly."""
+    surfaces = []
+    for index, surface in enumerate(service_claw.surfaces or []):
+        target = SURFACE.match(surface).group(1)  # type: ignore[union-attr]
+        if target not in resolver.services or target in agent_services:
+            raise resolver.fail(
+                f"surface '{surface}' names no service",
+                ("services", name, "x-claw", "surfaces", index),
+                name,
+            )
+        surfaces.append(target)
+    return surfaces
+
+
+def _check_agent_definition(resolver: _Resolver, name: str, marker: AgentMarker) -> None:
+    """Compose settings that would defeat the networks and ids clawc gives agents."""
+    if "network_mode" in resolver.services[name]:
+        raise resolver.fail(
+            "agents cannot set network_mode: clawc places them on claw-agents",
+            ("services", name, "network_mode"),
+            name,
+        )
+    if marker.count and "container_name" in resolver.services[name]:
+        raise resolver.fail(
+            "container_name cannot be combined with agent count", ("services", name), name
+        )
+
+
 def compile_pod(path: Path | str) -> CompiledPod:
     """Resolve a pod file into agents, their tools and policies; raise :class:`CompileError`."""
     resolver = _Resolver(Path(path))
@@ -484,17 +530,7 @@ def compile_pod(path: Path | str) -> CompiledPod:
         service_claw = claws[name]
         assert service_claw is not None and service_claw.agent is not None
         prefix = ("services", name, "x-claw")
-        ids = _agent_ids(name, service_claw.agent)
-        for agent_id in ids:
-            if not AGENT_ID.match(agent_id):
-                raise resolver.fail(
-                    f"'{agent_id}' is not a valid agent id", (*prefix, "agent"), name
-                )
-            if agent_id != name and agent_id in taken:
-                raise resolver.fail(
-                    f"agent id '{agent_id}' clashes with a service", (*prefix, "agent"), name
-                )
-            taken.add(agent_id)
+        ids = _claim_agent_ids(resolver, name, service_claw.agent, taken)
         declared = service_claw.tools if "tools" in service_claw.model_fields_set else None
         if "tools" in service_claw.model_fields_set and declared is None:
             raise resolver.fail("tools must be a list ([] for no tools)", (*prefix, "tools"), name)
@@ -507,24 +543,8 @@ def compile_pod(path: Path | str) -> CompiledPod:
             service_claw.tool_policy,
             "tool_policy" in service_claw.model_fields_set,
         )
-        surfaces = []
-        for index, surface in enumerate(service_claw.surfaces or []):
-            target = SURFACE.match(surface).group(1)  # type: ignore[union-attr]
-            if target not in resolver.services or target in agent_services:
-                raise resolver.fail(
-                    f"surface '{surface}' names no service", (*prefix, "surfaces", index), name
-                )
-            surfaces.append(target)
-        if "network_mode" in resolver.services[name]:
-            raise resolver.fail(
-                "agents cannot set network_mode: clawc places them on claw-agents",
-                ("services", name, "network_mode"),
-                name,
-            )
-        if service_claw.agent.count and "container_name" in resolver.services[name]:
-            raise resolver.fail(
-                "container_name cannot be combined with agent count", ("services", name), name
-            )
+        surfaces = _surfaces(resolver, name, service_claw, agent_services)
+        _check_agent_definition(resolver, name, service_claw.agent)
         mode = service_claw.mode or claw.mode
         agent_ids[name] = ids
         agents += [AgentPlan(i, name, mode, policy, tools, surfaces) for i in ids]
