@@ -6,7 +6,7 @@ matching event back in. ``Respond`` and ``Fail`` end the exchange.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sidecar.execution.outcome import ToolOutcome
@@ -75,7 +75,6 @@ class Fail:
     status: int
     code: str
     message: str
-    details: dict[str, Any] = field(default_factory=dict)
     retry_after: str | None = None
 
 
