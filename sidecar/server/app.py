@@ -61,7 +61,6 @@ def create_app(
     executor = ToolExecutor(env=env, metrics=metrics)
     audit = AuditLog(state_dir)
     state = SidecarState(
-        build=build,
         config=config,
         env=env,
         state_dir=state_dir,

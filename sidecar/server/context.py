@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from aiohttp import web
 
-from sidecar.manifest import AgentBuild, Build, SidecarConfig
+from sidecar.manifest import AgentBuild, SidecarConfig
 
 if TYPE_CHECKING:
     from sidecar.audit.log import AuditLog
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 class SidecarState:
     """Everything one running sidecar holds; built once by ``create_app``."""
 
-    build: Build
     config: SidecarConfig
     env: Mapping[str, str]
     state_dir: Path
