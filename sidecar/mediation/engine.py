@@ -113,7 +113,6 @@ class MediationEngine:
         self.outcomes: list[tuple[str, ToolOutcome]] = []
         """(tool label, outcome) of every call answered, for metrics."""
         self.executed_rounds = 0
-        self.upstream_calls = 0
         self._seen: dict[tuple[str, bytes], tuple[str, ToolOutcome]] = {}
         self._prefix_hashes = self._hash_prefixes()
 
@@ -206,7 +205,6 @@ class MediationEngine:
             turn = self.codec.parse_response(event.body)
         except CodecError as exc:
             return Fail(502, "upstream_protocol_error", f"the provider's reply is malformed: {exc}")
-        self.upstream_calls += 1
         self.usage.add(turn.usage)
         return turn
 
