@@ -1,8 +1,9 @@
 """Suite-wide plugin: the credential sweep (see tests/support/secret_sweep.py).
 
 Every credential value handed to a test sidecar is registered; at the end of the session every
-log record, every collected response and every file under the session's temporary directory
-(all build and state dirs) is searched, and the session fails if any value appears.
+log record, everything a test wrote to stderr, every collected response and every file under the
+session's temporary directory (all build and state dirs) is searched, and the session fails if
+any value appears.
 Fixtures several areas share come from tests/support/fixtures.py.
 """
 
@@ -24,6 +25,13 @@ def pytest_configure(config: pytest.Config) -> None:
     root.addHandler(_collector)
     if root.level > logging.INFO or root.level == logging.NOTSET:
         root.setLevel(logging.INFO)  # the sidecar's request lines are INFO
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # The sidecar's request lines go straight to stderr, past the log collector; the teardown
+    # report carries what every phase of the test captured.
+    if report.when == "teardown" and report.capstderr:
+        secret_sweep.collect(f"stderr of {report.nodeid}", report.capstderr)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
