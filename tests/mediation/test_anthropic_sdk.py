@@ -181,3 +181,19 @@ async def test_invalid_input_is_corrected_by_the_model(pod: MediatedPod) -> None
     correction = pod.sent("anthropic")[1]["messages"][-1]["content"][0]
     assert correction["is_error"] is True
     assert orjson.loads(correction["content"])["error"]["code"] == "invalid_arguments"
+
+
+async def test_every_hidden_round_carries_the_clients_anthropic_headers(pod: MediatedPod) -> None:
+    script(
+        pod,
+        an_calls(("toolu_1", "desk_quote", {"symbol": "AAPL"})),
+        an_text("AAPL trades at 1."),
+    )
+    client = pod.anthropic(default_headers={"anthropic-beta": "tools-2024-04-04"})
+    await client.messages.create(model=MODEL, max_tokens=512, messages=ASK)
+    rounds = pod.upstream.requests_to("anthropic")
+    assert len(rounds) == 2
+    for received in rounds:
+        assert received.headers["anthropic-beta"] == "tools-2024-04-04"
+        assert received.headers["anthropic-version"] == client.default_headers["anthropic-version"]
+        assert pod.tokens["analyst"] not in str(dict(received.headers))
