@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -105,7 +106,6 @@ class _Driver:
         self.http_status = 200
         self.error_code: str | None = None
         self.executor_outcomes: set[int] = set()
-        self.keepalive_s = _keepalive_interval(self.state.env.get(KEEPALIVE_ENV))
 
     async def run(self) -> web.StreamResponse:
         steps = self.engine.run()
@@ -209,7 +209,7 @@ class _Driver:
             return await work
         task = asyncio.ensure_future(work)
         while True:
-            done, _ = await asyncio.wait({task}, timeout=self.keepalive_s)
+            done, _ = await asyncio.wait({task}, timeout=self.state.sse_keepalive_s)
             if done:
                 return task.result()
             await self._write(KEEPALIVE)
@@ -293,7 +293,9 @@ def _shape_message(api: str, exc: Exception) -> str:
     )
 
 
-def _keepalive_interval(configured: str | None) -> float:
+def keepalive_interval(env: Mapping[str, str]) -> float:
+    """Seconds between SSE keep-alives: ``CLAW_SSE_KEEPALIVE_MS`` when set and positive."""
+    configured = env.get(KEEPALIVE_ENV)
     try:
         milliseconds = int(configured) if configured else 0
     except ValueError:

@@ -20,7 +20,7 @@ from sidecar.execution.executor import ToolExecutor
 from sidecar.manifest import AgentBuild, Build
 from sidecar.mcp.endpoint import McpEndpoint
 from sidecar.mediation.continuity import ContinuityStore
-from sidecar.mediation.handler import handle_mediated
+from sidecar.mediation.handler import handle_mediated, keepalive_interval
 from sidecar.observability.logs import log_request
 from sidecar.observability.metrics import Metrics
 from sidecar.server.accounting import record_request
@@ -62,7 +62,6 @@ def create_app(
     audit = AuditLog(state_dir)
     state = SidecarState(
         config=config,
-        env=env,
         state_dir=state_dir,
         upstream=UpstreamClient(config, env),
         executor=executor,
@@ -72,6 +71,7 @@ def create_app(
         verifier=TokenVerifier(build),
         router=ModelRouter(config),
         mcp=McpEndpoint(executor, audit, metrics),
+        sse_keepalive_s=keepalive_interval(env),
     )
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[protocol_errors])
     app[STATE_KEY] = state

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -27,7 +26,6 @@ class SidecarState:
     """Everything one running sidecar holds; built once by ``create_app``."""
 
     config: SidecarConfig
-    env: Mapping[str, str]
     state_dir: Path
     upstream: UpstreamClient
     executor: ToolExecutor
@@ -37,6 +35,7 @@ class SidecarState:
     verifier: TokenVerifier
     router: ModelRouter
     mcp: McpEndpoint
+    sse_keepalive_s: float  # between comment keep-alives to a waiting streaming client
     # prometheus children by label values: labels() is too slow for the hot path.
     counters: dict[tuple[Any, ...], Any] = field(default_factory=dict)
 
