@@ -21,11 +21,12 @@ import json
 import os
 import re
 import uuid
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+from sidecar.observability.logs import rfc3339_now
 
 GENESIS = "0" * 64
 AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -35,7 +36,12 @@ DEFAULT_FSYNC_INTERVAL_S = 0.2
 
 def canonical_json(record: dict[str, Any]) -> bytes:
     """The bytes a record's hash covers: compact JSON, keys sorted, ``hash`` excluded."""
-    body = {key: value for key, value in record.items() if key != "hash"}
+    # append() hashes a record before it has one: no copy needed then.
+    body = (
+        {key: value for key, value in record.items() if key != "hash"}
+        if "hash" in record
+        else record
+    )
     try:
         return orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
     except TypeError:
@@ -63,7 +69,7 @@ def audit_path(state_dir: Path, agent_id: str) -> Path:
 
 
 def now_rfc3339() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return rfc3339_now()
 
 
 class _AgentFile:

@@ -30,9 +30,23 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(line, default=str).decode()
 
 
+# (second, its text): every request log line and audit record carries a timestamp, strftime is
+# most of what one costs, and the text only changes once a second. A tuple swaps atomically.
+_last_second: list[tuple[int, str]] = [(-1, "")]
+
+
 def _rfc3339(epoch: float) -> str:
-    millis = int(epoch * 1000) % 1000
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch)) + f".{millis:03d}Z"
+    second, millis = divmod(int(epoch * 1000), 1000)
+    cached, text = _last_second[0]
+    if cached != second:
+        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        _last_second[0] = (second, text)
+    return f"{text}.{millis:03d}Z"
+
+
+def rfc3339_now() -> str:
+    """The current UTC time in RFC 3339 with milliseconds, e.g. ``2026-01-01T00:00:00.000Z``."""
+    return _rfc3339(time.time())
 
 
 def configure_logging(level: str = "INFO") -> None:
