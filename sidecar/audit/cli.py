@@ -10,7 +10,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from sidecar.audit.log import GENESIS, record_hash
+from sidecar.audit.log import GENESIS, read_head, record_hash
 
 MAX_PROBLEMS_PER_FILE = 20
 
@@ -25,6 +25,12 @@ class _Line:
 
 def _audit_files(state_dir: Path) -> list[Path]:
     return sorted((state_dir / "audit").glob("*.jsonl"))
+
+
+def _orphan_heads(state_dir: Path) -> list[Path]:
+    """Head files whose log is gone: the whole log of that agent was deleted."""
+    heads = (state_dir / "audit").glob("*.head")
+    return sorted(h for h in heads if not h.with_suffix(".jsonl").exists())
 
 
 def _lines(path: Path) -> Iterator[_Line]:
@@ -50,6 +56,7 @@ def verify_file(path: Path) -> tuple[int, list[str]]:
     expected_prev = GENESIS
     count = 0
     problems: list[str] = []
+    last: dict[str, Any] | None = None
     for line in _lines(path):
         where = f"line {line.number}"
         record = line.record
@@ -77,18 +84,37 @@ def verify_file(path: Path) -> tuple[int, list[str]]:
             problems.append(f"{where}: belongs to agent {record.get('agent')!r}, not {agent!r}")
         if not line.complete:
             problems.append(f"{where}: last line has no newline (truncated)")
+        if isinstance(record.get("audit_gap"), dict):
+            problems.append(
+                f"{where}: when the sidecar started, records after "
+                f"{str(record['audit_gap'].get('head_was'))[:12]}... were missing from the end"
+            )
+        last = record
         # Continue from this record so one break is reported once, not on every later line.
         expected_prev = stored_hash if isinstance(stored_hash, str) else expected_prev
+    problems += _head_problems(path, last)
     return count, problems
+
+
+def _head_problems(path: Path, last: dict[str, Any] | None) -> list[str]:
+    """The log must still end at the record its head names (or, after a crash between the two
+    writes, one record later)."""
+    head = read_head(path)
+    if head is None or (last is not None and head in (last.get("hash"), last.get("prev"))):
+        return []
+    return [f"the log ends before its last written record {head[:12]}... (records deleted)"]
 
 
 def verify_command(state_dir: Path, out: TextIO) -> int:
     """Exit status 0 when every chain is intact, 1 when anything is wrong or nothing is found."""
     files = _audit_files(Path(state_dir))
-    if not files:
+    orphans = _orphan_heads(Path(state_dir))
+    if not files and not orphans:
         out.write(f"no audit logs under {Path(state_dir) / 'audit'}\n")
         return 1
-    failed = False
+    failed = bool(orphans)
+    for head in orphans:
+        out.write(f"audit/{head.with_suffix('.jsonl').name}: missing (deleted; its head remains)\n")
     for path in files:
         count, problems = verify_file(path)
         name = f"audit/{path.name}"

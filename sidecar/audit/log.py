@@ -2,7 +2,10 @@
 
 Every record carries ``prev`` (the ``hash`` of the record before it, 64 zeros for the first)
 and ``hash`` (sha256 of the record's canonical JSON without ``hash``). Editing, deleting or
-reordering lines breaks the chain; ``clawc audit verify`` finds where.
+reordering lines breaks the chain; ``clawc audit verify`` finds where. A chain alone cannot show
+that records were cut from its end, so beside each log ``<agent>.head`` holds the hash of its
+last record: verify checks the log still ends there, and a sidecar that starts on a log cut
+short marks its next record with ``audit_gap`` so the cut stays on record.
 
 Durability policy: each record is written and flushed to the OS at once (inside the event loop,
 with no await between computing ``prev`` and writing, so records of one agent are strictly
@@ -68,6 +71,19 @@ def audit_path(state_dir: Path, agent_id: str) -> Path:
     return state_dir / "audit" / f"{agent_id}.jsonl"
 
 
+def head_path(log_path: Path) -> Path:
+    return log_path.with_suffix(".head")
+
+
+def read_head(log_path: Path) -> str | None:
+    """The last record hash the sidecar wrote beside ``log_path``, if it wrote one."""
+    try:
+        text = head_path(log_path).read_text(encoding="ascii").strip()
+    except (FileNotFoundError, UnicodeDecodeError):
+        return None
+    return text or None
+
+
 def now_rfc3339() -> str:
     return rfc3339_now()
 
@@ -75,8 +91,12 @@ def now_rfc3339() -> str:
 class _AgentFile:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.prev, self.torn = _resume(path)
+        self.prev, last_prev, self.torn = _resume(path)
+        head = read_head(path)
+        # The head may lag one record behind (a crash between the two writes), never more.
+        self.gap = head if head not in (None, self.prev, last_prev) else None
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self.head_fd = os.open(head_path(path), os.O_WRONLY | os.O_CREAT, 0o600)
 
     def write_line(self, line: bytes) -> None:
         """Append one record line. After a torn line (a crash or a failed write left a partial
@@ -88,35 +108,47 @@ class _AgentFile:
             data = data[os.write(self.fd, data) :]
         self.torn = False
 
+    def fds(self) -> list[int]:
+        return [self.fd, self.head_fd]
+
+    def write_head(self, record_hash: str) -> None:
+        # Fixed length, written in place: one syscall, never a partially shorter file.
+        os.pwrite(self.head_fd, record_hash.encode() + b"\n", 0)
+
     def close(self) -> None:
         os.close(self.fd)
+        os.close(self.head_fd)
 
 
-def _resume(path: Path) -> tuple[str, bool]:
-    """The hash to chain the next record to, and whether the file ends in a torn line."""
+def _resume(path: Path) -> tuple[str, str | None, bool]:
+    """The hash to chain the next record to, the ``prev`` of the last record, and whether the
+    file ends in a torn line."""
     try:
         size = path.stat().st_size
     except FileNotFoundError:
-        return GENESIS, False
+        return GENESIS, None, False
     if size == 0:
-        return GENESIS, False
+        return GENESIS, None, False
     with path.open("rb") as handle:
         handle.seek(max(0, size - TAIL_BYTES))
         tail = handle.read()
-        if size > TAIL_BYTES and not _last_hash(tail.splitlines()[1:]):
+        if size > TAIL_BYTES and not _last_record(tail.splitlines()[1:]):
             handle.seek(0)
             tail = handle.read()
-    return _last_hash(tail.splitlines()) or GENESIS, not tail.endswith(b"\n")
+    last = _last_record(tail.splitlines())
+    if last is None:
+        return GENESIS, None, not tail.endswith(b"\n")
+    return last["hash"], last.get("prev"), not tail.endswith(b"\n")
 
 
-def _last_hash(lines: list[bytes]) -> str | None:
+def _last_record(lines: list[bytes]) -> dict[str, Any] | None:
     for line in reversed(lines):
         try:
             record = orjson.loads(line)
         except orjson.JSONDecodeError:
             continue
         if isinstance(record, dict) and isinstance(record.get("hash"), str):
-            return record["hash"]
+            return record
     return None
 
 
@@ -146,6 +178,8 @@ class AuditLog:
             **{k: v for k, v in record.items() if k not in ("id", "agent", "prev", "hash")},
             "prev": handle.prev,
         }
+        if handle.gap is not None:
+            full["audit_gap"] = {"head_was": handle.gap}
         canonical = canonical_json(full)
         full["hash"] = hashlib.sha256(canonical).hexdigest()
         try:
@@ -154,13 +188,14 @@ class AuditLog:
             line = orjson.dumps(orjson.loads(canonical) | {"hash": full["hash"]})
         # From here to the write there is no await: per-agent order is the order of appends.
         handle.write_line(line + b"\n")
-        handle.prev = full["hash"]
+        handle.write_head(full["hash"])
+        handle.prev, handle.gap = full["hash"], None
         if self._closed:
             # A call that outlived shutdown (shielded from its client) is still recorded.
-            os.fsync(handle.fd)
+            _fsync_all(handle.fds())
             handle.close()
         elif self.fsync_interval_s <= 0:
-            os.fsync(handle.fd)
+            _fsync_all(handle.fds())
         else:
             self._schedule_sync(agent_id)
         return full
@@ -183,7 +218,7 @@ class AuditLog:
 
     async def _sync_dirty(self) -> None:
         dirty, self._dirty = self._dirty, set()
-        fds = [self._files[agent].fd for agent in dirty if agent in self._files]
+        fds = [fd for agent in dirty if agent in self._files for fd in self._files[agent].fds()]
         if fds:
             await asyncio.to_thread(_fsync_all, fds)
 
@@ -195,7 +230,7 @@ class AuditLog:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._syncer
             self._syncer = None
-        _fsync_all([handle.fd for handle in self._files.values()])
+        _fsync_all([fd for handle in self._files.values() for fd in handle.fds()])
         for handle in self._files.values():
             handle.close()
         self._files.clear()

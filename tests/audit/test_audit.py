@@ -175,6 +175,43 @@ async def test_verify_finds_a_deleted_first_record(tmp_path: Path) -> None:
     assert code == 1 and "line 1 " in report and "records before it are missing" in report
 
 
+async def test_verify_finds_records_cut_from_the_end(tmp_path: Path) -> None:
+    await write_records(tmp_path, 4)
+    write_lines(tmp_path, lines_of(tmp_path)[:2])  # the chain of what is left is intact
+    code, report = verify(tmp_path)
+    assert code == 1 and "records deleted" in report
+
+
+async def test_verify_finds_a_deleted_agent_log(tmp_path: Path) -> None:
+    await write_records(tmp_path, 2, agent="trader")
+    await write_records(tmp_path, 2, agent="analyst")
+    (tmp_path / "audit" / "trader.jsonl").unlink()
+    code, report = verify(tmp_path)
+    assert code == 1 and "audit/trader.jsonl: missing" in report
+
+
+async def test_a_head_one_record_behind_is_a_crash_not_a_deletion(tmp_path: Path) -> None:
+    records = await write_records(tmp_path, 3)
+    (tmp_path / "audit" / "analyst.head").write_text(records[1]["hash"] + "\n")
+    assert verify(tmp_path)[0] == 0
+    log = AuditLog(tmp_path)  # and the sidecar resumes without calling it a gap
+    assert "audit_gap" not in await log.append("analyst", request_record(9))
+    await log.close()
+    assert verify(tmp_path)[0] == 0
+
+
+async def test_a_restart_on_a_cut_log_keeps_the_cut_on_record(tmp_path: Path) -> None:
+    records = await write_records(tmp_path, 4)
+    write_lines(tmp_path, lines_of(tmp_path)[:2])
+    log = AuditLog(tmp_path)
+    resumed = await log.append("analyst", request_record(9))
+    await log.close()
+    assert resumed["prev"] == records[1]["hash"]
+    assert resumed["audit_gap"] == {"head_was": records[3]["hash"]}
+    code, report = verify(tmp_path)  # the new head matches, yet the cut is still reported
+    assert code == 1 and "were missing from the end" in report
+
+
 async def test_verify_finds_reordered_records(tmp_path: Path) -> None:
     await write_records(tmp_path, 4)
     lines = lines_of(tmp_path)
