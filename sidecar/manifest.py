@@ -175,22 +175,30 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def digest_files(root: Path) -> dict[str, str]:
-    """Hash every file the digest covers, keyed by POSIX path relative to ``root``."""
+def _covered_files(root: Path) -> dict[str, bytes]:
+    """The contents of every file the digest covers, keyed by POSIX path relative to ``root``."""
     paths = [
         root / "sidecar.json",
         *sorted(p for p in (root / "context").rglob("*") if p.is_file()),
     ]
-    return {p.relative_to(root).as_posix(): sha256_hex(p.read_bytes()) for p in paths if p.exists()}
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in paths if p.exists()}
 
 
-def verify_digest(root: Path) -> None:
+def digest_files(root: Path) -> dict[str, str]:
+    """Hash every file the digest covers, keyed by POSIX path relative to ``root``."""
+    return {name: sha256_hex(data) for name, data in _covered_files(root).items()}
+
+
+def verify_digest(root: Path) -> dict[str, bytes]:
+    """Check the build against ``digest.json``; return the verified contents, so callers parse
+    exactly the bytes that were checked (no second read that could differ)."""
     digest_path = root / "digest.json"
     try:
         digest = Digest.model_validate_json(digest_path.read_bytes())
     except (OSError, ValueError) as exc:
         raise BuildError(f"{digest_path}: cannot read digest: {exc}") from exc
-    actual = digest_files(root)
+    contents = _covered_files(root)
+    actual = {name: sha256_hex(data) for name, data in contents.items()}
     problems = [
         f"{name}: {'missing' if name not in actual else 'modified'}"
         for name, expected in digest.files.items()
@@ -199,27 +207,32 @@ def verify_digest(root: Path) -> None:
     problems += [f"{name}: not in digest" for name in actual if name not in digest.files]
     if problems:
         raise BuildError(f"{root}: build does not match digest.json ({'; '.join(problems)})")
+    return contents
 
 
-def _load(path: Path, model: type[_Model]) -> Any:
+def _parse(root: Path, contents: dict[str, bytes], name: str, model: type[_Model]) -> Any:
+    if name not in contents:
+        raise BuildError(f"{root / name}: missing from the build")
     try:
-        return model.model_validate_json(path.read_bytes())
-    except (OSError, ValueError) as exc:
-        raise BuildError(f"{path}: {exc}") from exc
+        return model.model_validate_json(contents[name])
+    except ValueError as exc:
+        raise BuildError(f"{root / name}: {exc}") from exc
 
 
 def load_build(root: Path | str) -> Build:
     """Load and verify a build directory; raise :class:`BuildError` on any problem."""
     root = Path(root)
-    verify_digest(root)
-    config: SidecarConfig = _load(root / "sidecar.json", SidecarConfig)
+    contents = verify_digest(root)
+    config: SidecarConfig = _parse(root, contents, "sidecar.json", SidecarConfig)
     agents: dict[str, AgentBuild] = {}
     for agent_id in config.agents:
-        directory = root / "context" / agent_id
-        agent = _load(directory / "agent.json", AgentManifest)
-        tools = _load(directory / "tools.json", ToolsManifest)
+        directory = f"context/{agent_id}"
+        agent = _parse(root, contents, f"{directory}/agent.json", AgentManifest)
+        tools = _parse(root, contents, f"{directory}/tools.json", ToolsManifest)
         if agent.id != agent_id or tools.agent != agent_id:
-            raise BuildError(f"{directory}: agent id does not match sidecar.json ({agent_id!r})")
+            raise BuildError(
+                f"{root / directory}: agent id does not match sidecar.json ({agent_id!r})"
+            )
         agents[agent_id] = AgentBuild(agent=agent, tools=tools)
     return Build(root=root, config=config, agents=agents)
 
