@@ -41,11 +41,7 @@ class AnthropicCodec(Codec):
 
     def parse_request(self, body: dict[str, Any]) -> Conversation:
         params = dict(body)
-        messages = params.pop("messages", None)
-        if not isinstance(messages, list) or not messages:
-            raise CodecError("messages: must be a non-empty array")
-        if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
-            raise CodecError("messages: every message must be an object with a 'role'")
+        messages = self.pop_messages(params)
         tools = params.pop("tools", None) or []
         if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
             raise CodecError("tools: must be an array of objects")

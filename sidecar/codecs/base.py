@@ -6,6 +6,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from sidecar.mediation.conversation import (
+    CodecError,
     Conversation,
     ModelTurn,
     ToolChoice,
@@ -21,6 +22,17 @@ class Codec(ABC):
 
     @abstractmethod
     def parse_request(self, body: dict[str, Any]) -> Conversation: ...
+
+    @staticmethod
+    def pop_messages(params: dict[str, Any]) -> list[dict[str, Any]]:
+        """Take the request's messages out of ``params``; both APIs need a non-empty array of
+        objects that each have a role."""
+        messages = params.pop("messages", None)
+        if not isinstance(messages, list) or not messages:
+            raise CodecError("messages: must be a non-empty array")
+        if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
+            raise CodecError("messages: every message must be an object with a 'role'")
+        return messages
 
     def render_request(
         self,

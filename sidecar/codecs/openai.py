@@ -35,11 +35,7 @@ class OpenAICodec(Codec):
 
     def parse_request(self, body: dict[str, Any]) -> Conversation:
         params = dict(body)
-        messages = params.pop("messages", None)
-        if not isinstance(messages, list) or not messages:
-            raise CodecError("'messages' must be a non-empty array")
-        if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
-            raise CodecError("every message must be an object with a 'role'")
+        messages = self.pop_messages(params)
         tools = params.pop("tools", None) or []
         functions = params.pop("functions", None)
         function_call = params.pop("function_call", None)
