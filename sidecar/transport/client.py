@@ -1,0 +1,198 @@
+"""The client: requests prepared once (head bytes rendered ahead), sent over pooled keep-alive
+connections, one pool per origin."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from sidecar.transport.errors import ConnectionClosed
+from sidecar.transport.http1 import Response
+from sidecar.transport.pool import ConnectionCounts, ConnectionPool, Origin
+
+# Safe to send again when a kept-alive connection turns out closed before any answer (RFC 9110
+# 9.2.2); a POST is never repeated, whatever the provider would have done with it.
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+_FORBIDDEN_IN_HEADERS = frozenset("\r\n\0")
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedRequest:
+    """A request line and fixed headers rendered once; per send only the body and any extra
+    headers are added."""
+
+    method: str
+    pool: ConnectionPool
+    head: bytes  # request line + headers, without Content-Length and the closing blank line
+    sends_length: bool
+
+
+class HttpClient:
+    """HTTP/1.1 over pooled keep-alive connections; what aiohttp's client session did for the
+    sidecar, at a fraction of the CPU per request (see ``bench/README.md``)."""
+
+    def __init__(
+        self,
+        *,
+        keepalive_s: float,
+        connect_timeout_s: float,
+        max_connections_per_origin: int | None = None,
+        counts: ConnectionCounts | None = None,
+        default_headers: Mapping[str, str] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self.connections = counts if counts is not None else ConnectionCounts()
+        self._keepalive_s = keepalive_s
+        self._connect_timeout_s = connect_timeout_s
+        self._max_connections = max_connections_per_origin
+        self._default_headers = dict(default_headers or {})
+        self._pools: dict[tuple[str, str], ConnectionPool] = {}
+        self._ssl = ssl_context  # created on first https origin when not given
+        self._closed = False
+
+    def prepare(
+        self, method: str, url: str, headers: Mapping[str, str] | None = None
+    ) -> PreparedRequest:
+        """Render ``method url`` with ``headers`` (the client's defaults first); raises
+        ``ValueError`` for a URL or header that cannot be sent as is."""
+        method = method.upper()
+        pool, target = self._route(url)
+        _check_target(target)
+        lines = [f"{method} {target} HTTP/1.1\r\nHost: {pool.origin.host_header}\r\n"]
+        merged = {**self._default_headers, **(headers or {})}
+        lines.extend(_header_lines(merged.items()))
+        return PreparedRequest(method, pool, "".join(lines).encode(), method in _BODY_METHODS)
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        body: bytes | None = None,
+        timeout_s: float | None = None,
+        read_timeout_s: float | None = None,
+    ) -> Response:
+        return await self.send(
+            self.prepare(method, url, headers),
+            body,
+            timeout_s=timeout_s,
+            read_timeout_s=read_timeout_s,
+        )
+
+    async def send(
+        self,
+        prepared: PreparedRequest,
+        body: bytes | None = None,
+        *,
+        extra_headers: Mapping[str, str] | None = None,
+        timeout_s: float | None = None,
+        read_timeout_s: float | None = None,
+    ) -> Response:
+        """Send and wait for the response head; the caller reads the body, then releases.
+
+        ``timeout_s`` bounds the whole exchange (connect, head and body); ``read_timeout_s``
+        bounds each wait for more bytes (a stream's gap between chunks).
+        """
+        if self._closed:
+            raise RuntimeError("the HTTP client is closed")
+        deadline = asyncio.get_running_loop().time() + timeout_s if timeout_s else None
+        data = prepared.head
+        if extra_headers:
+            data += "".join(_header_lines(extra_headers.items())).encode()
+        if body is not None or prepared.sends_length:
+            body = body or b""
+            data += b"Content-Length: %d\r\n\r\n" % len(body) + body
+        else:
+            data += b"\r\n"
+        response, reused = await self._exchange(prepared.pool, data, deadline, read_timeout_s)
+        if reused and response is None and prepared.method in IDEMPOTENT_METHODS:
+            # The server had closed the kept-alive connection; nothing was processed.
+            response, _ = await self._exchange(prepared.pool, data, deadline, read_timeout_s)
+        if response is None:
+            raise ConnectionClosed(
+                "the server closed the connection before answering", request_sent=True
+            )
+        return response
+
+    def usage(self) -> tuple[int, int]:
+        """(idle pooled connections, connections carrying a request) across all origins."""
+        pools = self._pools.values()
+        return sum(pool.idle for pool in pools), sum(pool.in_use for pool in pools)
+
+    async def close(self) -> None:
+        self._closed = True
+        for pool in self._pools.values():
+            pool.close()
+        self._pools.clear()
+
+    async def _exchange(
+        self,
+        pool: ConnectionPool,
+        data: bytes,
+        deadline: float | None,
+        read_timeout_s: float | None,
+    ) -> tuple[Response | None, bool]:
+        """The response, or None if a reused connection was found closed before any answer."""
+        connection, reused = await pool.acquire(deadline)
+        response = Response(
+            connection, pool.release, deadline=deadline, read_timeout_s=read_timeout_s
+        )
+        connection.send(response, data)
+        try:
+            await response.wait_head()
+        except ConnectionClosed:
+            response.release()
+            if reused and response.nothing_received:
+                return None, True
+            raise
+        except BaseException:
+            response.release()  # the connection's state is unknown: it is closed, not reused
+            raise
+        return response, reused
+
+    def _route(self, url: str) -> tuple[ConnectionPool, str]:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {url!r}")
+        key = (parts.scheme, parts.netloc)
+        pool = self._pools.get(key)
+        if pool is None:
+            pool = self._new_pool(parts.scheme, parts.hostname, parts.port)
+            self._pools[key] = pool
+        target = parts.path or "/"
+        if parts.query:
+            target += "?" + parts.query
+        return pool, target
+
+    def _new_pool(self, scheme: str, host: str, port: int | None) -> ConnectionPool:
+        tls = scheme == "https"
+        if tls and self._ssl is None:
+            self._ssl = ssl.create_default_context()
+        origin = Origin(scheme, host, port or (443 if tls else 80))
+        return ConnectionPool(
+            origin,
+            ssl_context=self._ssl if tls else None,
+            connect_timeout_s=self._connect_timeout_s,
+            keepalive_s=self._keepalive_s,
+            max_connections=self._max_connections,
+            counts=self.connections,
+        )
+
+
+def _header_lines(items: Iterable[tuple[str, str]]) -> list[str]:
+    lines = []
+    for name, value in items:
+        if _FORBIDDEN_IN_HEADERS.intersection(name + value) or not name or ":" in name:
+            raise ValueError(f"header {name!r} cannot be sent: it contains a forbidden character")
+        lines.append(f"{name}: {value}\r\n")
+    return lines
+
+
+def _check_target(target: str) -> None:
+    if any(c in target for c in " \r\n\0\t"):
+        raise ValueError("the request target contains whitespace or control characters")
