@@ -15,19 +15,24 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
-from types import SimpleNamespace
 from typing import Any
 from urllib.parse import quote, urlencode
 
-import aiohttp
 import orjson
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
-from yarl import URL
 
 from sidecar.execution.outcome import ToolOutcome, error_envelope
 from sidecar.manifest import ManagedTool
-from sidecar.observability.metrics import ConnectionCounts, Metrics, connection_trace_config
+from sidecar.observability.metrics import Metrics, connection_counts
+from sidecar.transport import (
+    ConnectError,
+    ConnectionClosed,
+    HttpClient,
+    Response,
+    Timeout,
+    TransportError,
+)
 
 PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
 CLAW_ID = "claw_id"
@@ -36,7 +41,8 @@ MAX_REPORTED_SCHEMA_ERRORS = 8
 MAX_ERROR_TEXT = 300
 # How far past the result limit a body is still read (and discarded) to learn its real size.
 MAX_COUNTED_BODY_BYTES = 64 * 1024 * 1024
-READ_CHUNK = 64 * 1024
+# Tool calls beyond this many at once to one service wait for a free connection.
+MAX_CONNECTIONS_PER_SERVICE = 128
 USER_AGENT = "clawpod-sidecar"
 REDACTED = b"[redacted]"
 MAX_REMEMBERED_ARGUMENTS = 1024
@@ -72,9 +78,9 @@ class ToolExecutor:
         self._env = env if env is not None else os.environ
         self._metrics = metrics
         self._prepared: dict[int, _PreparedTool] = {}
-        self._session: aiohttp.ClientSession | None = None
+        self._client: HttpClient | None = None
         self._inflight: set[asyncio.Task[ToolOutcome]] = set()
-        self.connections = ConnectionCounts()
+        self.connections = connection_counts(metrics, "tools")
         # Validation is a pure function of tool and text, and costs more than the rest of a
         # call's preparation; agents repeat the same small calls (context, quotes) often.
         self._valid_texts: dict[tuple[int, str], CheckedArguments] = {}
@@ -82,33 +88,29 @@ class ToolExecutor:
         self._metric_children: dict[tuple[str, str], tuple[Any, Any]] = {}
 
     async def start(self) -> None:
-        if self._session is not None:
+        if self._client is not None:
             return
-        connector = aiohttp.TCPConnector(
-            limit=512,
-            limit_per_host=128,
+        self._client = HttpClient(
             # Shorter than common server idle timeouts, so a pooled socket is not reused just
             # as the service closes it.
-            keepalive_timeout=15,
+            keepalive_s=15,
+            connect_timeout_s=30,
+            max_connections_per_origin=MAX_CONNECTIONS_PER_SERVICE,
+            counts=self.connections,
+            default_headers={"User-Agent": USER_AGENT},
         )
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            trust_env=False,  # no proxy from the environment: only the manifest's host is contacted
-            # Each call is bounded by its own asyncio.timeout; a session-wide timer would be a
-            # second timer per request.
-            timeout=aiohttp.ClientTimeout(total=None),
-            trace_configs=[self._trace_config()],
-            auto_decompress=True,
-            headers={"User-Agent": USER_AGENT},
-        )
+
+    @property
+    def http(self) -> HttpClient | None:
+        return self._client
 
     async def close(self) -> None:
         """Let calls already sent finish (they are shielded from callers), then close the pool."""
         if self._inflight:
             await asyncio.wait(list(self._inflight))
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
 
     # -- arguments ---------------------------------------------------------------------------
 
@@ -182,22 +184,16 @@ class ToolExecutor:
         except _RequestProblem as problem:
             self._record(tool, problem.outcome)
             return problem.outcome
-        if self._session is None:
+        if self._client is None:
             raise RuntimeError("ToolExecutor.start() was not awaited")
         # The exchange runs as its own task: if the caller is cancelled (client disconnect),
         # a call already on its way to the service still completes (SPEC 4.2 point 16).
         task = asyncio.ensure_future(
-            self._exchange(self._session, request, timeout_s, max_result_bytes, started)
+            self._exchange(self._client, request, timeout_s, max_result_bytes, started)
         )
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
         return await asyncio.shield(task)
-
-    def _trace_config(self) -> aiohttp.TraceConfig:
-        # One TraceConfig: aiohttp signals every request once per config.
-        trace = connection_trace_config(self.connections, self._metrics, "tools")
-        trace.on_request_headers_sent.append(_mark_headers_sent)
-        return trace
 
     def _record(self, tool: ManagedTool, outcome: ToolOutcome) -> None:
         if self._metrics is None:
@@ -242,7 +238,7 @@ class ToolExecutor:
             secrets = (self._env.get(tool.execution.auth.env or "", "").encode(),)
             if tool.execution.auth.type == "basic":
                 secrets += (credential[1].removeprefix("Basic ").encode(),)
-        return _Request(tool, execution.method, URL(url, encoded=True), headers, body, secrets)
+        return _Request(tool, execution.method, url, headers, body, secrets)
 
     def _credential_header(self, tool: ManagedTool) -> tuple[str, str] | None:
         auth = tool.execution.auth
@@ -270,24 +266,15 @@ class ToolExecutor:
 
     async def _exchange(
         self,
-        session: aiohttp.ClientSession,
+        client: HttpClient,
         request: _Request,
         timeout_s: float,
         max_result_bytes: int,
         started: float,
     ) -> ToolOutcome:
-        outcome = await _send(session, request, timeout_s, max_result_bytes, started)
+        outcome = await _send(client, request, timeout_s, max_result_bytes, started)
         self._record(request.tool, outcome)
         return outcome
-
-
-async def _mark_headers_sent(
-    _session: aiohttp.ClientSession, context: SimpleNamespace, _params: object
-) -> None:
-    """Marks the per-request progress object once the request has gone out, so a timeout or
-    disconnect can say whether the service may have acted on it."""
-    if context.trace_request_ctx is not None:
-        context.trace_request_ctx.headers_sent = True
 
 
 class _RequestProblem(Exception):
@@ -297,55 +284,56 @@ class _RequestProblem(Exception):
 
 
 async def _send(
-    session: aiohttp.ClientSession,
+    client: HttpClient,
     request: _Request,
     timeout_s: float,
     max_result_bytes: int,
     started: float,
 ) -> ToolOutcome:
-    progress = SimpleNamespace(headers_sent=False)  # set by the session's trace hook
     try:
-        async with asyncio.timeout(timeout_s):
-            async with session.request(
-                request.method,
-                request.url,
-                data=request.body,
-                headers=request.headers,
-                allow_redirects=False,
-                trace_request_ctx=progress,
-            ) as response:
-                # Keep enough past the cut that a credential straddling it is redacted whole,
-                # not shown in part.
-                overlap = max(map(len, request.secrets), default=0)
-                body, original = await _read_limited(response, max_result_bytes + overlap)
-                body = _redacted(body, request.secrets)
-                return _outcome_for(response, body, original, max_result_bytes, started)
-    except TimeoutError:
-        message = f"the service did not answer within {timeout_s:g} s"
-        return _failed("timeout", message, progress.headers_sent, started)
-    except aiohttp.ClientConnectorError as exc:
-        # strerror may embed the service's address; the errno text never does.
-        errno = exc.os_error.errno
-        if isinstance(exc, aiohttp.ClientConnectorDNSError):
-            reason = "its host name does not resolve"
-        else:
-            reason = os.strerror(errno).lower() if errno and errno > 0 else "connection failed"
-        return _failed(
-            "unreachable", f"could not connect to the service ({reason})", False, started
+        response = await client.request(
+            request.method,
+            request.url,
+            headers=request.headers,
+            body=request.body,
+            timeout_s=timeout_s,
         )
-    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+    except TransportError as exc:
+        return _transport_failure(exc, timeout_s, started)
+    try:
+        # Keep enough past the cut that a credential straddling it is redacted whole, not
+        # shown in part.
+        overlap = max(map(len, request.secrets), default=0)
+        body, original = await _read_limited(response, max_result_bytes + overlap)
+    except TransportError as exc:
+        return _transport_failure(exc, timeout_s, started)
+    finally:
+        response.release()
+    body = _redacted(body, request.secrets)
+    return _outcome_for(response, body, original, max_result_bytes, started)
+
+
+def _transport_failure(exc: TransportError, timeout_s: float, started: float) -> ToolOutcome:
+    """The envelope for a call that got no complete answer; ``executed`` says whether the
+    service may have acted on it."""
+    if isinstance(exc, Timeout):
+        message = f"the service did not answer within {timeout_s:g} s"
+        return _failed("timeout", message, exc.request_sent, started)
+    if isinstance(exc, ConnectError):
+        message = f"could not connect to the service ({exc.reason})"
+        return _failed("unreachable", message, False, started)
+    if isinstance(exc, ConnectionClosed):
         message = "the service closed the connection before answering"
-        return _failed("unreachable", message, progress.headers_sent, started)
-    except aiohttp.ClientError as exc:
-        message = f"the service's answer could not be read ({type(exc).__name__})"
-        return _failed("invalid_response", message, True, started)
+        return _failed("unreachable", message, exc.request_sent, started)
+    message = f"the service's answer could not be read ({exc.message})"
+    return _failed("invalid_response", message, True, started)
 
 
 @dataclass(frozen=True, slots=True)
 class _Request:
     tool: ManagedTool
     method: str
-    url: URL
+    url: str
     headers: dict[str, str]
     body: bytes | None
     secrets: tuple[bytes, ...] = ()
@@ -493,24 +481,23 @@ def _query_value(value: Any) -> str:
 # -- response helpers --------------------------------------------------------------------------
 
 
-async def _read_limited(response: aiohttp.ClientResponse, limit: int) -> tuple[bytes, int]:
+async def _read_limited(response: Response, limit: int) -> tuple[bytes, int]:
     """Read at most ``limit + 1`` bytes to keep, but count the rest of the body (discarding it,
     up to a hard cap) so the real size can be reported."""
     kept = bytearray()
     total = 0
-    async for chunk in response.content.iter_chunked(READ_CHUNK):
+    while chunk := await response.read_chunk():
         total += len(chunk)
         if len(kept) <= limit:
             kept += chunk[: limit + 1 - len(kept)]
         if total >= MAX_COUNTED_BODY_BYTES:
-            declared = response.content_length or 0
-            response.close()  # stop downloading; the connection is not reused
-            return bytes(kept), max(total, declared)
+            # Stop downloading: the unread rest closes the connection on release.
+            return bytes(kept), max(total, response.content_length or 0)
     return bytes(kept), total
 
 
 def _outcome_for(
-    response: aiohttp.ClientResponse,
+    response: Response,
     body: bytes,
     original: int,
     limit: int,

@@ -3,9 +3,6 @@ process (tests) without colliding in the global default registry."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
-import aiohttp
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -15,6 +12,8 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
+
+from sidecar.transport import ConnectionCounts
 
 # The *_created series double the exposition size and no dashboard of ours reads them.
 disable_created_metrics()
@@ -89,36 +88,11 @@ class Metrics:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
 
-class ConnectionCounts:
-    """New versus reused outbound connections of one aiohttp session."""
-
-    def __init__(self) -> None:
-        self.created = 0
-        self.reused = 0
-
-
-def connection_trace_config(
-    counts: ConnectionCounts, metrics: Metrics | None = None, pool: str = "tools"
-) -> aiohttp.TraceConfig:
-    """An aiohttp TraceConfig that counts new and reused connections (the keep-alive target)."""
-    created = metrics.connections.labels(pool=pool, kind="new") if metrics else None
-    reused = metrics.connections.labels(pool=pool, kind="reused") if metrics else None
-
-    async def on_create(
-        _session: aiohttp.ClientSession, _ctx: SimpleNamespace, _params: object
-    ) -> None:
-        counts.created += 1
-        if created is not None:
-            created.inc()
-
-    async def on_reuse(
-        _session: aiohttp.ClientSession, _ctx: SimpleNamespace, _params: object
-    ) -> None:
-        counts.reused += 1
-        if reused is not None:
-            reused.inc()
-
-    trace = aiohttp.TraceConfig()
-    trace.on_connection_create_end.append(on_create)
-    trace.on_connection_reuseconn.append(on_reuse)
-    return trace
+def connection_counts(metrics: Metrics | None, pool: str) -> ConnectionCounts:
+    """New and reused connections of one outbound pool, mirrored to ``claw_connections``."""
+    if metrics is None:
+        return ConnectionCounts()
+    return ConnectionCounts(
+        metrics.connections.labels(pool=pool, kind="new"),
+        metrics.connections.labels(pool=pool, kind="reused"),
+    )

@@ -63,7 +63,7 @@ def create_app(
     state = SidecarState(
         config=config,
         state_dir=state_dir,
-        upstream=UpstreamClient(config, env),
+        upstream=UpstreamClient(config, env, metrics),
         executor=executor,
         audit=audit,
         metrics=metrics,

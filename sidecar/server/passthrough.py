@@ -7,7 +7,6 @@ import asyncio
 import time
 from typing import Any
 
-import aiohttp
 import orjson
 from aiohttp import web
 
@@ -16,6 +15,7 @@ from sidecar.server.context import RequestContext
 from sidecar.server.errors import ApiError, error_response, stream_error_bytes
 from sidecar.server.upstream import UpstreamError, response_headers, translate_error
 from sidecar.server.usage import StreamUsage, usage_from_body
+from sidecar.transport import Response, TransportError
 
 
 def upstream_api_error(exc: UpstreamError) -> ApiError:
@@ -48,14 +48,12 @@ async def pass_through(request: web.Request, ctx: RequestContext, raw: bytes) ->
 
 
 async def _relay_body(
-    request: web.Request, ctx: RequestContext, upstream: aiohttp.ClientResponse
+    request: web.Request, ctx: RequestContext, upstream: Response
 ) -> web.StreamResponse:
     try:
         data = await upstream.read()
-    except Exception as exc:
+    except TransportError as exc:
         failure = translate_error(exc, ctx.provider_name)
-        if not isinstance(failure, UpstreamError):
-            raise
         return await _fail(request, ctx, upstream_api_error(failure))
     status = upstream.status
     if status >= 400:
@@ -83,24 +81,20 @@ async def _relay_body(
 
 
 async def _relay_stream(
-    request: web.Request, ctx: RequestContext, upstream: aiohttp.ClientResponse
+    request: web.Request, ctx: RequestContext, upstream: Response
 ) -> web.StreamResponse:
     response = web.StreamResponse(status=200, headers=response_headers(upstream.headers))
     await response.prepare(request)
     usage = StreamUsage(ctx.api)
     end_marker = _STREAM_END[ctx.api]
     tail = b""  # enough of the last bytes to spot an end marker split across chunks
-    content = upstream.content
     error_code: str | None = None
     try:
         while True:
             try:
-                chunk = await content.readany()
-            except Exception as exc:
-                failure = translate_error(exc, ctx.provider_name)
-                if not isinstance(failure, UpstreamError):
-                    raise
-                err = upstream_api_error(failure)
+                chunk = await upstream.read_chunk()
+            except TransportError as exc:
+                err = upstream_api_error(translate_error(exc, ctx.provider_name))
                 error_code = err.code
                 await response.write(stream_error_bytes(ctx.api, err))
                 break

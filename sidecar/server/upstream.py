@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-import aiohttp
 import orjson
 
 from sidecar.manifest import Provider, SidecarConfig
+from sidecar.observability.metrics import Metrics, connection_counts
+from sidecar.transport import (
+    ConnectError,
+    Headers,
+    HttpClient,
+    PreparedRequest,
+    Response,
+    Timeout,
+    TransportError,
+)
 
 if TYPE_CHECKING:
     from sidecar.server.context import RequestContext
@@ -49,13 +57,6 @@ _RESPONSE_HEADERS = frozenset(
 _RESPONSE_HEADER_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-")
 
 
-_PROTOCOL_ERRORS = (
-    aiohttp.ServerDisconnectedError,
-    aiohttp.ClientPayloadError,
-    aiohttp.ClientResponseError,
-)
-
-
 class UpstreamError(Exception):
     """The provider could not be reached, did not answer in time, or broke the protocol."""
 
@@ -68,11 +69,11 @@ class UpstreamError(Exception):
 @dataclass(slots=True)
 class UpstreamResponse:
     status: int
-    headers: Mapping[str, str]
+    headers: Headers
     body: bytes
 
 
-def response_headers(upstream: Mapping[str, str]) -> dict[str, str]:
+def response_headers(upstream: Headers) -> dict[str, str]:
     """The subset of upstream response headers to hand back to the client."""
     kept = {}
     for name, value in upstream.items():
@@ -83,41 +84,39 @@ def response_headers(upstream: Mapping[str, str]) -> dict[str, str]:
 
 
 class _ProviderChannel:
-    """Pre-computed request parts for one provider, plus its pooled session."""
+    """One provider's requests, rendered once per route: URL, key and default headers."""
 
-    def __init__(self, name: str, provider: Provider, key: str | None, timeout_s: float) -> None:
-        self.name = name
+    def __init__(self, provider: Provider, key: str | None, client: HttpClient) -> None:
         base_url = provider.base_url.rstrip("/")
-        self.urls = {
-            route: base_url + path for route, path in _ENDPOINT_PATHS[provider.api].items()
-        }
-        self.api = provider.api
         self.key = key.encode() if key else b""
-        self.headers: dict[str, str] = {"Content-Type": "application/json"}
+        headers: dict[str, str] = {"Content-Type": "application/json"}
         if key and provider.api == "openai":
-            self.headers["Authorization"] = f"Bearer {key}"
+            headers["Authorization"] = f"Bearer {key}"
         elif key:
-            self.headers["x-api-key"] = key
+            headers["x-api-key"] = key
+        without_version = dict(headers)
         if provider.api == "anthropic":
-            self.headers["anthropic-version"] = ANTHROPIC_DEFAULT_VERSION
-        connect_s = min(timeout_s, 30.0)
-        # A stream may run for long, so its deadline is per chunk; a plain answer has one
-        # deadline (cheaper too: no timer rescheduled on every read).
-        self.stream_timeout = aiohttp.ClientTimeout(sock_connect=connect_s, sock_read=timeout_s)
-        self.answer_timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=connect_s)
-        self.session: aiohttp.ClientSession | None = None
-
-    def request_headers(self, forward: Mapping[str, str]) -> Mapping[str, str]:
-        if not forward:
-            return self.headers  # aiohttp copies it; nothing to merge
-        return {**self.headers, **forward}  # a client's anthropic-version replaces the default
+            headers["anthropic-version"] = ANTHROPIC_DEFAULT_VERSION
+        # Keyed by (route, client sent its own anthropic-version): the client's replaces ours.
+        self.requests: dict[tuple[str, bool], PreparedRequest] = {}
+        for route, path in _ENDPOINT_PATHS[provider.api].items():
+            url = base_url + path
+            self.requests[route, False] = client.prepare("POST", url, headers)
+            self.requests[route, True] = client.prepare("POST", url, without_version)
 
 
 class UpstreamClient:
     """Sends requests to providers over pooled keep-alive connections, attaching their keys."""
 
-    def __init__(self, config: SidecarConfig, env: Mapping[str, str]) -> None:
-        timeout_s = config.upstream_timeout_ms / 1000
+    def __init__(
+        self, config: SidecarConfig, env: Mapping[str, str], metrics: Metrics | None = None
+    ) -> None:
+        self.timeout_s = config.upstream_timeout_ms / 1000
+        self._client = HttpClient(
+            keepalive_s=60,
+            connect_timeout_s=min(self.timeout_s, 30.0),
+            counts=connection_counts(metrics, "upstream"),
+        )
         self._channels: dict[str, _ProviderChannel] = {}
         for name, provider in config.providers.items():
             key = env.get(provider.key_env) or None
@@ -127,20 +126,19 @@ class UpstreamClient:
                     name,
                     provider.key_env,
                 )
-            self._channels[name] = _ProviderChannel(name, provider, key, timeout_s)
+            self._channels[name] = _ProviderChannel(provider, key, self._client)
+        self.started = False
 
     async def start(self) -> None:
-        for channel in self._channels.values():
-            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)
-            # No trace configs: aiohttp then fires several signals per request and per chunk,
-            # a measurable share of a pass-through's CPU.
-            channel.session = aiohttp.ClientSession(connector=connector)
+        self.started = True
 
     async def close(self) -> None:
-        for channel in self._channels.values():
-            if channel.session is not None:
-                await channel.session.close()
-                channel.session = None
+        self.started = False
+        await self._client.close()
+
+    @property
+    def http(self) -> HttpClient:
+        return self._client
 
     def redact(self, provider_name: str, data: bytes) -> bytes:
         """``data`` without the provider's key: some providers repeat a rejected key in their
@@ -148,56 +146,46 @@ class UpstreamClient:
         key = self._channels[provider_name].key
         return data.replace(key, b"[redacted]") if key and key in data else data
 
-    @property
-    def started(self) -> bool:
-        return all(c.session is not None for c in self._channels.values())
-
     async def send(
-        self, ctx: RequestContext, body: bytes, *, timeout: aiohttp.ClientTimeout | None = None
-    ) -> aiohttp.ClientResponse:
+        self, ctx: RequestContext, body: bytes, *, timeout_s: float | None = None
+    ) -> Response:
         """POST raw JSON bytes to the context's provider; the caller must release the response.
 
-        Without ``timeout``, ``upstream_timeout_ms`` bounds each chunk of a streamed request
-        and the whole of any other.
+        Without ``timeout_s``, ``upstream_timeout_ms`` bounds each wait for bytes of a streamed
+        answer and the whole of any other.
         """
-        channel = self._channels[ctx.provider_name]
-        assert channel.session is not None, "UpstreamClient.start() was not awaited"
-        if timeout is None:
-            timeout = channel.stream_timeout if ctx.stream else channel.answer_timeout
+        forward = ctx.forward_headers
+        prepared = self._channels[ctx.provider_name].requests[
+            ctx.route, "anthropic-version" in forward
+        ]
         try:
-            return await channel.session.post(
-                channel.urls[ctx.route],
-                data=body,
-                headers=channel.request_headers(ctx.forward_headers),
-                timeout=timeout,
-                allow_redirects=False,
+            if timeout_s is None and ctx.stream:
+                return await self._client.send(
+                    prepared, body, extra_headers=forward, read_timeout_s=self.timeout_s
+                )
+            return await self._client.send(
+                prepared, body, extra_headers=forward, timeout_s=timeout_s or self.timeout_s
             )
-        except Exception as exc:
+        except TransportError as exc:
             raise translate_error(exc, ctx.provider_name) from exc
 
     async def post_json(
         self, ctx: RequestContext, body: dict[str, Any], *, timeout_s: float
     ) -> UpstreamResponse:
         """One non-streaming call with a total deadline; the whole body is read."""
-        timeout = aiohttp.ClientTimeout(total=timeout_s)
-        response = await self.send(ctx, orjson.dumps(body), timeout=timeout)
+        response = await self.send(ctx, orjson.dumps(body), timeout_s=timeout_s)
         try:
             data = await response.read()
-        except Exception as exc:
+        except TransportError as exc:
             raise translate_error(exc, ctx.provider_name) from exc
         finally:
             response.release()
         return UpstreamResponse(status=response.status, headers=response.headers, body=data)
 
 
-def translate_error(exc: BaseException, provider: str) -> BaseException:
-    """Map aiohttp/asyncio failures to :class:`UpstreamError`; leave anything else alone."""
-    if isinstance(exc, asyncio.TimeoutError):
+def translate_error(exc: TransportError, provider: str) -> UpstreamError:
+    if isinstance(exc, Timeout):
         return UpstreamError("timeout", f"provider {provider!r} did not answer in time")
-    if isinstance(exc, aiohttp.ClientConnectorError):
+    if isinstance(exc, ConnectError):
         return UpstreamError("unreachable", f"provider {provider!r} is unreachable")
-    if isinstance(exc, _PROTOCOL_ERRORS):
-        return UpstreamError("protocol", f"provider {provider!r} broke the connection or protocol")
-    if isinstance(exc, aiohttp.ClientError | OSError):
-        return UpstreamError("unreachable", f"provider {provider!r} is unreachable")
-    return exc
+    return UpstreamError("protocol", f"provider {provider!r} broke the connection or protocol")

@@ -300,14 +300,6 @@ class Snapshot:
         ]
 
 
-def _pooled(connector: aiohttp.BaseConnector | None) -> tuple[int, int]:
-    """(idle pooled connections, acquired connections) of an aiohttp connector."""
-    if connector is None:
-        return 0, 0
-    idle = sum(len(conns) for conns in connector._conns.values())
-    return idle, len(connector._acquired)
-
-
 def _counted_tasks() -> int:
     current = asyncio.current_task()
     return sum(
@@ -320,14 +312,9 @@ def _counted_tasks() -> int:
 
 def snapshot(pod: Pod) -> Snapshot:
     state = pod.sidecar.state
-    upstream_idle = upstream_acquired = 0
-    for channel in state.upstream._channels.values():
-        session = channel.session
-        idle, acquired = _pooled(session.connector if session else None)
-        upstream_idle += idle
-        upstream_acquired += acquired
-    executor_session = state.executor._session
-    tools_idle, tools_acquired = _pooled(executor_session.connector if executor_session else None)
+    upstream_idle, upstream_acquired = state.upstream.http.usage()
+    tools = state.executor.http
+    tools_idle, tools_acquired = tools.usage() if tools else (0, 0)
     services_open = pod.service.open_connections() + pod.elsewhere.open_connections()
     return Snapshot(
         server_connections=len(pod.sidecar.runner.server.connections),
