@@ -35,6 +35,8 @@ GENESIS = "0" * 64
 AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 TAIL_BYTES = 1 << 20
 DEFAULT_FSYNC_INTERVAL_S = 0.2
+# Fields append() always sets itself; a caller's values for them are dropped.
+_RESERVED = frozenset({"agent", "prev", "hash"})
 
 
 def canonical_json(record: dict[str, Any]) -> bytes:
@@ -171,25 +173,24 @@ class AuditLog:
             handle = _AgentFile(audit_path(self.state_dir, agent_id))
             if not self._closed:
                 self._files[agent_id] = handle
-        full: dict[str, Any] = {
-            "id": record.get("id") or uuid.uuid4().hex,
-            "time": now_rfc3339(),
-            "agent": agent_id,
-            **{k: v for k, v in record.items() if k not in ("id", "agent", "prev", "hash")},
-            "prev": handle.prev,
-        }
+        if _RESERVED.isdisjoint(record):
+            full = dict(record)
+        else:
+            full = {key: value for key, value in record.items() if key not in _RESERVED}
+        full["id"] = record.get("id") or uuid.uuid4().hex
+        full.setdefault("time", now_rfc3339())
+        full["agent"] = agent_id
+        full["prev"] = handle.prev
         if handle.gap is not None:
             full["audit_gap"] = {"head_was": handle.gap}
         canonical = canonical_json(full)
-        full["hash"] = hashlib.sha256(canonical).hexdigest()
-        try:
-            line = orjson.dumps(full)
-        except TypeError:
-            line = orjson.dumps(orjson.loads(canonical) | {"hash": full["hash"]})
+        full["hash"] = record_hash = hashlib.sha256(canonical).hexdigest()
+        # The stored line is the canonical JSON with the hash appended: serialised once.
+        line = b'%s,"hash":"%s"}\n' % (canonical[:-1], record_hash.encode())
         # From here to the write there is no await: per-agent order is the order of appends.
-        handle.write_line(line + b"\n")
-        handle.write_head(full["hash"])
-        handle.prev, handle.gap = full["hash"], None
+        handle.write_line(line)
+        handle.write_head(record_hash)
+        handle.prev, handle.gap = record_hash, None
         if self._closed:
             # A call that outlived shutdown (shielded from its client) is still recorded.
             _fsync_all(handle.fds())

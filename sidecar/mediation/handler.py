@@ -40,7 +40,12 @@ from sidecar.mediation.commands import (
 from sidecar.mediation.conversation import CodecError
 from sidecar.mediation.engine import MediationEngine
 from sidecar.server.accounting import record_request, usage_record
-from sidecar.server.errors import ApiError, error_response, stream_error_bytes
+from sidecar.server.errors import (
+    ApiError,
+    error_response,
+    start_response,
+    stream_error_bytes,
+)
 from sidecar.server.upstream import UpstreamError
 
 if TYPE_CHECKING:
@@ -135,7 +140,7 @@ class _Driver:
         if isinstance(command, BeginStream):
             self.stream = web.StreamResponse(status=200, headers=SSE_HEADERS)
             self.response = self.stream
-            await self._guard(self.stream.prepare(self.request))
+            await self._guard(start_response(self.request, self.stream))
             return Done()
         if isinstance(command, Recall):
             return Recalled(self.state.continuity.recall(command.keys))
@@ -236,7 +241,7 @@ class _Driver:
             await self._guard(self.stream.write_eof())
         elif self.response is not None and not self._client_left():
             # Send now, so the audit below never delays the client.
-            await self._guard(self.response.prepare(self.request))
+            await self._guard(start_response(self.request, self.response))
             await self._guard(self.response.write_eof())
         if self.client_gone and self.error_code is None:
             # The answer was ready but nobody was there to receive it.

@@ -27,6 +27,7 @@ from sidecar.server.accounting import record_request
 from sidecar.server.auth import AuthError, TokenVerifier
 from sidecar.server.context import STATE_KEY, RequestContext, SidecarState
 from sidecar.server.errors import (
+    STARTED_RESPONSE,
     Api,
     ApiError,
     error_response,
@@ -42,7 +43,6 @@ log = logging.getLogger("sidecar.server")
 CHAT_COMPLETIONS = "/v1/chat/completions"
 MESSAGES = "/v1/messages"
 COUNT_TOKENS = "/v1/messages/count_tokens"
-PREPARED_RESPONSE = web.RequestKey("claw_prepared_response", web.StreamResponse)
 # Unique across restarts (random prefix) without a syscall per request (counter).
 _REQUEST_ID_PREFIX = "req_" + os.urandom(6).hex()
 _request_ids = (f"{_REQUEST_ID_PREFIX}{n:08x}" for n in itertools.count(1))
@@ -75,7 +75,6 @@ def create_app(
     )
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[protocol_errors])
     app[STATE_KEY] = state
-    app.on_response_prepare.append(remember_prepared)
     app.cleanup_ctx.append(_lifecycle)
     app.router.add_post(CHAT_COMPLETIONS, chat_completions)
     app.router.add_post(MESSAGES, messages)
@@ -273,7 +272,7 @@ async def _error_reply(request: web.Request, err: ApiError) -> web.StreamRespons
     if request.path == "/mcp":
         return jsonrpc_error_response(err.status, JSONRPC_INTERNAL_ERROR, err.message)
     api: Api = "anthropic" if request.path.startswith(MESSAGES) else "openai"
-    prepared = request.get(PREPARED_RESPONSE)
+    prepared = request.get(STARTED_RESPONSE)
     if prepared is None:
         return error_response(api, err)
     # Headers are gone already: end the stream with the protocol's in-band error.
@@ -290,8 +289,3 @@ def _from_http_exception(exc: web.HTTPException) -> ApiError:
         405: "method not allowed on this route",
     }.get(exc.status, exc.reason)
     return ApiError(exc.status, codes.get(exc.status, f"http_{exc.status}"), message)
-
-
-async def remember_prepared(request: web.Request, response: web.StreamResponse) -> None:
-    """``on_response_prepare`` hook: lets :func:`protocol_errors` see a started response."""
-    request[PREPARED_RESPONSE] = response

@@ -8,6 +8,7 @@ import orjson
 from aiohttp import web
 
 Api = Literal["openai", "anthropic"]
+STARTED_RESPONSE = web.RequestKey("claw_started_response", web.StreamResponse)
 
 # Anthropic's error type names double as our `type` vocabulary; OpenAI clients only read
 # `message`/`code` and branch on the HTTP status, so one vocabulary serves both shapes.
@@ -63,3 +64,10 @@ def jsonrpc_error_response(status: int, code: int, message: str) -> web.Response
     """For /mcp: a JSON-RPC error object (no request id is known before authentication)."""
     body = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
     return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
+
+
+async def start_response(request: web.Request, response: web.StreamResponse) -> None:
+    """Send ``response``'s headers, noting that they are gone: an error after this point must
+    end the body in-band (a stream error event), not send a second response."""
+    await response.prepare(request)
+    request[STARTED_RESPONSE] = response

@@ -12,7 +12,7 @@ from aiohttp import web
 
 from sidecar.server.accounting import record_request, usage_record
 from sidecar.server.context import RequestContext
-from sidecar.server.errors import ApiError, error_response, stream_error_bytes
+from sidecar.server.errors import ApiError, error_response, start_response, stream_error_bytes
 from sidecar.server.upstream import UpstreamError, response_headers, translate_error
 from sidecar.server.usage import StreamUsage, usage_from_body
 from sidecar.transport import Response, TransportError
@@ -84,7 +84,7 @@ async def _relay_stream(
     request: web.Request, ctx: RequestContext, upstream: Response
 ) -> web.StreamResponse:
     response = web.StreamResponse(status=200, headers=response_headers(upstream.headers))
-    await response.prepare(request)
+    await start_response(request, response)
     usage = StreamUsage(ctx.api)
     end_marker = _STREAM_END[ctx.api]
     tail = b""  # enough of the last bytes to spot an end marker split across chunks
@@ -138,7 +138,7 @@ async def _fail(request: web.Request, ctx: RequestContext, err: ApiError) -> web
 async def _send(request: web.Request, response: web.Response) -> None:
     """Send the whole response now, so the audit write that follows adds no client latency."""
     try:
-        await response.prepare(request)
+        await start_response(request, response)
         await response.write_eof()
     except ConnectionError:
         pass  # the client left; the exchange is still audited

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import orjson
@@ -68,3 +69,15 @@ def test_request_lines_follow_the_log_level(capsys: pytest.CaptureFixture[str]) 
     configure_logging("WARNING")
     log_request(agent="trader", route="/mcp", status=200)
     assert capsys.readouterr().err == ""
+
+
+async def test_request_lines_of_one_loop_iteration_go_out_in_one_write(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    configure_logging("INFO")
+    for n in range(3):
+        log_request(agent="trader", route="/mcp", status=200, n=n)
+    assert capsys.readouterr().err == "", "written at the end of the loop iteration"
+    await asyncio.sleep(0)
+    lines = capsys.readouterr().err.splitlines()
+    assert [orjson.loads(line)["n"] for line in lines] == [0, 1, 2]

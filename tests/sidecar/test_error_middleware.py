@@ -10,7 +10,8 @@ import orjson
 import pytest
 from aiohttp import web
 
-from sidecar.server.app import protocol_errors, remember_prepared
+from sidecar.server.app import protocol_errors
+from sidecar.server.errors import start_response
 
 SECRET_DETAIL = "db password is hunter2"
 
@@ -21,16 +22,15 @@ async def _fail(request: web.Request) -> web.StreamResponse:
 
 async def _fail_mid_stream(request: web.Request) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-    await response.prepare(request)
+    await start_response(request, response)
     await response.write(b"data: {}\n\n")
     raise RuntimeError(SECRET_DETAIL)
 
 
 @pytest.fixture
 async def url() -> AsyncIterator[str]:
-    # The production middleware and its prepared-response hook, around handlers that fail.
+    # The production middleware around handlers that fail.
     app = web.Application(middlewares=[protocol_errors])
-    app.on_response_prepare.append(remember_prepared)
     app.router.add_post("/v1/chat/completions", _fail)
     app.router.add_post("/v1/messages", _fail_mid_stream)
     app.router.add_post("/mcp", _fail)
