@@ -138,7 +138,11 @@ class HttpClient:
         read_timeout_s: float | None,
     ) -> tuple[Response | None, bool]:
         """The response, or None if a reused connection was found closed before any answer."""
-        connection, reused = await pool.acquire(deadline)
+        connection = pool.reuse()
+        if connection is not None:
+            reused = True
+        else:
+            connection, reused = await pool.acquire(deadline)
         response = Response(
             connection, pool.release, deadline=deadline, read_timeout_s=read_timeout_s
         )

@@ -63,6 +63,27 @@ class Response:
     chunk by chunk with :meth:`read_chunk`. :meth:`release` must be called when done: it puts
     the connection back in the pool, or closes it if the body was not read to its end."""
 
+    __slots__ = (
+        "_buffered",
+        "_chunks",
+        "_connection",
+        "_content_type",
+        "_deadline",
+        "_decoder",
+        "_error",
+        "_head_received",
+        "_last_activity",
+        "_loop",
+        "_on_release",
+        "_read_timeout_s",
+        "_released",
+        "_timer",
+        "_waiter",
+        "complete",
+        "headers",
+        "status",
+    )
+
     def __init__(
         self,
         connection: Connection,
@@ -74,6 +95,7 @@ class Response:
         self.status = 0
         self.headers = Headers([])
         self.complete = False
+        self._content_type = ""
         self._connection = connection
         self._on_release = on_release
         self._loop = connection.loop
@@ -95,8 +117,7 @@ class Response:
     @property
     def content_type(self) -> str:
         """The media type without parameters, lower case; ``""`` when absent."""
-        value = self.headers.get("content-type") or ""
-        return value.partition(";")[0].strip().lower()
+        return self._content_type
 
     @property
     def content_length(self) -> int | None:
@@ -164,9 +185,16 @@ class Response:
 
     # -- feeding (the connection's side) -----------------------------------------------------
 
-    def head(self, status: int, items: list[tuple[str, str]], encoding: str | None) -> None:
+    def head(
+        self,
+        status: int,
+        items: list[tuple[str, str]],
+        content_type: str,
+        encoding: str | None,
+    ) -> None:
         self.status = status
         self.headers = Headers(items)
+        self._content_type = content_type.partition(";")[0].strip().lower()
         if encoding is not None:
             name = encoding.strip().lower()
             if name in _DECODER_WBITS:
@@ -250,6 +278,21 @@ class Response:
 class Connection(asyncio.Protocol):
     """A keep-alive connection carrying one request at a time (no pipelining)."""
 
+    __slots__ = (
+        "_content_type",
+        "_encoding",
+        "_framed",
+        "_items",
+        "_parser",
+        "closed",
+        "idle_since",
+        "loop",
+        "paused",
+        "response",
+        "reusable",
+        "transport",
+    )
+
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.transport: asyncio.Transport | None = None
@@ -260,6 +303,7 @@ class Connection(asyncio.Protocol):
         self.idle_since = 0.0
         self._parser = httptools.HttpResponseParser(self)
         self._items: list[tuple[str, str]] = []
+        self._content_type = ""
         self._encoding: str | None = None
         self._framed = False  # Content-Length or chunked: the body does not end with the socket
 
@@ -324,6 +368,7 @@ class Connection(asyncio.Protocol):
 
     def on_message_begin(self) -> None:
         self._items = []
+        self._content_type = ""
         self._encoding = None
         self._framed = False
 
@@ -331,9 +376,11 @@ class Connection(asyncio.Protocol):
         key = name.decode("latin-1")
         text = value.decode("latin-1")
         self._items.append((key, text))
-        if len(key) in (14, 16, 17):
+        if len(key) in (12, 14, 16, 17):  # the lengths of the names framing depends on
             lower = key.lower()
-            if lower == "content-encoding":
+            if lower == "content-type":
+                self._content_type = text
+            elif lower == "content-encoding":
                 self._encoding = text
             elif lower in ("content-length", "transfer-encoding"):
                 self._framed = True
@@ -343,7 +390,7 @@ class Connection(asyncio.Protocol):
         response = self.response
         if response is None or 100 <= status < 200:
             return  # an interim answer (100 Continue): the real one follows
-        response.head(status, self._items, self._encoding)
+        response.head(status, self._items, self._content_type, self._encoding)
 
     def on_body(self, body: bytes) -> None:
         response = self.response

@@ -69,20 +69,19 @@ class ConnectionPool:
         self._sweeper: asyncio.TimerHandle | None = None
         self._closed = False
 
+    def reuse(self) -> Connection | None:
+        """A live idle connection, if there is one and no limit makes the caller wait (the
+        common case: no await, no coroutine)."""
+        return self._pop_idle() if self._slots is None else None
+
     async def acquire(self, deadline: float | None) -> tuple[Connection, bool]:
         """A connection ready for one request, and whether it was reused."""
         loop = asyncio.get_running_loop()
         if self._slots is not None:
             await self._take_slot(loop, deadline)
         try:
-            now = loop.time()
-            while self._idle:
-                connection = self._idle.pop()
-                if connection.closed or now - connection.idle_since > self._keepalive_s:
-                    connection.close()
-                    continue
-                self._counts.count_reused()
-                self.in_use += 1
+            connection = self._pop_idle()
+            if connection is not None:
                 return connection, True
             connection = await self._connect(loop, deadline)
         except BaseException:
@@ -92,6 +91,19 @@ class ConnectionPool:
         self._counts.count_new()
         self.in_use += 1
         return connection, False
+
+    def _pop_idle(self) -> Connection | None:
+        idle = self._idle
+        while idle:
+            connection = idle.pop()
+            expired = connection.loop.time() - connection.idle_since > self._keepalive_s
+            if connection.closed or expired:
+                connection.close()
+                continue
+            self._counts.count_reused()
+            self.in_use += 1
+            return connection
+        return None
 
     @property
     def idle(self) -> int:
