@@ -10,7 +10,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from sidecar.audit.log import GENESIS, read_head, record_hash
+from sidecar.audit.log import GENESIS, MAX_UNWRITTEN, read_head, record_hash
 
 MAX_PROBLEMS_PER_FILE = 20
 
@@ -56,7 +56,7 @@ def verify_file(path: Path) -> tuple[int, list[str]]:
     expected_prev = GENESIS
     count = 0
     problems: list[str] = []
-    last: dict[str, Any] | None = None
+    recent: deque[str] = deque(maxlen=MAX_UNWRITTEN + 1)  # where the head may point
     for line in _lines(path):
         where = f"line {line.number}"
         record = line.record
@@ -89,18 +89,19 @@ def verify_file(path: Path) -> tuple[int, list[str]]:
                 f"{where}: when the sidecar started, records after "
                 f"{str(record['audit_gap'].get('head_was'))[:12]}... were missing from the end"
             )
-        last = record
+        if isinstance(stored_hash, str):
+            recent.append(stored_hash)
         # Continue from this record so one break is reported once, not on every later line.
         expected_prev = stored_hash if isinstance(stored_hash, str) else expected_prev
-    problems += _head_problems(path, last)
+    problems += _head_problems(path, recent)
     return count, problems
 
 
-def _head_problems(path: Path, last: dict[str, Any] | None) -> list[str]:
-    """The log must still end at the record its head names (or, after a crash between the two
-    writes, one record later)."""
+def _head_problems(path: Path, recent: deque[str]) -> list[str]:
+    """The log must still end at the record its head names (or, after a crash between writing
+    lines and head, at most one write of records later)."""
     head = read_head(path)
-    if head is None or (last is not None and head in (last.get("hash"), last.get("prev"))):
+    if head is None or head in recent:
         return []
     return [f"the log ends before its last written record {head[:12]}... (records deleted)"]
 

@@ -7,12 +7,16 @@ that records were cut from its end, so beside each log ``<agent>.head`` holds th
 last record: verify checks the log still ends there, and a sidecar that starts on a log cut
 short marks its next record with ``audit_gap`` so the cut stays on record.
 
-Durability policy: each record is written and flushed to the OS at once (inside the event loop,
-with no await between computing ``prev`` and writing, so records of one agent are strictly
-ordered and a crash of the sidecar process never loses an appended record). ``fsync`` to disk
-runs in a background thread in batches, at most ``fsync_interval_s`` after a write, and once
-more on :meth:`AuditLog.close`. Only a host crash can lose the last fraction of a second.
-``fsync_interval_s=0`` fsyncs every record before ``append`` returns.
+Durability policy: a record is chained (``prev``, ``hash``) the moment it is appended, so
+records of one agent are strictly ordered. The records one event-loop iteration appends for an
+agent are written to the OS together at the end of that iteration, in one write, and the head
+after them (a write per record was two syscalls per request); at most ``MAX_UNWRITTEN``
+records wait, and a crash between the two writes leaves the head at most that many records
+behind, which verify and a restart accept. ``fsync`` to disk runs in a background thread in
+batches, at most ``fsync_interval_s`` after a write, and once more on :meth:`AuditLog.close`.
+A crash of the sidecar process can lose the records of the loop iteration it died in (their
+clients already had their answers); a host crash the last fraction of a second.
+``fsync_interval_s=0`` writes and fsyncs every record before ``append`` returns.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import re
 import uuid
@@ -31,7 +36,11 @@ import orjson
 
 from sidecar.observability.logs import rfc3339_now
 
+log = logging.getLogger("sidecar.audit")
+
 GENESIS = "0" * 64
+# Records of one agent waiting for their write; also how far behind a head may be.
+MAX_UNWRITTEN = 64
 AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 TAIL_BYTES = 1 << 20
 DEFAULT_FSYNC_INTERVAL_S = 0.2
@@ -93,12 +102,20 @@ def now_rfc3339() -> str:
 class _AgentFile:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.prev, last_prev, self.torn = _resume(path)
+        self.prev, recent, self.torn = _resume(path)
         head = read_head(path)
-        # The head may lag one record behind (a crash between the two writes), never more.
-        self.gap = head if head not in (None, self.prev, last_prev) else None
+        # The head may lag one write behind (a crash between the two writes), never more.
+        self.gap = head if head is not None and head not in recent else None
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         self.head_fd = os.open(head_path(path), os.O_WRONLY | os.O_CREAT, 0o600)
+        self.unwritten: list[bytes] = []
+
+    def write_unwritten(self) -> None:
+        """Write the waiting record lines, then the head naming the last of them."""
+        if self.unwritten:
+            lines, self.unwritten = self.unwritten, []
+            self.write_line(b"".join(lines))
+            self.write_head(self.prev)
 
     def write_line(self, line: bytes) -> None:
         """Append one record line. After a torn line (a crash or a failed write left a partial
@@ -122,36 +139,41 @@ class _AgentFile:
         os.close(self.head_fd)
 
 
-def _resume(path: Path) -> tuple[str, str | None, bool]:
-    """The hash to chain the next record to, the ``prev`` of the last record, and whether the
-    file ends in a torn line."""
+def _resume(path: Path) -> tuple[str, frozenset[str], bool]:
+    """The hash to chain the next record to, the hashes of the last ``MAX_UNWRITTEN + 1``
+    records (where a head may point), and whether the file ends in a torn line."""
     try:
         size = path.stat().st_size
     except FileNotFoundError:
-        return GENESIS, None, False
+        return GENESIS, frozenset(), False
     if size == 0:
-        return GENESIS, None, False
+        return GENESIS, frozenset(), False
     with path.open("rb") as handle:
         handle.seek(max(0, size - TAIL_BYTES))
         tail = handle.read()
-        if size > TAIL_BYTES and not _last_record(tail.splitlines()[1:]):
+        lines = tail.splitlines()[1:] if size > TAIL_BYTES else tail.splitlines()
+        recent = _last_hashes(lines, MAX_UNWRITTEN + 1)
+        if size > TAIL_BYTES and len(recent) <= MAX_UNWRITTEN:
             handle.seek(0)
             tail = handle.read()
-    last = _last_record(tail.splitlines())
-    if last is None:
-        return GENESIS, None, not tail.endswith(b"\n")
-    return last["hash"], last.get("prev"), not tail.endswith(b"\n")
+            recent = _last_hashes(tail.splitlines(), MAX_UNWRITTEN + 1)
+    torn = not tail.endswith(b"\n")
+    return (recent[0] if recent else GENESIS), frozenset(recent), torn
 
 
-def _last_record(lines: list[bytes]) -> dict[str, Any] | None:
+def _last_hashes(lines: list[bytes], count: int) -> list[str]:
+    """The hashes of the last ``count`` records, newest first."""
+    hashes: list[str] = []
     for line in reversed(lines):
         try:
             record = orjson.loads(line)
         except orjson.JSONDecodeError:
             continue
         if isinstance(record, dict) and isinstance(record.get("hash"), str):
-            return record
-    return None
+            hashes.append(record["hash"])
+            if len(hashes) == count:
+                break
+    return hashes
 
 
 class AuditLog:
@@ -161,6 +183,7 @@ class AuditLog:
         self.state_dir = Path(state_dir)
         self.fsync_interval_s = fsync_interval_s
         self._files: dict[str, _AgentFile] = {}
+        self._waiting: list[_AgentFile] = []  # files with lines to write this loop iteration
         self._dirty: set[str] = set()
         self._wake: asyncio.Event | None = None
         self._syncer: asyncio.Task[None] | None = None
@@ -187,19 +210,41 @@ class AuditLog:
         full["hash"] = record_hash = hashlib.sha256(canonical).hexdigest()
         # The stored line is the canonical JSON with the hash appended: serialised once.
         line = b'%s,"hash":"%s"}\n' % (canonical[:-1], record_hash.encode())
-        # From here to the write there is no await: per-agent order is the order of appends.
-        handle.write_line(line)
-        handle.write_head(record_hash)
+        # No await from prev to here: per-agent order is the order of appends.
+        handle.unwritten.append(line)
         handle.prev, handle.gap = record_hash, None
         if self._closed:
             # A call that outlived shutdown (shielded from its client) is still recorded.
+            handle.write_unwritten()
             _fsync_all(handle.fds())
             handle.close()
         elif self.fsync_interval_s <= 0:
+            handle.write_unwritten()
             _fsync_all(handle.fds())
         else:
+            self._write_later(handle)
             self._schedule_sync(agent_id)
         return full
+
+    def _write_later(self, handle: _AgentFile) -> None:
+        if len(handle.unwritten) >= MAX_UNWRITTEN:
+            self._write(handle)
+        elif len(handle.unwritten) == 1:
+            if not self._waiting:
+                asyncio.get_running_loop().call_soon(self._write_waiting)
+            self._waiting.append(handle)
+
+    def _write_waiting(self) -> None:
+        waiting, self._waiting = self._waiting, []
+        for handle in waiting:
+            self._write(handle)
+
+    def _write(self, handle: _AgentFile) -> None:
+        try:
+            handle.write_unwritten()
+        except OSError:
+            # Clients already had their answers: the loss must be loud, the sidecar goes on.
+            log.exception("audit write failed; records were lost")
 
     def _schedule_sync(self, agent_id: str) -> None:
         self._dirty.add(agent_id)
@@ -226,6 +271,7 @@ class AuditLog:
     async def close(self) -> None:
         """Flush everything to disk and close the files (records appended so far are kept)."""
         self._closed = True
+        self._write_waiting()
         if self._syncer is not None:
             self._syncer.cancel()
             with contextlib.suppress(asyncio.CancelledError):

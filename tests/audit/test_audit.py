@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from sidecar.audit import AuditLog, trace_call
 from sidecar.audit.cli import show_command, verify_command
-from sidecar.audit.log import GENESIS, record_hash
+from sidecar.audit.log import GENESIS, MAX_UNWRITTEN, record_hash
 from sidecar.execution import refused
 from sidecar.execution.outcome import ToolOutcome
 from tests.support.builds import http_tool
@@ -198,6 +198,41 @@ async def test_a_head_one_record_behind_is_a_crash_not_a_deletion(tmp_path: Path
     assert "audit_gap" not in await log.append("analyst", request_record(9))
     await log.close()
     assert verify(tmp_path)[0] == 0
+
+
+async def test_records_of_one_loop_iteration_go_out_in_one_write(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path)
+    records = [await log.append("analyst", request_record(n)) for n in range(3)]
+    path = tmp_path / "audit" / "analyst.jsonl"
+    assert path.read_bytes() == b"", "nothing written before the iteration ends"
+    await asyncio.sleep(0)
+    assert len(lines_of(tmp_path)) == 3
+    assert (tmp_path / "audit" / "analyst.head").read_text().strip() == records[-1]["hash"]
+    await log.close()
+    assert verify(tmp_path)[0] == 0
+
+
+async def test_no_more_than_max_unwritten_records_wait(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path)
+    for n in range(MAX_UNWRITTEN + 5):
+        await log.append("analyst", request_record(n))
+    assert len(lines_of(tmp_path)) == MAX_UNWRITTEN  # written once the batch was full
+    await log.close()
+    assert len(lines_of(tmp_path)) == MAX_UNWRITTEN + 5
+
+
+async def test_a_head_one_write_behind_is_accepted_older_is_a_deletion(tmp_path: Path) -> None:
+    records = await write_records(tmp_path, MAX_UNWRITTEN + 2)
+    head = tmp_path / "audit" / "analyst.head"
+    head.write_text(records[1]["hash"] + "\n")  # as if the last full write's head was lost
+    assert verify(tmp_path)[0] == 0
+    head.write_text(records[0]["hash"] + "\n")  # further back than one write can leave it
+    code, report = verify(tmp_path)
+    assert code == 1 and "records deleted" in report
+    log = AuditLog(tmp_path)  # a restart sees the same
+    await log.append("analyst", request_record(99))
+    await log.close()
+    assert "audit_gap" in orjson.loads(lines_of(tmp_path)[-1])
 
 
 async def test_a_restart_on_a_cut_log_keeps_the_cut_on_record(tmp_path: Path) -> None:
