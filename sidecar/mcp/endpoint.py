@@ -107,9 +107,7 @@ class McpEndpoint:
         except _HttpError as err:
             response = err.response
         agent_id = agent.agent.id
-        self._metrics.requests.labels(
-            agent=agent_id, route=ROUTE, status=str(response.status)
-        ).inc()
+        self._metrics.count_request(agent_id, ROUTE, response.status)
         log_request(
             agent=agent_id,
             route=ROUTE,

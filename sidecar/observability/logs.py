@@ -64,11 +64,12 @@ def configure_logging(level: str = "INFO") -> None:
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 
-def log_request(**fields: Any) -> None:
-    """Write one JSON line describing a finished request (agent, route, status, latency...)."""
+def log_request(*, stamp: str | None = None, **fields: Any) -> None:
+    """Write one JSON line describing a finished request (agent, route, status, latency...);
+    ``stamp`` is its time (RFC 3339) when the caller has it already."""
     if not _request_logger.isEnabledFor(logging.INFO):
         return
-    line = {"time": _rfc3339(time.time()), "level": "info", "logger": REQUEST_LOGGER, **fields}
+    line = {"time": stamp or rfc3339_now(), "level": "info", "logger": REQUEST_LOGGER, **fields}
     _pending.append(orjson.dumps(line, default=str).decode())
     if len(_pending) == 1:
         try:

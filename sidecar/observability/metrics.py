@@ -3,15 +3,20 @@ process (tests) without colliding in the global default registry."""
 
 from __future__ import annotations
 
+import collections
+from collections.abc import Iterator
+
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
-    Gauge,
     Histogram,
+    Metric,
     disable_created_metrics,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from sidecar.transport import ConnectionCounts
 
@@ -41,12 +46,18 @@ ROUND_BUCKETS = (0, 1, 2, 3, 4, 5, 6, 8, 12, 16, 32)
 
 
 class Metrics:
+    """The sidecar's metrics. What changes on every request (requests answered, requests in
+    flight, outbound connections) is kept in plain ints and read when ``/metrics`` is scraped:
+    a prometheus child takes a lock and runs checks on each update, a measurable share of a
+    pass-through request. The rest uses prometheus-client's types directly."""
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         r = self.registry
-        self.requests = Counter(
-            "claw_requests", "Client requests answered", ["agent", "route", "status"], registry=r
-        )
+        self.requests: collections.Counter[tuple[str, str, str]] = collections.Counter()
+        self.inflight: collections.Counter[str] = collections.Counter()
+        self.pools: dict[str, ConnectionCounts] = {}
+        r.register(_RequestPathCollector(self))
         self.upstream_latency = Histogram(
             "claw_upstream_latency_seconds",
             "Latency of calls to LLM providers",
@@ -73,15 +84,9 @@ class Metrics:
             buckets=ROUND_BUCKETS,
             registry=r,
         )
-        self.inflight = Gauge(
-            "claw_inflight_requests", "Requests in progress", ["route"], registry=r
-        )
-        self.connections = Counter(
-            "claw_connections",
-            "Outbound HTTP requests by connection kind (new or reused keep-alive)",
-            ["pool", "kind"],
-            registry=r,
-        )
+
+    def count_request(self, agent: str, route: str, status: int) -> None:
+        self.requests[agent, route, str(status)] += 1
 
     def render(self) -> tuple[bytes, str]:
         """The exposition text and its content type, for ``GET /metrics``."""
@@ -89,10 +94,35 @@ class Metrics:
 
 
 def connection_counts(metrics: Metrics | None, pool: str) -> ConnectionCounts:
-    """New and reused connections of one outbound pool, mirrored to ``claw_connections``."""
-    if metrics is None:
-        return ConnectionCounts()
-    return ConnectionCounts(
-        metrics.connections.labels(pool=pool, kind="new"),
-        metrics.connections.labels(pool=pool, kind="reused"),
-    )
+    """New and reused connections of one outbound pool, exported as ``claw_connections``."""
+    counts = ConnectionCounts()
+    if metrics is not None:
+        metrics.pools[pool] = counts
+    return counts
+
+
+class _RequestPathCollector(Collector):
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        metrics = self._metrics
+        requests = CounterMetricFamily(
+            "claw_requests", "Client requests answered", labels=["agent", "route", "status"]
+        )
+        for labels, count in sorted(metrics.requests.items()):
+            requests.add_metric(labels, count)
+        inflight = GaugeMetricFamily(
+            "claw_inflight_requests", "Requests in progress", labels=["route"]
+        )
+        for route, count in sorted(metrics.inflight.items()):
+            inflight.add_metric([route], count)
+        connections = CounterMetricFamily(
+            "claw_connections",
+            "Outbound HTTP requests by connection kind (new or reused keep-alive)",
+            labels=["pool", "kind"],
+        )
+        for pool, counts in sorted(metrics.pools.items()):
+            connections.add_metric([pool, "new"], counts.created)
+            connections.add_metric([pool, "reused"], counts.reused)
+        yield from (requests, inflight, connections)

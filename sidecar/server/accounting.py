@@ -6,7 +6,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from sidecar.observability.logs import log_request
+from sidecar.observability.logs import log_request, rfc3339_now
 
 if TYPE_CHECKING:
     from sidecar.server.context import RequestContext
@@ -33,8 +33,10 @@ async def record_request(
     mode = ctx.agent.agent.mode
     usage = usage or usage_record()
     status = "ok" if error_code is None else "error"
-    ctx.state.labelled(ctx.state.metrics.requests, agent_id, ctx.route, str(http_status)).inc()
+    ctx.state.metrics.count_request(agent_id, ctx.route, http_status)
+    stamp = rfc3339_now()  # one timestamp for the log line and the audit record
     log_request(
+        stamp=stamp,
         request_id=ctx.request_id,
         agent=agent_id,
         route=ctx.route,
@@ -51,6 +53,7 @@ async def record_request(
     )
     entry = {
         "id": ctx.request_id,
+        "time": stamp,
         "route": ctx.route,
         "mode": mode,
         "model": ctx.model,

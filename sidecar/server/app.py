@@ -133,8 +133,8 @@ async def _llm_request(
         started=started,
         forward_headers=_forward_headers(request, api),
     )
-    inflight = state.labelled(state.metrics.inflight, route)
-    inflight.inc()
+    inflight = state.metrics.inflight
+    inflight[route] += 1
     body: dict[str, Any] = {}
     try:
         try:
@@ -154,7 +154,7 @@ async def _llm_request(
             return await handle_mediated(request, ctx, body)
         return await pass_through(request, ctx, raw)
     finally:
-        inflight.dec()
+        inflight[route] -= 1
 
 
 async def _read_body(request: web.Request, limit: int) -> bytes:

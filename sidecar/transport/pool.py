@@ -7,7 +7,6 @@ import os
 import socket
 import ssl
 from dataclasses import dataclass
-from typing import Any
 
 from sidecar.transport.errors import ConnectError, Timeout
 from sidecar.transport.http1 import Connection
@@ -27,24 +26,13 @@ class Origin:
 
 
 class ConnectionCounts:
-    """New versus reused connections (the keep-alive target), optionally mirrored to
-    Prometheus counters."""
+    """New versus reused connections (the keep-alive target)."""
 
-    def __init__(self, new_counter: Any = None, reused_counter: Any = None) -> None:
+    __slots__ = ("created", "reused")
+
+    def __init__(self) -> None:
         self.created = 0
         self.reused = 0
-        self._new_counter = new_counter
-        self._reused_counter = reused_counter
-
-    def count_new(self) -> None:
-        self.created += 1
-        if self._new_counter is not None:
-            self._new_counter.inc()
-
-    def count_reused(self) -> None:
-        self.reused += 1
-        if self._reused_counter is not None:
-            self._reused_counter.inc()
 
 
 class ConnectionPool:
@@ -88,7 +76,7 @@ class ConnectionPool:
             if self._slots is not None:
                 self._slots.release()
             raise
-        self._counts.count_new()
+        self._counts.created += 1
         self.in_use += 1
         return connection, False
 
@@ -100,7 +88,7 @@ class ConnectionPool:
             if connection.closed or expired:
                 connection.close()
                 continue
-            self._counts.count_reused()
+            self._counts.reused += 1
             self.in_use += 1
             return connection
         return None

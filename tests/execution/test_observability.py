@@ -13,9 +13,9 @@ from sidecar.observability import Metrics, configure_logging, log_request
 
 def test_each_metrics_instance_has_its_own_registry() -> None:
     first, second = Metrics(), Metrics()
-    first.requests.labels(agent="a", route="/mcp", status="200").inc()
+    first.count_request("a", "/mcp", 200)
     first.rounds.observe(2)
-    first.inflight.labels(route="/mcp").inc()
+    first.inflight["/mcp"] += 1
     assert (
         first.registry.get_sample_value(
             "claw_requests_total", {"agent": "a", "route": "/mcp", "status": "200"}
