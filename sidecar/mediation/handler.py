@@ -162,10 +162,9 @@ class _Driver:
         except UpstreamError as exc:
             return ModelFailed(exc.kind, exc.message)
         finally:
-            latency = self.state.labelled(
-                self.state.metrics.upstream_latency, self.ctx.provider_name
+            self.state.metrics.observe_upstream(
+                self.ctx.provider_name, time.perf_counter() - started
             )
-            latency.observe(time.perf_counter() - started)
         if reply.status != 200:
             body = self.state.upstream.redact(self.ctx.provider_name, reply.body)
             return ModelFailed(

@@ -3,7 +3,9 @@ process (tests) without colliding in the global default registry."""
 
 from __future__ import annotations
 
+import bisect
 import collections
+import itertools
 from collections.abc import Iterator
 
 from prometheus_client import (
@@ -15,8 +17,9 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from sidecar.transport import ConnectionCounts
 
@@ -47,9 +50,9 @@ ROUND_BUCKETS = (0, 1, 2, 3, 4, 5, 6, 8, 12, 16, 32)
 
 class Metrics:
     """The sidecar's metrics. What changes on every request (requests answered, requests in
-    flight, outbound connections) is kept in plain ints and read when ``/metrics`` is scraped:
-    a prometheus child takes a lock and runs checks on each update, a measurable share of a
-    pass-through request. The rest uses prometheus-client's types directly."""
+    flight, outbound connections, provider latency) is kept in plain numbers and read when
+    ``/metrics`` is scraped: a prometheus child takes a lock and runs checks on each update, a
+    measurable share of a pass-through request. The rest uses prometheus-client's types."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
@@ -57,14 +60,8 @@ class Metrics:
         self.requests: collections.Counter[tuple[str, str, str]] = collections.Counter()
         self.inflight: collections.Counter[str] = collections.Counter()
         self.pools: dict[str, ConnectionCounts] = {}
+        self.upstream_latency: dict[str, _Latencies] = {}
         r.register(_RequestPathCollector(self))
-        self.upstream_latency = Histogram(
-            "claw_upstream_latency_seconds",
-            "Latency of calls to LLM providers",
-            ["provider"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
         self.tool_calls = Counter(
             "claw_tool_calls",
             "Tool calls by outcome (ok or error code)",
@@ -87,6 +84,12 @@ class Metrics:
 
     def count_request(self, agent: str, route: str, status: int) -> None:
         self.requests[agent, route, str(status)] += 1
+
+    def observe_upstream(self, provider: str, seconds: float) -> None:
+        latencies = self.upstream_latency.get(provider)
+        if latencies is None:
+            latencies = self.upstream_latency[provider] = _Latencies()
+        latencies.observe(seconds)
 
     def render(self) -> tuple[bytes, str]:
         """The exposition text and its content type, for ``GET /metrics``."""
@@ -125,4 +128,29 @@ class _RequestPathCollector(Collector):
         for pool, counts in sorted(metrics.pools.items()):
             connections.add_metric([pool, "new"], counts.created)
             connections.add_metric([pool, "reused"], counts.reused)
-        yield from (requests, inflight, connections)
+        latency = HistogramMetricFamily(
+            "claw_upstream_latency_seconds",
+            "Latency of calls to LLM providers",
+            labels=["provider"],
+        )
+        for provider, latencies in sorted(metrics.upstream_latency.items()):
+            latency.add_metric([provider], latencies.buckets(), latencies.total)
+        yield from (requests, inflight, connections, latency)
+
+
+class _Latencies:
+    """A histogram over LATENCY_BUCKETS: a count per bucket, made cumulative when scraped."""
+
+    __slots__ = ("counts", "total")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(LATENCY_BUCKETS) + 1)  # the last one is +Inf
+        self.total = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        self.total += seconds
+
+    def buckets(self) -> list[tuple[str, float]]:
+        bounds = [floatToGoString(bound) for bound in LATENCY_BUCKETS] + ["+Inf"]
+        return list(zip(bounds, itertools.accumulate(self.counts), strict=True))

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from aiohttp import web
 
@@ -36,16 +36,6 @@ class SidecarState:
     router: ModelRouter
     mcp: McpEndpoint
     sse_keepalive_s: float  # between comment keep-alives to a waiting streaming client
-    # prometheus children by label values: labels() is too slow for the hot path.
-    counters: dict[tuple[Any, ...], Any] = field(default_factory=dict)
-
-    def labelled(self, metric: Any, *values: str) -> Any:
-        """``metric.labels(*values)``, memoised in :attr:`counters`."""
-        key = (metric, *values)
-        child = self.counters.get(key)
-        if child is None:
-            child = self.counters[key] = metric.labels(*values)
-        return child
 
 
 STATE_KEY: web.AppKey[SidecarState] = web.AppKey("claw_state", SidecarState)

@@ -33,8 +33,7 @@ async def pass_through(request: web.Request, ctx: RequestContext, raw: bytes) ->
     except UpstreamError as exc:
         return await _fail(request, ctx, upstream_api_error(exc))
     try:
-        latency = ctx.state.labelled(ctx.state.metrics.upstream_latency, ctx.provider_name)
-        latency.observe(time.monotonic() - sent)
+        ctx.state.metrics.observe_upstream(ctx.provider_name, time.monotonic() - sent)
         if upstream.status == 200 and upstream.content_type == "text/event-stream":
             if not ctx.stream:
                 # The client asked for one JSON body; a stream would break its SDK.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -75,12 +76,14 @@ class UpstreamResponse:
 
 def response_headers(upstream: Headers) -> dict[str, str]:
     """The subset of upstream response headers to hand back to the client."""
-    kept = {}
-    for name, value in upstream.items():
-        lower = name.lower()
-        if lower in _RESPONSE_HEADERS or lower.startswith(_RESPONSE_HEADER_PREFIXES):
-            kept[name] = value
-    return kept
+    return {name: value for name, value in upstream.items() if _passed_on(name)}
+
+
+@functools.lru_cache(maxsize=1024)
+def _passed_on(name: str) -> bool:
+    # Cached: a provider sends the same few header names on every answer.
+    lower = name.lower()
+    return lower in _RESPONSE_HEADERS or lower.startswith(_RESPONSE_HEADER_PREFIXES)
 
 
 class _ProviderChannel:

@@ -81,3 +81,21 @@ async def test_request_lines_of_one_loop_iteration_go_out_in_one_write(
     await asyncio.sleep(0)
     lines = capsys.readouterr().err.splitlines()
     assert [orjson.loads(line)["n"] for line in lines] == [0, 1, 2]
+
+
+def test_upstream_latency_is_a_cumulative_histogram() -> None:
+    metrics = Metrics()
+    for seconds in (0.001, 0.0011, 0.3, 500):  # on a bound, just past it, mid-range, past all
+        metrics.observe_upstream("openai", seconds)
+
+    def bucket(le: str) -> float | None:
+        return metrics.registry.get_sample_value(
+            "claw_upstream_latency_seconds_bucket", {"provider": "openai", "le": le}
+        )
+
+    assert (bucket("0.001"), bucket("0.0025"), bucket("0.5"), bucket("120.0")) == (1, 2, 3, 3)
+    assert bucket("+Inf") == 4
+    total = metrics.registry.get_sample_value(
+        "claw_upstream_latency_seconds_sum", {"provider": "openai"}
+    )
+    assert total == pytest.approx(500.3021)
