@@ -73,6 +73,14 @@ class RawServer:
         self.requests.append(request)
         return request
 
+    async def hung_up(self) -> bool:
+        """Whether the client closes a connection within 2 s (the server sees EOF)."""
+        for _ in range(100):
+            if self.eofs:
+                return True
+            await asyncio.sleep(0.02)
+        return False
+
     async def close(self) -> None:
         if self.server is not None:
             self.server.close()
@@ -91,6 +99,17 @@ def keep_answering(
         while await srv.read_request(reader) is not None:
             writer.write(response)
             await writer.drain()
+
+    return script
+
+
+def replies_once(data: bytes) -> Script:
+    """Reads one request, sends ``data``, then closes the connection."""
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, srv: RawServer):
+        await srv.read_request(reader)
+        writer.write(data)
+        await writer.drain()
 
     return script
 
@@ -213,12 +232,7 @@ async def test_gzip_bodies_are_decoded(servers, client: HttpClient) -> None:
 
 
 async def test_close_delimited_body_ends_with_the_connection(servers, client: HttpClient) -> None:
-    async def script(reader, writer, srv: RawServer) -> None:
-        await srv.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nall of it")
-        await writer.drain()
-
-    server = await servers(script)
+    server = await servers(replies_once(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nall of it"))
     for _ in range(2):
         response = await client.request("GET", server.url(), timeout_s=5)
         assert await response.read() == b"all of it"
@@ -263,11 +277,7 @@ async def test_idle_connections_expire(servers) -> None:
         response = await client.request("GET", server.url(), timeout_s=5)
         await response.read()
         response.release()
-        for _ in range(100):
-            if server.eofs:
-                break
-            await asyncio.sleep(0.02)
-        assert server.eofs == 1, "the sweeper closes the idle connection"
+        assert await server.hung_up(), "the sweeper closes the idle connection"
         assert client.usage() == (0, 0)
     finally:
         await client.close()
@@ -299,12 +309,7 @@ async def test_close_before_answering(servers, client: HttpClient) -> None:
 
 
 async def test_close_mid_body(servers, client: HttpClient) -> None:
-    async def script(reader, writer, srv: RawServer) -> None:
-        await srv.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly part")
-        await writer.drain()
-
-    server = await servers(script)
+    server = await servers(replies_once(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly part"))
     response = await client.request("GET", server.url(), timeout_s=5)
     with pytest.raises(ConnectionClosed, match="mid-answer"):
         await response.read()
@@ -341,11 +346,7 @@ async def test_total_timeout_covers_the_head(servers, client: HttpClient) -> Non
         await client.request("GET", server.url(), timeout_s=0.2)
     assert asyncio.get_running_loop().time() - started < 2
     assert raised.value.request_sent is True
-    for _ in range(100):
-        if server.eofs:
-            break
-        await asyncio.sleep(0.02)
-    assert server.eofs == 1, "a timed-out connection is closed, not pooled"
+    assert await server.hung_up(), "a timed-out connection is closed, not pooled"
     assert client.usage() == (0, 0)
 
 
@@ -418,11 +419,7 @@ async def test_cancelled_request_closes_its_connection(servers, client: HttpClie
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    for _ in range(100):
-        if server.eofs:
-            break
-        await asyncio.sleep(0.02)
-    assert server.eofs == 1
+    assert await server.hung_up()
     assert client.usage() == (0, 0)
 
 
