@@ -11,6 +11,7 @@ import orjson
 
 from tests.reliability.harness import Pod
 from tests.support import secret_sweep
+from tests.support.upstream import anthropic_message, openai_completion
 
 Api = Literal["openai", "anthropic"]
 OPENAI_MODEL = "gpt-4o"
@@ -49,30 +50,8 @@ def tool_call(api: Api, name: str, arguments: dict[str, Any], call_id: str = "ca
 def text(api: Api, answer: str) -> dict:
     """A model reply with a final text answer."""
     if api == "openai":
-        return {
-            "id": "chatcmpl-text",
-            "object": "chat.completion",
-            "created": 2,
-            "model": OPENAI_MODEL,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": answer},
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
-        }
-    return {
-        "id": "msg_text",
-        "type": "message",
-        "role": "assistant",
-        "model": ANTHROPIC_MODEL,
-        "content": [{"type": "text", "text": answer}],
-        "stop_reason": "end_turn",
-        "stop_sequence": None,
-        "usage": {"input_tokens": 10, "output_tokens": 3},
-    }
+        return openai_completion(answer, OPENAI_MODEL)
+    return anthropic_message(answer, ANTHROPIC_MODEL)
 
 
 def _openai_chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
