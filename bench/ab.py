@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.run import PROVIDER_KEYS, REPO, Bench, Settings, Target
+from bench.run import PROVIDER_KEYS, REPO, Bench, Settings, Target, sidecar_command
 
 WORKLOADS = ("openai_json", "anthropic_json", "openai_sse", "mediated_r1", "mediated_r3")
 
@@ -27,19 +27,7 @@ def start_sidecar(bench: Bench, label: str, tree: Path, agent: str) -> Target:
     token = bench.tokens[agent]
     server = bench._start(
         f"sidecar-{label}",
-        [
-            sys.executable,
-            "-m",
-            "sidecar",
-            "--build",
-            str(bench.workdir / "build"),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "{port}",
-            "--state-dir",
-            str(bench.workdir / f"state-{label}"),
-        ],
+        sidecar_command(bench.workdir / "build", bench.workdir / f"state-{label}"),
         env={**PROVIDER_KEYS, "PYTHONPATH": str(tree)},
         cwd=tree,
     )

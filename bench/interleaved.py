@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 import uvloop
 
-from bench.streamclient import STREAM_ENDINGS, summarize_ms
+from bench.streamclient import STREAM_ENDINGS, read_timed, summarize_ms
 
 
 @dataclass(frozen=True)
@@ -33,12 +33,7 @@ async def _one(session: aiohttp.ClientSession, endpoint: Endpoint) -> tuple[floa
     """(time to first body bytes, time to the end of the body) in ms; raises on a bad answer."""
     started = time.perf_counter()
     async with session.post(endpoint.url, data=endpoint.body, headers=endpoint.headers) as response:
-        first = await response.content.readany()
-        first_at = time.perf_counter()
-        tail = first[-32:]
-        async for chunk in response.content.iter_any():
-            tail = (tail + chunk)[-32:]
-        finished = time.perf_counter()
+        first_at, finished, tail = await read_timed(response)
         if response.status != 200:
             raise RuntimeError(f"{endpoint.url} answered {response.status}")
         if response.content_type == "text/event-stream" and not tail.endswith(STREAM_ENDINGS):

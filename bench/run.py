@@ -188,19 +188,7 @@ class Bench:
             self.tokens = write_bench_build(build, self.upstream.url(), self.tools.url())
             sidecar = self._start(
                 "sidecar",
-                [
-                    sys.executable,
-                    "-m",
-                    "sidecar",
-                    "--build",
-                    str(build),
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    "{port}",
-                    "--state-dir",
-                    str(self.workdir / "state"),
-                ],
+                sidecar_command(build, self.workdir / "state"),
                 env=PROVIDER_KEYS,
                 cwd=REPO,
             )
@@ -579,6 +567,23 @@ def write_bench_build(root: Path, upstream_url: str, tools_url: str) -> dict[str
         AgentSpec("bench-mediated", tools=[lookup], policy=policy),
     ]
     return write_build(root, agents, providers_for(upstream_url + "/v1", upstream_url), pod="bench")
+
+
+def sidecar_command(build: Path, state_dir: Path) -> list[str]:
+    """``python -m sidecar`` on a build, listening on the port ``_start`` fills in."""
+    return [
+        sys.executable,
+        "-m",
+        "sidecar",
+        "--build",
+        str(build),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "{port}",
+        "--state-dir",
+        str(state_dir),
+    ]
 
 
 def litellm_config(upstream_url: str) -> str:

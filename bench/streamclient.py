@@ -34,6 +34,17 @@ def summarize_ms(values: list[float]) -> dict[str, float | None]:
     return {f"p{q}_ms": percentile(values, q) for q in (50, 90, 99)}
 
 
+async def read_timed(response: aiohttp.ClientResponse) -> tuple[float, float, bytes]:
+    """Read the whole body: when its first bytes came, when it ended (perf_counter), and its
+    last bytes (to check a stream's end marker)."""
+    first = await response.content.readany()
+    first_at = time.perf_counter()
+    tail = first[-32:]
+    async for chunk in response.content.iter_any():
+        tail = (tail + chunk)[-32:]
+    return first_at, time.perf_counter(), tail
+
+
 async def _client(
     session: aiohttp.ClientSession,
     url: str,
@@ -48,12 +59,7 @@ async def _client(
         started = time.perf_counter()
         try:
             async with session.post(url, data=body, headers=headers) as response:
-                first = await response.content.readany()
-                first_at = time.perf_counter()
-                tail = first[-32:]
-                async for chunk in response.content.iter_any():
-                    tail = (tail + chunk)[-32:]
-                finished = time.perf_counter()
+                first_at, finished, tail = await read_timed(response)
             complete = response.status == 200 and tail.endswith(STREAM_ENDINGS)
         except (TimeoutError, aiohttp.ClientError) as exc:
             out["errors"].append(type(exc).__name__)
