@@ -1,4 +1,4 @@
-"""The aiohttp driver of the mediation engine: all I/O of a mediated request lives here.
+"""The driver of the mediation engine: all I/O of a mediated request lives here.
 
 It performs the engine's commands (upstream calls, tool executions, continuity reads and
 writes, the client response), keeps streaming clients alive while it waits, and audits the
@@ -8,13 +8,13 @@ request exactly once at the end — also when the client went away in the middle
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from aiohttp import web
 
 from sidecar.codecs import codec_for
 from sidecar.codecs.base import Codec
@@ -40,12 +40,8 @@ from sidecar.mediation.commands import (
 from sidecar.mediation.conversation import CodecError
 from sidecar.mediation.engine import MediationEngine
 from sidecar.server.accounting import record_request, usage_record
-from sidecar.server.errors import (
-    ApiError,
-    error_response,
-    start_response,
-    stream_error_bytes,
-)
+from sidecar.server.errors import JSON_HEADERS, ApiError, error_json, stream_error_bytes
+from sidecar.server.exchange import Exchange
 from sidecar.server.upstream import UpstreamError
 
 if TYPE_CHECKING:
@@ -65,12 +61,10 @@ SSE_HEADERS = {
 }
 
 # Drivers run as their own tasks so a cancelled handler cannot cut a loop (and its audit) short.
-_running: set[asyncio.Task[web.StreamResponse]] = set()
+_running: set[asyncio.Task[None]] = set()
 
 
-async def handle_mediated(
-    request: web.Request, ctx: RequestContext, body: dict[str, Any]
-) -> web.StreamResponse:
+async def handle_mediated(exchange: Exchange, ctx: RequestContext, body: dict[str, Any]) -> None:
     codec = codec_for(ctx.api)
     state = ctx.state
     try:
@@ -87,10 +81,12 @@ async def handle_mediated(
         # Building the engine only reads the client's body (sans-IO): any failure here is a
         # body whose parts do not have the protocol's shapes (a message that is not an object).
         message = str(exc) if isinstance(exc, CodecError) else _shape_message(ctx.api, exc)
-        response = error_response(ctx.api, ApiError(400, "invalid_request", message))
+        err = ApiError(400, "invalid_request", message)
+        with contextlib.suppress(ConnectionError):
+            await exchange.respond(400, error_json(ctx.api, err), JSON_HEADERS)
         await record_request(ctx, http_status=400, error_code="invalid_request")
-        return response
-    task = asyncio.ensure_future(_Driver(request, ctx, codec, engine).run())
+        return
+    task = asyncio.ensure_future(_Driver(exchange, ctx, codec, engine).run())
     _running.add(task)
     task.add_done_callback(_running.discard)
     return await asyncio.shield(task)
@@ -98,21 +94,20 @@ async def handle_mediated(
 
 class _Driver:
     def __init__(
-        self, request: web.Request, ctx: RequestContext, codec: Codec, engine: MediationEngine
+        self, exchange: Exchange, ctx: RequestContext, codec: Codec, engine: MediationEngine
     ) -> None:
-        self.request = request
+        self.exchange = exchange
         self.ctx = ctx
         self.codec = codec
         self.engine = engine
         self.state = ctx.state
-        self.stream: web.StreamResponse | None = None
-        self.response: web.StreamResponse | None = None
+        self.streaming = False
         self.client_gone = False
         self.http_status = 200
         self.error_code: str | None = None
         self.executor_outcomes: set[int] = set()
 
-    async def run(self) -> web.StreamResponse:
+    async def run(self) -> None:
         steps = self.engine.run()
         try:
             command: Command = next(steps)
@@ -129,18 +124,13 @@ class _Driver:
         finally:
             steps.close()
         await self._account()
-        if self.response is None:
-            # The client left before anything was prepared; aiohttp discards this.
-            self.response = web.Response(status=CLIENT_CLOSED)
-        return self.response
 
     # --- commands ---------------------------------------------------------------------------
 
     async def _perform(self, command: Command) -> Event:
         if isinstance(command, BeginStream):
-            self.stream = web.StreamResponse(status=200, headers=SSE_HEADERS)
-            self.response = self.stream
-            await self._guard(start_response(self.request, self.stream))
+            self.streaming = True
+            await self._guard(self.exchange.start_stream(200, SSE_HEADERS))
             return Done()
         if isinstance(command, Recall):
             return Recalled(self.state.continuity.recall(command.keys))
@@ -209,7 +199,7 @@ class _Driver:
 
     async def _keeping_alive(self, work: Any) -> Event:
         """Await ``work``; a streaming client gets an SSE comment every few seconds meanwhile."""
-        if self.stream is None:
+        if not self.streaming:
             return await work
         task = asyncio.ensure_future(work)
         while True:
@@ -221,34 +211,33 @@ class _Driver:
     # --- the client response ----------------------------------------------------------------
 
     async def _reply(self, command: Respond | Fail) -> None:
+        status, body, headers = 200, b"", JSON_HEADERS
         if isinstance(command, Fail):
             self.http_status, self.error_code = command.status, command.code
             err = ApiError(command.status, command.code, command.message)
-            if self.stream is not None:
+            if self.streaming:
                 await self._write(stream_error_bytes(self.ctx.api, err))
             else:
-                self.response = error_response(self.ctx.api, err)
+                status, body = command.status, error_json(self.ctx.api, err)
                 if command.retry_after:
-                    self.response.headers["Retry-After"] = command.retry_after
-        elif self.stream is not None:
+                    headers = {**JSON_HEADERS, "Retry-After": command.retry_after}
+        elif self.streaming:
             await self._write(b"".join(command.frames or ()))
         else:
-            self.response = web.Response(
-                body=orjson.dumps(command.body), content_type="application/json"
-            )
-        if self.stream is not None:
-            await self._guard(self.stream.write_eof())
-        elif self.response is not None and not self._client_left():
+            body = orjson.dumps(command.body)
+        if self.streaming:
+            if not self.client_gone:
+                await self._guard(self.exchange.end())
+        elif not self._client_left():
             # Send now, so the audit below never delays the client.
-            await self._guard(start_response(self.request, self.response))
-            await self._guard(self.response.write_eof())
+            await self._guard(self.exchange.respond(status, body, headers))
         if self.client_gone and self.error_code is None:
             # The answer was ready but nobody was there to receive it.
             self.http_status, self.error_code = CLIENT_CLOSED, "client_disconnected"
 
     async def _write(self, data: bytes) -> None:
-        if self.stream is not None and not self.client_gone:
-            await self._guard(self.stream.write(data))
+        if self.streaming and not self.client_gone:
+            await self._guard(self.exchange.write(data))
 
     async def _guard(self, operation: Any) -> None:
         """Run a client write; a client that went away must not abort the loop or its audit."""
@@ -261,8 +250,7 @@ class _Driver:
     def _client_left(self) -> bool:
         if self.client_gone:
             return True
-        transport = self.request.transport
-        self.client_gone = transport is None or transport.is_closing()
+        self.client_gone = self.exchange.client_gone()
         return self.client_gone
 
     # --- accounting -------------------------------------------------------------------------

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,20 +20,21 @@ from sidecar.execution.executor import ToolExecutor
 from sidecar.manifest import AgentBuild, Build
 from sidecar.mcp.endpoint import McpEndpoint
 from sidecar.mediation.continuity import ContinuityStore
-from sidecar.mediation.handler import handle_mediated, keepalive_interval
+from sidecar.mediation.handler import CLIENT_CLOSED, handle_mediated, keepalive_interval
 from sidecar.observability.logs import log_request
 from sidecar.observability.metrics import Metrics
 from sidecar.server.accounting import record_request
 from sidecar.server.auth import AuthError, TokenVerifier
 from sidecar.server.context import STATE_KEY, RequestContext, SidecarState
 from sidecar.server.errors import (
-    STARTED_RESPONSE,
+    JSON_HEADERS,
     Api,
     ApiError,
-    error_response,
+    error_json,
     jsonrpc_error_response,
-    stream_error_bytes,
+    reply_error,
 )
+from sidecar.server.exchange import AiohttpExchange, Exchange
 from sidecar.server.passthrough import pass_through
 from sidecar.server.routing import ModelRouter
 from sidecar.server.upstream import FORWARDED_REQUEST_HEADERS, UpstreamClient
@@ -48,6 +49,7 @@ _REQUEST_ID_PREFIX = "req_" + os.urandom(6).hex()
 _request_ids = (f"{_REQUEST_ID_PREFIX}{n:08x}" for n in itertools.count(1))
 JSONRPC_UNAUTHORIZED = -32001
 JSONRPC_INTERNAL_ERROR = -32603
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def create_app(
@@ -76,9 +78,8 @@ def create_app(
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[protocol_errors])
     app[STATE_KEY] = state
     app.cleanup_ctx.append(_lifecycle)
-    app.router.add_post(CHAT_COMPLETIONS, chat_completions)
-    app.router.add_post(MESSAGES, messages)
-    app.router.add_post(COUNT_TOKENS, count_tokens)
+    for route in LLM_ROUTES.values():
+        app.router.add_post(route.path, _aiohttp_llm_handler(route))
     app.router.add_get("/v1/models", models)
     app.router.add_route("*", "/mcp", mcp)
     app.router.add_get("/healthz", healthz)
@@ -105,69 +106,88 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
 # --- /v1 LLM routes ---------------------------------------------------------------------------
 
 
-async def chat_completions(request: web.Request) -> web.StreamResponse:
-    return await _llm_request(request, "openai", CHAT_COMPLETIONS)
+@dataclass(frozen=True, slots=True)
+class LlmRoute:
+    path: str
+    api: Api
+    mediate: bool  # count_tokens makes no model call, so it is always passed through
 
 
-async def messages(request: web.Request) -> web.StreamResponse:
-    return await _llm_request(request, "anthropic", MESSAGES)
+LLM_ROUTES = {
+    route.path: route
+    for route in (
+        LlmRoute(CHAT_COMPLETIONS, "openai", mediate=True),
+        LlmRoute(MESSAGES, "anthropic", mediate=True),
+        LlmRoute(COUNT_TOKENS, "anthropic", mediate=False),
+    )
+}
 
 
-async def count_tokens(request: web.Request) -> web.StreamResponse:
-    """Anthropic's token counting: no model call, so never mediated; passed through."""
-    return await _llm_request(request, "anthropic", COUNT_TOKENS, mediate=False)
+async def serve_llm(exchange: Exchange, route: LlmRoute, state: SidecarState) -> None:
+    """One request to an LLM route, on whichever server took it; every failure leaves in the
+    caller's protocol shape and nothing internal leaks."""
+    try:
+        await _llm_request(exchange, state, route)
+    except AuthError as err:
+        log_request(route=route.path, status=err.status, code=err.code, agent=None)
+        await reply_error(exchange, route.api, err)
+    except ApiError as err:
+        await reply_error(exchange, route.api, err)
+    except ConnectionError:
+        pass  # the client left before its request could be read: nothing to answer
+    except Exception:
+        log.exception("unhandled error on POST %s", route.path)
+        err = ApiError(500, "internal_error", "the sidecar failed on this request", "api_error")
+        await reply_error(exchange, route.api, err)
 
 
-async def _llm_request(
-    request: web.Request, api: Api, route: str, *, mediate: bool = True
-) -> web.StreamResponse:
+def _aiohttp_llm_handler(route: LlmRoute) -> Handler:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        exchange = AiohttpExchange(request)
+        await serve_llm(exchange, route, request.app[STATE_KEY])
+        # None: the client left before anything was sent; aiohttp discards this.
+        return exchange.response or web.Response(status=CLIENT_CLOSED)
+
+    return handle
+
+
+async def _llm_request(exchange: Exchange, state: SidecarState, route: LlmRoute) -> None:
     started = time.monotonic()
-    state = request.app[STATE_KEY]
-    agent = state.verifier.authenticate(request)
+    api = route.api
+    agent = state.verifier.authenticate(exchange.headers)
     ctx = RequestContext(
         state=state,
         agent=agent,
         api=api,
-        route=route,
+        route=route.path,
         request_id=next(_request_ids),
         started=started,
-        forward_headers=_forward_headers(request, api),
+        forward_headers=_forward_headers(exchange.headers, api),
     )
     inflight = state.metrics.inflight
-    inflight[route] += 1
+    inflight[route.path] += 1
     body: dict[str, Any] = {}
     try:
         try:
-            raw = await _read_body(request, state.config.max_body_bytes)
+            raw = await exchange.read_body(state.config.max_body_bytes)
             body = _parse_body(raw)
             ctx.stream = body.get("stream") is True
             ctx.provider_name, _, ctx.model = state.router.resolve(api, body.get("model"))
         except ApiError as err:
             requested = body.get("model")
             ctx.model = requested if isinstance(requested, str) else None
+            await reply_error(exchange, api, err)
             await record_request(ctx, http_status=err.status, error_code=err.code)
-            return error_response(api, err)
+            return
         if ctx.model != body["model"]:
             body["model"] = ctx.model
             raw = orjson.dumps(body)
-        if mediate and agent.agent.mode == "mediated" and agent.tools.tools:
-            return await handle_mediated(request, ctx, body)
-        return await pass_through(request, ctx, raw)
+        if route.mediate and agent.agent.mode == "mediated" and agent.tools.tools:
+            await handle_mediated(exchange, ctx, body)
+        else:
+            await pass_through(exchange, ctx, raw)
     finally:
-        inflight[route] -= 1
-
-
-async def _read_body(request: web.Request, limit: int) -> bytes:
-    if request.content_length is not None and request.content_length > limit:
-        raise _too_large(limit)
-    try:
-        return await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise _too_large(limit) from None
-
-
-def _too_large(limit: int) -> ApiError:
-    return ApiError(413, "request_too_large", f"request body exceeds {limit} bytes")
+        inflight[route.path] -= 1
 
 
 def _parse_body(raw: bytes) -> dict[str, Any]:
@@ -180,8 +200,7 @@ def _parse_body(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def _forward_headers(request: web.Request, api: Api) -> dict[str, str]:
-    headers = request.headers
+def _forward_headers(headers: Mapping[str, str], api: Api) -> dict[str, str]:
     return {name: headers[name] for name in FORWARDED_REQUEST_HEADERS[api] if name in headers}
 
 
@@ -191,7 +210,7 @@ def _forward_headers(request: web.Request, api: Api) -> dict[str, str]:
 async def models(request: web.Request) -> web.Response:
     """The model globs the agent may use, in Anthropic's list shape for Anthropic clients."""
     state = request.app[STATE_KEY]
-    state.verifier.authenticate(request)
+    state.verifier.authenticate(request.headers)
     patterns = state.router.patterns()
     if "anthropic-version" in request.headers:
         data: list[dict[str, Any]] = [
@@ -217,7 +236,7 @@ async def models(request: web.Request) -> web.Response:
 async def mcp(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE_KEY]
     try:
-        agent: AgentBuild = state.verifier.authenticate(request)
+        agent: AgentBuild = state.verifier.authenticate(request.headers)
     except AuthError as err:
         return jsonrpc_error_response(err.status, JSONRPC_UNAUTHORIZED, err.message)
     return await state.mcp.handle(request, agent)
@@ -246,8 +265,6 @@ async def metrics_route(request: web.Request) -> web.Response:
 
 # --- errors -----------------------------------------------------------------------------------
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
 
 @web.middleware
 async def protocol_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -256,33 +273,26 @@ async def protocol_errors(request: web.Request, handler: Handler) -> web.StreamR
         return await handler(request)
     except AuthError as err:
         log_request(route=request.path, status=err.status, code=err.code, agent=None)
-        return await _error_reply(request, err)
+        return _error_reply(request, err)
     except ApiError as err:
-        return await _error_reply(request, err)
+        return _error_reply(request, err)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        return await _error_reply(request, _from_http_exception(exc))
+        return _error_reply(request, _from_http_exception(exc))
     except asyncio.CancelledError:
         raise
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         err = ApiError(500, "internal_error", "the sidecar failed on this request", "api_error")
-        return await _error_reply(request, err)
+        return _error_reply(request, err)
 
 
-async def _error_reply(request: web.Request, err: ApiError) -> web.StreamResponse:
+def _error_reply(request: web.Request, err: ApiError) -> web.Response:
     if request.path == "/mcp":
         return jsonrpc_error_response(err.status, JSONRPC_INTERNAL_ERROR, err.message)
     api: Api = "anthropic" if request.path.startswith(MESSAGES) else "openai"
-    prepared = request.get(STARTED_RESPONSE)
-    if prepared is None:
-        return error_response(api, err)
-    # Headers are gone already: end the stream with the protocol's in-band error.
-    with contextlib.suppress(ConnectionError):
-        await prepared.write(stream_error_bytes(api, err))
-        await prepared.write_eof()
-    return prepared
+    return web.Response(status=err.status, body=error_json(api, err), headers=JSON_HEADERS)
 
 
 def _from_http_exception(exc: web.HTTPException) -> ApiError:

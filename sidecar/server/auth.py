@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-
-from aiohttp import web
+from collections.abc import Mapping
 
 from sidecar.manifest import AgentBuild, Build
 from sidecar.server.errors import ApiError
@@ -26,8 +25,8 @@ class TokenVerifier:
             (bytes.fromhex(agent.agent.token_sha256), agent) for agent in build.agents.values()
         ]
 
-    def authenticate(self, request: web.Request) -> AgentBuild:
-        token = presented_token(request)
+    def authenticate(self, headers: Mapping[str, str]) -> AgentBuild:
+        token = presented_token(headers)
         digest = hashlib.sha256(token.encode()).digest()
         match: AgentBuild | None = None
         # No early exit: the time taken must not depend on which agent (if any) matched.
@@ -39,16 +38,16 @@ class TokenVerifier:
         return match
 
 
-def presented_token(request: web.Request) -> str:
+def presented_token(headers: Mapping[str, str]) -> str:
     """The token from ``Authorization: Bearer`` or ``x-api-key``; 401 if absent or malformed."""
-    authorization = request.headers.get("Authorization")
+    authorization = headers.get("Authorization")
     if authorization is not None:
         scheme, _, token = authorization.strip().partition(" ")
         token = token.strip()
         if scheme.lower() != "bearer" or not token or " " in token:
             raise AuthError(401, "malformed Authorization header: expected 'Bearer <token>'")
         return token
-    api_key = request.headers.get("x-api-key")
+    api_key = headers.get("x-api-key")
     if api_key is not None:
         api_key = api_key.strip()
         if not api_key or " " in api_key:

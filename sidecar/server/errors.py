@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import contextlib
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 from aiohttp import web
 
+if TYPE_CHECKING:
+    from sidecar.server.exchange import Exchange
+
 Api = Literal["openai", "anthropic"]
-STARTED_RESPONSE = web.RequestKey("claw_started_response", web.StreamResponse)
+JSON_HEADERS = {"Content-Type": "application/json"}
 
 # Anthropic's error type names double as our `type` vocabulary; OpenAI clients only read
 # `message`/`code` and branch on the HTTP status, so one vocabulary serves both shapes.
@@ -44,13 +48,19 @@ def error_body(api: Api, err: ApiError) -> dict[str, Any]:
     return {"error": {"message": err.message, "type": err.type, "code": err.code}}
 
 
-def error_response(api: Api, err: ApiError, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(
-        status=err.status,
-        body=orjson.dumps(error_body(api, err)),
-        content_type="application/json",
-        headers=headers,
-    )
+def error_json(api: Api, err: ApiError) -> bytes:
+    return orjson.dumps(error_body(api, err))
+
+
+async def reply_error(exchange: Exchange, api: Api, err: ApiError) -> None:
+    """Tell the client about ``err``: a whole error response, or, when the response head is
+    already gone, the protocol's in-band stream error that ends the body."""
+    with contextlib.suppress(ConnectionError):
+        if exchange.started:
+            await exchange.write(stream_error_bytes(api, err))
+            await exchange.end()
+        else:
+            await exchange.respond(err.status, error_json(api, err), JSON_HEADERS)
 
 
 def stream_error_bytes(api: Api, err: ApiError) -> bytes:
@@ -64,10 +74,3 @@ def jsonrpc_error_response(status: int, code: int, message: str) -> web.Response
     """For /mcp: a JSON-RPC error object (no request id is known before authentication)."""
     body = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
     return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
-
-
-async def start_response(request: web.Request, response: web.StreamResponse) -> None:
-    """Send ``response``'s headers, noting that they are gone: an error after this point must
-    end the body in-band (a stream error event), not send a second response."""
-    await response.prepare(request)
-    request[STARTED_RESPONSE] = response

@@ -4,15 +4,16 @@ unchanged (streams chunk by chunk, never buffered), and the exchange is audited.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
 import orjson
-from aiohttp import web
 
 from sidecar.server.accounting import record_request, usage_record
 from sidecar.server.context import RequestContext
-from sidecar.server.errors import ApiError, error_response, start_response, stream_error_bytes
+from sidecar.server.errors import JSON_HEADERS, ApiError, error_json, stream_error_bytes
+from sidecar.server.exchange import Exchange
 from sidecar.server.upstream import UpstreamError, response_headers, translate_error
 from sidecar.server.usage import StreamUsage, usage_from_body
 from sidecar.transport import Response, TransportError
@@ -26,12 +27,12 @@ def upstream_api_error(exc: UpstreamError) -> ApiError:
     return ApiError(502, "upstream_protocol_error", exc.message)
 
 
-async def pass_through(request: web.Request, ctx: RequestContext, raw: bytes) -> web.StreamResponse:
+async def pass_through(exchange: Exchange, ctx: RequestContext, raw: bytes) -> None:
     sent = time.monotonic()
     try:
         upstream = await ctx.state.upstream.send(ctx, raw)
     except UpstreamError as exc:
-        return await _fail(request, ctx, upstream_api_error(exc))
+        return await _fail(exchange, ctx, upstream_api_error(exc))
     try:
         ctx.state.metrics.observe_upstream(ctx.provider_name, time.monotonic() - sent)
         if upstream.status == 200 and upstream.content_type == "text/event-stream":
@@ -39,28 +40,26 @@ async def pass_through(request: web.Request, ctx: RequestContext, raw: bytes) ->
                 # The client asked for one JSON body; a stream would break its SDK.
                 message = f"provider {ctx.provider_name!r} streamed an answer nobody asked for"
                 err = ApiError(502, "upstream_protocol_error", message)
-                return await _fail(request, ctx, err)
-            return await _relay_stream(request, ctx, upstream)
-        return await _relay_body(request, ctx, upstream)
+                return await _fail(exchange, ctx, err)
+            return await _relay_stream(exchange, ctx, upstream)
+        return await _relay_body(exchange, ctx, upstream)
     finally:
         upstream.release()
 
 
-async def _relay_body(
-    request: web.Request, ctx: RequestContext, upstream: Response
-) -> web.StreamResponse:
+async def _relay_body(exchange: Exchange, ctx: RequestContext, upstream: Response) -> None:
     try:
         data = await upstream.read()
     except TransportError as exc:
         failure = translate_error(exc, ctx.provider_name)
-        return await _fail(request, ctx, upstream_api_error(failure))
+        return await _fail(exchange, ctx, upstream_api_error(failure))
     status = upstream.status
     if status >= 400:
         data = ctx.state.upstream.redact(ctx.provider_name, data)
     parsed = _json_or_none(data)
     if status >= 400:
         if not _is_protocol_error(parsed):
-            return await _fail(request, ctx, _wrapped_upstream_error(ctx, status, data))
+            return await _fail(exchange, ctx, _wrapped_upstream_error(ctx, status, data))
         error_code = f"upstream_http_{status}"
         usage = usage_record(rounds=1)
     elif parsed is None and status == 200:
@@ -69,21 +68,16 @@ async def _relay_body(
             "upstream_protocol_error",
             f"provider {ctx.provider_name!r} returned a response body that is not JSON",
         )
-        return await _fail(request, ctx, err)
+        return await _fail(exchange, ctx, err)
     else:
         error_code = None
         usage = usage_record(*usage_from_body(ctx.api, parsed), rounds=1)
-    response = web.Response(status=status, body=data, headers=response_headers(upstream.headers))
-    await _send(request, response)
+    await _send(exchange, status, data, response_headers(upstream.headers))
     await record_request(ctx, http_status=status, error_code=error_code, usage=usage)
-    return response
 
 
-async def _relay_stream(
-    request: web.Request, ctx: RequestContext, upstream: Response
-) -> web.StreamResponse:
-    response = web.StreamResponse(status=200, headers=response_headers(upstream.headers))
-    await start_response(request, response)
+async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Response) -> None:
+    await exchange.start_stream(200, response_headers(upstream.headers))
     usage = StreamUsage(ctx.api)
     end_marker = _STREAM_END[ctx.api]
     tail = b""  # enough of the last bytes to spot an end marker split across chunks
@@ -95,7 +89,7 @@ async def _relay_stream(
             except TransportError as exc:
                 err = upstream_api_error(translate_error(exc, ctx.provider_name))
                 error_code = err.code
-                await response.write(stream_error_bytes(ctx.api, err))
+                await exchange.write(stream_error_bytes(ctx.api, err))
                 break
             if not chunk:
                 if end_marker not in tail:
@@ -103,13 +97,13 @@ async def _relay_stream(
                     message = f"provider {ctx.provider_name!r} ended the stream before its end"
                     err = ApiError(502, "upstream_protocol_error", message)
                     error_code = err.code
-                    await response.write(stream_error_bytes(ctx.api, err))
+                    await exchange.write(stream_error_bytes(ctx.api, err))
                 break
             usage.feed(chunk)
             if end_marker not in tail:
                 tail = tail[-len(end_marker) :] + chunk
-            await response.write(chunk)
-        await response.write_eof()
+            await exchange.write(chunk)
+        await exchange.end()
     except ConnectionError:
         error_code = "client_disconnected"
     except asyncio.CancelledError:
@@ -121,26 +115,20 @@ async def _relay_stream(
         error_code=error_code,
         usage=usage_record(usage.input_tokens, usage.output_tokens, rounds=1),
     )
-    return response
 
 
-async def _fail(request: web.Request, ctx: RequestContext, err: ApiError) -> web.StreamResponse:
-    response = error_response(ctx.api, err)
-    await _send(request, response)
+async def _fail(exchange: Exchange, ctx: RequestContext, err: ApiError) -> None:
+    await _send(exchange, err.status, error_json(ctx.api, err), JSON_HEADERS)
     # A pass-through is one upstream call, answered or not.
     await record_request(
         ctx, http_status=err.status, error_code=err.code, usage=usage_record(rounds=1)
     )
-    return response
 
 
-async def _send(request: web.Request, response: web.Response) -> None:
+async def _send(exchange: Exchange, status: int, body: bytes, headers: dict[str, str]) -> None:
     """Send the whole response now, so the audit write that follows adds no client latency."""
-    try:
-        await start_response(request, response)
-        await response.write_eof()
-    except ConnectionError:
-        pass  # the client left; the exchange is still audited
+    with contextlib.suppress(ConnectionError):  # a client that left is still audited
+        await exchange.respond(status, body, headers)
 
 
 def _record_later(ctx: RequestContext, code: str, usage: StreamUsage) -> None:

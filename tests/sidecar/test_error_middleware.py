@@ -1,5 +1,5 @@
-"""The protocol-error middleware on its own: unexpected failures become protocol-shaped 500s
-without internals, and a failure after a stream started ends it with the in-band error."""
+"""Protocol-shaped errors on their own: the middleware turns unexpected failures into shaped
+500s without internals, and an error after a stream started ends it with the in-band error."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 from aiohttp import web
 
 from sidecar.server.app import protocol_errors
-from sidecar.server.errors import start_response
+from sidecar.server.errors import ApiError, reply_error
+from sidecar.server.exchange import AiohttpExchange
 
 SECRET_DETAIL = "db password is hunter2"
 
@@ -21,10 +22,13 @@ async def _fail(request: web.Request) -> web.StreamResponse:
 
 
 async def _fail_mid_stream(request: web.Request) -> web.StreamResponse:
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-    await start_response(request, response)
-    await response.write(b"data: {}\n\n")
-    raise RuntimeError(SECRET_DETAIL)
+    exchange = AiohttpExchange(request)
+    await exchange.start_stream(200, {"Content-Type": "text/event-stream"})
+    await exchange.write(b"data: {}\n\n")
+    err = ApiError(500, "internal_error", "the sidecar failed on this request", "api_error")
+    await reply_error(exchange, "anthropic", err)
+    assert exchange.response is not None
+    return exchange.response
 
 
 @pytest.fixture

@@ -1,0 +1,107 @@
+"""One client request to an LLM route and its response, whoever serves the connection.
+
+The LLM routes are written once against ``Exchange``. The front door (``front.py``) serves them
+on its own HTTP/1.1 protocol; a connection it handed to aiohttp serves them through
+``AiohttpExchange``. Either way a response is sent whole (``respond``) or as a stream
+(``start_stream``, ``write``..., ``end``); once its head is out (``started``) an error can only
+end the body in-band.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+
+from aiohttp import web
+
+from sidecar.server.errors import ApiError
+
+ResponseHeaders = Mapping[str, str]
+
+
+class Exchange(ABC):
+    """The request's head and body, and the response's writer."""
+
+    __slots__ = ()
+
+    path: str
+    headers: Mapping[str, str]  # case-insensitive lookup
+
+    @property
+    @abstractmethod
+    def started(self) -> bool:
+        """True once the response head has been sent."""
+
+    @abstractmethod
+    async def read_body(self, limit: int) -> bytes:
+        """The whole request body; ``ApiError`` 413 when it is over ``limit`` bytes."""
+
+    @abstractmethod
+    def client_gone(self) -> bool:
+        """True when the client's connection is closed or closing."""
+
+    @abstractmethod
+    async def respond(self, status: int, body: bytes, headers: ResponseHeaders) -> None:
+        """Send a whole response; raises ``ConnectionError`` when the client is gone."""
+
+    @abstractmethod
+    async def start_stream(self, status: int, headers: ResponseHeaders) -> None:
+        """Send the head of a response whose body follows in ``write`` calls."""
+
+    @abstractmethod
+    async def write(self, data: bytes) -> None:
+        """Send body bytes now (backpressure: waits while the client reads slowly)."""
+
+    @abstractmethod
+    async def end(self) -> None:
+        """End a streamed body."""
+
+
+def too_large(limit: int) -> ApiError:
+    return ApiError(413, "request_too_large", f"request body exceeds {limit} bytes")
+
+
+class AiohttpExchange(Exchange):
+    """An exchange on a connection aiohttp serves; the route returns ``response``."""
+
+    __slots__ = ("_request", "headers", "path", "response")
+
+    def __init__(self, request: web.Request) -> None:
+        self._request = request
+        self.path = request.path
+        self.headers = request.headers
+        self.response: web.StreamResponse | None = None
+
+    @property
+    def started(self) -> bool:
+        return self.response is not None and self.response.prepared
+
+    async def read_body(self, limit: int) -> bytes:
+        request = self._request
+        if request.content_length is not None and request.content_length > limit:
+            raise too_large(limit)
+        try:
+            return await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise too_large(limit) from None
+
+    def client_gone(self) -> bool:
+        transport = self._request.transport
+        return transport is None or transport.is_closing()
+
+    async def respond(self, status: int, body: bytes, headers: ResponseHeaders) -> None:
+        self.response = web.Response(status=status, body=body, headers=headers)
+        await self.response.prepare(self._request)
+        await self.response.write_eof()
+
+    async def start_stream(self, status: int, headers: ResponseHeaders) -> None:
+        self.response = web.StreamResponse(status=status, headers=headers)
+        await self.response.prepare(self._request)
+
+    async def write(self, data: bytes) -> None:
+        assert self.response is not None
+        await self.response.write(data)
+
+    async def end(self) -> None:
+        assert self.response is not None
+        await self.response.write_eof()
