@@ -11,11 +11,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from aiohttp import web
-
 from sidecar.manifest import Build, BuildError, load_build
 from sidecar.observability.logs import configure_logging
 from sidecar.server.app import create_app
+from sidecar.server.serving import listen
 
 log = logging.getLogger("sidecar")
 SHUTDOWN_TIMEOUT_S = 10.0
@@ -33,8 +32,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 async def serve(build: Build, host: str, port: int, state_dir: Path) -> int:
     app = create_app(build, state_dir=state_dir)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
-    await runner.setup()
+    try:
+        listening = await listen(app, host, port, shutdown_timeout_s=SHUTDOWN_TIMEOUT_S)
+    except OSError as exc:
+        print(f"sidecar: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
+        return 1
     # What is loaded by now (build, schemas, libraries) lives as long as the process: the
     # collector need not scan it again on every full collection.
     gc.collect()
@@ -44,13 +46,7 @@ async def serve(build: Build, host: str, port: int, state_dir: Path) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     try:
-        site = web.TCPSite(runner, host, port)
-        try:
-            await site.start()
-        except OSError as exc:
-            print(f"sidecar: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
-            return 1
-        bound_host, bound_port = runner.addresses[0][:2]
+        bound_host, bound_port = listening.address
         # Exactly this line tells operators and health scripts that the sidecar is up.
         print(f"listening on http://{host}:{bound_port}", flush=True)
         log.info("listening on http://%s:%s (bound %s)", host, bound_port, bound_host)
@@ -58,7 +54,7 @@ async def serve(build: Build, host: str, port: int, state_dir: Path) -> int:
         log.info("shutting down")
         return 0
     finally:
-        await runner.cleanup()  # runs the app's cleanup: flushes the audit log
+        await listening.close(SHUTDOWN_TIMEOUT_S)  # the app's cleanup flushes the audit log
 
 
 def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:

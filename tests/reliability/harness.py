@@ -317,7 +317,7 @@ def snapshot(pod: Pod) -> Snapshot:
     tools_idle, tools_acquired = tools.usage() if tools else (0, 0)
     services_open = pod.service.open_connections() + pod.elsewhere.open_connections()
     return Snapshot(
-        server_connections=len(pod.sidecar.runner.server.connections),
+        server_connections=pod.sidecar.listening.open_connections,
         mediated_drivers=len(mediation_handler._running),
         background_audits=len(passthrough._background),
         tool_calls_in_flight=len(state.executor._inflight),

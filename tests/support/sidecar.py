@@ -13,6 +13,7 @@ from aiohttp import web
 from sidecar.manifest import load_build
 from sidecar.server.app import create_app
 from sidecar.server.context import STATE_KEY, SidecarState
+from sidecar.server.serving import Listening, listen
 from tests.support import secret_sweep
 
 TEST_PROVIDER_KEYS = {
@@ -25,7 +26,7 @@ TEST_PROVIDER_KEYS = {
 class RunningSidecar:
     url: str  # http://127.0.0.1:PORT
     app: web.Application
-    runner: web.AppRunner
+    listening: Listening
 
     @property
     def openai_base_url(self) -> str:
@@ -40,7 +41,7 @@ class RunningSidecar:
         return self.app[STATE_KEY]
 
     async def close(self) -> None:
-        await self.runner.cleanup()
+        await self.listening.close(1.0)
 
     async def __aenter__(self) -> RunningSidecar:
         return self
@@ -65,8 +66,6 @@ async def start_sidecar(
     env = dict(TEST_PROVIDER_KEYS if env is None else env)
     secret_sweep.register_build_env(build, env)  # the suite-wide credential sweep checks these
     app = create_app(build, state_dir=state_dir, env=env)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    port = runner.addresses[0][1]
-    return RunningSidecar(url=f"http://127.0.0.1:{port}", app=app, runner=runner)
+    listening = await listen(app, "127.0.0.1", 0, shutdown_timeout_s=1.0)
+    port = listening.address[1]
+    return RunningSidecar(url=f"http://127.0.0.1:{port}", app=app, listening=listening)
