@@ -345,11 +345,7 @@ class FrontConnection(asyncio.Protocol):
     def _wake_writers(self, exc: Exception | None) -> None:
         waiters, self._drain_waiters = self._drain_waiters, []
         for waiter in waiters:
-            if not waiter.done():
-                if exc is None:
-                    waiter.set_result(None)
-                else:
-                    waiter.set_exception(exc)
+            _settle(waiter, exc)
 
     @property
     def lost(self) -> bool:
@@ -429,21 +425,16 @@ class NativeExchange(Exchange):
         self._wake_reader(None)
 
     def connection_lost(self) -> None:
-        self._wake_reader(ConnectionResetError("the client closed the connection"))
-        if self._turn is not None and not self._turn.done():
-            self._turn.set_exception(ConnectionResetError("the client closed the connection"))
+        gone = ConnectionResetError("the client closed the connection")
+        self._wake_reader(gone)
+        _settle(self._turn, gone)
 
     def your_turn(self) -> None:
-        if self._turn is not None and not self._turn.done():
-            self._turn.set_result(None)
+        _settle(self._turn, None)
 
     def _wake_reader(self, exc: Exception | None) -> None:
         waiter, self._body_waiter = self._body_waiter, None
-        if waiter is not None and not waiter.done():
-            if exc is None:
-                waiter.set_result(None)
-            else:
-                waiter.set_exception(exc)
+        _settle(waiter, exc)
 
     # --- Exchange ---------------------------------------------------------------------------
 
@@ -514,6 +505,16 @@ class NativeExchange(Exchange):
             lines.append("Connection: close\r\n")
         lines.append("\r\n")
         return "".join(lines).encode("latin-1")
+
+
+def _settle(waiter: asyncio.Future[None] | None, exc: Exception | None) -> None:
+    """Wake ``waiter``, if it still waits: with ``exc`` raised, or with nothing."""
+    if waiter is None or waiter.done():
+        return
+    if exc is None:
+        waiter.set_result(None)
+    else:
+        waiter.set_exception(exc)
 
 
 _REASONS = {status.value: status.phrase for status in HTTPStatus}
