@@ -1,4 +1,5 @@
-"""The aiohttp application: routes, the protocol-error middleware and the sidecar's lifecycle."""
+"""The sidecar application: the LLM routes (``serve_llm``, whichever server takes the request),
+aiohttp's other routes, the protocol-error middleware and the sidecar's lifecycle."""
 
 from __future__ import annotations
 

@@ -175,6 +175,23 @@ async def test_pipelined_request_for_aiohttp_ends_the_connection_after_owed_answ
     await client.close()
 
 
+async def test_unexpected_failure_is_a_shaped_500_without_internals(
+    pod: Pod, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: object) -> None:
+        raise RuntimeError("db password is hunter2")
+
+    monkeypatch.setattr(pod.sidecar.state.router, "resolve", broken)
+    client = await RawClient.open(pod)
+    client.send(chat_request(pod.token))
+    answer = await client.answer()
+    assert answer.status == 500 and answer.json()["error"]["code"] == "internal_error"
+    assert b"hunter2" not in answer.body
+    client.send(chat_request(pod.token))  # the connection is still usable
+    assert (await client.answer()).status == 500
+    await client.close()
+
+
 async def test_chunked_request_body(pod: Pod) -> None:
     client = await RawClient.open(pod)
     head = (
