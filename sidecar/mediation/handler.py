@@ -8,7 +8,6 @@ request exactly once at the end — also when the client went away in the middle
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Mapping
@@ -40,7 +39,13 @@ from sidecar.mediation.commands import (
 from sidecar.mediation.conversation import CodecError
 from sidecar.mediation.engine import MediationEngine
 from sidecar.server.accounting import record_request, usage_record
-from sidecar.server.errors import JSON_HEADERS, ApiError, error_json, stream_error_bytes
+from sidecar.server.errors import (
+    JSON_HEADERS,
+    ApiError,
+    error_json,
+    reply_error,
+    stream_error_bytes,
+)
 from sidecar.server.exchange import Exchange
 from sidecar.server.upstream import UpstreamError
 
@@ -81,9 +86,7 @@ async def handle_mediated(exchange: Exchange, ctx: RequestContext, body: dict[st
         # Building the engine only reads the client's body (sans-IO): any failure here is a
         # body whose parts do not have the protocol's shapes (a message that is not an object).
         message = str(exc) if isinstance(exc, CodecError) else _shape_message(ctx.api, exc)
-        err = ApiError(400, "invalid_request", message)
-        with contextlib.suppress(ConnectionError):
-            await exchange.respond(400, error_json(ctx.api, err), JSON_HEADERS)
+        await reply_error(exchange, ctx.api, ApiError(400, "invalid_request", message))
         await record_request(ctx, http_status=400, error_code="invalid_request")
         return
     task = asyncio.ensure_future(_Driver(exchange, ctx, codec, engine).run())

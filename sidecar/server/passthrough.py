@@ -12,7 +12,7 @@ import orjson
 
 from sidecar.server.accounting import record_request, usage_record
 from sidecar.server.context import RequestContext
-from sidecar.server.errors import JSON_HEADERS, ApiError, error_json, stream_error_bytes
+from sidecar.server.errors import ApiError, reply_error, stream_error_bytes
 from sidecar.server.exchange import Exchange
 from sidecar.server.upstream import UpstreamError, response_headers, translate_error
 from sidecar.server.usage import StreamUsage, usage_from_body
@@ -118,7 +118,7 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
 
 
 async def _fail(exchange: Exchange, ctx: RequestContext, err: ApiError) -> None:
-    await _send(exchange, err.status, error_json(ctx.api, err), JSON_HEADERS)
+    await reply_error(exchange, ctx.api, err)  # before the audit write: no added latency
     # A pass-through is one upstream call, answered or not.
     await record_request(
         ctx, http_status=err.status, error_code=err.code, usage=usage_record(rounds=1)
