@@ -21,8 +21,8 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, cast
 
 import httptools
-import orjson
 
+from sidecar.server.errors import JSON_HEADERS, ApiError, error_json
 from sidecar.server.exchange import Exchange, ResponseHeaders, too_large
 from sidecar.transport import Headers
 
@@ -145,8 +145,6 @@ class FrontConnection(asyncio.Protocol):
         self._message_done_in_chunk = False
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self._hand_off()
         except httptools.HttpParserCallbackError as exc:
             if isinstance(exc.__context__, _HandOff):
                 self._hand_off()
@@ -171,7 +169,7 @@ class FrontConnection(asyncio.Protocol):
             self._idle_timer.cancel()
         for exchange in self._owed:
             exchange.connection_lost()
-        self._wake_writers(ConnectionResetError("the client closed the connection"))
+        self._wake_writers(_client_closed())
 
     # --- httptools callbacks ----------------------------------------------------------------
 
@@ -300,16 +298,10 @@ class FrontConnection(asyncio.Protocol):
         if self._owed:
             self.close_when_idle()
             return
-        phrase = _reason(status)
-        body = orjson.dumps(
-            {"error": {"message": message, "type": "invalid_request_error", "code": code}}
-        )
-        head = (
-            f"HTTP/1.1 {status} {phrase}\r\nDate: {_http_date()}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-            "Connection: close\r\n\r\n"
-        )
-        self.transport.write(head.encode() + body)
+        # No route is known yet: OpenAI's shape, the one for paths of no protocol.
+        body = error_json("openai", ApiError(status, code, message, "invalid_request_error"))
+        length = f"Content-Length: {len(body)}\r\n"
+        self.transport.write(_response_head(status, JSON_HEADERS, length, close=True) + body)
         self.transport.close()
 
     def _grow_head(self, size: int) -> None:
@@ -331,9 +323,9 @@ class FrontConnection(asyncio.Protocol):
     # --- writing ----------------------------------------------------------------------------
 
     def write(self, data: bytes) -> None:
-        if self._lost or self.transport is None or self.transport.is_closing():
-            raise ConnectionResetError("the client closed the connection")
-        self.transport.write(data)
+        if self.lost:
+            raise _client_closed()
+        self.transport.write(data)  # type: ignore[union-attr]  # not lost: connected
 
     async def drain(self) -> None:
         if not self._write_paused:
@@ -371,7 +363,6 @@ class NativeExchange(Exchange):
         "path",
         "response_done",
         "response_started",
-        "task",
     )
 
     def __init__(
@@ -425,7 +416,7 @@ class NativeExchange(Exchange):
         self._wake_reader(None)
 
     def connection_lost(self) -> None:
-        gone = ConnectionResetError("the client closed the connection")
+        gone = _client_closed()
         self._wake_reader(gone)
         _settle(self._turn, gone)
 
@@ -445,7 +436,7 @@ class NativeExchange(Exchange):
     async def read_body(self, limit: int) -> bytes:
         while not self._complete and not self._too_large:
             if self._connection.lost:
-                raise ConnectionResetError("the client closed the connection")
+                raise _client_closed()
             self._body_waiter = asyncio.get_running_loop().create_future()
             await self._body_waiter
         if self._too_large or self._body_size > limit:
@@ -492,19 +483,30 @@ class NativeExchange(Exchange):
     async def _wait_turn(self) -> None:
         connection = self._connection
         if connection.lost:
-            raise ConnectionResetError("the client closed the connection")
+            raise _client_closed()
         if not connection.may_write(self):
             self._turn = asyncio.get_running_loop().create_future()
             await self._turn
 
     def _head(self, status: int, headers: ResponseHeaders, framing: str) -> bytes:
-        lines = [f"HTTP/1.1 {status} {_reason(status)}\r\nDate: {_http_date()}\r\n"]
-        lines.extend(f"{name}: {value}\r\n" for name, value in headers.items())
-        lines.append(framing)
-        if not self.keep_alive:
-            lines.append("Connection: close\r\n")
-        lines.append("\r\n")
-        return "".join(lines).encode("latin-1")
+        return _response_head(status, headers, framing, close=not self.keep_alive)
+
+
+def _response_head(status: int, headers: ResponseHeaders, framing: str, *, close: bool) -> bytes:
+    """Status line, Date, ``headers``, the body's ``framing`` line and, when the connection
+    ends after this response, ``Connection: close``."""
+    reason = _REASONS.get(status, "Unknown")
+    lines = [f"HTTP/1.1 {status} {reason}\r\nDate: {_http_date()}\r\n"]
+    lines.extend(f"{name}: {value}\r\n" for name, value in headers.items())
+    lines.append(framing)
+    if close:
+        lines.append("Connection: close\r\n")
+    lines.append("\r\n")
+    return "".join(lines).encode("latin-1")
+
+
+def _client_closed() -> ConnectionResetError:
+    return ConnectionResetError("the client closed the connection")
 
 
 def _settle(waiter: asyncio.Future[None] | None, exc: Exception | None) -> None:
@@ -518,10 +520,6 @@ def _settle(waiter: asyncio.Future[None] | None, exc: Exception | None) -> None:
 
 
 _REASONS = {status.value: status.phrase for status in HTTPStatus}
-
-
-def _reason(status: int) -> str:
-    return _REASONS.get(status, "Unknown")
 
 
 _date_second = 0
