@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import orjson
 import pytest
 
+from sidecar.server.usage import StreamUsage
 from tests.sidecar.conftest import Pod, PodFactory
 from tests.support.upstream import Reply, openai_completion
 
@@ -189,6 +190,64 @@ async def test_unexpected_failure_is_a_shaped_500_without_internals(
     assert b"hunter2" not in answer.body
     client.send(chat_request(pod.token))  # the connection is still usable
     assert (await client.answer()).status == 500
+    await client.close()
+
+
+# Both servers run the LLM routes through serve_llm and an Exchange; these pin each side's
+# Exchange (the suites elsewhere start every connection on the front door).
+SIDES = ("front", "aiohttp")
+
+
+async def open_on(pod: Pod, side: str) -> RawClient:
+    client = await RawClient.open(pod)
+    if side == "aiohttp":
+        client.send(get_request("/healthz"))
+        assert (await client.answer()).status == 200
+    assert served_by(pod) == ((1, 0) if side == "front" else (0, 1))
+    return client
+
+
+STREAM = [b'data: {"n":1}\n\n', b'data: {"n":2}\n\n', b"data: [DONE]\n\n"]
+STREAM_BODY = orjson.dumps({**orjson.loads(BODY), "stream": True})
+
+
+@pytest.mark.parametrize("side", SIDES)
+async def test_stream_is_relayed_chunked_on_either_side(pod: Pod, side: str) -> None:
+    pod.upstream.always("openai", Reply.sse(STREAM))
+    client = await open_on(pod, side)
+    client.send(chat_request(pod.token, STREAM_BODY))
+    answer = await client.answer()
+    assert answer.status == 200 and answer.headers["transfer-encoding"] == "chunked"
+    assert answer.body == b"".join(STREAM)
+    await client.close()
+
+
+@pytest.mark.parametrize("side", SIDES)
+async def test_body_over_the_limit_is_413_on_either_side(make_pod: PodFactory, side: str) -> None:
+    pod = await make_pod(max_body_bytes=1024)
+    client = await open_on(pod, side)
+    client.send(chat_request(pod.token, b'{"model": "gpt-4o-mini", "x": "' + b"a" * 2048 + b'"}'))
+    answer = await client.answer()
+    assert answer.status == 413 and answer.json()["error"]["code"] == "request_too_large"
+    await client.close()
+
+
+@pytest.mark.parametrize("side", SIDES)
+async def test_failure_after_the_stream_started_ends_it_in_band_on_either_side(
+    pod: Pod, side: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(self: StreamUsage, chunk: bytes) -> None:
+        raise RuntimeError("db password is hunter2")
+
+    monkeypatch.setattr(StreamUsage, "feed", broken)
+    pod.upstream.always("openai", Reply.sse(STREAM))
+    client = await open_on(pod, side)
+    client.send(chat_request(pod.token, STREAM_BODY))
+    answer = await client.answer()
+    assert answer.status == 200
+    *_, last = answer.body.rstrip(b"\n").split(b"\n\n")
+    assert orjson.loads(last.removeprefix(b"data: "))["error"]["code"] == "internal_error"
+    assert b"hunter2" not in answer.body
     await client.close()
 
 
