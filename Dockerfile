@@ -1,4 +1,4 @@
-# The clawpod sidecar image: `python -m sidecar --build OUT` (see SPEC section 4).
+# The clawpod sidecar image: `python -m clawpod.sidecar --build OUT` (see SPEC section 4).
 # On a normal machine the base is the official slim image; where no registry is reachable, pass a
 # locally built Python 3.11 image: --build-arg BASE_IMAGE=... (scripts/provision-docker.sh does).
 ARG BASE_IMAGE=python:3.11-slim
@@ -35,6 +35,6 @@ EXPOSE 8080
 HEALTHCHECK --interval=5s --timeout=3s --start-period=5s --retries=3 \
     CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=2).status != 200)"]
 
-# Effectively `python -m sidecar`; see scripts/sidecar-entrypoint.sh for why it is a shim.
+# Effectively `python -m clawpod.sidecar`; see scripts/sidecar-entrypoint.sh for why it is a shim.
 ENTRYPOINT ["sidecar-entrypoint"]
 CMD ["--build", "/claw/build", "--state-dir", "/var/lib/claw"]

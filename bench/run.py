@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from clawpod.sidecar.manifest import ToolPolicy
 
 from bench import interleaved, loadgen, streamclient, workloads
 from bench.processes import Server, cpu_seconds, free_port, rss_bytes, start_server
-from sidecar.manifest import ToolPolicy
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH_DIR = REPO / "bench"
@@ -570,7 +570,7 @@ def write_bench_build(root: Path, upstream_url: str, tools_url: str) -> dict[str
 
 
 def sidecar_command(build: Path, state_dir: Path) -> list[str]:
-    """``python -m sidecar`` on a build, listening on the port ``_start`` fills in."""
+    """``python -m clawpod.sidecar`` on a build, listening on the port ``_start`` fills in."""
     return [
         sys.executable,
         "-m",

@@ -13,13 +13,12 @@ from typing import Any
 
 import jinja2
 import yaml
-
-from compiler.compose import STATE_DIR, generate_compose
-from compiler.descriptor import CompiledTool
-from compiler.errors import CompileError
-from compiler.naming import canonical_name, present
-from compiler.pod import SIDECAR_HOST_URL, AgentPlan, CompiledPod, ToolService
-from sidecar.manifest import (
+from clawpod.compiler.compose import STATE_DIR, generate_compose
+from clawpod.compiler.descriptor import CompiledTool
+from clawpod.compiler.errors import CompileError
+from clawpod.compiler.naming import canonical_name, present
+from clawpod.compiler.pod import SIDECAR_HOST_URL, AgentPlan, CompiledPod, ToolService
+from clawpod.sidecar.manifest import (
     AgentManifest,
     Execution,
     Listen,
@@ -36,7 +35,7 @@ MCP_URL = f"{SIDECAR_HOST_URL}/mcp"
 # "http" is the transport name Claude Code and most mcpServers readers use for Streamable HTTP.
 MCP_TRANSPORT = "http"
 _ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("compiler", "templates"),
+    loader=jinja2.PackageLoader("clawpod.compiler", "templates"),
     autoescape=False,
     keep_trailing_newline=True,
     trim_blocks=True,

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from compiler.errors import CompileError, display_path
+from clawpod.compiler.errors import CompileError, display_path
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -121,8 +121,8 @@ def _default_out(pod: Path) -> Path:
 
 
 def _compile(args: argparse.Namespace, out: TextIO) -> int:
-    from compiler.build import write_build
-    from compiler.pod import compile_pod
+    from clawpod.compiler.build import write_build
+    from clawpod.compiler.pod import compile_pod
 
     pod = compile_pod(args.pod)
     target = args.out or _default_out(args.pod)
@@ -139,8 +139,8 @@ def _compile(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _validate(args: argparse.Namespace, out: TextIO) -> int:
-    from compiler.build import render_build
-    from compiler.pod import compile_pod
+    from clawpod.compiler.build import render_build
+    from clawpod.compiler.pod import compile_pod
 
     pod = compile_pod(args.pod)
     tokens = {agent.id: "claw_" + "0" * 43 for agent in pod.agents}
@@ -154,14 +154,14 @@ def _validate(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _inspect(args: argparse.Namespace, out: TextIO) -> int:
-    from compiler.inspect import inspect_command
+    from clawpod.compiler.inspect import inspect_command
 
     inspect_command(args.out, out, args.agent)
     return EXIT_OK
 
 
 def _schema(args: argparse.Namespace, out: TextIO) -> int:
-    from compiler.jsonschemas import descriptor_schema, pod_schema
+    from clawpod.compiler.jsonschemas import descriptor_schema, pod_schema
 
     schema = descriptor_schema() if args.kind == "descriptor" else pod_schema()
     out.write(json.dumps(schema, indent=2) + "\n")
@@ -169,7 +169,7 @@ def _schema(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _audit(args: argparse.Namespace, out: TextIO) -> int:
-    from sidecar.audit.cli import show_command, verify_command
+    from clawpod.sidecar.audit.cli import show_command, verify_command
 
     if args.action == "verify":
         return verify_command(args.state_dir, out)
@@ -190,7 +190,7 @@ def main(
 ) -> int:
     out, err = stdout or sys.stdout, stderr or sys.stderr
     args = _parser().parse_args(argv)  # exits with 2 on usage errors
-    from sidecar.manifest import BuildError
+    from clawpod.sidecar.manifest import BuildError
 
     try:
         return _COMMANDS[args.command](args, out)

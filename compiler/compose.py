@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from compiler.pod import NETWORKS, SIDECAR_SERVICE, STATE_VOLUME, CompiledPod
+from clawpod.compiler.pod import NETWORKS, SIDECAR_SERVICE, STATE_VOLUME, CompiledPod
 
 BUILD_MOUNT = "/claw/build"
 STATE_DIR = "/var/lib/claw"
@@ -127,7 +127,7 @@ def _sidecar(
     service["command"] = [
         "python",
         "-m",
-        "sidecar",
+        "clawpod.sidecar",
         "--build",
         BUILD_MOUNT,
         "--state-dir",

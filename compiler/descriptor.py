@@ -6,6 +6,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
+from clawpod.compiler.errors import CompileError, pointer
+from clawpod.compiler.schemas import SchemaProblem, normalise_schema, schema_key
+from clawpod.compiler.sources import DescriptorSource
+from clawpod.compiler.yamlload import Lines, parse_document
+from clawpod.sidecar.manifest import HttpMethod, ToolAuth
 from jsonschema import Draft202012Validator, SchemaError
 from pydantic import (
     AliasChoices,
@@ -17,12 +22,6 @@ from pydantic import (
     WithJsonSchema,
     field_validator,
 )
-
-from compiler.errors import CompileError, pointer
-from compiler.schemas import SchemaProblem, normalise_schema, schema_key
-from compiler.sources import DescriptorSource
-from compiler.yamlload import Lines, parse_document
-from sidecar.manifest import HttpMethod, ToolAuth
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")

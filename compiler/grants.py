@@ -10,9 +10,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
+from clawpod.compiler.errors import CompileError
 from pydantic import PlainValidator, WithJsonSchema
-
-from compiler.errors import CompileError
 
 SPREAD = "..."
 ALL = "all"

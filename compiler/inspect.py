@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from sidecar.manifest import AgentBuild, Build, BuildError, ManagedTool, load_build
+from clawpod.sidecar.manifest import AgentBuild, Build, BuildError, ManagedTool, load_build
 
 _MODES = {
     "mediated": "mediated: the sidecar offers these tools in every LLM request and runs them",

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from clawpod.compiler.descriptor import Descriptor
+from clawpod.compiler.pod import PodClaw, ServiceClaw
 from pydantic.json_schema import models_json_schema
-
-from compiler.descriptor import Descriptor
-from compiler.pod import PodClaw, ServiceClaw
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 

@@ -8,16 +8,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
+from clawpod.compiler.descriptor import ENV_NAME, CompiledTool, LoadedDescriptor, load_descriptor
+from clawpod.compiler.descriptor import validation_error as _validation_error
+from clawpod.compiler.errors import CompileError, pointer
+from clawpod.compiler.grants import Grant, GrantItem, ServiceGrant, expand, union
+from clawpod.compiler.policy import PolicySpec, effective_policy
+from clawpod.compiler.sources import DescriptorSource, FileSource, ImageSource
+from clawpod.compiler.yamlload import Lines, load_file
+from clawpod.sidecar.manifest import Mode, OnMixed, Provider, ToolAuth, ToolPolicy
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
-
-from compiler.descriptor import ENV_NAME, CompiledTool, LoadedDescriptor, load_descriptor
-from compiler.descriptor import validation_error as _validation_error
-from compiler.errors import CompileError, pointer
-from compiler.grants import Grant, GrantItem, ServiceGrant, expand, union
-from compiler.policy import PolicySpec, effective_policy
-from compiler.sources import DescriptorSource, FileSource, ImageSource
-from compiler.yamlload import Lines, load_file
-from sidecar.manifest import Mode, OnMixed, Provider, ToolAuth, ToolPolicy
 
 SIDECAR_SERVICE = "claw-sidecar"
 SIDECAR_HOST_URL = f"http://{SIDECAR_SERVICE}:8080"

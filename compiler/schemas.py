@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import unquote
 
-from compiler.errors import pointer
+from clawpod.compiler.errors import pointer
 
 # Keywords whose value is a schema, a list of schemas, or a map of name -> schema.
 _SCHEMA_VALUED = (

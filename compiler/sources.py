@@ -12,7 +12,7 @@ import tarfile
 from pathlib import Path
 from typing import Any, Protocol
 
-from compiler.errors import CompileError
+from clawpod.compiler.errors import CompileError
 
 DESCRIBE_LABEL = "claw.describe"
 

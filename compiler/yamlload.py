@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from compiler.errors import CompileError
+from clawpod.compiler.errors import CompileError
 
 try:  # the C loader is much faster on big pod files; fall back when libyaml is absent
     _Loader: type[yaml.SafeLoader] = yaml.CSafeLoader  # type: ignore[assignment]

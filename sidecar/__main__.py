@@ -1,4 +1,4 @@
-"""``python -m sidecar --build OUT [--host H] [--port P] [--state-dir DIR]``: run the sidecar."""
+"""``python -m clawpod.sidecar --build OUT [--host H] [--port P] [--state-dir DIR]``."""
 
 from __future__ import annotations
 
@@ -11,17 +11,17 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from sidecar.manifest import Build, BuildError, load_build
-from sidecar.observability.logs import configure_logging
-from sidecar.server.app import create_app
-from sidecar.server.serving import listen
+from clawpod.sidecar.manifest import Build, BuildError, load_build
+from clawpod.sidecar.observability.logs import configure_logging
+from clawpod.sidecar.server.app import create_app
+from clawpod.sidecar.server.serving import listen
 
 log = logging.getLogger("sidecar")
 SHUTDOWN_TIMEOUT_S = 10.0
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m sidecar", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m clawpod.sidecar", description=__doc__)
     parser.add_argument("--build", required=True, type=Path, help="build directory (clawc output)")
     parser.add_argument("--host", help="listen address (default: sidecar.json listen.host)")
     parser.add_argument("--port", type=int, help="listen port, 0 = any free port")

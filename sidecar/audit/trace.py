@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-
-from sidecar.execution.outcome import ToolOutcome
-from sidecar.manifest import ManagedTool
+from clawpod.sidecar.execution.outcome import ToolOutcome
+from clawpod.sidecar.manifest import ManagedTool
 
 # Arguments are kept for the operator, but a runaway model must not bloat the log.
 MAX_ARGUMENT_BYTES = 64 * 1024

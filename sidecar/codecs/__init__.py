@@ -1,8 +1,8 @@
 """Thin OpenAI and Anthropic codecs between provider wire formats and the neutral conversation."""
 
-from sidecar.codecs.anthropic import AnthropicCodec
-from sidecar.codecs.base import Codec
-from sidecar.codecs.openai import OpenAICodec
+from clawpod.sidecar.codecs.anthropic import AnthropicCodec
+from clawpod.sidecar.codecs.base import Codec
+from clawpod.sidecar.codecs.openai import OpenAICodec
 
 
 def codec_for(api: str) -> Codec:

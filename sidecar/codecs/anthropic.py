@@ -6,10 +6,9 @@ import copy
 from typing import Any
 
 import orjson
-
-from sidecar.codecs.base import Codec
-from sidecar.codecs.sse import event_frame, parse_events, pieces
-from sidecar.mediation.conversation import (
+from clawpod.sidecar.codecs.base import Codec
+from clawpod.sidecar.codecs.sse import event_frame, parse_events, pieces
+from clawpod.sidecar.mediation.conversation import (
     CodecError,
     Conversation,
     ModelTurn,

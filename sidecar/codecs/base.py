@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
-from sidecar.mediation.conversation import (
+from clawpod.sidecar.mediation.conversation import (
     CodecError,
     Conversation,
     ModelTurn,

@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-
-from sidecar.codecs.base import Codec
-from sidecar.codecs.sse import DONE, data_frame, parse_events, pieces
-from sidecar.mediation.conversation import (
+from clawpod.sidecar.codecs.base import Codec
+from clawpod.sidecar.codecs.sse import DONE, data_frame, parse_events, pieces
+from clawpod.sidecar.mediation.conversation import (
     CodecError,
     Conversation,
     ModelTurn,

@@ -19,13 +19,10 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import orjson
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError
-
-from sidecar.execution.outcome import ToolOutcome, error_envelope
-from sidecar.manifest import ManagedTool
-from sidecar.observability.metrics import Metrics, connection_counts
-from sidecar.transport import (
+from clawpod.sidecar.execution.outcome import ToolOutcome, error_envelope
+from clawpod.sidecar.manifest import ManagedTool
+from clawpod.sidecar.observability.metrics import Metrics, connection_counts
+from clawpod.sidecar.transport import (
     ConnectError,
     ConnectionClosed,
     HttpClient,
@@ -33,6 +30,8 @@ from sidecar.transport import (
     Timeout,
     TransportError,
 )
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
 
 PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
 CLAW_ID = "claw_id"

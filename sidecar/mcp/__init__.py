@@ -1,5 +1,5 @@
 """Native mode: the agent's granted tools over MCP Streamable HTTP at ``/mcp``."""
 
-from sidecar.mcp.endpoint import McpEndpoint
+from clawpod.sidecar.mcp.endpoint import McpEndpoint
 
 __all__ = ["McpEndpoint"]

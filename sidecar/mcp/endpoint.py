@@ -21,13 +21,12 @@ from urllib.parse import urlsplit
 
 import orjson
 from aiohttp import web
-
-from sidecar.audit.log import AuditLog
-from sidecar.audit.trace import trace_call
-from sidecar.execution.executor import ToolExecutor
-from sidecar.execution.outcome import ToolOutcome, refused
-from sidecar.manifest import AgentBuild, ManagedTool
-from sidecar.mcp.protocol import (
+from clawpod.sidecar.audit.log import AuditLog
+from clawpod.sidecar.audit.trace import trace_call
+from clawpod.sidecar.execution.executor import ToolExecutor
+from clawpod.sidecar.execution.outcome import ToolOutcome, refused
+from clawpod.sidecar.manifest import AgentBuild, ManagedTool
+from clawpod.sidecar.mcp.protocol import (
     BATCHES_UNTIL,
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -48,9 +47,9 @@ from sidecar.mcp.protocol import (
     tool_listing,
     tool_result,
 )
-from sidecar.mcp.sessions import Session, SessionStore
-from sidecar.observability.logs import log_request
-from sidecar.observability.metrics import Metrics
+from clawpod.sidecar.mcp.sessions import Session, SessionStore
+from clawpod.sidecar.observability.logs import log_request
+from clawpod.sidecar.observability.metrics import Metrics
 
 log = logging.getLogger("sidecar.mcp")
 

@@ -6,10 +6,9 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 import orjson
+from clawpod.sidecar.execution.outcome import ToolOutcome
+from clawpod.sidecar.manifest import AgentBuild
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from sidecar.execution.outcome import ToolOutcome
-from sidecar.manifest import AgentBuild
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600

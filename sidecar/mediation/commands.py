@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sidecar.execution.outcome import ToolOutcome
-from sidecar.manifest import ManagedTool
-from sidecar.mediation.conversation import ToolCall
+from clawpod.sidecar.execution.outcome import ToolOutcome
+from clawpod.sidecar.manifest import ManagedTool
+from clawpod.sidecar.mediation.conversation import ToolCall
 
 # --- commands -------------------------------------------------------------------------------
 

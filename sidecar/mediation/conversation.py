@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import orjson
-
-from sidecar.execution.outcome import ToolOutcome
+from clawpod.sidecar.execution.outcome import ToolOutcome
 
 ChoiceMode = Literal["auto", "none", "required", "named", "other"]
 

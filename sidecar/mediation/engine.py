@@ -13,11 +13,11 @@ import itertools
 from collections.abc import Callable, Generator
 from typing import Any
 
-from sidecar.audit.trace import trace_call
-from sidecar.codecs.base import Codec
-from sidecar.execution.outcome import ToolOutcome, refused
-from sidecar.manifest import AgentBuild, ManagedTool
-from sidecar.mediation.commands import (
+from clawpod.sidecar.audit.trace import trace_call
+from clawpod.sidecar.codecs.base import Codec
+from clawpod.sidecar.execution.outcome import ToolOutcome, refused
+from clawpod.sidecar.manifest import AgentBuild, ManagedTool
+from clawpod.sidecar.mediation.commands import (
     BeginStream,
     CallModel,
     Command,
@@ -33,7 +33,7 @@ from sidecar.mediation.commands import (
     Respond,
     ToolsDone,
 )
-from sidecar.mediation.conversation import (
+from clawpod.sidecar.mediation.conversation import (
     CodecError,
     ModelTurn,
     ToolCall,

@@ -14,12 +14,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
-
-from sidecar.codecs import codec_for
-from sidecar.codecs.base import Codec
-from sidecar.codecs.sse import KEEPALIVE
-from sidecar.execution.outcome import ToolOutcome, refused
-from sidecar.mediation.commands import (
+from clawpod.sidecar.codecs import codec_for
+from clawpod.sidecar.codecs.base import Codec
+from clawpod.sidecar.codecs.sse import KEEPALIVE
+from clawpod.sidecar.execution.outcome import ToolOutcome, refused
+from clawpod.sidecar.mediation.commands import (
     BeginStream,
     CallModel,
     Command,
@@ -36,21 +35,21 @@ from sidecar.mediation.commands import (
     Respond,
     ToolsDone,
 )
-from sidecar.mediation.conversation import CodecError
-from sidecar.mediation.engine import MediationEngine
-from sidecar.server.accounting import record_request, usage_record
-from sidecar.server.errors import (
+from clawpod.sidecar.mediation.conversation import CodecError
+from clawpod.sidecar.mediation.engine import MediationEngine
+from clawpod.sidecar.server.accounting import record_request, usage_record
+from clawpod.sidecar.server.errors import (
     JSON_HEADERS,
     ApiError,
     error_json,
     reply_error,
     stream_error_bytes,
 )
-from sidecar.server.exchange import Exchange
-from sidecar.server.upstream import UpstreamError
+from clawpod.sidecar.server.exchange import Exchange
+from clawpod.sidecar.server.upstream import UpstreamError
 
 if TYPE_CHECKING:
-    from sidecar.server.context import RequestContext
+    from clawpod.sidecar.server.context import RequestContext
 
 log = logging.getLogger("sidecar.mediation")
 

@@ -6,10 +6,10 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from sidecar.observability.logs import log_request, rfc3339_now
+from clawpod.sidecar.observability.logs import log_request, rfc3339_now
 
 if TYPE_CHECKING:
-    from sidecar.server.context import RequestContext
+    from clawpod.sidecar.server.context import RequestContext
 
 log = logging.getLogger("sidecar.server")
 

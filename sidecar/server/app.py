@@ -15,19 +15,18 @@ from typing import Any
 
 import orjson
 from aiohttp import web
-
-from sidecar.audit.log import AuditLog
-from sidecar.execution.executor import ToolExecutor
-from sidecar.manifest import AgentBuild, Build
-from sidecar.mcp.endpoint import McpEndpoint
-from sidecar.mediation.continuity import ContinuityStore
-from sidecar.mediation.handler import CLIENT_CLOSED, handle_mediated, keepalive_interval
-from sidecar.observability.logs import log_request
-from sidecar.observability.metrics import Metrics
-from sidecar.server.accounting import record_request
-from sidecar.server.auth import AuthError, TokenVerifier
-from sidecar.server.context import STATE_KEY, RequestContext, SidecarState
-from sidecar.server.errors import (
+from clawpod.sidecar.audit.log import AuditLog
+from clawpod.sidecar.execution.executor import ToolExecutor
+from clawpod.sidecar.manifest import AgentBuild, Build
+from clawpod.sidecar.mcp.endpoint import McpEndpoint
+from clawpod.sidecar.mediation.continuity import ContinuityStore
+from clawpod.sidecar.mediation.handler import CLIENT_CLOSED, handle_mediated, keepalive_interval
+from clawpod.sidecar.observability.logs import log_request
+from clawpod.sidecar.observability.metrics import Metrics
+from clawpod.sidecar.server.accounting import record_request
+from clawpod.sidecar.server.auth import AuthError, TokenVerifier
+from clawpod.sidecar.server.context import STATE_KEY, RequestContext, SidecarState
+from clawpod.sidecar.server.errors import (
     JSON_HEADERS,
     Api,
     ApiError,
@@ -35,10 +34,10 @@ from sidecar.server.errors import (
     jsonrpc_error_response,
     reply_error,
 )
-from sidecar.server.exchange import AiohttpExchange, Exchange
-from sidecar.server.passthrough import pass_through
-from sidecar.server.routing import ModelRouter
-from sidecar.server.upstream import FORWARDED_REQUEST_HEADERS, UpstreamClient
+from clawpod.sidecar.server.exchange import AiohttpExchange, Exchange
+from clawpod.sidecar.server.passthrough import pass_through
+from clawpod.sidecar.server.routing import ModelRouter
+from clawpod.sidecar.server.upstream import FORWARDED_REQUEST_HEADERS, UpstreamClient
 
 log = logging.getLogger("sidecar.server")
 

@@ -6,8 +6,8 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 
-from sidecar.manifest import AgentBuild, Build
-from sidecar.server.errors import ApiError
+from clawpod.sidecar.manifest import AgentBuild, Build
+from clawpod.sidecar.server.errors import ApiError
 
 
 class AuthError(ApiError):

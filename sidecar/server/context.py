@@ -7,18 +7,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from aiohttp import web
-
-from sidecar.manifest import AgentBuild, SidecarConfig
+from clawpod.sidecar.manifest import AgentBuild, SidecarConfig
 
 if TYPE_CHECKING:
-    from sidecar.audit.log import AuditLog
-    from sidecar.execution.executor import ToolExecutor
-    from sidecar.mcp.endpoint import McpEndpoint
-    from sidecar.mediation.continuity import ContinuityStore
-    from sidecar.observability.metrics import Metrics
-    from sidecar.server.auth import TokenVerifier
-    from sidecar.server.routing import ModelRouter
-    from sidecar.server.upstream import UpstreamClient
+    from clawpod.sidecar.audit.log import AuditLog
+    from clawpod.sidecar.execution.executor import ToolExecutor
+    from clawpod.sidecar.mcp.endpoint import McpEndpoint
+    from clawpod.sidecar.mediation.continuity import ContinuityStore
+    from clawpod.sidecar.observability.metrics import Metrics
+    from clawpod.sidecar.server.auth import TokenVerifier
+    from clawpod.sidecar.server.routing import ModelRouter
+    from clawpod.sidecar.server.upstream import UpstreamClient
 
 
 @dataclass

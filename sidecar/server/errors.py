@@ -9,7 +9,7 @@ import orjson
 from aiohttp import web
 
 if TYPE_CHECKING:
-    from sidecar.server.exchange import Exchange
+    from clawpod.sidecar.server.exchange import Exchange
 
 Api = Literal["openai", "anthropic"]
 JSON_HEADERS = {"Content-Type": "application/json"}

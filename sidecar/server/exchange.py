@@ -13,8 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 
 from aiohttp import web
-
-from sidecar.server.errors import ApiError
+from clawpod.sidecar.server.errors import ApiError
 
 ResponseHeaders = Mapping[str, str]
 

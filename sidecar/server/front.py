@@ -21,13 +21,12 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, cast
 
 import httptools
-
-from sidecar.server.errors import JSON_HEADERS, ApiError, error_json
-from sidecar.server.exchange import Exchange, ResponseHeaders, too_large
-from sidecar.transport import Headers
+from clawpod.sidecar.server.errors import JSON_HEADERS, ApiError, error_json
+from clawpod.sidecar.server.exchange import Exchange, ResponseHeaders, too_large
+from clawpod.sidecar.transport import Headers
 
 if TYPE_CHECKING:
-    from sidecar.server.app import LlmRoute
+    from clawpod.sidecar.server.app import LlmRoute
 
 # Bounds on what one request head may hold, like aiohttp's parser (its line limit is 8 KiB).
 MAX_HEAD_BYTES = 64 * 1024

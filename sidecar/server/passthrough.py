@@ -9,14 +9,13 @@ import time
 from typing import Any
 
 import orjson
-
-from sidecar.server.accounting import record_request, usage_record
-from sidecar.server.context import RequestContext
-from sidecar.server.errors import ApiError, reply_error, stream_error_bytes
-from sidecar.server.exchange import Exchange
-from sidecar.server.upstream import UpstreamError, response_headers, translate_error
-from sidecar.server.usage import StreamUsage, usage_from_body
-from sidecar.transport import Response, TransportError
+from clawpod.sidecar.server.accounting import record_request, usage_record
+from clawpod.sidecar.server.context import RequestContext
+from clawpod.sidecar.server.errors import ApiError, reply_error, stream_error_bytes
+from clawpod.sidecar.server.exchange import Exchange
+from clawpod.sidecar.server.upstream import UpstreamError, response_headers, translate_error
+from clawpod.sidecar.server.usage import StreamUsage, usage_from_body
+from clawpod.sidecar.transport import Response, TransportError
 
 
 def upstream_api_error(exc: UpstreamError) -> ApiError:

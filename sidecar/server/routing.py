@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fnmatch import fnmatchcase
 
-from sidecar.manifest import Provider, SidecarConfig
-from sidecar.server.errors import Api, ApiError
+from clawpod.sidecar.manifest import Provider, SidecarConfig
+from clawpod.sidecar.server.errors import Api, ApiError
 
 _API_ROUTE = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
 _CACHE_LIMIT = 4096

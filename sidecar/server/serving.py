@@ -7,10 +7,9 @@ import functools
 from dataclasses import dataclass
 
 from aiohttp import web
-
-from sidecar.server.app import LLM_ROUTES, serve_llm
-from sidecar.server.context import STATE_KEY
-from sidecar.server.front import FrontDoor
+from clawpod.sidecar.server.app import LLM_ROUTES, serve_llm
+from clawpod.sidecar.server.context import STATE_KEY
+from clawpod.sidecar.server.front import FrontDoor
 
 BACKLOG = 1024  # connections waiting to be accepted; a pod's agents open a few each
 

@@ -9,10 +9,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
-
-from sidecar.manifest import Provider, SidecarConfig
-from sidecar.observability.metrics import Metrics, connection_counts
-from sidecar.transport import (
+from clawpod.sidecar.manifest import Provider, SidecarConfig
+from clawpod.sidecar.observability.metrics import Metrics, connection_counts
+from clawpod.sidecar.transport import (
     ConnectError,
     Headers,
     HttpClient,
@@ -23,7 +22,7 @@ from sidecar.transport import (
 )
 
 if TYPE_CHECKING:
-    from sidecar.server.context import RequestContext
+    from clawpod.sidecar.server.context import RequestContext
 
 log = logging.getLogger("sidecar.upstream")
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-
-from sidecar.server.errors import Api
+from clawpod.sidecar.server.errors import Api
 
 _MAX_PENDING_LINE = 1 << 20
 

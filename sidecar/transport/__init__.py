@@ -1,15 +1,15 @@
 """Outbound HTTP: pooled keep-alive HTTP/1.1 to LLM providers and tool services."""
 
-from sidecar.transport.client import HttpClient, PreparedRequest
-from sidecar.transport.errors import (
+from clawpod.sidecar.transport.client import HttpClient, PreparedRequest
+from clawpod.sidecar.transport.errors import (
     ConnectError,
     ConnectionClosed,
     InvalidResponse,
     Timeout,
     TransportError,
 )
-from sidecar.transport.http1 import Headers, Response
-from sidecar.transport.pool import ConnectionCounts
+from clawpod.sidecar.transport.http1 import Headers, Response
+from clawpod.sidecar.transport.pool import ConnectionCounts
 
 __all__ = [
     "ConnectError",

@@ -9,9 +9,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from sidecar.transport.errors import ConnectionClosed
-from sidecar.transport.http1 import Response
-from sidecar.transport.pool import ConnectionCounts, ConnectionPool, Origin
+from clawpod.sidecar.transport.errors import ConnectionClosed
+from clawpod.sidecar.transport.http1 import Response
+from clawpod.sidecar.transport.pool import ConnectionCounts, ConnectionPool, Origin
 
 # Safe to send again when a kept-alive connection turns out closed before any answer (RFC 9110
 # 9.2.2); a POST is never repeated, whatever the provider would have done with it.

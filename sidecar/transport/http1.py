@@ -14,8 +14,12 @@ from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import httptools
-
-from sidecar.transport.errors import ConnectionClosed, InvalidResponse, Timeout, TransportError
+from clawpod.sidecar.transport.errors import (
+    ConnectionClosed,
+    InvalidResponse,
+    Timeout,
+    TransportError,
+)
 
 HIGH_WATER = 256 * 1024
 # A timer can fire a little before its time (loop clock resolution).

@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from compiler.errors import CompileError
-from compiler.pod import CompiledPod, compile_pod
+from clawpod.compiler.errors import CompileError
+from clawpod.compiler.pod import CompiledPod, compile_pod
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_DIR = REPO / "compose" / "examples" / "trading-desk"

@@ -9,11 +9,10 @@ from typing import Any
 
 import pytest
 import yaml
-
-from compiler.build import read_token, write_build
-from compiler.errors import CompileError
-from compiler.pod import compile_pod
-from sidecar.manifest import (
+from clawpod.compiler.build import read_token, write_build
+from clawpod.compiler.errors import CompileError
+from clawpod.compiler.pod import compile_pod
+from clawpod.sidecar.manifest import (
     AgentManifest,
     SidecarConfig,
     ToolsManifest,
@@ -21,6 +20,7 @@ from sidecar.manifest import (
     load_build,
     token_sha256,
 )
+
 from tests.compiler.conftest import EXAMPLE_POD, TOOL_SERVICES, PodDir
 
 EXPECTED_FILES = {
@@ -278,7 +278,7 @@ def test_generated_compose_wires_agents_sidecar_and_tools(example_out: Path) -> 
     assert sidecar["command"] == [
         "python",
         "-m",
-        "sidecar",
+        "clawpod.sidecar",
         "--build",
         "/claw/build",
         "--state-dir",

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+from clawpod.compiler.cli import main
 from jsonschema import Draft202012Validator
 
-from compiler.cli import main
 from tests.compiler.conftest import EXAMPLE_POD, REPO
 
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "compiler.cli", *args],
+        [sys.executable, "-m", "clawpod.compiler.cli", *args],
         capture_output=True,
         text=True,
         cwd=cwd or REPO,
@@ -124,7 +124,7 @@ def test_schemas_are_valid_json_schema_and_accept_the_examples() -> None:
 
 
 def test_audit_dispatches_to_the_audit_module(tmp_path: Path) -> None:
-    pytest.importorskip("sidecar.audit.cli")
+    pytest.importorskip("clawpod.sidecar.audit.cli")
     for action in ("verify", "show"):
         result = run("audit", action, str(tmp_path))
         assert result.returncode in (0, 1)

@@ -3,9 +3,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-
-from sidecar.execution import ToolExecutor
-from sidecar.observability import Metrics
+from clawpod.sidecar.execution import ToolExecutor
+from clawpod.sidecar.observability import Metrics
 
 
 @pytest.fixture

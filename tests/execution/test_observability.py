@@ -7,8 +7,7 @@ import logging
 
 import orjson
 import pytest
-
-from sidecar.observability import Metrics, configure_logging, log_request
+from clawpod.sidecar.observability import Metrics, configure_logging, log_request
 
 
 def test_each_metrics_instance_has_its_own_registry() -> None:

@@ -7,12 +7,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-
-from sidecar.codecs import codec_for
-from sidecar.execution.executor import ToolExecutor
-from sidecar.execution.outcome import ToolOutcome
-from sidecar.manifest import AgentBuild, AgentManifest, ManagedTool, ToolPolicy, ToolsManifest
-from sidecar.mediation.commands import (
+from clawpod.sidecar.codecs import codec_for
+from clawpod.sidecar.execution.executor import ToolExecutor
+from clawpod.sidecar.execution.outcome import ToolOutcome
+from clawpod.sidecar.manifest import (
+    AgentBuild,
+    AgentManifest,
+    ManagedTool,
+    ToolPolicy,
+    ToolsManifest,
+)
+from clawpod.sidecar.mediation.commands import (
     BeginStream,
     CallModel,
     Command,
@@ -29,8 +34,9 @@ from sidecar.mediation.commands import (
     Respond,
     ToolsDone,
 )
-from sidecar.mediation.continuity import ContinuityStore
-from sidecar.mediation.engine import MediationEngine
+from clawpod.sidecar.mediation.continuity import ContinuityStore
+from clawpod.sidecar.mediation.engine import MediationEngine
+
 from tests.support.builds import http_tool
 
 VALIDATOR = ToolExecutor(env={})

@@ -6,10 +6,10 @@ from typing import Any
 
 import orjson
 import pytest
+from clawpod.sidecar.codecs import codec_for
+from clawpod.sidecar.mediation.conversation import CodecError, Conversation
+from clawpod.sidecar.mediation.handler import _upstream_message
 
-from sidecar.codecs import codec_for
-from sidecar.mediation.conversation import CodecError, Conversation
-from sidecar.mediation.handler import _upstream_message
 from tests.support.upstream import Recorded, fixture_files, load_fixture
 
 EXCHANGES = [exchange for name in fixture_files() for exchange in load_fixture(name)]
@@ -142,7 +142,8 @@ def test_thinking_with_signature_is_kept_for_the_next_round() -> None:
     first, second = load_fixture(name)
     codec = codec_for("anthropic")
     turn = codec.parse_response(first.json)
-    from sidecar.mediation.conversation import ToolResult
+    from clawpod.sidecar.mediation.conversation import ToolResult
+
     from tests.mediation.scripted import ok
 
     assistant, results = codec.round_messages(turn, [ToolResult(turn.calls[0], ok("Mexico"))])

@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clawpod.sidecar.codecs import codec_for
+from clawpod.sidecar.mediation.commands import Recall, Remember
+from clawpod.sidecar.mediation.continuity import ContinuityStore
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sidecar.codecs import codec_for
-from sidecar.mediation.commands import Recall, Remember
-from sidecar.mediation.continuity import ContinuityStore
 from tests.mediation.scripted import agent, calls, drive, engine_for, request, text
 
 APIS = ["openai", "anthropic"]

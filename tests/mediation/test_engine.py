@@ -6,11 +6,17 @@ from typing import Any
 
 import orjson
 import pytest
+from clawpod.sidecar.codecs import codec_for
+from clawpod.sidecar.execution.outcome import ToolOutcome
+from clawpod.sidecar.mediation.commands import (
+    BeginStream,
+    CallModel,
+    ExecuteTools,
+    ModelFailed,
+    Remember,
+)
+from clawpod.sidecar.mediation.engine import present_tools
 
-from sidecar.codecs import codec_for
-from sidecar.execution.outcome import ToolOutcome
-from sidecar.mediation.commands import BeginStream, CallModel, ExecuteTools, ModelFailed, Remember
-from sidecar.mediation.engine import present_tools
 from tests.mediation.scripted import (
     CANCEL,
     LOOKUP,
@@ -491,7 +497,7 @@ def test_a_malformed_upstream_body_is_a_protocol_error(api: str) -> None:
 
 @pytest.mark.parametrize("api", APIS)
 def test_a_malformed_client_request_is_rejected_at_parse(api: str) -> None:
-    from sidecar.mediation.conversation import CodecError
+    from clawpod.sidecar.mediation.conversation import CodecError
 
     with pytest.raises(CodecError):
         engine_for(api, {"model": "x", "messages": "hello"})

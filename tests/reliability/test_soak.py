@@ -31,9 +31,9 @@ import openai
 import orjson
 import pytest
 from aiohttp import web
+from clawpod.sidecar.audit.cli import verify_command
+from clawpod.sidecar.manifest import ToolAuth, ToolPolicy
 
-from sidecar.audit.cli import verify_command
-from sidecar.manifest import ToolAuth, ToolPolicy
 from tests.reliability.wire import text, tool_call
 from tests.support import secret_sweep
 from tests.support.builds import AgentSpec, http_tool, providers_for, write_build
@@ -123,7 +123,7 @@ def start_sidecar_process(build: Path, state: Path, log: Path) -> SidecarProcess
     command = [
         sys.executable,
         "-m",
-        "sidecar",
+        "clawpod.sidecar",
         "--build",
         str(build),
         "--host",

@@ -11,14 +11,11 @@ from typing import Any
 import anthropic
 import openai
 import pytest
+from clawpod.sidecar.manifest import Provider
 
-from sidecar.manifest import Provider
 from tests.support.builds import AgentSpec, providers_for, write_build
 from tests.support.sidecar import RunningSidecar, start_sidecar
-from tests.support.upstream import FIXTURES_DIR, StubUpstream
-
-if not FIXTURES_DIR.is_dir():
-    pytest.skip(f"recorded fixtures not found at {FIXTURES_DIR}", allow_module_level=True)
+from tests.support.upstream import StubUpstream
 
 
 @dataclass

@@ -9,10 +9,9 @@ import aiohttp
 import orjson
 import pytest
 from aiohttp import web
-
-from sidecar.server.app import protocol_errors
-from sidecar.server.errors import ApiError, reply_error
-from sidecar.server.exchange import AiohttpExchange
+from clawpod.sidecar.server.app import protocol_errors
+from clawpod.sidecar.server.errors import ApiError, reply_error
+from clawpod.sidecar.server.exchange import AiohttpExchange
 
 SECRET_DETAIL = "db password is hunter2"
 

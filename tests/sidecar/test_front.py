@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import orjson
 import pytest
+from clawpod.sidecar.server.usage import StreamUsage
 
-from sidecar.server.usage import StreamUsage
 from tests.sidecar.conftest import Pod, PodFactory
 from tests.support.upstream import Reply, openai_completion
 

@@ -1,4 +1,4 @@
-"""``python -m sidecar`` as a real process: the listening line, serving, clean SIGTERM
+"""``python -m clawpod.sidecar`` as a real process: the listening line, serving, clean SIGTERM
 shutdown with the audit on disk, and refusal of a tampered or missing build."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ async def _spawn(*args: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "sidecar",
+        "clawpod.sidecar",
         *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

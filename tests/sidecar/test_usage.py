@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from clawpod.sidecar.server.usage import StreamUsage, usage_from_body
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sidecar.server.usage import StreamUsage, usage_from_body
 from tests.support.upstream import Recorded, fixture_files, load_fixture
 
 STREAMS = [e for name in fixture_files() for e in load_fixture(name) if e.stream]

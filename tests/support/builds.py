@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sidecar.manifest import (
+from clawpod.sidecar.manifest import (
     AgentManifest,
     Execution,
     ManagedTool,

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sidecar.manifest import Build
+from clawpod.sidecar.manifest import Build
 
 # Short values (like "x") would match by chance; every test credential is longer.
 MIN_SECRET_LENGTH = 8

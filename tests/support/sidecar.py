@@ -9,11 +9,11 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from clawpod.sidecar.manifest import load_build
+from clawpod.sidecar.server.app import create_app
+from clawpod.sidecar.server.context import STATE_KEY, SidecarState
+from clawpod.sidecar.server.serving import Listening, listen
 
-from sidecar.manifest import load_build
-from sidecar.server.app import create_app
-from sidecar.server.context import STATE_KEY, SidecarState
-from sidecar.server.serving import Listening, listen
 from tests.support import secret_sweep
 
 TEST_PROVIDER_KEYS = {

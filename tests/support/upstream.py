@@ -33,9 +33,10 @@ ROUTES: dict[Api, str] = {"openai": "/v1/chat/completions", "anthropic": "/v1/me
 SSE = "text/event-stream; charset=utf-8"
 JSON = "application/json"
 
-# The recorded exchanges live beside the repository (../shared/fixtures); CLAW_FIXTURES overrides.
+# The recorded provider exchanges the tests replay (origins and licences in their SOURCES.md);
+# CLAW_FIXTURES points the suite at another copy.
 FIXTURES_DIR = Path(
-    os.environ.get("CLAW_FIXTURES", Path(__file__).resolve().parents[3] / "shared" / "fixtures")
+    os.environ.get("CLAW_FIXTURES", Path(__file__).resolve().parents[1] / "fixtures" / "providers")
 )
 
 

@@ -13,19 +13,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
-
-from sidecar.transport import (
+from clawpod.sidecar.transport import (
     ConnectError,
     ConnectionClosed,
     HttpClient,
     InvalidResponse,
     Timeout,
 )
-from sidecar.transport.http1 import HIGH_WATER
+from clawpod.sidecar.transport.http1 import HIGH_WATER
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter, "RawServer"], Awaitable[None]]
 
