@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from clawpod.sidecar.manifest import ToolPolicy
 
 from bench import interleaved, loadgen, streamclient, workloads
 from bench.processes import Server, cpu_seconds, free_port, rss_bytes, start_server
+from clawpod.sidecar.manifest import ToolPolicy
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH_DIR = REPO / "bench"

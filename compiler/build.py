@@ -13,6 +13,7 @@ from typing import Any
 
 import jinja2
 import yaml
+
 from clawpod.compiler.compose import STATE_DIR, generate_compose
 from clawpod.compiler.descriptor import CompiledTool
 from clawpod.compiler.errors import CompileError

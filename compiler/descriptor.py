@@ -6,11 +6,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from clawpod.compiler.errors import CompileError, pointer
-from clawpod.compiler.schemas import SchemaProblem, normalise_schema, schema_key
-from clawpod.compiler.sources import DescriptorSource
-from clawpod.compiler.yamlload import Lines, parse_document
-from clawpod.sidecar.manifest import HttpMethod, ToolAuth
 from jsonschema import Draft202012Validator, SchemaError
 from pydantic import (
     AliasChoices,
@@ -22,6 +17,12 @@ from pydantic import (
     WithJsonSchema,
     field_validator,
 )
+
+from clawpod.compiler.errors import CompileError, pointer
+from clawpod.compiler.schemas import SchemaProblem, normalise_schema, schema_key
+from clawpod.compiler.sources import DescriptorSource
+from clawpod.compiler.yamlload import Lines, parse_document
+from clawpod.sidecar.manifest import HttpMethod, ToolAuth
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")

@@ -10,8 +10,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from clawpod.compiler.errors import CompileError
 from pydantic import PlainValidator, WithJsonSchema
+
+from clawpod.compiler.errors import CompileError
 
 SPREAD = "..."
 ALL = "all"

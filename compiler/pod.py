@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
+
 from clawpod.compiler.descriptor import ENV_NAME, CompiledTool, LoadedDescriptor, load_descriptor
 from clawpod.compiler.descriptor import validation_error as _validation_error
 from clawpod.compiler.errors import CompileError, pointer
@@ -16,7 +18,6 @@ from clawpod.compiler.policy import PolicySpec, effective_policy
 from clawpod.compiler.sources import DescriptorSource, FileSource, ImageSource
 from clawpod.compiler.yamlload import Lines, load_file
 from clawpod.sidecar.manifest import Mode, OnMixed, Provider, ToolAuth, ToolPolicy
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
 
 SIDECAR_SERVICE = "claw-sidecar"
 SIDECAR_HOST_URL = f"http://{SIDECAR_SERVICE}:8080"

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from clawpod.sidecar.manifest import ToolPolicy
 from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
+
+from clawpod.sidecar.manifest import ToolPolicy
 
 _DEFAULTS = ToolPolicy()
 Positive = Annotated[int, Strict(), Field(gt=0)]

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from clawpod.compiler.errors import CompileError
 
 try:  # the C loader is much faster on big pod files; fall back when libyaml is absent

@@ -54,7 +54,7 @@ async def serve(build: Build, host: str, port: int, state_dir: Path) -> int:
         log.info("shutting down")
         return 0
     finally:
-        await listening.close(SHUTDOWN_TIMEOUT_S)  # the app's cleanup flushes the audit log
+        await listening.close()  # the app's cleanup flushes the audit log
 
 
 def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import orjson
+
 from clawpod.sidecar.audit.log import GENESIS, MAX_UNWRITTEN, read_head, record_hash
 
 MAX_PROBLEMS_PER_FILE = 20

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
 from clawpod.sidecar.observability.logs import rfc3339_now
 
 log = logging.getLogger("sidecar.audit")

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from clawpod.sidecar.execution.outcome import ToolOutcome
+
 from clawpod.sidecar.manifest import ManagedTool
+from clawpod.sidecar.model.outcome import ToolOutcome
 
 # Arguments are kept for the operator, but a runaway model must not bloat the log.
 MAX_ARGUMENT_BYTES = 64 * 1024

@@ -6,9 +6,16 @@ import copy
 from typing import Any
 
 import orjson
+
 from clawpod.sidecar.codecs.base import Codec
 from clawpod.sidecar.codecs.sse import event_frame, parse_events, pieces
-from clawpod.sidecar.mediation.conversation import (
+from clawpod.sidecar.model.canonical import (
+    canonical_arguments,
+    canonical_json,
+    digest,
+    normalise_text,
+)
+from clawpod.sidecar.model.conversation import (
     CodecError,
     Conversation,
     ModelTurn,
@@ -16,11 +23,8 @@ from clawpod.sidecar.mediation.conversation import (
     ToolChoice,
     ToolResult,
     ToolSpec,
-    canonical_arguments,
-    canonical_json,
-    digest,
-    normalise_text,
 )
+from clawpod.sidecar.model.errors import ApiError
 
 TEXT_PIECE = 256
 # Blocks that carry a JSON ``input`` streamed as input_json_delta.
@@ -32,9 +36,46 @@ WIRE_TO_CHOICE = {wire: mode for mode, wire in CHOICE_TO_WIRE.items()}
 
 
 class AnthropicCodec(Codec):
+    name = "messages"
+    title = "Messages"
     api = "anthropic"
+    route = "/v1/messages"
+    upstream_path = "/v1/messages"
+    side_routes = {"/v1/messages/count_tokens": "/v1/messages/count_tokens"}
+    forwarded_headers = ("anthropic-version", "anthropic-beta", "idempotency-key")
+    stream_end = b"message_stop"
     input_key = "input_tokens"
     output_key = "output_tokens"
+
+    # --- pass-through -----------------------------------------------------------------------
+
+    def auth_headers(self, key: str) -> dict[str, str]:
+        return {"x-api-key": key}
+
+    def error_body(self, err: ApiError) -> dict[str, Any]:
+        # `code` is an addition to Anthropic's shape so callers can branch on our error codes.
+        error = {"type": err.type, "message": err.message, "code": err.code}
+        return {"type": "error", "error": error}
+
+    def stream_error(self, err: ApiError) -> bytes:
+        return event_frame("error", self.error_body(err))
+
+    def usage_of_event(self, event: dict[str, Any]) -> Any:
+        message = event.get("message")  # message_start nests the usage
+        return message.get("usage") if isinstance(message, dict) else event.get("usage")
+
+    def models_list(self, models: list[tuple[str, str]]) -> dict[str, Any]:
+        data = [
+            {
+                "type": "model",
+                "id": model,
+                "display_name": f"{model} via {provider}",
+                "created_at": "1970-01-01T00:00:00Z",
+            }
+            for provider, model in models
+        ]
+        first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
+        return {"data": data, "has_more": False, "first_id": first, "last_id": last}
 
     # --- client request ---------------------------------------------------------------------
 

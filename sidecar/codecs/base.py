@@ -1,11 +1,15 @@
-"""What the mediation engine needs from a provider codec, and what both codecs do alike."""
+"""A codec owns one wire protocol: what the mediation engine needs from it (request, response
+and stream parse and render) and what the server needs to pass it through (routes, headers,
+error shapes, usage, stream end, model list)."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, ClassVar, Literal
 
-from clawpod.sidecar.mediation.conversation import (
+import orjson
+
+from clawpod.sidecar.model.conversation import (
     CodecError,
     Conversation,
     ModelTurn,
@@ -13,12 +17,77 @@ from clawpod.sidecar.mediation.conversation import (
     ToolResult,
     ToolSpec,
 )
+from clawpod.sidecar.model.errors import ApiError
+
+ProviderApi = Literal["openai", "anthropic"]
 
 
 class Codec(ABC):
-    api: str
-    input_key: str
-    output_key: str
+    name: ClassVar[str]
+    """The protocol's short name."""
+    title: ClassVar[str]
+    """The protocol's name in messages to people."""
+    api: ClassVar[ProviderApi]
+    """Which providers speak it (a provider's ``api`` in sidecar.json)."""
+    route: ClassVar[str]
+    """The client route that the sidecar mediates."""
+    upstream_path: ClassVar[str]
+    """Where ``route`` goes under the provider's base URL."""
+    side_routes: ClassVar[dict[str, str]] = {}
+    """Further client routes of the protocol (always passed through) -> upstream path."""
+    forwarded_headers: ClassVar[tuple[str, ...]]
+    """Client headers with API meaning that go upstream; never authentication."""
+    stream_end: ClassVar[bytes]
+    """What a complete stream carries last; its absence means the stream was cut."""
+    input_key: ClassVar[str]
+    output_key: ClassVar[str]
+
+    # --- pass-through -----------------------------------------------------------------------
+
+    @abstractmethod
+    def auth_headers(self, key: str) -> dict[str, str]:
+        """The provider key attached the way the provider's API expects it."""
+
+    @abstractmethod
+    def error_body(self, err: ApiError) -> dict[str, Any]:
+        """An error in the protocol's JSON shape."""
+
+    def error_json(self, err: ApiError) -> bytes:
+        return orjson.dumps(self.error_body(err))
+
+    @abstractmethod
+    def stream_error(self, err: ApiError) -> bytes:
+        """The in-band SSE event that ends a stream whose response head is already sent."""
+
+    def usage_counts(self, usage: Any) -> tuple[int, int]:
+        """(input, output) tokens of a usage object; zeros when absent."""
+        if not isinstance(usage, dict):
+            return 0, 0
+        return _int(usage.get(self.input_key)), _int(usage.get(self.output_key))
+
+    def usage_of_body(self, body: Any) -> tuple[int, int]:
+        """(input, output) tokens of a non-streaming response body."""
+        return self.usage_counts(body.get("usage") if isinstance(body, dict) else None)
+
+    def usage_of_event(self, event: dict[str, Any]) -> Any:
+        """The usage object a stream event carries, if any."""
+        return event.get("usage")
+
+    def provider_error_message(self, body: bytes) -> str:
+        """The provider's own message in an error body (both families nest it under
+        ``error.message``), else the start of the body."""
+        try:
+            error = orjson.loads(body).get("error")
+            message = error.get("message") if isinstance(error, dict) else None
+        except (ValueError, AttributeError):
+            message = None
+        return str(message) if message else body[:200].decode("utf-8", "replace") or "no body"
+
+    @abstractmethod
+    def models_list(self, models: list[tuple[str, str]]) -> dict[str, Any]:
+        """(provider name, model id) pairs in the protocol's model-list shape."""
+
+    # --- mediation --------------------------------------------------------------------------
 
     @abstractmethod
     def parse_request(self, body: dict[str, Any]) -> Conversation: ...
@@ -86,3 +155,7 @@ class Codec(ABC):
     @abstractmethod
     def echo_fingerprint(self, conversation: Conversation, body: dict[str, Any]) -> str:
         """Fingerprint of the final answer as the runner will send it back next time."""
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

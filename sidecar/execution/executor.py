@@ -19,8 +19,11 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import orjson
-from clawpod.sidecar.execution.outcome import ToolOutcome, error_envelope
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+
 from clawpod.sidecar.manifest import ManagedTool
+from clawpod.sidecar.model.outcome import ToolOutcome, error_envelope
 from clawpod.sidecar.observability.metrics import Metrics, connection_counts
 from clawpod.sidecar.transport import (
     ConnectError,
@@ -30,8 +33,6 @@ from clawpod.sidecar.transport import (
     Timeout,
     TransportError,
 )
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError
 
 PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
 CLAW_ID = "claw_id"

@@ -21,10 +21,10 @@ from urllib.parse import urlsplit
 
 import orjson
 from aiohttp import web
+
 from clawpod.sidecar.audit.log import AuditLog
 from clawpod.sidecar.audit.trace import trace_call
 from clawpod.sidecar.execution.executor import ToolExecutor
-from clawpod.sidecar.execution.outcome import ToolOutcome, refused
 from clawpod.sidecar.manifest import AgentBuild, ManagedTool
 from clawpod.sidecar.mcp.protocol import (
     BATCHES_UNTIL,
@@ -48,6 +48,7 @@ from clawpod.sidecar.mcp.protocol import (
     tool_result,
 )
 from clawpod.sidecar.mcp.sessions import Session, SessionStore
+from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from clawpod.sidecar.observability.logs import log_request
 from clawpod.sidecar.observability.metrics import Metrics
 
@@ -97,7 +98,7 @@ class McpEndpoint:
             elif request.method == "DELETE":
                 response = self._delete(request, agent)
             else:
-                response = _http_error(
+                response = jsonrpc_error(
                     405,
                     INVALID_REQUEST,
                     "Method Not Allowed: use POST (and DELETE to end a session)",
@@ -336,10 +337,11 @@ class McpEndpoint:
 class _HttpError(Exception):
     def __init__(self, status: int, code: int, message: str) -> None:
         super().__init__(message)
-        self.response = _http_error(status, code, message)
+        self.response = jsonrpc_error(status, code, message)
 
 
-def _http_error(status: int, code: int, message: str) -> web.Response:
+def jsonrpc_error(status: int, code: int, message: str) -> web.Response:
+    """A JSON-RPC error answer to a request whose id is unknown (refused before parsing)."""
     return _json_response(error_response(None, code, message), status=status)
 
 

@@ -6,9 +6,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 import orjson
-from clawpod.sidecar.execution.outcome import ToolOutcome
-from clawpod.sidecar.manifest import AgentBuild
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from clawpod.sidecar.manifest import AgentBuild
+from clawpod.sidecar.model.outcome import ToolOutcome
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600

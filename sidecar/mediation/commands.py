@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from clawpod.sidecar.execution.outcome import ToolOutcome
 from clawpod.sidecar.manifest import ManagedTool
-from clawpod.sidecar.mediation.conversation import ToolCall
+from clawpod.sidecar.model.conversation import ToolCall
+from clawpod.sidecar.model.outcome import ToolOutcome
 
 # --- commands -------------------------------------------------------------------------------
 
@@ -50,8 +50,8 @@ class ExecuteTools:
     timeout_s: float
     """Per call: timeout_per_tool_ms, already clamped to the request's remaining budget."""
     max_result_bytes: int
-    deadline: float
-    """Clock reading at which the request's total budget ends (sequential calls stop there)."""
+    budget_s: float
+    """What is left of the request's tool budget: sequential calls stop once it is spent."""
 
 
 @dataclass(slots=True)
@@ -106,6 +106,8 @@ class ModelFailed:
 @dataclass(slots=True)
 class ToolsDone:
     outcomes: list[ToolOutcome]
+    elapsed_s: float
+    """Wall time the round's executions took, spent from the tool budget."""
 
 
 @dataclass(slots=True)

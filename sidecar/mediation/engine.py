@@ -2,8 +2,9 @@
 
 :meth:`MediationEngine.run` is a generator: it yields commands (call the model, execute these
 tool calls, remember these rounds, respond, fail) and receives events back. It never touches a
-socket, a file or the clock directly, so every decision is testable in isolation; the aiohttp
-driver in :mod:`sidecar.mediation.handler` performs the I/O.
+socket, a file or a clock, so every decision is testable in isolation: time reaches it only as
+the tool time each ``ToolsDone`` reports, spent against the request's tool budget. The driver
+in :mod:`clawpod.sidecar.server.mediated` performs the I/O and renders audit and metrics.
 """
 
 from __future__ import annotations
@@ -11,11 +12,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from typing import Any
 
-from clawpod.sidecar.audit.trace import trace_call
 from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.execution.outcome import ToolOutcome, refused
 from clawpod.sidecar.manifest import AgentBuild, ManagedTool
 from clawpod.sidecar.mediation.commands import (
     BeginStream,
@@ -33,17 +33,18 @@ from clawpod.sidecar.mediation.commands import (
     Respond,
     ToolsDone,
 )
-from clawpod.sidecar.mediation.conversation import (
+from clawpod.sidecar.model.canonical import canonical_json, digest
+from clawpod.sidecar.model.conversation import (
     CodecError,
     ModelTurn,
     ToolCall,
     ToolChoice,
     ToolResult,
     ToolSpec,
-    Usage,
-    canonical_json,
-    digest,
 )
+from clawpod.sidecar.model.errors import upstream_failure
+from clawpod.sidecar.model.outcome import ToolOutcome, refused
+from clawpod.sidecar.model.usage import Usage
 
 Validate = Callable[[ManagedTool, Any], "dict[str, Any] | ToolOutcome"]
 Run = Generator[Command, Event, None]
@@ -82,6 +83,21 @@ def _alternative_name(base: str, taken: set[str]) -> str:
     raise AssertionError("unreachable")
 
 
+@dataclass(slots=True)
+class AnsweredCall:
+    """One call of a round and how it was answered: what audit and metrics are made of."""
+
+    call: ToolCall
+    tool: ManagedTool | None
+    """None for a call the runner owns (a refused mixed round)."""
+    outcome: ToolOutcome
+
+
+# Building a conversation only reads the client's body: any of these is a body whose parts do
+# not have the protocol's shapes (a message that is not an object).
+_SHAPE_ERRORS = (AttributeError, TypeError, KeyError, IndexError, ValueError)
+
+
 class MediationEngine:
     def __init__(
         self,
@@ -90,35 +106,52 @@ class MediationEngine:
         body: dict[str, Any],
         *,
         validate: Validate,
-        clock: Callable[[], float],
-        started: float,
-        upstream_timeout_s: float,
+        model_timeout_s: float,
     ) -> None:
-        """Parse the client request; raises :class:`CodecError` when it is malformed."""
         self.codec = codec
+        self.agent = agent
         self.agent_id = agent.agent.id
         self.on_mixed = agent.agent.on_mixed
         self.policy = agent.tools.policy
-        self.conversation = codec.parse_request(body)
-        self.tools = present_tools(list(agent.tools.tools), self.conversation.runner_tool_names)
+        self.body = body
+        self.validate = validate
+        self.model_timeout_s = model_timeout_s
+        self.tool_budget_s = self.policy.total_timeout_ms / 1000
+        self.tool_time_s = 0.0
+        """Tool execution time spent so far; model generation does not count (§8.2)."""
+        self.usage = Usage(input_key=codec.input_key, output_key=codec.output_key)
+        self.rounds: list[list[AnsweredCall]] = []
+        """Every round answered, in order, for the driver's audit and metrics."""
+        self.executed_rounds = 0
+        self._seen: dict[tuple[str, bytes], tuple[str, ToolOutcome]] = {}
+
+    def _parse(self) -> Fail | None:
+        """Read the client request; a malformed one is the exchange's first and last command."""
+        try:
+            self.conversation = self.codec.parse_request(self.body)
+        except CodecError as exc:
+            return Fail(400, "invalid_request", str(exc))
+        except _SHAPE_ERRORS as exc:
+            message = (
+                f"the request body does not have the shape of a {self.codec.title} request "
+                f"({type(exc).__name__}); check the types of messages, tools and tool_choice"
+            )
+            return Fail(400, "invalid_request", message)
+        conversation = self.conversation
+        self.tools = present_tools(list(self.agent.tools.tools), conversation.runner_tool_names)
         self.specs = [ToolSpec(n, t.description, t.input_schema) for n, t in self.tools.items()]
         self._request_name = {t.name: n for n, t in self.tools.items()}
         self._request_name |= {t.presented: n for n, t in self.tools.items()}
-        self.validate = validate
-        self.clock = clock
-        self.started = started
-        self.upstream_timeout_s = upstream_timeout_s
-        self.usage = Usage(input_key=codec.input_key, output_key=codec.output_key)
-        self.tool_trace: list[dict[str, Any]] = []
-        self.outcomes: list[tuple[str, ToolOutcome]] = []
-        """(tool label, outcome) of every call answered, for metrics."""
-        self.executed_rounds = 0
-        self._seen: dict[tuple[str, bytes], tuple[str, ToolOutcome]] = {}
         self._prefix_hashes = self._hash_prefixes()
+        return None
 
     # --- the loop ---------------------------------------------------------------------------
 
     def run(self) -> Run:
+        invalid = self._parse()
+        if invalid is not None:
+            yield invalid
+            return
         conversation = self.conversation
         if conversation.stream:
             yield BeginStream()
@@ -139,7 +172,7 @@ class MediationEngine:
                 self.specs,
                 ToolChoice(mode="none") if finalizing else choice,
             )
-            event = yield CallModel(body, min(self.upstream_timeout_s, remaining))
+            event = yield CallModel(body, self.model_timeout_s)
             turn = self._accept_reply(event)
             if isinstance(turn, Fail):
                 yield turn
@@ -245,10 +278,11 @@ class MediationEngine:
                 concurrent=all(self.tools[c.name].read_only for c in calls),
                 timeout_s=min(self.policy.timeout_per_tool_ms / 1000, remaining),
                 max_result_bytes=self.policy.max_tool_result_bytes,
-                deadline=self.started + self.policy.total_timeout_ms / 1000,
+                budget_s=remaining,
             )
             if not isinstance(event, ToolsDone) or len(event.outcomes) != len(executions):
                 raise TypeError("ExecuteTools must be answered with one outcome per execution")
+            self.tool_time_s += event.elapsed_s
             for position, key, outcome in zip(positions, keys, event.outcomes, strict=True):
                 outcomes[position] = outcome
                 self._seen[key] = (calls[position].id, outcome)
@@ -286,11 +320,10 @@ class MediationEngine:
         return dataclasses.replace(choice, name=request_name)
 
     def _remaining_s(self) -> float:
-        return self.started + self.policy.total_timeout_ms / 1000 - self.clock()
+        return self.tool_budget_s - self.tool_time_s
 
     def _nearly_out_of_time(self) -> bool:
-        budget = self.policy.total_timeout_ms / 1000
-        return self.clock() - self.started >= FINALIZE_AT * budget
+        return self.tool_time_s >= FINALIZE_AT * self.tool_budget_s
 
     def _timed_out(self) -> Fail:
         return Fail(
@@ -318,15 +351,9 @@ class MediationEngine:
         )
 
     def _upstream_failure(self, event: ModelFailed) -> Fail:
-        if event.kind == "timeout":
-            if self._remaining_s() <= 0:
-                return self._timed_out()
-            return Fail(504, "upstream_timeout", event.message)
         if event.status is None:
-            code = (
-                "upstream_unreachable" if event.kind == "unreachable" else "upstream_protocol_error"
-            )
-            return Fail(502, code, event.message)
+            err = upstream_failure(event.kind, event.message)
+            return Fail(err.status, err.code, err.message)
         if event.status in (401, 403) or event.status >= 500:
             # The provider rejected the sidecar's key or failed: not the client's fault.
             message = f"provider answered {event.status}: {event.message}"
@@ -334,17 +361,11 @@ class MediationEngine:
         return Fail(event.status, "upstream_error", event.message, retry_after=event.retry_after)
 
     def _trace_round(self, calls: list[ToolCall], outcomes: list[ToolOutcome]) -> None:
-        for call, outcome in zip(calls, outcomes, strict=True):
-            tool = self.tools.get(call.name)
-            self.outcomes.append((tool.name if tool else call.name, outcome))
-        self.tool_trace.append(
-            {
-                "round": len(self.tool_trace) + 1,
-                "calls": [
-                    trace_call(call.id, self.tools.get(call.name), call.name, call.arguments, o)
-                    for call, o in zip(calls, outcomes, strict=True)
-                ],
-            }
+        self.rounds.append(
+            [
+                AnsweredCall(call, self.tools.get(call.name), outcome)
+                for call, outcome in zip(calls, outcomes, strict=True)
+            ]
         )
 
     def _hash_prefixes(self) -> list[str]:

@@ -8,7 +8,6 @@ import collections
 import itertools
 from collections.abc import Iterator
 
-from clawpod.sidecar.transport import ConnectionCounts
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -21,6 +20,8 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
+
+from clawpod.sidecar.transport import ConnectionCounts
 
 # The *_created series double the exposition size and no dashboard of ours reads them.
 disable_created_metrics()

@@ -15,35 +15,29 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+
 from clawpod.sidecar.audit.log import AuditLog
+from clawpod.sidecar.codecs import CODECS, codec_for_api, codec_for_path
+from clawpod.sidecar.codecs.base import Codec
 from clawpod.sidecar.execution.executor import ToolExecutor
 from clawpod.sidecar.manifest import AgentBuild, Build
-from clawpod.sidecar.mcp.endpoint import McpEndpoint
+from clawpod.sidecar.mcp.endpoint import McpEndpoint, jsonrpc_error
 from clawpod.sidecar.mediation.continuity import ContinuityStore
-from clawpod.sidecar.mediation.handler import CLIENT_CLOSED, handle_mediated, keepalive_interval
+from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.observability.logs import log_request
 from clawpod.sidecar.observability.metrics import Metrics
 from clawpod.sidecar.server.accounting import record_request
 from clawpod.sidecar.server.auth import AuthError, TokenVerifier
 from clawpod.sidecar.server.context import STATE_KEY, RequestContext, SidecarState
-from clawpod.sidecar.server.errors import (
-    JSON_HEADERS,
-    Api,
-    ApiError,
-    error_json,
-    jsonrpc_error_response,
-    reply_error,
-)
+from clawpod.sidecar.server.errors import JSON_HEADERS, reply_error
 from clawpod.sidecar.server.exchange import AiohttpExchange, Exchange
+from clawpod.sidecar.server.mediated import CLIENT_CLOSED, handle_mediated, keepalive_interval
 from clawpod.sidecar.server.passthrough import pass_through
 from clawpod.sidecar.server.routing import ModelRouter
-from clawpod.sidecar.server.upstream import FORWARDED_REQUEST_HEADERS, UpstreamClient
+from clawpod.sidecar.server.upstream import UpstreamClient
 
 log = logging.getLogger("sidecar.server")
 
-CHAT_COMPLETIONS = "/v1/chat/completions"
-MESSAGES = "/v1/messages"
-COUNT_TOKENS = "/v1/messages/count_tokens"
 # Unique across restarts (random prefix) without a syscall per request (counter).
 _REQUEST_ID_PREFIX = "req_" + os.urandom(6).hex()
 _request_ids = (f"{_REQUEST_ID_PREFIX}{n:08x}" for n in itertools.count(1))
@@ -91,7 +85,6 @@ def create_app(
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     state = app[STATE_KEY]
     state.state_dir.mkdir(parents=True, exist_ok=True)
-    await state.upstream.start()
     await state.executor.start()
     try:
         yield
@@ -109,16 +102,16 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
 @dataclass(frozen=True, slots=True)
 class LlmRoute:
     path: str
-    api: Api
-    mediate: bool  # count_tokens makes no model call, so it is always passed through
+    codec: Codec
+    mediate: bool  # side routes (count_tokens) make no model call: always passed through
 
 
 LLM_ROUTES = {
     route.path: route
+    for codec in CODECS
     for route in (
-        LlmRoute(CHAT_COMPLETIONS, "openai", mediate=True),
-        LlmRoute(MESSAGES, "anthropic", mediate=True),
-        LlmRoute(COUNT_TOKENS, "anthropic", mediate=False),
+        LlmRoute(codec.route, codec, mediate=True),
+        *(LlmRoute(path, codec, mediate=False) for path in codec.side_routes),
     )
 }
 
@@ -130,15 +123,15 @@ async def serve_llm(exchange: Exchange, route: LlmRoute, state: SidecarState) ->
         await _llm_request(exchange, state, route)
     except AuthError as err:
         log_request(route=route.path, status=err.status, code=err.code, agent=None)
-        await reply_error(exchange, route.api, err)
+        await reply_error(exchange, route.codec, err)
     except ApiError as err:
-        await reply_error(exchange, route.api, err)
+        await reply_error(exchange, route.codec, err)
     except ConnectionError:
         pass  # the client left before its request could be read: nothing to answer
     except Exception:
         log.exception("unhandled error on POST %s", route.path)
         err = ApiError(500, "internal_error", "the sidecar failed on this request", "api_error")
-        await reply_error(exchange, route.api, err)
+        await reply_error(exchange, route.codec, err)
 
 
 def _aiohttp_llm_handler(route: LlmRoute) -> Handler:
@@ -153,16 +146,16 @@ def _aiohttp_llm_handler(route: LlmRoute) -> Handler:
 
 async def _llm_request(exchange: Exchange, state: SidecarState, route: LlmRoute) -> None:
     started = time.monotonic()
-    api = route.api
+    codec = route.codec
     agent = state.verifier.authenticate(exchange.headers)
     ctx = RequestContext(
         state=state,
         agent=agent,
-        api=api,
+        codec=codec,
         route=route.path,
         request_id=next(_request_ids),
         started=started,
-        forward_headers=_forward_headers(exchange.headers, api),
+        forward_headers=_forward_headers(exchange.headers, codec),
     )
     inflight = state.metrics.inflight
     inflight[route.path] += 1
@@ -172,11 +165,11 @@ async def _llm_request(exchange: Exchange, state: SidecarState, route: LlmRoute)
             raw = await exchange.read_body(state.config.max_body_bytes)
             body = _parse_body(raw)
             ctx.stream = body.get("stream") is True
-            ctx.provider_name, _, ctx.model = state.router.resolve(api, body.get("model"))
+            ctx.provider_name, _, ctx.model = state.router.resolve(codec.api, body.get("model"))
         except ApiError as err:
             requested = body.get("model")
             ctx.model = requested if isinstance(requested, str) else None
-            await reply_error(exchange, api, err)
+            await reply_error(exchange, codec, err)
             await record_request(ctx, http_status=err.status, error_code=err.code)
             return
         if ctx.model != body["model"]:
@@ -200,8 +193,8 @@ def _parse_body(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def _forward_headers(headers: Mapping[str, str], api: Api) -> dict[str, str]:
-    return {name: headers[name] for name in FORWARDED_REQUEST_HEADERS[api] if name in headers}
+def _forward_headers(headers: Mapping[str, str], codec: Codec) -> dict[str, str]:
+    return {name: headers[name] for name in codec.forwarded_headers if name in headers}
 
 
 # --- other routes -----------------------------------------------------------------------------
@@ -211,25 +204,8 @@ async def models(request: web.Request) -> web.Response:
     """The model globs the agent may use, in Anthropic's list shape for Anthropic clients."""
     state = request.app[STATE_KEY]
     state.verifier.authenticate(request.headers)
-    patterns = state.router.patterns()
-    if "anthropic-version" in request.headers:
-        data: list[dict[str, Any]] = [
-            {
-                "type": "model",
-                "id": glob,
-                "display_name": f"{glob} via {name}",
-                "created_at": "1970-01-01T00:00:00Z",
-            }
-            for name, glob in patterns
-        ]
-        first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
-        body: dict[str, Any] = {"data": data, "has_more": False, "first_id": first, "last_id": last}
-    else:
-        data = [
-            {"id": glob, "object": "model", "created": 0, "owned_by": name}
-            for name, glob in patterns
-        ]
-        body = {"object": "list", "data": data}
+    codec = codec_for_api("anthropic" if "anthropic-version" in request.headers else "openai")
+    body = codec.models_list(state.router.patterns())
     return web.Response(body=orjson.dumps(body), content_type="application/json")
 
 
@@ -238,7 +214,7 @@ async def mcp(request: web.Request) -> web.StreamResponse:
     try:
         agent: AgentBuild = state.verifier.authenticate(request.headers)
     except AuthError as err:
-        return jsonrpc_error_response(err.status, JSONRPC_UNAUTHORIZED, err.message)
+        return jsonrpc_error(err.status, JSONRPC_UNAUTHORIZED, err.message)
     return await state.mcp.handle(request, agent)
 
 
@@ -249,8 +225,6 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
     problems = []
-    if not state.upstream.started:
-        problems.append("upstream client not started")
     if not os.access(state.state_dir, os.W_OK):
         problems.append("state directory is not writable")
     if problems:
@@ -290,9 +264,9 @@ async def protocol_errors(request: web.Request, handler: Handler) -> web.StreamR
 
 def _error_reply(request: web.Request, err: ApiError) -> web.Response:
     if request.path == "/mcp":
-        return jsonrpc_error_response(err.status, JSONRPC_INTERNAL_ERROR, err.message)
-    api: Api = "anthropic" if request.path.startswith(MESSAGES) else "openai"
-    return web.Response(status=err.status, body=error_json(api, err), headers=JSON_HEADERS)
+        return jsonrpc_error(err.status, JSONRPC_INTERNAL_ERROR, err.message)
+    codec = codec_for_path(request.path) or codec_for_api("openai")
+    return web.Response(status=err.status, body=codec.error_json(err), headers=JSON_HEADERS)
 
 
 def _from_http_exception(exc: web.HTTPException) -> ApiError:

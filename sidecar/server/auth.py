@@ -7,7 +7,7 @@ import hmac
 from collections.abc import Mapping
 
 from clawpod.sidecar.manifest import AgentBuild, Build
-from clawpod.sidecar.server.errors import ApiError
+from clawpod.sidecar.model.errors import ApiError
 
 
 class AuthError(ApiError):

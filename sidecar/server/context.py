@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from aiohttp import web
+
+from clawpod.sidecar.codecs.base import Codec
 from clawpod.sidecar.manifest import AgentBuild, SidecarConfig
+from clawpod.sidecar.server.upstream import UpstreamTarget
 
 if TYPE_CHECKING:
     from clawpod.sidecar.audit.log import AuditLog
@@ -46,7 +49,7 @@ class RequestContext:
 
     state: SidecarState
     agent: AgentBuild
-    api: Literal["openai", "anthropic"]
+    codec: Codec
     route: str
     request_id: str
     started: float  # time.monotonic() when the request arrived
@@ -55,3 +58,8 @@ class RequestContext:
     stream: bool = False
     provider_name: str | None = None
     model: str | None = None  # upstream model, "provider/" prefix stripped
+
+    def target(self) -> UpstreamTarget:
+        """Where this request goes upstream (once routed)."""
+        assert self.provider_name is not None
+        return UpstreamTarget(self.provider_name, self.route, self.forward_headers, self.stream)

@@ -13,7 +13,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 
 from aiohttp import web
-from clawpod.sidecar.server.errors import ApiError
+
+from clawpod.sidecar.model.errors import ApiError
 
 ResponseHeaders = Mapping[str, str]
 

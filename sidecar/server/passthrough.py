@@ -9,27 +9,25 @@ import time
 from typing import Any
 
 import orjson
+
+from clawpod.sidecar.codecs.usage import StreamUsage
+from clawpod.sidecar.model.errors import ApiError, upstream_failure
 from clawpod.sidecar.server.accounting import record_request, usage_record
 from clawpod.sidecar.server.context import RequestContext
-from clawpod.sidecar.server.errors import ApiError, reply_error, stream_error_bytes
+from clawpod.sidecar.server.errors import reply_error
 from clawpod.sidecar.server.exchange import Exchange
 from clawpod.sidecar.server.upstream import UpstreamError, response_headers, translate_error
-from clawpod.sidecar.server.usage import StreamUsage, usage_from_body
 from clawpod.sidecar.transport import Response, TransportError
 
 
 def upstream_api_error(exc: UpstreamError) -> ApiError:
-    if exc.kind == "timeout":
-        return ApiError(504, "upstream_timeout", exc.message)
-    if exc.kind == "unreachable":
-        return ApiError(502, "upstream_unreachable", exc.message)
-    return ApiError(502, "upstream_protocol_error", exc.message)
+    return upstream_failure(exc.kind, exc.message)
 
 
 async def pass_through(exchange: Exchange, ctx: RequestContext, raw: bytes) -> None:
     sent = time.monotonic()
     try:
-        upstream = await ctx.state.upstream.send(ctx, raw)
+        upstream = await ctx.state.upstream.send(ctx.target(), raw)
     except UpstreamError as exc:
         return await _fail(exchange, ctx, upstream_api_error(exc))
     try:
@@ -70,15 +68,15 @@ async def _relay_body(exchange: Exchange, ctx: RequestContext, upstream: Respons
         return await _fail(exchange, ctx, err)
     else:
         error_code = None
-        usage = usage_record(*usage_from_body(ctx.api, parsed), rounds=1)
+        usage = usage_record(*ctx.codec.usage_of_body(parsed), rounds=1)
     await _send(exchange, status, data, response_headers(upstream.headers))
     await record_request(ctx, http_status=status, error_code=error_code, usage=usage)
 
 
 async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Response) -> None:
     await exchange.start_stream(200, response_headers(upstream.headers))
-    usage = StreamUsage(ctx.api)
-    end_marker = _STREAM_END[ctx.api]
+    usage = StreamUsage(ctx.codec)
+    end_marker = ctx.codec.stream_end
     tail = b""  # enough of the last bytes to spot an end marker split across chunks
     error_code: str | None = None
     try:
@@ -88,7 +86,7 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
             except TransportError as exc:
                 err = upstream_api_error(translate_error(exc, ctx.provider_name))
                 error_code = err.code
-                await exchange.write(stream_error_bytes(ctx.api, err))
+                await exchange.write(ctx.codec.stream_error(err))
                 break
             if not chunk:
                 if end_marker not in tail:
@@ -96,7 +94,7 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
                     message = f"provider {ctx.provider_name!r} ended the stream before its end"
                     err = ApiError(502, "upstream_protocol_error", message)
                     error_code = err.code
-                    await exchange.write(stream_error_bytes(ctx.api, err))
+                    await exchange.write(ctx.codec.stream_error(err))
                 break
             usage.feed(chunk)
             if end_marker not in tail:
@@ -117,7 +115,7 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
 
 
 async def _fail(exchange: Exchange, ctx: RequestContext, err: ApiError) -> None:
-    await reply_error(exchange, ctx.api, err)  # before the audit write: no added latency
+    await reply_error(exchange, ctx.codec, err)  # before the audit write: no added latency
     # A pass-through is one upstream call, answered or not.
     await record_request(
         ctx, http_status=err.status, error_code=err.code, usage=usage_record(rounds=1)
@@ -140,8 +138,6 @@ def _record_later(ctx: RequestContext, code: str, usage: StreamUsage) -> None:
 
 
 _background: set[asyncio.Task[None]] = set()
-# What a complete stream carries last: OpenAI's [DONE] sentinel, Anthropic's message_stop event.
-_STREAM_END = {"openai": b"[DONE]", "anthropic": b"message_stop"}
 
 
 def _json_or_none(data: bytes) -> Any:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from fnmatch import fnmatchcase
 
+from clawpod.sidecar.codecs import codec_for_api
+from clawpod.sidecar.codecs.base import ProviderApi
 from clawpod.sidecar.manifest import Provider, SidecarConfig
-from clawpod.sidecar.server.errors import Api, ApiError
+from clawpod.sidecar.model.errors import ApiError
 
-_API_ROUTE = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
+Api = ProviderApi
 _CACHE_LIMIT = 4096
 
 
@@ -42,7 +44,7 @@ class ModelRouter:
                     400,
                     "wrong_api_for_provider",
                     f"provider {prefix!r} serves the {provider.api} API; "
-                    f"send this request to {_API_ROUTE[provider.api]}",
+                    f"send this request to {codec_for_api(provider.api).route}",
                 )
             if _matches(provider, rest):
                 return prefix, provider, rest

@@ -1,15 +1,10 @@
-"""Serving the sidecar on a TCP socket: the front door listens, aiohttp stands behind it."""
+"""Serving the sidecar on a TCP socket with aiohttp's own HTTP/1.1 server."""
 
 from __future__ import annotations
 
-import asyncio
-import functools
 from dataclasses import dataclass
 
 from aiohttp import web
-from clawpod.sidecar.server.app import LLM_ROUTES, serve_llm
-from clawpod.sidecar.server.context import STATE_KEY
-from clawpod.sidecar.server.front import FrontDoor
 
 BACKLOG = 1024  # connections waiting to be accepted; a pod's agents open a few each
 
@@ -20,24 +15,22 @@ class Listening:
 
     app: web.Application
     runner: web.AppRunner
-    server: asyncio.Server
-    front: FrontDoor
+    site: web.TCPSite
 
     @property
     def address(self) -> tuple[str, int]:
-        host, port = self.server.sockets[0].getsockname()[:2]
+        host, port = self.runner.addresses[0][:2]
         return host, port
 
     @property
     def open_connections(self) -> int:
-        """Client connections open now, on the front door or handed to aiohttp."""
-        return len(self.front.connections) + len(self.runner.server.connections)  # type: ignore[union-attr]
+        """Client connections open now."""
+        server = self.runner.server
+        return len(server.connections) if server is not None else 0
 
-    async def close(self, timeout_s: float) -> None:
-        """Stop accepting, let requests in progress finish, then run the app's cleanup (which
-        flushes the audit log)."""
-        self.server.close()
-        await self.front.shutdown(timeout_s)
+    async def close(self) -> None:
+        """Stop accepting, let requests in progress finish (up to the site's shutdown timeout),
+        then run the app's cleanup (which flushes the audit log)."""
         await self.runner.cleanup()
 
 
@@ -47,18 +40,16 @@ async def listen(
     """Set ``app`` up (its start-up hooks run) and serve it on ``host:port`` (0: any port)."""
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout_s)
     await runner.setup()
-    state = app[STATE_KEY]
-    front = FrontDoor(
-        functools.partial(serve_llm, state=state),
-        LLM_ROUTES,
-        runner.server,  # type: ignore[arg-type]  # set up above
-        max_body_bytes=state.config.max_body_bytes,
+    site = web.TCPSite(
+        runner,
+        host,
+        port,
+        backlog=BACKLOG,
+        reuse_address=True,
     )
     try:
-        server = await asyncio.get_running_loop().create_server(
-            front, host, port, backlog=BACKLOG, reuse_address=True
-        )
+        await site.start()
     except OSError:
         await runner.cleanup()
         raise
-    return Listening(app, runner, server, front)
+    return Listening(app, runner, site)

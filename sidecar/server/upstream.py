@@ -6,9 +6,11 @@ import functools
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import orjson
+
+from clawpod.sidecar.codecs import CODECS
 from clawpod.sidecar.manifest import Provider, SidecarConfig
 from clawpod.sidecar.observability.metrics import Metrics, connection_counts
 from clawpod.sidecar.transport import (
@@ -21,25 +23,9 @@ from clawpod.sidecar.transport import (
     TransportError,
 )
 
-if TYPE_CHECKING:
-    from clawpod.sidecar.server.context import RequestContext
-
 log = logging.getLogger("sidecar.upstream")
 
 ANTHROPIC_DEFAULT_VERSION = "2023-06-01"
-# Client route -> path under the provider's base URL (OpenAI base URLs already end in /v1).
-_ENDPOINT_PATHS = {
-    "openai": {"/v1/chat/completions": "/chat/completions"},
-    "anthropic": {
-        "/v1/messages": "/v1/messages",
-        "/v1/messages/count_tokens": "/v1/messages/count_tokens",
-    },
-}
-# Client headers that carry API semantics and are safe to pass on. Never auth headers.
-FORWARDED_REQUEST_HEADERS = {
-    "openai": ("openai-organization", "openai-project", "openai-beta", "idempotency-key"),
-    "anthropic": ("anthropic-version", "anthropic-beta", "idempotency-key"),
-}
 # Upstream response headers worth returning to the client (SDK retry hints, request ids,
 # rate limits). Transport headers (length, encoding, connection) are ours to set.
 _RESPONSE_HEADERS = frozenset(
@@ -67,6 +53,17 @@ class UpstreamError(Exception):
 
 
 @dataclass(slots=True)
+class UpstreamTarget:
+    """Where one client request goes: the provider, the client route, and the client headers
+    passed on with it."""
+
+    provider: str
+    route: str
+    forward_headers: dict[str, str]
+    stream: bool
+
+
+@dataclass(slots=True)
 class UpstreamResponse:
     status: int
     headers: Headers
@@ -91,20 +88,23 @@ class _ProviderChannel:
     def __init__(self, provider: Provider, key: str | None, client: HttpClient) -> None:
         base_url = provider.base_url.rstrip("/")
         self.key = key.encode() if key else b""
-        headers: dict[str, str] = {"Content-Type": "application/json"}
-        if key and provider.api == "openai":
-            headers["Authorization"] = f"Bearer {key}"
-        elif key:
-            headers["x-api-key"] = key
-        without_version = dict(headers)
-        if provider.api == "anthropic":
-            headers["anthropic-version"] = ANTHROPIC_DEFAULT_VERSION
         # Keyed by (route, client sent its own anthropic-version): the client's replaces ours.
         self.requests: dict[tuple[str, bool], PreparedRequest] = {}
-        for route, path in _ENDPOINT_PATHS[provider.api].items():
-            url = base_url + path
-            self.requests[route, False] = client.prepare("POST", url, headers)
-            self.requests[route, True] = client.prepare("POST", url, without_version)
+        for codec in CODECS:
+            if codec.api != provider.api:
+                continue
+            headers = {
+                "Content-Type": "application/json",
+                **(codec.auth_headers(key) if key else {}),
+            }
+            with_version = dict(headers)
+            if provider.api == "anthropic":
+                with_version["anthropic-version"] = ANTHROPIC_DEFAULT_VERSION
+            routes = {codec.route: codec.upstream_path, **codec.side_routes}
+            for route, path in routes.items():
+                url = base_url + path
+                self.requests[route, False] = client.prepare("POST", url, with_version)
+                self.requests[route, True] = client.prepare("POST", url, headers)
 
 
 class UpstreamClient:
@@ -129,13 +129,8 @@ class UpstreamClient:
                     provider.key_env,
                 )
             self._channels[name] = _ProviderChannel(provider, key, self._client)
-        self.started = False
-
-    async def start(self) -> None:
-        self.started = True
 
     async def close(self) -> None:
-        self.started = False
         await self._client.close()
 
     @property
@@ -149,19 +144,23 @@ class UpstreamClient:
         return data.replace(key, b"[redacted]") if key and key in data else data
 
     async def send(
-        self, ctx: RequestContext, body: bytes, *, timeout_s: float | None = None
+        self,
+        target: UpstreamTarget,
+        body: bytes,
+        *,
+        timeout_s: float | None = None,
     ) -> Response:
-        """POST raw JSON bytes to the context's provider; the caller must release the response.
+        """POST raw JSON bytes to the target's provider; the caller must release the response.
 
         Without ``timeout_s``, ``upstream_timeout_ms`` bounds each wait for bytes of a streamed
         answer and the whole of any other.
         """
-        forward = ctx.forward_headers
-        prepared = self._channels[ctx.provider_name].requests[
-            ctx.route, "anthropic-version" in forward
+        forward = target.forward_headers
+        prepared = self._channels[target.provider].requests[
+            target.route, "anthropic-version" in forward
         ]
         try:
-            if timeout_s is None and ctx.stream:
+            if timeout_s is None and target.stream:
                 return await self._client.send(
                     prepared, body, extra_headers=forward, read_timeout_s=self.timeout_s
                 )
@@ -169,17 +168,17 @@ class UpstreamClient:
                 prepared, body, extra_headers=forward, timeout_s=timeout_s or self.timeout_s
             )
         except TransportError as exc:
-            raise translate_error(exc, ctx.provider_name) from exc
+            raise translate_error(exc, target.provider) from exc
 
     async def post_json(
-        self, ctx: RequestContext, body: dict[str, Any], *, timeout_s: float
+        self, target: UpstreamTarget, body: dict[str, Any], *, timeout_s: float
     ) -> UpstreamResponse:
         """One non-streaming call with a total deadline; the whole body is read."""
-        response = await self.send(ctx, orjson.dumps(body), timeout_s=timeout_s)
+        response = await self.send(target, orjson.dumps(body), timeout_s=timeout_s)
         try:
             data = await response.read()
         except TransportError as exc:
-            raise translate_error(exc, ctx.provider_name) from exc
+            raise translate_error(exc, target.provider) from exc
         finally:
             response.release()
         return UpstreamResponse(status=response.status, headers=response.headers, body=data)

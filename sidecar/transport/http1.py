@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import httptools
+
 from clawpod.sidecar.transport.errors import (
     ConnectionClosed,
     InvalidResponse,

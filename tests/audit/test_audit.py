@@ -8,14 +8,13 @@ from pathlib import Path
 
 import orjson
 import pytest
-from clawpod.sidecar.audit import AuditLog, trace_call
-from clawpod.sidecar.audit.cli import show_command, verify_command
-from clawpod.sidecar.audit.log import GENESIS, MAX_UNWRITTEN, record_hash
-from clawpod.sidecar.execution import refused
-from clawpod.sidecar.execution.outcome import ToolOutcome
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from clawpod.sidecar.audit.cli import show_command, verify_command
+from clawpod.sidecar.audit.log import GENESIS, MAX_UNWRITTEN, AuditLog, record_hash
+from clawpod.sidecar.audit.trace import trace_call
+from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from tests.support.builds import http_tool
 
 TOOL = http_tool("trading-api", "execute_trade", "http://trading-api:4000", method="POST")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from clawpod.compiler.errors import CompileError
 from clawpod.compiler.pod import CompiledPod, compile_pod
 

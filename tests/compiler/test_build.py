@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from clawpod.compiler.build import read_token, write_build
 from clawpod.compiler.errors import CompileError
 from clawpod.compiler.pod import compile_pod
@@ -20,7 +21,6 @@ from clawpod.sidecar.manifest import (
     load_build,
     token_sha256,
 )
-
 from tests.compiler.conftest import EXAMPLE_POD, TOOL_SERVICES, PodDir
 
 EXPECTED_FILES = {

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from clawpod.compiler.cli import main
 from jsonschema import Draft202012Validator
 
+from clawpod.compiler.cli import main
 from tests.compiler.conftest import EXAMPLE_POD, REPO
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from clawpod.compiler.build import write_build
 from clawpod.compiler.pod import compile_pod
-
 from tests.compiler.conftest import EXAMPLE_POD
 
 

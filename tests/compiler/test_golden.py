@@ -11,8 +11,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from clawpod.compiler.cli import main
 
+from clawpod.compiler.cli import main
 from tests.compiler.conftest import REPO
 
 GOLDEN = Path(__file__).parent / "golden"

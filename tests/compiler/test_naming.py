@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 
-from clawpod.compiler.naming import base_name, present
-from clawpod.sidecar.manifest import PRESENTED_NAME_PATTERN
 from hypothesis import given
 from hypothesis import strategies as st
+
+from clawpod.compiler.naming import base_name, present
+from clawpod.sidecar.manifest import PRESENTED_NAME_PATTERN
 
 VALID = re.compile(PRESENTED_NAME_PATTERN)
 

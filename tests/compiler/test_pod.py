@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+
 from clawpod.compiler.pod import DEFAULT_PROVIDERS, container_port
 from clawpod.sidecar.manifest import ToolPolicy
-
 from tests.compiler.conftest import TOOL_SERVICES, PodDir
 
 AGENT = "  bot:\n    image: example/agent\n    x-claw:\n      agent: {}\n"

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from clawpod.compiler.schemas import SchemaProblem, normalise_schema
 from jsonschema import Draft202012Validator
+
+from clawpod.compiler.schemas import SchemaProblem, normalise_schema
 
 
 def normal(schema: dict[str, Any]) -> dict[str, Any]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from clawpod.compiler.cli import main
 
+from clawpod.compiler.cli import main
 from tests.compiler.conftest import EXAMPLE_POD
 
 SECRETS = {

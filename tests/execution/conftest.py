@@ -3,8 +3,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from clawpod.sidecar.execution import ToolExecutor
-from clawpod.sidecar.observability import Metrics
+
+from clawpod.sidecar.execution.executor import ToolExecutor
+from clawpod.sidecar.observability.metrics import Metrics
 
 
 @pytest.fixture

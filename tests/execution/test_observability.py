@@ -7,7 +7,9 @@ import logging
 
 import orjson
 import pytest
-from clawpod.sidecar.observability import Metrics, configure_logging, log_request
+
+from clawpod.sidecar.observability.logs import configure_logging, log_request
+from clawpod.sidecar.observability.metrics import Metrics
 
 
 def test_each_metrics_instance_has_its_own_registry() -> None:

@@ -7,11 +7,11 @@ import socket
 
 import orjson
 import pytest
-from clawpod.sidecar.execution import ToolExecutor, refused
-from clawpod.sidecar.execution.executor import CheckedArguments
-from clawpod.sidecar.manifest import ToolAuth
-from clawpod.sidecar.observability import Metrics
 
+from clawpod.sidecar.execution.executor import CheckedArguments, ToolExecutor
+from clawpod.sidecar.manifest import ToolAuth
+from clawpod.sidecar.model.outcome import refused
+from clawpod.sidecar.observability.metrics import Metrics
 from tests.support.builds import http_tool
 from tests.support.services import ToolService
 

@@ -6,12 +6,12 @@ import base64
 from urllib.parse import unquote
 
 import pytest
-from clawpod.sidecar.execution import ToolExecutor
-from clawpod.sidecar.manifest import ToolAuth
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from yarl import URL
 
+from clawpod.sidecar.execution.executor import ToolExecutor
+from clawpod.sidecar.manifest import ToolAuth
 from tests.support.builds import http_tool
 from tests.support.services import ToolService
 

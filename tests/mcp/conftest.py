@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clawpod.sidecar.manifest import ToolAuth, ToolPolicy
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from clawpod.sidecar.manifest import ToolAuth, ToolPolicy
 from tests.support.builds import TRADE_SCHEMA, AgentSpec, http_tool, providers_for, write_build
 from tests.support.services import ToolService
 from tests.support.sidecar import (

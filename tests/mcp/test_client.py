@@ -7,9 +7,9 @@ import io
 import mcp_types as types
 import orjson
 import pytest
-from clawpod.sidecar.audit.cli import verify_command
 from mcp.shared.exceptions import MCPError
 
+from clawpod.sidecar.audit.cli import verify_command
 from tests.mcp.conftest import SERVICE_TOKEN, NativePod, mcp_client
 
 

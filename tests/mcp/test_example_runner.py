@@ -11,8 +11,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from clawpod.sidecar.audit.cli import verify_command
 
+from clawpod.sidecar.audit.cli import verify_command
 from tests.mcp.test_native_runner import EXAMPLE, agent_env, desk, model_calls, tool_call
 from tests.support.upstream import Reply, StubUpstream, openai_completion
 

@@ -19,12 +19,12 @@ import orjson
 import pytest
 import yaml
 from aiohttp import web
-from clawpod.compiler.cli import main as clawc
-from clawpod.sidecar.audit.cli import show_command, verify_command
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from clawpod.compiler.cli import main as clawc
+from clawpod.sidecar.audit.cli import show_command, verify_command
 from tests.support.sidecar import start_sidecar
 from tests.support.upstream import Reply, StubUpstream, openai_completion
 

@@ -10,8 +10,8 @@ import aiohttp
 import mcp_types as types
 import orjson
 import pytest
-from clawpod.sidecar.mcp.sessions import SessionStore
 
+from clawpod.sidecar.mcp.sessions import SessionStore
 from tests.mcp.conftest import NativePod
 
 BOTH = "application/json, text/event-stream"

@@ -12,8 +12,8 @@ from typing import Any
 import anthropic
 import openai
 import pytest
-from clawpod.sidecar.manifest import ManagedTool, ToolAuth, ToolPolicy
 
+from clawpod.sidecar.manifest import ManagedTool, ToolAuth, ToolPolicy
 from tests.support.builds import TRADE_SCHEMA, AgentSpec, http_tool, providers_for, write_build
 from tests.support.services import ToolService
 from tests.support.sidecar import (

@@ -7,9 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from clawpod.sidecar.codecs import codec_for
+
 from clawpod.sidecar.execution.executor import ToolExecutor
-from clawpod.sidecar.execution.outcome import ToolOutcome
 from clawpod.sidecar.manifest import (
     AgentBuild,
     AgentManifest,
@@ -36,8 +35,9 @@ from clawpod.sidecar.mediation.commands import (
 )
 from clawpod.sidecar.mediation.continuity import ContinuityStore
 from clawpod.sidecar.mediation.engine import MediationEngine
-
+from clawpod.sidecar.model.outcome import ToolOutcome
 from tests.support.builds import http_tool
+from tests.support.codecs import codec_of
 
 VALIDATOR = ToolExecutor(env={})
 
@@ -108,21 +108,18 @@ def ok(data: Any = None, latency_ms: float = 1.0) -> ToolOutcome:
     )
 
 
+MODEL_TIMEOUT_S = 600.0
+
+
 def engine_for(
-    api: str,
-    body: dict[str, Any],
-    agent_build: AgentBuild | None = None,
-    clock: Clock | None = None,
+    api: str, body: dict[str, Any], agent_build: AgentBuild | None = None
 ) -> MediationEngine:
-    clock = clock or Clock()
     return MediationEngine(
-        codec_for(api),
+        codec_of(api),
         agent_build or agent(),
         body,
         validate=VALIDATOR.check_arguments,
-        clock=clock,
-        started=clock.now,
-        upstream_timeout_s=600.0,
+        model_timeout_s=MODEL_TIMEOUT_S,
     )
 
 
@@ -161,8 +158,11 @@ def drive(
     replies: Iterable[dict[str, Any] | ModelFailed],
     tools: Callable[[PlannedExecution], ToolOutcome] = lambda e: ok(e.arguments),
     store: ContinuityStore | None = None,
+    clock: Clock | None = None,
 ) -> Transcript:
-    """Run the engine to its end, answering each command like the real driver would."""
+    """Run the engine to its end, answering each command like the real driver would; tools
+    that advance ``clock`` report that time as spent."""
+    clock = clock or Clock()
     pending = list(replies)
     transcript = Transcript()
     steps = engine.run()
@@ -186,7 +186,9 @@ def drive(
             reply = pending.pop(0)
             event = reply if isinstance(reply, ModelFailed) else ModelReplied(reply)
         elif isinstance(command, ExecuteTools):
-            event = ToolsDone([tools(e) for e in command.executions])
+            before = clock.now
+            outcomes = [tools(e) for e in command.executions]
+            event = ToolsDone(outcomes, elapsed_s=clock.now - before)
         else:
             raise AssertionError(f"unexpected command {command}")
         command = steps.send(event)

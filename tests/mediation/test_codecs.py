@@ -6,10 +6,9 @@ from typing import Any
 
 import orjson
 import pytest
-from clawpod.sidecar.codecs import codec_for
-from clawpod.sidecar.mediation.conversation import CodecError, Conversation
-from clawpod.sidecar.mediation.handler import _upstream_message
 
+from clawpod.sidecar.model.conversation import CodecError, Conversation
+from tests.support.codecs import codec_of
 from tests.support.upstream import Recorded, fixture_files, load_fixture
 
 EXCHANGES = [exchange for name in fixture_files() for exchange in load_fixture(name)]
@@ -23,14 +22,14 @@ def label(exchange: Recorded) -> str:
 
 
 def body_of(exchange: Recorded) -> dict[str, Any]:
-    codec = codec_for(exchange.api)
+    codec = codec_of(exchange.api)
     return codec.assemble_stream(exchange.body) if exchange.stream else exchange.json
 
 
 def streaming_conversation(api: str) -> Conversation:
     body: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     body |= {"stream": True, "stream_options": {"include_usage": True}}
-    return codec_for(api).parse_request(body)
+    return codec_of(api).parse_request(body)
 
 
 def wire_calls(api: str, body: dict[str, Any]) -> list[tuple[str, str, Any]]:
@@ -53,7 +52,7 @@ def test_the_fixtures_are_all_found() -> None:
 
 @pytest.mark.parametrize("exchange", SUCCESSES, ids=label)
 def test_every_recorded_response_parses_into_tool_calls(exchange: Recorded) -> None:
-    codec = codec_for(exchange.api)
+    codec = codec_of(exchange.api)
     body = body_of(exchange)
     turn = codec.parse_response(body)
     expected = wire_calls(exchange.api, body)
@@ -74,7 +73,7 @@ def test_every_recorded_response_parses_into_tool_calls(exchange: Recorded) -> N
 def test_every_recorded_response_restreams_as_one_lifecycle_that_folds_back(
     exchange: Recorded,
 ) -> None:
-    codec = codec_for(exchange.api)
+    codec = codec_of(exchange.api)
     body = body_of(exchange)
     frames = codec.render_stream(streaming_conversation(exchange.api), body)
     again = codec.assemble_stream(b"".join(frames))
@@ -94,7 +93,7 @@ def test_every_recorded_response_restreams_as_one_lifecycle_that_folds_back(
 
 @pytest.mark.parametrize("exchange", ERRORS, ids=label)
 def test_recorded_provider_errors_yield_their_message(exchange: Recorded) -> None:
-    message = _upstream_message(exchange.body)
+    message = codec_of(exchange.api).provider_error_message(exchange.body)
     assert message and message == exchange.json["error"]["message"]
 
 
@@ -102,7 +101,7 @@ def test_recorded_provider_errors_yield_their_message(exchange: Recorded) -> Non
 def test_recorded_requests_render_back_unchanged_without_managed_tools(
     exchange: Recorded,
 ) -> None:
-    codec = codec_for(exchange.api)
+    codec = codec_of(exchange.api)
     original = exchange.request
     assert original is not None
     conversation = codec.parse_request(original)
@@ -121,7 +120,7 @@ def test_recorded_requests_render_back_unchanged_without_managed_tools(
 
 def test_openrouter_quirks_fold_into_one_call_that_asks_for_tools() -> None:
     (exchange,) = load_fixture("derived/openrouter_kimi_stream_quirks.turn1.sse")
-    body = codec_for("openai").assemble_stream(exchange.body)
+    body = codec_of("openai").assemble_stream(exchange.body)
     choice = body["choices"][0]
     assert choice["finish_reason"] == "tool_calls"
     assert choice["message"]["tool_calls"] == [
@@ -132,7 +131,7 @@ def test_openrouter_quirks_fold_into_one_call_that_asks_for_tools() -> None:
 def test_escaped_quotes_split_across_fragments_survive_assembly() -> None:
     name = "anthropic/stream_tool_use_escaped_quotes_sonnet-4-5.vercel-ai.chunks.jsonl"
     (exchange,) = load_fixture(name)
-    turn = codec_for("anthropic").parse_response(body_of(exchange))
+    turn = codec_of("anthropic").parse_response(body_of(exchange))
     assert '"' in orjson.dumps(turn.calls[0].arguments).decode().replace('\\"', '"')
     assert isinstance(turn.calls[0].arguments, dict)
 
@@ -140,10 +139,9 @@ def test_escaped_quotes_split_across_fragments_survive_assembly() -> None:
 def test_thinking_with_signature_is_kept_for_the_next_round() -> None:
     name = "anthropic/nonstream_thinking_text_tool_use.pydantic-ai.yaml"
     first, second = load_fixture(name)
-    codec = codec_for("anthropic")
+    codec = codec_of("anthropic")
     turn = codec.parse_response(first.json)
-    from clawpod.sidecar.mediation.conversation import ToolResult
-
+    from clawpod.sidecar.model.conversation import ToolResult
     from tests.mediation.scripted import ok
 
     assistant, results = codec.round_messages(turn, [ToolResult(turn.calls[0], ok("Mexico"))])
@@ -161,7 +159,7 @@ def test_thinking_with_signature_is_kept_for_the_next_round() -> None:
 )
 def test_a_cut_stream_is_refused_not_folded_into_a_partial_answer(name: str) -> None:
     (exchange,) = load_fixture(name)
-    codec = codec_for(exchange.api)
+    codec = codec_of(exchange.api)
     assert codec.assemble_stream(exchange.body)
     end = b"data: [DONE]" if exchange.api == "openai" else b"event: message_stop"
     cut = exchange.body[: exchange.body.index(end)]
@@ -196,7 +194,7 @@ def test_unicode_line_separators_in_streamed_text_do_not_split_the_event(api: st
             "stop_sequence": None,
             "usage": {"input_tokens": 1, "output_tokens": 1},
         }
-    codec = codec_for(api)
+    codec = codec_of(api)
     frames = codec.render_stream(streaming_conversation(api), body)
     assembled = codec.assemble_stream(b"".join(frames))
     if api == "openai":

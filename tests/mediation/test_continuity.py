@@ -7,13 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clawpod.sidecar.codecs import codec_for
-from clawpod.sidecar.mediation.commands import Recall, Remember
-from clawpod.sidecar.mediation.continuity import ContinuityStore
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from clawpod.sidecar.mediation.commands import Recall, Remember
+from clawpod.sidecar.mediation.continuity import ContinuityStore
 from tests.mediation.scripted import agent, calls, drive, engine_for, request, text
+from tests.support.codecs import codec_of
 
 APIS = ["openai", "anthropic"]
 
@@ -253,7 +253,7 @@ def test_fingerprints_ignore_key_order_spacing_and_null_fields(
     arguments: dict[str, Any], words: list[str]
 ) -> None:
     reordered = dict(reversed(list(arguments.items())))
-    openai_codec, anthropic_codec = codec_for("openai"), codec_for("anthropic")
+    openai_codec, anthropic_codec = codec_of("openai"), codec_of("anthropic")
     sent = {
         "role": "assistant",
         "content": " ".join(words),

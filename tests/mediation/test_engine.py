@@ -6,8 +6,7 @@ from typing import Any
 
 import orjson
 import pytest
-from clawpod.sidecar.codecs import codec_for
-from clawpod.sidecar.execution.outcome import ToolOutcome
+
 from clawpod.sidecar.mediation.commands import (
     BeginStream,
     CallModel,
@@ -16,10 +15,11 @@ from clawpod.sidecar.mediation.commands import (
     Remember,
 )
 from clawpod.sidecar.mediation.engine import present_tools
-
+from clawpod.sidecar.model.outcome import ToolOutcome
 from tests.mediation.scripted import (
     CANCEL,
     LOOKUP,
+    MODEL_TIMEOUT_S,
     TRADE,
     Clock,
     agent,
@@ -31,6 +31,7 @@ from tests.mediation.scripted import (
     text,
     tool,
 )
+from tests.support.codecs import codec_of
 
 APIS = ["openai", "anthropic"]
 
@@ -296,8 +297,8 @@ def test_a_mixed_response_is_refused_without_executing_anything(api: str) -> Non
     failure = run.failure
     assert (failure.status, failure.code) == (502, "mixed_executor_response")
     assert "desk_trade (m1)" in failure.message and "local (r1)" in failure.message
-    traced = engine.tool_trace[0]["calls"]
-    assert [(c["executed"], c["error_code"]) for c in traced] == [
+    traced = engine.rounds[0]
+    assert [(c.outcome.executed, c.outcome.error_code) for c in traced] == [
         (False, "mixed_executor_response")
     ] * 2
 
@@ -413,15 +414,17 @@ def test_at_ninety_percent_of_the_total_budget_tools_are_withdrawn(api: str) -> 
         clock.now += 9.5
         return ok()
 
-    engine = engine_for(api, request(api), build, clock)
+    engine = engine_for(api, request(api), build)
     run = drive(
         engine,
         [calls(api, ("c1", "desk_lookup", {"symbol": "A"})), text(api, "final")],
         tools=slow_tool,
+        clock=clock,
     )
     assert run.of(ExecuteTools)[0].timeout_s == 5.0
     assert run.upstream_bodies[-1]["tool_choice"] in ("none", {"type": "none"})
-    assert run.of(CallModel)[-1].timeout_s == pytest.approx(0.5)
+    # Model time is not tool time: each model call keeps the provider's own timeout.
+    assert run.of(CallModel)[-1].timeout_s == MODEL_TIMEOUT_S
     assert run.response
 
 
@@ -435,9 +438,10 @@ def test_the_whole_request_is_bounded_by_total_timeout(api: str) -> None:
         return ok()
 
     run = drive(
-        engine_for(api, request(api), build, clock),
+        engine_for(api, request(api), build),
         [calls(api, ("c1", "desk_lookup", {"symbol": "A"}))],
         tools=too_slow,
+        clock=clock,
     )
     assert (run.failure.status, run.failure.code) == (504, "timeout")
 
@@ -496,11 +500,17 @@ def test_a_malformed_upstream_body_is_a_protocol_error(api: str) -> None:
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_a_malformed_client_request_is_rejected_at_parse(api: str) -> None:
-    from clawpod.sidecar.mediation.conversation import CodecError
+def test_a_malformed_client_request_is_the_first_and_only_command(api: str) -> None:
+    run = drive(engine_for(api, {"model": "x", "messages": "hello"}), [])
+    assert len(run.commands) == 1
+    assert (run.failure.status, run.failure.code) == (400, "invalid_request")
 
-    with pytest.raises(CodecError):
-        engine_for(api, {"model": "x", "messages": "hello"})
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_body_of_the_wrong_shape_is_a_400_naming_the_protocol(api: str) -> None:
+    run = drive(engine_for(api, {"model": "x", "messages": [{"role": "user"}], "tools": [1]}), [])
+    assert (run.failure.status, run.failure.code) == (400, "invalid_request")
+    assert run.failure.message
 
 
 # --- point 13: streaming --------------------------------------------------------------------
@@ -514,7 +524,7 @@ def test_the_stream_lifecycle_folds_back_into_the_final_body(api: str) -> None:
     )
     frames = run.response.frames
     assert frames is not None
-    assembled = codec_for(api).assemble_stream(b"".join(frames))
+    assembled = codec_of(api).assemble_stream(b"".join(frames))
     if api == "openai":
         assert assembled["choices"][0]["message"]["content"] == "x" * 700
         assert frames[-1] == b"data: [DONE]\n\n"
@@ -542,5 +552,5 @@ def test_thinking_and_server_blocks_pass_through_and_stay_in_the_transcript() ->
         {"type": "redacted_thinking", "data": "opaque"},
         future,
     ]
-    assembled = codec_for("anthropic").assemble_stream(b"".join(run.response.frames or []))
+    assembled = codec_of("anthropic").assemble_stream(b"".join(run.response.frames or []))
     assert assembled["content"] == final["content"]

@@ -9,8 +9,8 @@ import anthropic
 import openai
 import orjson
 import pytest
-from clawpod.sidecar.manifest import ToolPolicy
 
+from clawpod.sidecar.manifest import ToolPolicy
 from tests.mediation.conftest import MediatedPod, PodFactory
 from tests.mediation.scripted import an_calls, an_text, oa_calls, oa_text
 from tests.support.upstream import Reply

@@ -17,11 +17,11 @@ import anthropic
 import openai
 import orjson
 from aiohttp import web
-from clawpod.sidecar.manifest import ManagedTool, ToolAuth, ToolPolicy
-from clawpod.sidecar.mediation import handler as mediation_handler
-from clawpod.sidecar.server import passthrough
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from clawpod.sidecar.manifest import ManagedTool, ToolAuth, ToolPolicy
+from clawpod.sidecar.server import mediated as mediation_handler
+from clawpod.sidecar.server import passthrough
 from tests.support import secret_sweep
 from tests.support.builds import AgentSpec, http_tool, providers_for, write_build
 from tests.support.services import RecordedRequest, ToolService

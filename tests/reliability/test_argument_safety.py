@@ -15,12 +15,12 @@ from urllib.parse import unquote
 import aiohttp
 import orjson
 import pytest
-from clawpod.sidecar.execution.executor import ToolExecutor
-from clawpod.sidecar.execution.outcome import ToolOutcome
-from clawpod.sidecar.manifest import ManagedTool, ToolAuth
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from clawpod.sidecar.execution.executor import ToolExecutor
+from clawpod.sidecar.manifest import ManagedTool, ToolAuth
+from clawpod.sidecar.model.outcome import ToolOutcome
 from tests.reliability.harness import BackgroundLoop, Pod, start_pod, stop_pod
 from tests.reliability.wire import ask, text, tool_call
 from tests.support import secret_sweep

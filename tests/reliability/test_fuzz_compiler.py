@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 import yaml
-from clawpod.compiler.cli import main
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from clawpod.compiler.cli import main
 
 SETTINGS = settings(
     max_examples=int(os.environ.get("CLAW_FUZZ_EXAMPLES", "150")),

@@ -31,9 +31,9 @@ import openai
 import orjson
 import pytest
 from aiohttp import web
+
 from clawpod.sidecar.audit.cli import verify_command
 from clawpod.sidecar.manifest import ToolAuth, ToolPolicy
-
 from tests.reliability.wire import text, tool_call
 from tests.support import secret_sweep
 from tests.support.builds import AgentSpec, http_tool, providers_for, write_build

@@ -11,8 +11,8 @@ from typing import Any
 import anthropic
 import openai
 import pytest
-from clawpod.sidecar.manifest import Provider
 
+from clawpod.sidecar.manifest import Provider
 from tests.support.builds import AgentSpec, providers_for, write_build
 from tests.support.sidecar import RunningSidecar, start_sidecar
 from tests.support.upstream import StubUpstream

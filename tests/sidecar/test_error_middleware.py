@@ -9,9 +9,11 @@ import aiohttp
 import orjson
 import pytest
 from aiohttp import web
+
 from clawpod.sidecar.server.app import protocol_errors
 from clawpod.sidecar.server.errors import ApiError, reply_error
 from clawpod.sidecar.server.exchange import AiohttpExchange
+from tests.support.codecs import codec_of
 
 SECRET_DETAIL = "db password is hunter2"
 
@@ -25,7 +27,7 @@ async def _fail_mid_stream(request: web.Request) -> web.StreamResponse:
     await exchange.start_stream(200, {"Content-Type": "text/event-stream"})
     await exchange.write(b"data: {}\n\n")
     err = ApiError(500, "internal_error", "the sidecar failed on this request", "api_error")
-    await reply_error(exchange, "anthropic", err)
+    await reply_error(exchange, codec_of("anthropic"), err)
     assert exchange.response is not None
     return exchange.response
 

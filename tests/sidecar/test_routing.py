@@ -9,8 +9,8 @@ import aiohttp
 import anthropic
 import openai
 import pytest
-from clawpod.sidecar.manifest import Provider
 
+from clawpod.sidecar.manifest import Provider
 from tests.sidecar.conftest import Pod, PodFactory
 from tests.support.builds import AgentSpec, http_tool
 from tests.support.sidecar import TEST_PROVIDER_KEYS

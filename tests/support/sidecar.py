@@ -9,11 +9,11 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+
 from clawpod.sidecar.manifest import load_build
 from clawpod.sidecar.server.app import create_app
 from clawpod.sidecar.server.context import STATE_KEY, SidecarState
 from clawpod.sidecar.server.serving import Listening, listen
-
 from tests.support import secret_sweep
 
 TEST_PROVIDER_KEYS = {
@@ -41,7 +41,7 @@ class RunningSidecar:
         return self.app[STATE_KEY]
 
     async def close(self) -> None:
-        await self.listening.close(1.0)
+        await self.listening.close()
 
     async def __aenter__(self) -> RunningSidecar:
         return self

@@ -13,6 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
 from clawpod.sidecar.transport import (
     ConnectError,
     ConnectionClosed,
@@ -21,10 +26,6 @@ from clawpod.sidecar.transport import (
     Timeout,
 )
 from clawpod.sidecar.transport.http1 import HIGH_WATER
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter, "RawServer"], Awaitable[None]]
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from clawpod.sidecar.server.usage import StreamUsage, usage_from_body
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from clawpod.sidecar.codecs.usage import StreamUsage
+from tests.support.codecs import codec_of
 from tests.support.upstream import Recorded, fixture_files, load_fixture
 
 STREAMS = [e for name in fixture_files() for e in load_fixture(name) if e.stream]
@@ -39,7 +40,7 @@ def _reported(exchange: Recorded) -> tuple[int, int]:
 def test_stream_usage_survives_any_split(exchange: Recorded, data: st.DataObject) -> None:
     body = exchange.body
     cuts = sorted(data.draw(st.sets(st.integers(1, len(body) - 1), max_size=40)))
-    usage = StreamUsage(exchange.api)
+    usage = StreamUsage(codec_of(exchange.api))
     for start, end in zip([0, *cuts], [*cuts, len(body)], strict=True):
         usage.feed(body[start:end])
     assert (usage.input_tokens, usage.output_tokens) == _reported(exchange)
@@ -57,4 +58,4 @@ def test_body_usage(exchange: Recorded) -> None:
     usage = body.get("usage") or {}
     input_name, output_name = USAGE_NAMES[exchange.api]
     expected = (usage.get(input_name, 0), usage.get(output_name, 0))
-    assert usage_from_body(exchange.api, body) == expected
+    assert codec_of(exchange.api).usage_of_body(body) == expected

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from clawpod.sidecar.codecs import codec_for
+
+from clawpod.sidecar.audit.trace import trace_call
 from clawpod.sidecar.codecs.base import Codec
 from clawpod.sidecar.codecs.sse import KEEPALIVE
-from clawpod.sidecar.execution.outcome import ToolOutcome, refused
 from clawpod.sidecar.mediation.commands import (
     BeginStream,
     CallModel,
@@ -35,16 +35,11 @@ from clawpod.sidecar.mediation.commands import (
     Respond,
     ToolsDone,
 )
-from clawpod.sidecar.mediation.conversation import CodecError
 from clawpod.sidecar.mediation.engine import MediationEngine
+from clawpod.sidecar.model.errors import ApiError
+from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from clawpod.sidecar.server.accounting import record_request, usage_record
-from clawpod.sidecar.server.errors import (
-    JSON_HEADERS,
-    ApiError,
-    error_json,
-    reply_error,
-    stream_error_bytes,
-)
+from clawpod.sidecar.server.errors import JSON_HEADERS
 from clawpod.sidecar.server.exchange import Exchange
 from clawpod.sidecar.server.upstream import UpstreamError
 
@@ -69,26 +64,15 @@ _running: set[asyncio.Task[None]] = set()
 
 
 async def handle_mediated(exchange: Exchange, ctx: RequestContext, body: dict[str, Any]) -> None:
-    codec = codec_for(ctx.api)
     state = ctx.state
-    try:
-        engine = MediationEngine(
-            codec,
-            ctx.agent,
-            body,
-            validate=state.executor.check_arguments,
-            clock=time.monotonic,
-            started=ctx.started,
-            upstream_timeout_s=state.config.upstream_timeout_ms / 1000,
-        )
-    except (CodecError, AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
-        # Building the engine only reads the client's body (sans-IO): any failure here is a
-        # body whose parts do not have the protocol's shapes (a message that is not an object).
-        message = str(exc) if isinstance(exc, CodecError) else _shape_message(ctx.api, exc)
-        await reply_error(exchange, ctx.api, ApiError(400, "invalid_request", message))
-        await record_request(ctx, http_status=400, error_code="invalid_request")
-        return
-    task = asyncio.ensure_future(_Driver(exchange, ctx, codec, engine).run())
+    engine = MediationEngine(
+        ctx.codec,
+        ctx.agent,
+        body,
+        validate=state.executor.check_arguments,
+        model_timeout_s=state.config.upstream_timeout_ms / 1000,
+    )
+    task = asyncio.ensure_future(_Driver(exchange, ctx, ctx.codec, engine).run())
     _running.add(task)
     task.add_done_callback(_running.discard)
     return await asyncio.shield(task)
@@ -149,7 +133,7 @@ class _Driver:
         started = time.perf_counter()
         try:
             reply = await self.state.upstream.post_json(
-                self.ctx, command.body, timeout_s=command.timeout_s
+                self.ctx.target(), command.body, timeout_s=command.timeout_s
             )
         except UpstreamError as exc:
             return ModelFailed(exc.kind, exc.message)
@@ -160,7 +144,10 @@ class _Driver:
         if reply.status != 200:
             body = self.state.upstream.redact(self.ctx.provider_name, reply.body)
             return ModelFailed(
-                "status", _upstream_message(body), reply.status, reply.headers.get("Retry-After")
+                "status",
+                self.codec.provider_error_message(body),
+                reply.status,
+                reply.headers.get("Retry-After"),
             )
         try:
             if "text/event-stream" in reply.headers.get("Content-Type", ""):
@@ -174,15 +161,22 @@ class _Driver:
         return ModelReplied(body)
 
     async def _execute(self, command: ExecuteTools) -> ToolsDone:
+        started = time.monotonic()
+        deadline = started + command.budget_s
         if command.concurrent and len(command.executions) > 1:
-            outcomes = await asyncio.gather(
-                *(self._run_one(command, e) for e in command.executions)
+            outcomes = list(
+                await asyncio.gather(
+                    *(self._run_one(command, e, deadline) for e in command.executions)
+                )
             )
-            return ToolsDone(list(outcomes))
-        return ToolsDone([await self._run_one(command, e) for e in command.executions])
+        else:
+            outcomes = [await self._run_one(command, e, deadline) for e in command.executions]
+        return ToolsDone(outcomes, elapsed_s=time.monotonic() - started)
 
-    async def _run_one(self, command: ExecuteTools, execution: PlannedExecution) -> ToolOutcome:
-        remaining = command.deadline - time.monotonic()
+    async def _run_one(
+        self, command: ExecuteTools, execution: PlannedExecution, deadline: float
+    ) -> ToolOutcome:
+        remaining = deadline - time.monotonic()
         if remaining <= 0:
             return refused("timeout", "the request's total time budget ran out before this call")
         try:
@@ -218,9 +212,9 @@ class _Driver:
             self.http_status, self.error_code = command.status, command.code
             err = ApiError(command.status, command.code, command.message)
             if self.streaming:
-                await self._write(stream_error_bytes(self.ctx.api, err))
+                await self._write(self.codec.stream_error(err))
             else:
-                status, body = command.status, error_json(self.ctx.api, err)
+                status, body = command.status, self.codec.error_json(err)
                 if command.retry_after:
                     headers = {**JSON_HEADERS, "Retry-After": command.retry_after}
         elif self.streaming:
@@ -260,12 +254,14 @@ class _Driver:
     async def _account(self) -> None:
         engine = self.engine
         metrics = self.state.metrics
-        metrics.rounds.observe(len(engine.tool_trace))
-        for tool, outcome in engine.outcomes:
-            if id(outcome) not in self.executor_outcomes:  # the executor counts its own
-                metrics.tool_calls.labels(tool=tool, outcome=outcome.error_code or "ok").inc()
+        metrics.rounds.observe(len(engine.rounds))
+        for answered in (a for calls in engine.rounds for a in calls):
+            if id(answered.outcome) not in self.executor_outcomes:  # the executor counts its own
+                label = answered.tool.name if answered.tool else answered.call.name
+                outcome = answered.outcome.error_code or "ok"
+                metrics.tool_calls.labels(tool=label, outcome=outcome).inc()
         usage = usage_record(
-            engine.usage.input_tokens, engine.usage.output_tokens, len(engine.tool_trace)
+            engine.usage.input_tokens, engine.usage.output_tokens, len(engine.rounds)
         )
         try:
             await record_request(
@@ -273,18 +269,24 @@ class _Driver:
                 http_status=self.http_status,
                 error_code=self.error_code,
                 usage=usage,
-                tool_trace=engine.tool_trace,
+                tool_trace=_tool_trace(engine),
             )
         except Exception:
             log.exception("audit of mediated request %s failed", self.ctx.request_id)
 
 
-def _shape_message(api: str, exc: Exception) -> str:
-    protocol = "Chat Completions" if api == "openai" else "Messages"
-    return (
-        f"the request body does not have the shape of a {protocol} request "
-        f"({type(exc).__name__}); check the types of messages, tools and tool_choice"
-    )
+def _tool_trace(engine: MediationEngine) -> list[dict[str, Any]]:
+    """The audit record's rounds: every call answered, rendered as MCP calls are."""
+    return [
+        {
+            "round": number,
+            "calls": [
+                trace_call(a.call.id, a.tool, a.call.name, a.call.arguments, a.outcome)
+                for a in calls
+            ],
+        }
+        for number, calls in enumerate(engine.rounds, 1)
+    ]
 
 
 def keepalive_interval(env: Mapping[str, str]) -> float:
@@ -295,13 +297,3 @@ def keepalive_interval(env: Mapping[str, str]) -> float:
     except ValueError:
         milliseconds = 0
     return milliseconds / 1000 if milliseconds > 0 else DEFAULT_KEEPALIVE_S
-
-
-def _upstream_message(body: bytes) -> str:
-    """The provider's own error message (both protocols nest it under error.message)."""
-    try:
-        error = orjson.loads(body).get("error")
-        message = error.get("message") if isinstance(error, dict) else None
-    except (ValueError, AttributeError):
-        message = None
-    return str(message) if message else body[:200].decode("utf-8", "replace") or "no body"

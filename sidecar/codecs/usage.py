@@ -1,0 +1,55 @@
+"""Token usage read from a passed-through SSE stream as it goes by, in any codec's protocol."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from clawpod.sidecar.codecs.base import Codec
+
+_MAX_PENDING_LINE = 1 << 20
+
+
+class StreamUsage:
+    """Watches SSE bytes for usage without parsing every event.
+
+    Only ``data:`` lines that mention ``"usage"`` are decoded; the codec says where an event
+    keeps its usage. Counts only grow: OpenAI reports usage once at the end, Anthropic input
+    tokens at the start and cumulative output tokens later.
+    """
+
+    __slots__ = ("_codec", "_pending", "input_tokens", "output_tokens")
+
+    def __init__(self, codec: Codec) -> None:
+        self._codec = codec
+        self._pending = b""
+        self.input_tokens = 0
+        self.output_tokens = 0
+
+    def feed(self, chunk: bytes) -> None:
+        data = self._pending + chunk if self._pending else chunk
+        end = data.rfind(b"\n")
+        if end < 0:
+            self._pending = data if len(data) <= _MAX_PENDING_LINE else b""
+            return
+        self._pending = data[end + 1 :]
+        complete = data[:end]
+        if b'"usage"' not in complete:
+            return
+        for line in complete.split(b"\n"):
+            if b'"usage"' in line and line.startswith(b"data:"):
+                self._read_event(line[5:])
+
+    def _read_event(self, payload: bytes) -> None:
+        try:
+            event: Any = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return
+        if not isinstance(event, dict):
+            return
+        input_tokens, output_tokens = self._codec.usage_counts(self._codec.usage_of_event(event))
+        if input_tokens:
+            self.input_tokens = input_tokens
+        if output_tokens:
+            self.output_tokens = output_tokens

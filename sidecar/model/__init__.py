@@ -1,0 +1,1 @@
+"""The provider-neutral model at the bottom of the sidecar: conversation, calls, usage, outcomes."""

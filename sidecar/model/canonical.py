@@ -1,0 +1,41 @@
+"""Canonical forms: JSON with sorted keys, arguments and text whose formatting is irrelevant,
+and the digests built from them (continuity keys, argument digests)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import orjson
+
+
+def canonical_json(value: Any) -> bytes:
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # integers beyond 64 bits, which the standard library can write
+        return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+def canonical_arguments(arguments: str | dict[str, Any] | None) -> str:
+    """Arguments with key order and whitespace made irrelevant (invalid JSON kept as text)."""
+    if arguments is None or arguments == "":
+        return "{}"
+    if isinstance(arguments, str):
+        try:
+            arguments = orjson.loads(arguments)
+        except orjson.JSONDecodeError:
+            return arguments.strip()
+    return canonical_json(arguments).decode()
+
+
+def normalise_text(text: str) -> str:
+    return " ".join(text.split())
+
+
+def digest(*parts: str) -> str:
+    hasher = hashlib.sha256()
+    for part in parts:
+        hasher.update(part.encode())
+        hasher.update(b"\x00")
+    return hasher.hexdigest()

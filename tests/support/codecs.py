@@ -1,0 +1,14 @@
+"""The codec that mediates a provider API's recorded exchanges (recordings name the API)."""
+
+from __future__ import annotations
+
+from clawpod.sidecar.codecs import codec_for_path
+from clawpod.sidecar.codecs.base import Codec
+
+_ROUTE = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
+
+
+def codec_of(api: str) -> Codec:
+    codec = codec_for_path(_ROUTE[api])
+    assert codec is not None
+    return codec

@@ -1,0 +1,96 @@
+"""The sidecar's layers: each imports only from its own layer and those below it, no module
+imports itself back through others, and the lower layers load no I/O library."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SIDECAR = Path(__file__).resolve().parents[1] / "sidecar"
+PACKAGE = "clawpod.sidecar"
+# Bottom to top. A module may import from its own layer and the layers before it.
+LAYERS: list[tuple[str, ...]] = [
+    ("manifest", "path_template", "model"),
+    ("codecs",),
+    ("mediation",),
+    ("observability", "transport", "audit"),
+    ("execution",),
+    ("mcp",),
+    ("server", "__main__"),
+]
+IO_LIBRARIES = ("aiohttp", "httptools", "jsonschema", "prometheus_client", "uvloop")
+SANS_IO = ["manifest", "model", "codecs", "mediation.engine", "mediation.commands"]
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SIDECAR).with_suffix("").parts
+    parts = parts[:-1] if parts[-1] == "__init__" else parts
+    return ".".join((PACKAGE, *parts))
+
+
+def rank(module: str) -> int:
+    top = module.removeprefix(PACKAGE + ".").split(".")[0]
+    return next(i for i, layer in enumerate(LAYERS) if top in layer)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every clawpod.sidecar module ``path`` imports, TYPE_CHECKING imports included."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(PACKAGE):
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith(PACKAGE + ".")}
+    return found
+
+
+GRAPH = {module_name(p): imports_of(p) for p in sorted(SIDECAR.rglob("*.py"))}
+
+
+def test_every_package_has_a_layer() -> None:
+    for module in GRAPH:
+        if module != PACKAGE:
+            rank(module)  # raises StopIteration for a package no layer names
+
+
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if m != PACKAGE))
+def test_no_upward_import(module: str) -> None:
+    upward = [i for i in GRAPH[module] if i != PACKAGE and rank(i) > rank(module)]
+    assert not upward, f"{module} (layer {rank(module)}) imports from above: {upward}"
+
+
+def test_no_import_circles() -> None:
+    modules = {m: {i for i in deps if i in GRAPH and i != m} for m, deps in GRAPH.items()}
+    visiting: list[str] = []
+    done: set[str] = set()
+
+    def visit(module: str) -> None:
+        if module in done:
+            return
+        assert module not in visiting, " -> ".join([*visiting[visiting.index(module) :], module])
+        visiting.append(module)
+        for dependency in sorted(modules[module]):
+            visit(dependency)
+        visiting.pop()
+        done.add(module)
+
+    for module in sorted(modules):
+        visit(module)
+
+
+@pytest.mark.parametrize("lower", SANS_IO)
+def test_lower_layers_load_no_higher_layer_and_no_io_library(lower: str) -> None:
+    """Imported in a fresh interpreter, a sans-IO layer brings nothing above it along."""
+    target = f"{PACKAGE}.{lower}"
+    script = f"import sys, {target}; print('\\n'.join(sys.modules))"
+    loaded = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout.split()
+    higher = [m for m in loaded if m.startswith(PACKAGE + ".") and rank(m) > rank(target)]
+    io = [m for m in loaded if m.split(".")[0] in IO_LIBRARIES]
+    assert not higher, f"{target} loads {higher}"
+    assert not io, f"{target} loads I/O libraries {sorted({m.split('.')[0] for m in io})}"
