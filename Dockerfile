@@ -1,4 +1,4 @@
-# The clawpod sidecar image: `python -m clawpod.sidecar --build OUT` (see SPEC section 4).
+# The clawpod sidecar image: `python -m clawpod.sidecar --build OUT` (see docs/contract.md §4).
 # On a normal machine the base is the official slim image; where no registry is reachable, pass a
 # locally built Python 3.11 image: --build-arg BASE_IMAGE=... (scripts/provision-docker.sh does).
 ARG BASE_IMAGE=python:3.11-slim

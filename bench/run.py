@@ -773,7 +773,7 @@ def ratios(results: dict, settings: Settings) -> list[dict[str, Any]]:
 
 
 def check_targets(results: dict) -> list[dict[str, Any]]:
-    """SPEC §6, one line per target: measured value, limit, met or not (None = not measured)."""
+    """docs/contract.md §6, one line per target: value, limit, met or not (None = not measured)."""
     derived = results["derived"]
     added = derived["interleaved_c1_added_ms"]["latency_openai_json"].get("sidecar", {})
     cpu = derived["cpu_ms_per_request"]

@@ -1,4 +1,4 @@
-"""Turn a compiled pod into the files of a build directory (SPEC section 3)."""
+"""Turn a compiled pod into the files of a build directory (docs/contract.md §3)."""
 
 from __future__ import annotations
 

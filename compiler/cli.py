@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import TextIO
 
@@ -51,6 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="clawc", description=_MAIN_HELP, formatter_class=formatter
     )
+    parser.add_argument("--version", action="version", version=f"clawc {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     compile_ = commands.add_parser(
@@ -116,6 +118,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    try:
+        return metadata.version("clawpod")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def _default_out(pod: Path) -> Path:
     return pod.parent / "build"
 
@@ -153,9 +162,36 @@ def _validate(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+_COMPILER_EXTRA_MODULES = {"yaml", "jinja2", "docker"}
+_POD_FILE_NAMES = ("pod.yml", "pod.yaml", "compose.yml", "compose.yaml", "docker-compose.yml")
+
+
+def _not_a_build(path: Path) -> str | None:
+    """Why ``path`` is no build directory, with the command that makes one; None if it is."""
+    if (path / "digest.json").is_file():
+        return None
+    shown = display_path(path)
+    if not path.exists():
+        return (
+            f"{shown} does not exist; clawc compile POD writes a build (default: build/ beside POD)"
+        )
+    pods = [path] if path.is_file() else [path / n for n in _POD_FILE_NAMES if (path / n).is_file()]
+    if not pods:
+        return f"{shown} is not a build directory (no digest.json); clawc compile POD writes one"
+    pod = pods[0]
+    build = _default_out(pod)
+    kind = "a pod file" if path.is_file() else "a pod folder"
+    then = f"clawc inspect {display_path(build)}"
+    if (build / "digest.json").is_file():
+        return f"{shown} is {kind}, not a build; its build is here: {then}"
+    return f"{shown} is {kind}, not a build; run clawc compile {display_path(pod)}, then {then}"
+
+
 def _inspect(args: argparse.Namespace, out: TextIO) -> int:
     from clawpod.compiler.inspect import inspect_command
 
+    if problem := _not_a_build(args.out):
+        raise CompileError(problem)
     inspect_command(args.out, out, args.agent)
     return EXIT_OK
 
@@ -185,6 +221,17 @@ _COMMANDS = {
 }
 
 
+def _internal_error(exc: Exception, err: TextIO) -> int:
+    """Never a traceback for the user; CLAWC_DEBUG=1 shows it."""
+    if os.environ.get("CLAWC_DEBUG"):
+        raise exc
+    err.write(
+        f"clawc: internal error ({type(exc).__name__}: {exc}); "
+        "rerun with CLAWC_DEBUG=1 to see where\n"
+    )
+    return EXIT_INVALID
+
+
 def main(
     argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None
 ) -> int:
@@ -200,13 +247,16 @@ def main(
         err.write(f"clawc: error: {exc}\n")
     except OSError as exc:
         err.write(f"clawc: error: {exc.strerror or exc}: {exc.filename or ''}\n")
-    except Exception as exc:  # never a traceback for the user; CLAWC_DEBUG=1 shows it
-        if os.environ.get("CLAWC_DEBUG"):
-            raise
+    except ModuleNotFoundError as exc:
+        if exc.name not in _COMPILER_EXTRA_MODULES:
+            return _internal_error(exc, err)
+        # `pip install clawpod` is the sidecar's run-time set; compiling needs the extra.
         err.write(
-            f"clawc: internal error ({type(exc).__name__}: {exc}); "
-            "rerun with CLAWC_DEBUG=1 to see where\n"
+            f"clawc: error: clawc {args.command} needs {exc.name}, from the compiler extra: "
+            "pip install 'clawpod[compiler]'\n"
         )
+    except Exception as exc:
+        return _internal_error(exc, err)
     return EXIT_INVALID
 
 

@@ -1,4 +1,7 @@
-"""The generated compose file: the pod's services rewired around the sidecar (SPEC section 3)."""
+"""The generated compose file: the pod's services rewired around the sidecar.
+
+See docs/contract.md §3.
+"""
 
 from __future__ import annotations
 

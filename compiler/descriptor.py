@@ -1,4 +1,4 @@
-"""Service descriptors (version 2, SPEC section 1): models, validation and compiled tools."""
+"""Service descriptors (version 2, docs/contract.md §1): models, validation and compiled tools."""
 
 from __future__ import annotations
 

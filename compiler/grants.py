@@ -1,4 +1,4 @@
-"""The grant grammar of ``tools:`` and ``tools-defaults:`` (SPEC section 2).
+"""The grant grammar of ``tools:`` and ``tools-defaults:`` (docs/contract.md §2).
 
 A grant item is ``...`` (splice the defaults), a service name (all its tools) or a mapping
 ``{service, allow}`` where ``allow`` is ``all`` (also when omitted) or a list of tool names.

@@ -1,4 +1,4 @@
-"""Pod files (SPEC section 2): the ``x-claw`` models and their resolution into a compiled pod."""
+"""Pod files (docs/contract.md §2): the ``x-claw`` models, resolved into a compiled pod."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The one tool executor: validate arguments, build the HTTP request, call the service, wrap
-the answer in the envelope the model sees (SPEC 4.2 points 7, 8 and 16).
+the answer in the envelope the model sees (docs/contract.md §4.2 points 7, 8 and 16).
 
 Used by mediated mode and by the MCP endpoint alike, so both modes share encoding, limits and
 error codes.
@@ -187,7 +187,8 @@ class ToolExecutor:
         if self._client is None:
             raise RuntimeError("ToolExecutor.start() was not awaited")
         # The exchange runs as its own task: if the caller is cancelled (client disconnect),
-        # a call already on its way to the service still completes (SPEC 4.2 point 16).
+        # a call already on its way to the service still completes (docs/contract.md §4.2
+        # point 16).
         task = asyncio.ensure_future(
             self._exchange(self._client, request, timeout_s, max_result_bytes, started)
         )

@@ -1,4 +1,4 @@
-"""Hidden tool rounds remembered per conversation (SPEC 4.2 point 14).
+"""Hidden tool rounds remembered per conversation (docs/contract.md §4.2 point 14).
 
 The runner only ever sees final answers, so the rounds that led to an answer (assistant
 tool-call turns and tool results) are stored under a key derived from the conversation up to

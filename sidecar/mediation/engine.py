@@ -1,4 +1,4 @@
-"""The mediation loop, sans-IO (SPEC 4.2).
+"""The mediation loop, sans-IO (docs/contract.md §4.2).
 
 :meth:`MediationEngine.run` is a generator: it yields commands (call the model, execute these
 tool calls, remember these rounds, respond, fail) and receives events back. It never touches a
@@ -49,7 +49,8 @@ from clawpod.sidecar.model.usage import Usage
 Validate = Callable[[ManagedTool, Any], "dict[str, Any] | ToolOutcome"]
 Run = Generator[Command, Event, None]
 
-# Tools are withdrawn once this share of total_timeout_ms is spent (SPEC 4.2 point 11).
+# Tools are withdrawn once this share of total_timeout_ms is spent (docs/contract.md §4.2
+# point 11).
 FINALIZE_AT = 0.9
 NOT_EXECUTED = (
     "not executed: this response mixed sidecar tools and your own tools; "

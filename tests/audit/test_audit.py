@@ -1,4 +1,4 @@
-"""The hash-chained audit log, its verifier and its readable summary (SPEC 5)."""
+"""The hash-chained audit log, its verifier and its readable summary (docs/contract.md §5)."""
 
 from __future__ import annotations
 

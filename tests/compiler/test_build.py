@@ -1,4 +1,4 @@
-"""Build output (SPEC section 3): every file of a compiled example, recompiles, the compose file."""
+"""Build output (docs/contract.md §3): every file of a compiled example, recompiles, compose."""
 
 from __future__ import annotations
 

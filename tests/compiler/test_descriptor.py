@@ -1,4 +1,4 @@
-"""Descriptor v2 validation (SPEC section 1): every rule, JSON and YAML, located errors."""
+"""Descriptor v2 validation (docs/contract.md §1): every rule, JSON and YAML, located errors."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The grant grammar of tools: / tools-defaults: (SPEC section 2), through real pod files."""
+"""The grant grammar of tools: / tools-defaults: (docs/contract.md §2), through real pod files."""
 
 from __future__ import annotations
 

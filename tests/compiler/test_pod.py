@@ -1,4 +1,5 @@
-"""Pod file x-claw (SPEC section 2): pod/service blocks, agents, policy, providers, starvation."""
+"""Pod file x-claw (docs/contract.md §2): pod/service blocks, agents, policy, providers,
+starvation."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What the model sees for each kind of call result (SPEC 4.2 points 3, 8 and 16)."""
+"""What the model sees for each kind of call result (docs/contract.md §4.2 points 3, 8 and 16)."""
 
 from __future__ import annotations
 

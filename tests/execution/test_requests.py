@@ -1,4 +1,4 @@
-"""How the executor turns a validated call into an HTTP request (SPEC 4.2 point 7)."""
+"""How the executor turns a validated call into an HTTP request (docs/contract.md §4.2 point 7)."""
 
 from __future__ import annotations
 

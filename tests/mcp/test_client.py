@@ -1,4 +1,4 @@
-"""Native mode through the official MCP Python client (SPEC 4.3)."""
+"""Native mode through the official MCP Python client (docs/contract.md §4.3)."""
 
 from __future__ import annotations
 

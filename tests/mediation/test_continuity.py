@@ -1,4 +1,5 @@
-"""SPEC 4.2 point 14: hidden rounds come back in place, per conversation, after restarts."""
+"""docs/contract.md §4.2 point 14: hidden rounds come back in place, per conversation, after
+restarts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SPEC 4.2 decisions of the sans-IO engine, both protocols, no sockets."""
+"""docs/contract.md §4.2 decisions of the sans-IO engine, both protocols, no sockets."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Identity (SPEC 4.1): agent tokens by Bearer or x-api-key, 401/403 in the caller's shape,
-provider keys attached upstream, the agent token and unlisted headers never forwarded."""
+"""Identity (docs/contract.md §4.1): agent tokens by Bearer or x-api-key, 401/403 in the
+caller's shape, provider keys attached upstream, the agent token and unlisted headers never
+forwarded."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Model routing (SPEC 4.1): explicit provider prefixes, glob matching per API, clear 400s;
-request-shape errors (bad JSON, body limit, unknown routes) in the caller's protocol."""
+"""Model routing (docs/contract.md §4.1): explicit provider prefixes, glob matching per API,
+clear 400s; request-shape errors (bad JSON, body limit, unknown routes) in the caller's protocol."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Generate large pod files for compile-time measurements (SPEC target: 100 x 20 x 20 in <= 2 s)."""
+"""Generate large pod files for compile-time measurements (docs/contract.md §6: 100 agents x
+20 services x 20 tools in <= 2 s)."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from clawpod.sidecar.manifest import (
     write_digest,
 )
 
-# The order-entry schema of the example trading tool (SPEC section 1).
+# The order-entry schema of the example trading tool (docs/contract.md §1).
 TRADE_SCHEMA = {
     "type": "object",
     "properties": {

@@ -19,7 +19,7 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-from openai import AsyncOpenAI
+from openai import APIError, AsyncOpenAI
 
 QUESTION = "Summarise my positions and buying power, and the latest news on my holdings."
 CONTEXT = Path("/claw/CONTEXT.md")
@@ -88,13 +88,28 @@ async def native_loop(llm: AsyncOpenAI, model: str, config_path: Path) -> str:
 
 async def main() -> int:
     model = os.environ.get("CLAW_MODEL", "gpt-4o-mini")
-    async with AsyncOpenAI() as llm:  # reads OPENAI_BASE_URL and OPENAI_API_KEY
-        if MCP_CONFIG.is_file():
-            answer = await native_loop(llm, model, MCP_CONFIG)
-        else:
-            answer = await ask(llm, model)
+    # No SDK retries: a mediated request may already have run tools, so one question is one
+    # request (and one audit record); the sidecar's error says whether trying again helps.
+    async with AsyncOpenAI(max_retries=0) as llm:  # reads OPENAI_BASE_URL and OPENAI_API_KEY
+        try:
+            if MCP_CONFIG.is_file():
+                answer = await native_loop(llm, model, MCP_CONFIG)
+            else:
+                answer = await ask(llm, model)
+        except APIError as exc:
+            print(f"agent: the model request failed: {describe(exc)}", file=sys.stderr)
+            return 1
     print(answer)
     return 0
+
+
+def describe(exc: APIError) -> str:
+    """One line from the error the sidecar (or the SDK) gave, without a traceback."""
+    body = exc.body if isinstance(exc.body, dict) else {}
+    message = body.get("message") or exc.message
+    code = f" ({body['code']})" if body.get("code") else ""
+    status = getattr(exc, "status_code", None)
+    return f"HTTP {status}{code}: {message}" if status else message
 
 
 if __name__ == "__main__":

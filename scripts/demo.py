@@ -1,0 +1,375 @@
+"""The main job of clawpod, on this machine, with no network and no keys (run by scripts/demo.sh).
+
+It compiles the example pod with its provider pointed at the scripted demo model
+(compose/examples/trading-desk/demo-model), serves the example tool services and that model on
+127.0.0.1 (random ports), starts the real sidecar (`python -m clawpod.sidecar`), runs the
+example agent (agent/run.py, unchanged) against it, and prints what happened step by step,
+then the audit (`clawc audit show` and `clawc audit verify`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.util
+import io
+import os
+import re
+import secrets
+import signal
+import sys
+import tempfile
+import textwrap
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import yaml
+from aiohttp import web
+from clawpod.compiler.cli import main as clawc
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "compose" / "examples" / "trading-desk"
+AGENT = "analyst"
+QUESTION = "What is NVDA trading at, and how much buying power do I have?"
+WIDTH = 100
+SCRIPTED_NOTE = (
+    "Its model is the SCRIPTED demo model (compose/examples/trading-desk/demo-model): fixed "
+    "rules, not an LLM. For a real local model see docs/local-models.md."
+)
+START_TIMEOUT_S = 30.0
+AGENT_TIMEOUT_S = 60.0
+# Values made up for this run: the sidecar needs them, nothing outside this machine sees them.
+SECRETS = {
+    "OPENAI_API_KEY": "demo-provider-key-" + secrets.token_hex(8),
+    "TRADING_API_TOKEN": "demo-trading-token-" + secrets.token_hex(8),
+    "NEWS_API_KEY": "demo-news-key-" + secrets.token_hex(8),
+}
+
+
+def progress(message: str) -> None:
+    print(f"==> {message}", flush=True)
+
+
+def load_example(service: str) -> ModuleType:
+    """An example service's app.py (its folder name is not an importable package)."""
+    name = "clawpod_demo_" + service.replace("-", "_")
+    spec = importlib.util.spec_from_file_location(name, EXAMPLE / service / "app.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass
+class Exchange:
+    """One HTTP request a tool service received, and its answer."""
+
+    service: str
+    request_line: str
+    headers: list[tuple[str, str]]
+    status: int
+    body: str
+
+
+@dataclass
+class Demo:
+    tmp: Path
+    runners: list[web.AppRunner] = field(default_factory=list)
+    exchanges: list[Exchange] = field(default_factory=list)
+    sidecar: asyncio.subprocess.Process | None = None
+
+    async def serve(self, service: str, app: web.Application) -> str:
+        """Serve ``app`` on 127.0.0.1 (a free port) and record what it is sent."""
+
+        async def record(request: web.Request, response: web.StreamResponse) -> None:
+            body = getattr(response, "body", None)
+            self.exchanges.append(
+                Exchange(
+                    service=service,
+                    request_line=f"{request.method} {request.url}",
+                    headers=list(request.headers.items()),
+                    status=response.status,
+                    body=body.decode() if isinstance(body, bytes) else "",
+                )
+            )
+
+        app.on_response_prepare.append(record)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        self.runners.append(runner)
+        return f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+    async def close(self) -> None:
+        if self.sidecar is not None and self.sidecar.returncode is None:
+            self.sidecar.terminate()
+            try:
+                await asyncio.wait_for(self.sidecar.wait(), 10)
+            except TimeoutError:
+                self.sidecar.kill()
+                await self.sidecar.wait()
+        for runner in self.runners:
+            await runner.cleanup()
+
+
+def local_pod(tmp: Path, urls: dict[str, str], model_url: str) -> Path:
+    """The example pod, with services and the provider on this machine instead of the pod's."""
+    pod = yaml.safe_load((EXAMPLE / "pod.yml").read_text(encoding="utf-8"))
+    pod["x-claw"]["providers"] = {
+        "openai": {
+            "api": "openai",
+            "base-url": model_url + "/v1",
+            "key-env": "OPENAI_API_KEY",
+            "models": ["gpt-*"],
+        }
+    }
+    for name, service in pod["services"].items():
+        if "build" in service:
+            service["build"] = str(EXAMPLE / service["build"])
+        claw = service.get("x-claw", {})
+        if "describe" in claw:
+            claw["describe"] = str((EXAMPLE / claw["describe"]).resolve())
+        if name in urls:
+            claw["url"] = urls[name]
+    path = tmp / "pod.yml"
+    path.write_text(yaml.safe_dump(pod, sort_keys=False), encoding="utf-8")
+    return path
+
+
+async def start_sidecar(demo: Demo, build: Path, state: Path) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN"))}
+    log = (demo.tmp / "sidecar.log").open("wb")
+    demo.sidecar = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "clawpod.sidecar",
+        *("--build", str(build), "--host", "127.0.0.1", "--port", "0"),
+        *("--state-dir", str(state)),
+        env={**env, **SECRETS},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=log,
+    )
+    assert demo.sidecar.stdout is not None
+    async with asyncio.timeout(START_TIMEOUT_S):
+        while line := (await demo.sidecar.stdout.readline()).decode():
+            if match := re.match(r"listening on (http://\S+)", line):
+                return match.group(1)
+    raise RuntimeError("the sidecar exited before it listened; see its log above")
+
+
+def agent_env(build: Path, sidecar_url: str, question: str) -> dict[str, str]:
+    """The agent's env file, as a pod gives it, with the in-pod sidecar address replaced."""
+    pod = yaml.safe_load((EXAMPLE / "pod.yml").read_text(encoding="utf-8"))
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("OPENAI_", "ANTHROPIC_", "CLAW_")) and "PROXY" not in k.upper()
+    }
+    env.update(pod["services"][AGENT].get("environment") or {})
+    for line in (build / "agents" / f"{AGENT}.env").read_text(encoding="utf-8").splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            env[key] = value.replace("http://claw-sidecar:8080", sidecar_url)
+    env["CLAW_QUESTION"] = question
+    return env
+
+
+async def run_agent(env: dict[str, str]) -> tuple[int, str, str]:
+    agent = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(EXAMPLE / "agent" / "run.py"),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async with asyncio.timeout(AGENT_TIMEOUT_S):
+            out, err = await agent.communicate()
+    finally:
+        if agent.returncode is None:
+            agent.kill()
+            await agent.wait()
+    return agent.returncode or 0, out.decode(), err.decode()
+
+
+# ---- presenting -----------------------------------------------------------------------------
+
+
+def wrap(text: str, indent: int) -> str:
+    """``text`` in lines of at most WIDTH columns, indented by ``indent``; a line that does not
+    fit goes on with two more spaces of indent."""
+    pad = " " * indent
+    lines = []
+    for paragraph in text.splitlines() or [""]:
+        lines += textwrap.wrap(
+            paragraph,
+            WIDTH,
+            initial_indent=pad,
+            subsequent_indent=pad + "  ",
+            break_long_words=True,
+            break_on_hyphens=False,
+            drop_whitespace=False,
+        ) or [pad]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def masked(text: str) -> str:
+    """``text`` with every credential of this run replaced by the name of its variable."""
+    for name, value in SECRETS.items():
+        text = text.replace(value, f"<${name}: masked>")
+    return text
+
+
+def heading(number: int, title: str) -> None:
+    print(f"\n{number}. {title}")
+
+
+def show_tools(model_requests: list[dict[str, Any]], model_call: Exchange | None) -> None:
+    heading(1, "The agent sent its question with no tools; the sidecar added the analyst's grants:")
+    for tool in model_requests[0].get("tools") or []:
+        function = tool["function"]
+        print(wrap(f"{function['name']:<34}{function.get('description', '')}", 5))
+    if model_call is not None:
+        print(wrap("and called the model with the provider key, not the agent's token:", 3))
+        print(wrap(model_call.request_line, 5))
+        for name, value in model_call.headers:
+            if name.lower() == "authorization":
+                print(wrap(masked(f"{name}: {value}"), 7))
+
+
+def show_calls(model_requests: list[dict[str, Any]], replies: list[dict[str, Any]]) -> None:
+    calls = [c for r in replies for c in r.get("tool_calls") or []]
+    heading(2, f"The model answered with {len(calls)} tool call(s), which the sidecar runs itself:")
+    for call in calls:
+        function = call["function"]
+        print(wrap(f"{function['name']}({function['arguments']})", 5))
+
+
+def show_exchanges(exchanges: list[Exchange]) -> None:
+    heading(3, "The HTTP requests the sidecar made (the agent never sees these URLs or keys):")
+    shown = {"authorization", "x-news-key", "content-type", "idempotency-key"}
+    for exchange in exchanges:
+        print(wrap(masked(exchange.request_line), 5))
+        for name, value in exchange.headers:
+            if name.lower() in shown:
+                print(wrap(masked(f"{name}: {value}"), 7))
+        print(wrap(f"-> {exchange.status} {masked(exchange.body)}", 7))
+
+
+def show_results(model_requests: list[dict[str, Any]]) -> None:
+    heading(4, "The results the sidecar fed back to the model (role: tool):")
+    for message in model_requests[-1].get("messages") or []:
+        if message.get("role") == "tool":
+            print(wrap(masked(f"{message['tool_call_id']}: {message['content']}"), 5))
+
+
+def show_answer(answer: str) -> None:
+    heading(5, "The model's final answer, as the agent printed it:")
+    print(wrap(answer.strip(), 5))
+
+
+def show_audit(state: Path) -> int:
+    heading(6, "The audit log of the sidecar's state dir:")
+    status = 0
+    for action in ("show", "verify"):
+        print(f"   $ clawc audit {action} STATE_DIR")
+        buffer = io.StringIO()
+        status |= clawc(["audit", action, str(state)], buffer, buffer)
+        print(wrap(buffer.getvalue().rstrip(), 5))
+    return status
+
+
+def show_agent_failure(status: int, out: str, err: str, log: Path) -> None:
+    print(f"\nthe agent exited with status {status}:")
+    print(wrap((out + err).strip()[-2000:], 2))
+    print("sidecar log (last lines):")
+    print(wrap("\n".join(log.read_text(errors="replace").splitlines()[-10:]), 2))
+
+
+# ---- the run --------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def running(tmp: Path) -> AsyncIterator[Demo]:
+    demo = Demo(tmp)
+    try:
+        yield demo
+    finally:
+        await demo.close()
+
+
+async def run(question: str, tmp: Path) -> int:
+    async with running(tmp) as demo:
+        progress("starting the example tool services and the scripted demo model on 127.0.0.1")
+        trading = load_example("trading-api")
+        news = load_example("market-news")
+        model = load_example("demo-model")
+        urls = {
+            "trading-api": await demo.serve(
+                "trading-api", trading.create_app(SECRETS["TRADING_API_TOKEN"])
+            ),
+            "market-news": await demo.serve(
+                "market-news", news.create_app(SECRETS["NEWS_API_KEY"])
+            ),
+        }
+        model_app = model.create_app()
+        model_url = await demo.serve("demo-model", model_app)
+        demo.exchanges.clear()
+        progress("compiling compose/examples/trading-desk/pod.yml (provider: the demo model)")
+        build, state = tmp / "build", tmp / "state"
+        quiet = io.StringIO()
+        pod = local_pod(tmp, urls, model_url)
+        if clawc(["compile", str(pod), "-o", str(build)], quiet, quiet) != 0:
+            print(quiet.getvalue(), file=sys.stderr)
+            return 1
+        progress("starting the sidecar: python -m clawpod.sidecar --build BUILD --port 0")
+        sidecar_url = await start_sidecar(demo, build, state)
+        progress(f"sidecar listening on {sidecar_url}; running the example agent '{AGENT}'")
+        status, out, err = await run_agent(agent_env(build, sidecar_url, question))
+        model_requests: list[dict[str, Any]] = model_app[model.RECEIVED]
+        tool_exchanges = [e for e in demo.exchanges if e.service != "demo-model"]
+        if status != 0 or not model_requests:
+            show_agent_failure(status, out, err, tmp / "sidecar.log")
+            return 1
+        model_calls = [e for e in demo.exchanges if e.service == "demo-model"]
+        print()
+        print(wrap(f'Agent "{AGENT}" (agent/run.py, unchanged) asked: "{question}"', 0))
+        print(wrap(SCRIPTED_NOTE, 0))
+        replies = [model.next_message(body) for body in model_requests]
+        show_tools(model_requests, model_calls[0] if model_calls else None)
+        show_calls(model_requests, replies)
+        show_exchanges(tool_exchanges)
+        show_results(model_requests)
+        show_answer(out)
+        return show_audit(state)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/demo.sh", description=__doc__)
+    parser.add_argument("--question", default=QUESTION, help="what the agent asks")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="clawpod-demo-") as tmp:
+        return asyncio.run(_guarded(run(args.question, Path(tmp))))
+
+
+async def _guarded(job: Any) -> int:
+    """Run ``job``; SIGTERM or SIGINT cancels it, so that everything it started is stopped."""
+    task = asyncio.ensure_future(job)
+    loop = asyncio.get_running_loop()
+    stop: Callable[[], bool] = task.cancel
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop)
+    try:
+        return await task
+    except asyncio.CancelledError:
+        print("demo interrupted; everything it started has been stopped", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

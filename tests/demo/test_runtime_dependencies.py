@@ -1,0 +1,56 @@
+"""The sidecar image installs only `[project] dependencies`: everything the sidecar (and
+`clawc audit`, which operators run inside it) imports must be in that list, and nothing the
+sidecar never imports at run time may be."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+COMPILE_TIME_ONLY = ("yaml", "jinja2", "docker", "cryptography")
+
+
+def project() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+
+
+def requirement_names(requirements: list[str]) -> set[str]:
+    names = set()
+    for requirement in requirements:
+        name = requirement.split(";")[0]
+        for mark in "<>=[ ":
+            name = name.split(mark)[0]
+        names.add(name.lower())
+    return names
+
+
+def test_compile_time_packages_are_not_run_time_dependencies() -> None:
+    runtime = requirement_names(project()["dependencies"])
+    assert runtime.isdisjoint({"pyyaml", "jinja2", "docker", "cryptography"}), runtime
+    extras = project()["optional-dependencies"]
+    assert requirement_names(extras["compiler"]) == {"pyyaml", "jinja2", "docker"}
+    assert "clawpod" in requirement_names(extras["dev"])  # dev = compiler extra + test tools
+
+
+def test_the_sidecar_and_clawc_audit_run_without_compile_time_packages(tmp_path: Path) -> None:
+    """Every sidecar module imports, and `clawc audit verify` answers, in an interpreter where
+    the compile-time packages cannot be imported."""
+    script = (
+        "import sys, pkgutil, importlib\n"
+        f"for name in {COMPILE_TIME_ONLY!r}:\n"
+        "    sys.modules[name] = None\n"
+        "import clawpod.sidecar\n"
+        "for module in pkgutil.walk_packages(clawpod.sidecar.__path__, 'clawpod.sidecar.'):\n"
+        "    importlib.import_module(module.name)\n"
+        "from clawpod.compiler.cli import main\n"
+        "sys.exit(main(['audit', 'verify', sys.argv[1]]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    # No audit logs in an empty state dir: exit 1 with that message, and no import error.
+    assert (done.returncode, done.stdout) == (1, f"no audit logs under {tmp_path / 'audit'}\n")
+    assert done.stderr == ""
