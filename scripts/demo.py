@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 from aiohttp import web
+
 from clawpod.compiler.cli import main as clawc
 
 REPO = Path(__file__).resolve().parents[1]

@@ -233,6 +233,9 @@ def load_build(root: Path | str) -> Build:
             raise BuildError(
                 f"{root / directory}: agent id does not match sidecar.json ({agent_id!r})"
             )
+        if agent.policy != tools.policy:
+            # Mediated mode and MCP both read tools.json; agent.json repeats it for people.
+            raise BuildError(f"{root / directory}: agent.json and tools.json disagree on policy")
         agents[agent_id] = AgentBuild(agent=agent, tools=tools)
     return Build(root=root, config=config, agents=agents)
 

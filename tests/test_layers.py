@@ -17,7 +17,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("manifest", "path_template", "model"),
     ("codecs",),
     ("mediation",),
-    ("observability", "transport", "audit"),
+    ("observability", "transport", "audit", "tasks"),
     ("execution",),
     ("mcp",),
     ("server", "__main__"),

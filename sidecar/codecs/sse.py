@@ -7,7 +7,6 @@ from typing import Any
 
 import orjson
 
-KEEPALIVE = b": keep-alive\n\n"
 DONE = b"data: [DONE]\n\n"
 
 

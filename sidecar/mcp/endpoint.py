@@ -23,6 +23,7 @@ import orjson
 from aiohttp import web
 
 from clawpod.sidecar.audit.log import AuditLog
+from clawpod.sidecar.audit.records import request_record, usage_record
 from clawpod.sidecar.audit.trace import trace_call
 from clawpod.sidecar.execution.executor import ToolExecutor
 from clawpod.sidecar.manifest import AgentBuild, ManagedTool
@@ -51,6 +52,8 @@ from clawpod.sidecar.mcp.sessions import Session, SessionStore
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from clawpod.sidecar.observability.logs import log_request
 from clawpod.sidecar.observability.metrics import Metrics
+from clawpod.sidecar.tasks import ShieldedTasks
+from clawpod.sidecar.transport.keepalive import with_keepalives
 
 log = logging.getLogger("sidecar.mcp")
 
@@ -59,7 +62,9 @@ SESSION_HEADER = "Mcp-Session-Id"
 VERSION_HEADER = "MCP-Protocol-Version"
 JSON = "application/json"
 SSE = "text/event-stream"
-KEEPALIVE_S = 15.0
+# The metric label of a call naming no tool of the agent: names clients choose never become
+# label values.
+UNKNOWN_TOOL_LABEL = "(unknown)"
 # Without the header, the transport spec says to assume this revision.
 DEFAULT_HEADER_VERSION = "2025-03-26"
 
@@ -68,19 +73,21 @@ _AgentTools = tuple[AgentBuild, dict[str, ManagedTool], list[dict[str, Any]]]
 
 
 class McpEndpoint:
-    def __init__(self, executor: ToolExecutor, audit: AuditLog, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        executor: ToolExecutor,
+        audit: AuditLog,
+        metrics: Metrics,
+        keepalive_s: float,
+        tasks: ShieldedTasks,
+    ) -> None:
         self._executor = executor
         self._audit = audit
         self._metrics = metrics
         self.sessions = SessionStore()
-        self.keepalive_s = KEEPALIVE_S
+        self.keepalive_s = keepalive_s
         self._agent_tools: dict[str, _AgentTools] = {}
-        self._calls: set[asyncio.Task[ToolOutcome]] = set()
-
-    async def close(self) -> None:
-        """Wait for tool calls still running (their results are audited even if no one listens)."""
-        if self._calls:
-            await asyncio.wait(list(self._calls))
+        self._tasks = tasks
 
     async def handle(self, request: web.Request, agent: AgentBuild) -> web.StreamResponse:
         started = time.perf_counter()
@@ -250,10 +257,7 @@ class McpEndpoint:
             raise JsonRpcError(INVALID_PARAMS, f"Unknown tool: {params.name}", message.id)
         # The call and its audit record run as one task: a client that goes away does not
         # cancel a call already sent, and the record is still written.
-        task = asyncio.ensure_future(self._run(agent, message, params, tool, stream))
-        self._calls.add(task)
-        task.add_done_callback(self._calls.discard)
-        return await asyncio.shield(task)
+        return await self._tasks.run(self._run(agent, message, params, tool, stream))
 
     async def _run(
         self,
@@ -263,7 +267,7 @@ class McpEndpoint:
         tool: ManagedTool,
         stream: bool,
     ) -> ToolOutcome:
-        policy = agent.agent.policy
+        policy = agent.tools.policy
         outcome = await self._executor.execute(
             agent.agent.id,
             tool,
@@ -283,11 +287,22 @@ class McpEndpoint:
         outcome: ToolOutcome,
         stream: bool,
     ) -> None:
+        self._metrics.count_tool_call(tool.name if tool else UNKNOWN_TOOL_LABEL, outcome)
         call = trace_call(str(message.id), tool, params.name, params.arguments or {}, outcome)
         record_id = "mcp_" + uuid.uuid4().hex
         try:
             await self._audit.append(
-                agent.agent.id, _audit_record(record_id, outcome, stream, call)
+                agent.agent.id,
+                request_record(
+                    record_id=record_id,
+                    route=ROUTE,
+                    mode="native",
+                    http_status=200,
+                    stream=stream,
+                    error_code=outcome.error_code,
+                    usage=usage_record(rounds=1),
+                    tool_trace=[{"round": 1, "calls": [call]}],
+                ),
             )
         except OSError:
             # The call has happened; its result still goes back. The operator must know.
@@ -309,12 +324,13 @@ class McpEndpoint:
         answers = [
             asyncio.ensure_future(self._answer(agent, session, m, stream=True)) for m in requests
         ]
-        pending = set(answers)
         connected = True
-        while pending:
-            done, pending = await asyncio.wait(pending, timeout=self.keepalive_s)
-            if not done and connected:
-                connected = await _write(response, b": keep-alive\n\n")
+
+        async def keepalive(data: bytes) -> None:
+            nonlocal connected
+            connected = connected and await _write(response, data)
+
+        await with_keepalives(asyncio.gather(*answers), keepalive, self.keepalive_s)
         if connected:
             for answer in answers:
                 if not await _write(response, _sse_event(orjson.dumps(answer.result()))):
@@ -379,23 +395,6 @@ def _check_origin(request: web.Request) -> None:
     host = urlsplit(origin).netloc
     if not host or host.lower() != request.host.lower():
         raise _HttpError(403, INVALID_REQUEST, "Forbidden: cross-origin request")
-
-
-def _audit_record(
-    record_id: str, outcome: ToolOutcome, stream: bool, call: dict[str, Any]
-) -> dict[str, Any]:
-    return {
-        "id": record_id,
-        "route": ROUTE,
-        "mode": "native",
-        "model": None,
-        "provider": None,
-        "outcome": {"status": "ok" if outcome.ok else "error", "code": outcome.error_code},
-        "http_status": 200,
-        "stream": stream,
-        "usage": {"input_tokens": 0, "output_tokens": 0, "rounds": 1},
-        "tool_trace": [{"round": 1, "calls": [call]}],
-    }
 
 
 def _unknown(name: str) -> ToolOutcome:

@@ -7,6 +7,7 @@ import bisect
 import collections
 import itertools
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -21,6 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from clawpod.sidecar.model.outcome import ToolOutcome
 from clawpod.sidecar.transport import ConnectionCounts
 
 # The *_created series double the exposition size and no dashboard of ours reads them.
@@ -56,6 +58,7 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
+        self._tool_children: dict[tuple[str, str], tuple[Any, Any]] = {}
         r = self.registry
         self.requests: collections.Counter[tuple[str, str, str]] = collections.Counter()
         self.inflight: collections.Counter[str] = collections.Counter()
@@ -81,6 +84,22 @@ class Metrics:
             buckets=ROUND_BUCKETS,
             registry=r,
         )
+
+    def count_tool_call(self, tool: str, outcome: ToolOutcome) -> None:
+        """One answered tool call, from mediated mode or MCP alike. ``tool`` is a canonical
+        name from the manifest (or a fixed placeholder), never a name a runner chose."""
+        label = outcome.error_code or "ok"
+        children = self._tool_children.get((tool, label))
+        if children is None:
+            # labels() costs more than the increment: look children up once per tool/outcome.
+            children = (
+                self.tool_calls.labels(tool=tool, outcome=label),
+                self.tool_latency.labels(tool=tool),
+            )
+            self._tool_children[(tool, label)] = children
+        children[0].inc()
+        if outcome.executed:
+            children[1].observe(outcome.latency_ms / 1000)
 
     def count_request(self, agent: str, route: str, status: int) -> None:
         self.requests[agent, route, str(status)] += 1

@@ -6,16 +6,13 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from clawpod.sidecar.audit.records import request_record, usage_record
 from clawpod.sidecar.observability.logs import log_request, rfc3339_now
 
 if TYPE_CHECKING:
     from clawpod.sidecar.server.context import RequestContext
 
 log = logging.getLogger("sidecar.server")
-
-
-def usage_record(input_tokens: int = 0, output_tokens: int = 0, rounds: int = 0) -> dict[str, int]:
-    return {"input_tokens": input_tokens, "output_tokens": output_tokens, "rounds": rounds}
 
 
 async def record_request(
@@ -32,7 +29,6 @@ async def record_request(
     agent_id = ctx.agent.agent.id
     mode = ctx.agent.agent.mode
     usage = usage or usage_record()
-    status = "ok" if error_code is None else "error"
     ctx.state.metrics.count_request(agent_id, ctx.route, http_status)
     stamp = rfc3339_now()  # one timestamp for the log line and the audit record
     log_request(
@@ -51,19 +47,19 @@ async def record_request(
         rounds=usage.get("rounds", 0),
         duration_ms=round((time.monotonic() - ctx.started) * 1000, 3),
     )
-    entry = {
-        "id": ctx.request_id,
-        "time": stamp,
-        "route": ctx.route,
-        "mode": mode,
-        "model": ctx.model,
-        "provider": ctx.provider_name,
-        "outcome": {"status": status, "code": error_code},
-        "http_status": http_status,
-        "stream": ctx.stream,
-        "usage": usage,
-        "tool_trace": tool_trace or [],
-    }
+    entry = request_record(
+        record_id=ctx.request_id,
+        time=stamp,
+        route=ctx.route,
+        mode=mode,
+        model=ctx.model,
+        provider=ctx.provider_name,
+        error_code=error_code,
+        http_status=http_status,
+        stream=ctx.stream,
+        usage=usage,
+        tool_trace=tool_trace,
+    )
     try:
         await ctx.state.audit.append(agent_id, entry)
     except Exception:

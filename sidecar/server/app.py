@@ -31,10 +31,12 @@ from clawpod.sidecar.server.auth import AuthError, TokenVerifier
 from clawpod.sidecar.server.context import STATE_KEY, RequestContext, SidecarState
 from clawpod.sidecar.server.errors import JSON_HEADERS, reply_error
 from clawpod.sidecar.server.exchange import AiohttpExchange, Exchange
-from clawpod.sidecar.server.mediated import CLIENT_CLOSED, handle_mediated, keepalive_interval
+from clawpod.sidecar.server.mediated import CLIENT_CLOSED, handle_mediated
 from clawpod.sidecar.server.passthrough import pass_through
 from clawpod.sidecar.server.routing import ModelRouter
 from clawpod.sidecar.server.upstream import UpstreamClient
+from clawpod.sidecar.tasks import ShieldedTasks
+from clawpod.sidecar.transport.keepalive import keepalive_interval
 
 log = logging.getLogger("sidecar.server")
 
@@ -54,8 +56,10 @@ def create_app(
     state_dir = Path(state_dir)
     config = build.config
     metrics = Metrics()
-    executor = ToolExecutor(env=env, metrics=metrics)
+    tasks = ShieldedTasks()
+    executor = ToolExecutor(env=env, metrics=metrics, tasks=tasks)
     audit = AuditLog(state_dir)
+    keepalive_s = keepalive_interval(env)
     state = SidecarState(
         config=config,
         state_dir=state_dir,
@@ -66,8 +70,9 @@ def create_app(
         continuity=ContinuityStore(state_dir),
         verifier=TokenVerifier(build),
         router=ModelRouter(config),
-        mcp=McpEndpoint(executor, audit, metrics),
-        sse_keepalive_s=keepalive_interval(env),
+        mcp=McpEndpoint(executor, audit, metrics, keepalive_s, tasks),
+        sse_keepalive_s=keepalive_s,
+        tasks=tasks,
     )
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[protocol_errors])
     app[STATE_KEY] = state
@@ -89,8 +94,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     try:
         yield
     finally:
-        await state.upstream.close()
-        await state.mcp.close()  # lets tool calls already sent finish (and be audited)
+        await state.upstream.close()  # model calls still waiting fail fast
+        await state.tasks.drain()  # tool calls already sent finish and are audited
         await state.executor.close()
         await state.continuity.close()
         await state.audit.close()  # flushes pending audit records to disk

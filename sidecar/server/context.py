@@ -11,6 +11,7 @@ from aiohttp import web
 from clawpod.sidecar.codecs.base import Codec
 from clawpod.sidecar.manifest import AgentBuild, SidecarConfig
 from clawpod.sidecar.server.upstream import UpstreamTarget
+from clawpod.sidecar.tasks import ShieldedTasks
 
 if TYPE_CHECKING:
     from clawpod.sidecar.audit.log import AuditLog
@@ -38,6 +39,7 @@ class SidecarState:
     router: ModelRouter
     mcp: McpEndpoint
     sse_keepalive_s: float  # between comment keep-alives to a waiting streaming client
+    tasks: ShieldedTasks  # work that outlives its request; drained once at shutdown
 
 
 STATE_KEY: web.AppKey[SidecarState] = web.AppKey("claw_state", SidecarState)

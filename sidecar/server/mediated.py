@@ -10,14 +10,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from clawpod.sidecar.audit.records import usage_record
 from clawpod.sidecar.audit.trace import trace_call
 from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.codecs.sse import KEEPALIVE
 from clawpod.sidecar.mediation.commands import (
     BeginStream,
     CallModel,
@@ -38,10 +38,11 @@ from clawpod.sidecar.mediation.commands import (
 from clawpod.sidecar.mediation.engine import MediationEngine
 from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
-from clawpod.sidecar.server.accounting import record_request, usage_record
+from clawpod.sidecar.server.accounting import record_request
 from clawpod.sidecar.server.errors import JSON_HEADERS
 from clawpod.sidecar.server.exchange import Exchange
 from clawpod.sidecar.server.upstream import UpstreamError
+from clawpod.sidecar.transport.keepalive import with_keepalives
 
 if TYPE_CHECKING:
     from clawpod.sidecar.server.context import RequestContext
@@ -49,8 +50,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("sidecar.mediation")
 
 # SSE comment keep-alives while tools run or the model thinks; overridable for tests/operators.
-KEEPALIVE_ENV = "CLAW_SSE_KEEPALIVE_MS"
-DEFAULT_KEEPALIVE_S = 5.0
+# The metric label of a runner-owned call in a refused mixed round: names runners choose never
+# become label values.
+RUNNER_TOOL_LABEL = "(runner)"
 # Status recorded when the client left before the answer (nginx's convention).
 CLIENT_CLOSED = 499
 SSE_HEADERS = {
@@ -58,9 +60,6 @@ SSE_HEADERS = {
     "Cache-Control": "no-cache",
     "X-Accel-Buffering": "no",
 }
-
-# Drivers run as their own tasks so a cancelled handler cannot cut a loop (and its audit) short.
-_running: set[asyncio.Task[None]] = set()
 
 
 async def handle_mediated(exchange: Exchange, ctx: RequestContext, body: dict[str, Any]) -> None:
@@ -72,10 +71,8 @@ async def handle_mediated(exchange: Exchange, ctx: RequestContext, body: dict[st
         validate=state.executor.check_arguments,
         model_timeout_s=state.config.upstream_timeout_ms / 1000,
     )
-    task = asyncio.ensure_future(_Driver(exchange, ctx, ctx.codec, engine).run())
-    _running.add(task)
-    task.add_done_callback(_running.discard)
-    return await asyncio.shield(task)
+    # Its own task: a cancelled handler must not cut a loop (and its audit) short.
+    await state.tasks.run(_Driver(exchange, ctx, ctx.codec, engine).run())
 
 
 class _Driver:
@@ -91,7 +88,6 @@ class _Driver:
         self.client_gone = False
         self.http_status = 200
         self.error_code: str | None = None
-        self.executor_outcomes: set[int] = set()
 
     async def run(self) -> None:
         steps = self.engine.run()
@@ -190,19 +186,13 @@ class _Driver:
         except Exception:
             log.exception("tool %s failed in the executor", execution.tool.name)
             return refused("execution_failed", "the sidecar could not execute this call")
-        self.executor_outcomes.add(id(outcome))
         return outcome
 
-    async def _keeping_alive(self, work: Any) -> Event:
+    async def _keeping_alive(self, work: Awaitable[Event]) -> Event:
         """Await ``work``; a streaming client gets an SSE comment every few seconds meanwhile."""
         if not self.streaming:
             return await work
-        task = asyncio.ensure_future(work)
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=self.state.sse_keepalive_s)
-            if done:
-                return task.result()
-            await self._write(KEEPALIVE)
+        return await with_keepalives(work, self._write, self.state.sse_keepalive_s)
 
     # --- the client response ----------------------------------------------------------------
 
@@ -256,10 +246,8 @@ class _Driver:
         metrics = self.state.metrics
         metrics.rounds.observe(len(engine.rounds))
         for answered in (a for calls in engine.rounds for a in calls):
-            if id(answered.outcome) not in self.executor_outcomes:  # the executor counts its own
-                label = answered.tool.name if answered.tool else answered.call.name
-                outcome = answered.outcome.error_code or "ok"
-                metrics.tool_calls.labels(tool=label, outcome=outcome).inc()
+            label = answered.tool.name if answered.tool else RUNNER_TOOL_LABEL
+            metrics.count_tool_call(label, answered.outcome)
         usage = usage_record(
             engine.usage.input_tokens, engine.usage.output_tokens, len(engine.rounds)
         )
@@ -287,13 +275,3 @@ def _tool_trace(engine: MediationEngine) -> list[dict[str, Any]]:
         }
         for number, calls in enumerate(engine.rounds, 1)
     ]
-
-
-def keepalive_interval(env: Mapping[str, str]) -> float:
-    """Seconds between SSE keep-alives: ``CLAW_SSE_KEEPALIVE_MS`` when set and positive."""
-    configured = env.get(KEEPALIVE_ENV)
-    try:
-        milliseconds = int(configured) if configured else 0
-    except ValueError:
-        milliseconds = 0
-    return milliseconds / 1000 if milliseconds > 0 else DEFAULT_KEEPALIVE_S

@@ -10,9 +10,10 @@ from typing import Any
 
 import orjson
 
+from clawpod.sidecar.audit.records import usage_record
 from clawpod.sidecar.codecs.usage import StreamUsage
 from clawpod.sidecar.model.errors import ApiError, upstream_failure
-from clawpod.sidecar.server.accounting import record_request, usage_record
+from clawpod.sidecar.server.accounting import record_request
 from clawpod.sidecar.server.context import RequestContext
 from clawpod.sidecar.server.errors import reply_error
 from clawpod.sidecar.server.exchange import Exchange
@@ -130,14 +131,7 @@ async def _send(exchange: Exchange, status: int, body: bytes, headers: dict[str,
 
 def _record_later(ctx: RequestContext, code: str, usage: StreamUsage) -> None:
     usage_now = usage_record(usage.input_tokens, usage.output_tokens, rounds=1)
-    task = asyncio.get_running_loop().create_task(
-        record_request(ctx, http_status=200, error_code=code, usage=usage_now)
-    )
-    _background.add(task)
-    task.add_done_callback(_background.discard)
-
-
-_background: set[asyncio.Task[None]] = set()
+    ctx.state.tasks.spawn(record_request(ctx, http_status=200, error_code=code, usage=usage_now))
 
 
 def _json_or_none(data: bytes) -> Any:

@@ -11,8 +11,8 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from clawpod.compiler.cli import main as clawc
 
+from clawpod.compiler.cli import main as clawc
 from tests.support.example_apps import EXAMPLE_DIR
 
 

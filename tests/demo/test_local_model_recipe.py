@@ -7,8 +7,8 @@ import io
 from pathlib import Path
 
 import yaml
-from clawpod.compiler.cli import main as clawc
 
+from clawpod.compiler.cli import main as clawc
 from tests.support.example_apps import EXAMPLE_DIR
 
 PROVIDER = {

@@ -10,7 +10,7 @@ import pytest
 
 from clawpod.sidecar.execution.executor import CheckedArguments, ToolExecutor
 from clawpod.sidecar.manifest import ToolAuth
-from clawpod.sidecar.model.outcome import refused
+from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from clawpod.sidecar.observability.metrics import Metrics
 from tests.support.builds import http_tool
 from tests.support.services import ToolService
@@ -218,7 +218,7 @@ async def test_unreachable_service_does_not_leak_its_address(executor: ToolExecu
 
 
 async def test_a_sent_call_completes_when_the_caller_is_cancelled(
-    executor: ToolExecutor, service: ToolService, metrics: Metrics
+    executor: ToolExecutor, service: ToolService
 ) -> None:
     service.reply(delay_s=0.3)
     tool = http_tool("svc", "trade", service.url, method="POST")
@@ -231,26 +231,24 @@ async def test_a_sent_call_completes_when_the_caller_is_cancelled(
     assert service.completed == 0
     await executor.close()  # waits for calls already sent
     assert service.completed == 1
-    sample = metrics.registry.get_sample_value(
-        "claw_tool_calls_total", {"tool": "svc.trade", "outcome": "ok"}
+
+
+def test_metrics_count_calls_by_outcome_and_time_only_executed_ones() -> None:
+    metrics = Metrics()
+    metrics.count_tool_call("svc.trade", refused("invalid_arguments", "bad"))
+    executed = ToolOutcome(
+        envelope={"ok": True}, error_code=None, status=200, executed=True, latency_ms=5.0
     )
-    assert sample == 1
+    metrics.count_tool_call("svc.trade", executed)
+    metrics.count_tool_call("svc.trade", executed)
 
+    def sample(name: str, labels: dict[str, str]) -> float | None:
+        return metrics.registry.get_sample_value(name, labels)
 
-async def test_metrics_count_calls_by_outcome(
-    executor: ToolExecutor, service: ToolService, metrics: Metrics
-) -> None:
-    tool = http_tool("svc", "trade", service.url, method="POST", schema=TRADE_SCHEMA)
-    await call(executor, tool, "{")
-    await call(executor, tool, {"symbol": "A", "side": "buy", "quantity": 1})
-    await call(executor, tool, {"symbol": "A", "side": "buy", "quantity": 1})
-
-    def sample(outcome: str) -> float | None:
-        return metrics.registry.get_sample_value(
-            "claw_tool_calls_total", {"tool": "svc.trade", "outcome": outcome}
-        )
-
-    assert (sample("invalid_arguments"), sample("ok")) == (1, 2)
+    calls = "claw_tool_calls_total"
+    assert sample(calls, {"tool": "svc.trade", "outcome": "invalid_arguments"}) == 1
+    assert sample(calls, {"tool": "svc.trade", "outcome": "ok"}) == 2
+    assert sample("claw_tool_latency_seconds_count", {"tool": "svc.trade"}) == 2
     body, content_type = metrics.render()
     assert b"claw_tool_latency_seconds_bucket" in body and content_type.startswith("text/plain")
 

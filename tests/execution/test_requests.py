@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from yarl import URL
 
 from clawpod.sidecar.execution.executor import ToolExecutor
+from clawpod.sidecar.execution.request import build_request
 from clawpod.sidecar.manifest import ToolAuth
 from tests.support.builds import http_tool
 from tests.support.services import ToolService
@@ -62,11 +63,11 @@ async def test_dot_segments_are_refused(
 @settings(max_examples=300, deadline=None)
 @given(value=st.text(min_size=1).filter(lambda v: v not in (".", "..")))
 def test_any_path_value_decodes_back_to_exactly_one_segment(value: str) -> None:
-    executor = ToolExecutor(env={})
     tool = http_tool(
         "svc", "get_item", "http://svc:4000/base", path="/items/{item}/x", schema=STRING_ARG
     )
-    request = executor._build_request("analyst", tool, {"item": value})
+    parts = ("/items/", "item", "/x")
+    request = build_request(tool, parts, "http://svc:4000/base", "analyst", {"item": value}, {})
     url = URL(str(request.url))
     assert (url.host, url.port) == ("svc", 4000)
     assert url.raw_query_string == "" and url.raw_fragment == ""

@@ -153,3 +153,17 @@ async def test_hidden_rounds_survive_a_sidecar_restart(pod: MediatedPod) -> None
     assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant", "user"]
     assert messages[1]["content"][0]["id"] == "toolu_1"
     assert messages[2]["content"][0]["tool_use_id"] == "toolu_1"
+
+
+async def test_each_tool_call_is_counted_once_in_the_metrics(pod: MediatedPod) -> None:
+    # The executor used to count its own outcomes and the driver the rest; one path counts now.
+    pod.service.reply("/slow")
+    script(pod, oa_calls(("c1", "desk_slow", {})), oa_text("done"))
+    await pod.openai().chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}]
+    )
+    await pod.wait_for_audit(1)
+    metrics = pod.sidecar.state.metrics.registry
+    labels = {"tool": "desk.slow", "outcome": "ok"}
+    assert metrics.get_sample_value("claw_tool_calls_total", labels) == 1
+    assert metrics.get_sample_value("claw_tool_latency_seconds_count", {"tool": "desk.slow"}) == 1

@@ -20,8 +20,6 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from clawpod.sidecar.manifest import ManagedTool, ToolAuth, ToolPolicy
-from clawpod.sidecar.server import mediated as mediation_handler
-from clawpod.sidecar.server import passthrough
 from tests.support import secret_sweep
 from tests.support.builds import AgentSpec, http_tool, providers_for, write_build
 from tests.support.services import RecordedRequest, ToolService
@@ -284,10 +282,7 @@ class Snapshot:
     """What the sidecar holds open; after a cell (client closed) it must return to idle."""
 
     server_connections: int  # client connections into the sidecar
-    mediated_drivers: int
-    background_audits: int
-    tool_calls_in_flight: int
-    mcp_calls: int
+    shielded_tasks: int  # mediated loops, tool calls in flight, audits of streams cut short
     upstream_acquired: int  # pooled upstream connections in use
     tools_acquired: int
     upstream_unpooled: int  # stub-side connections with no idle pooled counterpart
@@ -318,10 +313,7 @@ def snapshot(pod: Pod) -> Snapshot:
     services_open = pod.service.open_connections() + pod.elsewhere.open_connections()
     return Snapshot(
         server_connections=pod.sidecar.listening.open_connections,
-        mediated_drivers=len(mediation_handler._running),
-        background_audits=len(passthrough._background),
-        tool_calls_in_flight=len(state.executor._inflight),
-        mcp_calls=len(state.mcp._calls),
+        shielded_tasks=len(state.tasks),
         upstream_acquired=upstream_acquired,
         tools_acquired=tools_acquired,
         upstream_unpooled=max(0, pod.upstream.open_connections() - upstream_idle),
