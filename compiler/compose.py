@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from clawpod.compiler.pod import NETWORKS, SIDECAR_SERVICE, STATE_VOLUME, CompiledPod
+from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
 
 BUILD_MOUNT = "/claw/build"
 STATE_DIR = "/var/lib/claw"
@@ -133,7 +134,9 @@ def _sidecar(
         "--state-dir",
         STATE_DIR,
     ]
-    service["environment"] = {name: f"${{{name}}}" for name in pod.credential_envs}
+    # The audit chain's HMAC key (SPEC 10) comes from the operator's environment, like the rest.
+    environment = sorted({*pod.credential_envs, AUDIT_KEY_ENV})
+    service["environment"] = {name: f"${{{name}}}" for name in environment}
     service["volumes"] = [
         f"./context:{BUILD_MOUNT}/context:ro",
         f"./sidecar.json:{BUILD_MOUNT}/sidecar.json:ro",

@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from clawpod.sidecar.audit.chain import audit_key
 from clawpod.sidecar.audit.log import AuditLog
 from clawpod.sidecar.execution.executor import ToolExecutor
 from clawpod.sidecar.manifest import AgentBuild, Build
@@ -61,7 +62,8 @@ def create_app(
     config = build.config
     metrics = Metrics()
     executor = ToolExecutor(env=env, metrics=metrics)
-    audit = AuditLog(state_dir)
+    # Raises AuditKeyError / AuditStateError: a sidecar that cannot audit must not start.
+    audit = AuditLog(state_dir, key=audit_key(env), agents=build.agents)
     state = SidecarState(
         config=config,
         state_dir=state_dir,
