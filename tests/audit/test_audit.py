@@ -9,8 +9,8 @@ from pathlib import Path
 import orjson
 import pytest
 from clawpod.sidecar.audit import AuditLog, trace_call
-from clawpod.sidecar.audit.cli import show_command, verify_command
 from clawpod.sidecar.audit.chain import GENESIS, head_line, record_hash
+from clawpod.sidecar.audit.cli import show_command, verify_command
 from clawpod.sidecar.audit.log import MAX_UNWRITTEN
 from clawpod.sidecar.execution import refused
 from clawpod.sidecar.execution.outcome import ToolOutcome
@@ -227,9 +227,11 @@ async def test_no_more_than_max_unwritten_records_wait(tmp_path: Path) -> None:
 async def test_a_head_one_write_behind_is_accepted_older_is_a_deletion(tmp_path: Path) -> None:
     records = await write_records(tmp_path, MAX_UNWRITTEN + 2)
     head = tmp_path / "audit" / "analyst.head"
-    head.write_bytes(head_line(records[1]["hash"], KEY))  # as if the last full write's head was lost
+    # As if the last full write's head was lost:
+    head.write_bytes(head_line(records[1]["hash"], KEY))
     assert verify(tmp_path)[0] == 0
-    head.write_bytes(head_line(records[0]["hash"], KEY))  # further back than one write can leave it
+    # Further back than one write can leave it:
+    head.write_bytes(head_line(records[0]["hash"], KEY))
     code, report = verify(tmp_path)
     assert code == 1 and "records deleted" in report
     log = AuditLog(tmp_path, key=KEY)  # a restart sees the same

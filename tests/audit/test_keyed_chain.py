@@ -64,7 +64,7 @@ async def test_cutting_the_end_and_deleting_the_head_fails_verify_and_start(
     (tmp_path / "audit" / "analyst.head").unlink()
     code, report = verify(tmp_path)
     assert code == 1 and "its head analyst.head is missing (records may have been cut" in report
-    with pytest.raises(AuditStateError, match="analyst.jsonl has records but its head"):
+    with pytest.raises(AuditStateError, match=r"analyst\.jsonl has records but its head"):
         AuditLog(tmp_path, key=KEY)
 
 
@@ -108,7 +108,8 @@ async def test_every_agent_of_the_build_has_a_log_and_head_from_the_start(tmp_pa
     for name in ("alpha.jsonl", "alpha.head"):
         (tmp_path / "audit" / name).unlink()  # a log and its head deleted together
     code, report = verify(tmp_path, build=build)
-    assert code == 1 and "audit/alpha.jsonl: missing (agent alpha of the build has no log)" in report
+    assert code == 1
+    assert "audit/alpha.jsonl: missing (agent alpha of the build has no log)" in report
     assert verify(tmp_path)[0] == 0  # without --build nothing says alpha ever existed
 
 
