@@ -71,7 +71,7 @@ def create_app(
         executor=executor,
         audit=audit,
         metrics=metrics,
-        continuity=ContinuityStore(state_dir),
+        continuity=ContinuityStore(state_dir, agents=len(build.agents)),  # per-agent quotas
         verifier=TokenVerifier(build),
         router=ModelRouter(config),
         mcp=McpEndpoint(executor, audit, metrics),
