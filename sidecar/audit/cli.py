@@ -237,6 +237,9 @@ def show_command(
 
 def describe(record: dict[str, Any]) -> str:
     """A few lines for one record: the request, then each tool call with its latency."""
+    if record.get("event"):  # not a request: something that happened to one (a failed write)
+        details = (f"{k}={record[k]}" for k in ("request", "store", "error") if record.get(k))
+        return "  " + "  ".join([record.get("time", "?"), record["event"], *details]) + "\n"
     outcome = record.get("outcome") or {}
     status = outcome.get("status", "?")
     if outcome.get("code"):

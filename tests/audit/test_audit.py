@@ -416,3 +416,13 @@ def test_trace_call_bounds_huge_arguments() -> None:
     assert trace_call("c", TOOL, TOOL.presented, raw, outcome)["arguments"].endswith(
         "(cut, 180000 bytes)"
     )
+
+
+async def test_show_describes_event_records(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path, key=KEY)
+    event = {"event": "state_write_failed", "request": "req_1", "store": "continuity"}
+    await log.append("analyst", {**event, "error": "No space left on device"})
+    await log.close()
+    out = io.StringIO()
+    assert show_command(tmp_path, out) == 0
+    assert "state_write_failed  request=req_1  store=continuity  error=No space" in out.getvalue()
