@@ -105,13 +105,23 @@ def _parser() -> argparse.ArgumentParser:
     audit = commands.add_parser(
         "audit",
         help="verify or show the sidecar's audit log",
-        epilog="examples:\n  clawc audit verify STATE_DIR\n"
+        epilog="examples:\n  clawc audit verify STATE_DIR --build build\n"
+        "  clawc audit verify STATE_DIR --key-env MY_AUDIT_KEY\n"
         "  clawc audit show STATE_DIR --agent analyst --limit 20",
         formatter_class=formatter,
     )
     audit.add_argument("action", choices=["verify", "show"])
     audit.add_argument(
         "state_dir", type=Path, metavar="STATE_DIR", help="the sidecar's --state-dir"
+    )
+    audit.add_argument(
+        "--build", type=Path, metavar="OUT", help="verify: every agent of this build has a log"
+    )
+    audit.add_argument(
+        "--key-env",
+        default="CLAW_AUDIT_KEY",
+        metavar="VAR",
+        help="verify: the environment variable holding the audit key (default CLAW_AUDIT_KEY)",
     )
     audit.add_argument("--agent", metavar="ID", help="show: only this agent")
     audit.add_argument("--limit", type=int, metavar="N", help="show: only the last N records")
@@ -208,7 +218,7 @@ def _audit(args: argparse.Namespace, out: TextIO) -> int:
     from clawpod.sidecar.audit.cli import show_command, verify_command
 
     if args.action == "verify":
-        return verify_command(args.state_dir, out)
+        return verify_command(args.state_dir, out, build=args.build, key_env=args.key_env)
     return show_command(args.state_dir, out, agent=args.agent, limit=args.limit)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from clawpod.compiler.pod import NETWORKS, SIDECAR_SERVICE, STATE_VOLUME, CompiledPod
+from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
 
 BUILD_MOUNT = "/claw/build"
 STATE_DIR = "/var/lib/claw"
@@ -136,7 +137,9 @@ def _sidecar(
         "--state-dir",
         STATE_DIR,
     ]
-    service["environment"] = {name: f"${{{name}}}" for name in pod.credential_envs}
+    # The audit chain's HMAC key (docs/contract.md §10) comes from the operator's environment.
+    environment = sorted({*pod.credential_envs, AUDIT_KEY_ENV})
+    service["environment"] = {name: f"${{{name}}}" for name in environment}
     service["volumes"] = [
         f"./context:{BUILD_MOUNT}/context:ro",
         f"./sidecar.json:{BUILD_MOUNT}/sidecar.json:ro",

@@ -48,6 +48,7 @@ SECRETS = {
     "OPENAI_API_KEY": "demo-provider-key-" + secrets.token_hex(8),
     "TRADING_API_TOKEN": "demo-trading-token-" + secrets.token_hex(8),
     "NEWS_API_KEY": "demo-news-key-" + secrets.token_hex(8),
+    "CLAW_AUDIT_KEY": "demo-audit-key-" + secrets.token_hex(16),
 }
 
 
@@ -280,6 +281,8 @@ def show_audit(state: Path) -> int:
     for action in ("show", "verify"):
         print(f"   $ clawc audit {action} STATE_DIR")
         buffer = io.StringIO()
+        # The chain is keyed: checking it takes the sidecar's key, from the environment.
+        os.environ["CLAW_AUDIT_KEY"] = SECRETS["CLAW_AUDIT_KEY"]
         status |= clawc(["audit", action, str(state)], buffer, buffer)
         print(wrap(buffer.getvalue().rstrip(), 5))
     return status

@@ -1,4 +1,5 @@
-"""``python -m clawpod.sidecar --build OUT [--host H] [--port P] [--state-dir DIR]``."""
+"""``python -m clawpod.sidecar --build OUT [--host H] [--port P] [--state-dir DIR]
+[--allow-unkeyed-audit]``."""
 
 from __future__ import annotations
 
@@ -6,11 +7,14 @@ import argparse
 import asyncio
 import gc
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV, AuditKeyError
+from clawpod.sidecar.audit.log import AuditStateError
 from clawpod.sidecar.manifest import Build, BuildError, load_build
 from clawpod.sidecar.observability.logs import configure_logging
 from clawpod.sidecar.server.app import create_app
@@ -26,12 +30,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--host", help="listen address (default: sidecar.json listen.host)")
     parser.add_argument("--port", type=int, help="listen port, 0 = any free port")
     parser.add_argument("--state-dir", type=Path, help="audit and continuity storage")
+    parser.add_argument(
+        "--allow-unkeyed-audit",
+        action="store_true",
+        help=f"run without {AUDIT_KEY_ENV}: anyone who can write the audit log can rewrite it",
+    )
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)
 
 
 async def serve(build: Build, host: str, port: int, state_dir: Path) -> int:
-    app = create_app(build, state_dir=state_dir)
+    try:
+        app = create_app(build, state_dir=state_dir)
+    except (AuditKeyError, AuditStateError) as exc:
+        print(f"sidecar: refusing to start: {exc}", file=sys.stderr)
+        return 1
     try:
         listening = await listen(app, host, port, shutdown_timeout_s=SHUTDOWN_TIMEOUT_S)
     except OSError as exc:
@@ -72,6 +85,13 @@ def main(argv: list[str] | None = None) -> int:
         build = load_build(args.build)
     except BuildError as exc:
         print(f"sidecar: refusing to start: {exc}", file=sys.stderr)
+        return 1
+    if not os.environ.get(AUDIT_KEY_ENV) and not args.allow_unkeyed_audit:
+        print(
+            f"sidecar: refusing to start: {AUDIT_KEY_ENV} is not set; the audit chain needs "
+            "a key (for example `openssl rand -hex 32`), or pass --allow-unkeyed-audit",
+            file=sys.stderr,
+        )
         return 1
     listen = build.config.listen
     host = args.host if args.host is not None else listen.host

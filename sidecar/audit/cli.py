@@ -1,16 +1,30 @@
-"""``clawc audit verify|show STATE_DIR``: check the hash chains and print readable summaries."""
+"""``clawc audit verify|show STATE_DIR``: check the hash chains and print readable summaries.
+
+``verify`` checks every record's hash under the audit key (``CLAW_AUDIT_KEY``, or the variable
+``--key-env`` names), the chain links, and that each log still ends where its head says; with
+``--build OUT`` also that every agent of that build has its log and head.
+"""
 
 from __future__ import annotations
 
+import os
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 import orjson
 
-from clawpod.sidecar.audit.log import GENESIS, MAX_UNWRITTEN, read_head, record_hash
+from clawpod.sidecar.audit.chain import (
+    AUDIT_KEY_ENV,
+    GENESIS,
+    KEYED,
+    AuditKeyError,
+    audit_key,
+    record_hash,
+)
+from clawpod.sidecar.audit.log import MAX_UNWRITTEN, head_path, read_head
 
 MAX_PROBLEMS_PER_FILE = 20
 
@@ -50,13 +64,15 @@ def _lines(path: Path) -> Iterator[_Line]:
             yield _Line(number, value, complete, orjson.dumps(value) == text)
 
 
-def verify_file(path: Path) -> tuple[int, list[str]]:
+def verify_file(path: Path, key: bytes | None) -> tuple[int, list[str]]:
     """Count the records of one audit file and list every problem, naming line and record."""
     agent = path.stem
     expected_prev = GENESIS
     count = 0
     problems: list[str] = []
-    recent: deque[str] = deque(maxlen=MAX_UNWRITTEN + 1)  # where the head may point
+    # Where the head may point: the last records, or the start while the log is that short.
+    recent: deque[str] = deque([GENESIS], maxlen=MAX_UNWRITTEN + 1)
+    unverifiable = False
     for line in _lines(path):
         where = f"line {line.number}"
         record = line.record
@@ -67,7 +83,12 @@ def verify_file(path: Path) -> tuple[int, list[str]]:
         count += 1
         where += f" (record {record.get('id', '?')})"
         stored_hash = record.get("hash")
-        if not isinstance(stored_hash, str) or record_hash(record) != stored_hash:
+        keyed = record.get("mac") == KEYED
+        if keyed and key is None:
+            unverifiable = True
+        elif key is not None and not keyed:
+            problems.append(f"{where}: not keyed (written without the audit key, or rewritten)")
+        elif not isinstance(stored_hash, str) or record_hash(record, key) != stored_hash:
             problems.append(f"{where}: content does not match its hash (edited)")
         elif not line.exact:
             problems.append(f"{where}: bytes differ from the written record (reformatted)")
@@ -84,40 +105,83 @@ def verify_file(path: Path) -> tuple[int, list[str]]:
             problems.append(f"{where}: belongs to agent {record.get('agent')!r}, not {agent!r}")
         if not line.complete:
             problems.append(f"{where}: last line has no newline (truncated)")
-        if isinstance(record.get("audit_gap"), dict):
-            problems.append(
-                f"{where}: when the sidecar started, records after "
-                f"{str(record['audit_gap'].get('head_was'))[:12]}... were missing from the end"
-            )
+        gap = record.get("audit_gap")
+        if isinstance(gap, dict):
+            problems.append(f"{where}: {_describe_gap(gap)}")
         if isinstance(stored_hash, str):
             recent.append(stored_hash)
         # Continue from this record so one break is reported once, not on every later line.
         expected_prev = stored_hash if isinstance(stored_hash, str) else expected_prev
-    problems += _head_problems(path, recent)
+    if unverifiable:
+        problems.insert(
+            0,
+            f"records are keyed: their hashes cannot be checked without the audit key "
+            f"(set {AUDIT_KEY_ENV} or pass --key-env VAR)",
+        )
+    problems += _head_problems(path, recent, key, has_records=count > 0)
     return count, problems
 
 
-def _head_problems(path: Path, recent: deque[str]) -> list[str]:
+def _describe_gap(gap: dict[str, Any]) -> str:
+    if gap.get("head_missing"):
+        return "when the sidecar started, the log had records but no head (head deleted)"
+    return (
+        f"when the sidecar started, records after {str(gap.get('head_was'))[:12]}... "
+        "were missing from the end"
+    )
+
+
+def _head_problems(
+    path: Path, recent: deque[str], key: bytes | None, *, has_records: bool
+) -> list[str]:
     """The log must still end at the record its head names (or, after a crash between writing
-    lines and head, at most one write of records later)."""
+    lines and head, at most one write of records later), and the head must carry the key's MAC."""
     head = read_head(path)
-    if head is None or head in recent:
-        return []
-    return [f"the log ends before its last written record {head[:12]}... (records deleted)"]
+    if head is None:
+        state = "is unreadable" if head_path(path).exists() else "is missing"
+        cut = " (records may have been cut from the end)" if has_records else ""
+        return [f"its head {head_path(path).name} {state}{cut}"]
+    problems = []
+    if key is not None and not head.valid_for(key):
+        problems.append(f"its head {head_path(path).name} was not written with this key")
+    if head.last not in recent:
+        problems.append(
+            f"the log ends before its last written record {head.last[:12]}... (records deleted)"
+        )
+    return problems
 
 
-def verify_command(state_dir: Path, out: TextIO) -> int:
+def verify_command(
+    state_dir: Path,
+    out: TextIO,
+    *,
+    build: Path | None = None,
+    key_env: str = AUDIT_KEY_ENV,
+    env: Mapping[str, str] | None = None,
+) -> int:
     """Exit status 0 when every chain is intact, 1 when anything is wrong or nothing is found."""
+    audit_dir = Path(state_dir) / "audit"
+    try:
+        key = audit_key(os.environ if env is None else env, key_env)
+        expected = _build_agents(build) if build is not None else []
+    except (AuditKeyError, ValueError) as exc:
+        out.write(f"cannot verify: {exc}\n")
+        return 1
     files = _audit_files(Path(state_dir))
     orphans = _orphan_heads(Path(state_dir))
-    if not files and not orphans:
-        out.write(f"no audit logs under {Path(state_dir) / 'audit'}\n")
+    present = {path.stem for path in files}
+    missing = [agent for agent in expected if agent not in present]
+    if not files and not orphans and not missing:
+        out.write(f"no audit logs under {audit_dir}\n")
         return 1
-    failed = bool(orphans)
+    failed = bool(orphans or missing)
     for head in orphans:
         out.write(f"audit/{head.with_suffix('.jsonl').name}: missing (deleted; its head remains)\n")
+    for agent in missing:
+        if agent not in {head.stem for head in orphans}:
+            out.write(f"audit/{agent}.jsonl: missing (agent {agent} of the build has no log)\n")
     for path in files:
-        count, problems = verify_file(path)
+        count, problems = verify_file(path, key)
         name = f"audit/{path.name}"
         if not problems:
             out.write(f"{name}: {count} records, chain intact\n")
@@ -128,8 +192,23 @@ def verify_command(state_dir: Path, out: TextIO) -> int:
             out.write(f"  {problem}\n")
         if len(problems) > MAX_PROBLEMS_PER_FILE:
             out.write(f"  ... and {len(problems) - MAX_PROBLEMS_PER_FILE} more\n")
-    out.write("FAILED: the audit log was modified\n" if failed else "OK\n")
+    if failed:
+        out.write("FAILED: the audit log was modified\n")
+    elif key is None:
+        out.write(f"OK (unkeyed: without {key_env}, anyone who can write the log can rewrite it)\n")
+    else:
+        out.write("OK\n")
     return 1 if failed else 0
+
+
+def _build_agents(build: Path) -> list[str]:
+    """The agent ids of a build directory (its digest is checked as the sidecar checks it)."""
+    from clawpod.sidecar.manifest import BuildError, load_build
+
+    try:
+        return sorted(load_build(build).agents)
+    except BuildError as exc:
+        raise ValueError(f"cannot read the build {build}: {exc}") from exc
 
 
 def show_command(
@@ -159,6 +238,9 @@ def show_command(
 
 def describe(record: dict[str, Any]) -> str:
     """A few lines for one record: the request, then each tool call with its latency."""
+    if record.get("event"):  # not a request: something that happened to one (a failed write)
+        details = (f"{k}={record[k]}" for k in ("request", "store", "error") if record.get(k))
+        return "  " + "  ".join([record.get("time", "?"), record["event"], *details]) + "\n"
     outcome = record.get("outcome") or {}
     status = outcome.get("status", "?")
     if outcome.get("code"):

@@ -1,11 +1,15 @@
 """Hash-chained, append-only audit log: one JSON line per record, one file per agent.
 
 Every record carries ``prev`` (the ``hash`` of the record before it, 64 zeros for the first)
-and ``hash`` (sha256 of the record's canonical JSON without ``hash``). Editing, deleting or
-reordering lines breaks the chain; ``clawc audit verify`` finds where. A chain alone cannot show
-that records were cut from its end, so beside each log ``<agent>.head`` holds the hash of its
-last record: verify checks the log still ends there, and a sidecar that starts on a log cut
-short marks its next record with ``audit_gap`` so the cut stays on record.
+and ``hash`` (HMAC-SHA256 under ``CLAW_AUDIT_KEY`` of the record's canonical JSON without
+``hash``; keyed records say ``"mac": "hmac-sha256"``; without a key, plain SHA-256). Editing,
+deleting or reordering lines breaks the chain; ``clawc audit verify`` finds where. A chain alone
+cannot show that records were cut from its end, so beside each log ``<agent>.head`` holds the
+hash of its last record (and, keyed, a MAC of it): verify checks the log still ends there, a
+sidecar that starts on a log cut short marks its next record with ``audit_gap`` so the cut stays
+on record, and one that finds a non-empty log without its head refuses to start. Every agent of
+the build gets its (empty) log and head at start, so a deleted pair is noticed too. Every string
+of a record is bounded (:mod:`clawpod.sidecar.audit.bounds`).
 
 Durability policy: a record is chained (``prev``, ``hash``) the moment it is appended, so
 records of one agent are strictly ordered. The records one event-loop iteration appends for an
@@ -23,57 +27,37 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import json
 import logging
 import os
 import re
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from clawpod.sidecar.audit.bounds import bounded_record
+from clawpod.sidecar.audit.chain import (
+    GENESIS,
+    KEYED,
+    Head,
+    canonical_json,
+    digest,
+    head_line,
+    parse_head,
+)
 from clawpod.sidecar.observability.logs import rfc3339_now
 
 log = logging.getLogger("sidecar.audit")
 
-GENESIS = "0" * 64
 # Records of one agent waiting for their write; also how far behind a head may be.
 MAX_UNWRITTEN = 64
 AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 TAIL_BYTES = 1 << 20
 DEFAULT_FSYNC_INTERVAL_S = 0.2
 # Fields append() always sets itself; a caller's values for them are dropped.
-_RESERVED = frozenset({"agent", "prev", "hash"})
-
-
-def canonical_json(record: dict[str, Any]) -> bytes:
-    """The bytes a record's hash covers: compact JSON, keys sorted, ``hash`` excluded."""
-    # append() hashes a record before it has one: no copy needed then.
-    body = (
-        {key: value for key, value in record.items() if key != "hash"}
-        if "hash" in record
-        else record
-    )
-    try:
-        return orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
-    except TypeError:
-        # orjson refuses integers beyond 64 bits; such values are stored as text instead.
-        return orjson.dumps(_json_safe(body), option=orjson.OPT_SORT_KEYS)
-
-
-def record_hash(record: dict[str, Any]) -> str:
-    return hashlib.sha256(canonical_json(record)).hexdigest()
-
-
-def _json_safe(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str), parse_int=_int_or_text)
-
-
-def _int_or_text(text: str) -> int | str:
-    number = int(text)
-    return number if -(2**63) <= number < 2**64 else text
+_RESERVED = frozenset({"agent", "prev", "hash", "mac"})
 
 
 def audit_path(state_dir: Path, agent_id: str) -> Path:
@@ -86,13 +70,35 @@ def head_path(log_path: Path) -> Path:
     return log_path.with_suffix(".head")
 
 
-def read_head(log_path: Path) -> str | None:
-    """The last record hash the sidecar wrote beside ``log_path``, if it wrote one."""
+class AuditStateError(Exception):
+    """The audit state on disk cannot be continued (a log without its head, a forged head)."""
+
+
+def read_head(log_path: Path) -> Head | None:
+    """The head the sidecar wrote beside ``log_path``; None when it is missing or unreadable."""
     try:
-        text = head_path(log_path).read_text(encoding="ascii").strip()
+        text = head_path(log_path).read_text(encoding="ascii")
     except (FileNotFoundError, UnicodeDecodeError):
         return None
-    return text or None
+    return parse_head(text)
+
+
+def startup_problem(log_path: Path, key: bytes | None) -> str | None:
+    """Why a sidecar must not continue this log: records without a head (the head was deleted,
+    perhaps with records cut from the end), or a head this key did not write."""
+    head = read_head(log_path)
+    try:
+        has_records = log_path.stat().st_size > 0
+    except FileNotFoundError:
+        has_records = False
+    if head is None:
+        if has_records:
+            return f"{log_path.name} has records but its head {head_path(log_path).name} is missing"
+        return None
+    if not head.valid_for(key):
+        kind = "without a key" if head.mac is None else "with another key (or forged)"
+        return f"{head_path(log_path).name} was written {kind}"
+    return None
 
 
 def now_rfc3339() -> str:
@@ -100,15 +106,18 @@ def now_rfc3339() -> str:
 
 
 class _AgentFile:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, key: bytes | None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        self.key = key
         self.prev, recent, self.torn = _resume(path)
         head = read_head(path)
-        # The head may lag one write behind (a crash between the two writes), never more.
-        self.gap = head if head is not None and head not in recent else None
+        self.gap = _gap(head, recent, self.prev)
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         self.head_fd = os.open(head_path(path), os.O_WRONLY | os.O_CREAT, 0o600)
         self.unwritten: list[bytes] = []
+        if head is None and self.prev == GENESIS:
+            # A new log gets its head at once: deleting the pair is then noticeable.
+            self.write_head(GENESIS)
 
     def write_unwritten(self) -> None:
         """Write the waiting record lines, then the head naming the last of them."""
@@ -131,23 +140,36 @@ class _AgentFile:
         return [self.fd, self.head_fd]
 
     def write_head(self, record_hash: str) -> None:
-        # Fixed length, written in place: one syscall, never a partially shorter file.
-        os.pwrite(self.head_fd, record_hash.encode() + b"\n", 0)
+        # Fixed length for one key setting (start-up refuses a head of the other setting),
+        # written in place: one syscall, never a partially shorter file.
+        os.pwrite(self.head_fd, head_line(record_hash, self.key), 0)
 
     def close(self) -> None:
         os.close(self.fd)
         os.close(self.head_fd)
 
 
+def _gap(head: Head | None, recent: frozenset[str], last: str) -> dict[str, Any] | None:
+    """What the next record says about records missing from the end, if any are. The head may
+    lag one write behind the log (a crash between the two writes), never more."""
+    if head is None:
+        # Only reachable for an agent first seen after start-up (start-up refuses this case).
+        return {"head_missing": True} if last != GENESIS else None
+    if head.last in recent:
+        return None
+    return {"head_was": head.last}
+
+
 def _resume(path: Path) -> tuple[str, frozenset[str], bool]:
     """The hash to chain the next record to, the hashes of the last ``MAX_UNWRITTEN + 1``
-    records (where a head may point), and whether the file ends in a torn line."""
+    records (where a head may point; GENESIS too while the log is that short), and whether
+    the file ends in a torn line."""
     try:
         size = path.stat().st_size
     except FileNotFoundError:
-        return GENESIS, frozenset(), False
+        return GENESIS, frozenset({GENESIS}), False
     if size == 0:
-        return GENESIS, frozenset(), False
+        return GENESIS, frozenset({GENESIS}), False
     with path.open("rb") as handle:
         handle.seek(max(0, size - TAIL_BYTES))
         tail = handle.read()
@@ -158,7 +180,10 @@ def _resume(path: Path) -> tuple[str, frozenset[str], bool]:
             tail = handle.read()
             recent = _last_hashes(tail.splitlines(), MAX_UNWRITTEN + 1)
     torn = not tail.endswith(b"\n")
-    return (recent[0] if recent else GENESIS), frozenset(recent), torn
+    last = recent[0] if recent else GENESIS
+    if len(recent) <= MAX_UNWRITTEN:
+        recent.append(GENESIS)
+    return last, frozenset(recent), torn
 
 
 def _last_hashes(lines: list[bytes], count: int) -> list[str]:
@@ -178,22 +203,43 @@ def _last_hashes(lines: list[bytes], count: int) -> list[str]:
 
 class AuditLog:
     def __init__(
-        self, state_dir: Path, *, fsync_interval_s: float = DEFAULT_FSYNC_INTERVAL_S
+        self,
+        state_dir: Path,
+        *,
+        key: bytes | None = None,
+        agents: Iterable[str] = (),
+        fsync_interval_s: float = DEFAULT_FSYNC_INTERVAL_S,
     ) -> None:
+        """Open the logs of ``agents`` now (creating empty logs and heads); raises
+        :class:`AuditStateError` when a log in the state dir cannot be continued."""
         self.state_dir = Path(state_dir)
+        self.key = key
         self.fsync_interval_s = fsync_interval_s
         self._files: dict[str, _AgentFile] = {}
+        self._check_existing()
+        for agent_id in agents:
+            self._files[agent_id] = _AgentFile(audit_path(self.state_dir, agent_id), key)
         self._waiting: list[_AgentFile] = []  # files with lines to write this loop iteration
         self._dirty: set[str] = set()
         self._wake: asyncio.Event | None = None
         self._syncer: asyncio.Task[None] | None = None
         self._closed = False
 
+    def _check_existing(self) -> None:
+        logs = sorted((self.state_dir / "audit").glob("*.jsonl"))
+        problems = [p for p in (startup_problem(path, self.key) for path in logs) if p]
+        if problems:
+            raise AuditStateError(
+                "the audit log cannot be continued: "
+                + "; ".join(problems)
+                + ". Verify it with `clawc audit verify`, then move the audit directory aside."
+            )
+
     async def append(self, agent_id: str, record: dict[str, Any]) -> dict[str, Any]:
         """Chain, write and return one record (adds id, time, agent, prev, hash)."""
         handle = self._files.get(agent_id)
         if handle is None:
-            handle = _AgentFile(audit_path(self.state_dir, agent_id))
+            handle = _AgentFile(audit_path(self.state_dir, agent_id), self.key)
             if not self._closed:
                 self._files[agent_id] = handle
         if _RESERVED.isdisjoint(record):
@@ -202,12 +248,15 @@ class AuditLog:
             full = {key: value for key, value in record.items() if key not in _RESERVED}
         full["id"] = record.get("id") or uuid.uuid4().hex
         full.setdefault("time", now_rfc3339())
+        full = bounded_record(full)
         full["agent"] = agent_id
         full["prev"] = handle.prev
+        if self.key is not None:
+            full["mac"] = KEYED
         if handle.gap is not None:
-            full["audit_gap"] = {"head_was": handle.gap}
+            full["audit_gap"] = handle.gap
         canonical = canonical_json(full)
-        full["hash"] = record_hash = hashlib.sha256(canonical).hexdigest()
+        full["hash"] = record_hash = digest(canonical, self.key)
         # The stored line is the canonical JSON with the hash appended: serialised once.
         line = b'%s,"hash":"%s"}\n' % (canonical[:-1], record_hash.encode())
         # No await from prev to here: per-agent order is the order of appends.

@@ -78,6 +78,12 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self.state_write_failures = Counter(
+            "claw_state_write_failures",
+            "State writes that failed (the answer went out; the store lost that entry)",
+            ["store"],
+            registry=r,
+        )
         self.rounds = Histogram(
             "claw_tool_rounds",
             "Tool rounds per mediated request",

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from clawpod.sidecar.audit.chain import audit_key
 from clawpod.sidecar.audit.log import AuditLog
 from clawpod.sidecar.codecs import CODECS, codec_for_api, codec_for_path
 from clawpod.sidecar.codecs.base import Codec
@@ -58,7 +59,8 @@ def create_app(
     metrics = Metrics()
     tasks = ShieldedTasks()
     executor = ToolExecutor(env=env, metrics=metrics, tasks=tasks)
-    audit = AuditLog(state_dir)
+    # Raises AuditKeyError / AuditStateError: a sidecar that cannot audit must not start.
+    audit = AuditLog(state_dir, key=audit_key(env), agents=build.agents)
     keepalive_s = keepalive_interval(env)
     state = SidecarState(
         config=config,
@@ -67,7 +69,7 @@ def create_app(
         executor=executor,
         audit=audit,
         metrics=metrics,
-        continuity=ContinuityStore(state_dir),
+        continuity=ContinuityStore(state_dir, agents=len(build.agents)),  # per-agent quotas
         verifier=TokenVerifier(build),
         router=ModelRouter(config),
         mcp=McpEndpoint(executor, audit, metrics, keepalive_s, tasks),

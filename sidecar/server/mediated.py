@@ -35,6 +35,7 @@ from clawpod.sidecar.mediation.commands import (
     Respond,
     ToolsDone,
 )
+from clawpod.sidecar.mediation.continuity import StateWriteFailed
 from clawpod.sidecar.mediation.engine import MediationEngine
 from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
@@ -117,13 +118,29 @@ class _Driver:
         if isinstance(command, Recall):
             return Recalled(self.state.continuity.recall(command.keys))
         if isinstance(command, Remember):
-            self.state.continuity.remember(command.key, command.messages)
+            # state-durability (issue 14.5): a failed state write never costs the answer.
+            try:
+                agent = self.ctx.agent.agent.id
+                self.state.continuity.remember(command.key, command.messages, agent=agent)
+            except StateWriteFailed as exc:
+                await self._state_write_failed(exc)
             return Done()
         if isinstance(command, CallModel):
             return await self._keeping_alive(self._call_model(command))
         if isinstance(command, ExecuteTools):
             return await self._keeping_alive(self._execute(command))
         raise TypeError(f"unknown command {type(command).__name__}")
+
+    async def _state_write_failed(self, exc: StateWriteFailed) -> None:
+        """Logged, counted and audited; the finished answer still goes out."""
+        agent = self.ctx.agent.agent.id
+        log.warning("request %s: %s", self.ctx.request_id, exc)
+        self.state.metrics.state_write_failures.labels(store="continuity").inc()
+        record = {"event": "state_write_failed", "request": self.ctx.request_id, "error": str(exc)}
+        try:
+            await self.state.audit.append(agent, {**record, "store": "continuity"})
+        except Exception:
+            log.exception("audit of a failed state write of %s failed", self.ctx.request_id)
 
     async def _call_model(self, command: CallModel) -> Event:
         started = time.perf_counter()

@@ -1,4 +1,4 @@
-"""The hash-chained audit log, its verifier and its readable summary (docs/contract.md §5)."""
+"""The keyed, hash-chained audit log, its verifier and its summary (docs/contract.md §5, §10)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from clawpod.sidecar.audit.chain import GENESIS, head_line, record_hash
 from clawpod.sidecar.audit.cli import show_command, verify_command
-from clawpod.sidecar.audit.log import GENESIS, MAX_UNWRITTEN, AuditLog, record_hash
+from clawpod.sidecar.audit.log import MAX_UNWRITTEN, AuditLog
 from clawpod.sidecar.audit.trace import trace_call
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from tests.support.builds import http_tool
 
+KEY = b"audit-test-key-0123456789abcdef"
+KEY_ENV = {"CLAW_AUDIT_KEY": KEY.decode()}
 TOOL = http_tool("trading-api", "execute_trade", "http://trading-api:4000", method="POST")
 
 
@@ -49,7 +52,7 @@ def request_record(n: int) -> dict:
 
 
 async def write_records(state: Path, count: int, agent: str = "analyst", **options) -> list[dict]:
-    log = AuditLog(state, **options)
+    log = AuditLog(state, **{"key": KEY, **options})
     records = [await log.append(agent, request_record(n)) for n in range(count)]
     await log.close()
     return records
@@ -63,9 +66,9 @@ def write_lines(state: Path, lines: list[bytes], agent: str = "analyst") -> None
     (state / "audit" / f"{agent}.jsonl").write_bytes(b"".join(lines))
 
 
-def verify(state: Path) -> tuple[int, str]:
+def verify(state: Path, **options) -> tuple[int, str]:
     out = io.StringIO()
-    return verify_command(state, out), out.getvalue()
+    return verify_command(state, out, **{"env": KEY_ENV, **options}), out.getvalue()
 
 
 async def test_records_are_chained_and_complete(tmp_path: Path) -> None:
@@ -75,7 +78,7 @@ async def test_records_are_chained_and_complete(tmp_path: Path) -> None:
     assert records[0]["prev"] == GENESIS
     assert [r["prev"] for r in records[1:]] == [r["hash"] for r in records[:-1]]
     for record in records:
-        assert record["hash"] == record_hash(record)
+        assert record["hash"] == record_hash(record, KEY)
         assert record["agent"] == "analyst"
         assert record["time"].endswith("Z") and "T" in record["time"]
         assert len(record["id"]) == 32
@@ -85,7 +88,7 @@ async def test_records_are_chained_and_complete(tmp_path: Path) -> None:
 
 
 async def test_caller_id_is_kept_and_chain_fields_cannot_be_forged(tmp_path: Path) -> None:
-    log = AuditLog(tmp_path)
+    log = AuditLog(tmp_path, key=KEY)
     record = await log.append(
         "analyst", {"id": "req-1", "prev": "f" * 64, "hash": "0", "agent": "x"}
     )
@@ -102,7 +105,7 @@ async def test_chain_resumes_after_restart(tmp_path: Path) -> None:
 
 
 async def test_agents_have_separate_chains(tmp_path: Path) -> None:
-    log = AuditLog(tmp_path)
+    log = AuditLog(tmp_path, key=KEY)
     a = await log.append("analyst", request_record(1))
     b = await log.append("trader-0", request_record(2))
     await log.close()
@@ -112,7 +115,7 @@ async def test_agents_have_separate_chains(tmp_path: Path) -> None:
 
 
 async def test_concurrent_appends_keep_one_ordered_chain(tmp_path: Path) -> None:
-    log = AuditLog(tmp_path)
+    log = AuditLog(tmp_path, key=KEY)
     await asyncio.gather(*(log.append("analyst", request_record(n)) for n in range(200)))
     await log.close()
     assert verify(tmp_path) == (0, "audit/analyst.jsonl: 200 records, chain intact\nOK\n")
@@ -128,7 +131,7 @@ async def test_both_fsync_policies_keep_every_record(
 
 
 async def test_agent_ids_cannot_escape_the_audit_directory(tmp_path: Path) -> None:
-    log = AuditLog(tmp_path)
+    log = AuditLog(tmp_path, key=KEY)
     with pytest.raises(ValueError):
         await log.append("../evil", request_record(0))
     await log.close()
@@ -191,28 +194,28 @@ async def test_verify_finds_a_deleted_agent_log(tmp_path: Path) -> None:
 
 async def test_a_head_one_record_behind_is_a_crash_not_a_deletion(tmp_path: Path) -> None:
     records = await write_records(tmp_path, 3)
-    (tmp_path / "audit" / "analyst.head").write_text(records[1]["hash"] + "\n")
+    (tmp_path / "audit" / "analyst.head").write_bytes(head_line(records[1]["hash"], KEY))
     assert verify(tmp_path)[0] == 0
-    log = AuditLog(tmp_path)  # and the sidecar resumes without calling it a gap
+    log = AuditLog(tmp_path, key=KEY)  # and the sidecar resumes without calling it a gap
     assert "audit_gap" not in await log.append("analyst", request_record(9))
     await log.close()
     assert verify(tmp_path)[0] == 0
 
 
 async def test_records_of_one_loop_iteration_go_out_in_one_write(tmp_path: Path) -> None:
-    log = AuditLog(tmp_path)
+    log = AuditLog(tmp_path, key=KEY)
     records = [await log.append("analyst", request_record(n)) for n in range(3)]
     path = tmp_path / "audit" / "analyst.jsonl"
     assert path.read_bytes() == b"", "nothing written before the iteration ends"
     await asyncio.sleep(0)
     assert len(lines_of(tmp_path)) == 3
-    assert (tmp_path / "audit" / "analyst.head").read_text().strip() == records[-1]["hash"]
+    assert (tmp_path / "audit" / "analyst.head").read_bytes() == head_line(records[-1]["hash"], KEY)
     await log.close()
     assert verify(tmp_path)[0] == 0
 
 
 async def test_no_more_than_max_unwritten_records_wait(tmp_path: Path) -> None:
-    log = AuditLog(tmp_path)
+    log = AuditLog(tmp_path, key=KEY)
     for n in range(MAX_UNWRITTEN + 5):
         await log.append("analyst", request_record(n))
     assert len(lines_of(tmp_path)) == MAX_UNWRITTEN  # written once the batch was full
@@ -223,12 +226,14 @@ async def test_no_more_than_max_unwritten_records_wait(tmp_path: Path) -> None:
 async def test_a_head_one_write_behind_is_accepted_older_is_a_deletion(tmp_path: Path) -> None:
     records = await write_records(tmp_path, MAX_UNWRITTEN + 2)
     head = tmp_path / "audit" / "analyst.head"
-    head.write_text(records[1]["hash"] + "\n")  # as if the last full write's head was lost
+    # As if the last full write's head was lost:
+    head.write_bytes(head_line(records[1]["hash"], KEY))
     assert verify(tmp_path)[0] == 0
-    head.write_text(records[0]["hash"] + "\n")  # further back than one write can leave it
+    # Further back than one write can leave it:
+    head.write_bytes(head_line(records[0]["hash"], KEY))
     code, report = verify(tmp_path)
     assert code == 1 and "records deleted" in report
-    log = AuditLog(tmp_path)  # a restart sees the same
+    log = AuditLog(tmp_path, key=KEY)  # a restart sees the same
     await log.append("analyst", request_record(99))
     await log.close()
     assert "audit_gap" in orjson.loads(lines_of(tmp_path)[-1])
@@ -237,7 +242,7 @@ async def test_a_head_one_write_behind_is_accepted_older_is_a_deletion(tmp_path:
 async def test_a_restart_on_a_cut_log_keeps_the_cut_on_record(tmp_path: Path) -> None:
     records = await write_records(tmp_path, 4)
     write_lines(tmp_path, lines_of(tmp_path)[:2])
-    log = AuditLog(tmp_path)
+    log = AuditLog(tmp_path, key=KEY)
     resumed = await log.append("analyst", request_record(9))
     await log.close()
     assert resumed["prev"] == records[1]["hash"]
@@ -293,7 +298,7 @@ def test_verify_without_audit_logs_says_so(tmp_path: Path) -> None:
 
 
 async def test_large_integers_from_a_model_do_not_break_the_chain(tmp_path: Path) -> None:
-    log = AuditLog(tmp_path)
+    log = AuditLog(tmp_path, key=KEY)
     await log.append(
         "analyst", {"tool_trace": [{"round": 1, "calls": [{"arguments": {"n": 10**30}}]}]}
     )
@@ -355,7 +360,7 @@ def test_show_for_an_unknown_agent_fails(tmp_path: Path) -> None:
 
 
 async def test_a_record_appended_after_close_is_still_written(tmp_path: Path) -> None:
-    log = AuditLog(tmp_path)
+    log = AuditLog(tmp_path, key=KEY)
     first = await log.append("analyst", request_record(0))
     await log.close()
     late = await log.append("analyst", request_record(1))
@@ -410,3 +415,13 @@ def test_trace_call_bounds_huge_arguments() -> None:
     assert trace_call("c", TOOL, TOOL.presented, raw, outcome)["arguments"].endswith(
         "(cut, 180000 bytes)"
     )
+
+
+async def test_show_describes_event_records(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path, key=KEY)
+    event = {"event": "state_write_failed", "request": "req_1", "store": "continuity"}
+    await log.append("analyst", {**event, "error": "No space left on device"})
+    await log.close()
+    out = io.StringIO()
+    assert show_command(tmp_path, out) == 0
+    assert "state_write_failed  request=req_1  store=continuity  error=No space" in out.getvalue()

@@ -292,7 +292,13 @@ def test_generated_compose_wires_agents_sidecar_and_tools(example_out: Path) -> 
     ]
     assert sidecar["environment"] == {
         name: "${" + name + "}"
-        for name in ("ANTHROPIC_API_KEY", "NEWS_API_KEY", "OPENAI_API_KEY", "TRADING_API_TOKEN")
+        for name in (
+            "ANTHROPIC_API_KEY",
+            "CLAW_AUDIT_KEY",  # the audit chain's HMAC key (docs/contract.md §10)
+            "NEWS_API_KEY",
+            "OPENAI_API_KEY",
+            "TRADING_API_TOKEN",
+        )
     }
     assert "healthz" in " ".join(sidecar["healthcheck"]["test"])
     assert sidecar["build"]["args"] == {"BASE_IMAGE": "${CLAW_BASE_IMAGE:-python:3.11-slim}"}

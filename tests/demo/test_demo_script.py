@@ -57,9 +57,11 @@ def test_the_demo_runs_the_main_job_and_verifies_the_audit() -> None:
     assert "- trading-api_get_quote: symbol NVDA, price 121.4, currency USD" in out
     # The audit: the request with its tool call, then a verified chain.
     assert "round 1: trading-api.get_quote -> ok 200" in out
-    assert "audit/analyst.jsonl: 1 records, chain intact\n     OK" in out
+    assert "audit/analyst.jsonl: 1 records, chain intact\n" in out
+    assert out.rstrip().endswith("OK")
     assert "demo-trading-token-" not in out + done.stderr
     assert "demo-provider-key-" not in out + done.stderr
+    assert "demo-audit-key-" not in out + done.stderr
     wide = [line for line in out.splitlines() if len(line) > 100]
     assert not wide, wide
 

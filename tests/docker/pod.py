@@ -43,7 +43,13 @@ IMAGES = {
 }
 
 # Every variable that holds a secret the agents must never see; values are fresh per session.
-CREDENTIAL_ENVS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "TRADING_API_TOKEN", "NEWS_API_KEY")
+CREDENTIAL_ENVS = (
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "TRADING_API_TOKEN",
+    "NEWS_API_KEY",
+    "CLAW_AUDIT_KEY",  # the sidecar refuses to start without its audit key
+)
 
 OVERRIDE = """\
 # Test-only additions to the compiled pod: the scripted upstream on the egress network only,

@@ -179,7 +179,7 @@ def drive(
             event = Recalled(store.recall(command.keys) if store is not None else {})
         elif isinstance(command, Remember):
             if store is not None:
-                store.remember(command.key, command.messages)
+                store.remember(command.key, command.messages, agent=engine.agent_id)
             event = Done()
         elif isinstance(command, CallModel):
             assert pending, "the engine called the model more often than scripted"

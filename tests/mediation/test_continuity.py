@@ -194,9 +194,9 @@ def test_only_requests_with_hidden_rounds_are_remembered(tmp_path: Path) -> None
 def test_the_store_is_bounded_least_recently_used_first(tmp_path: Path) -> None:
     store = ContinuityStore(tmp_path, max_entries=2)
     for key in ("aa01", "bb02"):
-        store.remember(key, [{"role": "assistant", "content": key}])
+        store.remember(key, [{"role": "assistant", "content": key}], agent="agent")
     assert store.recall(["aa01"])  # touch: bb02 is now the oldest
-    store.remember("cc03", [{"role": "assistant", "content": "c"}])
+    store.remember("cc03", [{"role": "assistant", "content": "c"}], agent="agent")
     assert set(store.recall(["aa01", "bb02", "cc03"])) == {"aa01", "cc03"}
     restarted = ContinuityStore(tmp_path, max_entries=2)
     assert set(restarted.recall(["aa01", "bb02", "cc03"])) == {"aa01", "cc03"}
@@ -205,20 +205,20 @@ def test_the_store_is_bounded_least_recently_used_first(tmp_path: Path) -> None:
 def test_the_store_is_bounded_in_bytes(tmp_path: Path) -> None:
     store = ContinuityStore(tmp_path, max_bytes=10_000)
     for number in range(5):
-        store.remember(f"{number:04x}", [{"role": "user", "content": "x" * 3000}])
+        store.remember(f"{number:04x}", [{"role": "user", "content": "x" * 3000}], agent="agent")
     assert set(store.recall([f"{n:04x}" for n in range(5)])) == {"0002", "0003", "0004"}
 
 
 async def test_a_replaced_entry_wins_and_a_torn_line_is_skipped(tmp_path: Path) -> None:
     store = ContinuityStore(tmp_path)
-    store.remember("dd04", [{"role": "assistant", "content": "old"}])
-    store.remember("dd04", [{"role": "assistant", "content": "new"}])
+    store.remember("dd04", [{"role": "assistant", "content": "old"}], agent="agent")
+    store.remember("dd04", [{"role": "assistant", "content": "new"}], agent="agent")
     await store.close()
     with open(store.path, "ab") as log:
         log.write(b'{"key": "ee05", "messa')  # a crash mid-write
     restarted = ContinuityStore(tmp_path)
     assert restarted.recall(["dd04", "ee05"]) == {"dd04": [{"role": "assistant", "content": "new"}]}
-    restarted.remember("ff06", [])
+    restarted.remember("ff06", [], agent="agent")
     assert ContinuityStore(tmp_path).recall(["ff06"]) == {"ff06": []}
 
 
@@ -226,7 +226,8 @@ def test_the_log_is_compacted_when_dead_entries_dominate(tmp_path: Path) -> None
     store = ContinuityStore(tmp_path, max_entries=3)
     payload = [{"role": "assistant", "content": "x" * 4096}]
     for number in range(400):
-        store.remember(f"{number:04x}", payload)
+        store.remember(f"{number:04x}", payload, agent="agent")
+    store.finish_compaction()  # it runs in a worker thread
     assert store.path.stat().st_size < 3 * 1024 * 1024
     assert set(store.recall(["018d", "018e", "018f"])) == {"018d", "018e", "018f"}
     assert set(ContinuityStore(tmp_path).recall(["018d", "018e", "018f", "0000"])) == {

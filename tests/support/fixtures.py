@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
+from tests.support import secret_sweep
 from tests.support.services import ToolService
+from tests.support.sidecar import TEST_AUDIT_KEY
 from tests.support.upstream import StubUpstream
+
+
+@pytest.fixture(autouse=True, scope="session")
+def audit_key_in_environment() -> Iterator[None]:
+    """Sidecar processes the suite starts and `clawc audit verify` read the audit key from the
+    environment: give them the test key, so the keyed chain is what the suite exercises."""
+    before = os.environ.get(AUDIT_KEY_ENV)
+    os.environ[AUDIT_KEY_ENV] = TEST_AUDIT_KEY
+    secret_sweep.register(TEST_AUDIT_KEY)
+    yield
+    if before is None:
+        del os.environ[AUDIT_KEY_ENV]
+    else:
+        os.environ[AUDIT_KEY_ENV] = before
 
 
 @pytest.fixture

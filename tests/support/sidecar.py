@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
 from clawpod.sidecar.manifest import load_build
 from clawpod.sidecar.server.app import create_app
 from clawpod.sidecar.server.context import STATE_KEY, SidecarState
@@ -20,6 +21,9 @@ TEST_PROVIDER_KEYS = {
     "OPENAI_API_KEY": "sk-test-openai-key",
     "ANTHROPIC_API_KEY": "sk-ant-test-key",
 }
+# Every test sidecar audits with a key (set suite-wide in the environment too, for sidecar
+# processes and `clawc audit verify`; see tests/support/fixtures.py).
+TEST_AUDIT_KEY = "test-audit-key-4f1c2a9e8b7d6c5a"
 
 
 @dataclass
@@ -61,10 +65,12 @@ def audit_records(state_dir: Path, agent: str) -> list[dict[str, Any]]:
 async def start_sidecar(
     build_root: Path, state_dir: Path, env: Mapping[str, str] | None = None
 ) -> RunningSidecar:
-    """Load ``build_root`` (digest-checked) and serve it; ``env`` defaults to test provider keys."""
+    """Load ``build_root`` (digest-checked) and serve it; ``env`` defaults to test provider keys,
+    and the test audit key is added unless ``env`` names one."""
     build = load_build(build_root)
-    env = dict(TEST_PROVIDER_KEYS if env is None else env)
+    env = {AUDIT_KEY_ENV: TEST_AUDIT_KEY, **(TEST_PROVIDER_KEYS if env is None else env)}
     secret_sweep.register_build_env(build, env)  # the suite-wide credential sweep checks these
+    secret_sweep.register(env[AUDIT_KEY_ENV])
     app = create_app(build, state_dir=state_dir, env=env)
     listening = await listen(app, "127.0.0.1", 0, shutdown_timeout_s=1.0)
     port = listening.address[1]
