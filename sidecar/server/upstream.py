@@ -14,6 +14,7 @@ from clawpod.sidecar.codecs import CODECS
 from clawpod.sidecar.manifest import Provider, SidecarConfig
 from clawpod.sidecar.observability.metrics import Metrics, connection_counts
 from clawpod.sidecar.transport import (
+    BodyTooLarge,
     ConnectError,
     Headers,
     HttpClient,
@@ -114,6 +115,8 @@ class UpstreamClient:
         self, config: SidecarConfig, env: Mapping[str, str], metrics: Metrics | None = None
     ) -> None:
         self.timeout_s = config.upstream_timeout_ms / 1000
+        # A provider's whole answer, read for mediation, is held to the request-body limit.
+        self.max_response_bytes = config.max_body_bytes
         self._client = HttpClient(
             keepalive_s=60,
             connect_timeout_s=min(self.timeout_s, 30.0),
@@ -149,6 +152,7 @@ class UpstreamClient:
         body: bytes,
         *,
         timeout_s: float | None = None,
+        max_body_bytes: int | None = None,
     ) -> Response:
         """POST raw JSON bytes to the target's provider; the caller must release the response.
 
@@ -165,7 +169,11 @@ class UpstreamClient:
                     prepared, body, extra_headers=forward, read_timeout_s=self.timeout_s
                 )
             return await self._client.send(
-                prepared, body, extra_headers=forward, timeout_s=timeout_s or self.timeout_s
+                prepared,
+                body,
+                extra_headers=forward,
+                timeout_s=timeout_s or self.timeout_s,
+                max_body_bytes=max_body_bytes,
             )
         except TransportError as exc:
             raise translate_error(exc, target.provider) from exc
@@ -174,7 +182,12 @@ class UpstreamClient:
         self, target: UpstreamTarget, body: dict[str, Any], *, timeout_s: float
     ) -> UpstreamResponse:
         """One non-streaming call with a total deadline; the whole body is read."""
-        response = await self.send(target, orjson.dumps(body), timeout_s=timeout_s)
+        response = await self.send(
+            target,
+            orjson.dumps(body),
+            timeout_s=timeout_s,
+            max_body_bytes=self.max_response_bytes,
+        )
         try:
             data = await response.read()
         except TransportError as exc:
@@ -189,4 +202,7 @@ def translate_error(exc: TransportError, provider: str) -> UpstreamError:
         return UpstreamError("timeout", f"provider {provider!r} did not answer in time")
     if isinstance(exc, ConnectError):
         return UpstreamError("unreachable", f"provider {provider!r} is unreachable")
+    if isinstance(exc, BodyTooLarge):
+        message = f"provider {provider!r} answered with more than {exc.limit} bytes"
+        return UpstreamError("protocol", message)
     return UpstreamError("protocol", f"provider {provider!r} broke the connection or protocol")

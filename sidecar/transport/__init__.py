@@ -2,6 +2,7 @@
 
 from clawpod.sidecar.transport.client import HttpClient, PreparedRequest
 from clawpod.sidecar.transport.errors import (
+    BodyTooLarge,
     ConnectError,
     ConnectionClosed,
     InvalidResponse,
@@ -12,6 +13,7 @@ from clawpod.sidecar.transport.http1 import Headers, Response
 from clawpod.sidecar.transport.pool import ConnectionCounts
 
 __all__ = [
+    "BodyTooLarge",
     "ConnectError",
     "ConnectionClosed",
     "ConnectionCounts",

@@ -14,7 +14,7 @@ from clawpod.sidecar.transport.http1 import Response
 from clawpod.sidecar.transport.pool import ConnectionCounts, ConnectionPool, Origin
 
 # Safe to send again when a kept-alive connection turns out closed before any answer (RFC 9110
-# 9.2.2); a POST is never repeated, whatever the provider would have done with it.
+# 9.2.2); a POST that was written is never repeated (docs/transport.md says when one is).
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _FORBIDDEN_IN_HEADERS = frozenset("\r\n\0")
@@ -29,6 +29,15 @@ class PreparedRequest:
     pool: ConnectionPool
     head: bytes  # request line + headers, without Content-Length and the closing blank line
     sends_length: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Limits:
+    """One send's bounds, shared by its attempts."""
+
+    deadline: float | None
+    read_timeout_s: float | None
+    max_body_bytes: int | None
 
 
 class HttpClient:
@@ -76,12 +85,14 @@ class HttpClient:
         body: bytes | None = None,
         timeout_s: float | None = None,
         read_timeout_s: float | None = None,
+        max_body_bytes: int | None = None,
     ) -> Response:
         return await self.send(
             self.prepare(method, url, headers),
             body,
             timeout_s=timeout_s,
             read_timeout_s=read_timeout_s,
+            max_body_bytes=max_body_bytes,
         )
 
     async def send(
@@ -92,11 +103,14 @@ class HttpClient:
         extra_headers: Mapping[str, str] | None = None,
         timeout_s: float | None = None,
         read_timeout_s: float | None = None,
+        max_body_bytes: int | None = None,
     ) -> Response:
         """Send and wait for the response head; the caller reads the body, then releases.
 
         ``timeout_s`` bounds the whole exchange (connect, head and body); ``read_timeout_s``
-        bounds each wait for more bytes (a stream's gap between chunks).
+        bounds each wait for more bytes (a stream's gap between chunks); ``max_body_bytes``
+        bounds the body as the caller reads it (decoded): past it, reading raises
+        ``BodyTooLarge``.
         """
         if self._closed:
             raise RuntimeError("the HTTP client is closed")
@@ -109,10 +123,12 @@ class HttpClient:
             data += b"Content-Length: %d\r\n\r\n" % len(body) + body
         else:
             data += b"\r\n"
-        response, reused = await self._exchange(prepared.pool, data, deadline, read_timeout_s)
+        limits = _Limits(deadline, read_timeout_s, max_body_bytes)
+        response, reused = await self._exchange(prepared.pool, data, limits)
         if reused and response is None and prepared.method in IDEMPOTENT_METHODS:
-            # The server had closed the kept-alive connection; nothing was processed.
-            response, _ = await self._exchange(prepared.pool, data, deadline, read_timeout_s)
+            # The server closed the kept-alive connection without answering: once more, on a
+            # new connection (another idle one may be as stale).
+            response, _ = await self._exchange(prepared.pool, data, limits, fresh=True)
         if response is None:
             raise ConnectionClosed(
                 "the server closed the connection before answering", request_sent=True
@@ -131,20 +147,20 @@ class HttpClient:
         self._pools.clear()
 
     async def _exchange(
-        self,
-        pool: ConnectionPool,
-        data: bytes,
-        deadline: float | None,
-        read_timeout_s: float | None,
+        self, pool: ConnectionPool, data: bytes, limits: _Limits, *, fresh: bool = False
     ) -> tuple[Response | None, bool]:
         """The response, or None if a reused connection was found closed before any answer."""
-        connection = pool.reuse()
+        connection = None if fresh else pool.reuse()
         if connection is not None:
             reused = True
         else:
-            connection, reused = await pool.acquire(deadline)
+            connection, reused = await pool.acquire(limits.deadline, fresh=fresh)
         response = Response(
-            connection, pool.release, deadline=deadline, read_timeout_s=read_timeout_s
+            connection,
+            pool.release,
+            deadline=limits.deadline,
+            read_timeout_s=limits.read_timeout_s,
+            max_body_bytes=limits.max_body_bytes,
         )
         connection.send(response, data)
         try:

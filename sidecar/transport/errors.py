@@ -38,3 +38,12 @@ class InvalidResponse(TransportError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, request_sent=True)
+
+
+class BodyTooLarge(TransportError):
+    """The body, decoded, is longer than the caller's ``max_body_bytes``: the bytes up to the
+    bound were delivered, the rest is not read (the connection is closed)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the response body is larger than {limit} bytes", request_sent=True)
+        self.limit = limit

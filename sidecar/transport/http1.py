@@ -3,19 +3,29 @@
 httptools (llhttp, the parser Node.js uses) does the framing: Content-Length, chunked and
 close-delimited bodies. Body bytes are buffered per response and handed to the reader as they
 arrive. Reading from the socket pauses while a slow reader leaves more than ``HIGH_WATER``
-bytes unread, so a stream relayed to a slow client cannot grow memory without bound.
+bytes unread, so a stream relayed to a slow client cannot grow memory without bound; a
+compressed body is decoded at the same pace (see ``decoding.py``).
+
+What a server can make the client hold is bounded as it arrives (SPEC §10): a response head
+(with any interim 1xx heads before it) to ``MAX_HEAD_BYTES`` and ``MAX_HEADER_FIELDS`` fields,
+trailers to as many fields and to ``MAX_HEAD_BYTES`` without a body byte, the decoded body to
+the caller's ``max_body_bytes``. httptools gathers a header value across reads by copying it,
+so an unbounded value would also cost quadratic time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import select
 import zlib
 from collections.abc import Callable, Iterator
-from typing import Any, cast
+from typing import cast
 
 import httptools
 
+from clawpod.sidecar.transport.decoding import Inflater, inflater_for
 from clawpod.sidecar.transport.errors import (
+    BodyTooLarge,
     ConnectionClosed,
     InvalidResponse,
     Timeout,
@@ -23,10 +33,12 @@ from clawpod.sidecar.transport.errors import (
 )
 
 HIGH_WATER = 256 * 1024
+MAX_HEAD_BYTES = 64 * 1024
+MAX_HEADER_FIELDS = 128
+# Decoded bytes taken from a compressed body per step.
+_INFLATE_STEP = 64 * 1024
 # A timer can fire a little before its time (loop clock resolution).
 _TIMER_SLACK_S = 0.001
-# Window-bits values: 16+ expects a gzip wrapper, 32+ detects gzip or zlib.
-_DECODER_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": 32 + 15}
 
 
 class Headers:
@@ -74,11 +86,14 @@ class Response:
         "_connection",
         "_content_type",
         "_deadline",
-        "_decoder",
+        "_delivered",
+        "_ended",
         "_error",
         "_head_received",
+        "_inflater",
         "_last_activity",
         "_loop",
+        "_max_body_bytes",
         "_on_release",
         "_read_timeout_s",
         "_released",
@@ -96,6 +111,7 @@ class Response:
         *,
         deadline: float | None,
         read_timeout_s: float | None,
+        max_body_bytes: int | None = None,
     ) -> None:
         self.status = 0
         self.headers = Headers([])
@@ -109,7 +125,10 @@ class Response:
         self._head_received = False
         self._error: TransportError | None = None
         self._waiter: asyncio.Future[None] | None = None
-        self._decoder: Any = None  # a zlib decompressor when the body is compressed
+        self._inflater: Inflater | None = None  # when the body is compressed
+        self._max_body_bytes = max_body_bytes
+        self._delivered = 0  # decoded body bytes handed to the buffer
+        self._ended = False  # the body's last byte arrived (a compressed one may be undecoded)
         self._released = False
         self._deadline = deadline
         self._read_timeout_s = read_timeout_s
@@ -131,11 +150,10 @@ class Response:
 
     async def read(self) -> bytes:
         """The whole (remaining) body."""
-        while not self.complete:
-            if self._error is not None:
-                raise self._error
-            await self._wait()
-        return self._take()
+        parts = []
+        while chunk := await self.read_chunk():
+            parts.append(chunk)
+        return b"".join(parts)
 
     async def read_chunk(self) -> bytes:
         """The bytes that arrived since the last call, waiting for some; ``b""`` at the end."""
@@ -184,7 +202,9 @@ class Response:
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         self._chunks = []
         self._buffered = 0
-        if self._connection.paused:
+        if self._inflater is not None and self._inflater.pending:
+            self._inflate()
+        if self._connection.paused and self._buffered <= HIGH_WATER:
             self._connection.resume()
         return data
 
@@ -201,10 +221,9 @@ class Response:
         self.headers = Headers(items)
         self._content_type = content_type.partition(";")[0].strip().lower()
         if encoding is not None:
-            name = encoding.strip().lower()
-            if name in _DECODER_WBITS:
-                self._decoder = zlib.decompressobj(_DECODER_WBITS[name])
-            elif name not in ("", "identity"):
+            try:
+                self._inflater = inflater_for(encoding)
+            except ValueError:
                 self.fail(InvalidResponse(f"unsupported content-encoding {encoding!r}"))
                 return
         self._head_received = True
@@ -213,25 +232,61 @@ class Response:
     def feed(self, data: bytes) -> None:
         if self._error is not None:
             return
-        if self._decoder is not None:
-            try:
-                data = self._decoder.decompress(data)
-            except zlib.error:
-                self.fail(InvalidResponse("the body does not match its content-encoding"))
-                return
-        if data:
-            self._chunks.append(data)
-            self._buffered += len(data)
-            self._last_activity = self._loop.time()
-            if self._buffered > HIGH_WATER and not self._connection.paused:
-                self._connection.pause()
+        self._last_activity = self._loop.time()
+        if self._inflater is None:
+            self._deliver(data)
+        else:
+            self._inflater.push(data)
+            self._inflate()
         self._wake()
 
     def finish(self) -> None:
-        if self._decoder is not None:
-            tail = self._decoder.flush()
-            if tail:
-                self._chunks.append(tail)
+        self._ended = True
+        if self._inflater is not None:
+            self._inflate()  # completes the response once all is decoded
+        else:
+            self._complete()
+
+    def _deliver(self, data: bytes) -> None:
+        limit = self._max_body_bytes
+        if limit is not None and self._delivered + len(data) > limit:
+            if self._delivered < limit:  # the reader gets the body up to the bound
+                self._chunks.append(data[: limit - self._delivered])
+                self._buffered += limit - self._delivered
+                self._delivered = limit
+            self.fail(BodyTooLarge(limit))
+            return
+        self._delivered += len(data)
+        self._chunks.append(data)
+        self._buffered += len(data)
+        if self._buffered > HIGH_WATER and not self._connection.paused:
+            self._connection.pause()
+
+    def _inflate(self) -> None:
+        """Decode until the input is used up or the reader is ``HIGH_WATER`` behind (reading
+        resumes it, see :meth:`_take`); one byte past ``max_body_bytes`` at most."""
+        inflater = self._inflater
+        assert inflater is not None
+        limit = self._max_body_bytes
+        while self._error is None and self._buffered <= HIGH_WATER and inflater.pending:
+            step = (
+                _INFLATE_STEP if limit is None else min(_INFLATE_STEP, limit - self._delivered + 1)
+            )
+            try:
+                data = inflater.pull(step)
+            except zlib.error:
+                self.fail(InvalidResponse("the body does not match its content-encoding"))
+                return
+            if data:
+                self._deliver(data)
+        if self._ended and not inflater.pending:
+            self._complete()
+        elif inflater.pending and not self._connection.paused:
+            self._connection.pause()
+
+    def _complete(self) -> None:
+        if self._error is not None or self.complete:
+            return
         self.complete = True
         self._cancel_timer()
         self._wake()
@@ -280,15 +335,27 @@ class Response:
             self._timer = None
 
 
+class _Refused(Exception):
+    """Raised in a parser callback to stop parsing; the reason is the connection's refusal."""
+
+
 class Connection(asyncio.Protocol):
     """A keep-alive connection carrying one request at a time (no pipelining)."""
 
     __slots__ = (
+        "_body_bytes",
         "_content_type",
         "_encoding",
+        "_fields",
         "_framed",
+        "_head_done",
+        "_head_left",
         "_items",
+        "_message_done",
         "_parser",
+        "_poll",
+        "_refusal",
+        "_silent_bytes",
         "closed",
         "idle_since",
         "loop",
@@ -307,14 +374,26 @@ class Connection(asyncio.Protocol):
         self.reusable = True
         self.idle_since = 0.0
         self._parser = httptools.HttpResponseParser(self)
+        self._poll: select.poll | None = None
         self._items: list[tuple[str, str]] = []
         self._content_type = ""
         self._encoding: str | None = None
         self._framed = False  # Content-Length or chunked: the body does not end with the socket
+        self._start_exchange()
+
+    def _start_exchange(self) -> None:
+        self._head_left = MAX_HEAD_BYTES  # for the final head and any interim ones before it
+        self._head_done = False  # the final (non-1xx) head was parsed
+        self._message_done = False  # the final answer's last byte was parsed
+        self._fields = 0  # header fields of the head being parsed, then trailer fields
+        self._body_bytes = 0  # body bytes as sent (before decoding)
+        self._silent_bytes = 0  # bytes received since the last read that carried body bytes
+        self._refusal: TransportError | None = None
 
     def send(self, response: Response, data: bytes) -> None:
         assert self.transport is not None
         self.response = response
+        self._start_exchange()
         self.transport.write(data)
 
     def close(self) -> None:
@@ -322,6 +401,20 @@ class Connection(asyncio.Protocol):
         if self.transport is not None and not self.closed:
             self.transport.close()
         self.closed = True
+
+    def alive(self) -> bool:
+        """Whether an idle connection can carry a request: not closed, and the server has not
+        closed, reset or written to it since (bytes the event loop may not have handled yet,
+        the stale keep-alive race)."""
+        if self.closed:
+            return False
+        if self._poll is None:
+            sock = self.transport.get_extra_info("socket") if self.transport else None
+            if sock is None:
+                return True
+            self._poll = select.poll()
+            self._poll.register(sock.fileno(), select.POLLIN)
+        return not self._poll.poll(0)
 
     def pause(self) -> None:
         if self.transport is not None and not self.closed:
@@ -339,23 +432,55 @@ class Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's does not subclass it
 
     def data_received(self, data: bytes) -> None:
-        if self.response is None or self.response.complete:
+        if self.response is None or self._message_done:
             self.close()  # bytes nobody asked for: the connection's state is unknown
             return
+        if not self._head_done:
+            if len(data) <= self._head_left:
+                self._head_left -= len(data)
+                self._parse(data)
+                return
+            # Parse only what the head may still take; the rest only if that completed it.
+            allowed, self._head_left = self._head_left, 0
+            if not self._parse(data[:allowed]):
+                return
+            if not self._head_done:
+                message = f"the response head is larger than {MAX_HEAD_BYTES} bytes"
+                self._refuse(InvalidResponse(message))
+                return
+            data = data[allowed:]
+        body_before = self._body_bytes
+        if not self._parse(data) or self._message_done:
+            return
+        # Trailers and chunk framing carry no body; a server sending only those is stopped.
+        self._silent_bytes = 0 if self._body_bytes > body_before else self._silent_bytes + len(data)
+        if self._silent_bytes > MAX_HEAD_BYTES:
+            message = f"the server sent more than {MAX_HEAD_BYTES} bytes without a body byte"
+            self._refuse(InvalidResponse(message))
+
+    def _parse(self, data: bytes) -> bool:
+        """Feed the parser; False if that ended the connection."""
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            response = self.response
-            if response is not None:
-                response.fail(InvalidResponse(f"the server's answer is not valid HTTP ({exc})"))
-            self.close()
+            refusal = self._refusal
+            self._refuse(
+                refusal or InvalidResponse(f"the server's answer is not valid HTTP ({exc})")
+            )
+            return False
+        return not self.closed
+
+    def _refuse(self, error: TransportError) -> None:
+        if self.response is not None:
+            self.response.fail(error)
+        self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.reusable = False
         response = self.response
-        if response is None or response.complete:
-            return
+        if response is None or response.complete or self._message_done:
+            return  # (a compressed body may still be decoding: its bytes are all here)
         if not response.nothing_received and not self._framed and exc is None:
             response.finish()  # a body without length ends with the connection
         elif response.nothing_received:
@@ -372,12 +497,24 @@ class Connection(asyncio.Protocol):
     # -- httptools callbacks -----------------------------------------------------------------
 
     def on_message_begin(self) -> None:
+        if self._message_done:
+            self._refusal = InvalidResponse("the server sent more than one answer")
+            raise _Refused
+        self._fields = 0
         self._items = []
         self._content_type = ""
         self._encoding = None
         self._framed = False
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._fields += 1
+        if self._fields > MAX_HEADER_FIELDS:
+            section = "trailer" if self._head_done else "header"
+            message = f"the response has more than {MAX_HEADER_FIELDS} {section} fields"
+            self._refusal = InvalidResponse(message)
+            raise _Refused
+        if self._head_done:
+            return  # a trailer: not part of the headers the caller has already seen
         key = name.decode("latin-1")
         text = value.decode("latin-1")
         self._items.append((key, text))
@@ -395,9 +532,12 @@ class Connection(asyncio.Protocol):
         response = self.response
         if response is None or 100 <= status < 200:
             return  # an interim answer (100 Continue): the real one follows
+        self._head_done = True
+        self._fields = 0
         response.head(status, self._items, self._content_type, self._encoding)
 
     def on_body(self, body: bytes) -> None:
+        self._body_bytes += len(body)
         response = self.response
         if response is not None:
             response.feed(body)
@@ -407,6 +547,7 @@ class Connection(asyncio.Protocol):
         status = self._parser.get_status_code()
         if response is None or 100 <= status < 200:
             return
+        self._message_done = True
         if not self._parser.should_keep_alive():
             self.reusable = False
         response.finish()

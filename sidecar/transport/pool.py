@@ -62,13 +62,16 @@ class ConnectionPool:
         common case: no await, no coroutine)."""
         return self._pop_idle() if self._slots is None else None
 
-    async def acquire(self, deadline: float | None) -> tuple[Connection, bool]:
-        """A connection ready for one request, and whether it was reused."""
+    async def acquire(
+        self, deadline: float | None, *, fresh: bool = False
+    ) -> tuple[Connection, bool]:
+        """A connection ready for one request, and whether it was reused; with ``fresh``,
+        always a new one."""
         loop = asyncio.get_running_loop()
         if self._slots is not None:
             await self._take_slot(loop, deadline)
         try:
-            connection = self._pop_idle()
+            connection = None if fresh else self._pop_idle()
             if connection is not None:
                 return connection, True
             connection = await self._connect(loop, deadline)
@@ -85,7 +88,7 @@ class ConnectionPool:
         while idle:
             connection = idle.pop()
             expired = connection.loop.time() - connection.idle_since > self._keepalive_s
-            if connection.closed or expired:
+            if expired or not connection.alive():
                 connection.close()
                 continue
             self._counts.reused += 1

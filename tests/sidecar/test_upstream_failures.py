@@ -126,3 +126,12 @@ async def test_error_bodies_never_leak_internals(pod: Pod) -> None:
         text = await response.text()
     assert "Traceback" not in text and "aiohttp" not in text
     assert "sk-test" not in text
+
+
+def test_an_answer_over_the_limit_is_a_protocol_failure_naming_the_limit() -> None:
+    from clawpod.sidecar.server.upstream import translate_error
+    from clawpod.sidecar.transport import BodyTooLarge
+
+    failure = translate_error(BodyTooLarge(1024), "openai")
+    assert failure.kind == "protocol"
+    assert "more than 1024 bytes" in failure.message

@@ -8,8 +8,6 @@ import datetime
 import gzip
 import ipaddress
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -26,116 +24,7 @@ from clawpod.sidecar.transport import (
     Timeout,
 )
 from clawpod.sidecar.transport.http1 import HIGH_WATER
-
-Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter, "RawServer"], Awaitable[None]]
-
-
-@dataclass
-class RawServer:
-    """A TCP server whose every connection runs ``script``; records what it received."""
-
-    script: Script
-    port: int = 0
-    connections: int = 0
-    requests: list[bytes] = field(default_factory=list)
-    eofs: int = 0
-    server: asyncio.Server | None = None
-
-    async def start(self, ssl_context: ssl.SSLContext | None = None) -> RawServer:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=ssl_context)
-        self.port = self.server.sockets[0].getsockname()[1]
-        return self
-
-    def url(self, path: str = "/x", scheme: str = "http") -> str:
-        return f"{scheme}://127.0.0.1:{self.port}{path}"
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        try:
-            await self.script(reader, writer, self)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
-
-    async def read_request(self, reader: asyncio.StreamReader) -> bytes | None:
-        """One request (head + Content-Length body), or None at EOF."""
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-        except asyncio.IncompleteReadError:
-            self.eofs += 1
-            return None
-        length = 0
-        for line in head.split(b"\r\n"):
-            if line.lower().startswith(b"content-length:"):
-                length = int(line.split(b":", 1)[1])
-        request = head + await reader.readexactly(length)
-        self.requests.append(request)
-        return request
-
-    async def hung_up(self) -> bool:
-        """Whether the client closes a connection within 2 s (the server sees EOF)."""
-        for _ in range(100):
-            if self.eofs:
-                return True
-            await asyncio.sleep(0.02)
-        return False
-
-    async def close(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            await self.server.wait_closed()
-
-
-def answer(body: bytes, *extra: str, status: str = "200 OK") -> bytes:
-    head = [f"HTTP/1.1 {status}", f"Content-Length: {len(body)}", *extra]
-    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
-
-
-def keep_answering(
-    response: bytes,
-) -> Script:
-    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, srv: RawServer):
-        while await srv.read_request(reader) is not None:
-            writer.write(response)
-            await writer.drain()
-
-    return script
-
-
-def replies_once(data: bytes) -> Script:
-    """Reads one request, sends ``data``, then closes the connection."""
-
-    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, srv: RawServer):
-        await srv.read_request(reader)
-        writer.write(data)
-        await writer.drain()
-
-    return script
-
-
-@pytest.fixture
-async def servers() -> AsyncIterator[Callable[..., Awaitable[RawServer]]]:
-    started: list[RawServer] = []
-
-    async def start(script: Script, ssl_context: ssl.SSLContext | None = None) -> RawServer:
-        server = await RawServer(script).start(ssl_context)
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        await server.close()
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[HttpClient]:
-    running = HttpClient(
-        keepalive_s=30, connect_timeout_s=5, default_headers={"User-Agent": "test-agent"}
-    )
-    yield running
-    await running.close()
-
+from tests.transport.raw_server import RawServer, Script, answer, keep_answering, replies_once
 
 # -- the ordinary exchange ---------------------------------------------------------------------
 
