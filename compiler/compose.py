@@ -8,7 +8,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from clawpod.compiler.pod import NETWORKS, SIDECAR_SERVICE, STATE_VOLUME, CompiledPod
+from clawpod.compiler.pod import CompiledPod
+from clawpod.compiler.reserved import NETWORKS, SIDECAR_SERVICE, STATE_VOLUME
 
 BUILD_MOUNT = "/claw/build"
 STATE_DIR = "/var/lib/claw"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from clawpod.compiler.descriptor import Descriptor
-from clawpod.compiler.pod import PodClaw, ServiceClaw
+from clawpod.compiler.pod_spec import PodClaw, ServiceClaw
 from pydantic.json_schema import models_json_schema
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"

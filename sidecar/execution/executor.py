@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
-import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ import orjson
 from clawpod.sidecar.execution.outcome import ToolOutcome, error_envelope
 from clawpod.sidecar.manifest import ManagedTool
 from clawpod.sidecar.observability.metrics import Metrics, connection_counts
+from clawpod.sidecar.path_template import split_path_template
 from clawpod.sidecar.transport import (
     ConnectError,
     ConnectionClosed,
@@ -33,7 +33,6 @@ from clawpod.sidecar.transport import (
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
 CLAW_ID = "claw_id"
 QUERY_METHODS = frozenset({"GET", "DELETE"})
 MAX_REPORTED_SCHEMA_ERRORS = 8
@@ -156,7 +155,7 @@ class ToolExecutor:
             prepared = _PreparedTool(
                 tool=tool,
                 validator=validator,
-                path_parts=tuple(PLACEHOLDER.split(tool.execution.path)),
+                path_parts=split_path_template(tool.execution.path),
                 base_url=tool.execution.base_url.rstrip("/"),
             )
             self._prepared[id(tool)] = prepared
