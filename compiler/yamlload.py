@@ -45,17 +45,16 @@ class Lines:
                 return found
         return None
 
-
     def _index_json(self, text: str) -> None:
         loader = _loader_for(text)(text)
         try:
             node = loader.get_single_node()
+            if node is not None:
+                _index(node, (), self)
         except (yaml.YAMLError, RecursionError):
-            return  # JSON that YAML 1.1 cannot read: errors go without a line
+            self.by_path.clear()  # JSON that YAML 1.1 cannot read: errors go without a line
         finally:
             loader.dispose()
-        if node is not None:
-            _index(node, (), self)
 
 
 def _check_alias_expansion(node: yaml.Node, source: Path | str) -> None:

@@ -19,7 +19,8 @@ from __future__ import annotations
 import re
 
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_.-]*)\}")
-_LITERAL = re.compile(r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/]|%[0-9A-Fa-f]{2})*")
+_PERCENT_ENCODED = re.compile(r"%[0-9A-Fa-f]{2}")
+_PATH_CHARACTER = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,;=:@/]")
 
 
 class PathTemplateError(ValueError):
@@ -41,9 +42,12 @@ def placeholder_names(template: str) -> list[str]:
 
 
 def _literal_problem(literal: str) -> str | None:
-    bad = next((c for c in literal if not _LITERAL.fullmatch(c)), None)
+    unencoded = _PERCENT_ENCODED.sub("", literal)
+    bad = next((c for c in unencoded if not _PATH_CHARACTER.fullmatch(c)), None)
     if bad is None:
-        return None if _LITERAL.fullmatch(literal) else "a '%' not followed by two hex digits"
+        return None
+    if bad == "%":
+        return "a '%' not followed by two hex digits"
     if bad in "{}":
         return "unbalanced braces or a malformed {placeholder} (names: letters, digits, _.-)"
     if bad == "?":
