@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import shutil
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -62,6 +63,7 @@ async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
 def local_pod(tmp: Path, urls: dict[str, str], upstream: StubUpstream) -> Path:
     """The example pod, unchanged except that services and the provider are local."""
     pod = yaml.safe_load((EXAMPLE / "pod.yml").read_text())
+    pod["x-claw"].pop("root", None)
     pod["x-claw"]["providers"] = {
         "openai": {
             "api": "openai",
@@ -74,8 +76,10 @@ def local_pod(tmp: Path, urls: dict[str, str], upstream: StubUpstream) -> Path:
         if "build" in definition:
             definition["build"] = str(EXAMPLE / definition["build"])
         claw = definition.get("x-claw", {})
-        if "describe" in claw:
-            claw["describe"] = str((EXAMPLE / claw["describe"]).resolve())
+        if "describe" in claw:  # descriptors are read only from inside the pod's tree
+            source = (EXAMPLE / claw["describe"]).resolve()
+            shutil.copytree(source.parent, tmp / "descriptors", dirs_exist_ok=True)
+            claw["describe"] = f"descriptors/{source.name}"
         if name in urls:
             claw["url"] = urls[name]
     path = tmp / "pod.yml"
