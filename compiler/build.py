@@ -14,11 +14,14 @@ from typing import Any
 import jinja2
 import yaml
 
+from clawpod.compiler.agent_plan import AgentPlan
 from clawpod.compiler.compose import STATE_DIR, generate_compose
 from clawpod.compiler.descriptor import CompiledTool
 from clawpod.compiler.errors import CompileError
 from clawpod.compiler.naming import canonical_name, present
-from clawpod.compiler.pod import SIDECAR_HOST_URL, AgentPlan, CompiledPod, ToolService
+from clawpod.compiler.pod import CompiledPod
+from clawpod.compiler.reserved import SIDECAR_HOST_URL
+from clawpod.compiler.tool_services import ToolService
 from clawpod.sidecar.manifest import (
     AgentManifest,
     Execution,

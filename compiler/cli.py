@@ -139,11 +139,17 @@ def _default_out(pod: Path) -> Path:
     return pod.parent / "build"
 
 
-def _compile(args: argparse.Namespace, out: TextIO) -> int:
+def _warn(warnings: list[str], err: TextIO) -> None:
+    for warning in warnings:
+        err.write(f"clawc: warning: {warning}\n")
+
+
+def _compile(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from clawpod.compiler.build import write_build
     from clawpod.compiler.pod import compile_pod
 
     pod = compile_pod(args.pod)
+    _warn(pod.warnings, err)
     target = args.out or _default_out(args.pod)
     write_build(pod, target, rotate_tokens=args.rotate_tokens, sidecar_image=args.sidecar_image)
     summary = (
@@ -157,11 +163,12 @@ def _compile(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
-def _validate(args: argparse.Namespace, out: TextIO) -> int:
+def _validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from clawpod.compiler.build import render_build
     from clawpod.compiler.pod import compile_pod
 
     pod = compile_pod(args.pod)
+    _warn(pod.warnings, err)
     tokens = {agent.id: "claw_" + "0" * 43 for agent in pod.agents}
     render_build(pod, _default_out(args.pod), tokens, sidecar_image="clawpod/sidecar")
     tools = sum(len(s.loaded.tools) for s in pod.tool_services.values())
@@ -197,7 +204,7 @@ def _not_a_build(path: Path) -> str | None:
     return f"{shown} is {kind}, not a build; run clawc compile {display_path(pod)}, then {then}"
 
 
-def _inspect(args: argparse.Namespace, out: TextIO) -> int:
+def _inspect(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from clawpod.compiler.inspect import inspect_command
 
     if problem := _not_a_build(args.out):
@@ -206,7 +213,7 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
-def _schema(args: argparse.Namespace, out: TextIO) -> int:
+def _schema(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from clawpod.compiler.jsonschemas import descriptor_schema, pod_schema
 
     schema = descriptor_schema() if args.kind == "descriptor" else pod_schema()
@@ -214,7 +221,7 @@ def _schema(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
-def _audit(args: argparse.Namespace, out: TextIO) -> int:
+def _audit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from clawpod.sidecar.audit.cli import show_command, verify_command
 
     if args.action == "verify":
@@ -250,7 +257,7 @@ def main(
     from clawpod.sidecar.manifest import BuildError
 
     try:
-        return _COMMANDS[args.command](args, out)
+        return _COMMANDS[args.command](args, out, err)
     except CompileError as exc:
         err.write(f"clawc: error: {exc}\n")
     except BuildError as exc:

@@ -11,7 +11,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from clawpod.compiler.pod import NETWORKS, SIDECAR_SERVICE, STATE_VOLUME, CompiledPod
+from clawpod.compiler.pod import CompiledPod
+from clawpod.compiler.reserved import NETWORKS, SIDECAR_SERVICE, STATE_VOLUME
 from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
 
 BUILD_MOUNT = "/claw/build"

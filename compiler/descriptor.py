@@ -23,11 +23,15 @@ from clawpod.compiler.schemas import SchemaProblem, normalise_schema, schema_key
 from clawpod.compiler.sources import DescriptorSource
 from clawpod.compiler.yamlload import Lines, parse_document
 from clawpod.sidecar.manifest import HttpMethod, ToolAuth
+from clawpod.sidecar.path_template import (
+    PathTemplateError,
+    check_path_template,
+    placeholder_names,
+)
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 TOOL_NAME = r"^[A-Za-z0-9_.-]{1,128}$"
-PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 CLAW_ID = "claw_id"
 BODY_METHODS = ("POST", "PUT", "PATCH")
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
@@ -64,7 +68,9 @@ class HttpSpec(_Spec):
         HttpMethod,
         WithJsonSchema({"type": "string", "pattern": _case_insensitive(METHODS)}),
     ] = Field(description="GET, POST, PUT, PATCH or DELETE (any case)")
-    path: str = Field(pattern=r"^/", description="starts with '/'; {name} placeholders")
+    path: str = Field(
+        pattern=r"^/", description="origin-form path starting with '/'; {name} placeholders"
+    )
     body: Literal["json", "none"] | None = Field(
         default=None, description="json (default for POST/PUT/PATCH) or none"
     )
@@ -208,12 +214,18 @@ def _compile_tool(spec: ToolSpec, index: int, file: str, lines: Lines) -> Compil
             "properties",
             CLAW_ID,
         )
+    if CLAW_ID in (schema.get("required") or []):
+        raise fail(
+            f"'{CLAW_ID}' is reserved (filled with the agent id) and cannot be required",
+            "inputSchema",
+            "required",
+        )
     http = spec.http
-    if http.path.count("{") != http.path.count("}") or len(
-        PLACEHOLDER.findall(http.path)
-    ) != http.path.count("{"):
-        raise fail(f"unbalanced braces in path {http.path!r}", "http", "path")
-    for name in PLACEHOLDER.findall(http.path):
+    try:
+        check_path_template(http.path)
+    except PathTemplateError as exc:
+        raise fail(f"invalid path template {http.path!r}: {exc}", "http", "path") from None
+    for name in placeholder_names(http.path):
         if name == CLAW_ID:
             continue
         if name not in properties:

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic.json_schema import models_json_schema
 
 from clawpod.compiler.descriptor import Descriptor
-from clawpod.compiler.pod import PodClaw, ServiceClaw
+from clawpod.compiler.pod_spec import PodClaw, ServiceClaw
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 

@@ -12,6 +12,12 @@ import tarfile
 from pathlib import Path
 from typing import Any, Protocol
 
+from clawpod.compiler.confined_files import (
+    MAX_NAMED_FILE_BYTES,
+    ConfinementError,
+    read_limited,
+    resolve_confined,
+)
 from clawpod.compiler.errors import CompileError
 
 DESCRIBE_LABEL = "claw.describe"
@@ -26,26 +32,26 @@ class DescriptorSource(Protocol):
 
 
 class FileSource:
-    def __init__(self, path: Path) -> None:
+    """A descriptor file; every file it names must stay inside the directory tree ``root``
+    (the pod's; by default the descriptor's own directory)."""
+
+    def __init__(self, path: Path, root: Path | None = None) -> None:
         self.path = path
+        self.root = root or path.parent
         self.label = str(path)
         self.is_json = path.suffix.lower() == ".json"
 
     def read_descriptor(self) -> str:
         try:
-            return self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise CompileError("descriptor file not found", file=self.path) from None
-        except (OSError, UnicodeDecodeError) as exc:
+            return read_limited(self.path)
+        except ConfinementError as exc:
             raise CompileError(f"cannot read descriptor: {exc}", file=self.path) from None
 
     def read_relative(self, relative: str) -> str:
-        target = self.path.parent / relative
         try:
-            return target.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = "not found" if isinstance(exc, FileNotFoundError) else str(exc)
-            raise CompileError(f"cannot read {relative!r}: {reason}", file=self.path) from None
+            return read_limited(resolve_confined(self.root, self.path.parent, relative))
+        except ConfinementError as exc:
+            raise CompileError(f"cannot read {relative!r}: {exc}", file=self.path) from None
 
 
 class ImageSource:
@@ -102,12 +108,14 @@ class ImageSource:
         from docker.errors import DockerException
 
         try:
-            stream, _ = self._container.get_archive(path)
+            stream, stat = self._container.get_archive(path)
+            if stat.get("size", 0) > MAX_NAMED_FILE_BYTES:
+                raise CompileError(f"'{path}' is larger than 1 MiB", file=self.label)
             with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
                 member = archive.getmembers()[0]
-                extracted = archive.extractfile(member)
+                extracted = archive.extractfile(member) if member.isfile() else None
                 if extracted is None:
-                    raise CompileError(f"'{path}' is not a file", file=self.label)
+                    raise CompileError(f"'{path}' is not a regular file", file=self.label)
                 return extracted.read().decode("utf-8")
         except (DockerException, tarfile.TarError, UnicodeDecodeError, IndexError) as exc:
             raise CompileError(
@@ -119,7 +127,14 @@ class ImageSource:
         return self._read(self._path)
 
     def read_relative(self, relative: str) -> str:
-        return self._read(posixpath.join(posixpath.dirname(self._path), relative))
+        """A file beside the descriptor in the image, never above its directory."""
+        directory = posixpath.dirname(self._path)
+        target = posixpath.normpath(posixpath.join(directory, relative))
+        if posixpath.isabs(relative) or not target.startswith(directory.rstrip("/") + "/"):
+            raise CompileError(
+                f"{relative!r} leaves the descriptor's directory in the image", file=self.label
+            )
+        return self._read(target)
 
     def close(self) -> None:
         if self._container is not None:

@@ -20,22 +20,69 @@ except AttributeError:  # pragma: no cover
 Path_ = tuple[str | int, ...]
 TOO_DEEP = "the document is nested too deeply"
 MAX_C_LOADER_DEPTH = 500
+MAX_ALIAS_NODES = 10_000
 _FLOW_BRACKETS = re.compile(r"[\[\]{}]")
 
 
 @dataclass
 class Lines:
-    """1-based line numbers of the values of a loaded document, keyed by their path."""
+    """1-based line numbers of the values of a loaded document, keyed by their path.
+
+    ``unindexed`` is JSON text read on the fast path: it is indexed (parsed again, as YAML)
+    only when an error first asks for a line.
+    """
 
     by_path: dict[Path_, int] = field(default_factory=dict)
+    unindexed: str | None = None
 
     def line(self, path: Path_) -> int | None:
         """The line of ``path``, or of its nearest ancestor that has one."""
+        if self.unindexed is not None:
+            text, self.unindexed = self.unindexed, None
+            self._index_json(text)
         for end in range(len(path), -1, -1):
             found = self.by_path.get(tuple(path[:end]))
             if found is not None:
                 return found
         return None
+
+    def _index_json(self, text: str) -> None:
+        loader = _loader_for(text)(text)
+        try:
+            node = loader.get_single_node()
+            if node is not None:
+                _index(node, (), self)
+        except (yaml.YAMLError, RecursionError):
+            self.by_path.clear()  # JSON that YAML 1.1 cannot read: errors go without a line
+        finally:
+            loader.dispose()
+
+
+def _check_alias_expansion(node: yaml.Node, source: Path | str) -> None:
+    """Aliases let a few hundred bytes stand for billions of nodes ("billion laughs"); every
+    later walk expands them, so the expansion is bounded before anything walks the tree."""
+    sizes: dict[int, int] = {}
+
+    def expanded(current: yaml.Node) -> int:
+        known = sizes.get(id(current))
+        if known is not None:
+            return known
+        children: list[yaml.Node] = []
+        if isinstance(current, yaml.MappingNode):
+            children = [part for pair in current.value for part in pair]
+        elif isinstance(current, yaml.SequenceNode):
+            children = current.value
+        size = 1 + sum(expanded(child) for child in children)
+        sizes[id(current)] = size
+        return size
+
+    added = expanded(node) - len(sizes)
+    if added > MAX_ALIAS_NODES:
+        raise CompileError(
+            f"YAML aliases expand to more than {MAX_ALIAS_NODES:,} extra nodes "
+            "(an alias bomb?); write the repeated values out or use fewer aliases",
+            file=source,
+        )
 
 
 def _check_duplicates(
@@ -105,6 +152,8 @@ def parse_yaml(text: str, source: Path | str) -> tuple[Any, Lines]:
         node = loader.get_single_node()
         if node is not None:
             _check_duplicates(node, source, set())
+            if "&" in text:  # no anchor, no alias: skip the walk on big plain pod files
+                _check_alias_expansion(node, source)
         data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -127,7 +176,7 @@ def parse_document(text: str, source: Path | str, *, json_first: bool) -> tuple[
     """Parse JSON (fast path, no line numbers) or YAML (with line numbers)."""
     if json_first:
         try:
-            return json.loads(text), Lines()
+            return json.loads(text), Lines(unindexed=text)
         except json.JSONDecodeError as exc:
             raise CompileError(f"invalid JSON: {exc.msg}", file=source, line=exc.lineno) from None
         except RecursionError:

@@ -17,6 +17,7 @@ import io
 import os
 import re
 import secrets
+import shutil
 import signal
 import sys
 import tempfile
@@ -122,6 +123,7 @@ class Demo:
 def local_pod(tmp: Path, urls: dict[str, str], model_url: str) -> Path:
     """The example pod, with services and the provider on this machine instead of the pod's."""
     pod = yaml.safe_load((EXAMPLE / "pod.yml").read_text(encoding="utf-8"))
+    pod["x-claw"].pop("root", None)  # the copy below keeps every named file in its own tree
     pod["x-claw"]["providers"] = {
         "openai": {
             "api": "openai",
@@ -134,8 +136,10 @@ def local_pod(tmp: Path, urls: dict[str, str], model_url: str) -> Path:
         if "build" in service:
             service["build"] = str(EXAMPLE / service["build"])
         claw = service.get("x-claw", {})
-        if "describe" in claw:
-            claw["describe"] = str((EXAMPLE / claw["describe"]).resolve())
+        if "describe" in claw:  # descriptors are read only from inside the pod's tree
+            source = (EXAMPLE / claw["describe"]).resolve()
+            shutil.copytree(source.parent, tmp / "descriptors", dirs_exist_ok=True)
+            claw["describe"] = f"descriptors/{source.name}"
         if name in urls:
             claw["url"] = urls[name]
     path = tmp / "pod.yml"

@@ -8,7 +8,6 @@ error codes.
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,10 +27,12 @@ from clawpod.sidecar.execution.result import send
 from clawpod.sidecar.manifest import ManagedTool
 from clawpod.sidecar.model.outcome import ToolOutcome
 from clawpod.sidecar.observability.metrics import Metrics, connection_counts
+from clawpod.sidecar.path_template import split_path_template
 from clawpod.sidecar.tasks import ShieldedTasks
-from clawpod.sidecar.transport import HttpClient
+from clawpod.sidecar.transport import (
+    HttpClient,
+)
 
-PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
 # Tool calls beyond this many at once to one service wait for a free connection.
 MAX_CONNECTIONS_PER_SERVICE = 128
 USER_AGENT = "clawpod-sidecar"
@@ -134,7 +135,7 @@ class ToolExecutor:
             prepared = _PreparedTool(
                 tool=tool,
                 validator=validator,
-                path_parts=tuple(PLACEHOLDER.split(tool.execution.path)),
+                path_parts=split_path_template(tool.execution.path),
                 base_url=tool.execution.base_url.rstrip("/"),
             )
             self._prepared[id(tool)] = prepared

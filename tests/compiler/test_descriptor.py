@@ -195,7 +195,9 @@ def test_descriptor_errors_name_file_pointer_and_reason(
     caught = error(tmp_path, changed(path, value))
     assert caught.pointer == pointer
     assert reason in caught.reason
-    assert f"svc.json: {pointer}: " in str(caught)
+    # JSON is read on the fast path; an error still finds the line of what it points at
+    assert caught.line is not None
+    assert f"svc.json:{caught.line}: {pointer}: " in str(caught)
 
 
 def test_claw_id_is_reserved_and_never_an_argument(tmp_path: Path) -> None:
@@ -255,12 +257,14 @@ def test_refs_are_inlined_in_the_compiled_tool(tmp_path: Path) -> None:
 
 
 def test_descriptor_errors_surface_through_the_pod(pod_dir: PodDir) -> None:
-    pod_dir.descriptor("svc.json", changed("tools/0/http/method", "FETCH"))
+    path = pod_dir.descriptor("svc.json", changed("tools/0/http/method", "FETCH"))
     with pytest.raises(CompileError) as caught:
         compile_pod(
             pod_dir.pod("services:\n  svc:\n    image: x\n    x-claw: {describe: svc.json}\n")
         )
-    assert "svc.json: /tools/0/http/method: " in str(caught.value)
+    lines = path.read_text().splitlines()
+    line = next(i for i, text in enumerate(lines, 1) if '"FETCH"' in text)
+    assert f"svc.json:{line}: /tools/0/http/method: " in str(caught.value)
 
 
 def test_missing_descriptor_file_names_pod_service_and_line(pod_dir: PodDir) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from clawpod.compiler.pod import DEFAULT_PROVIDERS, container_port
+from clawpod.compiler.providers import DEFAULT_PROVIDERS
+from clawpod.compiler.tool_services import container_port
 from clawpod.sidecar.manifest import ToolPolicy
 from tests.compiler.conftest import TOOL_SERVICES, PodDir
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from clawpod.compiler.cli import main as clawc
-from tests.support.example_apps import EXAMPLE_DIR
+from tests.support.example_apps import EXAMPLE_DIR, example_pod_copy
 
 PROVIDER = {
     "api": "openai",
@@ -20,19 +20,13 @@ PROVIDER = {
 
 
 def test_the_local_model_is_reachable_by_the_sidecar_only(tmp_path: Path) -> None:
-    pod = yaml.safe_load((EXAMPLE_DIR / "pod.yml").read_text())
+    pod = example_pod_copy(tmp_path)
     pod["x-claw"]["providers"] = {"local": PROVIDER}
     pod["services"]["local-model"] = {
         "build": str(EXAMPLE_DIR / "demo-model"),
         "expose": ["8000"],
         "networks": ["claw-egress"],
     }
-    for service in pod["services"].values():
-        claw = service.get("x-claw", {})
-        if "describe" in claw:
-            claw["describe"] = str((EXAMPLE_DIR / claw["describe"]).resolve())
-        if isinstance(service.get("build"), str) and service["build"].startswith("./"):
-            service["build"] = str(EXAMPLE_DIR / service["build"])
     (tmp_path / "pod.yml").write_text(yaml.safe_dump(pod, sort_keys=False))
     quiet = io.StringIO()
     assert (

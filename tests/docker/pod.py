@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -99,7 +100,8 @@ class PodFiles:
         pod_file = directory / project / "pod.yml"
         pod_file.parent.mkdir(parents=True)
         example = repo / "compose" / "examples" / "trading-desk" / "pod.yml"
-        pod_file.write_text(yaml.safe_dump(_test_pod(example, project), sort_keys=False))
+        pod = _test_pod(example, project, pod_file.parent)
+        pod_file.write_text(yaml.safe_dump(pod, sort_keys=False))
         out = directory / "build"
         _compile(pod_file, out)
         credentials = {
@@ -121,11 +123,12 @@ class PodFiles:
         return cls(project=project, out=out, credentials=credentials)
 
 
-def _test_pod(example: Path, project: str) -> dict[str, Any]:
+def _test_pod(example: Path, project: str, directory: Path) -> dict[str, Any]:
     """The example pod, renamed, with absolute paths and providers that point at the upstream."""
     pod = yaml.safe_load(example.read_text())
     here = example.parent
     pod["x-claw"]["pod"] = project
+    pod["x-claw"].pop("root", None)
     upstream = f"http://{UPSTREAM}:{UPSTREAM_PORT}"
     pod["x-claw"]["providers"] = {
         "openai": {
@@ -145,8 +148,10 @@ def _test_pod(example: Path, project: str) -> dict[str, Any]:
         if isinstance(service.get("build"), str):
             service["build"] = str((here / service["build"]).resolve())
         claw = service.get("x-claw") or {}
-        if "describe" in claw:
-            claw["describe"] = str((here / claw["describe"]).resolve())
+        if "describe" in claw:  # descriptors are read only from inside the pod's tree
+            source = (here / claw["describe"]).resolve()
+            shutil.copytree(source.parent, directory / "descriptors", dirs_exist_ok=True)
+            claw["describe"] = f"descriptors/{source.name}"
     return pod
 
 

@@ -25,6 +25,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from clawpod.compiler.cli import main as clawc
 from clawpod.sidecar.audit.cli import show_command, verify_command
+from tests.support.example_apps import example_pod_copy
 from tests.support.sidecar import start_sidecar
 from tests.support.upstream import Reply, StubUpstream, openai_completion
 
@@ -61,7 +62,7 @@ async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
 
 def local_pod(tmp: Path, urls: dict[str, str], upstream: StubUpstream) -> Path:
     """The example pod, unchanged except that services and the provider are local."""
-    pod = yaml.safe_load((EXAMPLE / "pod.yml").read_text())
+    pod = example_pod_copy(tmp)
     pod["x-claw"]["providers"] = {
         "openai": {
             "api": "openai",
@@ -70,14 +71,8 @@ def local_pod(tmp: Path, urls: dict[str, str], upstream: StubUpstream) -> Path:
             "models": ["gpt-*"],
         }
     }
-    for name, definition in pod["services"].items():
-        if "build" in definition:
-            definition["build"] = str(EXAMPLE / definition["build"])
-        claw = definition.get("x-claw", {})
-        if "describe" in claw:
-            claw["describe"] = str((EXAMPLE / claw["describe"]).resolve())
-        if name in urls:
-            claw["url"] = urls[name]
+    for name, url in urls.items():
+        pod["services"][name]["x-claw"]["url"] = url
     path = tmp / "pod.yml"
     path.write_text(yaml.safe_dump(pod, sort_keys=False))
     return path

@@ -22,6 +22,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clawpod.compiler.cli import main
+from clawpod.sidecar.path_template import (
+    PLACEHOLDER,
+    PathTemplateError,
+    check_path_template,
+    split_path_template,
+)
 
 SETTINGS = settings(
     max_examples=int(os.environ.get("CLAW_FUZZ_EXAMPLES", "150")),
@@ -210,6 +216,12 @@ YAML_TRICKS = [
     "x-claw: " + "[" * 50_000 + "]" * 50_000 + "\n",
     "x-claw: &a {b: *a}\nservices: {}\n",
     "services:\n\tbad-tab: {}\n",
+    # an alias bomb: 9**9 nodes from ~300 bytes
+    'a: &a ["x","x","x","x","x","x","x","x","x"]\n'
+    + "".join(
+        f"a{i}: &a{i} [{','.join(['*a' if i == 1 else f'*a{i - 1}'] * 9)}]\n" for i in range(1, 9)
+    )
+    + "services: {}\n",
 ]
 
 
@@ -222,3 +234,19 @@ def test_yaml_tricks(workdir: Path, pod: str) -> None:
 def test_descriptor_tricks(workdir: Path, descriptor: str) -> None:
     code, _ = validate(workdir, yaml.safe_dump(POD), descriptor)
     assert code == 1
+
+
+@SETTINGS
+@given(template=st.text(max_size=40) | st.from_regex(r"/[a-z{}%/?# .]{0,20}", fullmatch=True))
+def test_path_templates_are_accepted_or_refused_with_a_reason(template: str) -> None:
+    """The compiler and the executor share this grammar: a template either fails with a
+    reason, or splits into literals that hold no brace and names the placeholder rule accepts."""
+    try:
+        check_path_template(template)
+    except PathTemplateError as exc:
+        assert str(exc)
+        return
+    parts = split_path_template(template)
+    assert all("{" not in p and "}" not in p for p in parts[::2])
+    assert all(PLACEHOLDER.fullmatch("{" + name + "}") for name in parts[1::2])
+    assert not any(c in template for c in " ?#\r\n")

@@ -8,9 +8,13 @@ app[trading.RECEIVED]                       # what the service was sent, request
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
+
+import yaml
 
 EXAMPLE_DIR = Path(__file__).resolve().parents[2] / "compose" / "examples" / "trading-desk"
 
@@ -25,3 +29,19 @@ def example_app(service: str) -> ModuleType:
         sys.modules[name] = module  # dataclasses look their module up while the class is built
         spec.loader.exec_module(module)
     return sys.modules[name]
+
+
+def example_pod_copy(tmp: Path) -> dict[str, Any]:
+    """The example pod file's content, to be written into ``tmp``: its descriptors are copied
+    there (a pod reads named files only from its own tree) and build contexts made absolute."""
+    pod = yaml.safe_load((EXAMPLE_DIR / "pod.yml").read_text())
+    pod["x-claw"].pop("root", None)
+    for definition in pod["services"].values():
+        if isinstance(definition.get("build"), str):
+            definition["build"] = str(EXAMPLE_DIR / definition["build"])
+        claw = definition.get("x-claw", {})
+        if "describe" in claw:
+            source = (EXAMPLE_DIR / claw["describe"]).resolve()
+            shutil.copytree(source.parent, tmp / "descriptors", dirs_exist_ok=True)
+            claw["describe"] = f"descriptors/{source.name}"
+    return pod

@@ -1,0 +1,21 @@
+"""The compose names clawc adds to every pod, which a pod file therefore cannot use."""
+
+from __future__ import annotations
+
+from clawpod.compiler.pod_reader import PodReader
+
+SIDECAR_SERVICE = "claw-sidecar"
+SIDECAR_HOST_URL = f"http://{SIDECAR_SERVICE}:8080"
+NETWORKS = ("claw-agents", "claw-tools", "claw-egress")
+STATE_VOLUME = "claw-state"
+
+
+def check_reserved(reader: PodReader) -> None:
+    if SIDECAR_SERVICE in reader.services:
+        raise reader.fail(
+            f"'{SIDECAR_SERVICE}' is reserved for the sidecar", ("services", SIDECAR_SERVICE)
+        )
+    for section, names in (("networks", NETWORKS), ("volumes", (STATE_VOLUME,))):
+        for reserved in names:
+            if reserved in (reader.data.get(section) or {}):
+                raise reader.fail(f"'{reserved}' is reserved by clawc", (section, reserved))
