@@ -92,8 +92,9 @@ class ResponsesCodec(OpenAIShapes, Codec):
         }
         failed = {**response, "status": "failed"}
         failed["error"] = {"code": err.code, "message": err.message}
+        lifecycle = _Lifecycle()
         return b"".join(
-            _Lifecycle().event(name, {"response": body})
+            lifecycle.event(name, {"response": body})
             for name, body in (("response.created", response), ("response.failed", failed))
         )
 
