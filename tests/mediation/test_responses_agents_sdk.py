@@ -39,6 +39,7 @@ async def test_agent_with_default_model_through_the_sidecar(pod: MediatedPod) ->
         "desk_trade",
         "desk_slow",
     ]
+    assert [i.get("type") for i in second["input"]][-1] == "function_call_output"
     # The runner's follow-up carries its own call's result; the hidden round is put back.
     kinds = [(i.get("type", "message"), i.get("call_id")) for i in third["input"]]
     assert kinds == [
