@@ -6,9 +6,10 @@ A new protocol is one module with a ``Codec`` subclass and one line in ``CODECS`
 from clawpod.sidecar.codecs.anthropic import AnthropicCodec
 from clawpod.sidecar.codecs.base import Codec
 from clawpod.sidecar.codecs.openai import OpenAICodec
+from clawpod.sidecar.codecs.responses import ResponsesCodec
 
 # Codecs hold no state: one instance serves every request.
-CODECS: tuple[Codec, ...] = (OpenAICodec(), AnthropicCodec())
+CODECS: tuple[Codec, ...] = (OpenAICodec(), AnthropicCodec(), ResponsesCodec())
 
 _BY_PATH = {path: codec for codec in CODECS for path in (codec.route, *codec.side_routes)}
 

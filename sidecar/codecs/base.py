@@ -35,12 +35,21 @@ class Codec(ABC):
     """Where ``route`` goes under the provider's base URL."""
     side_routes: ClassVar[dict[str, str]] = {}
     """Further client routes of the protocol (always passed through) -> upstream path."""
+    resource_routes: ClassVar[dict[tuple[str, str], str]] = {}
+    """(method, client route with ``{parameters}``) -> upstream path with the same parameters:
+    provider-held objects (a stored response), passed through to the API's first provider
+    unless the body names a model."""
     forwarded_headers: ClassVar[tuple[str, ...]]
     """Client headers with API meaning that go upstream; never authentication."""
     stream_end: ClassVar[bytes]
     """What a complete stream carries last; its absence means the stream was cut."""
     input_key: ClassVar[str]
     output_key: ClassVar[str]
+
+    @property
+    def stream_ends(self) -> tuple[bytes, ...]:
+        """Every marker a complete stream may end with (a protocol may end in several ways)."""
+        return (self.stream_end,)
 
     # --- pass-through -----------------------------------------------------------------------
 
@@ -58,6 +67,10 @@ class Codec(ABC):
     @abstractmethod
     def stream_error(self, err: ApiError) -> bytes:
         """The in-band SSE event that ends a stream whose response head is already sent."""
+
+    def stream_failure(self, conversation: Conversation, err: ApiError) -> bytes:
+        """How a mediated stream that sent nothing but its head yet ends in failure."""
+        return self.stream_error(err)
 
     def usage_counts(self, usage: Any) -> tuple[int, int]:
         """(input, output) tokens of a usage object; zeros when absent."""
@@ -118,6 +131,19 @@ class Codec(ABC):
             body["tool_choice"] = rendered_choice
         body["stream"] = False
         return body
+
+    def continue_request(
+        self,
+        conversation: Conversation,
+        previous: ModelTurn,
+        since: list[dict[str, Any]],
+        tools: list[ToolSpec],
+        choice: ToolChoice,
+    ) -> dict[str, Any] | None:
+        """The next call as a continuation of ``previous`` when the provider holds it (only
+        ``since``, the messages added after it was asked for, its own turn first, go up); None
+        when it does not and the whole conversation must be sent again."""
+        return None
 
     @staticmethod
     @abstractmethod

@@ -7,6 +7,7 @@ from typing import Any
 import orjson
 
 from clawpod.sidecar.codecs.base import Codec
+from clawpod.sidecar.codecs.openai_shapes import OpenAIShapes
 from clawpod.sidecar.codecs.sse import DONE, data_frame, parse_events, pieces
 from clawpod.sidecar.model.canonical import (
     canonical_arguments,
@@ -29,33 +30,20 @@ TEXT_PIECE = 256
 SIMPLE_CHOICES = ("auto", "none", "required")
 
 
-class OpenAICodec(Codec):
+class OpenAICodec(OpenAIShapes, Codec):
     name = "chat"
     title = "Chat Completions"
     api = "openai"
     route = "/v1/chat/completions"
     upstream_path = "/chat/completions"  # OpenAI base URLs already end in /v1
-    forwarded_headers = ("openai-organization", "openai-project", "openai-beta", "idempotency-key")
     stream_end = b"[DONE]"
     input_key = "prompt_tokens"
     output_key = "completion_tokens"
 
     # --- pass-through -----------------------------------------------------------------------
 
-    def auth_headers(self, key: str) -> dict[str, str]:
-        return {"Authorization": f"Bearer {key}"}
-
-    def error_body(self, err: ApiError) -> dict[str, Any]:
-        return {"error": {"message": err.message, "type": err.type, "code": err.code}}
-
     def stream_error(self, err: ApiError) -> bytes:
         return data_frame(self.error_body(err))
-
-    def models_list(self, models: list[tuple[str, str]]) -> dict[str, Any]:
-        data = [
-            {"id": model, "object": "model", "created": 0, "owned_by": p} for p, model in models
-        ]
-        return {"object": "list", "data": data}
 
     # --- client request ---------------------------------------------------------------------
 

@@ -161,23 +161,27 @@ class MediationEngine:
         choice = self._initial_choice()
         finalizing = False
         mixed_retried = False
+        # The last turn, and how long the transcript was when it was asked for.
+        previous: tuple[ModelTurn, int] | None = None
         while True:
             finalizing = finalizing or self._nearly_out_of_time()
             remaining = self._remaining_s()
             if remaining <= 0:
                 yield self._timed_out()
                 return
-            body = self.codec.render_request(
-                conversation,
+            body = self._request_body(
                 history + transcript,
-                self.specs,
+                previous,
+                transcript,
                 ToolChoice(mode="none") if finalizing else choice,
             )
+            asked_at = len(transcript)
             event = yield CallModel(body, self.model_timeout_s)
             turn = self._accept_reply(event)
             if isinstance(turn, Fail):
                 yield turn
                 return
+            previous = (turn, asked_at)
             # Only names presented to the model for THIS agent are the sidecar's (points 4, 6).
             managed = [c for c in turn.calls if c.name in self.tools]
             if not managed:  # an answer, or calls the runner owns: hand it back
@@ -229,6 +233,23 @@ class MediationEngine:
             history.extend(found.get(keys.get(index, ""), ()))
             history.append(message)
         return history
+
+    def _request_body(
+        self,
+        messages: list[dict[str, Any]],
+        previous: tuple[ModelTurn, int] | None,
+        transcript: list[dict[str, Any]],
+        choice: ToolChoice,
+    ) -> dict[str, Any]:
+        """A continuation of the previous turn where the provider holds it, else everything."""
+        if previous is not None:
+            turn, asked_at = previous
+            body = self.codec.continue_request(
+                self.conversation, turn, transcript[asked_at:], self.specs, choice
+            )
+            if body is not None:
+                return body
+        return self.codec.render_request(self.conversation, messages, self.specs, choice)
 
     def _accept_reply(self, event: Event) -> ModelTurn | Fail:
         if isinstance(event, ModelFailed):
@@ -311,14 +332,19 @@ class MediationEngine:
     # --- policy helpers ---------------------------------------------------------------------
 
     def _initial_choice(self) -> ToolChoice:
-        """A choice naming a managed tool (canonical or presented) names it as presented here."""
+        """A choice naming managed tools (canonical or presented) names them as presented here."""
         choice = self.conversation.tool_choice
-        if choice.mode != "named" or choice.name in self.conversation.runner_tool_names:
+        if choice.allowed is not None:
+            choice = dataclasses.replace(choice, allowed=list(map(self._presented, choice.allowed)))
+        if choice.mode != "named" or choice.name is None:
             return choice
-        request_name = self._request_name.get(choice.name or "")
-        if request_name is None:
-            return choice
-        return dataclasses.replace(choice, name=request_name)
+        return dataclasses.replace(choice, name=self._presented(choice.name))
+
+    def _presented(self, name: str) -> str:
+        """The name a choice's tool has in this request: a runner tool keeps its own."""
+        if name in self.conversation.runner_tool_names:
+            return name
+        return self._request_name.get(name, name)
 
     def _remaining_s(self) -> float:
         return self.tool_budget_s - self.tool_time_s
@@ -382,7 +408,7 @@ class MediationEngine:
 def _relaxed(choice: ToolChoice) -> ToolChoice:
     """A forced choice has been honoured once a round ran; forcing it again never ends."""
     if choice.mode in ("named", "required"):
-        return ToolChoice(mode="auto", extra=choice.extra)
+        return dataclasses.replace(choice, mode="auto", name=None)
     return choice
 
 

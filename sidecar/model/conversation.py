@@ -51,6 +51,9 @@ class ToolChoice:
     """The client's value, for modes the engine does not reinterpret."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Provider flags carried inside tool_choice (Anthropic disable_parallel_tool_use)."""
+    allowed: list[str] | None = None
+    """Function names the choice restricts the model to (OpenAI ``allowed_tools``), in the
+    client's order; None when it restricts nothing."""
 
 
 @dataclass(slots=True)

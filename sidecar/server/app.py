@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 from aiohttp import web
@@ -79,8 +80,10 @@ def create_app(
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[protocol_errors])
     app[STATE_KEY] = state
     app.cleanup_ctx.append(_lifecycle)
-    for route in LLM_ROUTES.values():
-        app.router.add_post(route.path, _aiohttp_llm_handler(route))
+    for route in LLM_ROUTES:
+        handler = _aiohttp_llm_handler(route)
+        for path in aliases(route.path):
+            app.router.add_route(route.method, path, handler)
     app.router.add_get("/v1/models", models)
     app.router.add_route("*", "/mcp", mcp)
     app.router.add_get("/healthz", healthz)
@@ -111,16 +114,29 @@ class LlmRoute:
     path: str
     codec: Codec
     mediate: bool  # side routes (count_tokens) make no model call: always passed through
+    method: str = "POST"
+    upstream: str | None = None
+    """A resource route's upstream path with the route's {parameters}; None for the others."""
 
 
-LLM_ROUTES = {
-    route.path: route
+LLM_ROUTES = [
+    route
     for codec in CODECS
     for route in (
         LlmRoute(codec.route, codec, mediate=True),
         *(LlmRoute(path, codec, mediate=False) for path in codec.side_routes),
+        *(
+            LlmRoute(path, codec, mediate=False, method=method, upstream=upstream)
+            for (method, path), upstream in codec.resource_routes.items()
+        ),
     )
-}
+]
+V1 = "/v1"
+
+
+def aliases(path: str) -> tuple[str, ...]:
+    """A /v1 route and the same route without /v1, for clients whose base URL has none."""
+    return (path, path.removeprefix(V1)) if path.startswith(V1 + "/") else (path,)
 
 
 async def serve_llm(exchange: Exchange, route: LlmRoute, state: SidecarState) -> None:
@@ -136,7 +152,7 @@ async def serve_llm(exchange: Exchange, route: LlmRoute, state: SidecarState) ->
     except ConnectionError:
         pass  # the client left before its request could be read: nothing to answer
     except Exception:
-        log.exception("unhandled error on POST %s", route.path)
+        log.exception("unhandled error on %s %s", route.method, route.path)
         err = ApiError(500, "internal_error", "the sidecar failed on this request", "api_error")
         await reply_error(exchange, route.codec, err)
 
@@ -170,24 +186,43 @@ async def _llm_request(exchange: Exchange, state: SidecarState, route: LlmRoute)
     try:
         try:
             raw = await exchange.read_body(state.config.max_body_bytes)
-            body = _parse_body(raw)
-            ctx.stream = body.get("stream") is True
-            ctx.provider_name, _, ctx.model = state.router.resolve(codec.api, body.get("model"))
+            body = _parse_body(raw) if raw or route.upstream is None else {}
+            ctx.stream = body.get("stream") is True or _query_streams(exchange.query)
+            if route.upstream is not None:
+                _address_resource(ctx, exchange, route.upstream)
+            if route.upstream is None or "model" in body:
+                ctx.provider_name, _, ctx.model = state.router.resolve(codec.api, body.get("model"))
+            else:
+                ctx.provider_name = state.router.first_provider(codec.api)
         except ApiError as err:
             requested = body.get("model")
             ctx.model = requested if isinstance(requested, str) else None
             await reply_error(exchange, codec, err)
             await record_request(ctx, http_status=err.status, error_code=err.code)
             return
-        if ctx.model != body["model"]:
+        if ctx.model is not None and ctx.model != body["model"]:
             body["model"] = ctx.model
             raw = orjson.dumps(body)
         if route.mediate and agent.agent.mode == "mediated" and agent.tools.tools:
             await handle_mediated(exchange, ctx, body)
         else:
-            await pass_through(exchange, ctx, raw)
+            await pass_through(exchange, ctx, raw if raw or route.method == "POST" else None)
     finally:
         inflight[route.path] -= 1
+
+
+def _address_resource(ctx: RequestContext, exchange: Exchange, upstream: str) -> None:
+    """The upstream path of a provider-held object: each parameter one encoded segment."""
+    segments = {name: quote(value, safe="") for name, value in exchange.path_params.items()}
+    ctx.method = exchange.method
+    ctx.upstream_path = upstream.format_map(segments)
+    if exchange.query:
+        ctx.upstream_path += "?" + exchange.query
+
+
+def _query_streams(query: str) -> bool:
+    """A stored response read back as a stream (``GET /v1/responses/{id}?stream=true``)."""
+    return "stream=true" in query.split("&")
 
 
 def _parse_body(raw: bytes) -> dict[str, Any]:
@@ -272,8 +307,21 @@ async def protocol_errors(request: web.Request, handler: Handler) -> web.StreamR
 def _error_reply(request: web.Request, err: ApiError) -> web.Response:
     if request.path == "/mcp":
         return jsonrpc_error(err.status, JSONRPC_INTERNAL_ERROR, err.message)
-    codec = codec_for_path(request.path) or codec_for_api("openai")
+    codec = _caller_codec(request)
     return web.Response(status=err.status, body=codec.error_json(err), headers=JSON_HEADERS)
+
+
+def _caller_codec(request: web.Request) -> Codec:
+    """The protocol a request to any path speaks: its route's, else Anthropic's when it says
+    so (its version header, a Messages path), else OpenAI's."""
+    path = request.path if request.path.startswith(V1 + "/") else V1 + request.path
+    codec = codec_for_path(path)
+    if codec is not None:
+        return codec
+    anthropic = codec_for_api("anthropic")
+    if "anthropic-version" in request.headers or path.startswith(anthropic.route):
+        return anthropic
+    return codec_for_api("openai")
 
 
 def _from_http_exception(exc: web.HTTPException) -> ApiError:

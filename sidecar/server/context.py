@@ -47,7 +47,7 @@ STATE_KEY: web.AppKey[SidecarState] = web.AppKey("claw_state", SidecarState)
 
 @dataclass(slots=True)
 class RequestContext:
-    """One authenticated client request to /v1/chat/completions or /v1/messages."""
+    """One authenticated client request to an LLM route."""
 
     state: SidecarState
     agent: AgentBuild
@@ -60,8 +60,17 @@ class RequestContext:
     stream: bool = False
     provider_name: str | None = None
     model: str | None = None  # upstream model, "provider/" prefix stripped
+    method: str = "POST"
+    upstream_path: str | None = None  # a resource route's concrete path (and query) upstream
 
     def target(self) -> UpstreamTarget:
         """Where this request goes upstream (once routed)."""
         assert self.provider_name is not None
-        return UpstreamTarget(self.provider_name, self.route, self.forward_headers, self.stream)
+        return UpstreamTarget(
+            self.provider_name,
+            self.route,
+            self.forward_headers,
+            self.stream,
+            self.method,
+            self.upstream_path,
+        )

@@ -24,7 +24,10 @@ class Exchange(ABC):
 
     __slots__ = ()
 
+    method: str
     path: str
+    query: str  # the raw query string, without "?"
+    path_params: Mapping[str, str]  # the route's {parameters}, decoded
     headers: Mapping[str, str]  # case-insensitive lookup
 
     @property
@@ -64,11 +67,14 @@ def too_large(limit: int) -> ApiError:
 class AiohttpExchange(Exchange):
     """An exchange on a connection aiohttp serves; the route returns ``response``."""
 
-    __slots__ = ("_request", "headers", "path", "response")
+    __slots__ = ("_request", "headers", "method", "path", "path_params", "query", "response")
 
     def __init__(self, request: web.Request) -> None:
         self._request = request
+        self.method = request.method
         self.path = request.path
+        self.query = request.query_string
+        self.path_params = request.match_info
         self.headers = request.headers
         self.response: web.StreamResponse | None = None
 

@@ -219,7 +219,7 @@ class _Driver:
             self.http_status, self.error_code = command.status, command.code
             err = ApiError(command.status, command.code, command.message)
             if self.streaming:
-                await self._write(self.codec.stream_error(err))
+                await self._write(self.codec.stream_failure(self.engine.conversation, err))
             else:
                 status, body = command.status, self.codec.error_json(err)
                 if command.retry_after:

@@ -25,7 +25,7 @@ def upstream_api_error(exc: UpstreamError) -> ApiError:
     return upstream_failure(exc.kind, exc.message)
 
 
-async def pass_through(exchange: Exchange, ctx: RequestContext, raw: bytes) -> None:
+async def pass_through(exchange: Exchange, ctx: RequestContext, raw: bytes | None) -> None:
     sent = time.monotonic()
     try:
         upstream = await ctx.state.upstream.send(ctx.target(), raw)
@@ -69,7 +69,9 @@ async def _relay_body(exchange: Exchange, ctx: RequestContext, upstream: Respons
         return await _fail(exchange, ctx, err)
     else:
         error_code = None
-        usage = usage_record(*ctx.codec.usage_of_body(parsed), rounds=1)
+        # A stored object's usage was spent when it was made, not by reading it again.
+        tokens = (0, 0) if ctx.upstream_path else ctx.codec.usage_of_body(parsed)
+        usage = usage_record(*tokens, rounds=1)
     await _send(exchange, status, data, response_headers(upstream.headers))
     await record_request(ctx, http_status=status, error_code=error_code, usage=usage)
 
@@ -77,8 +79,10 @@ async def _relay_body(exchange: Exchange, ctx: RequestContext, upstream: Respons
 async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Response) -> None:
     await exchange.start_stream(200, response_headers(upstream.headers))
     usage = StreamUsage(ctx.codec)
-    end_marker = ctx.codec.stream_end
+    ends = ctx.codec.stream_ends
+    keep = max(map(len, ends))
     tail = b""  # enough of the last bytes to spot an end marker split across chunks
+    finished = False
     error_code: str | None = None
     try:
         while True:
@@ -90,7 +94,7 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
                 await exchange.write(ctx.codec.stream_error(err))
                 break
             if not chunk:
-                if end_marker not in tail:
+                if not finished:
                     # A cut stream must not look like a complete answer to the client.
                     message = f"provider {ctx.provider_name!r} ended the stream before its end"
                     err = ApiError(502, "upstream_protocol_error", message)
@@ -98,8 +102,9 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
                     await exchange.write(ctx.codec.stream_error(err))
                 break
             usage.feed(chunk)
-            if end_marker not in tail:
-                tail = tail[-len(end_marker) :] + chunk
+            if not finished:
+                tail = tail[-keep:] + chunk
+                finished = any(end in tail for end in ends)
             await exchange.write(chunk)
         await exchange.end()
     except ConnectionError:

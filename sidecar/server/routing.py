@@ -54,6 +54,12 @@ class ModelRouter:
                 return name, provider, model
         raise self._not_allowed(api, model)
 
+    def first_provider(self, api: Api) -> str:
+        """The provider that takes a request of ``api`` that names no model."""
+        if not self._by_api[api]:
+            raise ApiError(400, "no_provider", f"no provider of this pod serves the {api} API")
+        return self._by_api[api][0][0]
+
     def allowed(self, api: Api) -> list[str]:
         """Human-readable allowed models for ``api``: ``provider: glob, glob``."""
         return [f"{name}: {', '.join(p.models)}" for name, p in self._by_api[api]]

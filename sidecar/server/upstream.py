@@ -62,6 +62,9 @@ class UpstreamTarget:
     route: str
     forward_headers: dict[str, str]
     stream: bool
+    method: str = "POST"
+    path: str | None = None
+    """The concrete upstream path (and query) of a resource route; None for the route's own."""
 
 
 @dataclass(slots=True)
@@ -89,6 +92,8 @@ class _ProviderChannel:
     def __init__(self, provider: Provider, key: str | None, client: HttpClient) -> None:
         base_url = provider.base_url.rstrip("/")
         self.key = key.encode() if key else b""
+        self._base_url = base_url
+        self._client = client
         # Keyed by (route, client sent its own anthropic-version): the client's replaces ours.
         self.requests: dict[tuple[str, bool], PreparedRequest] = {}
         for codec in CODECS:
@@ -101,11 +106,20 @@ class _ProviderChannel:
             with_version = dict(headers)
             if provider.api == "anthropic":
                 with_version["anthropic-version"] = ANTHROPIC_DEFAULT_VERSION
+            self._headers = {False: with_version, True: headers}
             routes = {codec.route: codec.upstream_path, **codec.side_routes}
             for route, path in routes.items():
                 url = base_url + path
                 self.requests[route, False] = client.prepare("POST", url, with_version)
                 self.requests[route, True] = client.prepare("POST", url, headers)
+
+    def request_for(self, target: UpstreamTarget) -> PreparedRequest:
+        """The prepared request of a fixed route, or one rendered now for a resource path."""
+        client_version = "anthropic-version" in target.forward_headers
+        if target.path is None:
+            return self.requests[target.route, client_version]
+        url = self._base_url + target.path
+        return self._client.prepare(target.method, url, self._headers[client_version])
 
 
 class UpstreamClient:
@@ -149,20 +163,19 @@ class UpstreamClient:
     async def send(
         self,
         target: UpstreamTarget,
-        body: bytes,
+        body: bytes | None,
         *,
         timeout_s: float | None = None,
         max_body_bytes: int | None = None,
     ) -> Response:
-        """POST raw JSON bytes to the target's provider; the caller must release the response.
+        """Send raw JSON bytes (None: no body) to the target's provider; the caller must
+        release the response.
 
         Without ``timeout_s``, ``upstream_timeout_ms`` bounds each wait for bytes of a streamed
         answer and the whole of any other.
         """
         forward = target.forward_headers
-        prepared = self._channels[target.provider].requests[
-            target.route, "anthropic-version" in forward
-        ]
+        prepared = self._channels[target.provider].request_for(target)
         try:
             if timeout_s is None and target.stream:
                 return await self._client.send(

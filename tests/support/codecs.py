@@ -5,7 +5,11 @@ from __future__ import annotations
 from clawpod.sidecar.codecs import codec_for_path
 from clawpod.sidecar.codecs.base import Codec
 
-_ROUTE = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
+_ROUTE = {
+    "openai": "/v1/chat/completions",
+    "anthropic": "/v1/messages",
+    "responses": "/v1/responses",
+}
 
 
 def codec_of(api: str) -> Codec:

@@ -29,7 +29,11 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 Api = Literal["openai", "anthropic"]
-ROUTES: dict[Api, str] = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
+ROUTES: dict[str, str] = {
+    "openai": "/v1/chat/completions",
+    "anthropic": "/v1/messages",
+    "responses": "/v1/responses",
+}
 SSE = "text/event-stream; charset=utf-8"
 JSON = "application/json"
 
@@ -274,6 +278,7 @@ class Received:
     path: str
     headers: CIMultiDictProxy[str]
     body: bytes
+    raw_path: str = ""  # as sent: percent-encoding and query kept
 
     @property
     def json(self) -> Any:
@@ -353,7 +358,11 @@ class StubUpstream:
         body = await request.read()
         self.received.append(
             Received(
-                request.method, request.path, CIMultiDictProxy(CIMultiDict(request.headers)), body
+                request.method,
+                request.path,
+                CIMultiDictProxy(CIMultiDict(request.headers)),
+                body,
+                request.raw_path,
             )
         )
         queue = self._queues.get(request.path)

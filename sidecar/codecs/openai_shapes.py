@@ -1,0 +1,31 @@
+"""What every OpenAI protocol (Chat Completions, Responses) shares: the key as a Bearer token,
+the error body, the client headers with API meaning and the model list."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from clawpod.sidecar.model.errors import ApiError
+
+
+class OpenAIShapes:
+    """Mixed into each OpenAI codec ahead of ``Codec``."""
+
+    forwarded_headers: ClassVar[tuple[str, ...]] = (
+        "openai-organization",
+        "openai-project",
+        "openai-beta",
+        "idempotency-key",
+    )
+
+    def auth_headers(self, key: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {key}"}
+
+    def error_body(self, err: ApiError) -> dict[str, Any]:
+        return {"error": {"message": err.message, "type": err.type, "code": err.code}}
+
+    def models_list(self, models: list[tuple[str, str]]) -> dict[str, Any]:
+        data = [
+            {"id": model, "object": "model", "created": 0, "owned_by": p} for p, model in models
+        ]
+        return {"object": "list", "data": data}

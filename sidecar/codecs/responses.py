@@ -1,0 +1,494 @@
+"""OpenAI Responses <-> the neutral conversation.
+
+A Responses request's ``input`` is a flat list of items. The engine thinks in turns, so the
+codec groups them: every run of consecutive model-produced items (reasoning, assistant message,
+calls of any kind) is one ``{"role": "assistant", "items": [...]}`` turn, every other item (a
+user message, a call output) a turn of its own. Groups never leave the codec: each request
+flattens them back into ``input`` with every item untouched.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import orjson
+
+from clawpod.sidecar.codecs.base import Codec
+from clawpod.sidecar.codecs.openai_shapes import OpenAIShapes
+from clawpod.sidecar.codecs.sse import event_frame, parse_events, pieces
+from clawpod.sidecar.model.canonical import (
+    canonical_arguments,
+    canonical_json,
+    digest,
+    normalise_text,
+)
+from clawpod.sidecar.model.conversation import (
+    CodecError,
+    Conversation,
+    ModelTurn,
+    ToolCall,
+    ToolChoice,
+    ToolResult,
+    ToolSpec,
+)
+from clawpod.sidecar.model.errors import ApiError
+
+TEXT_PIECE = 256
+SIMPLE_CHOICES = ("auto", "none", "required")
+# Input items the model did not produce: everything else in ``input`` is an echoed output.
+_CLIENT_ROLES = ("user", "system", "developer")
+# Calls the client executes, and the item type that answers each (Responses names them so).
+_RUNNER_CALLS = {
+    "function_call": "function_call_output",
+    "custom_tool_call": "custom_tool_call_output",
+}
+# Reasoning is replayed but does not identify a turn: runners echo it or not, with or without
+# its encrypted content. Ids and statuses are dropped or rewritten by runners too.
+_VOLATILE_FIELDS = ("id", "status")
+_TERMINAL_EVENTS = ("response.completed", "response.failed", "response.incomplete")
+
+
+class ResponsesCodec(OpenAIShapes, Codec):
+    name = "responses"
+    title = "Responses"
+    api = "openai"
+    route = "/v1/responses"
+    upstream_path = "/responses"  # OpenAI base URLs already end in /v1
+    side_routes = {"/v1/responses/input_tokens": "/responses/input_tokens"}
+    resource_routes = {
+        ("GET", "/v1/responses/{response_id}"): "/responses/{response_id}",
+        ("DELETE", "/v1/responses/{response_id}"): "/responses/{response_id}",
+        ("GET", "/v1/responses/{response_id}/input_items"): "/responses/{response_id}/input_items",
+        ("POST", "/v1/responses/{response_id}/cancel"): "/responses/{response_id}/cancel",
+    }
+    stream_end = b"response.completed"
+    input_key = "input_tokens"
+    output_key = "output_tokens"
+
+    @property
+    def stream_ends(self) -> tuple[bytes, ...]:
+        # A failed or cut-short (max_output_tokens) response is still a complete stream.
+        return tuple(event.encode() for event in _TERMINAL_EVENTS)
+
+    # --- pass-through -----------------------------------------------------------------------
+
+    def stream_error(self, err: ApiError) -> bytes:
+        # The documented stream ``error`` event; its sequence number is unknown to a relay.
+        payload = {"type": "error", "code": err.code, "message": err.message, "param": None}
+        return event_frame("error", payload)
+
+    def stream_failure(self, conversation: Conversation, err: ApiError) -> bytes:
+        """A lifecycle of its own: ``response.created`` then ``response.failed``."""
+        response: dict[str, Any] = {
+            "id": f"resp_{uuid.uuid4().hex}",
+            "object": "response",
+            "created_at": 0,
+            "status": "in_progress",
+            "model": conversation.params.get("model"),
+            "output": [],
+            "error": None,
+            "usage": None,
+        }
+        failed = {**response, "status": "failed"}
+        failed["error"] = {"code": err.code, "message": err.message}
+        lifecycle = _Lifecycle()
+        return b"".join(
+            lifecycle.event(name, {"response": body})
+            for name, body in (("response.created", response), ("response.failed", failed))
+        )
+
+    def usage_of_event(self, event: dict[str, Any]) -> Any:
+        response = event.get("response")  # the terminal events nest the usage
+        return response.get("usage") if isinstance(response, dict) else event.get("usage")
+
+    # --- client request ---------------------------------------------------------------------
+
+    def parse_request(self, body: dict[str, Any]) -> Conversation:
+        params = dict(body)
+        items = _input_items(params.pop("input", None))
+        tools = params.pop("tools", None) or []
+        if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+            raise CodecError("tools: must be an array of objects")
+        groups = group_items(items)
+        params.pop("stream_options", None)  # upstream calls do not stream
+        instructions = params.get("instructions")
+        return Conversation(
+            params=params,
+            messages=groups,
+            fingerprints=[self.fingerprint(g) for g in groups],
+            seed=normalise_text(instructions) if isinstance(instructions, str) else "",
+            roles=[g["role"] for g in groups],
+            tools=tools,
+            runner_tool_names={t["name"] for t in tools if isinstance(t.get("name"), str)},
+            tool_choice=_parse_choice(params.pop("tool_choice", None)),
+            stream=bool(params.pop("stream", False)),
+            include_usage=True,
+        )
+
+    def fingerprint(self, group: dict[str, Any]) -> str:
+        return digest(group["role"], *map(_item_fingerprint, _identifying(group["items"])))
+
+    # --- upstream request -------------------------------------------------------------------
+
+    def render_request(
+        self,
+        conversation: Conversation,
+        messages: list[dict[str, Any]],
+        tools: list[ToolSpec],
+        choice: ToolChoice,
+    ) -> dict[str, Any]:
+        return self._request(conversation, _flatten(messages), tools, choice)
+
+    def continue_request(
+        self,
+        conversation: Conversation,
+        previous: ModelTurn,
+        since: list[dict[str, Any]],
+        tools: list[ToolSpec],
+        choice: ToolChoice,
+    ) -> dict[str, Any] | None:
+        params = conversation.params
+        new_items = _flatten([g for g in since if g["role"] != "assistant"])
+        if params.get("conversation") is not None:
+            # A server-held conversation appends every call's items itself.
+            return self._request(conversation, new_items, tools, choice)
+        if not _provider_holds_responses(params) or not previous.body.get("id"):
+            return None
+        body = self._request(conversation, new_items, tools, choice)
+        body["previous_response_id"] = previous.body["id"]
+        return body
+
+    def _request(
+        self,
+        conversation: Conversation,
+        items: list[dict[str, Any]],
+        tools: list[ToolSpec],
+        choice: ToolChoice,
+    ) -> dict[str, Any]:
+        body = dict(conversation.params)
+        body["input"] = items
+        body["tools"] = [*conversation.tools, *map(self.tool_definition, tools)]
+        rendered_choice = self.render_choice(choice)
+        if rendered_choice is not None:
+            body["tool_choice"] = rendered_choice
+        body["stream"] = False
+        return body
+
+    @staticmethod
+    def tool_definition(spec: ToolSpec) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "name": spec.name,
+            "description": spec.description,
+            "parameters": spec.schema,
+        }
+
+    @staticmethod
+    def render_choice(choice: ToolChoice) -> Any:
+        if choice.mode is None:
+            return None
+        if choice.allowed is not None and choice.mode != "none":
+            return _allowed_tools(choice)
+        if choice.mode == "named":
+            return {"type": "function", "name": choice.name}
+        if choice.mode == "other":
+            return choice.raw
+        return choice.mode
+
+    # --- upstream response ------------------------------------------------------------------
+
+    def parse_response(self, body: dict[str, Any]) -> ModelTurn:
+        output = body.get("output")
+        if not isinstance(output, list) or not all(isinstance(i, dict) for i in output):
+            raise CodecError("upstream response has no output array")
+        if body.get("status") == "failed":
+            raise CodecError(f"upstream response failed: {body.get('error')}")
+        calls = [_call_of(item) for item in output if item.get("type") in _RUNNER_CALLS]
+        usage = body.get("usage")
+        return ModelTurn(calls=calls, usage=usage if isinstance(usage, dict) else {}, body=body)
+
+    def assemble_stream(self, data: bytes) -> dict[str, Any]:
+        finished: dict[int, dict[str, Any]] = {}
+        for _event, text in parse_events(data):
+            payload = orjson.loads(text)
+            kind = payload.get("type")
+            if kind == "error":
+                raise CodecError(f"upstream stream error: {payload.get('message')}")
+            if kind == "response.failed":
+                error = (payload.get("response") or {}).get("error")
+                raise CodecError(f"upstream response failed: {error}")
+            if kind == "response.output_item.done":
+                finished[payload["output_index"]] = payload["item"]
+            elif kind in _TERMINAL_EVENTS:
+                response = dict(payload["response"])
+                if not response.get("output"):
+                    # Some servers leave the final output to the item events.
+                    response["output"] = [finished[i] for i in sorted(finished)]
+                return response
+        # A cut stream would fold into a plausible but partial answer.
+        raise CodecError("upstream stream ended before response.completed")
+
+    def round_messages(self, turn: ModelTurn, results: list[ToolResult]) -> list[dict[str, Any]]:
+        # The model's output goes back untouched and in order: reasoning (with its encrypted
+        # content), messages, provider-run tool calls, items of types unknown today.
+        outputs = [
+            {
+                "type": _RUNNER_CALLS.get(_kind_of(turn.body, r.call), "function_call_output"),
+                "call_id": r.call.id,
+                "output": r.outcome.envelope_json(),
+            }
+            for r in results
+        ]
+        return [
+            {"role": "assistant", "items": list(turn.body["output"])},
+            {"role": "tool", "items": outputs},
+        ]
+
+    # --- client response --------------------------------------------------------------------
+
+    def render_response(
+        self, conversation: Conversation, turn: ModelTurn, usage: dict[str, Any]
+    ) -> dict[str, Any]:
+        body = super().render_response(conversation, turn, usage)
+        # The object echoes the request that made it: the runner's own, not the sidecar's.
+        if "tools" in body:
+            body["tools"] = conversation.tools
+        if "tool_choice" in body and conversation.tool_choice.mode is not None:
+            body["tool_choice"] = self.render_choice(conversation.tool_choice)
+        if "previous_response_id" in body:
+            body["previous_response_id"] = conversation.params.get("previous_response_id")
+        return body
+
+    def render_stream(self, conversation: Conversation, body: dict[str, Any]) -> list[bytes]:
+        lifecycle = _Lifecycle()
+        started = {**body, "status": "in_progress", "output": [], "usage": None}
+        frames = [
+            lifecycle.event("response.created", {"response": started}),
+            lifecycle.event("response.in_progress", {"response": started}),
+        ]
+        for index, item in enumerate(body.get("output") or []):
+            frames.extend(lifecycle.item(index, item))
+        terminal = "response.incomplete" if body.get("status") == "incomplete" else None
+        frames.append(lifecycle.event(terminal or "response.completed", {"response": body}))
+        return frames
+
+    def echo_fingerprint(self, conversation: Conversation, body: dict[str, Any]) -> str:
+        return self.fingerprint({"role": "assistant", "items": body.get("output") or []})
+
+
+# --- request items ----------------------------------------------------------------------------
+
+
+def _input_items(raw: Any) -> list[dict[str, Any]]:
+    if isinstance(raw, str):
+        return [{"role": "user", "content": raw}]
+    if not isinstance(raw, list) or not raw:
+        raise CodecError("input: must be a string or a non-empty array of items")
+    if not all(isinstance(item, dict) for item in raw):
+        raise CodecError("input: every item must be an object")
+    return raw
+
+
+def _is_model_output(item: dict[str, Any]) -> bool:
+    kind = item.get("type", "message")
+    if kind == "message":
+        return item.get("role") not in _CLIENT_ROLES
+    return not (kind.endswith("_output") or kind in ("mcp_approval_response", "item_reference"))
+
+
+def group_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Runs of model output as one assistant turn; every other item a turn of its own."""
+    groups: list[dict[str, Any]] = []
+    for item in items:
+        if not _is_model_output(item):
+            groups.append({"role": str(item.get("role") or item.get("type")), "items": [item]})
+        elif groups and groups[-1]["role"] == "assistant":
+            groups[-1]["items"].append(item)
+        else:
+            groups.append({"role": "assistant", "items": [item]})
+    return groups
+
+
+def _flatten(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [item for group in groups for item in group["items"]]
+
+
+def _identifying(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [item for item in items if item.get("type") != "reasoning"]
+
+
+def _item_fingerprint(item: dict[str, Any]) -> str:
+    kind = item.get("type", "message")
+    if kind == "message":
+        return f"m:{item.get('role')}:" + _content_fingerprint(item.get("content"))
+    if kind == "function_call":
+        arguments = canonical_arguments(item.get("arguments"))
+        return f"c:{item.get('call_id')}:{item.get('name')}:{arguments}"
+    if kind.endswith("_output") and "call_id" in item:
+        return f"r:{item.get('call_id')}:" + _content_fingerprint(item.get("output"))
+    stable = {k: v for k, v in item.items() if k not in _VOLATILE_FIELDS}
+    return canonical_json(stable).decode()
+
+
+def _content_fingerprint(content: Any) -> str:
+    """Text parts by their text alone: a string, input_text and output_text are one content."""
+    if isinstance(content, str):
+        return normalise_text(content)
+    if not isinstance(content, list):
+        return canonical_json(content).decode()
+    return "|".join(
+        normalise_text(str(part.get("text", "")))
+        if isinstance(part, dict) and part.get("type") in ("input_text", "output_text", "text")
+        else canonical_json(part).decode()
+        for part in content
+    )
+
+
+def _provider_holds_responses(params: dict[str, Any]) -> bool:
+    """The provider keeps this request's responses: ``store: true``, or (``store`` unset, which
+    the API takes as true) a request already chained with ``previous_response_id``."""
+    store = params.get("store")
+    return store is True or (store is None and bool(params.get("previous_response_id")))
+
+
+# --- tool choice ------------------------------------------------------------------------------
+
+
+def _parse_choice(raw: Any) -> ToolChoice:
+    if raw is None:
+        return ToolChoice(mode=None)
+    if raw in SIMPLE_CHOICES:
+        return ToolChoice(mode=raw)
+    if not isinstance(raw, dict):
+        return ToolChoice(mode="other", raw=raw)
+    if raw.get("type") == "function":
+        name = raw.get("name")
+        if not isinstance(name, str):
+            raise CodecError("tool_choice: type 'function' needs a 'name'")
+        return ToolChoice(mode="named", name=name)
+    if raw.get("type") == "allowed_tools":
+        tools = raw.get("tools")
+        if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+            raise CodecError("tool_choice: allowed_tools needs a 'tools' array of objects")
+        mode = raw.get("mode", "auto")
+        if mode not in ("auto", "required"):
+            raise CodecError("tool_choice: allowed_tools mode must be 'auto' or 'required'")
+        names = [t.get("name") for t in tools if t.get("type") == "function"]
+        if not all(isinstance(n, str) for n in names):
+            raise CodecError("tool_choice: every allowed function needs a 'name'")
+        return ToolChoice(mode=mode, raw=raw, allowed=names)
+    return ToolChoice(mode="other", raw=raw)
+
+
+def _allowed_tools(choice: ToolChoice) -> dict[str, Any]:
+    """The client's allowed_tools with each function named as presented in this request."""
+    names = iter(choice.allowed or ())
+    tools = [
+        {**tool, "name": next(names)} if tool.get("type") == "function" else tool
+        for tool in choice.raw["tools"]
+    ]
+    return {**choice.raw, "mode": choice.mode, "tools": tools}
+
+
+# --- response items ---------------------------------------------------------------------------
+
+
+def _call_of(item: dict[str, Any]) -> ToolCall:
+    arguments = item.get("arguments") if item.get("type") == "function_call" else item.get("input")
+    return ToolCall(
+        id=str(item.get("call_id") or item.get("id") or ""),
+        name=str(item.get("name", "")),
+        arguments=arguments,
+    )
+
+
+def _kind_of(body: dict[str, Any], call: ToolCall) -> str:
+    for item in body.get("output") or ():
+        if item.get("call_id") == call.id:
+            return str(item.get("type"))
+    return "function_call"
+
+
+class _Lifecycle:
+    """Numbers the events of one stream: ``sequence_number`` strictly increases."""
+
+    def __init__(self) -> None:
+        self.sequence = 0
+
+    def event(self, kind: str, fields: dict[str, Any]) -> bytes:
+        frame = event_frame(kind, {"type": kind, **fields, "sequence_number": self.sequence})
+        self.sequence += 1
+        return frame
+
+    def item(self, index: int, item: dict[str, Any]) -> list[bytes]:
+        """One output item: added, its deltas, done."""
+        kind = item.get("type")
+        where = {"item_id": item.get("id") or f"item_{index}", "output_index": index}
+        frames: list[bytes] = []
+        if kind == "message":
+            added = {**item, "status": "in_progress", "content": []}
+            frames.append(self.event("response.output_item.added", _at(index, added)))
+            for position, part in enumerate(item.get("content") or []):
+                frames.extend(self._part(where, position, part))
+        elif kind == "function_call":
+            added = {**item, "status": "in_progress", "arguments": ""}
+            frames.append(self.event("response.output_item.added", _at(index, added)))
+            arguments = item.get("arguments") or ""
+            for piece in pieces(arguments, TEXT_PIECE):
+                frames.append(
+                    self.event("response.function_call_arguments.delta", {**where, "delta": piece})
+                )
+            done = {**where, "name": item.get("name"), "arguments": arguments}
+            frames.append(self.event("response.function_call_arguments.done", done))
+        elif kind == "reasoning":
+            added = {**item, "summary": []}
+            frames.append(self.event("response.output_item.added", _at(index, added)))
+            for position, part in enumerate(item.get("summary") or []):
+                frames.extend(self._summary(where, position, part))
+        else:
+            # Provider-run calls, items of new types: whole, untouched, in their added event.
+            frames.append(self.event("response.output_item.added", _at(index, item)))
+        frames.append(self.event("response.output_item.done", _at(index, item)))
+        return frames
+
+    def _part(self, where: dict[str, Any], position: int, part: dict[str, Any]) -> list[bytes]:
+        at = {**where, "content_index": position}
+        kind = part.get("type")
+        if kind == "output_text":
+            text = part.get("text", "")
+            frames = [
+                self.event("response.content_part.added", {**at, "part": {**part, "text": ""}})
+            ]
+            logprobs = {"logprobs": []}
+            frames += [
+                self.event("response.output_text.delta", {**at, "delta": p, **logprobs})
+                for p in pieces(text, TEXT_PIECE)
+            ]
+            frames.append(self.event("response.output_text.done", {**at, "text": text, **logprobs}))
+        elif kind == "refusal":
+            refusal = part.get("refusal", "")
+            empty = {**part, "refusal": ""}
+            frames = [self.event("response.content_part.added", {**at, "part": empty})]
+            frames.append(self.event("response.refusal.delta", {**at, "delta": refusal}))
+            frames.append(self.event("response.refusal.done", {**at, "refusal": refusal}))
+        else:
+            frames = [self.event("response.content_part.added", {**at, "part": part})]
+        frames.append(self.event("response.content_part.done", {**at, "part": part}))
+        return frames
+
+    def _summary(self, where: dict[str, Any], position: int, part: dict[str, Any]) -> list[bytes]:
+        at = {**where, "summary_index": position}
+        text = part.get("text", "")
+        return [
+            self.event(
+                "response.reasoning_summary_part.added", {**at, "part": {**part, "text": ""}}
+            ),
+            self.event("response.reasoning_summary_text.delta", {**at, "delta": text}),
+            self.event("response.reasoning_summary_text.done", {**at, "text": text}),
+            self.event("response.reasoning_summary_part.done", {**at, "part": part}),
+        ]
+
+
+def _at(index: int, item: dict[str, Any]) -> dict[str, Any]:
+    return {"output_index": index, "item": item}
