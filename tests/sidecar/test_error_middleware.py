@@ -10,9 +10,9 @@ import orjson
 import pytest
 from aiohttp import web
 
-from clawpod.sidecar.server.app import protocol_errors
 from clawpod.sidecar.server.errors import ApiError, reply_error
 from clawpod.sidecar.server.exchange import AiohttpExchange
+from clawpod.sidecar.server.protocol_errors import protocol_errors
 from tests.support.codecs import codec_of
 
 SECRET_DETAIL = "db password is hunter2"

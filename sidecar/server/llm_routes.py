@@ -1,0 +1,174 @@
+"""The LLM routes of every registered codec (and their aliases without ``/v1``): authenticate,
+read and route the body, then mediate or pass through. Every failure leaves in the caller's
+protocol shape and nothing internal leaks."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+from aiohttp import web
+
+from clawpod.sidecar.codecs import CODECS
+from clawpod.sidecar.codecs.base import Codec
+from clawpod.sidecar.model.errors import ApiError
+from clawpod.sidecar.observability.logs import log_request
+from clawpod.sidecar.server.accounting import record_request
+from clawpod.sidecar.server.auth import AuthError
+from clawpod.sidecar.server.context import STATE_KEY, RequestContext, SidecarState
+from clawpod.sidecar.server.errors import reply_error
+from clawpod.sidecar.server.exchange import AiohttpExchange, Exchange
+from clawpod.sidecar.server.mediated import CLIENT_CLOSED, handle_mediated
+from clawpod.sidecar.server.passthrough import pass_through
+
+log = logging.getLogger("sidecar.server")
+
+# Unique across restarts (random prefix) without a syscall per request (counter).
+_REQUEST_ID_PREFIX = "req_" + os.urandom(6).hex()
+_request_ids = (f"{_REQUEST_ID_PREFIX}{n:08x}" for n in itertools.count(1))
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True, slots=True)
+class LlmRoute:
+    path: str
+    codec: Codec
+    mediate: bool  # side routes (count_tokens) make no model call: always passed through
+    method: str = "POST"
+    upstream: str | None = None
+    """A resource route's upstream path with the route's {parameters}; None for the others."""
+
+
+LLM_ROUTES = [
+    route
+    for codec in CODECS
+    for route in (
+        LlmRoute(codec.route, codec, mediate=True),
+        *(LlmRoute(path, codec, mediate=False) for path in codec.side_routes),
+        *(
+            LlmRoute(path, codec, mediate=False, method=method, upstream=upstream)
+            for (method, path), upstream in codec.resource_routes.items()
+        ),
+    )
+]
+V1 = "/v1"
+
+
+def aliases(path: str) -> tuple[str, ...]:
+    """A /v1 route and the same route without /v1, for clients whose base URL has none."""
+    return (path, path.removeprefix(V1)) if path.startswith(V1 + "/") else (path,)
+
+
+async def serve_llm(exchange: Exchange, route: LlmRoute, state: SidecarState) -> None:
+    """One request to an LLM route, on whichever server took it; every failure leaves in the
+    caller's protocol shape and nothing internal leaks."""
+    try:
+        await _llm_request(exchange, state, route)
+    except AuthError as err:
+        log_request(route=route.path, status=err.status, code=err.code, agent=None)
+        await reply_error(exchange, route.codec, err)
+    except ApiError as err:
+        await reply_error(exchange, route.codec, err)
+    except ConnectionError:
+        pass  # the client left before its request could be read: nothing to answer
+    except Exception:
+        log.exception("unhandled error on %s %s", route.method, route.path)
+        err = ApiError(500, "internal_error", "the sidecar failed on this request", "api_error")
+        await reply_error(exchange, route.codec, err)
+
+
+def _aiohttp_llm_handler(route: LlmRoute) -> Handler:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        exchange = AiohttpExchange(request)
+        await serve_llm(exchange, route, request.app[STATE_KEY])
+        # None: the client left before anything was sent; aiohttp discards this.
+        return exchange.response or web.Response(status=CLIENT_CLOSED)
+
+    return handle
+
+
+async def _llm_request(exchange: Exchange, state: SidecarState, route: LlmRoute) -> None:
+    started = time.monotonic()
+    codec = route.codec
+    agent = state.verifier.authenticate(exchange.headers)
+    ctx = RequestContext(
+        state=state,
+        agent=agent,
+        codec=codec,
+        route=route.path,
+        request_id=next(_request_ids),
+        started=started,
+        forward_headers=_forward_headers(exchange.headers, codec),
+    )
+    inflight = state.metrics.inflight
+    inflight[route.path] += 1
+    body: dict[str, Any] = {}
+    try:
+        try:
+            raw = await exchange.read_body(state.config.max_body_bytes)
+            body = _parse_body(raw) if raw or route.upstream is None else {}
+            ctx.stream = body.get("stream") is True or _query_streams(exchange.query)
+            if route.upstream is not None:
+                _address_resource(ctx, exchange, route.upstream)
+            if route.upstream is None or "model" in body:
+                ctx.provider_name, _, ctx.model = state.router.resolve(codec.api, body.get("model"))
+            else:
+                ctx.provider_name = state.router.first_provider(codec.api)
+        except ApiError as err:
+            requested = body.get("model")
+            ctx.model = requested if isinstance(requested, str) else None
+            await reply_error(exchange, codec, err)
+            await record_request(ctx, http_status=err.status, error_code=err.code)
+            return
+        if ctx.model is not None and ctx.model != body["model"]:
+            body["model"] = ctx.model
+            raw = orjson.dumps(body)
+        if route.mediate and agent.agent.mode == "mediated" and agent.tools.tools:
+            await handle_mediated(exchange, ctx, body)
+        else:
+            await pass_through(exchange, ctx, raw if raw or route.method == "POST" else None)
+    finally:
+        inflight[route.path] -= 1
+
+
+def _address_resource(ctx: RequestContext, exchange: Exchange, upstream: str) -> None:
+    """The upstream path of a provider-held object: each parameter one encoded segment."""
+    segments = {name: quote(value, safe="") for name, value in exchange.path_params.items()}
+    ctx.method = exchange.method
+    ctx.upstream_path = upstream.format_map(segments)
+    if exchange.query:
+        ctx.upstream_path += "?" + exchange.query
+
+
+def _query_streams(query: str) -> bool:
+    """A stored response read back as a stream (``GET /v1/responses/{id}?stream=true``)."""
+    return "stream=true" in query.split("&")
+
+
+def _parse_body(raw: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(400, "invalid_json", f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "invalid_json", "request body must be a JSON object")
+    return body
+
+
+def _forward_headers(headers: Mapping[str, str], codec: Codec) -> dict[str, str]:
+    return {name: headers[name] for name in codec.forwarded_headers if name in headers}
+
+
+def add_llm_routes(router: web.UrlDispatcher) -> None:
+    """Every codec's routes, each also without ``/v1``."""
+    for route in LLM_ROUTES:
+        handler = _aiohttp_llm_handler(route)
+        for path in aliases(route.path):
+            router.add_route(route.method, path, handler)

@@ -1,0 +1,74 @@
+"""The middleware that answers every failure on aiohttp's routes in the caller's protocol
+(JSON-RPC on ``/mcp``, the codec's error shape elsewhere), with nothing internal leaked."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from clawpod.sidecar.codecs import codec_for_api, codec_for_path
+from clawpod.sidecar.codecs.base import Codec
+from clawpod.sidecar.mcp.endpoint import jsonrpc_error
+from clawpod.sidecar.model.errors import ApiError
+from clawpod.sidecar.observability.logs import log_request
+from clawpod.sidecar.server.auth import AuthError
+from clawpod.sidecar.server.errors import JSON_HEADERS
+from clawpod.sidecar.server.llm_routes import V1
+
+log = logging.getLogger("sidecar.server")
+JSONRPC_INTERNAL_ERROR = -32603
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def protocol_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every error leaves in the caller's protocol shape; nothing internal leaks."""
+    try:
+        return await handler(request)
+    except AuthError as err:
+        log_request(route=request.path, status=err.status, code=err.code, agent=None)
+        return _error_reply(request, err)
+    except ApiError as err:
+        return _error_reply(request, err)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _error_reply(request, _from_http_exception(exc))
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        err = ApiError(500, "internal_error", "the sidecar failed on this request", "api_error")
+        return _error_reply(request, err)
+
+
+def _error_reply(request: web.Request, err: ApiError) -> web.Response:
+    if request.path == "/mcp":
+        return jsonrpc_error(err.status, JSONRPC_INTERNAL_ERROR, err.message)
+    codec = _caller_codec(request)
+    return web.Response(status=err.status, body=codec.error_json(err), headers=JSON_HEADERS)
+
+
+def _caller_codec(request: web.Request) -> Codec:
+    """The protocol a request to any path speaks: its route's, else Anthropic's when it says
+    so (its version header, a Messages path), else OpenAI's."""
+    path = request.path if request.path.startswith(V1 + "/") else V1 + request.path
+    codec = codec_for_path(path)
+    if codec is not None:
+        return codec
+    anthropic = codec_for_api("anthropic")
+    if "anthropic-version" in request.headers or path.startswith(anthropic.route):
+        return anthropic
+    return codec_for_api("openai")
+
+
+def _from_http_exception(exc: web.HTTPException) -> ApiError:
+    codes = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+    message = {
+        404: "no such route",
+        405: "method not allowed on this route",
+    }.get(exc.status, exc.reason)
+    return ApiError(exc.status, codes.get(exc.status, f"http_{exc.status}"), message)
