@@ -12,7 +12,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 # Dependencies first, from pyproject.toml alone, so editing the code reuses this (largest) layer.
 COPY pyproject.toml /tmp/claw/pyproject.toml
-RUN python -c 'import tomllib; print("\n".join(tomllib.load(open("/tmp/claw/pyproject.toml", "rb"))["project"]["dependencies"]))' \
+RUN python -c 'import tomllib; p = tomllib.load(open("/tmp/claw/pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"] + p["optional-dependencies"]["otel"]))' \
         > /tmp/claw/requirements.txt \
  && pip install -r /tmp/claw/requirements.txt \
  && rm -rf /tmp/claw

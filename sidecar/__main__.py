@@ -17,6 +17,7 @@ from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV, AuditKeyError
 from clawpod.sidecar.audit.log import AuditStateError
 from clawpod.sidecar.manifest import Build, BuildError, load_build
 from clawpod.sidecar.observability.logs import configure_logging
+from clawpod.sidecar.observability.tracing import configure_tracing
 from clawpod.sidecar.server.app import create_app
 from clawpod.sidecar.server.serving import listen
 
@@ -81,6 +82,7 @@ def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     configure_logging(args.log_level)
+    configure_tracing(os.environ)
     try:
         build = load_build(args.build)
     except BuildError as exc:

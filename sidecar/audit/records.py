@@ -22,6 +22,7 @@ def request_record(
     usage: dict[str, int] | None = None,
     tool_trace: list[dict[str, Any]] | None = None,
     time: str | None = None,
+    trace_id: str | None = None,
 ) -> dict[str, Any]:
     """A request's record before the log chains it (the log adds agent, prev and hash, and the
     time when none is given)."""
@@ -39,4 +40,6 @@ def request_record(
         "usage": usage or usage_record(),
         "tool_trace": tool_trace or [],
     }
+    if trace_id is not None:
+        record["trace_id"] = trace_id  # the OpenTelemetry trace this request belongs to
     return record

@@ -26,6 +26,7 @@ from clawpod.sidecar.execution.request import RequestProblem, ServiceRequest, bu
 from clawpod.sidecar.execution.result import send
 from clawpod.sidecar.manifest import ManagedTool
 from clawpod.sidecar.model.outcome import ToolOutcome
+from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.observability.metrics import Metrics, connection_counts
 from clawpod.sidecar.path_template import split_path_template
 from clawpod.sidecar.tasks import ShieldedTasks
@@ -165,12 +166,17 @@ class ToolExecutor:
             return problem.outcome
         if self._client is None:
             raise RuntimeError("ToolExecutor.start() was not awaited")
-        # The exchange runs as its own task: if the caller is cancelled (client disconnect),
-        # a call already on its way to the service still completes (docs/contract.md §4.2
-        # point 16).
-        return await self._tasks.run(
-            self._exchange(self._client, request, timeout_s, max_result_bytes, started)
-        )
+        with tracing.tool_span(tool.name) as span:
+            tracing.inject(request.headers)  # the service continues the trace
+            # The exchange runs as its own task: if the caller is cancelled (client
+            # disconnect), a call already on its way to the service still completes
+            # (docs/contract.md §4.2 point 16).
+            outcome = await self._tasks.run(
+                self._exchange(self._client, request, timeout_s, max_result_bytes, started)
+            )
+            if outcome.error_code is not None:
+                tracing.record_error(span, outcome.error_code)
+            return outcome
 
     async def _exchange(
         self,

@@ -50,6 +50,7 @@ from clawpod.sidecar.mcp.protocol import (
 )
 from clawpod.sidecar.mcp.sessions import Session, SessionStore
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
+from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.observability.logs import log_request
 from clawpod.sidecar.observability.metrics import Metrics
 from clawpod.sidecar.tasks import ShieldedTasks
@@ -302,6 +303,7 @@ class McpEndpoint:
                     error_code=outcome.error_code,
                     usage=usage_record(rounds=1),
                     tool_trace=[{"round": 1, "calls": [call]}],
+                    trace_id=tracing.current_trace_id(),
                 ),
             )
         except OSError:

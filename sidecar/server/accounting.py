@@ -7,6 +7,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from clawpod.sidecar.audit.records import request_record, usage_record
+from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.observability.logs import log_request, rfc3339_now
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ async def record_request(
         stream=ctx.stream,
         usage=usage,
         tool_trace=tool_trace,
+        trace_id=tracing.current_trace_id(),
     )
     try:
         await ctx.state.audit.append(agent_id, entry)

@@ -19,6 +19,7 @@ from aiohttp import web
 from clawpod.sidecar.codecs import CODECS
 from clawpod.sidecar.codecs.base import Codec
 from clawpod.sidecar.model.errors import ApiError
+from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.observability.logs import log_request
 from clawpod.sidecar.server.accounting import record_request
 from clawpod.sidecar.server.auth import AuthError
@@ -70,7 +71,8 @@ async def serve_llm(exchange: Exchange, route: LlmRoute, state: SidecarState) ->
     """One request to an LLM route, on whichever server took it; every failure leaves in the
     caller's protocol shape and nothing internal leaks."""
     try:
-        await _llm_request(exchange, state, route)
+        with tracing.agent_span(route.path, exchange.headers):
+            await _llm_request(exchange, state, route)
     except AuthError as err:
         log_request(route=route.path, status=err.status, code=err.code, agent=None)
         await reply_error(exchange, route.codec, err)
@@ -98,6 +100,7 @@ async def _llm_request(exchange: Exchange, state: SidecarState, route: LlmRoute)
     started = time.monotonic()
     codec = route.codec
     agent = state.verifier.authenticate(exchange.headers)
+    tracing.name_agent(agent.agent.id)
     ctx = RequestContext(
         state=state,
         agent=agent,

@@ -39,6 +39,7 @@ from clawpod.sidecar.mediation.continuity import StateWriteFailed
 from clawpod.sidecar.mediation.engine import MediationEngine
 from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
+from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.server.accounting import record_request
 from clawpod.sidecar.server.errors import JSON_HEADERS
 from clawpod.sidecar.server.exchange import Exchange
@@ -143,6 +144,17 @@ class _Driver:
             log.exception("audit of a failed state write of %s failed", self.ctx.request_id)
 
     async def _call_model(self, command: CallModel) -> Event:
+        with tracing.model_span(self.codec.api, self.ctx.model) as span:
+            event = await self._call_model_once(command)
+            if isinstance(event, ModelReplied):
+                tracing.record_usage(span, *self.codec.usage_of_body(event.body))
+            elif isinstance(event, ModelFailed):
+                tracing.record_error(
+                    span, event.kind if event.status is None else str(event.status)
+                )
+            return event
+
+    async def _call_model_once(self, command: CallModel) -> Event:
         started = time.perf_counter()
         try:
             reply = await self.state.upstream.post_json(

@@ -13,6 +13,7 @@ import orjson
 from clawpod.sidecar.audit.records import usage_record
 from clawpod.sidecar.codecs.usage import StreamUsage
 from clawpod.sidecar.model.errors import ApiError, upstream_failure
+from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.server.accounting import record_request
 from clawpod.sidecar.server.context import RequestContext
 from clawpod.sidecar.server.errors import reply_error
@@ -26,6 +27,11 @@ def upstream_api_error(exc: UpstreamError) -> ApiError:
 
 
 async def pass_through(exchange: Exchange, ctx: RequestContext, raw: bytes | None) -> None:
+    with tracing.model_span(ctx.codec.api, ctx.model):
+        await _pass_through(exchange, ctx, raw)
+
+
+async def _pass_through(exchange: Exchange, ctx: RequestContext, raw: bytes | None) -> None:
     sent = time.monotonic()
     try:
         upstream = await ctx.state.upstream.send(ctx.target(), raw)

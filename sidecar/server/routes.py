@@ -10,6 +10,7 @@ from aiohttp import web
 from clawpod.sidecar.codecs import codec_for_api
 from clawpod.sidecar.manifest import AgentBuild
 from clawpod.sidecar.mcp.endpoint import jsonrpc_error
+from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.server.auth import AuthError
 from clawpod.sidecar.server.context import STATE_KEY
 
@@ -31,7 +32,9 @@ async def mcp(request: web.Request) -> web.StreamResponse:
         agent: AgentBuild = state.verifier.authenticate(request.headers)
     except AuthError as err:
         return jsonrpc_error(err.status, JSONRPC_UNAUTHORIZED, err.message)
-    return await state.mcp.handle(request, agent)
+    with tracing.agent_span("/mcp", request.headers):
+        tracing.name_agent(agent.agent.id)
+        return await state.mcp.handle(request, agent)
 
 
 async def healthz(request: web.Request) -> web.Response:
