@@ -29,6 +29,8 @@ class Codec(ABC):
     """The protocol's name in messages to people."""
     api: ClassVar[ProviderApi]
     """Which providers speak it (a provider's ``api`` in sidecar.json)."""
+    messages_field: ClassVar[str] = "messages"
+    """The request field that carries the conversation."""
     route: ClassVar[str]
     """The client route that the sidecar mediates."""
     upstream_path: ClassVar[str]
@@ -124,7 +126,7 @@ class Codec(ABC):
         choice: ToolChoice,
     ) -> dict[str, Any]:
         body = dict(conversation.params)
-        body["messages"] = messages
+        body[self.messages_field] = messages
         body["tools"] = [*conversation.tools, *map(self.tool_definition, tools)]
         rendered_choice = self.render_choice(choice)
         if rendered_choice is not None:

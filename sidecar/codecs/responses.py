@@ -54,6 +54,7 @@ class ResponsesCodec(OpenAIShapes, Codec):
     title = "Responses"
     api = "openai"
     route = "/v1/responses"
+    messages_field = "input"
     upstream_path = "/responses"  # OpenAI base URLs already end in /v1
     side_routes = {"/v1/responses/input_tokens": "/responses/input_tokens"}
     resource_routes = {
@@ -138,7 +139,7 @@ class ResponsesCodec(OpenAIShapes, Codec):
         tools: list[ToolSpec],
         choice: ToolChoice,
     ) -> dict[str, Any]:
-        return self._request(conversation, _flatten(messages), tools, choice)
+        return super().render_request(conversation, _flatten(messages), tools, choice)
 
     def continue_request(
         self,
@@ -152,27 +153,11 @@ class ResponsesCodec(OpenAIShapes, Codec):
         new_items = _flatten([g for g in since if g["role"] != "assistant"])
         if params.get("conversation") is not None:
             # A server-held conversation appends every call's items itself.
-            return self._request(conversation, new_items, tools, choice)
+            return super().render_request(conversation, new_items, tools, choice)
         if not _provider_holds_responses(params) or not previous.body.get("id"):
             return None
-        body = self._request(conversation, new_items, tools, choice)
+        body = super().render_request(conversation, new_items, tools, choice)
         body["previous_response_id"] = previous.body["id"]
-        return body
-
-    def _request(
-        self,
-        conversation: Conversation,
-        items: list[dict[str, Any]],
-        tools: list[ToolSpec],
-        choice: ToolChoice,
-    ) -> dict[str, Any]:
-        body = dict(conversation.params)
-        body["input"] = items
-        body["tools"] = [*conversation.tools, *map(self.tool_definition, tools)]
-        rendered_choice = self.render_choice(choice)
-        if rendered_choice is not None:
-            body["tool_choice"] = rendered_choice
-        body["stream"] = False
         return body
 
     @staticmethod

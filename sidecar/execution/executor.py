@@ -22,7 +22,7 @@ from clawpod.sidecar.execution.arguments import (
     parse_arguments,
     schema_problems,
 )
-from clawpod.sidecar.execution.request import RequestProblem, ServiceRequest, build_request
+from clawpod.sidecar.execution.request import RequestProblem, build_request
 from clawpod.sidecar.execution.result import send
 from clawpod.sidecar.manifest import ManagedTool
 from clawpod.sidecar.model.outcome import ToolOutcome
@@ -172,18 +172,8 @@ class ToolExecutor:
             # disconnect), a call already on its way to the service still completes
             # (docs/contract.md §4.2 point 16).
             outcome = await self._tasks.run(
-                self._exchange(self._client, request, timeout_s, max_result_bytes, started)
+                send(self._client, request, timeout_s, max_result_bytes, started)
             )
             if outcome.error_code is not None:
                 tracing.record_error(span, outcome.error_code)
             return outcome
-
-    async def _exchange(
-        self,
-        client: HttpClient,
-        request: ServiceRequest,
-        timeout_s: float,
-        max_result_bytes: int,
-        started: float,
-    ) -> ToolOutcome:
-        return await send(client, request, timeout_s, max_result_bytes, started)

@@ -78,17 +78,3 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         await state.executor.close()
         await state.continuity.close()
         await state.audit.close()  # flushes pending audit records to disk
-
-
-async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
-    state = app[STATE_KEY]
-    state.state_dir.mkdir(parents=True, exist_ok=True)
-    await state.executor.start()
-    try:
-        yield
-    finally:
-        await state.upstream.close()  # model calls still waiting fail fast
-        await state.tasks.drain()  # tool calls already sent finish and are audited
-        await state.executor.close()
-        await state.continuity.close()
-        await state.audit.close()  # flushes pending audit records to disk

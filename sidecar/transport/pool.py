@@ -69,7 +69,7 @@ class ConnectionPool:
         always a new one."""
         loop = asyncio.get_running_loop()
         if self._slots is not None:
-            await self._take_slot(loop, deadline)
+            await self._take_slot(deadline)
         try:
             connection = None if fresh else self._pop_idle()
             if connection is not None:
@@ -134,7 +134,7 @@ class ConnectionPool:
             wake_at = self._idle[0].idle_since + self._keepalive_s
             self._sweeper = loop.call_at(wake_at, self._sweep)
 
-    async def _take_slot(self, loop: asyncio.AbstractEventLoop, deadline: float | None) -> None:
+    async def _take_slot(self, deadline: float | None) -> None:
         assert self._slots is not None
         if not self._slots.locked() or deadline is None:
             await self._slots.acquire()

@@ -198,7 +198,7 @@ async def test_body_at_the_limit_is_whole(executor: ToolExecutor, service: ToolS
 
 
 async def test_slow_service_times_out(executor: ToolExecutor, service: ToolService) -> None:
-    service.reply(delay_s=3)
+    service.reply(delay_s=1)  # past the 0.2 s timeout; teardown waits for it
     outcome = await call(executor, http_tool("svc", "slow", service.url), timeout_s=0.2)
     assert outcome.error_code == "timeout"
     assert outcome.executed  # the request went out; the service may have acted on it

@@ -5,8 +5,9 @@ given; conversations have two turns, so the second turn relies on continuity. To
 random. Afterwards: zero wrong answers, one audit record per request, every tool call that
 reached the service audited, the hash chains verify, and the sidecar's RSS stays flat.
 
-The CI variant runs ~20 s; the full soak (``-m slow``) runs several minutes. Set
-CLAW_SOAK_REPORT=path to get the figures and the RSS curve as JSON.
+The CI variant runs ~20 s (``.ci/run`` runs it by name, outside the fast suite); the full soak
+(``-m slow``) runs several minutes. Set CLAW_SOAK_REPORT=path to get the figures and the RSS
+curve as JSON.
 """
 
 from __future__ import annotations
@@ -331,8 +332,9 @@ def report(figures: Figures) -> dict[str, Any]:
     return summary
 
 
+@pytest.mark.slow
 async def test_soak_ci(tmp_path: Path) -> None:
-    """CI size: 200 concurrent conversations for ~20 s."""
+    """CI size: 200 concurrent conversations for ~20 s (CI runs it beside the fast suite)."""
     figures = await soak(tmp_path, seconds=float(os.environ.get("CLAW_SOAK_SECONDS", "20")))
     summary = report(figures)
     assert summary["rss_growth_after_warmup_mb"] < 30
