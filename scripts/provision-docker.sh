@@ -178,10 +178,12 @@ ensure_python_image() {
   if [ -n "$previous" ]; then docker image rm "$previous" >/dev/null 2>&1 || true; fi
 }
 
-# The project's own run-time dependencies, from pyproject.toml.
+# The project's own run-time dependencies, from pyproject.toml: what the sidecar image installs
+# (its dependencies and the trace exporter of the `otel` extra; see the Dockerfile).
 runtime_requirements() {
   python3 -c 'import sys, tomllib
-print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))' \
+project = tomllib.load(open(sys.argv[1], "rb"))["project"]
+print("\n".join(project["dependencies"] + project["optional-dependencies"]["otel"]))' \
     "$REPO/pyproject.toml"
 }
 
