@@ -68,17 +68,24 @@ def _message(exc: BaseException) -> str:
     return str(exc).split("\n", 1)[0]
 
 
-def sample_of(schema: Any) -> Any:
+def sample_of(schema: Any, root: Any = None, depth: int = 0) -> Any:
     """A value of the type ``schema`` declares, with every declared property present."""
-    if not isinstance(schema, dict):
+    root = schema if root is None else root
+    if not isinstance(schema, dict) or depth > 32:
         return None
+    reference = schema.get("$ref")
+    if isinstance(reference, str) and reference.startswith("#/"):
+        target: Any = root
+        for part in reference[2:].split("/"):
+            target = target.get(part) if isinstance(target, dict) else None
+        return sample_of(target, root, depth + 1)
     if "const" in schema:
         return schema["const"]
     if schema.get("enum"):
         return schema["enum"][0]
     for key in ("anyOf", "oneOf"):
         if schema.get(key):
-            return sample_of(schema[key][0])
+            return sample_of(schema[key][0], root, depth + 1)
     kind = schema.get("type")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "null")
@@ -86,10 +93,38 @@ def sample_of(schema: Any) -> Any:
     if kind in samples:
         return samples[kind]
     if kind == "array":
-        return [sample_of(schema.get("items", {}))]
+        return [sample_of(schema.get("items", {}), root, depth + 1)]
     if kind == "object" or "properties" in schema:
-        return {name: sample_of(sub) for name, sub in schema.get("properties", {}).items()}
+        properties = schema.get("properties", {})
+        return {name: sample_of(sub, root, depth + 1) for name, sub in properties.items()}
     return None
+
+
+def as_declared(schema: Any, value: Any, root: Any = None, depth: int = 0) -> Any:
+    """``value`` with every whole number the schema declares a ``number`` made a float, so a
+    condition sees the types it was checked with (JSON does not tell 10 from 10.0)."""
+    root = schema if root is None else root
+    if not isinstance(schema, dict) or depth > 32:
+        return value
+    reference = schema.get("$ref")
+    if isinstance(reference, str) and reference.startswith("#/"):
+        target: Any = root
+        for part in reference[2:].split("/"):
+            target = target.get(part) if isinstance(target, dict) else None
+        return as_declared(target, value, root, depth + 1)
+    kind = schema.get("type")
+    kinds = kind if isinstance(kind, list) else [kind]
+    if "number" in kinds and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, dict):
+        properties = schema.get("properties", {})
+        return {
+            key: as_declared(properties[key], item, root, depth + 1) if key in properties else item
+            for key, item in value.items()
+        }
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [as_declared(schema["items"], item, root, depth + 1) for item in value]
+    return value
 
 
 def condition_problem(text: str, agent: str, tool: ManagedTool | Any) -> str | None:
@@ -148,7 +183,8 @@ class Policy:
                 continue
             if compiled.program is not None:
                 if variables is None:
-                    variables = activation(agent, tool.name, annotations_of(tool), args)
+                    typed = as_declared(tool.input_schema, args)
+                    variables = activation(agent, tool.name, annotations_of(tool), typed)
                 try:
                     if not evaluate(compiled.program, variables):
                         continue
