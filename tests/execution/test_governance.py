@@ -326,3 +326,24 @@ async def test_a_spent_budget_is_429_in_the_callers_protocol(desk: Desk) -> None
     assert raised.value.code == "budget_exhausted"
     metrics = desk.sidecar.state.metrics.render()[0].decode()
     assert 'claw_budget_refusals_total{agent="analyst"} 1.0' in metrics
+
+
+async def test_clawc_approvals_lists_and_approves(
+    desk: Desk, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CLAW_OPERATOR_TOKEN", OPERATOR_TOKEN)
+    calling = asyncio.ensure_future(trade(desk, TRADE))
+    [approval] = await desk.pending()
+
+    def clawc_run(*argv: str) -> tuple[int, str]:
+        out = io.StringIO()
+        return clawc(["approvals", *argv, "--sidecar", desk.sidecar.url], out, out), out.getvalue()
+
+    code, listed = await asyncio.to_thread(clawc_run, "list")
+    assert code == 0 and approval["id"] in listed and "desk.execute_trade" in listed
+    code, decided = await asyncio.to_thread(clawc_run, "approve", approval["id"])
+    assert (code, decided.strip()) == (0, f"{approval['id']}: approved")
+    assert (await calling)["ok"] is True
+    monkeypatch.setenv("CLAW_OPERATOR_TOKEN", desk.tokens["trader"])
+    code, refused = await asyncio.to_thread(clawc_run, "list")
+    assert code == 1 and "agent tokens cannot use the operator API" in refused
