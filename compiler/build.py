@@ -286,13 +286,13 @@ def render_build(
 ) -> dict[str, str]:
     """Every file of the build except digest.json, keyed by path relative to OUT."""
     files: dict[str, str] = {}
-    entries: dict[tuple[str, str], _ToolEntry] = {}
+    entries: dict[tuple[str, str, str], _ToolEntry] = {}
     presented: dict[tuple[str, ...], dict[str, str]] = {}
     names_json: dict[tuple[str, ...], str] = {}
     for agent in pod.agents:
         agent_entries = []
         for service, tool in agent.tools:
-            key = (service.name, tool.name)
+            key = (service.name, tool.name, service.principal or "")
             if key not in entries:
                 entries[key] = _tool_entry(service, tool)
             agent_entries.append(entries[key])
@@ -322,6 +322,8 @@ def render_build(
         extra["max_body_bytes"] = pod.claw.max_body_bytes
     if pod.claw.upstream_timeout_ms:
         extra["upstream_timeout_ms"] = pod.claw.upstream_timeout_ms
+    if pod.governance is not None:
+        extra["governance"] = pod.governance
     config = SidecarConfig(
         pod=pod.name,
         providers=pod.providers,

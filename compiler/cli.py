@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from clawpod.compiler.errors import CompileError, display_path
 
@@ -125,7 +125,23 @@ def _parser() -> argparse.ArgumentParser:
     )
     audit.add_argument("--agent", metavar="ID", help="show: only this agent")
     audit.add_argument("--limit", type=int, metavar="N", help="show: only the last N records")
+    _add_approvals(commands)
     return parser
+
+
+def _add_approvals(commands: Any) -> None:
+    approvals = commands.add_parser(
+        "approvals",
+        help="list, approve or deny tool calls waiting for an operator",
+        epilog="examples:\n  clawc approvals list --sidecar http://localhost:9090\n"
+        "  clawc approvals approve apr_0123 --sidecar URL --reason 'checked'\n"
+        "the operator token is read from CLAW_OPERATOR_TOKEN",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    approvals.add_argument("action", choices=["list", "approve", "deny"])
+    approvals.add_argument("approval_id", nargs="?", metavar="ID")
+    approvals.add_argument("--sidecar", required=True, metavar="URL", help="the sidecar's URL")
+    approvals.add_argument("--reason", help="approve/deny: why (audited)")
 
 
 def _version() -> str:
@@ -229,12 +245,19 @@ def _audit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return show_command(args.state_dir, out, agent=args.agent, limit=args.limit)
 
 
+def _approvals(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from clawpod.compiler.approvals_cli import approvals_command
+
+    return approvals_command(args.action, args.sidecar, args.approval_id, args.reason, out, err)
+
+
 _COMMANDS = {
     "compile": _compile,
     "validate": _validate,
     "inspect": _inspect,
     "schema": _schema,
     "audit": _audit,
+    "approvals": _approvals,
 }
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from clawpod.compiler.governance_spec import PrincipalSpec
 from clawpod.compiler.pod_reader import PodReader
 from clawpod.compiler.tool_services import ToolService
 from clawpod.sidecar.manifest import Provider
@@ -22,13 +23,17 @@ AGENT_ENV_NAMES = (
 
 
 def forbidden_variables(
-    providers: dict[str, Provider], tool_services: Iterable[ToolService]
+    providers: dict[str, Provider],
+    tool_services: Iterable[ToolService],
+    principals: Mapping[str, PrincipalSpec] | None = None,
 ) -> dict[str, str]:
     """Variable name -> what it holds, for every variable an agent must not set."""
     forbidden = {name: "set by clawc in the agent's env file" for name in AGENT_ENV_NAMES}
     for service in tool_services:
         if service.auth.env:
             forbidden[service.auth.env] = f"the credential of service '{service.name}'"
+    for name, principal in (principals or {}).items():
+        forbidden[principal.env] = f"the credential of principal '{name}'"
     for provider_name, provider in providers.items():
         forbidden[provider.key_env] = f"the key of provider '{provider_name}'"
     return forbidden

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from clawpod.compiler.descriptor import CompiledTool
+from clawpod.compiler.governance import with_principal
+from clawpod.compiler.governance_spec import PrincipalSpec
 from clawpod.compiler.grants import ServiceGrant
 from clawpod.compiler.pod_reader import PodReader
 from clawpod.compiler.pod_spec import ServiceClaw
@@ -18,6 +20,7 @@ def resolve_grants(
     claws: dict[str, ServiceClaw | None],
     agent_services: set[str],
     service: str | None,
+    principals: dict[str, PrincipalSpec],
 ) -> GrantedTools:
     """The tools ``grants`` name, in grant order; unknown services or tools are errors."""
     tools: GrantedTools = []
@@ -32,6 +35,11 @@ def resolve_grants(
                 f"'{grant.service}' is an agent, not a tool service", grant.path, service
             )
         target = tool_services.get(grant.service, claws.get(grant.service))
+        if grant.principal is not None:
+            assert grant.principal_path is not None
+            target = with_principal(
+                reader, target, grant.principal, grant.principal_path, principals, service
+            )
         available = target.loaded.tools_by_name
         if not available:
             raise reader.fail(f"service '{grant.service}' declares no tools", grant.path, service)

@@ -1,7 +1,8 @@
 """The grant grammar of ``tools:`` and ``tools-defaults:`` (docs/contract.md §2).
 
 A grant item is ``...`` (splice the defaults), a service name (all its tools) or a mapping
-``{service, allow}`` where ``allow`` is ``all`` (also when omitted) or a list of tool names.
+``{service, allow, principal}`` where ``allow`` is ``all`` (also when omitted) or a list of tool
+names, and ``principal`` (optional) names the pod principal whose credential the calls use.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ ALL = "all"
 class Grant:
     service: str
     allow: Literal["all"] | tuple[str, ...]
+    principal: str | None = None
 
 
 def _parse_item(value: Any) -> str | Grant:
@@ -33,14 +35,19 @@ def _parse_item(value: Any) -> str | Grant:
         return Grant(service=value, allow=ALL)
     if not isinstance(value, dict):
         raise ValueError("a grant is '...', a service name, or a mapping {service, allow}")
-    unknown = sorted(set(value) - {"service", "allow"})
+    unknown = sorted(set(value) - {"service", "allow", "principal"})
     if unknown:
-        raise ValueError(f"unknown field '{unknown[0]}' in grant (expected service, allow)")
+        raise ValueError(
+            f"unknown field '{unknown[0]}' in grant (expected service, allow, principal)"
+        )
     service = value.get("service")
     if not isinstance(service, str) or not service:
         raise ValueError("a grant mapping needs 'service: NAME'")
+    principal = value.get("principal")
+    if principal is not None and (not isinstance(principal, str) or not principal):
+        raise ValueError("principal must name a principal of x-claw.principals")
     if "allow" not in value or value["allow"] == ALL:
-        return Grant(service=service, allow=ALL)
+        return Grant(service=service, allow=ALL, principal=principal)
     allow = value["allow"]
     if not isinstance(allow, list):
         raise ValueError("allow must be 'all' or a list of tool names")
@@ -50,7 +57,7 @@ def _parse_item(value: Any) -> str | Grant:
         raise ValueError("allow must list tool names (strings)")
     if ALL in allow:
         raise ValueError("allow: 'all' cannot be combined with tool names")
-    return Grant(service=service, allow=tuple(allow))
+    return Grant(service=service, allow=tuple(allow), principal=principal)
 
 
 _ITEM_SCHEMA = {
@@ -61,6 +68,7 @@ _ITEM_SCHEMA = {
             "type": "object",
             "properties": {
                 "service": {"type": "string"},
+                "principal": {"type": "string", "description": "a key of x-claw.principals"},
                 "allow": {
                     "anyOf": [
                         {"const": ALL},
@@ -127,16 +135,31 @@ class ServiceGrant:
     names: list[str]
     name_paths: dict[str, tuple[str | int, ...]]
     path: tuple[str | int, ...]
+    principal: str | None = None
+    principal_path: tuple[str | int, ...] | None = None
 
 
-def union(grants: Sequence[Located]) -> list[ServiceGrant]:
-    """Union per service: ``all`` wins; duplicates collapse where they first occurred."""
+def union(
+    grants: Sequence[Located], fail: Callable[[str, tuple[str | int, ...]], CompileError]
+) -> list[ServiceGrant]:
+    """Union per service: ``all`` wins; duplicates collapse where they first occurred. One
+    agent's grants of one service use one principal (or none)."""
     merged: dict[str, ServiceGrant] = {}
     for located in grants:
         grant = located.grant
         entry = merged.setdefault(
             grant.service, ServiceGrant(grant.service, False, [], {}, located.path)
         )
+        if entry.principal_path is None:
+            entry.principal = grant.principal
+            entry.principal_path = (*located.path, "principal")
+        elif entry.principal != grant.principal:
+            raise fail(
+                f"grants of service '{grant.service}' name different principals "
+                f"({entry.principal or 'none'} and {grant.principal or 'none'}); "
+                "one agent uses one credential per service",
+                located.path,
+            )
         if grant.allow == ALL:
             entry.all = True
             continue

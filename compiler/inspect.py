@@ -46,9 +46,10 @@ def _auth(tool: ManagedTool) -> str:
     auth = tool.execution.auth
     if auth.type == "none":
         return "none"
+    principal = f" (principal {auth.principal})" if auth.principal else ""
     if auth.type == "header":
-        return f"{auth.header}: ${auth.env}"
-    return f"{auth.type} ${auth.env}"
+        return f"{auth.header}: ${auth.env}{principal}"
+    return f"{auth.type} ${auth.env}{principal}"
 
 
 def _agent_lines(agent_build: AgentBuild) -> list[str]:

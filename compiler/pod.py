@@ -14,6 +14,8 @@ from clawpod.compiler.agent_plan import (
 )
 from clawpod.compiler.compose_shapes import check_shapes
 from clawpod.compiler.credential_starvation import check_starvation, forbidden_variables
+from clawpod.compiler.governance import check_principals, resolve_governance
+from clawpod.compiler.governance_spec import PrincipalSpec
 from clawpod.compiler.grant_resolution import resolve_grants
 from clawpod.compiler.grants import expand, union
 from clawpod.compiler.pod_reader import PodReader
@@ -22,7 +24,7 @@ from clawpod.compiler.policy import effective_policy
 from clawpod.compiler.providers import pod_providers
 from clawpod.compiler.reserved import check_reserved
 from clawpod.compiler.tool_services import ToolService, ToolServices
-from clawpod.sidecar.manifest import Provider
+from clawpod.sidecar.manifest import Governance, Provider
 
 
 @dataclass
@@ -36,6 +38,8 @@ class CompiledPod:
     agent_ids: dict[str, list[str]]  # agent service -> ids
     tool_services: dict[str, ToolService]
     warnings: list[str] = field(default_factory=list)  # located, one line each
+    principals: dict[str, PrincipalSpec] = field(default_factory=dict)
+    governance: Governance | None = None
 
     @property
     def directory(self) -> Path:
@@ -45,6 +49,7 @@ class CompiledPod:
     def credential_envs(self) -> list[str]:
         names = [p.key_env for p in self.providers.values()]
         names += [s.auth.env for s in self.tool_services.values() if s.auth.env]
+        names += [p.env for p in self.principals.values()]
         return sorted(set(names))
 
 
@@ -73,10 +78,19 @@ def compile_pod(path: Path | str) -> CompiledPod:
         if service_claw is not None and service_claw.describe:
             tool_services.get(name, service_claw)
 
+    principals = check_principals(reader, claw, tool_services, claws, agent_services)
     defaults_path = ("x-claw", "tools-defaults")
     defaults = claw.tools_defaults
     default_grants = expand(None, (), defaults, defaults_path, reader.failer(None))
-    resolve_grants(reader, tool_services, union(default_grants), claws, agent_services, None)
+    resolve_grants(
+        reader,
+        tool_services,
+        union(default_grants, reader.failer(None)),
+        claws,
+        agent_services,
+        None,
+        principals,
+    )
 
     agents: list[AgentPlan] = []
     agent_ids: dict[str, list[str]] = {}
@@ -90,7 +104,15 @@ def compile_pod(path: Path | str) -> CompiledPod:
         if "tools" in service_claw.model_fields_set and declared is None:
             raise reader.fail("tools must be a list ([] for no tools)", (*prefix, "tools"), name)
         grants = expand(declared, (*prefix, "tools"), defaults, defaults_path, reader.failer(name))
-        tools = resolve_grants(reader, tool_services, union(grants), claws, agent_services, name)
+        tools = resolve_grants(
+            reader,
+            tool_services,
+            union(grants, reader.failer(name)),
+            claws,
+            agent_services,
+            name,
+            principals,
+        )
         policy = effective_policy(
             claw.tool_policy_defaults,
             service_claw.tool_policy,
@@ -105,9 +127,10 @@ def compile_pod(path: Path | str) -> CompiledPod:
         reader.warn("no agent found: mark an agent service with 'x-claw: {agent: {}}'", ())
 
     providers = pod_providers(claw.providers)
-    forbidden = forbidden_variables(providers, tool_services.by_name.values())
+    forbidden = forbidden_variables(providers, tool_services.by_name.values(), principals)
     for name in agent_ids:
         check_starvation(reader, name, forbidden)
+    governance = resolve_governance(reader, claw, claws, agents, agent_ids)
     return CompiledPod(
         file=reader.file,
         name=claw.pod or reader.file.resolve().parent.name,
@@ -118,4 +141,6 @@ def compile_pod(path: Path | str) -> CompiledPod:
         agent_ids=agent_ids,
         tool_services=tool_services.by_name,
         warnings=reader.warnings,
+        principals=principals,
+        governance=governance,
     )

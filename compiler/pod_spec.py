@@ -7,6 +7,12 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
+from clawpod.compiler.governance_spec import (
+    ApprovalsSpec,
+    BudgetSpec,
+    PrincipalSpec,
+    RuleSpec,
+)
 from clawpod.compiler.grants import GrantItem
 from clawpod.compiler.policy import PolicySpec
 from clawpod.compiler.providers import ProviderSpec
@@ -20,7 +26,9 @@ AGENT_ONLY_FIELDS = {
     "tools": "tools",
     "tool_policy": "tool-policy",
     "surfaces": "surfaces",
+    "tool_rules": "tool-rules",
 }
+NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 
 class _Spec(BaseModel):
@@ -51,6 +59,14 @@ class PodClaw(_Spec):
     upstream_timeout_ms: Annotated[int, Strict(), Field(gt=0)] | None = Field(
         default=None, alias="upstream-timeout-ms"
     )
+    principals: dict[Annotated[str, Field(pattern=NAME)], PrincipalSpec] | None = Field(
+        default=None, description="named credentials of tool services (SPEC §9.1)"
+    )
+    tool_rules: list[RuleSpec] | None = Field(default=None, alias="tool-rules")
+    approvals: ApprovalsSpec | None = None
+    budgets: dict[str, BudgetSpec] | None = Field(
+        default=None, description="agent id, agent service or '*' -> daily token budget"
+    )
 
 
 class AgentMarker(_Spec):
@@ -73,6 +89,7 @@ class ServiceClaw(_Spec):
     tools: list[GrantItem] | None = None
     tool_policy: PolicySpec | None = Field(default=None, alias="tool-policy")
     surfaces: list[Annotated[str, Field(pattern=SURFACE.pattern)]] | None = None
+    tool_rules: list[RuleSpec] | None = Field(default=None, alias="tool-rules")
 
     @property
     def is_agent(self) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import re
 from dataclasses import dataclass
@@ -25,10 +26,19 @@ class ToolService:
     name: str
     loaded: LoadedDescriptor
     base_url: str
+    principal: str | None = None
+    principal_env: str | None = None
 
     @property
     def auth(self) -> ToolAuth:
-        return self.loaded.descriptor.auth
+        """The descriptor's auth, with a grant's principal's variable when it names one."""
+        auth = self.loaded.descriptor.auth
+        if self.principal is None:
+            return auth
+        return auth.model_copy(update={"env": self.principal_env, "principal": self.principal})
+
+    def as_principal(self, principal: str, env: str) -> ToolService:
+        return dataclasses.replace(self, principal=principal, principal_env=env)
 
 
 def container_port(definition: dict[str, Any]) -> int:

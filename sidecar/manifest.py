@@ -33,6 +33,9 @@ class ToolAuth(_Model):
     type: Literal["bearer", "header", "basic", "none"]
     env: str | None = None
     header: str | None = None
+    principal: str | None = Field(
+        default=None, description="the pod principal whose variable ``env`` is (SPEC §9.1)"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> ToolAuth:
@@ -126,6 +129,50 @@ class Listen(_Model):
     port: int = Field(default=8080, gt=0, lt=65536)
 
 
+RateUnit = Literal["second", "minute", "hour"]
+RATE_PERIOD_S: dict[str, int] = {"second": 1, "minute": 60, "hour": 3600}
+Effect = Literal["allow", "deny", "confirm"]
+ApprovalRequirement = Literal["none", "destructive", "non-read-only"]
+
+
+class Rate(_Model):
+    count: int = Field(gt=0)
+    per: RateUnit
+
+    @property
+    def period_s(self) -> int:
+        return RATE_PERIOD_S[self.per]
+
+
+class ToolRule(_Model):
+    """One ``x-claw.tool-rules`` entry (SPEC §9.2); ``when`` is CEL text, checked by clawc."""
+
+    tool: str = Field(description="canonical name or glob")
+    when: str | None = None
+    effect: Effect = "allow"
+    reason: str | None = None
+    rate: Rate | None = None
+    source: str = Field(description="pod file and line of the rule, for messages")
+
+
+class Approvals(_Model):
+    require: ApprovalRequirement | list[str] = "none"
+    timeout_ms: int = Field(default=300000, gt=0)
+    webhook: str | None = None
+
+
+class Governance(_Model):
+    """Policy on arguments, rate limits, budgets and approvals (SPEC §9)."""
+
+    rules: dict[str, list[ToolRule]] = Field(
+        default_factory=dict, description="agent -> its rules in evaluation order (pod's first)"
+    )
+    approvals: Approvals = Approvals()
+    budgets: dict[str, int] = Field(
+        default_factory=dict, description="agent or '*' -> tokens per UTC day"
+    )
+
+
 class SidecarConfig(_Model):
     """``sidecar.json``."""
 
@@ -137,6 +184,7 @@ class SidecarConfig(_Model):
     state_dir: str = "/var/lib/claw"
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, gt=0)
     upstream_timeout_ms: int = Field(default=600000, gt=0)
+    governance: Governance | None = None
 
 
 class Digest(_Model):
@@ -159,6 +207,7 @@ class Build(_Model):
     root: Path
     config: SidecarConfig
     agents: dict[str, AgentBuild]
+    digest_sha256: str = Field(default="", description="of digest.json: names this exact build")
 
 
 def dump_json(model: BaseModel | dict[str, Any]) -> str:
@@ -223,6 +272,7 @@ def load_build(root: Path | str) -> Build:
     """Load and verify a build directory; raise :class:`BuildError` on any problem."""
     root = Path(root)
     contents = verify_digest(root)
+    build_digest = sha256_hex((root / "digest.json").read_bytes())
     config: SidecarConfig = _parse(root, contents, "sidecar.json", SidecarConfig)
     agents: dict[str, AgentBuild] = {}
     for agent_id in config.agents:
@@ -237,7 +287,7 @@ def load_build(root: Path | str) -> Build:
             # Mediated mode and MCP both read tools.json; agent.json repeats it for people.
             raise BuildError(f"{root / directory}: agent.json and tools.json disagree on policy")
         agents[agent_id] = AgentBuild(agent=agent, tools=tools)
-    return Build(root=root, config=config, agents=agents)
+    return Build(root=root, config=config, agents=agents, digest_sha256=build_digest)
 
 
 def write_digest(root: Path) -> None:

@@ -25,7 +25,7 @@ from aiohttp import web
 from clawpod.sidecar.audit.log import AuditLog
 from clawpod.sidecar.audit.records import request_record, usage_record
 from clawpod.sidecar.audit.trace import trace_call
-from clawpod.sidecar.execution.executor import ToolExecutor
+from clawpod.sidecar.execution.governed import GovernedExecutor
 from clawpod.sidecar.manifest import AgentBuild, ManagedTool
 from clawpod.sidecar.mcp.protocol import (
     BATCHES_UNTIL,
@@ -76,7 +76,7 @@ _AgentTools = tuple[AgentBuild, dict[str, ManagedTool], list[dict[str, Any]]]
 class McpEndpoint:
     def __init__(
         self,
-        executor: ToolExecutor,
+        executor: GovernedExecutor,
         audit: AuditLog,
         metrics: Metrics,
         keepalive_s: float,

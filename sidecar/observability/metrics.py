@@ -84,6 +84,24 @@ class Metrics:
             ["store"],
             registry=r,
         )
+        self.approvals = Counter(
+            "claw_approvals",
+            "Approvals created and decided (approved, denied, expired)",
+            ["event"],
+            registry=r,
+        )
+        self.budget_refusals = Counter(
+            "claw_budget_refusals",
+            "LLM requests refused because the agent's daily token budget is spent",
+            ["agent"],
+            registry=r,
+        )
+        self.budget_tokens = Counter(
+            "claw_budget_tokens",
+            "Tokens counted against a daily budget",
+            ["agent"],
+            registry=r,
+        )
         self.rounds = Histogram(
             "claw_tool_rounds",
             "Tool rounds per mediated request",

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from clawpod.sidecar.audit.records import request_record, usage_record
 from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.observability.logs import log_request, rfc3339_now
+from clawpod.sidecar.server.budget_gate import spend_budget
 
 if TYPE_CHECKING:
     from clawpod.sidecar.server.context import RequestContext
@@ -31,6 +32,7 @@ async def record_request(
     mode = ctx.agent.agent.mode
     usage = usage or usage_record()
     ctx.state.metrics.count_request(agent_id, ctx.route, http_status)
+    spend_budget(ctx.state, agent_id, usage)
     stamp = rfc3339_now()  # one timestamp for the log line and the audit record
     log_request(
         stamp=stamp,

@@ -11,7 +11,10 @@ from aiohttp import web
 
 from clawpod.sidecar.audit.chain import audit_key
 from clawpod.sidecar.audit.log import AuditLog
+from clawpod.sidecar.execution.approvals import ApprovalStore
+from clawpod.sidecar.execution.budgets import TokenBudgets
 from clawpod.sidecar.execution.executor import ToolExecutor
+from clawpod.sidecar.execution.governed import GovernedExecutor
 from clawpod.sidecar.manifest import Build
 from clawpod.sidecar.mcp.endpoint import McpEndpoint
 from clawpod.sidecar.mediation.continuity import ContinuityStore
@@ -19,6 +22,7 @@ from clawpod.sidecar.observability.metrics import Metrics
 from clawpod.sidecar.server.auth import TokenVerifier
 from clawpod.sidecar.server.context import STATE_KEY, SidecarState
 from clawpod.sidecar.server.llm_routes import add_llm_routes
+from clawpod.sidecar.server.operator import OPERATOR_TOKEN_ENV, add_operator_routes
 from clawpod.sidecar.server.protocol_errors import protocol_errors
 from clawpod.sidecar.server.routes import healthz, mcp, metrics_route, models, readyz
 from clawpod.sidecar.server.routing import ModelRouter
@@ -40,6 +44,16 @@ def create_app(
     # Raises AuditKeyError / AuditStateError: a sidecar that cannot audit must not start.
     audit = AuditLog(state_dir, key=audit_key(env), agents=build.agents)
     keepalive_s = keepalive_interval(env)
+    governed = GovernedExecutor(
+        executor,
+        config.governance,
+        build.agents,
+        ApprovalStore(state_dir),
+        manifest_digest=build.digest_sha256,
+        audit=audit,
+        metrics=metrics,
+        tasks=tasks,
+    )
     state = SidecarState(
         config=config,
         state_dir=state_dir,
@@ -50,9 +64,12 @@ def create_app(
         continuity=ContinuityStore(state_dir, agents=len(build.agents)),  # per-agent quotas
         verifier=TokenVerifier(build),
         router=ModelRouter(config),
-        mcp=McpEndpoint(executor, audit, metrics, keepalive_s, tasks),
+        mcp=McpEndpoint(governed, audit, metrics, keepalive_s, tasks),
         sse_keepalive_s=keepalive_s,
         tasks=tasks,
+        governed=governed,
+        budgets=TokenBudgets(config.governance, build.agents, state_dir),
+        operator_token=env.get(OPERATOR_TOKEN_ENV) or None,
     )
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[protocol_errors])
     app[STATE_KEY] = state
@@ -63,6 +80,8 @@ def create_app(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_route)
+    # Until the admin listener lands, the operator API sits here behind the operator token.
+    add_operator_routes(app.router)
     return app
 
 
@@ -74,6 +93,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         yield
     finally:
         await state.upstream.close()  # model calls still waiting fail fast
+        state.governed.approvals.stop()  # calls waiting for an operator give up; files stay
         await state.tasks.drain()  # tool calls already sent finish and are audited
         await state.executor.close()
         await state.continuity.close()

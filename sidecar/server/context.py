@@ -15,7 +15,9 @@ from clawpod.sidecar.tasks import ShieldedTasks
 
 if TYPE_CHECKING:
     from clawpod.sidecar.audit.log import AuditLog
+    from clawpod.sidecar.execution.budgets import TokenBudgets
     from clawpod.sidecar.execution.executor import ToolExecutor
+    from clawpod.sidecar.execution.governed import GovernedExecutor
     from clawpod.sidecar.mcp.endpoint import McpEndpoint
     from clawpod.sidecar.mediation.continuity import ContinuityStore
     from clawpod.sidecar.observability.metrics import Metrics
@@ -40,6 +42,9 @@ class SidecarState:
     mcp: McpEndpoint
     sse_keepalive_s: float  # between comment keep-alives to a waiting streaming client
     tasks: ShieldedTasks  # work that outlives its request; drained once at shutdown
+    governed: GovernedExecutor  # the executor behind policy, rate limits and approvals
+    budgets: TokenBudgets
+    operator_token: str | None  # CLAW_OPERATOR_TOKEN: the operator API is closed without it
 
 
 STATE_KEY: web.AppKey[SidecarState] = web.AppKey("claw_state", SidecarState)

@@ -23,6 +23,7 @@ from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.observability.logs import log_request
 from clawpod.sidecar.server.accounting import record_request
 from clawpod.sidecar.server.auth import AuthError
+from clawpod.sidecar.server.budget_gate import BUDGET_SPENT, within_budget
 from clawpod.sidecar.server.context import STATE_KEY, RequestContext, SidecarState
 from clawpod.sidecar.server.errors import reply_error
 from clawpod.sidecar.server.exchange import AiohttpExchange, Exchange
@@ -129,6 +130,10 @@ async def _llm_request(exchange: Exchange, state: SidecarState, route: LlmRoute)
             ctx.model = requested if isinstance(requested, str) else None
             await reply_error(exchange, codec, err)
             await record_request(ctx, http_status=err.status, error_code=err.code)
+            return
+        if not within_budget(ctx):
+            await reply_error(exchange, codec, BUDGET_SPENT)
+            await record_request(ctx, http_status=BUDGET_SPENT.status, error_code=BUDGET_SPENT.code)
             return
         if ctx.model is not None and ctx.model != body["model"]:
             body["model"] = ctx.model

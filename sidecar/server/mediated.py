@@ -205,7 +205,7 @@ class _Driver:
         if remaining <= 0:
             return refused("timeout", "the request's total time budget ran out before this call")
         try:
-            outcome = await self.state.executor.execute(
+            outcome = await self.state.governed.execute(
                 self.ctx.agent.agent.id,
                 execution.tool,
                 execution.arguments,

@@ -1,0 +1,197 @@
+"""Governance resolved at compile time (SPEC §9): principals checked against their services,
+tool rules matched to the tools they govern and their CEL conditions checked against each
+tool's input schema, approvals and budgets resolved to agent ids."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from clawpod.compiler.agent_plan import AgentPlan
+from clawpod.compiler.governance_spec import PrincipalSpec, RuleSpec, parse_rate
+from clawpod.compiler.naming import canonical_name
+from clawpod.compiler.pod_reader import PodReader, Where
+from clawpod.compiler.pod_spec import PodClaw, ServiceClaw
+from clawpod.compiler.tool_services import ToolService, ToolServices
+from clawpod.sidecar.execution.policy import condition_problem, tool_matches
+from clawpod.sidecar.manifest import Approvals, Governance, ToolRule
+
+EVERY_AGENT = "*"
+
+
+@dataclass(frozen=True)
+class _RuleTarget:
+    """What a condition is checked against: a tool's canonical name, schema and hints."""
+
+    name: str
+    input_schema: dict[str, Any]
+    annotations: dict[str, Any]
+
+
+def check_principals(
+    reader: PodReader,
+    claw: PodClaw,
+    tool_services: ToolServices,
+    claws: dict[str, ServiceClaw | None],
+    agent_services: set[str],
+) -> dict[str, PrincipalSpec]:
+    """Every principal names a tool service that takes a credential."""
+    principals = claw.principals or {}
+    for name, spec in principals.items():
+        where = ("x-claw", "principals", name, "service")
+        if spec.service not in reader.services or spec.service in agent_services:
+            raise reader.fail(f"principal '{name}': no tool service '{spec.service}'", where)
+        service = tool_services.get(spec.service, claws.get(spec.service))
+        if service.loaded.descriptor.auth.type == "none":
+            raise reader.fail(
+                f"principal '{name}': service '{spec.service}' takes no credential (auth: none)",
+                where,
+            )
+    return principals
+
+
+def with_principal(
+    reader: PodReader,
+    service: ToolService,
+    principal: str | None,
+    where: Where,
+    principals: dict[str, PrincipalSpec],
+    agent_service: str | None,
+) -> ToolService:
+    """The service as a grant naming ``principal`` calls it."""
+    if principal is None:
+        return service
+    spec = principals.get(principal)
+    if spec is None:
+        known = ", ".join(sorted(principals)) or "none declared"
+        raise reader.fail(
+            f"unknown principal '{principal}' (x-claw.principals: {known})", where, agent_service
+        )
+    if spec.service != service.name:
+        raise reader.fail(
+            f"principal '{principal}' is a credential of service '{spec.service}', "
+            f"not of '{service.name}'",
+            where,
+            agent_service,
+        )
+    return service.as_principal(principal, spec.env)
+
+
+def _targets(tools: Iterable[tuple[ToolService, Any]]) -> dict[str, _RuleTarget]:
+    return {
+        canonical_name(s.name, t.name): _RuleTarget(
+            canonical_name(s.name, t.name), t.input_schema, t.annotations
+        )
+        for s, t in tools
+    }
+
+
+def _rule(
+    reader: PodReader,
+    spec: RuleSpec,
+    where: Where,
+    targets: dict[str, _RuleTarget],
+    agent: str,
+    service: str | None,
+) -> ToolRule:
+    matched = [t for name, t in targets.items() if tool_matches(spec.tool, name)]
+    if not matched:
+        scope = "granted to this agent" if service else "granted in this pod"
+        raise reader.fail(
+            f"tool '{spec.tool}' matches no tool {scope} (write <service>.<tool> or a glob)",
+            (*where, "tool"),
+            service,
+        )
+    if spec.when is not None:
+        for target in matched:
+            problem = condition_problem(spec.when, agent, target)
+            if problem is not None:
+                raise reader.fail(
+                    f"{problem} (checked against the input schema of {target.name})",
+                    (*where, "when"),
+                    service,
+                )
+    line = reader.lines.line(where)
+    return ToolRule(
+        tool=spec.tool,
+        when=spec.when,
+        effect=spec.effect,
+        reason=spec.reason,
+        rate=parse_rate(spec.rate) if spec.rate else None,
+        source=f"{reader.file.name}:{line}" if line else reader.file.name,
+    )
+
+
+def resolve_governance(
+    reader: PodReader,
+    claw: PodClaw,
+    claws: dict[str, ServiceClaw | None],
+    agents: list[AgentPlan],
+    agent_ids: dict[str, list[str]],
+) -> Governance | None:
+    """The manifest's governance block; None when the pod sets none of it."""
+    if not (claw.tool_rules or claw.approvals or claw.budgets or _agent_rules(claws)):
+        return None
+    everything = _targets(t for agent in agents for t in agent.tools)
+    pod_rules = [
+        _rule(reader, spec, ("x-claw", "tool-rules", i), everything, EVERY_AGENT, None)
+        for i, spec in enumerate(claw.tool_rules or [])
+    ]
+    rules: dict[str, list[ToolRule]] = {}
+    for agent in agents:
+        mine = _targets(agent.tools)
+        own = (claws[agent.service] or ServiceClaw()).tool_rules or []
+        compiled = pod_rules + [
+            _rule(
+                reader,
+                spec,
+                ("services", agent.service, "x-claw", "tool-rules", i),
+                mine,
+                agent.id,
+                agent.service,
+            )
+            for i, spec in enumerate(own)
+        ]
+        if compiled:
+            rules[agent.id] = compiled
+    return Governance(
+        rules=rules,
+        approvals=_approvals(reader, claw, everything),
+        budgets=_budgets(reader, claw, agent_ids),
+    )
+
+
+def _agent_rules(claws: dict[str, ServiceClaw | None]) -> bool:
+    return any(c is not None and c.tool_rules for c in claws.values())
+
+
+def _approvals(reader: PodReader, claw: PodClaw, targets: dict[str, _RuleTarget]) -> Approvals:
+    spec = claw.approvals
+    if spec is None:
+        return Approvals()
+    if isinstance(spec.require, list):
+        for index, pattern in enumerate(spec.require):
+            if not any(tool_matches(pattern, name) for name in targets):
+                raise reader.fail(
+                    f"'{pattern}' matches no tool granted in this pod",
+                    ("x-claw", "approvals", "require", index),
+                )
+    return Approvals(require=spec.require, timeout_ms=spec.timeout_ms, webhook=spec.webhook)
+
+
+def _budgets(reader: PodReader, claw: PodClaw, agent_ids: dict[str, list[str]]) -> dict[str, int]:
+    budgets: dict[str, int] = {}
+    ids = {agent_id for group in agent_ids.values() for agent_id in group}
+    for key, spec in (claw.budgets or {}).items():
+        if key == EVERY_AGENT or key in ids:
+            budgets[key] = spec.tokens_per_day
+        elif key in agent_ids:
+            budgets.update(dict.fromkeys(agent_ids[key], spec.tokens_per_day))
+        else:
+            raise reader.fail(
+                f"budget for '{key}': not an agent of this pod (use an agent id, its service "
+                "or '*')",
+                ("x-claw", "budgets", key),
+            )
+    return budgets

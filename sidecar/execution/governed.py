@@ -1,0 +1,195 @@
+"""The governed tool call, shared by mediated mode and MCP (SPEC §9): permission (grant) →
+rules (CEL) → rate limit → approval → timeout and dispatch (the executor). The call sites audit
+the outcome; refused calls come back as error results the model sees."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from clawpod.sidecar.audit.log import AuditLog
+from clawpod.sidecar.execution.approvals import (
+    Approval,
+    ApprovalStore,
+    Decision,
+    args_digest,
+)
+from clawpod.sidecar.execution.executor import ToolExecutor
+from clawpod.sidecar.execution.policy import Policy, annotations_of, tool_matches
+from clawpod.sidecar.execution.rates import RateLimiter
+from clawpod.sidecar.manifest import AgentBuild, Approvals, Governance, ManagedTool
+from clawpod.sidecar.model.outcome import ToolOutcome, refused
+from clawpod.sidecar.observability.metrics import Metrics
+from clawpod.sidecar.tasks import ShieldedTasks
+
+log = logging.getLogger("sidecar.governance")
+WEBHOOK_TIMEOUT_S = 10
+
+
+def needs_approval(approvals: Approvals, tool: ManagedTool) -> bool:
+    """The pod's ``approvals.require`` (hints absent count as MCP's defaults)."""
+    require = approvals.require
+    if isinstance(require, list):
+        return any(tool_matches(pattern, tool.name) for pattern in require)
+    hints = annotations_of(tool)
+    if require == "destructive":
+        return bool(hints["destructiveHint"]) and not hints["readOnlyHint"]
+    if require == "non-read-only":
+        return not hints["readOnlyHint"]
+    return False
+
+
+class GovernedExecutor:
+    def __init__(
+        self,
+        executor: ToolExecutor,
+        governance: Governance | None,
+        agents: Mapping[str, AgentBuild],
+        approvals: ApprovalStore,
+        *,
+        manifest_digest: str,
+        audit: AuditLog,
+        metrics: Metrics,
+        tasks: ShieldedTasks,
+    ) -> None:
+        self.executor = executor
+        self.policy = Policy(governance)
+        self.rates = RateLimiter()
+        self.approvals = approvals
+        self.settings = governance.approvals if governance is not None else Approvals()
+        self.manifest_digest = manifest_digest
+        self._granted = {
+            agent_id: {id(tool) for tool in build.tools.tools} for agent_id, build in agents.items()
+        }
+        self._audit = audit
+        self._metrics = metrics
+        self._tasks = tasks
+
+    async def execute(
+        self,
+        agent_id: str,
+        tool: ManagedTool,
+        arguments: str | dict[str, Any] | None,
+        *,
+        timeout_s: float,
+        max_result_bytes: int,
+    ) -> ToolOutcome:
+        if id(tool) not in self._granted.get(agent_id, ()):
+            return refused("policy_denied", f"{tool.presented} is not granted to this agent")
+        checked = self.executor.check_arguments(tool, arguments)
+        if isinstance(checked, ToolOutcome):
+            return checked
+        decision = self.policy.decide(agent_id, tool, checked)
+        if decision.effect == "deny":
+            return refused("policy_denied", decision.reason)
+        if (
+            decision.rate is not None
+            and decision.rule is not None
+            and not self.rates.admit(agent_id, tool.name, decision.rule, decision.rate)
+        ):
+            return refused(
+                "rate_limited",
+                f"{tool.presented} is limited to {decision.rate.count} calls per "
+                f"{decision.rate.per} for this agent; try again later",
+            )
+        if decision.effect == "confirm" or needs_approval(self.settings, tool):
+            refusal = await self._approved(agent_id, tool, dict(checked))
+            if refusal is not None:
+                return refusal
+        return await self.executor.execute(
+            agent_id, tool, checked, timeout_s=timeout_s, max_result_bytes=max_result_bytes
+        )
+
+    # -- approvals --------------------------------------------------------------------------
+
+    async def _approved(
+        self, agent_id: str, tool: ManagedTool, arguments: dict[str, Any]
+    ) -> ToolOutcome | None:
+        """None once an operator approved this exact call; else the refusal the model sees."""
+        digest_of_args = args_digest(arguments)
+        approval = self.approvals.find(agent_id, tool.name, digest_of_args, self.manifest_digest)
+        if approval is None:
+            approval = self.approvals.create(
+                agent_id,
+                tool.name,
+                arguments,
+                self.manifest_digest,
+                self.settings.timeout_ms / 1000,
+            )
+            log.info("approval %s created for %s of agent %s", approval.id, tool.name, agent_id)
+            self._metrics.approvals.labels(event="created").inc()
+            if self.settings.webhook:
+                self._tasks.spawn(self._notify(self.settings.webhook, approval))
+        final = await self.approvals.wait(approval.id)
+        if final is None:
+            return refused(
+                "approval_pending",
+                f"approval {approval.id} is still pending and the sidecar is stopping; "
+                "the same call can be retried once it is approved",
+            )
+        if final.status == "expired":
+            await self._record(final, "expired", None, "sidecar")
+            return refused(
+                "approval_expired", f"approval {final.id} expired before an operator decided"
+            )
+        if final.status == "denied":
+            reason = f": {final.reason}" if final.reason else ""
+            return refused("approval_denied", f"an operator denied this call{reason}")
+        if final.status == "approved" and self.approvals.use(final.id):
+            return None
+        # Another identical call spent it first: this one needs its own approval.
+        return refused(
+            "approval_denied", f"approval {final.id} was already used; call again to ask anew"
+        )
+
+    async def decide(
+        self, approval_id: str, decision: Decision, reason: str | None, who: str
+    ) -> Approval:
+        """An operator's decision: recorded, audited and counted; waiting calls resume."""
+        approval = self.approvals.decide(approval_id, decision, reason, who)
+        await self._record(approval, "approved" if decision == "approve" else "denied", reason, who)
+        return approval
+
+    async def _record(
+        self, approval: Approval, decision: str, reason: str | None, who: str
+    ) -> None:
+        latency_ms = round((time.time() - approval.created) * 1000, 3)
+        self._metrics.approvals.labels(event=decision).inc()
+        record = {
+            "event": "approval_decided",
+            "approval": approval.id,
+            "tool": approval.tool,
+            "args_digest": approval.args_digest,
+            "decision": decision,
+            "reason": reason,
+            "who": who,
+            "latency_ms": latency_ms,
+        }
+        try:
+            await self._audit.append(approval.agent, record)
+        except Exception:
+            log.exception("audit of the decision on approval %s failed", approval.id)
+
+    async def _notify(self, url: str, approval: Approval) -> None:
+        """POST the new approval to the webhook; a failure is logged, never blocks the call."""
+        client = self.executor.http
+        if client is None:
+            return
+        try:
+            response = await client.request(
+                "POST",
+                url,
+                headers={"Content-Type": "application/json"},
+                body=orjson.dumps(approval.public()),
+                timeout_s=WEBHOOK_TIMEOUT_S,
+            )
+            await response.read()
+            response.release()
+            if response.status >= 400:
+                log.warning("approval webhook answered %s for %s", response.status, approval.id)
+        except Exception as exc:
+            log.warning("approval webhook failed for %s: %s", approval.id, exc)

@@ -1,0 +1,198 @@
+"""Policy on arguments (SPEC §9.2): ordered rules per agent, each a tool glob, an optional CEL
+condition over ``args``, ``agent``, ``tool`` and ``annotations``, and an effect; the first rule
+that matches decides, and a call no rule matches is allowed.
+
+CEL is evaluated by ``common-expression-language`` (bindings to the Rust CEL implementation).
+That library checks syntax but has no type checker, so ``clawc compile`` checks a condition by
+evaluating it against a sample of every field the tool's input schema declares
+(:func:`condition_problem`): unknown fields, operators applied to the wrong types and
+non-boolean results are compile errors. The same functions run in the sidecar.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import cel
+
+from clawpod.sidecar.manifest import Effect, Governance, ManagedTool, Rate, ToolRule
+
+# MCP's defaults for hints a tool does not declare (SPEC §9.3): rules see all four.
+MCP_DEFAULT_ANNOTATIONS = {
+    "readOnlyHint": False,
+    "destructiveHint": True,
+    "idempotentHint": False,
+    "openWorldHint": True,
+}
+VARIABLES = ("args", "agent", "tool", "annotations")
+
+
+class ConditionError(Exception):
+    """A CEL condition that does not parse, or cannot be evaluated on these arguments."""
+
+
+def compile_condition(text: str) -> Any:
+    """The compiled CEL program of ``text``; raises :class:`ConditionError`."""
+    try:
+        return cel.compile(text)
+    except (ValueError, RuntimeError, TypeError) as exc:
+        raise ConditionError(str(exc)) from None
+
+
+def annotations_of(tool: ManagedTool | Mapping[str, Any]) -> dict[str, Any]:
+    declared = tool.annotations if isinstance(tool, ManagedTool) else tool
+    return {**MCP_DEFAULT_ANNOTATIONS, **declared}
+
+
+def activation(agent: str, tool: str, annotations: dict[str, Any], args: Any) -> dict[str, Any]:
+    return {"args": args, "agent": agent, "tool": tool, "annotations": annotations}
+
+
+def evaluate(program: Any, variables: dict[str, Any]) -> bool:
+    """The condition's value; anything but a boolean is a :class:`ConditionError`."""
+    try:
+        value = program.execute(variables)
+    except (ValueError, RuntimeError, TypeError, KeyError, OverflowError) as exc:
+        raise ConditionError(_message(exc)) from None
+    if not isinstance(value, bool):
+        raise ConditionError(f"the condition gives {type(value).__name__}, not a boolean")
+    return value
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, KeyError):
+        return f"no field {exc.args[0]!r}" if exc.args else "no such field"
+    return str(exc).split("\n", 1)[0]
+
+
+def sample_of(schema: Any, root: Any = None, depth: int = 0) -> Any:
+    """A value of the type ``schema`` declares, with every declared property present."""
+    root = schema if root is None else root
+    if not isinstance(schema, dict) or depth > 32:
+        return None
+    reference = schema.get("$ref")
+    if isinstance(reference, str) and reference.startswith("#/"):
+        target: Any = root
+        for part in reference[2:].split("/"):
+            target = target.get(part) if isinstance(target, dict) else None
+        return sample_of(target, root, depth + 1)
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf"):
+        if schema.get(key):
+            return sample_of(schema[key][0], root, depth + 1)
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    samples: dict[str, Any] = {"string": "x", "integer": 1, "number": 1.5, "boolean": True}
+    if kind in samples:
+        return samples[kind]
+    if kind == "array":
+        return [sample_of(schema.get("items", {}), root, depth + 1)]
+    if kind == "object" or "properties" in schema:
+        properties = schema.get("properties", {})
+        return {name: sample_of(sub, root, depth + 1) for name, sub in properties.items()}
+    return None
+
+
+def as_declared(schema: Any, value: Any, root: Any = None, depth: int = 0) -> Any:
+    """``value`` with every whole number the schema declares a ``number`` made a float, so a
+    condition sees the types it was checked with (JSON does not tell 10 from 10.0)."""
+    root = schema if root is None else root
+    if not isinstance(schema, dict) or depth > 32:
+        return value
+    reference = schema.get("$ref")
+    if isinstance(reference, str) and reference.startswith("#/"):
+        target: Any = root
+        for part in reference[2:].split("/"):
+            target = target.get(part) if isinstance(target, dict) else None
+        return as_declared(target, value, root, depth + 1)
+    kind = schema.get("type")
+    kinds = kind if isinstance(kind, list) else [kind]
+    if "number" in kinds and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, dict):
+        properties = schema.get("properties", {})
+        return {
+            key: as_declared(properties[key], item, root, depth + 1) if key in properties else item
+            for key, item in value.items()
+        }
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [as_declared(schema["items"], item, root, depth + 1) for item in value]
+    return value
+
+
+def condition_problem(text: str, agent: str, tool: ManagedTool | Any) -> str | None:
+    """Why ``text`` is not a usable condition for ``tool`` (None when it is): it must parse,
+    name only the rule variables, and give a boolean on a sample of the tool's arguments."""
+    try:
+        program = compile_condition(text)
+        variables = activation(
+            agent, tool.name, annotations_of(tool.annotations), sample_of(tool.input_schema)
+        )
+        evaluate(program, variables)
+    except ConditionError as exc:
+        return str(exc)
+    return None
+
+
+def tool_matches(pattern: str, canonical: str) -> bool:
+    return fnmatch.fnmatchcase(canonical, pattern)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    effect: Effect
+    reason: str
+    rule: int | None  # index in the agent's rules; None when no rule matched
+    rate: Rate | None = None
+
+
+ALLOWED = Decision("allow", "no rule matched", None)
+
+
+@dataclass(frozen=True, slots=True)
+class _CompiledRule:
+    rule: ToolRule
+    program: Any  # None: the rule has no condition
+
+
+class Policy:
+    """Every agent's rules, their conditions compiled once when the sidecar starts."""
+
+    def __init__(self, governance: Governance | None) -> None:
+        rules = governance.rules if governance is not None else {}
+        self._rules = {
+            agent: [
+                _CompiledRule(rule, compile_condition(rule.when) if rule.when else None)
+                for rule in agent_rules
+            ]
+            for agent, agent_rules in rules.items()
+        }
+
+    def decide(self, agent: str, tool: ManagedTool, args: dict[str, Any]) -> Decision:
+        variables: dict[str, Any] | None = None
+        for index, compiled in enumerate(self._rules.get(agent, ())):
+            rule = compiled.rule
+            if not tool_matches(rule.tool, tool.name):
+                continue
+            if compiled.program is not None:
+                if variables is None:
+                    typed = as_declared(tool.input_schema, args)
+                    variables = activation(agent, tool.name, annotations_of(tool), typed)
+                try:
+                    if not evaluate(compiled.program, variables):
+                        continue
+                except ConditionError as exc:
+                    # Fail closed: a rule that cannot judge these arguments refuses them.
+                    return Decision(
+                        "deny", f"the rule at {rule.source} could not be evaluated: {exc}", index
+                    )
+            reason = rule.reason or f"{rule.effect} by the rule at {rule.source}"
+            return Decision(rule.effect, reason, index, rule.rate)
+        return ALLOWED

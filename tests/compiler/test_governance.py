@@ -1,0 +1,208 @@
+"""SPEC §9 at compile time: principals, tool rules (CEL checked against input schemas),
+approvals and budgets; every bad input is an error naming the pod file and line."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from clawpod.compiler.build import write_build
+from clawpod.compiler.inspect import inspect_command
+from clawpod.sidecar.manifest import Rate, load_build
+from tests.compiler.conftest import PodDir, descriptor, tool
+
+TRADE = {
+    "type": "object",
+    "properties": {
+        "symbol": {"type": "string"},
+        "side": {"enum": ["buy", "sell"]},
+        "quantity": {"type": "number"},
+    },
+    "required": ["symbol", "side", "quantity"],
+}
+
+
+def desk_pod(extra_claw: str = "", trader_extra: str = "", analyst_env: str = "") -> str:
+    return f"""\
+x-claw:
+  principals:
+    desk-readonly: {{service: desk, env: DESK_RO_TOKEN}}
+    desk-trader: {{service: desk, env: DESK_RW_TOKEN}}
+{extra_claw}
+services:
+  desk:
+    image: example/desk
+    x-claw: {{describe: desk.json}}
+  news:
+    image: example/news
+    x-claw: {{describe: news.json}}
+  analyst:
+    image: example/agent
+{analyst_env}
+    x-claw:
+      agent: {{}}
+      tools:
+        - {{service: desk, allow: [get_quote], principal: desk-readonly}}
+  trader:
+    image: example/agent
+    x-claw:
+      agent: {{}}
+      tools:
+        - {{service: desk, allow: [get_quote, execute_trade], principal: desk-trader}}
+{trader_extra}
+"""
+
+
+@pytest.fixture
+def desk(tmp_path: Path) -> PodDir:
+    directory = PodDir(tmp_path)
+    quote_schema = {"type": "object", "properties": {"symbol": {"type": "string"}}}
+    directory.descriptor(
+        "desk.json",
+        descriptor(
+            tool("get_quote", inputSchema=quote_schema, annotations={"readOnlyHint": True}),
+            tool("execute_trade", "POST", inputSchema=TRADE),
+            auth={"type": "bearer", "env": "DESK_TOKEN"},
+        ),
+    )
+    directory.descriptor("news.json", descriptor(tool("search")))
+    return directory
+
+
+def test_principals_resolve_into_each_grants_auth(desk: PodDir) -> None:
+    pod = desk.compile(desk_pod())
+    auths = {
+        (agent.id, f"{service.name}.{compiled.name}"): service.auth
+        for agent in pod.agents
+        for service, compiled in agent.tools
+    }
+    assert auths["analyst", "desk.get_quote"].env == "DESK_RO_TOKEN"
+    assert auths["trader", "desk.get_quote"].env == "DESK_RW_TOKEN"
+    assert auths["trader", "desk.execute_trade"].principal == "desk-trader"
+    assert {"DESK_RO_TOKEN", "DESK_RW_TOKEN"} <= set(pod.credential_envs)
+
+
+def test_manifest_holds_variable_names_and_inspect_shows_the_principal(desk: PodDir) -> None:
+    pod = desk.compile(desk_pod())
+    out = desk.root / "out"
+    write_build(pod, out, sidecar_image="example/sidecar")
+    build = load_build(out)
+    analyst = build.agents["analyst"].tools.tools[0].execution.auth
+    assert (analyst.env, analyst.principal) == ("DESK_RO_TOKEN", "desk-readonly")
+    shown = io.StringIO()
+    inspect_command(out, shown)
+    assert "bearer $DESK_RO_TOKEN (principal desk-readonly)" in shown.getvalue()
+    assert "bearer $DESK_RW_TOKEN (principal desk-trader)" in shown.getvalue()
+    assert "DESK_RW_TOKEN" in (out / "compose.yml").read_text()  # passed to the sidecar
+
+
+@pytest.mark.parametrize(
+    ("change", "needle", "message"),
+    [
+        (("principal: desk-readonly}", "principal: nobody}"), "principal: nobody", "unknown"),
+        (("desk-readonly: {service: desk", "desk-readonly: {service: news"), "", "no credential"),
+        (("desk-readonly: {service: desk", "desk-readonly: {service: gone"), "", "no tool service"),
+    ],
+)
+def test_bad_principals_are_located_errors(
+    desk: PodDir, change: tuple[str, str], needle: str, message: str
+) -> None:
+    text = desk_pod().replace(*change)
+    error = desk.error(text)
+    assert message in str(error)
+    assert "pod.yml:" in str(error)
+    if needle:
+        assert error.line == desk.line_of(needle)
+
+
+def test_a_principal_of_another_service_is_refused(desk: PodDir) -> None:
+    desk.descriptor(
+        "news.json", descriptor(tool("search"), auth={"type": "bearer", "env": "NEWS_TOKEN"})
+    )
+    text = desk_pod("    news-key: {service: news, env: NEWS_KEY_2}").replace(
+        "principal: desk-readonly}", "principal: news-key}"
+    )
+    error = desk.error(text)
+    assert "credential of service 'news', not of 'desk'" in str(error)
+    assert error.line == desk.line_of("principal: news-key}")
+
+
+def test_an_agent_setting_a_principal_variable_is_starved(desk: PodDir) -> None:
+    error = desk.error(desk_pod(analyst_env="    environment: {DESK_RW_TOKEN: stolen}"))
+    assert "principal 'desk-trader'" in str(error) and "must not hold credentials" in str(error)
+
+
+RULES = """\
+  tool-rules:
+    - {tool: desk.execute_trade, when: 'args.quantity > 100', effect: deny, reason: too big}
+    - {tool: "desk.*", when: 'args.symbol == "GME"', effect: confirm}
+    - {tool: desk.get_quote, rate: 5/minute}
+  approvals: {require: [desk.execute_trade], timeout-ms: 60000}
+  budgets: {analyst: {tokens-per-day: 1000}, "*": {tokens-per-day: 50000}}
+"""
+
+
+def test_rules_approvals_and_budgets_reach_the_manifest(desk: PodDir) -> None:
+    pod = desk.compile(desk_pod(RULES))
+    governance = pod.governance
+    assert governance is not None
+    trader = governance.rules["trader"]
+    assert [r.effect for r in trader] == ["deny", "confirm", "allow"]
+    assert trader[0].source == f"pod.yml:{desk.line_of('too big')}"
+    assert trader[2].rate == Rate(count=5, per="minute")
+    assert governance.approvals.require == ["desk.execute_trade"]
+    assert governance.budgets == {"analyst": 1000, "*": 50000}
+
+
+@pytest.mark.parametrize(
+    ("when", "message"),
+    [
+        ("args.quantity >", "Syntax error"),
+        ("args.quantity > 'many'", "No such overload"),
+        ("args.qty > 100", "no field 'qty'"),
+        ("args.symbol + 'x'", "not a boolean"),
+        ("args.quantity * 2 > 10", "does not coerce"),  # number is double: write 2.0
+        ("nobody == 'x'", "Undefined variable"),
+    ],
+)
+def test_bad_conditions_are_compile_errors_with_file_and_line(
+    desk: PodDir, when: str, message: str
+) -> None:
+    rules = f'  tool-rules:\n    - {{tool: desk.execute_trade, when: "{when}", effect: deny}}\n'
+    error = desk.error(desk_pod(rules))
+    assert message in str(error)
+    assert "desk.execute_trade" in str(error)
+    assert f"pod.yml:{desk.line_of('effect: deny')}:" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("rules", "message"),
+    [
+        ("  tool-rules:\n    - {tool: desk.nothing, effect: deny}\n", "matches no tool"),
+        ("  tool-rules:\n    - {tool: desk.get_quote, rate: 5/day}\n", "N/minute"),
+        ("  tool-rules:\n    - {tool: desk.get_quote, effect: maybe}\n", "effect"),
+        ("  approvals: {require: [desk.nothing]}\n", "matches no tool"),
+        ("  approvals: {require: sometimes}\n", "require"),
+        ("  budgets: {ghost: {tokens-per-day: 5}}\n", "not an agent"),
+        ("  budgets: {analyst: {tokens-per-day: 0}}\n", "tokens-per-day"),
+    ],
+)
+def test_bad_governance_settings_are_located(desk: PodDir, rules: str, message: str) -> None:
+    error = desk.error(desk_pod(rules))
+    assert message in str(error)
+    assert "pod.yml:" in str(error)
+    assert error.line is not None and error.line > 3
+
+
+def test_an_agent_rule_is_checked_against_its_own_grants(desk: PodDir) -> None:
+    own = "      tool-rules:\n        - {tool: news.search, effect: deny}\n"
+    error = desk.error(desk_pod(trader_extra=own))
+    assert "granted to this agent" in str(error)
+    assert error.service == "trader"
+
+
+def test_a_pod_without_governance_keeps_its_manifest_unchanged(desk: PodDir) -> None:
+    pod = desk.compile(desk_pod())
+    assert pod.governance is None
