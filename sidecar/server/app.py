@@ -11,6 +11,7 @@ from aiohttp import web
 
 from clawpod.sidecar.audit.chain import audit_key
 from clawpod.sidecar.audit.log import AuditLog
+from clawpod.sidecar.execution.drift import DriftChecker
 from clawpod.sidecar.execution.executor import ToolExecutor
 from clawpod.sidecar.manifest import Build
 from clawpod.sidecar.mcp.endpoint import McpEndpoint
@@ -53,6 +54,9 @@ def create_app(
         mcp=McpEndpoint(executor, audit, metrics, keepalive_s, tasks),
         sse_keepalive_s=keepalive_s,
         tasks=tasks,
+        drift=DriftChecker(
+            build.agents, executor.mcp, executor.quarantine, audit, metrics, state_dir
+        ),
     )
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[protocol_errors])
     app[STATE_KEY] = state
@@ -70,9 +74,13 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     state = app[STATE_KEY]
     state.state_dir.mkdir(parents=True, exist_ok=True)
     await state.executor.start()
+    # Pins are checked before the first request is served, then every ttl in the background.
+    await state.drift.check_due()
+    drift = state.tasks.spawn(state.drift.run())
     try:
         yield
     finally:
+        drift.cancel()  # the one task that never ends by itself
         await state.upstream.close()  # model calls still waiting fail fast
         await state.tasks.drain()  # tool calls already sent finish and are audited
         await state.executor.close()
@@ -84,9 +92,13 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     state = app[STATE_KEY]
     state.state_dir.mkdir(parents=True, exist_ok=True)
     await state.executor.start()
+    # Pins are checked before the first request is served, then every ttl in the background.
+    await state.drift.check_due()
+    drift = state.tasks.spawn(state.drift.run())
     try:
         yield
     finally:
+        drift.cancel()  # the one task that never ends by itself
         await state.upstream.close()  # model calls still waiting fail fast
         await state.tasks.drain()  # tool calls already sent finish and are audited
         await state.executor.close()

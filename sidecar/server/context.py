@@ -15,6 +15,7 @@ from clawpod.sidecar.tasks import ShieldedTasks
 
 if TYPE_CHECKING:
     from clawpod.sidecar.audit.log import AuditLog
+    from clawpod.sidecar.execution.drift import DriftChecker
     from clawpod.sidecar.execution.executor import ToolExecutor
     from clawpod.sidecar.mcp.endpoint import McpEndpoint
     from clawpod.sidecar.mediation.continuity import ContinuityStore
@@ -40,6 +41,7 @@ class SidecarState:
     mcp: McpEndpoint
     sse_keepalive_s: float  # between comment keep-alives to a waiting streaming client
     tasks: ShieldedTasks  # work that outlives its request; drained once at shutdown
+    drift: DriftChecker  # pins of MCP backends' tool definitions (§11.2)
 
 
 STATE_KEY: web.AppKey[SidecarState] = web.AppKey("claw_state", SidecarState)
