@@ -44,6 +44,8 @@ class ToolAuth(_Model):
 
 
 DEFAULT_MCP_TTL_MS = 300000
+# In the sidecar's state dir: the tools it quarantined (§11.2), for `clawc inspect --state-dir`.
+QUARANTINE_FILE = "quarantine.json"
 
 
 class Execution(_Model):

@@ -22,14 +22,18 @@ from clawpod.sidecar.audit.records import request_record
 from clawpod.sidecar.execution.mcp_backend import BackendKey, McpBackends
 from clawpod.sidecar.execution.quarantine import REFUSAL_CODE, Quarantine
 from clawpod.sidecar.execution.request import RequestProblem
-from clawpod.sidecar.manifest import DEFAULT_MCP_TTL_MS, AgentBuild, definition_pin, dump_json
+from clawpod.sidecar.manifest import (
+    DEFAULT_MCP_TTL_MS,
+    QUARANTINE_FILE,
+    AgentBuild,
+    definition_pin,
+    dump_json,
+)
 from clawpod.sidecar.observability.metrics import Metrics
 
 log = logging.getLogger("sidecar.drift")
 
 AUDIT_ROUTE = "(tool-definitions)"
-# `clawc inspect --state-dir` reads this to show what the running sidecar quarantined.
-QUARANTINE_FILE = "quarantine.json"
 LIST_TIMEOUT_S = 30.0
 
 
