@@ -53,6 +53,13 @@ def _tool_entry(tool: Any) -> dict[str, Any]:
 def discover_descriptor(
     url: str, token_env: str | None = None, env: dict[str, str] | None = None
 ) -> dict[str, Any]:
+    """:func:`fetch_descriptor` for callers without an event loop (the CLI)."""
+    return asyncio.run(fetch_descriptor(url, token_env, env))
+
+
+async def fetch_descriptor(
+    url: str, token_env: str | None = None, env: dict[str, str] | None = None
+) -> dict[str, Any]:
     """The descriptor of the MCP service at ``url`` (its MCP endpoint); with ``token_env``, the
     service is asked with that variable's value as a bearer token, and the descriptor names it."""
     parts = urlsplit(url)
@@ -71,9 +78,7 @@ def discover_descriptor(
         headers["Authorization"] = f"Bearer {token}"
         auth = {"type": "bearer", "env": token_env}
     try:
-        tools = asyncio.run(asyncio.wait_for(_list_tools(url, headers), DISCOVER_TIMEOUT_S))
-    except CompileError:
-        raise
+        tools = await asyncio.wait_for(_list_tools(url, headers), DISCOVER_TIMEOUT_S)
     except Exception as exc:
         raise CompileError(f"cannot list the tools of {url}: {type(exc).__name__}: {exc}") from None
     return {
