@@ -13,9 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-
-import mcp_types as types
+from typing import TYPE_CHECKING, Any
 
 from clawpod.sidecar.audit.log import AuditLog
 from clawpod.sidecar.audit.records import request_record
@@ -30,6 +28,9 @@ from clawpod.sidecar.manifest import (
     dump_json,
 )
 from clawpod.sidecar.observability.metrics import Metrics
+
+if TYPE_CHECKING:
+    import mcp_types as types
 
 log = logging.getLogger("sidecar.drift")
 

@@ -14,19 +14,19 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import mcp_types as types
 import orjson
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
-from mcp.shared.exceptions import MCPError
 
 from clawpod.sidecar.execution.request import credential_header
 from clawpod.sidecar.execution.result import REDACTED, failed
 from clawpod.sidecar.manifest import Execution, ManagedTool, ToolAuth
 from clawpod.sidecar.model.outcome import ToolOutcome, error_envelope
+
+if TYPE_CHECKING:  # the SDK is imported when a build has MCP tools (it costs ~0.3 s to import)
+    import mcp_types as types
+    from mcp import Client
+    from mcp.shared.exceptions import MCPError
 
 log = logging.getLogger("sidecar.mcp_backend")
 
@@ -55,6 +55,10 @@ class _Connection:
     owner: asyncio.Task[None] | None = None
 
     async def hold(self) -> None:
+        from mcp import Client
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
         headers = dict([self.key.credential]) if self.key.credential else {}
         try:
             async with (
@@ -129,6 +133,8 @@ class McpBackends:
         started: float,
         idempotency_key: str | None = None,
     ) -> ToolOutcome:
+        from mcp.shared.exceptions import MCPError
+
         execution = tool.execution
         key = self.key_for(execution, tool)
         try:
@@ -183,10 +189,12 @@ def _protocol_error(exc: MCPError, started: float) -> ToolOutcome:
 def _result_data(result: types.CallToolResult) -> Any:
     """structuredContent when the service gave it, else the content: one text block as JSON
     when it parses (as text otherwise), several blocks as they came."""
+    from mcp_types import TextContent
+
     if result.structured_content is not None:
         return result.structured_content
     blocks = result.content
-    if len(blocks) == 1 and isinstance(blocks[0], types.TextContent):
+    if len(blocks) == 1 and isinstance(blocks[0], TextContent):
         text = blocks[0].text
         try:
             return orjson.loads(text)
@@ -196,7 +204,7 @@ def _result_data(result: types.CallToolResult) -> Any:
 
 
 def _error_message(result: types.CallToolResult) -> str:
-    texts = [b.text for b in result.content if isinstance(b, types.TextContent)]
+    texts = [b.text for b in result.content if getattr(b, "type", None) == "text"]
     return " ".join(texts)[:500] or "the tool reported an error"
 
 

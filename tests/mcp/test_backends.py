@@ -234,9 +234,11 @@ async def test_header_body_mismatch_is_refused(
 ) -> None:
     body = _stateless_body("tools/call", {"name": "desk_get_quote", "arguments": {"symbol": "X"}})
     headers = _stateless_headers(mcp_pod.tokens["native"], method_header, name_header)
-    async with aiohttp.ClientSession() as http:
-        async with http.post(mcp_pod.mcp_url, json=body, headers=headers) as response:
-            status, answer = response.status, await response.json()
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(mcp_pod.mcp_url, json=body, headers=headers) as response,
+    ):
+        status, answer = response.status, await response.json()
     assert status == 400
     assert answer["error"]["code"] == -32020 and answer["id"] == 1
     assert mcp_pod.service.authorizations == [f"Bearer {DESK_TOKEN}"] * len(
