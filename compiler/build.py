@@ -119,14 +119,18 @@ def _tool_entry(service: ToolService, tool: CompiledTool) -> _ToolEntry:
         inputSchema=tool.input_schema,
         annotations=tool.annotations,
         execution=Execution(
+            transport=tool.transport,
             service=service.name,
             base_url=service.base_url,
             method=tool.method,  # type: ignore[arg-type]
             path=tool.path,
             body=tool.body,
             body_key=tool.body_key,
+            tool=tool.name if tool.transport == "mcp" else None,
+            ttl_ms=tool.ttl_ms,
             auth=service.auth,
         ),
+        pin=tool.pin,
     )
     data = model.model_dump(mode="json", by_alias=True, exclude_none=True)
     data["presented"] = _PRESENTED

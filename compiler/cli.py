@@ -73,6 +73,24 @@ def _parser() -> argparse.ArgumentParser:
     compile_.add_argument(
         "--sidecar-image", metavar="IMAGE", help="run this sidecar image instead of building it"
     )
+    compile_.add_argument(
+        "--discover",
+        action="store_true",
+        help="first refresh each JSON descriptor declaring 'mcp' from its running service",
+    )
+
+    discover = commands.add_parser(
+        "discover",
+        help="write a running MCP service's tool list as a descriptor",
+        epilog="example:\n  clawc discover http://127.0.0.1:4100/mcp --token-env NEWS_TOKEN "
+        "-o descriptors/news.json",
+        formatter_class=formatter,
+    )
+    discover.add_argument("url", metavar="SERVICE_URL", help="the service's MCP endpoint")
+    discover.add_argument("-o", "--out", type=Path, metavar="FILE", help="default: stdout")
+    discover.add_argument(
+        "--token-env", metavar="VAR", help="send this variable's value as a bearer token"
+    )
 
     validate = commands.add_parser(
         "validate",
@@ -93,6 +111,12 @@ def _parser() -> argparse.ArgumentParser:
         "out", type=Path, metavar="OUT", help="a build directory written by clawc compile"
     )
     inspect.add_argument("--agent", metavar="ID", help="only this agent")
+    inspect.add_argument(
+        "--state-dir",
+        type=Path,
+        metavar="DIR",
+        help="the sidecar's state dir: mark the tools it quarantined (definition changed)",
+    )
 
     schema = commands.add_parser(
         "schema",
@@ -164,6 +188,11 @@ def _compile(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from clawpod.compiler.build import write_build
     from clawpod.compiler.pod import compile_pod
 
+    if args.discover:
+        from clawpod.compiler.discover import refresh_pod_descriptors
+
+        for path in refresh_pod_descriptors(args.pod):
+            out.write(f"discovered the tools of {display_path(path)}\n")
     pod = compile_pod(args.pod)
     _warn(pod.warnings, err)
     target = args.out or _default_out(args.pod)
@@ -225,7 +254,19 @@ def _inspect(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     if problem := _not_a_build(args.out):
         raise CompileError(problem)
-    inspect_command(args.out, out, args.agent)
+    inspect_command(args.out, out, args.agent, args.state_dir)
+    return EXIT_OK
+
+
+def _discover(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from clawpod.compiler.discover import discover_descriptor, write_descriptor
+
+    descriptor = discover_descriptor(args.url, args.token_env)
+    if args.out is None:
+        out.write(json.dumps(descriptor, indent=2, ensure_ascii=False) + "\n")
+    else:
+        write_descriptor(descriptor, args.out)
+        out.write(f"wrote {len(descriptor['tools'])} tool(s) to {display_path(args.out)}\n")
     return EXIT_OK
 
 
@@ -255,6 +296,7 @@ _COMMANDS = {
     "compile": _compile,
     "validate": _validate,
     "inspect": _inspect,
+    "discover": _discover,
     "schema": _schema,
     "audit": _audit,
     "approvals": _approvals,

@@ -22,7 +22,7 @@ from clawpod.compiler.errors import CompileError, pointer
 from clawpod.compiler.schemas import SchemaProblem, normalise_schema, schema_key
 from clawpod.compiler.sources import DescriptorSource
 from clawpod.compiler.yamlload import Lines, parse_document
-from clawpod.sidecar.manifest import HttpMethod, ToolAuth
+from clawpod.sidecar.manifest import DEFAULT_MCP_TTL_MS, HttpMethod, ToolAuth, definition_pin
 from clawpod.sidecar.path_template import (
     PathTemplateError,
     check_path_template,
@@ -82,12 +82,26 @@ class HttpSpec(_Spec):
         return value.upper() if isinstance(value, str) else value
 
 
+class McpSpec(_Spec):
+    """The service speaks MCP (Streamable HTTP) at ``path``; tools without ``http`` run there."""
+
+    path: str = Field(default="/mcp", pattern=r"^/", description="the service's MCP endpoint")
+    ttl_ms: int = Field(
+        default=DEFAULT_MCP_TTL_MS,
+        gt=0,
+        alias="ttl-ms",
+        description="how often the sidecar re-checks the tool definitions against their pins",
+    )
+
+
 class ToolSpec(_Spec):
     name: str = Field(pattern=TOOL_NAME)
     description: str = Field(min_length=1)
     inputSchema: dict[str, Any] = Field(description="JSON Schema 2020-12 with type 'object'")
     annotations: Annotations = Annotations()
-    http: HttpSpec
+    http: HttpSpec | None = Field(
+        default=None, description="HTTP execution; without it the tool runs over the service's mcp"
+    )
 
 
 class Endpoint(_Spec):
@@ -102,6 +116,7 @@ class Descriptor(_Spec):
     version: Literal[1, 2] = 1
     description: str = ""
     auth: ToolAuth = ToolAuth(type="none")
+    mcp: McpSpec | None = None
     skill: str | None = Field(
         default=None, description="path of a skill file, relative to this file"
     )
@@ -117,10 +132,14 @@ class CompiledTool:
     description: str
     input_schema: dict[str, Any]
     annotations: dict[str, Any]
-    method: str
+    pin: str
+    """sha256 of the definition as the descriptor states it (before normalisation)."""
+    transport: Literal["http", "mcp"]
     path: str
-    body: Literal["json", "none"]
-    body_key: str | None
+    method: str | None = None
+    body: Literal["json", "none"] | None = None
+    body_key: str | None = None
+    ttl_ms: int | None = None
 
     @property
     def read_only(self) -> bool:
@@ -181,7 +200,9 @@ def _check_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return normalised
 
 
-def _compile_tool(spec: ToolSpec, index: int, file: str, lines: Lines) -> CompiledTool:
+def _compile_tool(
+    spec: ToolSpec, index: int, file: str, lines: Lines, mcp: McpSpec | None
+) -> CompiledTool:
     base = ("tools", index)
 
     def fail(reason: str, *where: str | int) -> CompileError:
@@ -220,7 +241,22 @@ def _compile_tool(spec: ToolSpec, index: int, file: str, lines: Lines) -> Compil
             "inputSchema",
             "required",
         )
+    annotations = spec.annotations.model_dump(exclude_none=True)
+    pin = definition_pin(spec.name, spec.description, spec.inputSchema, annotations)
     http = spec.http
+    if http is None:
+        if mcp is None:
+            raise fail("a tool needs 'http', or the descriptor needs 'mcp' to run it over MCP")
+        return CompiledTool(
+            name=spec.name,
+            description=spec.description,
+            input_schema=schema,
+            annotations=annotations,
+            pin=pin,
+            transport="mcp",
+            path=mcp.path,
+            ttl_ms=mcp.ttl_ms,
+        )
     try:
         check_path_template(http.path)
     except PathTemplateError as exc:
@@ -243,12 +279,13 @@ def _compile_tool(spec: ToolSpec, index: int, file: str, lines: Lines) -> Compil
         )
     if http.body_key and body != "json":
         raise fail("body_key is only valid with a JSON body", "http", "body_key")
-    annotations = spec.annotations.model_dump(exclude_none=True)
     return CompiledTool(
         name=spec.name,
         description=spec.description,
         input_schema=schema,
         annotations=annotations,
+        pin=pin,
+        transport="http",
         method=http.method,
         path=http.path,
         body=body,
@@ -306,7 +343,7 @@ def load_descriptor(source: DescriptorSource) -> LoadedDescriptor:
                 line=lines.line(("tools", index, "name")),
             )
         seen[spec.name] = index
-        tools.append(_compile_tool(spec, index, file, lines))
+        tools.append(_compile_tool(spec, index, file, lines, descriptor.mcp))
     skill_text = None
     if descriptor.skill:
         try:

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from clawpod.sidecar.manifest import AgentBuild, Build, BuildError, ManagedTool, load_build
+from clawpod.sidecar.manifest import (
+    QUARANTINE_FILE,
+    AgentBuild,
+    Build,
+    BuildError,
+    ManagedTool,
+    load_build,
+)
 
 _MODES = {
     "mediated": "mediated: the sidecar offers these tools in every LLM request and runs them",
@@ -34,6 +42,8 @@ def _effect(tool: ManagedTool) -> str:
 
 def _execution(tool: ManagedTool) -> str:
     execution = tool.execution
+    if execution.transport == "mcp":
+        return f"MCP tools/call {execution.tool} at {execution.endpoint}"
     text = f"{execution.method} {execution.base_url}{execution.path}"
     if execution.body == "json":
         return text + (f" (JSON under '{execution.body_key}')" if execution.body_key else " (JSON)")
@@ -52,7 +62,13 @@ def _auth(tool: ManagedTool) -> str:
     return f"{auth.type} ${auth.env}{principal}"
 
 
-def _agent_lines(agent_build: AgentBuild) -> list[str]:
+def _pin(tool: ManagedTool, quarantined: dict[str, str]) -> str:
+    if tool.name in quarantined:
+        return f"QUARANTINED ({quarantined[tool.name]})"
+    return tool.pin[:12] if tool.pin else "-"
+
+
+def _agent_lines(agent_build: AgentBuild, quarantined: dict[str, str]) -> list[str]:
     agent, tools = agent_build.agent, agent_build.tools
     policy = agent.policy
     lines = [
@@ -66,12 +82,17 @@ def _agent_lines(agent_build: AgentBuild) -> list[str]:
     ]
     if not tools.tools:
         return [*lines, "  tools    none (deny by default)", ""]
-    rows = [("MODEL SEES", "CANONICAL", "EFFECT", "EXECUTES AS", "AUTH")]
-    rows += [(t.presented, t.name, _effect(t), _execution(t), _auth(t)) for t in tools.tools]
+    rows = [("MODEL SEES", "CANONICAL", "EFFECT", "EXECUTES AS", "AUTH", "PIN")]
+    rows += [
+        (t.presented, t.name, _effect(t), _execution(t), _auth(t), _pin(t, quarantined))
+        for t in tools.tools
+    ]
     return [*lines, f"  tools    {len(tools.tools)}", *_table(rows, "    "), ""]
 
 
-def render(build: Build, agent: str | None = None) -> str:
+def render(
+    build: Build, agent: str | None = None, quarantined: dict[str, str] | None = None
+) -> str:
     config = build.config
     providers = ", ".join(
         f"{name} ({p.api}: {' '.join(p.models)}; key ${p.key_env})"
@@ -85,15 +106,30 @@ def render(build: Build, agent: str | None = None) -> str:
     ]
     for agent_id in config.agents:
         if agent is None or agent == agent_id:
-            lines += _agent_lines(build.agents[agent_id])
+            lines += _agent_lines(build.agents[agent_id], quarantined or {})
     return "\n".join(lines)
 
 
-def inspect_command(out: Path, stdout: TextIO, agent: str | None = None) -> None:
-    """Print the build's agents; raise :class:`sidecar.manifest.BuildError` if it is unusable."""
+def read_quarantine(state_dir: Path) -> dict[str, str]:
+    """What a running sidecar quarantined (§11.2), from its state directory."""
+    path = state_dir / QUARANTINE_FILE
+    if not path.exists():
+        return {}
+    try:
+        return dict(json.loads(path.read_text())["quarantined"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise BuildError(f"{path}: cannot read the quarantine: {exc}") from None
+
+
+def inspect_command(
+    out: Path, stdout: TextIO, agent: str | None = None, state_dir: Path | None = None
+) -> None:
+    """Print the build's agents; raise :class:`sidecar.manifest.BuildError` if it is unusable.
+    With ``state_dir``, tools the sidecar quarantined are marked."""
     build = load_build(out)
+    quarantined = read_quarantine(state_dir) if state_dir is not None else {}
     if agent is not None and agent not in build.agents:
         raise BuildError(
             f"no agent '{agent}' in this build (agents: {', '.join(build.config.agents)})"
         )
-    stdout.write(render(build, agent))
+    stdout.write(render(build, agent, quarantined))

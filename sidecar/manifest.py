@@ -46,17 +46,42 @@ class ToolAuth(_Model):
         return self
 
 
-class Execution(_Model):
-    """Hidden HTTP execution metadata: never shown to an agent."""
+DEFAULT_MCP_TTL_MS = 300000
+# In the sidecar's state dir: the tools it quarantined (§11.2), for `clawc inspect --state-dir`.
+QUARANTINE_FILE = "quarantine.json"
 
-    transport: Literal["http"] = "http"
+
+class Execution(_Model):
+    """Hidden execution metadata: never shown to an agent.
+
+    ``http``: one HTTP request per call (``method``, ``path``, ``body``). ``mcp``: a ``tools/call``
+    of ``tool`` on the service's MCP endpoint ``base_url`` + ``path`` (Streamable HTTP), whose
+    tool list is re-checked against the pins every ``ttl_ms``.
+    """
+
+    transport: Literal["http", "mcp"] = "http"
     service: str
     base_url: str
-    method: HttpMethod
+    method: HttpMethod | None = None
     path: str
-    body: Literal["json", "none"]
+    body: Literal["json", "none"] | None = None
     body_key: str | None = None
+    tool: str | None = Field(default=None, description="mcp: the tool's name at the service")
+    ttl_ms: int | None = Field(default=None, gt=0, description="mcp: drift check interval")
     auth: ToolAuth
+
+    @model_validator(mode="after")
+    def _complete(self) -> Execution:
+        if self.transport == "http" and (self.method is None or self.body is None):
+            raise ValueError("http execution needs 'method' and 'body'")
+        if self.transport == "mcp" and self.tool is None:
+            raise ValueError("mcp execution needs 'tool'")
+        return self
+
+    @property
+    def endpoint(self) -> str:
+        """The URL a call goes to (for MCP, the service's MCP endpoint)."""
+        return self.base_url.rstrip("/") + self.path
 
 
 class ToolPolicy(_Model):
@@ -79,6 +104,11 @@ class ManagedTool(_Model):
     input_schema: dict[str, Any] = Field(alias="inputSchema")
     annotations: dict[str, Any] = Field(default_factory=dict)
     execution: Execution
+    pin: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="sha256 of the service's definition (name, description, schema, annotations)",
+    )
 
     @property
     def read_only(self) -> bool:
@@ -297,3 +327,19 @@ def write_digest(root: Path) -> None:
 
 def token_sha256(token: str) -> str:
     return sha256_hex(token.encode())
+
+
+def definition_pin(
+    name: str, description: str | None, input_schema: Any, annotations: dict[str, Any] | None
+) -> str:
+    """The pin of a tool definition as its service states it (§11.2): canonical JSON of the four
+    parts a model is told, so any change to them changes the pin. Absent annotation values
+    (``null``) count as not stated."""
+    stated = {k: v for k, v in (annotations or {}).items() if v is not None}
+    canonical = json.dumps(
+        [name, description or "", input_schema, stated],
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return sha256_hex(canonical.encode())

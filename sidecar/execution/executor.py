@@ -22,6 +22,8 @@ from clawpod.sidecar.execution.arguments import (
     parse_arguments,
     schema_problems,
 )
+from clawpod.sidecar.execution.mcp_backend import McpBackends
+from clawpod.sidecar.execution.quarantine import Quarantine
 from clawpod.sidecar.execution.request import RequestProblem, build_request
 from clawpod.sidecar.execution.result import send
 from clawpod.sidecar.manifest import ManagedTool
@@ -62,6 +64,9 @@ class ToolExecutor:
         self._prepared: dict[int, _PreparedTool] = {}
         self._client: HttpClient | None = None
         self._tasks = tasks if tasks is not None else ShieldedTasks()
+        # Tools of MCP services (§11.1) and the tools whose definitions drifted (§11.2).
+        self.mcp = McpBackends(self._env)
+        self.quarantine = Quarantine()
         self.connections = connection_counts(metrics, "tools")
         # Validation is a pure function of tool and text, and costs more than the rest of a
         # call's preparation; agents repeat the same small calls (context, quotes) often.
@@ -87,6 +92,7 @@ class ToolExecutor:
     async def close(self) -> None:
         """Let calls already sent finish (they are shielded from callers), then close the pool."""
         await self._tasks.drain()
+        await self.mcp.close()
         if self._client is not None:
             await self._client.close()
             self._client = None
@@ -154,9 +160,17 @@ class ToolExecutor:
         max_result_bytes: int,
     ) -> ToolOutcome:
         started = time.perf_counter()
+        refusal = self.quarantine.refusal(tool.name)
+        if refusal is not None:
+            return refusal
         checked = self.check_arguments(tool, arguments)
         if isinstance(checked, ToolOutcome):
             return checked
+        if tool.execution.transport == "mcp":
+            with tracing.tool_span(tool.name):
+                return await self._tasks.run(
+                    self._call_mcp(tool, checked, timeout_s, max_result_bytes, started)
+                )
         try:
             prepared = self._prepare(tool)
             request = build_request(
@@ -177,3 +191,25 @@ class ToolExecutor:
             if outcome.error_code is not None:
                 tracing.record_error(span, outcome.error_code)
             return outcome
+
+    async def _call_mcp(
+        self,
+        tool: ManagedTool,
+        arguments: dict[str, Any],
+        timeout_s: float,
+        max_result_bytes: int,
+        started: float,
+    ) -> ToolOutcome:
+        try:
+            return await self.mcp.call(
+                tool,
+                dict(arguments),
+                timeout_s=timeout_s,
+                max_result_bytes=max_result_bytes,
+                started=started,
+                # Hook (§8.2): the idempotency key an HTTP tool sends as `Idempotency-Key`
+                # travels here, as `_meta`, once the executor is given one.
+                idempotency_key=None,
+            )
+        except RequestProblem as problem:
+            return problem.outcome

@@ -20,6 +20,7 @@ from clawpod.sidecar.execution.approvals import (
 )
 from clawpod.sidecar.execution.executor import ToolExecutor
 from clawpod.sidecar.execution.policy import Policy, annotations_of, tool_matches
+from clawpod.sidecar.execution.quarantine import Quarantine
 from clawpod.sidecar.execution.rates import RateLimiter
 from clawpod.sidecar.manifest import AgentBuild, Approvals, Governance, ManagedTool
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
@@ -68,6 +69,11 @@ class GovernedExecutor:
         self._audit = audit
         self._metrics = metrics
         self._tasks = tasks
+
+    @property
+    def quarantine(self) -> Quarantine:
+        """Tools whose definition drifted from their pin: governed calls are refused too."""
+        return self.executor.quarantine
 
     async def execute(
         self,

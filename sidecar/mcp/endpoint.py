@@ -41,6 +41,7 @@ from clawpod.sidecar.mcp.protocol import (
     Message,
     error_response,
     initialize_result,
+    instructions,
     negotiate_version,
     parse_body,
     parse_params,
@@ -49,6 +50,16 @@ from clawpod.sidecar.mcp.protocol import (
     tool_result,
 )
 from clawpod.sidecar.mcp.sessions import Session, SessionStore
+from clawpod.sidecar.mcp.stateless import (
+    ERROR_STATUS,
+    STATELESS_VERSIONS,
+    Rejected,
+    check_request,
+    complete,
+    discover_result,
+    is_stateless,
+    tools_list_result,
+)
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.observability.logs import log_request
@@ -69,7 +80,8 @@ UNKNOWN_TOOL_LABEL = "(unknown)"
 # Without the header, the transport spec says to assume this revision.
 DEFAULT_HEADER_VERSION = "2025-03-26"
 
-# Per agent, built once: the build it came from, presented name -> tool, the tools/list payload.
+# Per agent (and per set of tools offered), built once: the build it came from, presented name ->
+# tool, the tools/list payload.
 _AgentTools = tuple[AgentBuild, dict[str, ManagedTool], list[dict[str, Any]]]
 
 
@@ -87,7 +99,7 @@ class McpEndpoint:
         self._metrics = metrics
         self.sessions = SessionStore()
         self.keepalive_s = keepalive_s
-        self._agent_tools: dict[str, _AgentTools] = {}
+        self._agent_tools: dict[tuple[str, int], _AgentTools] = {}
         self._tasks = tasks
 
     async def handle(self, request: web.Request, agent: AgentBuild) -> web.StreamResponse:
@@ -137,6 +149,8 @@ class McpEndpoint:
             messages, batch = parse_body(await request.read())
         except JsonRpcError as err:
             raise _HttpError(400, err.code, err.message) from None
+        if is_stateless(request.headers.get(VERSION_HEADER), messages):
+            return await self._post_stateless(request, agent, messages, batch, accepts_json)
         if any(m.method == "initialize" for m in messages):
             if batch:
                 raise _HttpError(
@@ -155,11 +169,42 @@ class McpEndpoint:
         requests = [m for m in messages if m.kind == "request"]
         if not requests:
             return web.Response(status=202)
+        version = session.protocol_version
         calls = any(m.method == "tools/call" for m in requests)
         if accepts_sse and (calls or not accepts_json):
-            return await self._answer_sse(request, agent, session, requests)
-        answers = [await self._answer(agent, session, m, stream=False) for m in requests]
+            return await self._answer_sse(request, agent, version, requests)
+        answers = [await self._answer(agent, version, m, stream=False) for m in requests]
         return _json_response(answers if batch else answers[0])
+
+    async def _post_stateless(
+        self,
+        request: web.Request,
+        agent: AgentBuild,
+        messages: list[Message],
+        batch: bool,
+        accepts_json: bool,
+    ) -> web.StreamResponse:
+        """MCP 2026-07-28: one self-contained request per POST, no session."""
+        if batch:
+            raise _HttpError(
+                400,
+                INVALID_REQUEST,
+                "Invalid Request: JSON-RPC batches are not part of MCP 2026-07-28",
+            )
+        [message] = messages
+        if message.kind != "request":
+            return web.Response(status=202)  # this era defines no client notifications to act on
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.raw_headers]
+        try:
+            version = check_request(message, headers)
+        except Rejected as err:
+            answer = error_response(message.id, err.code, err.message, err.data)
+            return _json_response(answer, status=err.status)
+        if message.method == "tools/call" or not accepts_json:
+            return await self._answer_sse(request, agent, version, [message])
+        answer = await self._answer(agent, version, message, stream=False)
+        status = ERROR_STATUS.get(answer["error"]["code"], 200) if "error" in answer else 200
+        return _json_response(answer, status=status)
 
     def _initialize(self, message: Message, agent: AgentBuild, accepts_json: bool) -> web.Response:
         if message.kind != "request":
@@ -207,11 +252,14 @@ class McpEndpoint:
         return session
 
     async def _answer(
-        self, agent: AgentBuild, session: Session, message: Message, *, stream: bool
+        self, agent: AgentBuild, version: str, message: Message, *, stream: bool
     ) -> dict[str, Any]:
+        stateless = version in STATELESS_VERSIONS
         try:
-            if message.method == "ping":
+            if message.method == "ping" and not stateless:
                 return result_response(message.id, {})
+            if message.method == "server/discover" and stateless:
+                return result_response(message.id, discover_result(instructions(agent)))
             if message.method == "tools/list":
                 if parse_params(ListToolsParams, message).cursor is not None:
                     raise JsonRpcError(
@@ -219,11 +267,15 @@ class McpEndpoint:
                         "Invalid params: unknown cursor (the list has one page)",
                         message.id,
                     )
-                return result_response(message.id, {"tools": self._tools_of(agent)[2]})
+                # Tools whose definition drifted from their pin are not offered (§11.2).
+                tools = self._tools_of(self._executor.quarantine.offered(agent))[2]
+                listing = tools_list_result(tools) if stateless else {"tools": tools}
+                return result_response(message.id, listing)
             if message.method == "tools/call":
                 params = parse_params(CallToolParams, message)
                 outcome = await self._call(agent, message, params, stream=stream)
-                return result_response(message.id, tool_result(outcome, session.protocol_version))
+                result = tool_result(outcome, version)
+                return result_response(message.id, complete(result) if stateless else result)
             raise JsonRpcError(METHOD_NOT_FOUND, f"Method not found: {message.method}", message.id)
         except JsonRpcError as err:
             err.request_id = message.id
@@ -234,11 +286,12 @@ class McpEndpoint:
             return error_response(message.id, INTERNAL_ERROR, "Internal error in the sidecar")
 
     def _tools_of(self, agent: AgentBuild) -> _AgentTools:
-        cached = self._agent_tools.get(agent.agent.id)
+        key = (agent.agent.id, len(agent.tools.tools))
+        cached = self._agent_tools.get(key)
         if cached is None or cached[0] is not agent:
             by_name = {tool.presented: tool for tool in agent.tools.tools}
             cached = (agent, by_name, tool_listing(agent))
-            self._agent_tools[agent.agent.id] = cached
+            self._agent_tools[key] = cached
         return cached
 
     # -- tools/call ------------------------------------------------------------------------------
@@ -318,28 +371,50 @@ class McpEndpoint:
         self,
         request: web.Request,
         agent: AgentBuild,
-        session: Session,
+        version: str,
         requests: list[Message],
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": SSE, "Cache-Control": "no-cache"})
         await response.prepare(request)
-        answers = [
-            asyncio.ensure_future(self._answer(agent, session, m, stream=True)) for m in requests
-        ]
         connected = True
 
         async def keepalive(data: bytes) -> None:
             nonlocal connected
             connected = connected and await _write(response, data)
 
-        await with_keepalives(asyncio.gather(*answers), keepalive, self.keepalive_s)
+        work = self._answer_all(agent, version, requests)
+        answers = await with_keepalives(work, keepalive, self.keepalive_s)
         if connected:
             for answer in answers:
-                if not await _write(response, _sse_event(orjson.dumps(answer.result()))):
+                if not await _write(response, _sse_event(orjson.dumps(answer))):
                     break
             else:
                 await response.write_eof()
         return response
+
+    async def _answer_all(
+        self, agent: AgentBuild, version: str, requests: list[Message]
+    ) -> list[dict[str, Any]]:
+        """A batch's answers, in order. As in mediated mode (§4.2.9), its calls run at once
+        only when every one is read-only; otherwise one by one, in the batch's order."""
+        if self._all_read_only(agent, requests):
+            return list(
+                await asyncio.gather(
+                    *(self._answer(agent, version, m, stream=True) for m in requests)
+                )
+            )
+        return [await self._answer(agent, version, m, stream=True) for m in requests]
+
+    def _all_read_only(self, agent: AgentBuild, requests: list[Message]) -> bool:
+        by_name = self._tools_of(agent)[1]
+        for message in requests:
+            if message.method != "tools/call":
+                continue
+            name = message.params.get("name") if isinstance(message.params, dict) else None
+            tool = by_name.get(name) if isinstance(name, str) else None
+            if tool is None or not tool.read_only:
+                return False
+        return True
 
     # -- DELETE ----------------------------------------------------------------------------------
 

@@ -92,8 +92,11 @@ def result_response(request_id: Any, result: dict[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "result": result}
 
 
-def error_response(request_id: Any, code: int, message: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+def error_response(request_id: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": "2.0", "id": request_id, "error": error}
 
 
 # -- params ------------------------------------------------------------------------------------
@@ -144,12 +147,16 @@ def initialize_result(version: str, agent: AgentBuild) -> dict[str, Any]:
         "protocolVersion": version,
         "capabilities": {"tools": {"listChanged": False}},
         "serverInfo": SERVER_INFO,
-        "instructions": (
-            f"Tools granted to agent {agent.agent.id} by the pod operator. The sidecar runs each "
-            "call against its service with the service's credentials; results are JSON envelopes "
-            '{"ok", "status", "data"} or {"ok": false, "error": {"code", "message"}}.'
-        ),
+        "instructions": instructions(agent),
     }
+
+
+def instructions(agent: AgentBuild) -> str:
+    return (
+        f"Tools granted to agent {agent.agent.id} by the pod operator. The sidecar runs each "
+        "call against its service with the service's credentials; results are JSON envelopes "
+        '{"ok", "status", "data"} or {"ok": false, "error": {"code", "message"}}.'
+    )
 
 
 def tool_listing(agent: AgentBuild) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     Metric,
     disable_created_metrics,
@@ -102,6 +103,15 @@ class Metrics:
             ["agent"],
             registry=r,
         )
+        self.definition_drift = Counter(
+            "claw_tool_definition_drift",
+            "Tools quarantined because their live definition left the build's pin",
+            ["tool"],
+            registry=r,
+        )
+        self.quarantined_tools = Gauge(
+            "claw_tools_quarantined", "Tools quarantined now (definition changed)", registry=r
+        )
         self.rounds = Histogram(
             "claw_tool_rounds",
             "Tool rounds per mediated request",
@@ -124,6 +134,11 @@ class Metrics:
         children[0].inc()
         if outcome.executed:
             children[1].observe(outcome.latency_ms / 1000)
+
+    def count_definition_drift(self, tool: str, quarantined_now: int) -> None:
+        """``tool`` is a canonical name from the manifest."""
+        self.definition_drift.labels(tool=tool).inc()
+        self.quarantined_tools.set(quarantined_now)
 
     def count_request(self, agent: str, route: str, status: int) -> None:
         self.requests[agent, route, str(status)] += 1

@@ -13,6 +13,7 @@ from clawpod.sidecar.audit.chain import audit_key
 from clawpod.sidecar.audit.log import AuditLog
 from clawpod.sidecar.execution.approvals import ApprovalStore
 from clawpod.sidecar.execution.budgets import TokenBudgets
+from clawpod.sidecar.execution.drift import DriftChecker
 from clawpod.sidecar.execution.executor import ToolExecutor
 from clawpod.sidecar.execution.governed import GovernedExecutor
 from clawpod.sidecar.manifest import Build
@@ -70,6 +71,9 @@ def create_app(
         governed=governed,
         budgets=TokenBudgets(config.governance, build.agents, state_dir),
         operator_token=env.get(OPERATOR_TOKEN_ENV) or None,
+        drift=DriftChecker(
+            build.agents, executor.mcp, executor.quarantine, audit, metrics, state_dir
+        ),
     )
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[protocol_errors])
     app[STATE_KEY] = state
@@ -89,9 +93,13 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     state = app[STATE_KEY]
     state.state_dir.mkdir(parents=True, exist_ok=True)
     await state.executor.start()
+    # Pins are checked before the first request is served, then every ttl in the background.
+    await state.drift.check_due()
+    drift = state.tasks.spawn(state.drift.run())
     try:
         yield
     finally:
+        drift.cancel()  # the one task that never ends by itself
         await state.upstream.close()  # model calls still waiting fail fast
         state.governed.approvals.stop()  # calls waiting for an operator give up; files stay
         await state.tasks.drain()  # tool calls already sent finish and are audited

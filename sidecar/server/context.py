@@ -16,6 +16,7 @@ from clawpod.sidecar.tasks import ShieldedTasks
 if TYPE_CHECKING:
     from clawpod.sidecar.audit.log import AuditLog
     from clawpod.sidecar.execution.budgets import TokenBudgets
+    from clawpod.sidecar.execution.drift import DriftChecker
     from clawpod.sidecar.execution.executor import ToolExecutor
     from clawpod.sidecar.execution.governed import GovernedExecutor
     from clawpod.sidecar.mcp.endpoint import McpEndpoint
@@ -45,6 +46,7 @@ class SidecarState:
     governed: GovernedExecutor  # the executor behind policy, rate limits and approvals
     budgets: TokenBudgets
     operator_token: str | None  # CLAW_OPERATOR_TOKEN: the operator API is closed without it
+    drift: DriftChecker  # pins of MCP backends' tool definitions (§11.2)
 
 
 STATE_KEY: web.AppKey[SidecarState] = web.AppKey("claw_state", SidecarState)

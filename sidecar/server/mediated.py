@@ -68,7 +68,7 @@ async def handle_mediated(exchange: Exchange, ctx: RequestContext, body: dict[st
     state = ctx.state
     engine = MediationEngine(
         ctx.codec,
-        ctx.agent,
+        state.executor.quarantine.offered(ctx.agent),  # tools whose definition drifted: not offered
         body,
         validate=state.executor.check_arguments,
         model_timeout_s=state.config.upstream_timeout_ms / 1000,

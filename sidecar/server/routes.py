@@ -46,9 +46,10 @@ async def readyz(request: web.Request) -> web.Response:
     problems = []
     if not os.access(state.state_dir, os.W_OK):
         problems.append("state directory is not writable")
+    tools = state.drift.report()
     if problems:
-        return web.json_response({"status": "not ready", "problems": problems}, status=503)
-    return web.json_response({"status": "ready", "pod": state.config.pod})
+        return web.json_response({"status": "not ready", "problems": problems, **tools}, status=503)
+    return web.json_response({"status": "ready", "pod": state.config.pod, **tools})
 
 
 async def metrics_route(request: web.Request) -> web.Response:

@@ -17,6 +17,7 @@ from clawpod.sidecar.manifest import (
     AgentManifest,
     SidecarConfig,
     ToolsManifest,
+    definition_pin,
     dump_json,
     load_build,
     token_sha256,
@@ -117,6 +118,13 @@ def test_tools_json_entry_is_exactly_as_specified(example_out: Path) -> None:
             "body": "none",
             "auth": {"type": "bearer", "env": "TRADING_API_TOKEN"},
         },
+        # §11.2: the definition as the descriptor states it, pinned (and digest-covered).
+        "pin": definition_pin(
+            "get_market_context",
+            "Positions, balance and buying power for the calling agent.",
+            {"type": "object", "properties": {}},
+            {"title": "Market context", "readOnlyHint": True},
+        ),
     }
     assert tools["policy"] == {
         "max_rounds": 8,

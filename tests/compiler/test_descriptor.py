@@ -158,7 +158,12 @@ def test_endpoints_are_documentation_only(tmp_path: Path) -> None:
         ),
         ("tools/1/name", "bad name!", "/tools/1/name", "String should match pattern"),
         ("tools/1/description", None, "/tools/1", "missing required field 'description'"),
-        ("tools/1/http", None, "/tools/1", "missing required field 'http'"),
+        (
+            "tools/1/http",
+            None,
+            "/tools/1",
+            "a tool needs 'http', or the descriptor needs 'mcp' to run it over MCP",
+        ),
         ("tools/0/extra", 1, "/tools/0/extra", "unknown field 'extra'"),
         ("auth", {"type": "header", "env": "X"}, "/auth", "auth type 'header' needs 'header'"),
         ("auth", {"type": "bearer"}, "/auth", "auth type 'bearer' needs 'env'"),

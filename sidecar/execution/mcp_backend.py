@@ -1,0 +1,249 @@
+"""MCP services as tool backends (§11.1): a granted tool runs as ``tools/call`` on the service's
+MCP endpoint over Streamable HTTP, through the official MCP client, with the descriptor's
+credential. One client per endpoint and credential stays open and is shared by every call.
+
+The SDK's client lives in anyio task groups that must be entered and left by the same task, so
+each connection has an owner task of its own; calls from any request task use it meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from clawpod.sidecar.execution.request import credential_header
+from clawpod.sidecar.execution.result import REDACTED, failed
+from clawpod.sidecar.manifest import Execution, ManagedTool, ToolAuth
+from clawpod.sidecar.model.outcome import ToolOutcome, error_envelope
+
+if TYPE_CHECKING:  # the SDK is imported when a build has MCP tools (it costs ~0.3 s to import)
+    import mcp_types as types
+    from mcp import Client
+    from mcp.shared.exceptions import MCPError
+
+log = logging.getLogger("sidecar.mcp_backend")
+
+# The `_meta` key that carries a call's idempotency key where no HTTP header can (§8.2).
+IDEMPOTENCY_META_KEY = "io.clawpod/idempotency-key"
+CONNECT_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class BackendKey:
+    """What makes two tools share a connection: the endpoint and the credential sent to it."""
+
+    endpoint: str
+    credential: tuple[str, str] | None
+
+
+@dataclass(slots=True)
+class _Connection:
+    """One open MCP client, owned by its own task until :meth:`close`."""
+
+    key: BackendKey
+    ready: asyncio.Future[Client] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+    closing: asyncio.Event = field(default_factory=asyncio.Event)
+    owner: asyncio.Task[None] | None = None
+
+    async def hold(self) -> None:
+        from mcp import Client
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        headers = dict([self.key.credential]) if self.key.credential else {}
+        try:
+            async with (
+                create_mcp_http_client(headers=headers) as http,
+                Client(streamable_http_client(self.key.endpoint, http_client=http)) as client,
+            ):
+                self.ready.set_result(client)
+                await self.closing.wait()
+        except BaseException as exc:  # handed to whoever awaits the connection
+            if not self.ready.done():
+                self.ready.set_exception(exc if isinstance(exc, Exception) else ConnectionError())
+            elif not isinstance(exc, asyncio.CancelledError):
+                log.warning("MCP connection to %s ended: %s", self.key.endpoint, exc)
+
+    async def close(self) -> None:
+        self.closing.set()
+        if self.owner is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(self.owner, timeout=5)
+
+
+class ServiceUnreachable(Exception):
+    """No MCP session could be opened with the service."""
+
+
+class McpBackends:
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self._env = env
+        self._connections: dict[BackendKey, _Connection] = {}
+
+    def key_for(self, execution: Execution, tool: ManagedTool) -> BackendKey:
+        """Raises ``RequestProblem`` (credential_missing) like an HTTP tool would."""
+        return BackendKey(execution.endpoint, credential_header(tool, self._env))
+
+    async def client(self, key: BackendKey) -> Client:
+        connection = self._connections.get(key)
+        if connection is None or (connection.owner is not None and connection.owner.done()):
+            connection = _Connection(key)
+            connection.owner = asyncio.ensure_future(connection.hold())
+            self._connections[key] = connection
+        try:
+            return await asyncio.wait_for(asyncio.shield(connection.ready), CONNECT_TIMEOUT_S)
+        except Exception as exc:
+            await self.forget(key)
+            raise ServiceUnreachable(str(exc) or type(exc).__name__) from exc
+
+    async def forget(self, key: BackendKey) -> None:
+        """Drop a connection that failed, so the next call opens a fresh one."""
+        connection = self._connections.pop(key, None)
+        if connection is not None:
+            await connection.close()
+
+    async def list_tools(self, key: BackendKey) -> list[types.Tool]:
+        client = await self.client(key)
+        tools: list[types.Tool] = []
+        cursor: str | None = None
+        while True:
+            # Never from the client's response cache: a drift check must see what is served now.
+            page = await client.list_tools(cursor=cursor, cache_mode="bypass")
+            tools += page.tools
+            cursor = page.next_cursor
+            if not cursor:
+                return tools
+
+    async def call(
+        self,
+        tool: ManagedTool,
+        arguments: dict[str, Any],
+        *,
+        timeout_s: float,
+        max_result_bytes: int,
+        started: float,
+        idempotency_key: str | None = None,
+    ) -> ToolOutcome:
+        from mcp.shared.exceptions import MCPError
+
+        execution = tool.execution
+        key = self.key_for(execution, tool)
+        try:
+            client = await self.client(key)
+        except ServiceUnreachable as exc:
+            return failed("unreachable", f"could not open an MCP session ({exc})", False, started)
+        meta = {IDEMPOTENCY_META_KEY: idempotency_key} if idempotency_key else None
+        try:
+            async with asyncio.timeout(timeout_s):
+                result = await client.call_tool(execution.tool or "", arguments, meta=meta)
+        except TimeoutError:
+            message = f"the service did not answer within {timeout_s:g} s"
+            return failed("timeout", message, True, started)
+        except MCPError as exc:
+            return _protocol_error(exc, started)
+        except Exception as exc:  # transport failures surface as the client library's own types
+            await self.forget(key)
+            message = f"the MCP exchange with the service failed ({type(exc).__name__})"
+            return failed("unreachable", message, True, started)
+        return outcome_for_result(result, max_result_bytes, _secrets(execution.auth, key), started)
+
+    async def close(self) -> None:
+        connections, self._connections = list(self._connections.values()), {}
+        for connection in connections:
+            await connection.close()
+
+
+def _secrets(auth: ToolAuth, key: BackendKey) -> tuple[bytes, ...]:
+    if key.credential is None:
+        return ()
+    value = key.credential[1]
+    secrets = (value.encode(),)
+    if auth.type in ("bearer", "basic"):
+        secrets += (value.split(" ", 1)[-1].encode(),)
+    return secrets
+
+
+def _protocol_error(exc: MCPError, started: float) -> ToolOutcome:
+    """A JSON-RPC error from the service (unknown tool, bad params): executed, not a result."""
+    code = "mcp_error"
+    envelope = error_envelope(code, f"the service refused the call: {exc.error.message}")
+    envelope["error"]["mcp_code"] = exc.error.code
+    return ToolOutcome(
+        envelope=envelope,
+        error_code=code,
+        status=None,
+        executed=True,
+        latency_ms=(time.perf_counter() - started) * 1000,
+    )
+
+
+def _result_data(result: types.CallToolResult) -> Any:
+    """structuredContent when the service gave it, else the content: one text block as JSON
+    when it parses (as text otherwise), several blocks as they came."""
+    from mcp_types import TextContent
+
+    if result.structured_content is not None:
+        return result.structured_content
+    blocks = result.content
+    if len(blocks) == 1 and isinstance(blocks[0], TextContent):
+        text = blocks[0].text
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            return text
+    return [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in blocks]
+
+
+def _error_message(result: types.CallToolResult) -> str:
+    texts = [b.text for b in result.content if getattr(b, "type", None) == "text"]
+    return " ".join(texts)[:500] or "the tool reported an error"
+
+
+def outcome_for_result(
+    result: types.CallToolResult,
+    max_result_bytes: int,
+    secrets: tuple[bytes, ...],
+    started: float,
+) -> ToolOutcome:
+    """The §4.2.8 envelope for a ``CallToolResult`` (``isError`` -> ``ok: false``), with the
+    same redaction and size limit as an HTTP body."""
+    encoded = orjson.dumps(_result_data(result))
+    for secret in secrets:
+        if secret and secret in encoded:
+            encoded = encoded.replace(secret, REDACTED)
+    original = len(encoded)
+    truncated = original > max_result_bytes
+    data: Any = (
+        encoded[:max_result_bytes].decode("utf-8", "ignore") if truncated else orjson.loads(encoded)
+    )
+    code: str | None = None
+    if result.is_error:
+        code = "tool_error"
+        message = _error_message(result)
+        for secret in secrets:
+            message = message.replace(secret.decode(errors="ignore"), REDACTED.decode())
+        envelope = error_envelope(code, message)
+        envelope["data"] = data
+    else:
+        envelope = {"ok": True, "status": None, "data": data}
+    if truncated:
+        envelope["truncated"] = True
+        envelope["original_bytes"] = original
+    return ToolOutcome(
+        envelope=envelope,
+        error_code=code,
+        status=None,
+        executed=True,
+        latency_ms=(time.perf_counter() - started) * 1000,
+        truncated=truncated,
+        original_bytes=original if truncated else None,
+    )
