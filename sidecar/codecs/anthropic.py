@@ -33,6 +33,20 @@ INPUT_BLOCKS = ("tool_use", "server_tool_use")
 REASONING_BLOCKS = ("thinking", "redacted_thinking")
 CHOICE_TO_WIRE = {"auto": "auto", "required": "any", "none": "none", "named": "tool"}
 WIRE_TO_CHOICE = {wire: mode for mode, wire in CHOICE_TO_WIRE.items()}
+# Anthropic's own error types: SDKs map only these to their exception classes.
+ERROR_TYPES = frozenset(
+    {
+        "invalid_request_error",
+        "authentication_error",
+        "permission_error",
+        "not_found_error",
+        "request_too_large",
+        "rate_limit_error",
+        "api_error",
+        "overloaded_error",
+        "timeout_error",
+    }
+)
 
 
 class AnthropicCodec(Codec):
@@ -54,7 +68,8 @@ class AnthropicCodec(Codec):
 
     def error_body(self, err: ApiError) -> dict[str, Any]:
         # `code` is an addition to Anthropic's shape so callers can branch on our error codes.
-        error = {"type": err.type, "message": err.message, "code": err.code}
+        kind = err.type if err.type in ERROR_TYPES else "api_error"
+        error = {"type": kind, "message": err.message, "code": err.code}
         return {"type": "error", "error": error}
 
     def stream_error(self, err: ApiError) -> bytes:

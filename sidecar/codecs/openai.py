@@ -126,7 +126,8 @@ class OpenAICodec(OpenAIShapes, Codec):
             raise CodecError("upstream response choice has no message")
         calls = [_call_from_wire(c) for c in message.get("tool_calls") or []]
         legacy = message.get("function_call")
-        if isinstance(legacy, dict):
+        # Local servers (llama-cpp-python) mirror the first tool call there: not a second call.
+        if not calls and isinstance(legacy, dict):
             calls.append(ToolCall("call_legacy_0", legacy.get("name", ""), legacy.get("arguments")))
         usage = body.get("usage")
         return ModelTurn(calls=calls, usage=usage if isinstance(usage, dict) else {}, body=body)
@@ -161,7 +162,8 @@ class OpenAICodec(OpenAIShapes, Codec):
         message = turn.body["choices"][0]["message"]
         assistant = {
             "role": "assistant",
-            "content": message.get("content"),
+            # Some local servers answer 500 to a null content.
+            "content": message.get("content") or "",
             "tool_calls": [
                 {
                     "id": call.id,
