@@ -306,6 +306,7 @@ def render_build(
             mode=agent.mode,
             token_sha256=token_sha256(token),
             on_mixed=pod.claw.on_mixed,
+            tool_injection=agent.tool_injection,
             policy=agent.policy,
             names={names[e.canonical]: e.canonical for e in agent_entries},
         )

@@ -20,6 +20,8 @@ DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 
 Mode = Literal["mediated", "native"]
 OnMixed = Literal["refuse", "retry"]
+# auto: requests that want data, not actions, get no tools (SPEC §7.3); always: every request.
+ToolInjection = Literal["auto", "always"]
 HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
 
 
@@ -110,6 +112,7 @@ class AgentManifest(_Model):
     mode: Mode
     token_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     on_mixed: OnMixed = "refuse"
+    tool_injection: ToolInjection = "auto"
     policy: ToolPolicy
     names: dict[str, str] = Field(description="presented name -> canonical name")
 

@@ -94,6 +94,13 @@ class AnthropicCodec(Codec):
 
     # --- client request ---------------------------------------------------------------------
 
+    def wants_structured_output(self, body: dict[str, Any]) -> bool:
+        # ``output_format`` (the structured-outputs beta) or its successor ``output_config``.
+        config = body.get("output_config")
+        return isinstance(body.get("output_format"), dict) or (
+            isinstance(config, dict) and isinstance(config.get("format"), dict)
+        )
+
     def parse_request(self, body: dict[str, Any]) -> Conversation:
         params = dict(body)
         messages = self.pop_messages(params)

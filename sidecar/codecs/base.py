@@ -102,6 +102,15 @@ class Codec(ABC):
 
     # --- mediation --------------------------------------------------------------------------
 
+    def data_only(self, body: dict[str, Any]) -> bool:
+        """A request that declares no tools of its own and asks for structured output (a title,
+        a classification): it wants data, not actions, so nothing is injected (SPEC §7.3)."""
+        return not body.get("tools") and self.wants_structured_output(body)
+
+    def wants_structured_output(self, body: dict[str, Any]) -> bool:
+        """Whether the request asks for structured output in the protocol's own way."""
+        return False
+
     @abstractmethod
     def parse_request(self, body: dict[str, Any]) -> Conversation: ...
 

@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 
 from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.codecs.openai_shapes import OpenAIShapes
+from clawpod.sidecar.codecs.openai_shapes import STRUCTURED_FORMATS, OpenAIShapes
 from clawpod.sidecar.codecs.sse import DONE, data_frame, parse_events, pieces
 from clawpod.sidecar.model.canonical import (
     canonical_arguments,
@@ -46,6 +46,15 @@ class OpenAICodec(OpenAIShapes, Codec):
         return data_frame(self.error_body(err))
 
     # --- client request ---------------------------------------------------------------------
+
+    def data_only(self, body: dict[str, Any]) -> bool:
+        return not body.get("functions") and super().data_only(body)
+
+    def wants_structured_output(self, body: dict[str, Any]) -> bool:
+        response_format = body.get("response_format")
+        return isinstance(response_format, dict) and (
+            response_format.get("type") in STRUCTURED_FORMATS
+        )
 
     def parse_request(self, body: dict[str, Any]) -> Conversation:
         params = dict(body)

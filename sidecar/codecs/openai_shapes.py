@@ -7,6 +7,9 @@ from typing import Any, ClassVar
 
 from clawpod.sidecar.model.errors import ApiError
 
+# Structured-output formats (``response_format`` / ``text.format`` types) that want data.
+STRUCTURED_FORMATS = ("json_schema", "json_object")
+
 
 class OpenAIShapes:
     """Mixed into each OpenAI codec ahead of ``Codec``."""
