@@ -117,11 +117,24 @@ class AgentManifest(_Model):
     names: dict[str, str] = Field(description="presented name -> canonical name")
 
 
+# A provider's ``models`` holds exact ids and fnmatch globs; these characters make a glob.
+MODEL_GLOB_CHARACTERS = frozenset("*?[")
+
+
+def is_model_glob(model: str) -> bool:
+    return not MODEL_GLOB_CHARACTERS.isdisjoint(model)
+
+
 class Provider(_Model):
     api: Literal["openai", "anthropic"]
     base_url: str
     key_env: str
-    models: list[str]
+    models: list[str] = Field(description="exact model ids and globs")
+
+    @property
+    def exact_models(self) -> list[str]:
+        """The concrete ids a client may pick from a list (globs name no model)."""
+        return [model for model in self.models if not is_model_glob(model)]
 
 
 class Listen(_Model):

@@ -80,17 +80,17 @@ class AnthropicCodec(Codec):
         return message.get("usage") if isinstance(message, dict) else event.get("usage")
 
     def models_list(self, models: list[tuple[str, str]]) -> dict[str, Any]:
-        data = [
-            {
-                "type": "model",
-                "id": model,
-                "display_name": f"{model} via {provider}",
-                "created_at": "1970-01-01T00:00:00Z",
-            }
-            for provider, model in models
-        ]
+        data = [self.model_entry(provider, model) for provider, model in models]
         first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
         return {"data": data, "has_more": False, "first_id": first, "last_id": last}
+
+    def model_entry(self, provider: str, model: str) -> dict[str, Any]:
+        return {
+            "type": "model",
+            "id": model,
+            "display_name": f"{model} via {provider}",
+            "created_at": "1970-01-01T00:00:00Z",
+        }
 
     # --- client request ---------------------------------------------------------------------
 

@@ -100,6 +100,10 @@ class Codec(ABC):
     def models_list(self, models: list[tuple[str, str]]) -> dict[str, Any]:
         """(provider name, model id) pairs in the protocol's model-list shape."""
 
+    @abstractmethod
+    def model_entry(self, provider: str, model: str) -> dict[str, Any]:
+        """One model in the protocol's shape (an entry of the list, ``GET /v1/models/{id}``)."""
+
     # --- mediation --------------------------------------------------------------------------
 
     def data_only(self, body: dict[str, Any]) -> bool:

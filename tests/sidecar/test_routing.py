@@ -78,11 +78,11 @@ async def test_globs_route_by_api(pod: Pod) -> None:
 
 async def test_unknown_model_is_400_listing_allowed_models(pod: Pod) -> None:
     with pytest.raises(openai.BadRequestError) as raised:
-        await pod.openai().chat.completions.create(model="claude-haiku-4-5", messages=PROMPT)
+        await pod.openai().chat.completions.create(model="gemini-pro", messages=PROMPT)
     assert "gpt-*" in raised.value.message and "o*" in raised.value.message
     assert raised.value.code == "model_not_allowed"
     with pytest.raises(anthropic.BadRequestError) as raised_a:
-        await pod.anthropic().messages.create(model="gpt-4o", max_tokens=5, messages=PROMPT)
+        await pod.anthropic().messages.create(model="gemini-pro", max_tokens=5, messages=PROMPT)
     assert "claude-*" in str(raised_a.value)
     assert pod.upstream.received == []
 
