@@ -102,6 +102,12 @@ class AnthropicCodec(Codec):
         )
 
     def parse_request(self, body: dict[str, Any]) -> Conversation:
+        if body.get("thread") is not None:
+            # Each hidden call would extend (or start) the server-held thread on its own.
+            raise CodecError(
+                "thread: a server-held thread cannot carry this agent's hidden tool rounds; "
+                "disable it (send the whole conversation in messages) for a mediated agent"
+            )
         params = dict(body)
         messages = self.pop_messages(params)
         tools = params.pop("tools", None) or []

@@ -24,6 +24,7 @@ from clawpod.sidecar.observability.logs import log_request
 from clawpod.sidecar.server.accounting import record_request
 from clawpod.sidecar.server.auth import AuthError
 from clawpod.sidecar.server.context import STATE_KEY, RequestContext, SidecarState
+from clawpod.sidecar.server.counting import with_managed_tools
 from clawpod.sidecar.server.errors import reply_error
 from clawpod.sidecar.server.exchange import AiohttpExchange, Exchange
 from clawpod.sidecar.server.mediated import CLIENT_CLOSED, handle_mediated
@@ -133,6 +134,9 @@ async def _llm_request(exchange: Exchange, state: SidecarState, route: LlmRoute)
             raw = orjson.dumps(body)
         if route.mediate and _injects(agent, codec, body):
             await handle_mediated(exchange, ctx, body)
+        elif route.path in codec.side_routes and _injects(agent, codec, body):
+            counted = orjson.dumps(with_managed_tools(codec, agent, body))
+            await pass_through(exchange, ctx, counted)
         else:
             await pass_through(exchange, ctx, raw if raw or route.method == "POST" else None)
     finally:
