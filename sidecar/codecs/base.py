@@ -78,6 +78,18 @@ class Codec(ABC):
             return 0, 0
         return _int(usage.get(self.input_key)), _int(usage.get(self.output_key))
 
+    def cache_counts(self, usage: Any) -> tuple[int, int]:
+        """(cache read, cache creation) input tokens of a usage object: Anthropic's two fields,
+        or OpenAI's ``cached_tokens`` in the prompt/input token details."""
+        if not isinstance(usage, dict):
+            return 0, 0
+        read = _int(usage.get("cache_read_input_tokens"))
+        for details_key in ("prompt_tokens_details", "input_tokens_details"):
+            details = usage.get(details_key)
+            if isinstance(details, dict):
+                read += _int(details.get("cached_tokens"))
+        return read, _int(usage.get("cache_creation_input_tokens"))
+
     def usage_of_body(self, body: Any) -> tuple[int, int]:
         """(input, output) tokens of a non-streaming response body."""
         return self.usage_counts(body.get("usage") if isinstance(body, dict) else None)
