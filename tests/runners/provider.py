@@ -13,6 +13,7 @@ SSE when the request streams, and records every request it gets.
 from __future__ import annotations
 
 import itertools
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -194,20 +195,20 @@ class ScriptedProvider:
 
 def _seen_by_service(text: str) -> str:
     """The path the tool service saw, from the sidecar's result envelope (or MCP's text)."""
-    try:
-        envelope = orjson.loads(text)
-    except orjson.JSONDecodeError:
+    try:  # runners may append their own notes after the result
+        envelope, _ = json.JSONDecoder().raw_decode(text.strip())
+    except ValueError:
         return text[:200]
     data = envelope.get("data", envelope) if isinstance(envelope, dict) else envelope
     return str(data.get("path")) if isinstance(data, dict) and "path" in data else text[:200]
 
 
 def _text_of(content: Any) -> str:
+    """A result's text; of several blocks the first (runners append reminders after it)."""
     if isinstance(content, str):
         return content
-    if isinstance(content, list):
-        return "".join(b.get("text", "") for b in content if isinstance(b, dict))
-    return ""
+    texts = [b.get("text", "") for b in content or [] if isinstance(b, dict) and "text" in b]
+    return texts[0] if texts else ""
 
 
 def _anthropic_result(messages: list[dict[str, Any]]) -> str | None:

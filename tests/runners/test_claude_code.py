@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from clawpod.compiler.runner_configs import mcp_config
 from tests.mediation.conftest import TRADING_TOKEN
 from tests.runners.conftest import RunnerPod, runner_binary
 
@@ -13,6 +17,8 @@ QUIET = {
     "DISABLE_AUTOUPDATER": "1",
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
     "DISABLE_TELEMETRY": "1",
+    # MCP tools in the request itself, not deferred behind a tool search.
+    "ENABLE_TOOL_SEARCH": "false",
 }
 
 
@@ -25,4 +31,29 @@ async def test_mediated_a_managed_tool(runner_pod: RunnerPod) -> None:
     assert code == 0, err[-2000:]
     assert "QUOTE-OK /quotes/AAPL" in out
     (call,) = runner_pod.quote_calls()  # exactly one execution
+    assert call.headers["Authorization"] == f"Bearer {TRADING_TOKEN}"
+
+
+async def test_native_with_the_compiled_mcp_config(runner_pod: RunnerPod, tmp_path: Path) -> None:
+    claude = runner_binary("claude")
+    token = runner_pod.tokens["native"]
+    # agents/<id>.mcp.json as the compiler writes it, with this sidecar's address.
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps(mcp_config(runner_pod.sidecar.url + "/mcp", token)))
+    argv = [
+        str(claude),
+        "-p",
+        PROMPT,
+        "--model",
+        "claude-sonnet-4-6",
+        "--mcp-config",
+        str(config),
+        "--strict-mcp-config",
+        "--allowedTools",
+        "mcp__clawpod__desk_quote",
+    ]
+    code, out, err = await runner_pod.run(argv, runner_pod.env("native", **QUIET))
+    assert code == 0, (out + err)[-3000:]
+    assert "QUOTE-OK /quotes/AAPL" in out
+    (call,) = runner_pod.quote_calls()  # exactly one execution, through MCP
     assert call.headers["Authorization"] == f"Bearer {TRADING_TOKEN}"
