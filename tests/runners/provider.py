@@ -65,11 +65,20 @@ class ScriptedProvider:
         return orjson.loads(body) if body else {}
 
     def _offered(self, tools: list[dict[str, Any]]) -> str | None:
+        return next(iter(self._offered_in(tools)), None)
+
+    def _offered_in(self, tools: list[dict[str, Any]], namespace: str = "") -> list[str]:
+        """The tool's name as offered; a Responses ``namespace`` tool (Codex's MCP servers)
+        nests its tools, and a call names them ``namespace.tool``."""
+        found = []
         for tool in tools or []:
+            if tool.get("type") == "namespace":
+                found += self._offered_in(tool.get("tools") or [], tool.get("name", ""))
+                continue
             name = tool.get("name") or (tool.get("function") or {}).get("name")
             if name in self.tool_names:
-                return name
-        return None
+                found.append(f"{namespace}.{name}" if namespace else name)
+        return found
 
     def _next_id(self, prefix: str) -> str:
         return f"{prefix}_{next(self._ids)}"
@@ -122,11 +131,13 @@ class ScriptedProvider:
         if result is not None:
             output = [_responses_message(self._next_id("msg"), f"QUOTE-OK {result}")]
         elif tool is not None:
+            namespace, _, name = tool.rpartition(".")
             call = {
                 "type": "function_call",
                 "id": self._next_id("fc"),
                 "call_id": self._next_id("call"),
-                "name": tool,
+                **({"namespace": namespace} if namespace else {}),
+                "name": name,
                 "arguments": orjson.dumps(ARGUMENTS).decode(),
                 "status": "completed",
             }
@@ -195,8 +206,8 @@ class ScriptedProvider:
 
 def _seen_by_service(text: str) -> str:
     """The path the tool service saw, from the sidecar's result envelope (or MCP's text)."""
-    try:  # runners may append their own notes after the result
-        envelope, _ = json.JSONDecoder().raw_decode(text.strip())
+    try:  # runners may wrap the result in notes of their own (Codex: wall time first)
+        envelope, _ = json.JSONDecoder().raw_decode(text[text.index("{") :])
     except ValueError:
         return text[:200]
     data = envelope.get("data", envelope) if isinstance(envelope, dict) else envelope
