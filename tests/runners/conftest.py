@@ -82,14 +82,9 @@ class RunnerPod:
         return process.returncode or 0, out.decode(), err.decode()
 
 
-def native_tool_names() -> tuple[str, ...]:
-    """How runners name the sidecar's quote tool over MCP (server ``clawpod``)."""
-    return ("mcp__clawpod__desk_quote", "clawpod__desk_quote", "clawpod.desk_quote", "desk_quote")
-
-
 @pytest.fixture
 async def runner_pod(tmp_path: Path) -> AsyncIterator[RunnerPod]:
-    provider = await ScriptedProvider(tool_names=native_tool_names()).start()
+    provider = await ScriptedProvider().start()
     service = await ToolService().start()
     service.require_header("Authorization", f"Bearer {TRADING_TOKEN}")
     root = tmp_path / "build"

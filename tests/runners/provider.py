@@ -1,10 +1,11 @@
 """A scripted LLM provider for real runners: it decides each answer from the request, since a
 runner sends side requests (titles, quota probes, token counts) a fixed queue cannot foresee.
 
-- A request that offers the tool ``tool_name`` and has no result for it yet: call it (symbol
-  AAPL).
-- A request carrying that tool's result: answer ``QUOTE-OK <what the tool service saw>``.
-- Anything else: a short plain answer.
+It follows a plan of tool calls (by base name: ``desk_quote`` also matches an MCP runner's
+``mcp__clawpod__desk_quote``). Each answer calls the first planned tool whose result is not in
+the conversation yet, if the request offers it; once every planned tool has a result it answers
+``QUOTE-OK <path the quote service saw>`` (plus ``NOTE-OK`` when a note tool ran); a request
+that offers none of it (a title, a quota probe) gets a short plain answer.
 
 It speaks Anthropic Messages and OpenAI Responses and Chat Completions, each as JSON or as
 SSE when the request streams, and records every request it gets.
@@ -23,12 +24,14 @@ from aiohttp import web
 from tests.support.upstream import Received
 
 PLAIN = "Nothing to look up."
-ARGUMENTS = {"symbol": "AAPL"}
+QUOTE = "desk_quote"
+NOTE = "record_note"  # the runner's own tool in the cases that have one
+ARGUMENTS = {QUOTE: {"symbol": "AAPL"}, NOTE: {"text": "AAPL checked"}}
 
 
 @dataclass
 class ScriptedProvider:
-    tool_names: tuple[str, ...] = ("desk_quote",)
+    plan: tuple[str, ...] = (QUOTE,)
     received: list[Received] = field(default_factory=list)
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
     _runner: web.AppRunner | None = None
@@ -51,9 +54,22 @@ class ScriptedProvider:
         if self._runner is not None:
             await self._runner.cleanup()
 
-    def tool_calls_sent(self) -> int:
-        """How many answers asked for the tool."""
-        return sum(1 for r in self.received if _asked_for_tool(r))
+    # --- the plan ---------------------------------------------------------------------------
+
+    def _decide(self, offered: list[str], results: dict[str, str]) -> tuple[str, str | None]:
+        """("call", offered name) or ("answer", text)."""
+        for planned in self.plan:
+            if _base(planned) in {_base(name) for name in results}:
+                continue
+            match = next((o for o in offered if _base(o) == planned), None)
+            if match is None:
+                return "answer", PLAIN
+            return "call", match
+        quote = next((text for name, text in results.items() if _base(name) == QUOTE), "")
+        answer = f"QUOTE-OK {_seen_by_service(quote)}"
+        if any(_base(name) == NOTE for name in results):
+            answer += " NOTE-OK"
+        return "answer", answer
 
     # --- shared -----------------------------------------------------------------------------
 
@@ -63,22 +79,6 @@ class ScriptedProvider:
             Received(request.method, request.path, request.headers, body, request.raw_path)
         )
         return orjson.loads(body) if body else {}
-
-    def _offered(self, tools: list[dict[str, Any]]) -> str | None:
-        return next(iter(self._offered_in(tools)), None)
-
-    def _offered_in(self, tools: list[dict[str, Any]], namespace: str = "") -> list[str]:
-        """The tool's name as offered; a Responses ``namespace`` tool (Codex's MCP servers)
-        nests its tools, and a call names them ``namespace.tool``."""
-        found = []
-        for tool in tools or []:
-            if tool.get("type") == "namespace":
-                found += self._offered_in(tool.get("tools") or [], tool.get("name", ""))
-                continue
-            name = tool.get("name") or (tool.get("function") or {}).get("name")
-            if name in self.tool_names:
-                found.append(f"{namespace}.{name}" if namespace else name)
-        return found
 
     def _next_id(self, prefix: str) -> str:
         return f"{prefix}_{next(self._ids)}"
@@ -95,17 +95,14 @@ class ScriptedProvider:
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
         body = await self._record(request)
-        tool = self._offered(body.get("tools") or [])
-        result = _anthropic_result(body.get("messages") or [])
-        if result is not None:
-            content = [{"type": "text", "text": f"QUOTE-OK {result}"}]
-            stop = "end_turn"
-        elif tool is not None:
-            block = {"type": "tool_use", "id": self._next_id("toolu"), "name": tool}
-            content = [{**block, "input": ARGUMENTS}]
+        messages = body.get("messages") or []
+        kind, value = self._decide(_offered(body.get("tools")), _anthropic_results(messages))
+        if kind == "call":
+            block = {"type": "tool_use", "id": self._next_id("toolu"), "name": value}
+            content = [{**block, "input": ARGUMENTS[_base(value)]}]
             stop = "tool_use"
         else:
-            content = [{"type": "text", "text": PLAIN}]
+            content = [{"type": "text", "text": value}]
             stop = "end_turn"
         message = {
             "id": self._next_id("msg"),
@@ -125,25 +122,22 @@ class ScriptedProvider:
 
     async def _responses(self, request: web.Request) -> web.StreamResponse:
         body = await self._record(request)
-        tool = self._offered(body.get("tools") or [])
-        items = body.get("input")
-        result = _responses_result(items if isinstance(items, list) else [])
-        if result is not None:
-            output = [_responses_message(self._next_id("msg"), f"QUOTE-OK {result}")]
-        elif tool is not None:
-            namespace, _, name = tool.rpartition(".")
+        items = body.get("input") if isinstance(body.get("input"), list) else []
+        kind, value = self._decide(_offered(body.get("tools")), _responses_results(items))
+        if kind == "call":
+            namespace, _, name = value.rpartition(".")
             call = {
                 "type": "function_call",
                 "id": self._next_id("fc"),
                 "call_id": self._next_id("call"),
                 **({"namespace": namespace} if namespace else {}),
                 "name": name,
-                "arguments": orjson.dumps(ARGUMENTS).decode(),
+                "arguments": orjson.dumps(ARGUMENTS[_base(value)]).decode(),
                 "status": "completed",
             }
             output = [call]
         else:
-            output = [_responses_message(self._next_id("msg"), PLAIN)]
+            output = [_responses_message(self._next_id("msg"), value)]
         response = {
             "id": self._next_id("resp"),
             "object": "response",
@@ -170,23 +164,21 @@ class ScriptedProvider:
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await self._record(request)
-        tool = self._offered(body.get("tools") or [])
-        result = _chat_result(body.get("messages") or [])
+        messages = body.get("messages") or []
+        kind, value = self._decide(_offered(body.get("tools")), _chat_results(messages))
         message: dict[str, Any] = {"role": "assistant", "content": None}
-        if result is not None:
-            message["content"] = f"QUOTE-OK {result}"
-            finish = "stop"
-        elif tool is not None:
+        if kind == "call":
+            arguments = orjson.dumps(ARGUMENTS[_base(value)]).decode()
             message["tool_calls"] = [
                 {
                     "id": self._next_id("call"),
                     "type": "function",
-                    "function": {"name": tool, "arguments": orjson.dumps(ARGUMENTS).decode()},
+                    "function": {"name": value, "arguments": arguments},
                 }
             ]
             finish = "tool_calls"
         else:
-            message["content"] = PLAIN
+            message["content"] = value
             finish = "stop"
         completion = {
             "id": self._next_id("chatcmpl"),
@@ -201,7 +193,31 @@ class ScriptedProvider:
         return await _sse(request, _chat_events(completion))
 
 
-# --- what came back from the tool -------------------------------------------------------------
+# --- reading requests -------------------------------------------------------------------------
+
+
+def _base(name: str) -> str:
+    """A tool's base name: MCP runners prefix it (``mcp__clawpod__``, ``namespace.``)."""
+    for known in (QUOTE, NOTE):
+        if name.endswith(known):
+            return known
+    return name
+
+
+def _offered(tools: Any, namespace: str = "") -> list[str]:
+    """Tool names as a call must name them; a Responses ``namespace`` tool (Codex's MCP
+    servers) nests its tools, called as ``namespace.tool``."""
+    names = []
+    for tool in tools if isinstance(tools, list) else []:
+        if not isinstance(tool, dict):
+            continue
+        if tool.get("type") == "namespace":
+            names += _offered(tool.get("tools"), tool.get("name", ""))
+            continue
+        name = tool.get("name") or (tool.get("function") or {}).get("name")
+        if isinstance(name, str):
+            names.append(f"{namespace}.{name}" if namespace else name)
+    return names
 
 
 def _seen_by_service(text: str) -> str:
@@ -222,28 +238,46 @@ def _text_of(content: Any) -> str:
     return texts[0] if texts else ""
 
 
-def _anthropic_result(messages: list[dict[str, Any]]) -> str | None:
-    last = messages[-1] if messages else {}
-    for block in last.get("content") or [] if isinstance(last.get("content"), list) else []:
-        if isinstance(block, dict) and block.get("type") == "tool_result":
-            return _seen_by_service(_text_of(block.get("content")))
-    return None
+def _anthropic_results(messages: list[dict[str, Any]]) -> dict[str, str]:
+    names: dict[str, str] = {}
+    results: dict[str, str] = {}
+    for message in messages:
+        content = message.get("content")
+        for block in content if isinstance(content, list) else []:
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "tool_use":
+                names[block.get("id", "")] = block.get("name", "")
+            elif block.get("type") == "tool_result":
+                name = names.get(block.get("tool_use_id", ""), "")
+                results[name] = _text_of(block.get("content"))
+    return results
 
 
-def _responses_result(items: list[dict[str, Any]]) -> str | None:
-    outputs = [i for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"]
-    if not outputs or items[-1] is not outputs[-1]:
-        return None
-    return _seen_by_service(_text_of(outputs[-1].get("output")))
+def _responses_results(items: list[Any]) -> dict[str, str]:
+    names: dict[str, str] = {}
+    results: dict[str, str] = {}
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "function_call":
+            names[item.get("call_id", "")] = item.get("name", "")
+        elif item.get("type") == "function_call_output":
+            results[names.get(item.get("call_id", ""), "")] = _text_of(item.get("output"))
+    return results
 
 
-def _chat_result(messages: list[dict[str, Any]]) -> str | None:
-    last = messages[-1] if messages else {}
-    return _seen_by_service(_text_of(last.get("content"))) if last.get("role") == "tool" else None
-
-
-def _asked_for_tool(received: Received) -> bool:
-    return b'"tool_use"' in received.body or b'"function_call"' in received.body
+def _chat_results(messages: list[dict[str, Any]]) -> dict[str, str]:
+    names: dict[str, str] = {}
+    results: dict[str, str] = {}
+    for message in messages:
+        for call in message.get("tool_calls") or []:
+            names[call.get("id", "")] = (call.get("function") or {}).get("name", "")
+        if message.get("role") == "tool":
+            results[names.get(message.get("tool_call_id", ""), "")] = _text_of(
+                message.get("content")
+            )
+    return results
 
 
 # --- streams ----------------------------------------------------------------------------------
