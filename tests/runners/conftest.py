@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.mediation.conftest import TRADING_TOKEN, desk_tools
-from tests.runners.provider import ScriptedProvider
+from tests.runners.provider import QUOTE, ScriptedProvider
 from tests.support.builds import AgentSpec, providers_for, write_build
 from tests.support.services import RecordedRequest, ToolService
 from tests.support.sidecar import TEST_PROVIDER_KEYS, RunningSidecar, start_sidecar
@@ -30,8 +30,9 @@ BIN = RUNNERS_DIR / "node_modules" / ".bin"
 RUNNER_TIMEOUT_S = 120
 
 
-def runner_binary(name: str) -> Path:
-    path = BIN / name
+def runner_binary(name: str, venv: str | None = None) -> Path:
+    """An installed runner: an npm binary, or a program in the runner's own venv."""
+    path = RUNNERS_DIR / f"py-{venv}" / "bin" / name if venv else BIN / name
     if not path.exists():
         pytest.skip(f"{name} is not installed in {RUNNERS_DIR}: run scripts/install-runners.sh")
     return path
@@ -83,8 +84,11 @@ class RunnerPod:
 
 
 @pytest.fixture
-async def runner_pod(tmp_path: Path) -> AsyncIterator[RunnerPod]:
-    provider = await ScriptedProvider().start()
+async def runner_pod(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[RunnerPod]:
+    """Agents ``mediated`` and ``native`` with the desk tools; ``@pytest.mark.plan(...)`` sets
+    the provider's plan of tool calls."""
+    marker = request.node.get_closest_marker("plan")
+    provider = await ScriptedProvider(plan=marker.args if marker else (QUOTE,)).start()
     service = await ToolService().start()
     service.require_header("Authorization", f"Bearer {TRADING_TOKEN}")
     root = tmp_path / "build"

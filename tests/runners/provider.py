@@ -31,7 +31,7 @@ ARGUMENTS = {QUOTE: {"symbol": "AAPL"}, NOTE: {"text": "AAPL checked"}}
 
 @dataclass
 class ScriptedProvider:
-    plan: tuple[str, ...] = (QUOTE,)
+    plan: tuple[str, ...] | list[str] = (QUOTE,)
     received: list[Received] = field(default_factory=list)
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
     _runner: web.AppRunner | None = None
