@@ -57,3 +57,17 @@ async def test_native_with_the_compiled_mcp_config(runner_pod: RunnerPod, tmp_pa
     assert "QUOTE-OK /quotes/AAPL" in out
     (call,) = runner_pod.quote_calls()  # exactly one execution, through MCP
     assert call.headers["Authorization"] == f"Bearer {TRADING_TOKEN}"
+
+
+async def test_mediated_a_follow_up_turn_keeps_the_hidden_round(runner_pod: RunnerPod) -> None:
+    claude = runner_binary("claude")
+    env = runner_pod.env("mediated", **QUIET)
+    base = [str(claude), "--model", "claude-sonnet-4-6", "-p"]
+    code, out, err = await runner_pod.run([*base, PROMPT], env)
+    assert code == 0, err[-2000:]
+    code, out, err = await runner_pod.run([*base, "--continue", "And again?"], env)
+    assert code == 0, err[-2000:]
+    # The second turn's upstream call carries the first turn's hidden round, so the model
+    # answers from it and nothing runs twice.
+    assert "QUOTE-OK /quotes/AAPL" in out
+    assert len(runner_pod.quote_calls()) == 1
