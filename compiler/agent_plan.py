@@ -8,7 +8,7 @@ from clawpod.compiler.descriptor import CompiledTool
 from clawpod.compiler.pod_reader import PodReader
 from clawpod.compiler.pod_spec import AGENT_ID, SURFACE, AgentMarker, ServiceClaw
 from clawpod.compiler.tool_services import ToolService
-from clawpod.sidecar.manifest import Mode, ToolPolicy
+from clawpod.sidecar.manifest import Mode, ToolInjection, ToolPolicy
 
 
 @dataclass
@@ -19,6 +19,7 @@ class AgentPlan:
     policy: ToolPolicy
     tools: list[tuple[ToolService, CompiledTool]]
     surfaces: list[str]
+    tool_injection: ToolInjection = "auto"
 
 
 def agent_ids(name: str, marker: AgentMarker) -> list[str]:

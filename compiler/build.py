@@ -21,6 +21,7 @@ from clawpod.compiler.errors import CompileError
 from clawpod.compiler.naming import canonical_name, present
 from clawpod.compiler.pod import CompiledPod
 from clawpod.compiler.reserved import SIDECAR_HOST_URL
+from clawpod.compiler.runner_configs import codex_config, mcp_config
 from clawpod.compiler.tool_services import ToolService
 from clawpod.sidecar.manifest import (
     AgentManifest,
@@ -36,8 +37,6 @@ from clawpod.sidecar.manifest import (
 TOKEN_PREFIX = "claw_"
 TOKEN_PATTERN = re.compile(r"^claw_[A-Za-z0-9_-]{32,}$")
 MCP_URL = f"{SIDECAR_HOST_URL}/mcp"
-# "http" is the transport name Claude Code and most mcpServers readers use for Streamable HTTP.
-MCP_TRANSPORT = "http"
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("clawpod.compiler", "templates"),
     autoescape=False,
@@ -216,18 +215,6 @@ def _render_context(
     return text
 
 
-def _mcp_config() -> dict[str, Any]:
-    return {
-        "mcpServers": {
-            "clawpod": {
-                "type": MCP_TRANSPORT,
-                "url": MCP_URL,
-                "headers": {"Authorization": "Bearer ${CLAW_AGENT_TOKEN}"},
-            }
-        }
-    }
-
-
 def _env_file(agent_id: str, token: str) -> str:
     return (
         f"# Token of agent '{agent_id}' (secret): --rotate-tokens replaces it.\n"
@@ -310,6 +297,7 @@ def render_build(
             mode=agent.mode,
             token_sha256=token_sha256(token),
             on_mixed=pod.claw.on_mixed,
+            tool_injection=agent.tool_injection,
             policy=agent.policy,
             names={names[e.canonical]: e.canonical for e in agent_entries},
         )
@@ -319,8 +307,10 @@ def render_build(
             names_json[grant_key] = _names_json(manifest.names)
         files[f"{directory}/agent.json"] = _agent_json(manifest, names_json[grant_key])
         files[f"{directory}/CONTEXT.md"] = _render_context(pod, agent, agent_entries, names)
-        files[f"{directory}/mcp.json"] = dump_json(_mcp_config())
+        files[f"{directory}/mcp.json"] = dump_json(mcp_config(MCP_URL))
         files[f"agents/{agent.id}.env"] = _env_file(agent.id, token)
+        files[f"agents/{agent.id}.mcp.json"] = dump_json(mcp_config(MCP_URL, token))
+        files[f"agents/{agent.id}.codex.toml"] = codex_config(agent.id, MCP_URL, token)
     extra: dict[str, Any] = {}
     if pod.claw.max_body_bytes:
         extra["max_body_bytes"] = pod.claw.max_body_bytes
@@ -376,7 +366,7 @@ def _write_private(path: Path, text: str) -> None:
 def _remove_stale(out: Path, files: dict[str, str]) -> None:
     """Delete what an earlier compile wrote and this one does not (agents that are gone)."""
     stale = [p for p in (out / "context").rglob("*") if p.is_file()]
-    stale += list((out / "agents").glob("*.env"))
+    stale += [p for p in (out / "agents").iterdir() if p.is_file()]
     for path in stale:
         if path.relative_to(out).as_posix() not in files:
             path.unlink()

@@ -213,7 +213,8 @@ def _agent_service(definition: dict[str, Any], agent: Any) -> dict[str, Any]:
     volumes = list(service.get("volumes") or [])
     volumes.append(f"./context/{agent.id}/CONTEXT.md:{CONTEXT_MOUNT}:ro")
     if agent.mode == "native":
-        volumes.append(f"./context/{agent.id}/mcp.json:{MCP_MOUNT}:ro")
+        # The literal-token config works in every MCP client, whether it expands ${VAR} or not.
+        volumes.append(f"./agents/{agent.id}.mcp.json:{MCP_MOUNT}:ro")
     service["volumes"] = volumes
     service["networks"] = ["claw-agents", *(surface_network(s) for s in agent.surfaces)]
     depends_on = dict(service.get("depends_on") or {})

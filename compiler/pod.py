@@ -122,7 +122,8 @@ def compile_pod(path: Path | str) -> CompiledPod:
         check_agent_definition(reader, name, service_claw.agent)
         mode = service_claw.mode or claw.mode
         agent_ids[name] = ids
-        agents += [AgentPlan(i, name, mode, policy, tools, surfaces) for i in ids]
+        injection = service_claw.tool_injection or claw.tool_injection
+        agents += [AgentPlan(i, name, mode, policy, tools, surfaces, injection) for i in ids]
     if not agents:
         reader.warn("no agent found: mark an agent service with 'x-claw: {agent: {}}'", ())
 

@@ -16,7 +16,7 @@ from clawpod.compiler.governance_spec import (
 from clawpod.compiler.grants import GrantItem
 from clawpod.compiler.policy import PolicySpec
 from clawpod.compiler.providers import ProviderSpec
-from clawpod.sidecar.manifest import Mode, OnMixed
+from clawpod.sidecar.manifest import Mode, OnMixed, ToolInjection
 
 AGENT_ID = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
 SURFACE = re.compile(r"^service://(.+)$")
@@ -27,8 +27,13 @@ AGENT_ONLY_FIELDS = {
     "tool_policy": "tool-policy",
     "surfaces": "surfaces",
     "tool_rules": "tool-rules",
+    "tool_injection": "tool-injection",
 }
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+TOOL_INJECTION_HELP = (
+    "auto: requests that declare no tools and ask for structured output get none injected; "
+    "always: every request of a mediated agent gets its tools"
+)
 
 
 class _Spec(BaseModel):
@@ -48,6 +53,9 @@ class PodClaw(_Spec):
     )
     mode: Mode = "mediated"
     on_mixed: OnMixed = Field(default="refuse", alias="on-mixed")
+    tool_injection: ToolInjection = Field(
+        default="auto", alias="tool-injection", description=TOOL_INJECTION_HELP
+    )
     providers: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+$")], ProviderSpec] | None = (
         Field(default=None, min_length=1, description="default: openai and anthropic")
     )
@@ -90,6 +98,9 @@ class ServiceClaw(_Spec):
     tool_policy: PolicySpec | None = Field(default=None, alias="tool-policy")
     surfaces: list[Annotated[str, Field(pattern=SURFACE.pattern)]] | None = None
     tool_rules: list[RuleSpec] | None = Field(default=None, alias="tool-rules")
+    tool_injection: ToolInjection | None = Field(
+        default=None, alias="tool-injection", description=TOOL_INJECTION_HELP
+    )
 
     @property
     def is_agent(self) -> bool:

@@ -20,6 +20,8 @@ DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 
 Mode = Literal["mediated", "native"]
 OnMixed = Literal["refuse", "retry"]
+# auto: requests that want data, not actions, get no tools (SPEC §7.3); always: every request.
+ToolInjection = Literal["auto", "always"]
 HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
 
 
@@ -143,15 +145,29 @@ class AgentManifest(_Model):
     mode: Mode
     token_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     on_mixed: OnMixed = "refuse"
+    tool_injection: ToolInjection = "auto"
     policy: ToolPolicy
     names: dict[str, str] = Field(description="presented name -> canonical name")
+
+
+# A provider's ``models`` holds exact ids and fnmatch globs; these characters make a glob.
+MODEL_GLOB_CHARACTERS = frozenset("*?[")
+
+
+def is_model_glob(model: str) -> bool:
+    return not MODEL_GLOB_CHARACTERS.isdisjoint(model)
 
 
 class Provider(_Model):
     api: Literal["openai", "anthropic"]
     base_url: str
     key_env: str
-    models: list[str]
+    models: list[str] = Field(description="exact model ids and globs")
+
+    @property
+    def exact_models(self) -> list[str]:
+        """The concrete ids a client may pick from a list (globs name no model)."""
+        return [model for model in self.models if not is_model_glob(model)]
 
 
 class Listen(_Model):

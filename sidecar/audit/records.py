@@ -5,8 +5,22 @@ from __future__ import annotations
 from typing import Any
 
 
-def usage_record(input_tokens: int = 0, output_tokens: int = 0, rounds: int = 0) -> dict[str, int]:
-    return {"input_tokens": input_tokens, "output_tokens": output_tokens, "rounds": rounds}
+def usage_record(
+    input_tokens: int = 0,
+    output_tokens: int = 0,
+    rounds: int = 0,
+    *,
+    cache_read: int = 0,
+    cache_creation: int = 0,
+) -> dict[str, int]:
+    """Token usage of a request; cached input (read from, or written to, the provider's prompt
+    cache) appears when there was any."""
+    usage = {"input_tokens": input_tokens, "output_tokens": output_tokens, "rounds": rounds}
+    if cache_read:
+        usage["cache_read_input_tokens"] = cache_read
+    if cache_creation:
+        usage["cache_creation_input_tokens"] = cache_creation
+    return usage
 
 
 def request_record(

@@ -33,6 +33,20 @@ INPUT_BLOCKS = ("tool_use", "server_tool_use")
 REASONING_BLOCKS = ("thinking", "redacted_thinking")
 CHOICE_TO_WIRE = {"auto": "auto", "required": "any", "none": "none", "named": "tool"}
 WIRE_TO_CHOICE = {wire: mode for mode, wire in CHOICE_TO_WIRE.items()}
+# Anthropic's own error types: SDKs map only these to their exception classes.
+ERROR_TYPES = frozenset(
+    {
+        "invalid_request_error",
+        "authentication_error",
+        "permission_error",
+        "not_found_error",
+        "request_too_large",
+        "rate_limit_error",
+        "api_error",
+        "overloaded_error",
+        "timeout_error",
+    }
+)
 
 
 class AnthropicCodec(Codec):
@@ -54,7 +68,8 @@ class AnthropicCodec(Codec):
 
     def error_body(self, err: ApiError) -> dict[str, Any]:
         # `code` is an addition to Anthropic's shape so callers can branch on our error codes.
-        error = {"type": err.type, "message": err.message, "code": err.code}
+        kind = err.type if err.type in ERROR_TYPES else "api_error"
+        error = {"type": kind, "message": err.message, "code": err.code}
         return {"type": "error", "error": error}
 
     def stream_error(self, err: ApiError) -> bytes:
@@ -65,21 +80,34 @@ class AnthropicCodec(Codec):
         return message.get("usage") if isinstance(message, dict) else event.get("usage")
 
     def models_list(self, models: list[tuple[str, str]]) -> dict[str, Any]:
-        data = [
-            {
-                "type": "model",
-                "id": model,
-                "display_name": f"{model} via {provider}",
-                "created_at": "1970-01-01T00:00:00Z",
-            }
-            for provider, model in models
-        ]
+        data = [self.model_entry(provider, model) for provider, model in models]
         first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
         return {"data": data, "has_more": False, "first_id": first, "last_id": last}
 
+    def model_entry(self, provider: str, model: str) -> dict[str, Any]:
+        return {
+            "type": "model",
+            "id": model,
+            "display_name": f"{model} via {provider}",
+            "created_at": "1970-01-01T00:00:00Z",
+        }
+
     # --- client request ---------------------------------------------------------------------
 
+    def wants_structured_output(self, body: dict[str, Any]) -> bool:
+        # ``output_format`` (the structured-outputs beta) or its successor ``output_config``.
+        config = body.get("output_config")
+        return isinstance(body.get("output_format"), dict) or (
+            isinstance(config, dict) and isinstance(config.get("format"), dict)
+        )
+
     def parse_request(self, body: dict[str, Any]) -> Conversation:
+        if body.get("thread") is not None:
+            # Each hidden call would extend (or start) the server-held thread on its own.
+            raise CodecError(
+                "thread: a server-held thread cannot carry this agent's hidden tool rounds; "
+                "disable it (send the whole conversation in messages) for a mediated agent"
+            )
         params = dict(body)
         messages = self.pop_messages(params)
         tools = params.pop("tools", None) or []

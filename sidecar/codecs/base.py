@@ -80,6 +80,18 @@ class Codec(ABC):
             return 0, 0
         return _int(usage.get(self.input_key)), _int(usage.get(self.output_key))
 
+    def cache_counts(self, usage: Any) -> tuple[int, int]:
+        """(cache read, cache creation) input tokens of a usage object: Anthropic's two fields,
+        or OpenAI's ``cached_tokens`` in the prompt/input token details."""
+        if not isinstance(usage, dict):
+            return 0, 0
+        read = _int(usage.get("cache_read_input_tokens"))
+        for details_key in ("prompt_tokens_details", "input_tokens_details"):
+            details = usage.get(details_key)
+            if isinstance(details, dict):
+                read += _int(details.get("cached_tokens"))
+        return read, _int(usage.get("cache_creation_input_tokens"))
+
     def usage_of_body(self, body: Any) -> tuple[int, int]:
         """(input, output) tokens of a non-streaming response body."""
         return self.usage_counts(body.get("usage") if isinstance(body, dict) else None)
@@ -102,7 +114,20 @@ class Codec(ABC):
     def models_list(self, models: list[tuple[str, str]]) -> dict[str, Any]:
         """(provider name, model id) pairs in the protocol's model-list shape."""
 
+    @abstractmethod
+    def model_entry(self, provider: str, model: str) -> dict[str, Any]:
+        """One model in the protocol's shape (an entry of the list, ``GET /v1/models/{id}``)."""
+
     # --- mediation --------------------------------------------------------------------------
+
+    def data_only(self, body: dict[str, Any]) -> bool:
+        """A request that declares no tools of its own and asks for structured output (a title,
+        a classification): it wants data, not actions, so nothing is injected (SPEC §7.3)."""
+        return not body.get("tools") and self.wants_structured_output(body)
+
+    def wants_structured_output(self, body: dict[str, Any]) -> bool:
+        """Whether the request asks for structured output in the protocol's own way."""
+        return False
 
     @abstractmethod
     def parse_request(self, body: dict[str, Any]) -> Conversation: ...

@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 
 from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.codecs.openai_shapes import OpenAIShapes
+from clawpod.sidecar.codecs.openai_shapes import STRUCTURED_FORMATS, OpenAIShapes
 from clawpod.sidecar.codecs.sse import DONE, data_frame, parse_events, pieces
 from clawpod.sidecar.model.canonical import (
     canonical_arguments,
@@ -46,6 +46,15 @@ class OpenAICodec(OpenAIShapes, Codec):
         return data_frame(self.error_body(err))
 
     # --- client request ---------------------------------------------------------------------
+
+    def data_only(self, body: dict[str, Any]) -> bool:
+        return not body.get("functions") and super().data_only(body)
+
+    def wants_structured_output(self, body: dict[str, Any]) -> bool:
+        response_format = body.get("response_format")
+        return isinstance(response_format, dict) and (
+            response_format.get("type") in STRUCTURED_FORMATS
+        )
 
     def parse_request(self, body: dict[str, Any]) -> Conversation:
         params = dict(body)
@@ -126,7 +135,8 @@ class OpenAICodec(OpenAIShapes, Codec):
             raise CodecError("upstream response choice has no message")
         calls = [_call_from_wire(c) for c in message.get("tool_calls") or []]
         legacy = message.get("function_call")
-        if isinstance(legacy, dict):
+        # Local servers (llama-cpp-python) mirror the first tool call there: not a second call.
+        if not calls and isinstance(legacy, dict):
             calls.append(ToolCall("call_legacy_0", legacy.get("name", ""), legacy.get("arguments")))
         usage = body.get("usage")
         return ModelTurn(calls=calls, usage=usage if isinstance(usage, dict) else {}, body=body)
@@ -161,7 +171,8 @@ class OpenAICodec(OpenAIShapes, Codec):
         message = turn.body["choices"][0]["message"]
         assistant = {
             "role": "assistant",
-            "content": message.get("content"),
+            # Some local servers answer 500 to a null content.
+            "content": message.get("content") or "",
             "tool_calls": [
                 {
                     "id": call.id,

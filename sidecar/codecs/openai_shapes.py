@@ -7,6 +7,9 @@ from typing import Any, ClassVar
 
 from clawpod.sidecar.model.errors import ApiError
 
+# Structured-output formats (``response_format`` / ``text.format`` types) that want data.
+STRUCTURED_FORMATS = ("json_schema", "json_object")
+
 
 class OpenAIShapes:
     """Mixed into each OpenAI codec ahead of ``Codec``."""
@@ -25,7 +28,7 @@ class OpenAIShapes:
         return {"error": {"message": err.message, "type": err.type, "code": err.code}}
 
     def models_list(self, models: list[tuple[str, str]]) -> dict[str, Any]:
-        data = [
-            {"id": model, "object": "model", "created": 0, "owned_by": p} for p, model in models
-        ]
-        return {"object": "list", "data": data}
+        return {"object": "list", "data": [self.model_entry(p, model) for p, model in models]}
+
+    def model_entry(self, provider: str, model: str) -> dict[str, Any]:
+        return {"id": model, "object": "model", "created": 0, "owned_by": provider}

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.codecs.openai_shapes import OpenAIShapes
+from clawpod.sidecar.codecs.openai_shapes import STRUCTURED_FORMATS, OpenAIShapes
 from clawpod.sidecar.codecs.sse import event_frame, parse_events, pieces
 from clawpod.sidecar.model.canonical import (
     canonical_arguments,
@@ -104,6 +104,11 @@ class ResponsesCodec(OpenAIShapes, Codec):
         return response.get("usage") if isinstance(response, dict) else event.get("usage")
 
     # --- client request ---------------------------------------------------------------------
+
+    def wants_structured_output(self, body: dict[str, Any]) -> bool:
+        text = body.get("text")
+        text_format = text.get("format") if isinstance(text, dict) else None
+        return isinstance(text_format, dict) and text_format.get("type") in STRUCTURED_FORMATS
 
     def parse_request(self, body: dict[str, Any]) -> Conversation:
         params = dict(body)

@@ -19,13 +19,22 @@ class StreamUsage:
     tokens at the start and cumulative output tokens later.
     """
 
-    __slots__ = ("_codec", "_pending", "input_tokens", "output_tokens")
+    __slots__ = (
+        "_codec",
+        "_pending",
+        "cache_creation",
+        "cache_read",
+        "input_tokens",
+        "output_tokens",
+    )
 
     def __init__(self, codec: Codec) -> None:
         self._codec = codec
         self._pending = b""
         self.input_tokens = 0
         self.output_tokens = 0
+        self.cache_read = 0
+        self.cache_creation = 0
 
     def feed(self, chunk: bytes) -> None:
         data = self._pending + chunk if self._pending else chunk
@@ -48,7 +57,11 @@ class StreamUsage:
             return
         if not isinstance(event, dict):
             return
-        input_tokens, output_tokens = self._codec.usage_counts(self._codec.usage_of_event(event))
+        usage = self._codec.usage_of_event(event)
+        input_tokens, output_tokens = self._codec.usage_counts(usage)
+        cache_read, cache_creation = self._codec.cache_counts(usage)
+        self.cache_read = cache_read or self.cache_read
+        self.cache_creation = cache_creation or self.cache_creation
         if input_tokens:
             self.input_tokens = input_tokens
         if output_tokens:

@@ -25,7 +25,7 @@ from clawpod.sidecar.server.context import STATE_KEY, SidecarState
 from clawpod.sidecar.server.llm_routes import add_llm_routes
 from clawpod.sidecar.server.operator import OPERATOR_TOKEN_ENV, add_operator_routes
 from clawpod.sidecar.server.protocol_errors import protocol_errors
-from clawpod.sidecar.server.routes import healthz, mcp, metrics_route, models, readyz
+from clawpod.sidecar.server.routes import healthz, mcp, metrics_route, model, models, readyz
 from clawpod.sidecar.server.routing import ModelRouter
 from clawpod.sidecar.server.upstream import UpstreamClient
 from clawpod.sidecar.tasks import ShieldedTasks
@@ -80,6 +80,7 @@ def create_app(
     app.cleanup_ctx.append(_lifecycle)
     add_llm_routes(app.router)
     app.router.add_get("/v1/models", models)
+    app.router.add_get("/v1/models/{model_id:.+}", model)  # ids may hold a provider/ prefix
     app.router.add_route("*", "/mcp", mcp)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

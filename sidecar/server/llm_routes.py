@@ -18,6 +18,7 @@ from aiohttp import web
 
 from clawpod.sidecar.codecs import CODECS
 from clawpod.sidecar.codecs.base import Codec
+from clawpod.sidecar.manifest import AgentBuild
 from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.observability.logs import log_request
@@ -25,6 +26,7 @@ from clawpod.sidecar.server.accounting import record_request
 from clawpod.sidecar.server.auth import AuthError
 from clawpod.sidecar.server.budget_gate import BUDGET_SPENT, within_budget
 from clawpod.sidecar.server.context import STATE_KEY, RequestContext, SidecarState
+from clawpod.sidecar.server.counting import with_managed_tools
 from clawpod.sidecar.server.errors import reply_error
 from clawpod.sidecar.server.exchange import AiohttpExchange, Exchange
 from clawpod.sidecar.server.mediated import CLIENT_CLOSED, handle_mediated
@@ -138,12 +140,22 @@ async def _llm_request(exchange: Exchange, state: SidecarState, route: LlmRoute)
         if ctx.model is not None and ctx.model != body["model"]:
             body["model"] = ctx.model
             raw = orjson.dumps(body)
-        if route.mediate and agent.agent.mode == "mediated" and agent.tools.tools:
+        if route.mediate and _injects(agent, codec, body):
             await handle_mediated(exchange, ctx, body)
+        elif route.path in codec.side_routes and _injects(agent, codec, body):
+            counted = orjson.dumps(with_managed_tools(codec, agent, body))
+            await pass_through(exchange, ctx, counted)
         else:
             await pass_through(exchange, ctx, raw if raw or route.method == "POST" else None)
     finally:
         inflight[route.path] -= 1
+
+
+def _injects(agent: AgentBuild, codec: Codec, body: dict[str, Any]) -> bool:
+    """Whether this request gets the agent's managed tools (mediated), or goes through as is."""
+    if agent.agent.mode != "mediated" or not agent.tools.tools:
+        return False
+    return agent.agent.tool_injection == "always" or not codec.data_only(body)
 
 
 def _address_resource(ctx: RequestContext, exchange: Exchange, upstream: str) -> None:

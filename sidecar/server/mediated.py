@@ -277,8 +277,13 @@ class _Driver:
         for answered in (a for calls in engine.rounds for a in calls):
             label = answered.tool.name if answered.tool else RUNNER_TOOL_LABEL
             metrics.count_tool_call(label, answered.outcome)
+        cache_read, cache_creation = self.codec.cache_counts(engine.usage.fields)
         usage = usage_record(
-            engine.usage.input_tokens, engine.usage.output_tokens, len(engine.rounds)
+            engine.usage.input_tokens,
+            engine.usage.output_tokens,
+            engine.executed_rounds,
+            cache_read=cache_read,
+            cache_creation=cache_creation,
         )
         try:
             await record_request(

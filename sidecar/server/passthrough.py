@@ -75,9 +75,9 @@ async def _relay_body(exchange: Exchange, ctx: RequestContext, upstream: Respons
         return await _fail(exchange, ctx, err)
     else:
         error_code = None
-        # A stored object's usage was spent when it was made, not by reading it again.
-        tokens = (0, 0) if ctx.upstream_path else ctx.codec.usage_of_body(parsed)
-        usage = usage_record(*tokens, rounds=1)
+        usage = usage_record(rounds=1)
+        if not ctx.upstream_path:  # a stored object's usage was spent when it was made
+            usage = _body_usage(ctx, parsed)
     await _send(exchange, status, data, response_headers(upstream.headers))
     await record_request(ctx, http_status=status, error_code=error_code, usage=usage)
 
@@ -108,21 +108,22 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
                     await exchange.write(ctx.codec.stream_error(err))
                 break
             usage.feed(chunk)
-            if not finished:
-                tail = tail[-keep:] + chunk
-                finished = any(end in tail for end in ends)
+            tail = tail[-keep:] + chunk
             await exchange.write(chunk)
+            # Finished once the end marker has reached the client.
+            finished = finished or any(end in tail for end in ends)
         await exchange.end()
     except ConnectionError:
-        error_code = "client_disconnected"
+        # A client that closes once the answer is complete (SDKs stop at the end event) got it.
+        error_code = None if finished else "client_disconnected"
     except asyncio.CancelledError:
-        _record_later(ctx, "client_disconnected", usage)
+        _record_later(ctx, None if finished else "client_disconnected", usage)
         raise
     await record_request(
         ctx,
         http_status=200,
         error_code=error_code,
-        usage=usage_record(usage.input_tokens, usage.output_tokens, rounds=1),
+        usage=_stream_usage(usage),
     )
 
 
@@ -140,9 +141,26 @@ async def _send(exchange: Exchange, status: int, body: bytes, headers: dict[str,
         await exchange.respond(status, body, headers)
 
 
-def _record_later(ctx: RequestContext, code: str, usage: StreamUsage) -> None:
-    usage_now = usage_record(usage.input_tokens, usage.output_tokens, rounds=1)
+def _record_later(ctx: RequestContext, code: str | None, usage: StreamUsage) -> None:
+    usage_now = _stream_usage(usage)
     ctx.state.tasks.spawn(record_request(ctx, http_status=200, error_code=code, usage=usage_now))
+
+
+def _body_usage(ctx: RequestContext, body: Any) -> dict[str, int]:
+    usage = body.get("usage") if isinstance(body, dict) else None
+    read, creation = ctx.codec.cache_counts(usage)
+    tokens = ctx.codec.usage_counts(usage)
+    return usage_record(*tokens, rounds=1, cache_read=read, cache_creation=creation)
+
+
+def _stream_usage(usage: StreamUsage) -> dict[str, int]:
+    return usage_record(
+        usage.input_tokens,
+        usage.output_tokens,
+        rounds=1,
+        cache_read=usage.cache_read,
+        cache_creation=usage.cache_creation,
+    )
 
 
 def _json_or_none(data: bytes) -> Any:

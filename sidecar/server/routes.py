@@ -8,8 +8,10 @@ import orjson
 from aiohttp import web
 
 from clawpod.sidecar.codecs import codec_for_api
+from clawpod.sidecar.codecs.base import Codec
 from clawpod.sidecar.manifest import AgentBuild
 from clawpod.sidecar.mcp.endpoint import jsonrpc_error
+from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.server.auth import AuthError
 from clawpod.sidecar.server.context import STATE_KEY
@@ -18,12 +20,30 @@ JSONRPC_UNAUTHORIZED = -32001
 
 
 async def models(request: web.Request) -> web.Response:
-    """The model globs the agent may use, in Anthropic's list shape for Anthropic clients."""
+    """The exact model ids the agent may pick, each only in its own API's shape: Anthropic's
+    for Anthropic clients (they send ``anthropic-version``), OpenAI's for the others."""
     state = request.app[STATE_KEY]
     state.verifier.authenticate(request.headers)
-    codec = codec_for_api("anthropic" if "anthropic-version" in request.headers else "openai")
-    body = codec.models_list(state.router.patterns())
+    codec = _caller_models_codec(request)
+    body = codec.models_list(state.router.exact_models(codec.api))
     return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
+async def model(request: web.Request) -> web.Response:
+    """One model the agent may use, by its id (an exact id or one its globs allow)."""
+    state = request.app[STATE_KEY]
+    state.verifier.authenticate(request.headers)
+    codec = _caller_models_codec(request)
+    model_id = request.match_info["model_id"]
+    if not state.router.allows(codec.api, model_id):
+        raise ApiError(404, "model_not_found", f"model {model_id!r} is not available here")
+    provider, _, _ = state.router.resolve(codec.api, model_id)
+    body = codec.model_entry(provider, model_id)
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
+def _caller_models_codec(request: web.Request) -> Codec:
+    return codec_for_api("anthropic" if "anthropic-version" in request.headers else "openai")
 
 
 async def mcp(request: web.Request) -> web.StreamResponse:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fnmatch import fnmatchcase
 
-from clawpod.sidecar.codecs import codec_for_api
+from clawpod.sidecar.codecs import CODECS, codec_for_api
 from clawpod.sidecar.codecs.base import ProviderApi
-from clawpod.sidecar.manifest import Provider, SidecarConfig
+from clawpod.sidecar.manifest import Provider, SidecarConfig, is_model_glob
 from clawpod.sidecar.model.errors import ApiError
 
 Api = ProviderApi
@@ -26,6 +26,14 @@ class ModelRouter:
     def resolve(self, api: Api, model: object) -> tuple[str, Provider, str]:
         if not isinstance(model, str) or not model:
             raise ApiError(400, "model_required", "the request must name a model")
+        if is_model_glob(model):
+            # A pattern from a model list would be forwarded verbatim and fail upstream.
+            raise ApiError(
+                400,
+                "model_is_a_pattern",
+                f"model {model!r} is a pattern, not a model id; name one model "
+                "(GET /v1/models lists them)",
+            )
         key = (api, model)
         found = self._cache.get(key)
         if found is None:
@@ -60,15 +68,39 @@ class ModelRouter:
             raise ApiError(400, "no_provider", f"no provider of this pod serves the {api} API")
         return self._by_api[api][0][0]
 
+    def allows(self, api: Api, model: str) -> bool:
+        """Whether a request of ``api`` may name ``model``."""
+        try:
+            self.resolve(api, model)
+        except ApiError:
+            return False
+        return True
+
+    def exact_models(self, api: Api) -> list[tuple[str, str]]:
+        """(provider name, model id) of every exact id the providers of ``api`` list."""
+        seen: set[str] = set()
+        listed = []
+        for name, provider in self._by_api[api]:
+            for model in provider.exact_models:
+                if model not in seen:
+                    seen.add(model)
+                    listed.append((name, model))
+        return listed
+
     def allowed(self, api: Api) -> list[str]:
         """Human-readable allowed models for ``api``: ``provider: glob, glob``."""
         return [f"{name}: {', '.join(p.models)}" for name, p in self._by_api[api]]
 
-    def patterns(self) -> list[tuple[str, str]]:
-        """(provider name, model glob) for every provider, in configuration order."""
-        return [(name, glob) for name, p in self._providers.items() for glob in p.models]
-
     def _not_allowed(self, api: Api, model: str) -> ApiError:
+        other = "anthropic" if api == "openai" else "openai"
+        if any(_matches(provider, model) for _, provider in self._by_api[other]):
+            routes = " or ".join(codec.route for codec in CODECS if codec.api == other)
+            return ApiError(
+                400,
+                "wrong_api_for_model",
+                f"model {model!r} is served by this pod's {other} API, not this route's; "
+                f"send it to {routes}",
+            )
         allowed = "; ".join(self.allowed(api)) or "none (no provider serves this API)"
         return ApiError(
             400, "model_not_allowed", f"model {model!r} is not allowed here; allowed: {allowed}"

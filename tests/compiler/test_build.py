@@ -28,8 +28,7 @@ EXPECTED_FILES = {
     "compose.yml",
     "sidecar.json",
     "digest.json",
-    "agents/analyst.env",
-    "agents/trader.env",
+    *(f"agents/{a}.{f}" for a in ("analyst", "trader") for f in ("env", "mcp.json", "codex.toml")),
     *(
         f"context/{a}/{f}"
         for a in ("analyst", "trader")
@@ -237,8 +236,11 @@ def test_rotate_tokens_changes_only_token_files(tmp_path: Path) -> None:
     after = files_of(out)
     changed = {name for name in before if before[name] != after[name]}
     assert changed == {
-        "agents/analyst.env",
-        "agents/trader.env",
+        *(
+            f"agents/{a}.{f}"
+            for a in ("analyst", "trader")
+            for f in ("env", "mcp.json", "codex.toml")
+        ),
         "context/analyst/agent.json",
         "context/trader/agent.json",
         "digest.json",
@@ -322,7 +324,7 @@ def test_generated_compose_wires_agents_sidecar_and_tools(example_out: Path) -> 
     assert services["analyst"]["volumes"] == ["./context/analyst/CONTEXT.md:/claw/CONTEXT.md:ro"]
     assert services["trader"]["volumes"] == [
         "./context/trader/CONTEXT.md:/claw/CONTEXT.md:ro",
-        "./context/trader/mcp.json:/claw/mcp.json:ro",
+        "./agents/trader.mcp.json:/claw/mcp.json:ro",
     ]
     for tool in ("trading-api", "market-news"):
         assert "claw-tools" in services[tool]["networks"]

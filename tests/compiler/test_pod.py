@@ -166,6 +166,21 @@ def test_pod_policy_defaults_are_validated_too(pod_dir: PodDir) -> None:
             "/x-claw/providers/p",
             "missing required field 'key-env'",
         ),
+        (
+            "providers: {p: {api: openai, base-url: 'https://x', key-env: K, models: ['gpt 4']}}",
+            "/x-claw/providers/p/models/0",
+            "match pattern",
+        ),
+        (
+            "providers: {p: {api: openai, base-url: 'https://x', key-env: K, models: [a, a]}}",
+            "/x-claw/providers/p/models",
+            "listed twice: a",
+        ),
+        (
+            "providers: {p: {api: openai, base-url: 'https://x', key-env: K, models: ['o[13*']}}",
+            "/x-claw/providers/p/models",
+            "unbalanced",
+        ),
         ("toolz-defaults: []", "/x-claw/toolz-defaults", "unknown field 'toolz-defaults'"),
         ("pod: 'my pod'", "/x-claw/pod", "match pattern"),
     ],
@@ -394,3 +409,24 @@ def test_duplicate_keys_are_refused_but_merge_keys_work(pod_dir: PodDir) -> None
 def test_agent_count_is_bounded(pod_dir: PodDir) -> None:
     error = pod_dir.error("services:\n  a:\n    image: x\n    x-claw: {agent: {count: 100000}}\n")
     assert error.pointer == "/services/a/x-claw/agent/count"
+
+
+def test_default_model_globs_are_exact_families(pod_dir: PodDir) -> None:
+    from fnmatch import fnmatchcase
+
+    pod = pod_dir.compile("services:\n  a: {image: x}\n")
+    openai_globs = pod.providers["openai"].models
+    assert "o*" not in openai_globs
+    for model in ("gpt-4o", "o1-mini", "o3", "o4-mini", "chatgpt-4o-latest", "codex-mini"):
+        assert any(fnmatchcase(model, glob) for glob in openai_globs), model
+    for model in ("openrouter/openai/gpt-4o", "ollama/llama3", "claude-sonnet-4-6"):
+        assert not any(fnmatchcase(model, glob) for glob in openai_globs), model
+    assert pod.providers["anthropic"].models == ["claude-*"]
+
+
+def test_model_lists_may_hold_exact_ids_and_globs(pod_dir: PodDir) -> None:
+    pod = pod_dir.compile(
+        "x-claw:\n  providers:\n    local: {api: openai, base-url: 'http://llm/v1', key-env: K,"
+        " models: ['llama3:8b', 'qwen/qwen3-32b', 'mistral-*']}\nservices:\n  a: {image: x}\n"
+    )
+    assert pod.providers["local"].exact_models == ["llama3:8b", "qwen/qwen3-32b"]

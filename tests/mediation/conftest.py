@@ -129,12 +129,22 @@ async def make_pod(
     pods: list[MediatedPod] = []
 
     async def factory(
-        *, on_mixed: str = "refuse", policy: ToolPolicy | None = None, **config: Any
+        *,
+        on_mixed: str = "refuse",
+        policy: ToolPolicy | None = None,
+        tool_injection: str = "auto",
+        **config: Any,
     ) -> MediatedPod:
         root = tmp_path / f"build{len(pods)}"
         policy = policy or ToolPolicy(timeout_per_tool_ms=2000, total_timeout_ms=20000)
         agents = [
-            AgentSpec("analyst", desk_tools(service.url), on_mixed=on_mixed, policy=policy),
+            AgentSpec(
+                "analyst",
+                desk_tools(service.url),
+                on_mixed=on_mixed,
+                policy=policy,
+                tool_injection=tool_injection,
+            ),
             AgentSpec("ops", [http_tool("ops", "restart", service.url, method="POST")]),
         ]
         tokens = write_build(

@@ -78,11 +78,11 @@ async def test_globs_route_by_api(pod: Pod) -> None:
 
 async def test_unknown_model_is_400_listing_allowed_models(pod: Pod) -> None:
     with pytest.raises(openai.BadRequestError) as raised:
-        await pod.openai().chat.completions.create(model="claude-haiku-4-5", messages=PROMPT)
+        await pod.openai().chat.completions.create(model="gemini-pro", messages=PROMPT)
     assert "gpt-*" in raised.value.message and "o*" in raised.value.message
     assert raised.value.code == "model_not_allowed"
     with pytest.raises(anthropic.BadRequestError) as raised_a:
-        await pod.anthropic().messages.create(model="gpt-4o", max_tokens=5, messages=PROMPT)
+        await pod.anthropic().messages.create(model="gemini-pro", max_tokens=5, messages=PROMPT)
     assert "claude-*" in str(raised_a.value)
     assert pod.upstream.received == []
 
@@ -148,7 +148,7 @@ async def test_unknown_route_and_wrong_method_are_shaped(pod: Pod) -> None:
 
 
 async def test_anthropic_count_tokens_is_passed_through(make_pod: PodFactory) -> None:
-    # Even for a mediated agent with tools: counting calls no model, so nothing is injected.
+    # Counting calls no model; for a mediated agent it counts the tools the model would see.
     tool = http_tool("svc", "lookup", "http://127.0.0.1:9")
     pod = await make_pod([AgentSpec("agent", mode="mediated", tools=[tool])])
     pod.upstream.enqueue("/v1/messages/count_tokens", Reply.json({"input_tokens": 12}))
@@ -158,5 +158,6 @@ async def test_anthropic_count_tokens_is_passed_through(make_pod: PodFactory) ->
     assert counted.input_tokens == 12
     seen = pod.upstream.received[-1]
     assert seen.path == "/v1/messages/count_tokens"
-    assert seen.json == {"model": "claude-haiku-4-5", "messages": PROMPT}
+    assert seen.json["model"] == "claude-haiku-4-5" and seen.json["messages"] == PROMPT
+    assert [t["name"] for t in seen.json["tools"]] == ["svc_lookup"]
     assert seen.headers["x-api-key"] == TEST_PROVIDER_KEYS["ANTHROPIC_API_KEY"]

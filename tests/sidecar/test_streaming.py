@@ -126,7 +126,7 @@ async def test_upstream_reset_mid_stream_ends_with_anthropic_error_event(pod: Po
     assert raw.endswith(b"\n\n")
     last_event = raw.strip().split(b"\n\n")[-1]
     assert last_event.startswith(b"event: error\ndata: ")
-    assert orjson.loads(last_event.split(b"data: ", 1)[1])["error"]["type"] == "upstream_error"
+    assert orjson.loads(last_event.split(b"data: ", 1)[1])["error"]["type"] == "api_error"
 
 
 async def test_anthropic_sdk_raises_on_mid_stream_error(pod: Pod) -> None:

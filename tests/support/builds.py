@@ -17,6 +17,7 @@ from clawpod.sidecar.manifest import (
     Provider,
     SidecarConfig,
     ToolAuth,
+    ToolInjection,
     ToolPolicy,
     ToolsManifest,
     dump_json,
@@ -75,6 +76,7 @@ class AgentSpec:
     mode: Mode = "mediated"
     on_mixed: OnMixed = "refuse"
     policy: ToolPolicy = field(default_factory=ToolPolicy)
+    tool_injection: ToolInjection = "auto"
     token: str = field(default_factory=lambda: "claw_" + secrets.token_urlsafe(24))
 
 
@@ -99,6 +101,7 @@ def write_build(
             mode=spec.mode,
             token_sha256=token_sha256(spec.token),
             on_mixed=spec.on_mixed,
+            tool_injection=spec.tool_injection,
             policy=spec.policy,
             names={t.presented: t.name for t in spec.tools},
         )

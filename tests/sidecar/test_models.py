@@ -1,0 +1,118 @@
+"""Models (SPEC §7.2): exact ids listed in their own API's shape, one model by id, patterns
+refused, and a model sent to the other API's route told where it belongs."""
+
+from __future__ import annotations
+
+import aiohttp
+import anthropic
+import openai
+import pytest
+
+from clawpod.sidecar.manifest import Provider
+from tests.sidecar.conftest import Pod, PodFactory
+from tests.support.upstream import StubUpstream
+
+PROMPT = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture
+async def pod(make_pod: PodFactory, upstream: StubUpstream) -> Pod:
+    providers = {
+        "openai": Provider(
+            api="openai",
+            base_url=upstream.openai_url,
+            key_env="OPENAI_API_KEY",
+            models=["gpt-4o", "gpt-*", "o3-mini", "o3*"],
+        ),
+        "local": Provider(
+            api="openai",
+            base_url=upstream.openai_url,
+            key_env="OPENAI_API_KEY",
+            models=["llama-3.1-8b", "gpt-4o"],
+        ),
+        "anthropic": Provider(
+            api="anthropic",
+            base_url=upstream.anthropic_url,
+            key_env="ANTHROPIC_API_KEY",
+            models=["claude-sonnet-4-6", "claude-*"],
+        ),
+    }
+    return await make_pod(providers=providers)
+
+
+async def _get(pod: Pod, path: str, **headers: str) -> tuple[int, dict]:
+    headers = {"Authorization": f"Bearer {pod.token}", **headers}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(pod.sidecar.url + path, headers=headers) as response,
+    ):
+        return response.status, await response.json()
+
+
+async def test_openai_clients_list_only_exact_openai_ids(pod: Pod) -> None:
+    models = await pod.openai().models.list()
+    assert [(m.id, m.owned_by) for m in models.data] == [
+        ("gpt-4o", "openai"),
+        ("o3-mini", "openai"),
+        ("llama-3.1-8b", "local"),
+    ]
+
+
+async def test_anthropic_clients_list_only_exact_anthropic_ids(pod: Pod) -> None:
+    page = await pod.anthropic().models.list()
+    assert [m.id for m in page.data] == ["claude-sonnet-4-6"]
+    assert (page.first_id, page.last_id, page.has_more) == (
+        "claude-sonnet-4-6",
+        "claude-sonnet-4-6",
+        False,
+    )
+
+
+async def test_one_model_by_id_in_each_shape(pod: Pod) -> None:
+    found = await pod.openai().models.retrieve("gpt-4.1")  # allowed by a glob
+    assert (found.id, found.owned_by) == ("gpt-4.1", "openai")
+    assert (await pod.openai().models.retrieve("local/llama-3.1-8b")).owned_by == "local"
+    info = await pod.anthropic().models.retrieve("claude-opus-4-1")
+    assert info.id == "claude-opus-4-1" and info.type == "model"
+
+
+async def test_a_model_not_allowed_is_404_in_the_callers_shape(pod: Pod) -> None:
+    with pytest.raises(openai.NotFoundError):
+        await pod.openai().models.retrieve("claude-opus-4-1")
+    with pytest.raises(anthropic.NotFoundError):
+        await pod.anthropic().models.retrieve("gpt-4o")
+    status, body = await _get(pod, "/v1/models/gemini-pro", **{"anthropic-version": "2023-06-01"})
+    assert status == 404
+    assert body["type"] == "error" and body["error"]["type"] == "not_found_error"
+
+
+async def test_one_model_needs_a_token(pod: Pod) -> None:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(pod.sidecar.url + "/v1/models/gpt-4o") as response,
+    ):
+        assert response.status == 401
+
+
+@pytest.mark.parametrize("pattern", ["gpt-*", "o3*", "gpt-4?", "gpt-[45]o"])
+async def test_a_requested_pattern_is_refused(pod: Pod, pattern: str) -> None:
+    with pytest.raises(openai.BadRequestError) as raised:
+        await pod.openai().chat.completions.create(model=pattern, messages=PROMPT)
+    assert raised.value.code == "model_is_a_pattern"
+    assert pod.upstream.received == []
+
+
+async def test_a_claude_model_on_chat_completions_is_sent_to_messages(pod: Pod) -> None:
+    with pytest.raises(openai.BadRequestError) as raised:
+        await pod.openai().chat.completions.create(model="claude-sonnet-4-6", messages=PROMPT)
+    assert raised.value.code == "wrong_api_for_model"
+    assert "send it to /v1/messages" in raised.value.message
+    assert pod.upstream.received == []
+
+
+async def test_a_gpt_model_on_messages_is_sent_to_the_openai_routes(pod: Pod) -> None:
+    with pytest.raises(anthropic.BadRequestError) as raised:
+        await pod.anthropic().messages.create(model="gpt-4o", max_tokens=5, messages=PROMPT)
+    assert "/v1/chat/completions" in str(raised.value)
+    assert "/v1/responses" in str(raised.value)
+    assert raised.value.body["error"]["type"] == "invalid_request_error"
