@@ -200,7 +200,7 @@ class MediationEngine:
                 self._trace_round(turn.calls, outcomes)
                 yield Fail(502, "mixed_executor_response", self._mixed_message(turn.calls))
                 return
-            if self.executed_rounds >= self.policy.max_rounds or self._nearly_out_of_time():
+            if self._nearly_out_of_time():
                 # Budget spent: answer the pending calls, withdraw tools, one final call.
                 transcript += self._answer(turn, [self._budget_outcome()] * len(turn.calls))
                 finalizing = True
@@ -211,6 +211,8 @@ class MediationEngine:
                 return
             transcript += self._answer(turn, outcomes)
             choice = _relaxed(choice)
+            # The last round allowed has run: the next call is the final one, without tools.
+            finalizing = self.executed_rounds >= self.policy.max_rounds
 
     # --- steps ------------------------------------------------------------------------------
 
