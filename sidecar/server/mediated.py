@@ -40,7 +40,7 @@ from clawpod.sidecar.mediation.engine import MediationEngine
 from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from clawpod.sidecar.server.accounting import record_request
-from clawpod.sidecar.server.errors import JSON_HEADERS
+from clawpod.sidecar.server.errors import FINAL_HEADERS, JSON_HEADERS
 from clawpod.sidecar.server.exchange import Exchange
 from clawpod.sidecar.server.upstream import UpstreamError
 from clawpod.sidecar.transport.keepalive import with_keepalives
@@ -56,6 +56,10 @@ log = logging.getLogger("sidecar.mediation")
 RUNNER_TOOL_LABEL = "(runner)"
 # Status recorded when the client left before the answer (nginx's convention).
 CLIENT_CLOSED = 499
+# Failures the sidecar decides itself: the same request fails the same way (SPEC 7.2).
+SIDECAR_DECIDED = frozenset(
+    {"mixed_executor_response", "tool_budget_exhausted", "invalid_request", "timeout"}
+)
 SSE_HEADERS = {
     "Content-Type": "text/event-stream; charset=utf-8",
     "Cache-Control": "no-cache",
@@ -222,7 +226,9 @@ class _Driver:
                 await self._write(self.codec.stream_failure(self.engine.conversation, err))
             else:
                 status, body = command.status, self.codec.error_json(err)
-                if command.retry_after:
+                if command.code in SIDECAR_DECIDED or self._side_effect_happened():
+                    headers = FINAL_HEADERS
+                elif command.retry_after:
                     headers = {**JSON_HEADERS, "Retry-After": command.retry_after}
         elif self.streaming:
             await self._write(b"".join(command.frames or ()))
@@ -237,6 +243,16 @@ class _Driver:
         if self.client_gone and self.error_code is None:
             # The answer was ready but nobody was there to receive it.
             self.http_status, self.error_code = CLIENT_CLOSED, "client_disconnected"
+
+    def _side_effect_happened(self) -> bool:
+        """A tool that is neither read-only nor idempotent ran in this request (SPEC 8.2)."""
+        return any(
+            answered.outcome.executed
+            and answered.tool is not None
+            and not (answered.tool.read_only or answered.tool.idempotent)
+            for calls in self.engine.rounds
+            for answered in calls
+        )
 
     async def _write(self, data: bytes) -> None:
         if self.streaming and not self.client_gone:
