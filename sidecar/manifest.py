@@ -137,6 +137,8 @@ class SidecarConfig(_Model):
     state_dir: str = "/var/lib/claw"
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, gt=0)
     upstream_timeout_ms: int = Field(default=600000, gt=0)
+    retry_window_ms: int = Field(default=600000, gt=0)
+    """How long a failed mediated request can be resumed by an identical retry (SPEC 8.2)."""
 
 
 class Digest(_Model):

@@ -151,6 +151,7 @@ class ToolExecutor:
         *,
         timeout_s: float,
         max_result_bytes: int,
+        idempotency_key: str | None = None,
     ) -> ToolOutcome:
         started = time.perf_counter()
         checked = self.check_arguments(tool, arguments)
@@ -159,7 +160,13 @@ class ToolExecutor:
         try:
             prepared = self._prepare(tool)
             request = build_request(
-                tool, prepared.path_parts, prepared.base_url, agent_id, checked, self._env
+                tool,
+                prepared.path_parts,
+                prepared.base_url,
+                agent_id,
+                checked,
+                self._env,
+                idempotency_key,
             )
         except RequestProblem as problem:
             return problem.outcome

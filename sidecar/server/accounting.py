@@ -22,6 +22,7 @@ async def record_request(
     error_code: str | None = None,
     usage: dict[str, int] | None = None,
     tool_trace: list[dict[str, Any]] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> None:
     """Account for a finished /v1 request (pass-through, mediated or refused before routing).
     Call it exactly once, after the response has been sent, so the audit write does not delay
@@ -60,6 +61,7 @@ async def record_request(
         usage=usage,
         tool_trace=tool_trace,
     )
+    entry |= extra or {}
     try:
         await ctx.state.audit.append(agent_id, entry)
     except Exception:

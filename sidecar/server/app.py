@@ -15,6 +15,7 @@ from clawpod.sidecar.execution.executor import ToolExecutor
 from clawpod.sidecar.manifest import Build
 from clawpod.sidecar.mcp.endpoint import McpEndpoint
 from clawpod.sidecar.mediation.continuity import ContinuityStore
+from clawpod.sidecar.mediation.journal import RequestJournal
 from clawpod.sidecar.observability.metrics import Metrics
 from clawpod.sidecar.server.auth import TokenVerifier
 from clawpod.sidecar.server.context import STATE_KEY, SidecarState
@@ -53,6 +54,7 @@ def create_app(
         mcp=McpEndpoint(executor, audit, metrics, keepalive_s, tasks),
         sse_keepalive_s=keepalive_s,
         tasks=tasks,
+        journal=RequestJournal(state_dir, window_ms=config.retry_window_ms),
     )
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[protocol_errors])
     app[STATE_KEY] = state

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from clawpod.sidecar.execution.executor import ToolExecutor
     from clawpod.sidecar.mcp.endpoint import McpEndpoint
     from clawpod.sidecar.mediation.continuity import ContinuityStore
+    from clawpod.sidecar.mediation.journal import RequestJournal
     from clawpod.sidecar.observability.metrics import Metrics
     from clawpod.sidecar.server.auth import TokenVerifier
     from clawpod.sidecar.server.routing import ModelRouter
@@ -40,6 +41,7 @@ class SidecarState:
     mcp: McpEndpoint
     sse_keepalive_s: float  # between comment keep-alives to a waiting streaming client
     tasks: ShieldedTasks  # work that outlives its request; drained once at shutdown
+    journal: RequestJournal  # mediated requests' progress, for resuming a retry (SPEC 8.2)
 
 
 STATE_KEY: web.AppKey[SidecarState] = web.AppKey("claw_state", SidecarState)

@@ -18,6 +18,7 @@ import orjson
 from clawpod.sidecar.audit.records import usage_record
 from clawpod.sidecar.audit.trace import trace_call
 from clawpod.sidecar.codecs.base import Codec
+from clawpod.sidecar.execution.request import idempotency_key
 from clawpod.sidecar.mediation.commands import (
     BeginStream,
     CallModel,
@@ -37,6 +38,7 @@ from clawpod.sidecar.mediation.commands import (
 )
 from clawpod.sidecar.mediation.continuity import StateWriteFailed
 from clawpod.sidecar.mediation.engine import MediationEngine
+from clawpod.sidecar.mediation.journal import Attempt, call_key, has_side_effects, request_digest
 from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from clawpod.sidecar.server.accounting import record_request
@@ -76,14 +78,22 @@ async def handle_mediated(exchange: Exchange, ctx: RequestContext, body: dict[st
         validate=state.executor.check_arguments,
         model_timeout_s=state.config.upstream_timeout_ms / 1000,
     )
+    # An identical request still running waits here; a failed one is resumed (SPEC 8.2).
+    attempt = await state.journal.begin(request_digest(ctx.agent.agent.id, body), ctx.request_id)
     # Its own task: a cancelled handler must not cut a loop (and its audit) short.
-    await state.tasks.run(_Driver(exchange, ctx, ctx.codec, engine).run())
+    await state.tasks.run(_Driver(exchange, ctx, ctx.codec, engine, attempt).run())
 
 
 class _Driver:
     def __init__(
-        self, exchange: Exchange, ctx: RequestContext, codec: Codec, engine: MediationEngine
+        self,
+        exchange: Exchange,
+        ctx: RequestContext,
+        codec: Codec,
+        engine: MediationEngine,
+        attempt: Attempt,
     ) -> None:
+        self.attempt = attempt
         self.exchange = exchange
         self.ctx = ctx
         self.codec = codec
@@ -110,6 +120,7 @@ class _Driver:
             await self._reply(Fail(500, "internal_error", "the sidecar failed on this request"))
         finally:
             steps.close()
+        await self._end_attempt()
         await self._account()
 
     # --- commands ---------------------------------------------------------------------------
@@ -130,21 +141,33 @@ class _Driver:
                 await self._state_write_failed(exc)
             return Done()
         if isinstance(command, CallModel):
-            return await self._keeping_alive(self._call_model(command))
+            return await self._model_turn(command)
         if isinstance(command, ExecuteTools):
+            await self.attempt.before_execution()  # the turns asking for it, durably first
             return await self._keeping_alive(self._execute(command))
         raise TypeError(f"unknown command {type(command).__name__}")
 
-    async def _state_write_failed(self, exc: StateWriteFailed) -> None:
+    async def _state_write_failed(self, exc: StateWriteFailed, store: str = "continuity") -> None:
         """Logged, counted and audited; the finished answer still goes out."""
         agent = self.ctx.agent.agent.id
         log.warning("request %s: %s", self.ctx.request_id, exc)
-        self.state.metrics.state_write_failures.labels(store="continuity").inc()
+        self.state.metrics.state_write_failures.labels(store=store).inc()
         record = {"event": "state_write_failed", "request": self.ctx.request_id, "error": str(exc)}
         try:
-            await self.state.audit.append(agent, {**record, "store": "continuity"})
+            await self.state.audit.append(agent, {**record, "store": store})
         except Exception:
             log.exception("audit of a failed state write of %s failed", self.ctx.request_id)
+
+    async def _model_turn(self, command: CallModel) -> Event:
+        """A resumed attempt replays the turns its earlier attempt journaled (same calls, same
+        ids); past them, the model is asked."""
+        replayed = self.attempt.replayed_turn()
+        if replayed is not None:
+            return ModelReplied(replayed)
+        event = await self._keeping_alive(self._call_model(command))
+        if isinstance(event, ModelReplied):
+            self.attempt.model_replied(event.body)
+        return event
 
     async def _call_model(self, command: CallModel) -> Event:
         started = time.perf_counter()
@@ -193,21 +216,53 @@ class _Driver:
     async def _run_one(
         self, command: ExecuteTools, execution: PlannedExecution, deadline: float
     ) -> ToolOutcome:
+        key = call_key(execution.tool, execution.call)
+        known = self.attempt.known_outcome(key)
+        if known is not None:  # answered (or sent) by the attempt this one resumes
+            return known
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return refused("timeout", "the request's total time budget ran out before this call")
+        agent = self.ctx.agent.agent.id
+        side_effects = has_side_effects(execution.tool)
+        if side_effects:
+            try:
+                await self.attempt.sending(key)
+            except OSError as exc:
+                # Without the record a retry could send it again: it is not sent at all.
+                await self._state_write_failed(StateWriteFailed(str(exc)), "journal")
+                return refused("state_unavailable", "the sidecar could not journal this call")
         try:
             outcome = await self.state.executor.execute(
-                self.ctx.agent.agent.id,
+                agent,
                 execution.tool,
                 execution.arguments,
                 timeout_s=min(command.timeout_s, remaining),
                 max_result_bytes=command.max_result_bytes,
+                idempotency_key=idempotency_key(
+                    self.state.config.pod,
+                    agent,
+                    execution.tool,
+                    execution.call.id,
+                    execution.arguments,
+                )
+                if side_effects
+                else None,
             )
         except Exception:
             log.exception("tool %s failed in the executor", execution.tool.name)
             return refused("execution_failed", "the sidecar could not execute this call")
+        try:
+            await self.attempt.answered(key, outcome)
+        except OSError as exc:
+            await self._state_write_failed(StateWriteFailed(str(exc)), "journal")
         return outcome
+
+    async def _end_attempt(self) -> None:
+        try:
+            await self.attempt.end(succeeded=self.error_code is None)
+        except OSError as exc:
+            await self._state_write_failed(StateWriteFailed(str(exc)), "journal")
 
     async def _keeping_alive(self, work: Awaitable[Event]) -> Event:
         """Await ``work``; a streaming client gets an SSE comment every few seconds meanwhile."""
@@ -291,9 +346,14 @@ class _Driver:
                 error_code=self.error_code,
                 usage=usage,
                 tool_trace=_tool_trace(engine),
+                extra=self._resume_record(),
             )
         except Exception:
             log.exception("audit of mediated request %s failed", self.ctx.request_id)
+
+    def _resume_record(self) -> dict[str, Any] | None:
+        resumed_from = self.attempt.resumed_from
+        return {"resumed_from": resumed_from} if resumed_from else None
 
 
 def _tool_trace(engine: MediationEngine) -> list[dict[str, Any]]:

@@ -1,0 +1,258 @@
+"""The per-request journal: a tool call runs once even when the client sends the request again
+(SPEC §8.2).
+
+A mediated request is identified by a digest of its agent and its canonical body. While it
+runs, its progress is appended to ``<state>/journal/<digest>.jsonl``, each line fsynced before
+the sidecar acts on it:
+
+- ``{"turn": body}`` — a model reply that led to tool calls (written before they execute);
+- ``{"sent": key}`` — a call of a tool that is neither read-only nor idempotent, before it is
+  sent;
+- ``{"result": key, "outcome": ...}`` — a call answered by its service.
+
+A request that ends with a successful answer, or without having executed any call, deletes its
+journal: a successful attempt is never replayed. Any other ending (an error answer, a timeout,
+a client that left, a killed process) leaves it, and an identical request within the retry
+window resumes it: the journaled turns are replayed instead of calling the model, answered
+calls reuse their journaled outcome, and a destructive call that was sent but never answered
+is not sent again (its outcome is unknown, and the model is told so). Journals older than the
+window are pruned.
+
+Two identical requests at once: the second waits until the first has ended, then resumes it
+if it failed, or runs as a new request if it succeeded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from clawpod.sidecar.manifest import ManagedTool
+from clawpod.sidecar.model.canonical import canonical_arguments, canonical_json, digest
+from clawpod.sidecar.model.conversation import ToolCall
+from clawpod.sidecar.model.outcome import ToolOutcome, refused
+
+log = logging.getLogger("sidecar.journal")
+
+DIRECTORY = "journal"
+SUFFIX = ".jsonl"
+DEFAULT_MAX_JOURNALS = 10000
+OUTCOME_UNKNOWN = (
+    "this call was sent to the service by an earlier attempt of this request that ended "
+    "before the answer arrived; it is not sent again. Check its effect before repeating it."
+)
+
+
+def request_digest(agent: str, body: dict[str, Any]) -> str:
+    """Identical retries of one request share this: the agent and the body, canonically."""
+    return digest(agent, canonical_json(body).decode())
+
+
+def call_key(tool: ManagedTool, call: ToolCall) -> str:
+    """One call of one request: replayed turns give a resumed call the same key."""
+    return digest(tool.name, call.id, canonical_arguments(call.arguments))
+
+
+def has_side_effects(tool: ManagedTool) -> bool:
+    return not (tool.read_only or tool.idempotent)
+
+
+@dataclass(slots=True)
+class _Journaled:
+    """What an earlier attempt left."""
+
+    attempt: str
+    turns: list[dict[str, Any]]
+    results: dict[str, ToolOutcome]
+    sent: set[str]
+
+
+class RequestJournal:
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        window_ms: int,
+        max_journals: int = DEFAULT_MAX_JOURNALS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.directory = Path(state_dir) / DIRECTORY
+        self.window_s = window_ms / 1000
+        self.max_journals = max_journals
+        self._clock = clock
+        self._running: dict[str, asyncio.Future[None]] = {}
+        self._pruned_at = float("-inf")
+
+    async def begin(self, request: str, attempt: str) -> Attempt:
+        """Start attempt ``attempt`` of the request with digest ``request``: after any identical
+        attempt still running here has ended, resuming what an unsuccessful one left."""
+        while (running := self._running.get(request)) is not None:
+            await asyncio.shield(running)
+        self._running[request] = asyncio.get_running_loop().create_future()
+        try:
+            await asyncio.to_thread(self._prune_if_due)
+            earlier = await asyncio.to_thread(self._load, request)
+        except Exception:
+            self._release(request)
+            raise
+        return Attempt(self, request, attempt, earlier)
+
+    # --- files ------------------------------------------------------------------------------
+
+    def path(self, request: str) -> Path:
+        return self.directory / (request + SUFFIX)
+
+    def _load(self, request: str) -> _Journaled | None:
+        path = self.path(request)
+        try:
+            age = self._clock() - path.stat().st_mtime
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        if age > self.window_s:
+            path.unlink(missing_ok=True)
+            return None
+        journaled = _Journaled("", [], {}, set())
+        for line in data.splitlines():
+            try:
+                record = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue  # a line torn by a crash: its call was not answered
+            if "attempt" in record:
+                journaled.attempt = record["attempt"]
+            elif "turn" in record:
+                journaled.turns.append(record["turn"])
+            elif "sent" in record:
+                journaled.sent.add(record["sent"])
+            elif "result" in record:
+                journaled.results[record["result"]] = ToolOutcome(**record["outcome"])
+        if not journaled.results and not journaled.sent:
+            return None  # nothing ran: a fresh attempt is the same thing
+        return journaled
+
+    def _append(self, request: str, records: list[dict[str, Any]]) -> None:
+        """Append whole lines and fsync them (and the directory, for a new file)."""
+        data = b"".join(orjson.dumps(r) + b"\n" for r in records)
+        path = self.path(request)
+        created = not path.exists()
+        if created:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if created:
+            _fsync_directory(self.directory)
+
+    def _prune_if_due(self) -> None:
+        """Drop journals older than the window; keep at most ``max_journals`` (the newest)."""
+        now = self._clock()
+        if now - self._pruned_at < self.window_s / 10:
+            return
+        self._pruned_at = now
+        try:
+            entries = [(e.stat().st_mtime, e) for e in os.scandir(self.directory)]
+        except FileNotFoundError:
+            return
+        entries.sort(key=lambda entry: entry[0], reverse=True)
+        for position, (mtime, entry) in enumerate(entries):
+            if position >= self.max_journals or now - mtime > self.window_s:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+
+    def _release(self, request: str) -> None:
+        running = self._running.pop(request, None)
+        if running is not None and not running.done():
+            running.set_result(None)
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One attempt of a request, as the driver of the mediation loop sees the journal."""
+
+    journal: RequestJournal
+    request: str
+    attempt: str
+    earlier: _Journaled | None
+    _replayed: int = 0
+    _pending_turns: list[dict[str, Any]] = field(default_factory=list)
+    _written: bool = False
+    _ended: bool = False
+
+    @property
+    def resumed_from(self) -> str | None:
+        return self.earlier.attempt if self.earlier is not None else None
+
+    def replayed_turn(self) -> dict[str, Any] | None:
+        """The model reply an earlier attempt got at this point, if it journaled one."""
+        if self.earlier is None or self._replayed >= len(self.earlier.turns):
+            return None
+        self._replayed += 1
+        return self.earlier.turns[self._replayed - 1]
+
+    def model_replied(self, body: dict[str, Any]) -> None:
+        """A new model reply: journaled before any call it asks for executes."""
+        self._pending_turns.append(body)
+
+    async def before_execution(self) -> None:
+        """Write the turns that led here (and, on resume, keep the replayed ones)."""
+        records: list[dict[str, Any]] = [] if self._written else [{"attempt": self.attempt}]
+        if self.earlier is None and not self._written:
+            # Whatever an earlier attempt left without running anything starts over.
+            await asyncio.to_thread(self.journal.path(self.request).unlink, missing_ok=True)
+        records += [{"turn": body} for body in self._pending_turns]
+        self._pending_turns.clear()
+        await asyncio.to_thread(self.journal._append, self.request, records)
+        self._written = True
+
+    def known_outcome(self, key: str) -> ToolOutcome | None:
+        """The journaled outcome of an answered call, or a refusal for a destructive call sent
+        and never answered; None when the call has to run."""
+        if self.earlier is None:
+            return None
+        if key in self.earlier.results:
+            return self.earlier.results[key]
+        if key in self.earlier.sent:
+            return refused("outcome_unknown", OUTCOME_UNKNOWN)
+        return None
+
+    async def sending(self, key: str) -> None:
+        await asyncio.to_thread(self.journal._append, self.request, [{"sent": key}])
+
+    async def answered(self, key: str, outcome: ToolOutcome) -> None:
+        record = {"result": key, "outcome": dataclasses.asdict(outcome)}
+        await asyncio.to_thread(self.journal._append, self.request, [record])
+
+    async def end(self, *, succeeded: bool) -> None:
+        """A successful attempt is never replayed; one that executed nothing has nothing to
+        resume. Either way its journal goes; otherwise it stays for the retry window."""
+        if self._ended:
+            return
+        self._ended = True
+        try:
+            if succeeded or not (self._written or self.earlier is not None):
+                await asyncio.to_thread(self.journal.path(self.request).unlink, missing_ok=True)
+        finally:
+            self.journal._release(self.request)
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
