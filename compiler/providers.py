@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, Strict
 
 from clawpod.compiler.descriptor import ENV_NAME
 from clawpod.sidecar.manifest import Provider
@@ -19,10 +19,17 @@ class ProviderSpec(BaseModel):
     base_url: str = Field(alias="base-url", pattern=r"^https?://[^\s]+$")
     key_env: str = Field(alias="key-env", pattern=ENV_NAME.pattern)
     models: list[str] = Field(min_length=1, description="model name globs routed here")
+    timeout_ms: Annotated[int, Strict(), Field(gt=0)] = Field(
+        default=600000, alias="timeout-ms", description="bound of one model call, in ms"
+    )
 
     def to_provider(self) -> Provider:
         return Provider(
-            api=self.api, base_url=self.base_url, key_env=self.key_env, models=self.models
+            api=self.api,
+            base_url=self.base_url,
+            key_env=self.key_env,
+            models=self.models,
+            timeout_ms=self.timeout_ms,
         )
 
 

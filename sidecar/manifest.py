@@ -119,6 +119,8 @@ class Provider(_Model):
     base_url: str
     key_env: str
     models: list[str]
+    timeout_ms: int = Field(default=600000, gt=0)
+    """Bound of one model call of a mediated request (SPEC 8.2); builds without it load."""
 
 
 class Listen(_Model):

@@ -76,12 +76,19 @@ async def handle_mediated(exchange: Exchange, ctx: RequestContext, body: dict[st
         ctx.agent,
         body,
         validate=state.executor.check_arguments,
-        model_timeout_s=state.config.upstream_timeout_ms / 1000,
+        model_timeout_s=_model_timeout_ms(ctx) / 1000,
     )
     # An identical request still running waits here; a failed one is resumed (SPEC 8.2).
     attempt = await state.journal.begin(request_digest(ctx.agent.agent.id, body), ctx.request_id)
     # Its own task: a cancelled handler must not cut a loop (and its audit) short.
     await state.tasks.run(_Driver(exchange, ctx, ctx.codec, engine, attempt).run())
+
+
+def _model_timeout_ms(ctx: RequestContext) -> int:
+    """Each model call: its provider's timeout-ms, within the sidecar's upstream bound."""
+    assert ctx.provider_name is not None
+    provider = ctx.state.config.providers[ctx.provider_name]
+    return min(provider.timeout_ms, ctx.state.config.upstream_timeout_ms)
 
 
 class _Driver:
