@@ -56,6 +56,10 @@ NOT_EXECUTED = (
     "not executed: this response mixed sidecar tools and your own tools; "
     "re-issue sidecar tools and your own tools in separate turns"
 )
+# Turns runners rewrite between requests (Claude Code's git status): never part of a key.
+SYSTEM_ROLES = frozenset({"system", "developer"})
+# An answer is remembered with each of this many turns before it.
+REMEMBERED = 2
 BUDGET_EXHAUSTED = (
     "not executed: the tool budget of this request is spent; answer with what you have"
 )
@@ -124,6 +128,8 @@ class MediationEngine:
         self.rounds: list[list[AnsweredCall]] = []
         """Every round answered, in order, for the driver's audit and metrics."""
         self.executed_rounds = 0
+        self.restored_rounds = 0
+        """Hidden rounds of earlier turns put back into this request (for the audit)."""
         self._seen: dict[tuple[str, bytes], tuple[str, ToolOutcome]] = {}
 
     def _parse(self) -> Fail | None:
@@ -143,7 +149,6 @@ class MediationEngine:
         self.specs = [ToolSpec(n, t.description, t.input_schema) for n, t in self.tools.items()]
         self._request_name = {t.name: n for n, t in self.tools.items()}
         self._request_name |= {t.presented: n for n, t in self.tools.items()}
-        self._prefix_hashes = self._hash_prefixes()
         return None
 
     # --- the loop ---------------------------------------------------------------------------
@@ -217,22 +222,23 @@ class MediationEngine:
     # --- steps ------------------------------------------------------------------------------
 
     def _restore_hidden_rounds(self) -> Generator[Command, Event, list[dict[str, Any]]]:
-        """Put back the hidden rounds of earlier turns before the answers they led to."""
+        """Put back the hidden rounds of earlier turns before the answers they led to (§8.3)."""
         messages = self.conversation.messages
-        keys = {
-            index: self._prefix_hashes[index + 1]
-            for index, role in enumerate(self.conversation.roles)
-            if role == "assistant"
-        }
+        keys = self._answer_keys()
         if not keys:
             return list(messages)
-        event = yield Recall(list(keys.values()))
+        event = yield Recall(list(dict.fromkeys(keys.values())))
         found = event.found if isinstance(event, Recalled) else {}
         if not found:
             return list(messages)
         history: list[dict[str, Any]] = []
+        used: set[str] = set()
         for index, message in enumerate(messages):
-            history.extend(found.get(keys.get(index, ""), ()))
+            key = keys.get(index)
+            if key in found and key not in used:  # one answer's rounds go back once
+                used.add(key)
+                history.extend(found[key])
+                self.restored_rounds += _rounds_in(found[key])
             history.append(message)
         return history
 
@@ -325,7 +331,8 @@ class MediationEngine:
         body = self.codec.render_response(self.conversation, turn, self.usage.fields)
         if transcript:
             answer = self.codec.echo_fingerprint(self.conversation, body)
-            yield Remember(digest(self._prefix_hashes[-1], answer), transcript)
+            for key in self._remember_keys(answer):
+                yield Remember(key, transcript)
         frames = (
             self.codec.render_stream(self.conversation, body) if self.conversation.stream else None
         )
@@ -397,14 +404,52 @@ class MediationEngine:
             ]
         )
 
-    def _hash_prefixes(self) -> list[str]:
-        """Rolling hashes: entry i covers the agent, the API, the system prompt and the first
-        i messages. Scoping by agent keeps agents from ever seeing each other's rounds."""
-        conversation = self.conversation
-        hashes = [digest(self.agent_id, self.codec.api, conversation.seed)]
-        for fingerprint in conversation.fingerprints:
-            hashes.append(digest(hashes[-1], fingerprint))
-        return hashes
+    # --- continuity keys (§8.3) ---------------------------------------------------------------
+    # Hidden rounds are found by the turn they led to and the turn just before it, not by the
+    # bytes of everything before: runners rewrite system prompts, move context messages, drop
+    # old turns. The codecs' fingerprints already ignore ids' punctuation, re-serialised
+    # content and placeholder text. The agent is in every key: agents never see each other's.
+
+    def _key(self, answer: str, before: str) -> str:
+        return digest(self.agent_id, self.codec.api, answer, before)
+
+    def _answer_keys(self) -> dict[int, str]:
+        """Position of every assistant turn -> its key (with the nearest turn before it that is
+        not a system prompt)."""
+        keys: dict[int, str] = {}
+        before: str | None = None
+        for index, (fingerprint, role) in enumerate(
+            zip(self.conversation.fingerprints, self.conversation.roles, strict=True)
+        ):
+            if role == "assistant" and before is not None:
+                keys[index] = self._key(fingerprint, before)
+            if role not in SYSTEM_ROLES:
+                before = fingerprint
+        return keys
+
+    def _remember_keys(self, answer: str) -> list[str]:
+        """Keys for this answer with each of the last turns before it: the next request finds
+        it with whichever of them stays nearest (a runner may move its context message that
+        came last to the end)."""
+        turns = [
+            fingerprint
+            for fingerprint, role in zip(
+                self.conversation.fingerprints, self.conversation.roles, strict=True
+            )
+            if role not in SYSTEM_ROLES
+        ]
+        return list(dict.fromkeys(self._key(answer, before) for before in turns[-REMEMBERED:]))
+
+
+def _rounds_in(messages: list[dict[str, Any]]) -> int:
+    """Hidden rounds in a stored transcript: its assistant turns (Responses items carry no role:
+    each function call item counts)."""
+    return sum(
+        1
+        for m in messages
+        if m.get("role") == "assistant"
+        or (m.get("role") is None and m.get("type") == "function_call")
+    )
 
 
 def _relaxed(choice: ToolChoice) -> ToolChoice:

@@ -358,9 +358,11 @@ class _Driver:
         except Exception:
             log.exception("audit of mediated request %s failed", self.ctx.request_id)
 
-    def _resume_record(self) -> dict[str, Any] | None:
-        resumed_from = self.attempt.resumed_from
-        return {"resumed_from": resumed_from} if resumed_from else None
+    def _resume_record(self) -> dict[str, Any]:
+        record: dict[str, Any] = {"hidden_rounds_restored": self.engine.restored_rounds}
+        if self.attempt.resumed_from:
+            record["resumed_from"] = self.attempt.resumed_from
+        return record
 
 
 def _tool_trace(engine: MediationEngine) -> list[dict[str, Any]]:
