@@ -30,6 +30,7 @@ from clawpod.sidecar.mediation.commands import (
     Recall,
     Recalled,
     Remember,
+    Remembered,
     Respond,
     ToolsDone,
 )
@@ -58,8 +59,11 @@ NOT_EXECUTED = (
 )
 # Turns runners rewrite between requests (Claude Code's git status): never part of a key.
 SYSTEM_ROLES = frozenset({"system", "developer"})
-# An answer is remembered with each of this many turns before it.
+# An answer is remembered with each of this many turns before it (a runner may move the
+# context message that came last to the end: the turn before it then comes nearest).
 REMEMBERED = 2
+# Turns before an answer kept to tell conversations with equal answers apart.
+CONTEXT = 6
 BUDGET_EXHAUSTED = (
     "not executed: the tool budget of this request is spent; answer with what you have"
 )
@@ -224,21 +228,24 @@ class MediationEngine:
     def _restore_hidden_rounds(self) -> Generator[Command, Event, list[dict[str, Any]]]:
         """Put back the hidden rounds of earlier turns before the answers they led to (§8.3)."""
         messages = self.conversation.messages
-        keys = self._answer_keys()
-        if not keys:
+        lookups = self._answer_lookups()
+        if not lookups:
             return list(messages)
-        event = yield Recall(list(dict.fromkeys(keys.values())))
+        keys = [key for _, candidates in lookups.values() for key in candidates]
+        event = yield Recall(list(dict.fromkeys(keys)))
         found = event.found if isinstance(event, Recalled) else {}
         if not found:
             return list(messages)
         history: list[dict[str, Any]] = []
         used: set[str] = set()
         for index, message in enumerate(messages):
-            key = keys.get(index)
-            if key in found and key not in used:  # one answer's rounds go back once
-                used.add(key)
-                history.extend(found[key])
-                self.restored_rounds += _rounds_in(found[key])
+            if index in lookups:
+                context, candidates = lookups[index]
+                best = _best_match(context, [found[k] for k in candidates if k in found])
+                if best is not None and best.origin not in used:  # an answer's rounds go once
+                    used.add(best.origin)
+                    history.extend(best.messages)
+                    self.restored_rounds += _rounds_in(best.messages)
             history.append(message)
         return history
 
@@ -331,8 +338,10 @@ class MediationEngine:
         body = self.codec.render_response(self.conversation, turn, self.usage.fields)
         if transcript:
             answer = self.codec.echo_fingerprint(self.conversation, body)
-            for key in self._remember_keys(answer):
-                yield Remember(key, transcript)
+            context = self._turns()[-CONTEXT:]
+            keys = [self._key(answer, before) for before in dict.fromkeys(context[-REMEMBERED:])]
+            for key in keys:
+                yield Remember(key, transcript, context, origin=keys[0])
         frames = (
             self.codec.render_stream(self.conversation, body) if self.conversation.stream else None
         )
@@ -413,32 +422,49 @@ class MediationEngine:
     def _key(self, answer: str, before: str) -> str:
         return digest(self.agent_id, self.codec.api, answer, before)
 
-    def _answer_keys(self) -> dict[int, str]:
-        """Position of every assistant turn -> its key (with the nearest turn before it that is
-        not a system prompt)."""
-        keys: dict[int, str] = {}
-        before: str | None = None
+    def _answer_lookups(self) -> dict[int, tuple[list[str], list[str]]]:
+        """Position of every assistant turn -> the turns before it (system prompts aside) and
+        the keys its rounds may be stored under."""
+        lookups: dict[int, tuple[list[str], list[str]]] = {}
+        before: list[str] = []
         for index, (fingerprint, role) in enumerate(
             zip(self.conversation.fingerprints, self.conversation.roles, strict=True)
         ):
-            if role == "assistant" and before is not None:
-                keys[index] = self._key(fingerprint, before)
+            if role == "assistant" and before:
+                context = before[-CONTEXT:]
+                keys = [self._key(fingerprint, b) for b in dict.fromkeys(context[-REMEMBERED:])]
+                lookups[index] = (context, keys)
             if role not in SYSTEM_ROLES:
-                before = fingerprint
-        return keys
+                before.append(fingerprint)
+        return lookups
 
-    def _remember_keys(self, answer: str) -> list[str]:
-        """Keys for this answer with each of the last turns before it: the next request finds
-        it with whichever of them stays nearest (a runner may move its context message that
-        came last to the end)."""
-        turns = [
+    def _turns(self) -> list[str]:
+        """Fingerprints of the request's turns, system prompts aside."""
+        return [
             fingerprint
             for fingerprint, role in zip(
                 self.conversation.fingerprints, self.conversation.roles, strict=True
             )
             if role not in SYSTEM_ROLES
         ]
-        return list(dict.fromkeys(self._key(answer, before) for before in turns[-REMEMBERED:]))
+
+
+def _best_match(context: list[str], candidates: list[Remembered]) -> Remembered | None:
+    """The stored rounds whose turns before the answer are most like this request's: the turn
+    right before the answer must be among them (two conversations with equal answers differ
+    there), and every stored turn missing here counts against (an equal answer later in the
+    same conversation has more of them)."""
+    nearest = context[-1]
+    best: tuple[int, Remembered] | None = None
+    here = set(context)
+    for candidate in candidates:
+        stored = set(candidate.context)
+        if stored and nearest not in stored:
+            continue
+        score = len(stored & here) - len(stored - here)
+        if best is None or score > best[0]:
+            best = (score, candidate)
+    return best[1] if best is not None else None
 
 
 def _rounds_in(messages: list[dict[str, Any]]) -> int:

@@ -138,12 +138,18 @@ class _Driver:
             await self._guard(self.exchange.start_stream(200, SSE_HEADERS))
             return Done()
         if isinstance(command, Recall):
-            return Recalled(self.state.continuity.recall(command.keys))
+            return Recalled(self.state.continuity.candidates(command.keys))
         if isinstance(command, Remember):
             # state-durability (issue 14.5): a failed state write never costs the answer.
             try:
                 agent = self.ctx.agent.agent.id
-                self.state.continuity.remember(command.key, command.messages, agent=agent)
+                self.state.continuity.remember(
+                    command.key,
+                    command.messages,
+                    agent=agent,
+                    context=command.context,
+                    origin=command.origin,
+                )
             except StateWriteFailed as exc:
                 await self._state_write_failed(exc)
             return Done()

@@ -51,8 +51,15 @@ async def test_a_runner_rewrite_keeps_the_hidden_rounds(pod: MediatedPod, case: 
     assert records[-1]["hidden_rounds_restored"] == 1
 
 
+CONTEXT = {"role": "user", "content": "<system-reminder>repo: /src</system-reminder>"}
+
+
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
-async def test_two_conversations_with_equal_answers_never_mix(pod: MediatedPod, api: str) -> None:
+@pytest.mark.parametrize("shared", [[], [CONTEXT]], ids=["plain", "shared-context-message"])
+async def test_two_conversations_with_equal_answers_never_mix(
+    pod: MediatedPod, api: str, shared: list[dict[str, Any]]
+) -> None:
+    """Also when a runner puts the same context message right before every answer."""
     calls, text = (oa_calls, oa_text) if api == "openai" else (an_calls, an_text)
     model = "gpt-4o" if api == "openai" else "claude-haiku-4-5"
     extra = {} if api == "openai" else {"max_tokens": 64}
@@ -64,12 +71,13 @@ async def test_two_conversations_with_equal_answers_never_mix(pod: MediatedPod, 
             Reply.json(calls((f"call_{name}", "desk_quote", {"symbol": symbol}))),
             Reply.json(text("Done.")),
         )
-        first = [{"role": "user", "content": ask}]
+        first = [{"role": "user", "content": ask}, *shared]
         await send(pod, api, {"model": model, "messages": first} | extra)
     for name, ask in asks.items():
         pod.upstream.enqueue(api, Reply.json(text("ok")))
         messages = [
             {"role": "user", "content": ask},
+            *shared,
             {"role": "assistant", "content": "Done."},
             {"role": "user", "content": "Thanks."},
         ]
