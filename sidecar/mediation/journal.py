@@ -102,7 +102,12 @@ class RequestJournal:
         try:
             await asyncio.to_thread(self._prune_if_due)
             earlier = await asyncio.to_thread(self._load, request)
-        except Exception:
+        except OSError as exc:
+            # An unreadable journal resumes nothing; its writes fail too, and the driver then
+            # sends no destructive call.
+            log.warning("request journal unavailable: %s", exc)
+            earlier = None
+        except BaseException:
             self._release(request)
             raise
         return Attempt(self, request, attempt, earlier)

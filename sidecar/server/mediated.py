@@ -156,7 +156,10 @@ class _Driver:
         if isinstance(command, CallModel):
             return await self._model_turn(command)
         if isinstance(command, ExecuteTools):
-            await self.attempt.before_execution()  # the turns asking for it, durably first
+            try:
+                await self.attempt.before_execution()  # the turns asking for it, durably first
+            except OSError as exc:  # destructive calls then refuse to run (see _run_one)
+                await self._state_write_failed(StateWriteFailed(str(exc)), "journal")
             return await self._keeping_alive(self._execute(command))
         raise TypeError(f"unknown command {type(command).__name__}")
 

@@ -186,3 +186,21 @@ async def test_concurrent_identical_requests_run_one_after_the_other(pod: Mediat
     # The second waited for the first: both later model calls went on from t1's result.
     sent = pod.sent("openai")
     assert [m["messages"][-1].get("tool_call_id") for m in sent] == [None, "t1", "t1"]
+
+
+async def test_a_journal_that_cannot_be_written_runs_no_destructive_call(pod: MediatedPod) -> None:
+    """Without its journal line a retry could send the call again: it is not sent at all; a
+    read-only call still runs, and the answer still comes."""
+    (pod.state_dir / "journal").write_text("not a directory")
+    pod.upstream.enqueue(
+        "openai",
+        Reply.json(oa_calls(("t1", "desk_trade", BUY), ("q1", "desk_quote", {"symbol": "A"}))),
+        Reply.json(oa_text("Could not trade.")),
+    )
+    completion = await pod.openai().chat.completions.create(model="gpt-4o", messages=ASK)
+    assert completion.choices[0].message.content == "Could not trade."
+    assert trades(pod) == []
+    assert [r.path for r in pod.service.requests] == ["/quotes/A"]
+    results = [orjson.loads(m["content"]) for m in pod.sent("openai")[1]["messages"][-2:]]
+    assert results[0]["error"]["code"] == "state_unavailable"
+    assert results[1]["ok"] is True
