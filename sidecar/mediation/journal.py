@@ -6,6 +6,8 @@ runs, its progress is appended to ``<state>/journal/<digest>.jsonl``, each line 
 the sidecar acts on it:
 
 - ``{"turn": body}`` — a model reply that led to tool calls (written before they execute);
+  nothing is written before the first round with a call that is neither read-only nor
+  idempotent (running those again is harmless), so a request that only reads costs no I/O;
 - ``{"sent": key}`` — a call of a tool that is neither read-only nor idempotent, before it is
   sent;
 - ``{"result": key, "outcome": ...}`` — a call answered by its service.
@@ -213,8 +215,12 @@ class Attempt:
         """A new model reply: journaled before any call it asks for executes."""
         self._pending_turns.append(body)
 
-    async def before_execution(self) -> None:
-        """Write the turns that led here (and, on resume, keep the replayed ones)."""
+    async def before_execution(self, side_effects: bool) -> None:
+        """Write the turns that led here. Until a round has a call with side effects nothing
+        is written: read-only and idempotent calls are safe to run again, and a request that
+        only reads never touches the disk."""
+        if not (self._written or side_effects):
+            return
         records: list[dict[str, Any]] = [] if self._written else [{"attempt": self.attempt}]
         if self.earlier is None and not self._written:
             # Whatever an earlier attempt left without running anything starts over.
@@ -239,6 +245,8 @@ class Attempt:
         await asyncio.to_thread(self.journal._append, self.request, [{"sent": key}])
 
     async def answered(self, key: str, outcome: ToolOutcome) -> None:
+        if not self._written:
+            return  # a read-only round before any side effect: see before_execution
         record = {"result": key, "outcome": dataclasses.asdict(outcome)}
         await asyncio.to_thread(self.journal._append, self.request, [record])
 

@@ -157,7 +157,9 @@ class _Driver:
             return await self._model_turn(command)
         if isinstance(command, ExecuteTools):
             try:
-                await self.attempt.before_execution()  # the turns asking for it, durably first
+                # The turns asking for it, durably first.
+                side_effects = any(has_side_effects(e.tool) for e in command.executions)
+                await self.attempt.before_execution(side_effects)
             except OSError as exc:  # destructive calls then refuse to run (see _run_one)
                 await self._state_write_failed(StateWriteFailed(str(exc)), "journal")
             return await self._keeping_alive(self._execute(command))
