@@ -102,8 +102,7 @@ class RequestJournal:
             await asyncio.shield(running)
         self._running[request] = asyncio.get_running_loop().create_future()
         try:
-            await asyncio.to_thread(self._prune_if_due)
-            earlier = await asyncio.to_thread(self._load, request)
+            earlier = await asyncio.to_thread(self._prune_and_load, request)
         except OSError as exc:
             # An unreadable journal resumes nothing; its writes fail too, and the driver then
             # sends no destructive call.
@@ -118,6 +117,10 @@ class RequestJournal:
 
     def path(self, request: str) -> Path:
         return self.directory / (request + SUFFIX)
+
+    def _prune_and_load(self, request: str) -> _Journaled | None:
+        self._prune_if_due()
+        return self._load(request)
 
     def _load(self, request: str) -> _Journaled | None:
         path = self.path(request)
@@ -147,23 +150,13 @@ class RequestJournal:
             return None  # nothing ran: a fresh attempt is the same thing
         return journaled
 
-    def _append(self, request: str, records: list[dict[str, Any]]) -> None:
-        """Append whole lines and fsync them (and the directory, for a new file)."""
-        data = b"".join(orjson.dumps(r) + b"\n" for r in records)
-        path = self.path(request)
-        created = not path.exists()
-        if created:
-            self.directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if created:
-            _fsync_directory(self.directory)
+    def _open(self, request: str, *, fresh: bool) -> int:
+        """The journal's descriptor for appending (a fresh attempt starts a new file)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | (os.O_TRUNC if fresh else 0)
+        fd = os.open(self.path(request), flags, 0o600)
+        _fsync_directory(self.directory)  # the file itself survives a crash
+        return fd
 
     def _prune_if_due(self) -> None:
         """Drop journals older than the window; keep at most ``max_journals`` (the newest)."""
@@ -189,7 +182,12 @@ class RequestJournal:
 
 @dataclass(slots=True)
 class Attempt:
-    """One attempt of a request, as the driver of the mediation loop sees the journal."""
+    """One attempt of a request, as the driver of the mediation loop sees the journal.
+
+    Records are buffered and written with one fsync at the two points where they must be
+    durable: before a call with side effects is sent (the turns that asked for it and its
+    ``sent`` line), and before a journaled result is used (the next model call, the end).
+    A result lost in between leaves its call ``sent`` and unanswered: not sent again."""
 
     journal: RequestJournal
     request: str
@@ -197,7 +195,9 @@ class Attempt:
     earlier: _Journaled | None
     _replayed: int = 0
     _pending_turns: list[dict[str, Any]] = field(default_factory=list)
-    _written: bool = False
+    _buffer: list[bytes] = field(default_factory=list)
+    _fd: int | None = None
+    _started: bool = False
     _ended: bool = False
 
     @property
@@ -212,23 +212,21 @@ class Attempt:
         return self.earlier.turns[self._replayed - 1]
 
     def model_replied(self, body: dict[str, Any]) -> None:
-        """A new model reply: journaled before any call it asks for executes."""
+        """A new model reply: journaled before any call it asks for with side effects."""
         self._pending_turns.append(body)
 
-    async def before_execution(self, side_effects: bool) -> None:
-        """Write the turns that led here. Until a round has a call with side effects nothing
-        is written: read-only and idempotent calls are safe to run again, and a request that
+    def before_execution(self, side_effects: bool) -> None:
+        """Queue the turns that led here. Until a round has a call with side effects nothing
+        is journaled: read-only and idempotent calls are safe to run again, and a request that
         only reads never touches the disk."""
-        if not (self._written or side_effects):
+        if not (self._started or side_effects):
             return
-        records: list[dict[str, Any]] = [] if self._written else [{"attempt": self.attempt}]
-        if self.earlier is None and not self._written:
-            # Whatever an earlier attempt left without running anything starts over.
-            await asyncio.to_thread(self.journal.path(self.request).unlink, missing_ok=True)
-        records += [{"turn": body} for body in self._pending_turns]
+        if not self._started:
+            self._started = True
+            self._queue({"attempt": self.attempt})
+        for body in self._pending_turns:
+            self._queue({"turn": body})
         self._pending_turns.clear()
-        await asyncio.to_thread(self.journal._append, self.request, records)
-        self._written = True
 
     def known_outcome(self, key: str) -> ToolOutcome | None:
         """The journaled outcome of an answered call, or a refusal for a destructive call sent
@@ -242,13 +240,19 @@ class Attempt:
         return None
 
     async def sending(self, key: str) -> None:
-        await asyncio.to_thread(self.journal._append, self.request, [{"sent": key}])
+        """Durably record that this call is about to be sent (raises OSError if it cannot)."""
+        self._queue({"sent": key})
+        await self.flush()
 
-    async def answered(self, key: str, outcome: ToolOutcome) -> None:
-        if not self._written:
-            return  # a read-only round before any side effect: see before_execution
-        record = {"result": key, "outcome": dataclasses.asdict(outcome)}
-        await asyncio.to_thread(self.journal._append, self.request, [record])
+    def answered(self, key: str, outcome: ToolOutcome) -> None:
+        if self._started:  # a read-only round before any side effect: see before_execution
+            self._queue({"result": key, "outcome": dataclasses.asdict(outcome)})
+
+    async def flush(self) -> None:
+        if not self._buffer:
+            return
+        data, self._buffer = b"".join(self._buffer), []
+        await asyncio.to_thread(self._write, data)
 
     async def end(self, *, succeeded: bool) -> None:
         """A successful attempt is never replayed; one that executed nothing has nothing to
@@ -257,10 +261,28 @@ class Attempt:
             return
         self._ended = True
         try:
-            if succeeded or not (self._written or self.earlier is not None):
-                await asyncio.to_thread(self.journal.path(self.request).unlink, missing_ok=True)
+            if succeeded or not (self._started or self.earlier is not None):
+                self._buffer.clear()
+                if self._started or self.earlier is not None:
+                    await asyncio.to_thread(self.journal.path(self.request).unlink, True)
+            else:
+                await self.flush()
         finally:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
             self.journal._release(self.request)
+
+    def _queue(self, record: dict[str, Any]) -> None:
+        self._buffer.append(orjson.dumps(record) + b"\n")
+
+    def _write(self, data: bytes) -> None:
+        if self._fd is None:
+            self._fd = self.journal._open(self.request, fresh=self.earlier is None)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
+        os.fsync(self._fd)
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -156,12 +156,8 @@ class _Driver:
         if isinstance(command, CallModel):
             return await self._model_turn(command)
         if isinstance(command, ExecuteTools):
-            try:
-                # The turns asking for it, durably first.
-                side_effects = any(has_side_effects(e.tool) for e in command.executions)
-                await self.attempt.before_execution(side_effects)
-            except OSError as exc:  # destructive calls then refuse to run (see _run_one)
-                await self._state_write_failed(StateWriteFailed(str(exc)), "journal")
+            # The turns asking for it go with the first call with side effects (_run_one).
+            self.attempt.before_execution(any(has_side_effects(e.tool) for e in command.executions))
             return await self._keeping_alive(self._execute(command))
         raise TypeError(f"unknown command {type(command).__name__}")
 
@@ -182,6 +178,10 @@ class _Driver:
         replayed = self.attempt.replayed_turn()
         if replayed is not None:
             return ModelReplied(replayed)
+        try:
+            await self.attempt.flush()  # the results this call carries, durably first
+        except OSError as exc:
+            await self._state_write_failed(StateWriteFailed(str(exc)), "journal")
         event = await self._keeping_alive(self._call_model(command))
         if isinstance(event, ModelReplied):
             self.attempt.model_replied(event.body)
@@ -270,10 +270,7 @@ class _Driver:
         except Exception:
             log.exception("tool %s failed in the executor", execution.tool.name)
             return refused("execution_failed", "the sidecar could not execute this call")
-        try:
-            await self.attempt.answered(key, outcome)
-        except OSError as exc:
-            await self._state_write_failed(StateWriteFailed(str(exc)), "journal")
+        self.attempt.answered(key, outcome)  # durable before the next model call uses it
         return outcome
 
     async def _end_attempt(self) -> None:

@@ -28,10 +28,10 @@ async def failed_attempt(journal: RequestJournal, request: str, attempt: str) ->
     """An attempt that journaled one turn and one answered destructive call, then failed."""
     running = await journal.begin(request, attempt)
     running.model_replied({"turn": 1})
-    await running.before_execution(side_effects=True)
+    running.before_execution(side_effects=True)
     key = call_key(TRADE, CALL)
     await running.sending(key)
-    await running.answered(key, DONE)
+    running.answered(key, DONE)
     await running.end(succeeded=False)
 
 
@@ -112,12 +112,12 @@ async def test_a_request_that_only_reads_writes_nothing(tmp_path: Path) -> None:
     request = request_digest("a", BODY)
     attempt = await journal.begin(request, "req_1")
     attempt.model_replied({"turn": 1})
-    await attempt.before_execution(side_effects=False)
-    await attempt.answered("read", DONE)
+    attempt.before_execution(side_effects=False)
+    attempt.answered("read", DONE)
     assert not journal.path(request).exists()
     # The first call with side effects writes every turn that led to it.
     attempt.model_replied({"turn": 2})
-    await attempt.before_execution(side_effects=True)
+    attempt.before_execution(side_effects=True)
     await attempt.sending("trade")
     await attempt.end(succeeded=False)
     resumed = await journal.begin(request, "req_2")
