@@ -177,7 +177,8 @@ class _Driver:
         ids); past them, the model is asked."""
         replayed = self.attempt.replayed_turn()
         if replayed is not None:
-            return ModelReplied(replayed)
+            # Its tokens were spent by the earlier attempt, not by this one.
+            return ModelReplied({k: v for k, v in replayed.items() if k != "usage"})
         try:
             await self.attempt.flush()  # the results this call carries, durably first
         except OSError as exc:

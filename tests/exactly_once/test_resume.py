@@ -59,6 +59,8 @@ async def test_a_retry_after_a_provider_failure_resumes_without_running_the_trad
     status, second = await post_openai(pod, body)
     assert status == 200, second
     assert second["choices"][0]["message"]["content"] == "Bought AAPL, sold MSFT."
+    # Usage counts the two model calls this attempt made, not the replayed one.
+    assert second["usage"]["prompt_tokens"] == 20
     # t1 ran once; the retry's first model call was the journaled turn, not a new one.
     assert [t.json()["trade"] for t in trades(pod)] == [BUY, SELL]
     sent = pod.sent("openai")
@@ -204,3 +206,23 @@ async def test_a_journal_that_cannot_be_written_runs_no_destructive_call(pod: Me
     results = [orjson.loads(m["content"]) for m in pod.sent("openai")[1]["messages"][-2:]]
     assert results[0]["error"]["code"] == "state_unavailable"
     assert results[1]["ok"] is True
+
+
+async def test_a_streaming_retry_resumes_too(pod: MediatedPod) -> None:
+    pod.upstream.enqueue(
+        "openai",
+        Reply.json(oa_calls(("t1", "desk_trade", BUY))),
+        Reply.error("openai", 503, "provider trouble"),
+        Reply.json(oa_text("Bought.")),
+    )
+    client = pod.openai()
+    with pytest.raises(openai.APIError):
+        stream = await client.chat.completions.create(model="gpt-4o", messages=ASK, stream=True)
+        async for _ in stream:
+            pass
+    stream = await client.chat.completions.create(model="gpt-4o", messages=ASK, stream=True)
+    text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+    assert text == "Bought."
+    assert len(trades(pod)) == 1
+    records = await pod.wait_for_audit(2)
+    assert records[1]["resumed_from"] == records[0]["id"]
