@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, StringConstraints, field_validator
 
 from clawpod.compiler.descriptor import ENV_NAME
 from clawpod.sidecar.manifest import Provider
@@ -29,6 +29,9 @@ class ProviderSpec(BaseModel):
     models: list[ModelEntry] = Field(
         min_length=1, description="exact model ids (listed by /v1/models) and globs routed here"
     )
+    timeout_ms: Annotated[int, Strict(), Field(gt=0)] = Field(
+        default=600000, alias="timeout-ms", description="bound of one model call, in ms"
+    )
 
     @field_validator("models")
     @classmethod
@@ -43,7 +46,11 @@ class ProviderSpec(BaseModel):
 
     def to_provider(self) -> Provider:
         return Provider(
-            api=self.api, base_url=self.base_url, key_env=self.key_env, models=self.models
+            api=self.api,
+            base_url=self.base_url,
+            key_env=self.key_env,
+            models=self.models,
+            timeout_ms=self.timeout_ms,
         )
 
 

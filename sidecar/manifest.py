@@ -163,6 +163,8 @@ class Provider(_Model):
     base_url: str
     key_env: str
     models: list[str] = Field(description="exact model ids and globs")
+    timeout_ms: int = Field(default=600000, gt=0)
+    """Bound of one model call of a mediated request (contract §8.2); builds without it load."""
 
     @property
     def exact_models(self) -> list[str]:
@@ -231,6 +233,8 @@ class SidecarConfig(_Model):
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, gt=0)
     upstream_timeout_ms: int = Field(default=600000, gt=0)
     governance: Governance | None = None
+    retry_window_ms: int = Field(default=600000, gt=0)
+    """How long a failed mediated request can be resumed by an identical retry (contract §8.2)."""
 
 
 class Digest(_Model):

@@ -13,7 +13,8 @@ from clawpod.sidecar.model.canonical import (
     canonical_arguments,
     canonical_json,
     digest,
-    normalise_text,
+    identifying_text,
+    normalise_id,
 )
 from clawpod.sidecar.model.conversation import (
     CodecError,
@@ -264,11 +265,15 @@ def _content_fingerprint(content: Any) -> str:
     if content is None:
         return ""
     if isinstance(content, str):
-        # The same as one text block: runners echo answers either way.
-        return _block_fingerprint({"type": "text", "text": content})
+        # The same as text blocks: runners echo answers either way.
+        content = [{"type": "text", "text": content}]
     if not isinstance(content, list):
         return canonical_json(content).decode()
-    return "|".join(_block_fingerprint(b) for b in content if _identifies(b))
+    blocks = [b for b in content if _identifies(b)]
+    texts = [b for b in blocks if isinstance(b, dict) and b.get("type") == "text"]
+    text = identifying_text([str(b.get("text", "")) for b in texts])
+    others = [_block_fingerprint(b) for b in blocks if b not in texts]
+    return "|".join([f"t:{text}"] * bool(text) + others)
 
 
 def _identifies(block: Any) -> bool:
@@ -279,13 +284,12 @@ def _block_fingerprint(block: Any) -> str:
     if not isinstance(block, dict):
         return canonical_json(block).decode()
     kind = block.get("type")
-    if kind == "text":
-        return "t:" + normalise_text(str(block.get("text", "")))
     if kind == "tool_use":
-        return f"u:{block.get('id')}:{block.get('name')}:" + canonical_arguments(block.get("input"))
+        call_id = normalise_id(block.get("id"))
+        return f"u:{call_id}:{block.get('name')}:" + canonical_arguments(block.get("input"))
     if kind == "tool_result":
         content = _content_fingerprint(block.get("content"))
-        return f"r:{block.get('tool_use_id')}:{bool(block.get('is_error'))}:{content}"
+        return f"r:{normalise_id(block.get('tool_use_id'))}:{bool(block.get('is_error'))}:{content}"
     return canonical_json({k: v for k, v in block.items() if k != "cache_control"}).decode()
 
 

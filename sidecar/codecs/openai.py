@@ -13,7 +13,8 @@ from clawpod.sidecar.model.canonical import (
     canonical_arguments,
     canonical_json,
     digest,
-    normalise_text,
+    identifying_text,
+    normalise_id,
 )
 from clawpod.sidecar.model.conversation import (
     CodecError,
@@ -92,11 +93,11 @@ class OpenAICodec(OpenAIShapes, Codec):
         for call in message.get("tool_calls") or []:
             function = call.get("function") or {}
             parts.append(
-                f"call:{call.get('id')}:{function.get('name')}:"
+                f"call:{normalise_id(call.get('id'))}:{function.get('name')}:"
                 + canonical_arguments(function.get("arguments"))
             )
         if message.get("tool_call_id"):
-            parts.append(f"result:{message['tool_call_id']}")
+            parts.append(f"result:{normalise_id(message['tool_call_id'])}")
         if message.get("name"):
             parts.append(f"name:{message['name']}")
         return digest(*parts)
@@ -332,14 +333,12 @@ def _content_fingerprint(content: Any) -> str:
     if content is None:
         return ""
     if isinstance(content, str):
-        return normalise_text(content)
+        return identifying_text([content])
     if isinstance(content, list):
-        return "|".join(
-            normalise_text(part.get("text", ""))
-            if isinstance(part, dict) and part.get("type") == "text"
-            else canonical_json(part).decode()
-            for part in content
-        )
+        # A string and the same text as a list of parts are one turn (runners re-serialise).
+        texts = [p for p in content if isinstance(p, dict) and p.get("type") == "text"]
+        others = [canonical_json(p).decode() for p in content if p not in texts]
+        return "|".join([identifying_text([str(p.get("text", "")) for p in texts]), *others])
     return canonical_json(content).decode()
 
 

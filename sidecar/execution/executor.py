@@ -158,6 +158,7 @@ class ToolExecutor:
         *,
         timeout_s: float,
         max_result_bytes: int,
+        idempotency_key: str | None = None,
     ) -> ToolOutcome:
         started = time.perf_counter()
         refusal = self.quarantine.refusal(tool.name)
@@ -169,12 +170,20 @@ class ToolExecutor:
         if tool.execution.transport == "mcp":
             with tracing.tool_span(tool.name):
                 return await self._tasks.run(
-                    self._call_mcp(tool, checked, timeout_s, max_result_bytes, started)
+                    self._call_mcp(
+                        tool, checked, timeout_s, max_result_bytes, started, idempotency_key
+                    )
                 )
         try:
             prepared = self._prepare(tool)
             request = build_request(
-                tool, prepared.path_parts, prepared.base_url, agent_id, checked, self._env
+                tool,
+                prepared.path_parts,
+                prepared.base_url,
+                agent_id,
+                checked,
+                self._env,
+                idempotency_key,
             )
         except RequestProblem as problem:
             return problem.outcome
@@ -199,6 +208,7 @@ class ToolExecutor:
         timeout_s: float,
         max_result_bytes: int,
         started: float,
+        idempotency_key: str | None,
     ) -> ToolOutcome:
         try:
             return await self.mcp.call(
@@ -207,9 +217,8 @@ class ToolExecutor:
                 timeout_s=timeout_s,
                 max_result_bytes=max_result_bytes,
                 started=started,
-                # Hook (§8.2): the idempotency key an HTTP tool sends as `Idempotency-Key`
-                # travels here, as `_meta`, once the executor is given one.
-                idempotency_key=None,
+                # What an HTTP tool sends as `Idempotency-Key` travels here as `_meta`.
+                idempotency_key=idempotency_key,
             )
         except RequestProblem as problem:
             return problem.outcome

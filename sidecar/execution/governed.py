@@ -83,6 +83,7 @@ class GovernedExecutor:
         *,
         timeout_s: float,
         max_result_bytes: int,
+        idempotency_key: str | None = None,
     ) -> ToolOutcome:
         if id(tool) not in self._granted.get(agent_id, ()):
             return refused("policy_denied", f"{tool.presented} is not granted to this agent")
@@ -107,7 +108,12 @@ class GovernedExecutor:
             if refusal is not None:
                 return refusal
         return await self.executor.execute(
-            agent_id, tool, checked, timeout_s=timeout_s, max_result_bytes=max_result_bytes
+            agent_id,
+            tool,
+            checked,
+            timeout_s=timeout_s,
+            max_result_bytes=max_result_bytes,
+            idempotency_key=idempotency_key,
         )
 
     # -- approvals --------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import orjson
 
 from clawpod.sidecar.execution.arguments import invalid_arguments
 from clawpod.sidecar.manifest import ManagedTool
+from clawpod.sidecar.model.canonical import canonical_json, digest
 from clawpod.sidecar.model.outcome import ToolOutcome, error_envelope
 
 CLAW_ID = "claw_id"
@@ -42,6 +43,7 @@ def build_request(
     agent_id: str,
     arguments: dict[str, Any],
     env: Mapping[str, str],
+    idempotency_key: str | None = None,
 ) -> ServiceRequest:
     """The HTTP request for a validated call; raises :class:`RequestProblem` if it cannot be
     built (a path parameter missing or unusable, a credential not configured). ``path_parts``
@@ -60,6 +62,8 @@ def build_request(
         payload = {execution.body_key: remaining} if execution.body_key else remaining
         body = orjson.dumps(payload)
         headers["Content-Type"] = "application/json"
+    if idempotency_key is not None:
+        headers["Idempotency-Key"] = idempotency_key
     credential = credential_header(tool, env)
     secrets: tuple[bytes, ...] = ()
     if credential is not None:
@@ -70,6 +74,15 @@ def build_request(
         if tool.execution.auth.type == "basic":
             secrets += (credential[1].removeprefix("Basic ").encode(),)
     return ServiceRequest(tool, execution.method, url, headers, body, secrets)
+
+
+def idempotency_key(
+    pod: str, agent_id: str, tool: ManagedTool, call_id: str, arguments: dict[str, Any]
+) -> str:
+    """The ``Idempotency-Key`` of one logical call (IETF httpapi draft: a structured-field
+    string): the same on every resumed attempt, different for every other call."""
+    key = digest(pod, agent_id, tool.name, call_id, canonical_json(arguments).decode())
+    return f'"{key}"'
 
 
 def credential_header(tool: ManagedTool, env: Mapping[str, str]) -> tuple[str, str] | None:

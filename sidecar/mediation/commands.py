@@ -6,7 +6,7 @@ matching event back in. ``Respond`` and ``Fail`` end the exchange.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from clawpod.sidecar.manifest import ManagedTool
@@ -60,6 +60,11 @@ class Remember:
 
     key: str
     messages: list[dict[str, Any]]
+    context: list[str] = field(default_factory=list)
+    """Fingerprints of the last turns before the answer: what tells apart two conversations
+    whose answers are equal."""
+    origin: str = ""
+    """The same for every key of one answer, so its rounds go back once."""
 
 
 @dataclass(slots=True)
@@ -84,8 +89,15 @@ Command = BeginStream | Recall | CallModel | ExecuteTools | Remember | Respond |
 
 
 @dataclass(slots=True)
+class Remembered:
+    messages: list[dict[str, Any]]
+    context: list[str]
+    origin: str
+
+
+@dataclass(slots=True)
 class Recalled:
-    found: dict[str, list[dict[str, Any]]]
+    found: dict[str, Remembered]
 
 
 @dataclass(slots=True)

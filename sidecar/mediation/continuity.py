@@ -38,6 +38,8 @@ from typing import Any
 
 import orjson
 
+from clawpod.sidecar.mediation.commands import Remembered
+
 log = logging.getLogger("sidecar.continuity")
 
 LOG_NAME = "rounds.jsonl"
@@ -108,32 +110,47 @@ class ContinuityStore:
     # --- the API ----------------------------------------------------------------------------
 
     def recall(self, keys: list[str]) -> dict[str, list[dict[str, Any]]]:
+        return {key: found.messages for key, found in self.candidates(keys).items()}
+
+    def candidates(self, keys: list[str]) -> dict[str, Remembered]:
+        """What is stored under each of ``keys`` that has an entry, with its context."""
         try:
             agents = self._open()
         except OSError as exc:
             log.warning("continuity store unavailable, no rounds restored: %s", exc)
             return {}
         self._poll_compaction()
-        found: dict[str, list[dict[str, Any]]] = {}
+        found: dict[str, Remembered] = {}
         for key in keys:
             agent = self._owner.get(key)
             if agent is None:
                 continue
             entries = agents[agent].index
-            messages = self._read(key, *entries[key])
-            if messages is not None:
-                found[key] = messages
+            entry = self._read(key, *entries[key])
+            if entry is not None:
+                found[key] = entry
                 entries.move_to_end(key)
         return found
 
-    def remember(self, key: str, messages: list[dict[str, Any]], *, agent: str) -> None:
-        """Store ``messages`` under ``key`` for ``agent``; raises :class:`StateWriteFailed`."""
+    def remember(
+        self,
+        key: str,
+        messages: list[dict[str, Any]],
+        *,
+        agent: str,
+        context: list[str] | None = None,
+        origin: str | None = None,
+    ) -> None:
+        """Store ``messages`` under ``key`` for ``agent``; raises :class:`StateWriteFailed`.
+        ``context`` and ``origin`` are kept with them (see :class:`Remembered`)."""
         try:
             self._open()
         except OSError as exc:
             raise StateWriteFailed(f"continuity store unavailable: {exc.strerror or exc}") from exc
         self._poll_compaction()
-        line = orjson.dumps({"key": key, "agent": agent, "messages": messages}) + b"\n"
+        entry = {"key": key, "agent": agent, "messages": messages}
+        entry |= {"context": context or [], "origin": origin or key}
+        line = orjson.dumps(entry) + b"\n"
         offset = self._append(line)  # raises before the index changes
         self._index(agent, key, (offset, len(line)))
         self._evict(agent)
@@ -227,13 +244,14 @@ class ContinuityStore:
         self._torn = self._torn if size == start else True
         self._size = size
 
-    def _read(self, key: str, offset: int, length: int) -> list[dict[str, Any]] | None:
+    def _read(self, key: str, offset: int, length: int) -> Remembered | None:
         assert self._fd is not None
         try:
             entry = orjson.loads(os.pread(self._fd, length, offset))
             if entry["key"] != key:
                 raise ValueError("index points at another entry")
-            return entry["messages"]
+            # Entries of older builds have no context: they match on their key alone.
+            return Remembered(entry["messages"], entry.get("context", []), entry.get("origin", key))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("continuity entry %s unreadable: %s", key, exc)
             return None

@@ -30,6 +30,7 @@ from clawpod.sidecar.mediation.commands import (
     Recall,
     Recalled,
     Remember,
+    Remembered,
     Respond,
     ToolsDone,
 )
@@ -56,6 +57,13 @@ NOT_EXECUTED = (
     "not executed: this response mixed sidecar tools and your own tools; "
     "re-issue sidecar tools and your own tools in separate turns"
 )
+# Turns runners rewrite between requests (Claude Code's git status): never part of a key.
+SYSTEM_ROLES = frozenset({"system", "developer"})
+# An answer is remembered with each of this many turns before it (a runner may move the
+# context message that came last to the end: the turn before it then comes nearest).
+REMEMBERED = 2
+# Turns before an answer kept to tell conversations with equal answers apart.
+CONTEXT = 6
 BUDGET_EXHAUSTED = (
     "not executed: the tool budget of this request is spent; answer with what you have"
 )
@@ -124,6 +132,8 @@ class MediationEngine:
         self.rounds: list[list[AnsweredCall]] = []
         """Every round answered, in order, for the driver's audit and metrics."""
         self.executed_rounds = 0
+        self.restored_rounds = 0
+        """Hidden rounds of earlier turns put back into this request (for the audit)."""
         self._seen: dict[tuple[str, bytes], tuple[str, ToolOutcome]] = {}
 
     def _parse(self) -> Fail | None:
@@ -143,7 +153,6 @@ class MediationEngine:
         self.specs = [ToolSpec(n, t.description, t.input_schema) for n, t in self.tools.items()]
         self._request_name = {t.name: n for n, t in self.tools.items()}
         self._request_name |= {t.presented: n for n, t in self.tools.items()}
-        self._prefix_hashes = self._hash_prefixes()
         return None
 
     # --- the loop ---------------------------------------------------------------------------
@@ -200,7 +209,7 @@ class MediationEngine:
                 self._trace_round(turn.calls, outcomes)
                 yield Fail(502, "mixed_executor_response", self._mixed_message(turn.calls))
                 return
-            if self.executed_rounds >= self.policy.max_rounds or self._nearly_out_of_time():
+            if self._nearly_out_of_time():
                 # Budget spent: answer the pending calls, withdraw tools, one final call.
                 transcript += self._answer(turn, [self._budget_outcome()] * len(turn.calls))
                 finalizing = True
@@ -211,26 +220,32 @@ class MediationEngine:
                 return
             transcript += self._answer(turn, outcomes)
             choice = _relaxed(choice)
+            # The last round allowed has run: the next call is the final one, without tools.
+            finalizing = self.executed_rounds >= self.policy.max_rounds
 
     # --- steps ------------------------------------------------------------------------------
 
     def _restore_hidden_rounds(self) -> Generator[Command, Event, list[dict[str, Any]]]:
-        """Put back the hidden rounds of earlier turns before the answers they led to."""
+        """Put back the hidden rounds of earlier turns before the answers they led to (§8.3)."""
         messages = self.conversation.messages
-        keys = {
-            index: self._prefix_hashes[index + 1]
-            for index, role in enumerate(self.conversation.roles)
-            if role == "assistant"
-        }
-        if not keys:
+        lookups = self._answer_lookups()
+        if not lookups:
             return list(messages)
-        event = yield Recall(list(keys.values()))
+        keys = [key for _, candidates in lookups.values() for key in candidates]
+        event = yield Recall(list(dict.fromkeys(keys)))
         found = event.found if isinstance(event, Recalled) else {}
         if not found:
             return list(messages)
         history: list[dict[str, Any]] = []
+        used: set[str] = set()
         for index, message in enumerate(messages):
-            history.extend(found.get(keys.get(index, ""), ()))
+            if index in lookups:
+                context, candidates = lookups[index]
+                best = _best_match(context, [found[k] for k in candidates if k in found])
+                if best is not None and best.origin not in used:  # an answer's rounds go once
+                    used.add(best.origin)
+                    history.extend(best.messages)
+                    self.restored_rounds += _rounds_in(best.messages)
             history.append(message)
         return history
 
@@ -323,7 +338,10 @@ class MediationEngine:
         body = self.codec.render_response(self.conversation, turn, self.usage.fields)
         if transcript:
             answer = self.codec.echo_fingerprint(self.conversation, body)
-            yield Remember(digest(self._prefix_hashes[-1], answer), transcript)
+            context = self._turns()[-CONTEXT:]
+            keys = [self._key(answer, before) for before in dict.fromkeys(context[-REMEMBERED:])]
+            for key in keys:
+                yield Remember(key, transcript, context, origin=keys[0])
         frames = (
             self.codec.render_stream(self.conversation, body) if self.conversation.stream else None
         )
@@ -395,14 +413,69 @@ class MediationEngine:
             ]
         )
 
-    def _hash_prefixes(self) -> list[str]:
-        """Rolling hashes: entry i covers the agent, the API, the system prompt and the first
-        i messages. Scoping by agent keeps agents from ever seeing each other's rounds."""
-        conversation = self.conversation
-        hashes = [digest(self.agent_id, self.codec.api, conversation.seed)]
-        for fingerprint in conversation.fingerprints:
-            hashes.append(digest(hashes[-1], fingerprint))
-        return hashes
+    # --- continuity keys (§8.3) ---------------------------------------------------------------
+    # Hidden rounds are found by the turn they led to and the turn just before it, not by the
+    # bytes of everything before: runners rewrite system prompts, move context messages, drop
+    # old turns. The codecs' fingerprints already ignore ids' punctuation, re-serialised
+    # content and placeholder text. The agent is in every key: agents never see each other's.
+
+    def _key(self, answer: str, before: str) -> str:
+        return digest(self.agent_id, self.codec.api, answer, before)
+
+    def _answer_lookups(self) -> dict[int, tuple[list[str], list[str]]]:
+        """Position of every assistant turn -> the turns before it (system prompts aside) and
+        the keys its rounds may be stored under."""
+        lookups: dict[int, tuple[list[str], list[str]]] = {}
+        before: list[str] = []
+        for index, (fingerprint, role) in enumerate(
+            zip(self.conversation.fingerprints, self.conversation.roles, strict=True)
+        ):
+            if role == "assistant" and before:
+                context = before[-CONTEXT:]
+                keys = [self._key(fingerprint, b) for b in dict.fromkeys(context[-REMEMBERED:])]
+                lookups[index] = (context, keys)
+            if role not in SYSTEM_ROLES:
+                before.append(fingerprint)
+        return lookups
+
+    def _turns(self) -> list[str]:
+        """Fingerprints of the request's turns, system prompts aside."""
+        return [
+            fingerprint
+            for fingerprint, role in zip(
+                self.conversation.fingerprints, self.conversation.roles, strict=True
+            )
+            if role not in SYSTEM_ROLES
+        ]
+
+
+def _best_match(context: list[str], candidates: list[Remembered]) -> Remembered | None:
+    """The stored rounds whose turns before the answer are most like this request's: the turn
+    right before the answer must be among them (two conversations with equal answers differ
+    there), and every stored turn missing here counts against (an equal answer later in the
+    same conversation has more of them)."""
+    nearest = context[-1]
+    best: tuple[int, Remembered] | None = None
+    here = set(context)
+    for candidate in candidates:
+        stored = set(candidate.context)
+        if stored and nearest not in stored:
+            continue
+        score = len(stored & here) - len(stored - here)
+        if best is None or score > best[0]:
+            best = (score, candidate)
+    return best[1] if best is not None else None
+
+
+def _rounds_in(messages: list[dict[str, Any]]) -> int:
+    """Hidden rounds in a stored transcript: its assistant turns (Responses items carry no role:
+    each function call item counts)."""
+    return sum(
+        1
+        for m in messages
+        if m.get("role") == "assistant"
+        or (m.get("role") is None and m.get("type") == "function_call")
+    )
 
 
 def _relaxed(choice: ToolChoice) -> ToolChoice:

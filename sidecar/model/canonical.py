@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any
 
 import orjson
@@ -31,6 +32,24 @@ def canonical_arguments(arguments: str | dict[str, Any] | None) -> str:
 
 def normalise_text(text: str) -> str:
     return " ".join(text.split())
+
+
+_NOT_ALPHANUMERIC = re.compile(r"[^0-9A-Za-z]")
+# Text a proxy puts into a turn it found empty (litellm: "[System: Empty message content
+# sanitised to satisfy protocol]"): not part of what the model said.
+_PLACEHOLDER = re.compile(r"^\[System: [^\]]*\]$")
+
+
+def normalise_id(value: object) -> str:
+    """A tool-call id as runners may rewrite it: punctuation stripped (OpenClaw turns
+    ``call_stub0001_0`` into ``callstub00010``)."""
+    return _NOT_ALPHANUMERIC.sub("", str(value or ""))
+
+
+def identifying_text(texts: list[str]) -> str:
+    """The text of a turn however it is split into parts, whitespace and placeholders aside."""
+    kept = (normalise_text(t) for t in texts if not _PLACEHOLDER.match(t.strip()))
+    return " ".join(t for t in kept if t)
 
 
 def digest(*parts: str) -> str:

@@ -24,6 +24,7 @@ async def record_request(
     error_code: str | None = None,
     usage: dict[str, int] | None = None,
     tool_trace: list[dict[str, Any]] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> None:
     """Account for a finished /v1 request (pass-through, mediated or refused before routing).
     Call it exactly once, after the response has been sent, so the audit write does not delay
@@ -64,6 +65,7 @@ async def record_request(
         tool_trace=tool_trace,
         trace_id=tracing.current_trace_id(),
     )
+    entry |= extra or {}
     try:
         await ctx.state.audit.append(agent_id, entry)
     except Exception:

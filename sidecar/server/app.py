@@ -19,6 +19,7 @@ from clawpod.sidecar.execution.governed import GovernedExecutor
 from clawpod.sidecar.manifest import Build
 from clawpod.sidecar.mcp.endpoint import McpEndpoint
 from clawpod.sidecar.mediation.continuity import ContinuityStore
+from clawpod.sidecar.mediation.journal import RequestJournal
 from clawpod.sidecar.observability.metrics import Metrics
 from clawpod.sidecar.server.auth import TokenVerifier
 from clawpod.sidecar.server.context import STATE_KEY, SidecarState
@@ -74,6 +75,7 @@ def create_app(
         drift=DriftChecker(
             build.agents, executor.mcp, executor.quarantine, audit, metrics, state_dir
         ),
+        journal=RequestJournal(state_dir, window_ms=config.retry_window_ms),
     )
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[protocol_errors])
     app[STATE_KEY] = state

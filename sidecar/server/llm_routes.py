@@ -130,7 +130,7 @@ async def _llm_request(exchange: Exchange, state: SidecarState, route: LlmRoute)
         except ApiError as err:
             requested = body.get("model")
             ctx.model = requested if isinstance(requested, str) else None
-            await reply_error(exchange, codec, err)
+            await reply_error(exchange, codec, err, final=True)  # the body or its routing
             await record_request(ctx, http_status=err.status, error_code=err.code)
             return
         if not within_budget(ctx):

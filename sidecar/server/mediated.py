@@ -18,6 +18,7 @@ import orjson
 from clawpod.sidecar.audit.records import usage_record
 from clawpod.sidecar.audit.trace import trace_call
 from clawpod.sidecar.codecs.base import Codec
+from clawpod.sidecar.execution.request import idempotency_key
 from clawpod.sidecar.mediation.commands import (
     BeginStream,
     CallModel,
@@ -37,11 +38,12 @@ from clawpod.sidecar.mediation.commands import (
 )
 from clawpod.sidecar.mediation.continuity import StateWriteFailed
 from clawpod.sidecar.mediation.engine import MediationEngine
+from clawpod.sidecar.mediation.journal import Attempt, call_key, has_side_effects, request_digest
 from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.server.accounting import record_request
-from clawpod.sidecar.server.errors import JSON_HEADERS
+from clawpod.sidecar.server.errors import FINAL_HEADERS, JSON_HEADERS
 from clawpod.sidecar.server.exchange import Exchange
 from clawpod.sidecar.server.upstream import UpstreamError
 from clawpod.sidecar.transport.keepalive import with_keepalives
@@ -57,6 +59,10 @@ log = logging.getLogger("sidecar.mediation")
 RUNNER_TOOL_LABEL = "(runner)"
 # Status recorded when the client left before the answer (nginx's convention).
 CLIENT_CLOSED = 499
+# Failures the sidecar decides itself: the same request fails the same way (SPEC 7.2).
+SIDECAR_DECIDED = frozenset(
+    {"mixed_executor_response", "tool_budget_exhausted", "invalid_request", "timeout"}
+)
 SSE_HEADERS = {
     "Content-Type": "text/event-stream; charset=utf-8",
     "Cache-Control": "no-cache",
@@ -71,16 +77,31 @@ async def handle_mediated(exchange: Exchange, ctx: RequestContext, body: dict[st
         state.executor.quarantine.offered(ctx.agent),  # tools whose definition drifted: not offered
         body,
         validate=state.executor.check_arguments,
-        model_timeout_s=state.config.upstream_timeout_ms / 1000,
+        model_timeout_s=_model_timeout_ms(ctx) / 1000,
     )
+    # An identical request still running waits here; a failed one is resumed (SPEC 8.2).
+    attempt = await state.journal.begin(request_digest(ctx.agent.agent.id, body), ctx.request_id)
     # Its own task: a cancelled handler must not cut a loop (and its audit) short.
-    await state.tasks.run(_Driver(exchange, ctx, ctx.codec, engine).run())
+    await state.tasks.run(_Driver(exchange, ctx, ctx.codec, engine, attempt).run())
+
+
+def _model_timeout_ms(ctx: RequestContext) -> int:
+    """Each model call: its provider's timeout-ms, within the sidecar's upstream bound."""
+    assert ctx.provider_name is not None
+    provider = ctx.state.config.providers[ctx.provider_name]
+    return min(provider.timeout_ms, ctx.state.config.upstream_timeout_ms)
 
 
 class _Driver:
     def __init__(
-        self, exchange: Exchange, ctx: RequestContext, codec: Codec, engine: MediationEngine
+        self,
+        exchange: Exchange,
+        ctx: RequestContext,
+        codec: Codec,
+        engine: MediationEngine,
+        attempt: Attempt,
     ) -> None:
+        self.attempt = attempt
         self.exchange = exchange
         self.ctx = ctx
         self.codec = codec
@@ -107,6 +128,7 @@ class _Driver:
             await self._reply(Fail(500, "internal_error", "the sidecar failed on this request"))
         finally:
             steps.close()
+        await self._end_attempt()
         await self._account()
 
     # --- commands ---------------------------------------------------------------------------
@@ -117,31 +139,55 @@ class _Driver:
             await self._guard(self.exchange.start_stream(200, SSE_HEADERS))
             return Done()
         if isinstance(command, Recall):
-            return Recalled(self.state.continuity.recall(command.keys))
+            return Recalled(self.state.continuity.candidates(command.keys))
         if isinstance(command, Remember):
             # state-durability (issue 14.5): a failed state write never costs the answer.
             try:
                 agent = self.ctx.agent.agent.id
-                self.state.continuity.remember(command.key, command.messages, agent=agent)
+                self.state.continuity.remember(
+                    command.key,
+                    command.messages,
+                    agent=agent,
+                    context=command.context,
+                    origin=command.origin,
+                )
             except StateWriteFailed as exc:
                 await self._state_write_failed(exc)
             return Done()
         if isinstance(command, CallModel):
-            return await self._keeping_alive(self._call_model(command))
+            return await self._model_turn(command)
         if isinstance(command, ExecuteTools):
+            # The turns asking for it go with the first call with side effects (_run_one).
+            self.attempt.before_execution(any(has_side_effects(e.tool) for e in command.executions))
             return await self._keeping_alive(self._execute(command))
         raise TypeError(f"unknown command {type(command).__name__}")
 
-    async def _state_write_failed(self, exc: StateWriteFailed) -> None:
+    async def _state_write_failed(self, exc: StateWriteFailed, store: str = "continuity") -> None:
         """Logged, counted and audited; the finished answer still goes out."""
         agent = self.ctx.agent.agent.id
         log.warning("request %s: %s", self.ctx.request_id, exc)
-        self.state.metrics.state_write_failures.labels(store="continuity").inc()
+        self.state.metrics.state_write_failures.labels(store=store).inc()
         record = {"event": "state_write_failed", "request": self.ctx.request_id, "error": str(exc)}
         try:
-            await self.state.audit.append(agent, {**record, "store": "continuity"})
+            await self.state.audit.append(agent, {**record, "store": store})
         except Exception:
             log.exception("audit of a failed state write of %s failed", self.ctx.request_id)
+
+    async def _model_turn(self, command: CallModel) -> Event:
+        """A resumed attempt replays the turns its earlier attempt journaled (same calls, same
+        ids); past them, the model is asked."""
+        replayed = self.attempt.replayed_turn()
+        if replayed is not None:
+            # Its tokens were spent by the earlier attempt, not by this one.
+            return ModelReplied({k: v for k, v in replayed.items() if k != "usage"})
+        try:
+            await self.attempt.flush()  # the results this call carries, durably first
+        except OSError as exc:
+            await self._state_write_failed(StateWriteFailed(str(exc)), "journal")
+        event = await self._keeping_alive(self._call_model(command))
+        if isinstance(event, ModelReplied):
+            self.attempt.model_replied(event.body)
+        return event
 
     async def _call_model(self, command: CallModel) -> Event:
         with tracing.model_span(self.codec.api, self.ctx.model) as span:
@@ -201,21 +247,50 @@ class _Driver:
     async def _run_one(
         self, command: ExecuteTools, execution: PlannedExecution, deadline: float
     ) -> ToolOutcome:
+        key = call_key(execution.tool, execution.call)
+        known = self.attempt.known_outcome(key)
+        if known is not None:  # answered (or sent) by the attempt this one resumes
+            return known
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return refused("timeout", "the request's total time budget ran out before this call")
+        agent = self.ctx.agent.agent.id
+        side_effects = has_side_effects(execution.tool)
+        if side_effects:
+            try:
+                await self.attempt.sending(key)
+            except OSError as exc:
+                # Without the record a retry could send it again: it is not sent at all.
+                await self._state_write_failed(StateWriteFailed(str(exc)), "journal")
+                return refused("state_unavailable", "the sidecar could not journal this call")
         try:
             outcome = await self.state.governed.execute(
-                self.ctx.agent.agent.id,
+                agent,
                 execution.tool,
                 execution.arguments,
                 timeout_s=min(command.timeout_s, remaining),
                 max_result_bytes=command.max_result_bytes,
+                idempotency_key=idempotency_key(
+                    self.state.config.pod,
+                    agent,
+                    execution.tool,
+                    execution.call.id,
+                    execution.arguments,
+                )
+                if side_effects
+                else None,
             )
         except Exception:
             log.exception("tool %s failed in the executor", execution.tool.name)
             return refused("execution_failed", "the sidecar could not execute this call")
+        self.attempt.answered(key, outcome)  # durable before the next model call uses it
         return outcome
+
+    async def _end_attempt(self) -> None:
+        try:
+            await self.attempt.end(succeeded=self.error_code is None)
+        except OSError as exc:
+            await self._state_write_failed(StateWriteFailed(str(exc)), "journal")
 
     async def _keeping_alive(self, work: Awaitable[Event]) -> Event:
         """Await ``work``; a streaming client gets an SSE comment every few seconds meanwhile."""
@@ -234,7 +309,9 @@ class _Driver:
                 await self._write(self.codec.stream_failure(self.engine.conversation, err))
             else:
                 status, body = command.status, self.codec.error_json(err)
-                if command.retry_after:
+                if command.code in SIDECAR_DECIDED or self._side_effect_happened():
+                    headers = FINAL_HEADERS
+                elif command.retry_after:
                     headers = {**JSON_HEADERS, "Retry-After": command.retry_after}
         elif self.streaming:
             await self._write(b"".join(command.frames or ()))
@@ -249,6 +326,16 @@ class _Driver:
         if self.client_gone and self.error_code is None:
             # The answer was ready but nobody was there to receive it.
             self.http_status, self.error_code = CLIENT_CLOSED, "client_disconnected"
+
+    def _side_effect_happened(self) -> bool:
+        """A tool that is neither read-only nor idempotent ran in this request (SPEC 8.2)."""
+        return any(
+            answered.outcome.executed
+            and answered.tool is not None
+            and not (answered.tool.read_only or answered.tool.idempotent)
+            for calls in self.engine.rounds
+            for answered in calls
+        )
 
     async def _write(self, data: bytes) -> None:
         if self.streaming and not self.client_gone:
@@ -292,9 +379,16 @@ class _Driver:
                 error_code=self.error_code,
                 usage=usage,
                 tool_trace=_tool_trace(engine),
+                extra=self._resume_record(),
             )
         except Exception:
             log.exception("audit of mediated request %s failed", self.ctx.request_id)
+
+    def _resume_record(self) -> dict[str, Any]:
+        record: dict[str, Any] = {"hidden_rounds_restored": self.engine.restored_rounds}
+        if self.attempt.resumed_from:
+            record["resumed_from"] = self.attempt.resumed_from
+        return record
 
 
 def _tool_trace(engine: MediationEngine) -> list[dict[str, Any]]:

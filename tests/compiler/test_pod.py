@@ -35,6 +35,8 @@ def test_pod_level_settings(pod_dir: PodDir) -> None:
       providers:
         local:
           {api: openai, base-url: "http://llm:8000/v1", key-env: LOCAL_KEY, models: ["llama-*"]}
+        slow:
+          {api: anthropic, base-url: "http://big", key-env: K, models: [x], timeout-ms: 900000}
     services:
       bot:
         image: example/agent
@@ -46,8 +48,10 @@ def test_pod_level_settings(pod_dir: PodDir) -> None:
     pod = pod_dir.compile(text)
     assert pod.name == "desk"
     assert pod.claw.on_mixed == "retry"
-    assert list(pod.providers) == ["local"]
+    assert list(pod.providers) == ["local", "slow"]
     assert pod.providers["local"].key_env == "LOCAL_KEY"
+    assert pod.providers["local"].timeout_ms == 600000  # the default
+    assert pod.providers["slow"].timeout_ms == 900000
     assert [(a.id, a.mode) for a in pod.agents] == [("bot", "native"), ("other-bot", "mediated")]
 
 
@@ -145,6 +149,12 @@ def test_pod_policy_defaults_are_validated_too(pod_dir: PodDir) -> None:
             "providers: {p: {api: gemini, base-url: 'https://x', key-env: K, models: ['*']}}",
             "/x-claw/providers/p/api",
             "match pattern",
+        ),
+        (
+            "providers: {p: {api: openai, base-url: 'https://x', key-env: K, models: ['*'], "
+            "timeout-ms: 0}}",
+            "/x-claw/providers/p/timeout-ms",
+            "greater than 0",
         ),
         (
             "providers: {p: {api: openai, base-url: 'ftp://x', key-env: K, models: ['*']}}",

@@ -176,10 +176,16 @@ def drive(
         if isinstance(command, BeginStream):
             event = Done()
         elif isinstance(command, Recall):
-            event = Recalled(store.recall(command.keys) if store is not None else {})
+            event = Recalled(store.candidates(command.keys) if store is not None else {})
         elif isinstance(command, Remember):
             if store is not None:
-                store.remember(command.key, command.messages, agent=engine.agent_id)
+                store.remember(
+                    command.key,
+                    command.messages,
+                    agent=engine.agent_id,
+                    context=command.context,
+                    origin=command.origin,
+                )
             event = Done()
         elif isinstance(command, CallModel):
             assert pending, "the engine called the model more often than scripted"

@@ -11,21 +11,22 @@ from tests.support.upstream import Reply
 ASK = [{"role": "user", "content": "What is AAPL at?"}]
 
 
-async def test_the_withdrawn_budget_round_is_not_a_round(make_pod: PodFactory) -> None:
+async def test_rounds_count_only_rounds_that_ran_tools(make_pod: PodFactory) -> None:
+    # With max_rounds 1 the second model call already has tools withdrawn (contract §4.2.11):
+    # the final call is a model call, not a round.
     pod = await make_pod(policy=ToolPolicy(max_rounds=1))
     pod.upstream.enqueue(
         "anthropic",
         Reply.json(an_calls(("toolu_1", "desk_quote", {"symbol": "AAPL"}))),
-        Reply.json(an_calls(("toolu_2", "desk_quote", {"symbol": "MSFT"}))),
         Reply.json(an_text("AAPL is at 1.")),
     )
     client = pod.anthropic()
     await client.messages.create(model="claude-sonnet-4-6", max_tokens=64, messages=ASK)
     assert [r.path for r in pod.service.requests] == ["/quotes/AAPL"]
+    assert pod.sent("anthropic")[1]["tool_choice"] == {"type": "none"}
     (record,) = await pod.wait_for_audit(1)
     assert record["usage"]["rounds"] == 1
-    # The refused calls are still traced: the trace is what the model was told.
-    assert len(record["tool_trace"]) == 2
+    assert len(record["tool_trace"]) == 1
 
 
 async def test_cached_input_is_summed_over_hidden_calls(make_pod: PodFactory) -> None:

@@ -165,7 +165,9 @@ def test_a_legacy_function_call_answer_is_recognised(tmp_path: Path) -> None:
     assert "c1" in hidden_ids("openai", back.upstream_bodies[0]["messages"])
 
 
-def test_a_different_system_prompt_is_a_different_conversation(tmp_path: Path) -> None:
+def test_a_changed_system_prompt_is_the_same_conversation(tmp_path: Path) -> None:
+    """SPEC 8.3 (superseding the wave-1 rule): runners rewrite system prompts between turns
+    (Claude Code's git status); the turn the rounds led to identifies them."""
     store = ContinuityStore(tmp_path)
     body = request("anthropic", "AAPL", system="You are terse.")
     run = drive(
@@ -174,7 +176,7 @@ def test_a_different_system_prompt_is_a_different_conversation(tmp_path: Path) -
         store=store,
     )
     history = [*body["messages"], echo("anthropic", run.response.body)]
-    for system, expected in (("You are terse.", ["c1"]), ("You are chatty.", [])):
+    for system, expected in (("You are terse.", ["c1"]), ("You are chatty.", ["c1"])):
         again = request("anthropic", system=system)
         again["messages"] = [*history, {"role": "user", "content": "more"}]
         back = drive(engine_for("anthropic", again), [text("anthropic", "ok")], store=store)

@@ -394,15 +394,19 @@ def test_identical_idempotent_calls_reuse_the_result() -> None:
 def test_after_max_rounds_tools_are_withdrawn_for_one_final_call(api: str) -> None:
     lookups = [calls(api, (f"c{i}", "desk_lookup", {"symbol": f"S{i}"})) for i in range(3)]
     engine = engine_for(api, request(api), agent(max_rounds=2))
-    run = drive(engine, [*lookups, text(api, "final")])
+    run = drive(engine, [*lookups[:2], text(api, "final")])
     assert len(run.executions) == 2
+    # The call right after the last allowed round already has tools withdrawn: no model call
+    # is spent on calls that would only be refused.
+    assert len(run.upstream_bodies) == 3
     final = run.upstream_bodies[-1]
     assert final["tool_choice"] in ("none", {"type": "none"})
-    assert [r["error"]["code"] for r in results_of(api, final)] == ["budget_exhausted"]
+    assert [r["ok"] for r in results_of(api, final)] == [True]
     assert run.response.body["usage"]
-    # Still calling tools on the final call: 502 tool_budget_exhausted.
-    stubborn = drive(engine_for(api, request(api), agent(max_rounds=2)), [*lookups, lookups[0]])
+    # Still calling tools on the final call: 502 tool_budget_exhausted, nothing more runs.
+    stubborn = drive(engine_for(api, request(api), agent(max_rounds=2)), lookups)
     assert (stubborn.failure.status, stubborn.failure.code) == (502, "tool_budget_exhausted")
+    assert len(stubborn.executions) == 2
 
 
 @pytest.mark.parametrize("api", APIS)
