@@ -123,6 +123,8 @@ class MediationEngine:
         self.usage = Usage(input_key=codec.input_key, output_key=codec.output_key)
         self.rounds: list[list[AnsweredCall]] = []
         """Every round answered, in order, for the driver's audit and metrics."""
+        self.shown_turns: list[ModelTurn] = []
+        """Turns before the answer: a streaming client saw their text (§8.1)."""
         self.executed_rounds = 0
         self._seen: dict[tuple[str, bytes], tuple[str, ToolOutcome]] = {}
 
@@ -187,6 +189,7 @@ class MediationEngine:
             if not managed:  # an answer, or calls the runner owns: hand it back
                 yield from self._finish(turn, transcript)
                 return
+            self.shown_turns.append(turn)
             if finalizing:  # tools were withdrawn and the model still calls them (point 11)
                 self._trace_round(turn.calls, [self._budget_outcome()] * len(turn.calls))
                 yield Fail(502, "tool_budget_exhausted", self._budget_message(managed))
@@ -230,8 +233,10 @@ class MediationEngine:
             return list(messages)
         history: list[dict[str, Any]] = []
         for index, message in enumerate(messages):
-            history.extend(found.get(keys.get(index, ""), ()))
-            history.append(message)
+            rounds = found.get(keys.get(index, ""), [])
+            history.extend(rounds)
+            if not _ends_in_answer(rounds):
+                history.append(message)
         return history
 
     def _request_body(
@@ -320,14 +325,19 @@ class MediationEngine:
         return self.codec.round_messages(turn, results)
 
     def _finish(self, turn: ModelTurn, transcript: list[dict[str, Any]]) -> Run:
-        body = self.codec.render_response(self.conversation, turn, self.usage.fields)
+        codec, conversation = self.codec, self.conversation
+        if conversation.stream:
+            # The client saw every turn's text: it echoes their concatenation, which the
+            # stored answer replaces when the conversation comes back.
+            body = codec.shown_response(conversation, self.shown_turns, turn, self.usage.fields)
+            rounds = [*transcript, codec.answer_message(turn)]
+        else:
+            body = codec.render_response(conversation, turn, self.usage.fields)
+            rounds = transcript
         if transcript:
-            answer = self.codec.echo_fingerprint(self.conversation, body)
-            yield Remember(digest(self._prefix_hashes[-1], answer), transcript)
-        frames = (
-            self.codec.render_stream(self.conversation, body) if self.conversation.stream else None
-        )
-        yield Respond(body, frames)
+            answer = codec.echo_fingerprint(conversation, body)
+            yield Remember(digest(self._prefix_hashes[-1], answer), rounds)
+        yield Respond(body)
 
     # --- policy helpers ---------------------------------------------------------------------
 
@@ -403,6 +413,12 @@ class MediationEngine:
         for fingerprint in conversation.fingerprints:
             hashes.append(digest(hashes[-1], fingerprint))
         return hashes
+
+
+def _ends_in_answer(rounds: list[dict[str, Any]]) -> bool:
+    """Stored rounds end in tool results; those stored for a streamed answer end in the answer
+    as the provider gave it, which takes the place of the runner's echo of what it saw."""
+    return bool(rounds) and rounds[-1].get("role") == "assistant"
 
 
 def _relaxed(choice: ToolChoice) -> ToolChoice:

@@ -18,6 +18,7 @@ import orjson
 from clawpod.sidecar.audit.records import usage_record
 from clawpod.sidecar.audit.trace import trace_call
 from clawpod.sidecar.codecs.base import Codec
+from clawpod.sidecar.codecs.streaming import ClientStream, TextDelta
 from clawpod.sidecar.mediation.commands import (
     BeginStream,
     CallModel,
@@ -42,6 +43,7 @@ from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from clawpod.sidecar.server.accounting import record_request
 from clawpod.sidecar.server.errors import JSON_HEADERS
 from clawpod.sidecar.server.exchange import Exchange
+from clawpod.sidecar.server.live_call import call_model_streaming
 from clawpod.sidecar.server.upstream import UpstreamError
 from clawpod.sidecar.transport.keepalive import with_keepalives
 
@@ -86,6 +88,9 @@ class _Driver:
         self.engine = engine
         self.state = ctx.state
         self.streaming = False
+        self.live: ClientStream | None = None
+        """A streaming client's one lifecycle, written across every model call."""
+        self._writing = asyncio.Lock()  # keep-alives and text go out whole, one at a time
         self.client_gone = False
         self.http_status = 200
         self.error_code: str | None = None
@@ -113,6 +118,7 @@ class _Driver:
     async def _perform(self, command: Command) -> Event:
         if isinstance(command, BeginStream):
             self.streaming = True
+            self.live = self.codec.client_stream(self.engine.conversation)
             await self._guard(self.exchange.start_stream(200, SSE_HEADERS))
             return Done()
         if isinstance(command, Recall):
@@ -126,6 +132,8 @@ class _Driver:
                 await self._state_write_failed(exc)
             return Done()
         if isinstance(command, CallModel):
+            if self.live is not None:
+                return await self._keeping_alive(self._call_model_live(command, self.live))
             return await self._keeping_alive(self._call_model(command))
         if isinstance(command, ExecuteTools):
             return await self._keeping_alive(self._execute(command))
@@ -173,6 +181,31 @@ class _Driver:
             return ModelFailed("protocol", "the provider's reply is not a JSON object")
         return ModelReplied(body)
 
+    async def _call_model_live(self, command: CallModel, live: ClientStream) -> Event:
+        """The upstream streams too; text reaches the client as it arrives (SPEC §8.1)."""
+
+        async def show(head: dict[str, Any], deltas: list[TextDelta]) -> None:
+            await self._write(live.text(head, deltas))
+
+        started = time.perf_counter()
+        try:
+            event = await call_model_streaming(
+                self.state.upstream,
+                self.ctx.target(),
+                self.codec,
+                self.engine.conversation,
+                command.body,
+                command.timeout_s,
+                show,
+            )
+        finally:
+            self.state.metrics.observe_upstream(
+                self.ctx.provider_name, time.perf_counter() - started
+            )
+        if isinstance(event, ModelReplied):
+            await self._write(live.end_turn(event.body))
+        return event
+
     async def _execute(self, command: ExecuteTools) -> ToolsDone:
         started = time.monotonic()
         deadline = started + command.budget_s
@@ -218,14 +251,14 @@ class _Driver:
         if isinstance(command, Fail):
             self.http_status, self.error_code = command.status, command.code
             err = ApiError(command.status, command.code, command.message)
-            if self.streaming:
-                await self._write(self.codec.stream_failure(self.engine.conversation, err))
+            if self.live is not None:
+                await self._write(self.live.fail(err))
             else:
                 status, body = command.status, self.codec.error_json(err)
                 if command.retry_after:
                     headers = {**JSON_HEADERS, "Retry-After": command.retry_after}
-        elif self.streaming:
-            await self._write(b"".join(command.frames or ()))
+        elif self.live is not None:
+            await self._write(self.live.finish(command.body))
         else:
             body = orjson.dumps(command.body)
         if self.streaming:
@@ -239,8 +272,9 @@ class _Driver:
             self.http_status, self.error_code = CLIENT_CLOSED, "client_disconnected"
 
     async def _write(self, data: bytes) -> None:
-        if self.streaming and not self.client_gone:
-            await self._guard(self.exchange.write(data))
+        if self.streaming and not self.client_gone and data:
+            async with self._writing:
+                await self._guard(self.exchange.write(data))
 
     async def _guard(self, operation: Any) -> None:
         """Run a client write; a client that went away must not abort the loop or its audit."""
