@@ -275,6 +275,7 @@ class ResponsesCodec(OpenAIShapes, Codec):
             lambda body: self.render_stream(conversation, body),
             as_client_sees,
             lambda err: self.stream_failure(conversation, err),
+            live=not _chained_by_provider(conversation.params),
         )
 
     def shown_response(
@@ -366,6 +367,11 @@ def _content_fingerprint(content: Any) -> str:
         else canonical_json(part).decode()
         for part in content
     )
+
+
+def _chained_by_provider(params: dict[str, Any]) -> bool:
+    """The client continues from the response id it gets (a stored chain, a conversation)."""
+    return params.get("conversation") is not None or _provider_holds_responses(params)
 
 
 def _provider_holds_responses(params: dict[str, Any]) -> bool:

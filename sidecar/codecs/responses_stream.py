@@ -98,7 +98,13 @@ class ResponsesClientStream(ClientStream):
         render: Callable[[dict[str, Any]], list[bytes]],
         as_client_sees: Callable[[dict[str, Any]], dict[str, Any]],
         failure: Callable[[ApiError], bytes],
+        *,
+        live: bool,
     ) -> None:
+        """``live``: text goes out as it comes. The lifecycle keeps one response id (SDKs check
+        it), so where the provider chains responses by id, the client must get the final
+        call's id: then the answer goes out whole at the end."""
+        self._live = live
         self._lifecycle = lifecycle
         self._render = render
         self._as_client_sees = as_client_sees
@@ -107,6 +113,9 @@ class ResponsesClientStream(ClientStream):
         self._items = 0  # client output items so far
         self._turn_items: dict[int, tuple[int, str | None]] = {}  # upstream -> client, item id
         self._parts: dict[tuple[int, int], list[Any]] = {}  # upstream -> [client index, text]
+
+    def text(self, head: dict[str, Any], deltas: list[TextDelta]) -> bytes:
+        return super().text(head, deltas) if self._live else b""
 
     def _open(self, head: dict[str, Any]) -> bytes:
         self._started = {
@@ -180,7 +189,10 @@ class ResponsesClientStream(ClientStream):
             f for i in range(self._items, len(output)) for f in self._lifecycle.item(i, output[i])
         ]
         terminal = "response.incomplete" if answer.get("status") == "incomplete" else None
-        frames.append(self._lifecycle.event(terminal or "response.completed", {"response": answer}))
+        completed = {**answer, "id": self._started.get("id")}  # one identity per lifecycle
+        frames.append(
+            self._lifecycle.event(terminal or "response.completed", {"response": completed})
+        )
         return b"".join(frames)
 
     def fail(self, err: ApiError) -> bytes:
