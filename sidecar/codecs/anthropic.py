@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import orjson
 
+from clawpod.sidecar.codecs.anthropic_stream import (
+    MessagesAssembler,
+    MessagesClientStream,
+    goes_before_text,
+    has_text,
+)
 from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.codecs.sse import event_frame, parse_events, pieces
+from clawpod.sidecar.codecs.sse import event_frame, pieces
+from clawpod.sidecar.codecs.streaming import shown_live
 from clawpod.sidecar.model.canonical import (
     canonical_arguments,
     canonical_json,
@@ -164,42 +170,12 @@ class AnthropicCodec(Codec):
         return ModelTurn(calls=calls, usage=usage if isinstance(usage, dict) else {}, body=body)
 
     def assemble_stream(self, data: bytes) -> dict[str, Any]:
-        message: dict[str, Any] | None = None
-        buffers: dict[int, str] = {}
-        finished = False
-        for event, text in parse_events(data):
-            payload = orjson.loads(text)
-            kind = payload.get("type", event)
-            if kind == "error":
-                raise CodecError(f"upstream stream error: {payload.get('error')}")
-            if kind == "message_start":
-                message = copy.deepcopy(payload["message"])
-            elif message is None:
-                continue
-            elif kind == "content_block_start":
-                message["content"].append(copy.deepcopy(payload["content_block"]))
-            elif kind == "content_block_delta":
-                _apply_delta(
-                    message["content"][payload["index"]],
-                    payload["delta"],
-                    buffers,
-                    payload["index"],
-                )
-            elif kind == "content_block_stop":
-                raw = buffers.pop(payload["index"], "")
-                if raw:
-                    message["content"][payload["index"]]["input"] = orjson.loads(raw)
-            elif kind == "message_stop":
-                finished = True
-            elif kind == "message_delta":
-                message.update(payload.get("delta") or {})
-                message["usage"] = {**message.get("usage", {}), **(payload.get("usage") or {})}
-        if message is None:
-            raise CodecError("upstream stream carried no message_start")
-        if not finished:
-            # A cut stream would fold into a plausible but partial answer.
-            raise CodecError("upstream stream ended before message_stop")
-        return message
+        assembler = self.stream_assembler()
+        assembler.feed(data)
+        return assembler.finish()
+
+    def stream_assembler(self) -> MessagesAssembler:
+        return MessagesAssembler()
 
     def round_messages(self, turn: ModelTurn, results: list[ToolResult]) -> list[dict[str, Any]]:
         # The assistant turn goes back untouched: thinking signatures and server blocks included.
@@ -244,6 +220,32 @@ class AnthropicCodec(Codec):
         frames.append(event_frame("message_stop", {"type": "message_stop"}))
         return frames
 
+    def client_stream(self, conversation: Conversation) -> MessagesClientStream:
+        return MessagesClientStream(
+            lambda body: self.render_stream(conversation, body), _block_events, self.stream_error
+        )
+
+    def shown_response(
+        self,
+        conversation: Conversation,
+        earlier: list[ModelTurn],
+        turn: ModelTurn,
+        usage: dict[str, Any],
+    ) -> dict[str, Any]:
+        body = self.render_response(conversation, turn, usage)
+        # Text blocks (and the reasoning before them) went out as they streamed, the final
+        # turn's other blocks at its end.
+        content: list[dict[str, Any]] = []
+        for shown in (*earlier, turn):
+            blocks = shown.body["content"]
+            content += [
+                _as_shown(blocks[p]) for p in shown_live(blocks, has_text, goes_before_text)
+            ]
+        final = turn.body["content"]
+        live = set(shown_live(final, has_text, goes_before_text))
+        content += [b for p, b in enumerate(final) if p not in live and b.get("type") != "text"]
+        return {**body, "content": content}
+
     def echo_fingerprint(self, conversation: Conversation, body: dict[str, Any]) -> str:
         return self.fingerprint({"role": "assistant", "content": body.get("content")})
 
@@ -276,6 +278,11 @@ def _content_fingerprint(content: Any) -> str:
     return "|".join([f"t:{text}"] * bool(text) + others)
 
 
+def _as_shown(block: dict[str, Any]) -> dict[str, Any]:
+    """A block as the client stream carried it: text without its citations."""
+    return {"type": "text", "text": block["text"]} if block.get("type") == "text" else block
+
+
 def _identifies(block: Any) -> bool:
     return not (isinstance(block, dict) and block.get("type") in REASONING_BLOCKS)
 
@@ -291,22 +298,6 @@ def _block_fingerprint(block: Any) -> str:
         content = _content_fingerprint(block.get("content"))
         return f"r:{normalise_id(block.get('tool_use_id'))}:{bool(block.get('is_error'))}:{content}"
     return canonical_json({k: v for k, v in block.items() if k != "cache_control"}).decode()
-
-
-def _apply_delta(
-    block: dict[str, Any], delta: dict[str, Any], buffers: dict[int, str], index: int
-) -> None:
-    kind = delta.get("type")
-    if kind == "text_delta":
-        block["text"] = block.get("text", "") + delta.get("text", "")
-    elif kind == "input_json_delta":
-        buffers[index] = buffers.get(index, "") + delta.get("partial_json", "")
-    elif kind == "thinking_delta":
-        block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
-    elif kind == "signature_delta":
-        block["signature"] = delta.get("signature", "")
-    elif kind == "citations_delta":
-        block.setdefault("citations", []).append(delta.get("citation"))
 
 
 def _block_events(index: int, block: dict[str, Any]) -> list[bytes]:

@@ -9,6 +9,7 @@ from typing import Any, ClassVar, Literal
 
 import orjson
 
+from clawpod.sidecar.codecs.streaming import ClientStream, TurnAssembler
 from clawpod.sidecar.model.conversation import (
     CodecError,
     Conversation,
@@ -190,8 +191,20 @@ class Codec(ABC):
         """A streamed response (SSE bytes) folded into the equivalent non-streaming body."""
 
     @abstractmethod
+    def stream_assembler(self) -> TurnAssembler:
+        """A reader of one streamed upstream turn (``assemble_stream``, piece by piece)."""
+
+    def streaming_request(self, body: dict[str, Any]) -> dict[str, Any]:
+        """An upstream request body (from render_request) asking for a streamed answer."""
+        return {**body, "stream": True}
+
+    @abstractmethod
     def round_messages(self, turn: ModelTurn, results: list[ToolResult]) -> list[dict[str, Any]]:
         """The assistant turn and its tool results, as messages to append to the request."""
+
+    def answer_message(self, turn: ModelTurn) -> dict[str, Any]:
+        """The final turn as the provider gave it, as a message of the next request."""
+        return self.round_messages(turn, [])[0]
 
     def render_response(
         self, conversation: Conversation, turn: ModelTurn, usage: dict[str, Any]
@@ -204,6 +217,21 @@ class Codec(ABC):
     @abstractmethod
     def render_stream(self, conversation: Conversation, body: dict[str, Any]) -> list[bytes]:
         """The client body (from render_response) as one well-formed SSE lifecycle."""
+
+    @abstractmethod
+    def client_stream(self, conversation: Conversation) -> ClientStream:
+        """The one stream lifecycle of a streaming client across every turn of its request."""
+
+    @abstractmethod
+    def shown_response(
+        self,
+        conversation: Conversation,
+        earlier: list[ModelTurn],
+        turn: ModelTurn,
+        usage: dict[str, Any],
+    ) -> dict[str, Any]:
+        """The response a streaming client saw: the text of the ``earlier`` turns (streamed
+        live, their calls hidden) before the final ``turn`` as render_response gives it."""
 
     @abstractmethod
     def echo_fingerprint(self, conversation: Conversation, body: dict[str, Any]) -> str:

@@ -8,7 +8,8 @@ import orjson
 
 from clawpod.sidecar.codecs.base import Codec
 from clawpod.sidecar.codecs.openai_shapes import STRUCTURED_FORMATS, OpenAIShapes
-from clawpod.sidecar.codecs.sse import DONE, data_frame, parse_events, pieces
+from clawpod.sidecar.codecs.openai_stream import ChatAssembler, ChatClientStream
+from clawpod.sidecar.codecs.sse import DONE, data_frame, pieces
 from clawpod.sidecar.model.canonical import (
     canonical_arguments,
     canonical_json,
@@ -143,30 +144,16 @@ class OpenAICodec(OpenAIShapes, Codec):
         return ModelTurn(calls=calls, usage=usage if isinstance(usage, dict) else {}, body=body)
 
     def assemble_stream(self, data: bytes) -> dict[str, Any]:
-        body: dict[str, Any] = {}
-        states: dict[int, dict[str, Any]] = {}
-        finished = False
-        for _event, text in parse_events(data):
-            if text.strip() == "[DONE]":
-                finished = True
-                break
-            chunk = orjson.loads(text)
-            if "error" in chunk:
-                raise CodecError(f"upstream stream error: {chunk['error']}")
-            if not body:
-                body = {k: chunk.get(k) for k in ("id", "created", "model")}
-                body["object"] = "chat.completion"
-            if chunk.get("usage"):
-                body["usage"] = chunk["usage"]
-            for choice in chunk.get("choices") or []:
-                _fold_choice(states, choice)
-        if not body:
-            raise CodecError("upstream stream carried no chunks")
-        if not finished:
-            # A cut stream would fold into a plausible but partial answer.
-            raise CodecError("upstream stream ended before [DONE]")
-        body["choices"] = [_finish_choice(states[i]) for i in sorted(states)]
-        return body
+        assembler = self.stream_assembler()
+        assembler.feed(data)
+        return assembler.finish()
+
+    def stream_assembler(self) -> ChatAssembler:
+        return ChatAssembler()
+
+    def streaming_request(self, body: dict[str, Any]) -> dict[str, Any]:
+        # Usage arrives in a last chunk only when asked for.
+        return {**body, "stream": True, "stream_options": {"include_usage": True}}
 
     def round_messages(self, turn: ModelTurn, results: list[ToolResult]) -> list[dict[str, Any]]:
         message = turn.body["choices"][0]["message"]
@@ -250,6 +237,33 @@ class OpenAICodec(OpenAIShapes, Codec):
             frames.append(data_frame({**base, "choices": [], "usage": body["usage"]}))
         frames.append(DONE)
         return frames
+
+    def client_stream(self, conversation: Conversation) -> ChatClientStream:
+        return ChatClientStream(
+            lambda body: self.render_stream(conversation, body), self.stream_error
+        )
+
+    def shown_response(
+        self,
+        conversation: Conversation,
+        earlier: list[ModelTurn],
+        turn: ModelTurn,
+        usage: dict[str, Any],
+    ) -> dict[str, Any]:
+        body = self.render_response(conversation, turn, usage)
+        shown = "".join(_answer_text(t.body) for t in earlier)
+        if not shown:
+            return body
+        choices = list(body["choices"])
+        message = choices[0].get("message") or {}
+        choices[0] = {**choices[0], "message": {**message, "content": shown + _answer_text(body)}}
+        return {**body, "choices": choices}
+
+    def answer_message(self, turn: ModelTurn) -> dict[str, Any]:
+        message = self.round_messages(turn, [])[0]
+        if not message["tool_calls"]:
+            del message["tool_calls"]  # the API refuses an empty list
+        return message
 
     def echo_fingerprint(self, conversation: Conversation, body: dict[str, Any]) -> str:
         message = body["choices"][0].get("message") or {}
@@ -357,6 +371,11 @@ def _arguments_text(arguments: str | dict[str, Any] | None) -> str:
     return orjson.dumps(arguments or {}).decode()
 
 
+def _answer_text(body: dict[str, Any]) -> str:
+    choices = body.get("choices") or [{}]
+    return (choices[0].get("message") or {}).get("content") or ""
+
+
 def _legacy_choice(choice: dict[str, Any]) -> dict[str, Any]:
     message = dict(choice.get("message") or {})
     calls = message.pop("tool_calls", None)
@@ -382,50 +401,3 @@ def _fragment(position: int, function: dict[str, Any], call_id: str | None = Non
         fragment["type"] = "function"
     fragment["function"] = function
     return fragment
-
-
-def _fold_choice(states: dict[int, dict[str, Any]], choice: dict[str, Any]) -> None:
-    index = choice.get("index", 0)
-    state = states.setdefault(
-        index, {"index": index, "content": None, "finish_reason": None, "calls": {}}
-    )
-    delta = choice.get("delta") or {}
-    if delta.get("content"):
-        state["content"] = (state["content"] or "") + delta["content"]
-    for fragment in delta.get("tool_calls") or []:
-        slot = state["calls"].setdefault(
-            fragment.get("index", 0), {"id": None, "name": "", "arguments": ""}
-        )
-        # Some compatible providers repeat id and name on every fragment: keep the first.
-        slot["id"] = slot["id"] or fragment.get("id")
-        function = fragment.get("function") or {}
-        slot["name"] = slot["name"] or function.get("name") or ""
-        slot["arguments"] += function.get("arguments") or ""
-    function_call = delta.get("function_call")
-    if isinstance(function_call, dict):
-        legacy = state.setdefault("function_call", {"name": "", "arguments": ""})
-        legacy["name"] = legacy["name"] or function_call.get("name") or ""
-        legacy["arguments"] += function_call.get("arguments") or ""
-    if choice.get("finish_reason"):
-        state["finish_reason"] = choice["finish_reason"]
-
-
-def _finish_choice(state: dict[str, Any]) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": state["content"]}
-    calls = [state["calls"][i] for i in sorted(state["calls"])]
-    if calls:
-        message["tool_calls"] = [
-            {
-                "id": c["id"] or f"call_{position}",
-                "type": "function",
-                "function": {"name": c["name"], "arguments": c["arguments"]},
-            }
-            for position, c in enumerate(calls)
-        ]
-    if "function_call" in state:
-        message["function_call"] = state["function_call"]
-    # A stream that never says why it stopped but carries tool calls stopped to call them.
-    finish = state["finish_reason"] or (
-        "tool_calls" if calls else "function_call" if "function_call" in state else "stop"
-    )
-    return {"index": state["index"], "message": message, "finish_reason": finish}

@@ -12,11 +12,18 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-import orjson
-
 from clawpod.sidecar.codecs.base import Codec
 from clawpod.sidecar.codecs.openai_shapes import STRUCTURED_FORMATS, OpenAIShapes
-from clawpod.sidecar.codecs.sse import event_frame, parse_events, pieces
+from clawpod.sidecar.codecs.responses_stream import (
+    TERMINAL_EVENTS,
+    ResponsesAssembler,
+    ResponsesClientStream,
+    goes_before_text,
+    has_text,
+    text_parts,
+)
+from clawpod.sidecar.codecs.sse import event_frame, pieces
+from clawpod.sidecar.codecs.streaming import shown_live
 from clawpod.sidecar.model.canonical import (
     canonical_arguments,
     canonical_json,
@@ -46,7 +53,6 @@ _RUNNER_CALLS = {
 # Reasoning is replayed but does not identify a turn: runners echo it or not, with or without
 # its encrypted content. Ids and statuses are dropped or rewritten by runners too.
 _VOLATILE_FIELDS = ("id", "status")
-_TERMINAL_EVENTS = ("response.completed", "response.failed", "response.incomplete")
 
 
 class ResponsesCodec(OpenAIShapes, Codec):
@@ -70,7 +76,7 @@ class ResponsesCodec(OpenAIShapes, Codec):
     @property
     def stream_ends(self) -> tuple[bytes, ...]:
         # A failed or cut-short (max_output_tokens) response is still a complete stream.
-        return tuple(event.encode() for event in _TERMINAL_EVENTS)
+        return tuple(event.encode() for event in TERMINAL_EVENTS)
 
     # --- pass-through -----------------------------------------------------------------------
 
@@ -199,25 +205,12 @@ class ResponsesCodec(OpenAIShapes, Codec):
         return ModelTurn(calls=calls, usage=usage if isinstance(usage, dict) else {}, body=body)
 
     def assemble_stream(self, data: bytes) -> dict[str, Any]:
-        finished: dict[int, dict[str, Any]] = {}
-        for _event, text in parse_events(data):
-            payload = orjson.loads(text)
-            kind = payload.get("type")
-            if kind == "error":
-                raise CodecError(f"upstream stream error: {payload.get('message')}")
-            if kind == "response.failed":
-                error = (payload.get("response") or {}).get("error")
-                raise CodecError(f"upstream response failed: {error}")
-            if kind == "response.output_item.done":
-                finished[payload["output_index"]] = payload["item"]
-            elif kind in _TERMINAL_EVENTS:
-                response = dict(payload["response"])
-                if not response.get("output"):
-                    # Some servers leave the final output to the item events.
-                    response["output"] = [finished[i] for i in sorted(finished)]
-                return response
-        # A cut stream would fold into a plausible but partial answer.
-        raise CodecError("upstream stream ended before response.completed")
+        assembler = self.stream_assembler()
+        assembler.feed(data)
+        return assembler.finish()
+
+    def stream_assembler(self) -> ResponsesAssembler:
+        return ResponsesAssembler()
 
     def round_messages(self, turn: ModelTurn, results: list[ToolResult]) -> list[dict[str, Any]]:
         # The model's output goes back untouched and in order: reasoning (with its encrypted
@@ -262,6 +255,37 @@ class ResponsesCodec(OpenAIShapes, Codec):
         terminal = "response.incomplete" if body.get("status") == "incomplete" else None
         frames.append(lifecycle.event(terminal or "response.completed", {"response": body}))
         return frames
+
+    def client_stream(self, conversation: Conversation) -> ResponsesClientStream:
+        def as_client_sees(response: dict[str, Any]) -> dict[str, Any]:
+            return self.render_response(conversation, ModelTurn([], {}, response), {})
+
+        return ResponsesClientStream(
+            _Lifecycle(),
+            lambda body: self.render_stream(conversation, body),
+            as_client_sees,
+            lambda err: self.stream_failure(conversation, err),
+            live=not _chained_by_provider(conversation.params),
+        )
+
+    def shown_response(
+        self,
+        conversation: Conversation,
+        earlier: list[ModelTurn],
+        turn: ModelTurn,
+        usage: dict[str, Any],
+    ) -> dict[str, Any]:
+        body = self.render_response(conversation, turn, usage)
+        # Messages with text (and the reasoning before them) went out as they streamed, the
+        # final call's other items at its end.
+        output: list[dict[str, Any]] = []
+        for shown in (*earlier, turn):
+            items = shown.body["output"]
+            output += [_as_shown(items[p]) for p in shown_live(items, has_text, goes_before_text)]
+        final = turn.body["output"]
+        live = set(shown_live(final, has_text, goes_before_text))
+        output += [item for p, item in enumerate(final) if p not in live]
+        return {**body, "output": output}
 
     def echo_fingerprint(self, conversation: Conversation, body: dict[str, Any]) -> str:
         return self.fingerprint({"role": "assistant", "items": body.get("output") or []})
@@ -335,6 +359,11 @@ def _content_fingerprint(content: Any) -> str:
     )
 
 
+def _chained_by_provider(params: dict[str, Any]) -> bool:
+    """The client continues from the response id it gets (a stored chain, a conversation)."""
+    return params.get("conversation") is not None or _provider_holds_responses(params)
+
+
 def _provider_holds_responses(params: dict[str, Any]) -> bool:
     """The provider keeps this request's responses: ``store: true``, or (``store`` unset, which
     the API takes as true) a request already chained with ``previous_response_id``."""
@@ -391,6 +420,11 @@ def _call_of(item: dict[str, Any]) -> ToolCall:
         name=str(item.get("name", "")),
         arguments=arguments,
     )
+
+
+def _as_shown(item: dict[str, Any]) -> dict[str, Any]:
+    """An item as the client stream carried it: a message with its text parts only."""
+    return {**item, "content": text_parts(item)} if item.get("type") == "message" else item
 
 
 def _kind_of(body: dict[str, Any], call: ToolCall) -> str:

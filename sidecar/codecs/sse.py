@@ -50,3 +50,45 @@ def pieces(text: str, size: int) -> Iterator[str]:
         return
     for start in range(0, len(text), size):
         yield text[start : start + size]
+
+
+class EventReader:
+    """``parse_events`` for a stream that arrives in pieces: feed bytes as they come, get the
+    events they complete; ``finish`` yields what the end of the stream completes."""
+
+    def __init__(self) -> None:
+        self._pending = b""  # the start of a line whose end has not arrived
+        self._event: str | None = None
+        self._data: list[str] = []
+
+    def feed(self, data: bytes) -> list[tuple[str | None, str]]:
+        lines = (self._pending + data).splitlines(keepends=True)
+        self._pending = b""
+        if lines and (not lines[-1].endswith((b"\n", b"\r")) or lines[-1].endswith(b"\r")):
+            # Unfinished, or a CR whose LF may be in the next piece.
+            self._pending = lines.pop()
+        events: list[tuple[str | None, str]] = []
+        for line in lines:
+            self._line(line.rstrip(b"\r\n").decode("utf-8"), events)
+        return events
+
+    def finish(self) -> list[tuple[str | None, str]]:
+        events: list[tuple[str | None, str]] = []
+        if self._pending:
+            self._line(self._pending.rstrip(b"\r\n").decode("utf-8"), events)
+            self._pending = b""
+        self._line("", events)
+        return events
+
+    def _line(self, line: str, events: list[tuple[str | None, str]]) -> None:
+        if not line:
+            if self._data:
+                events.append((self._event, "\n".join(self._data)))
+            self._event, self._data = None, []
+        elif not line.startswith(":"):
+            name, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if name == "event":
+                self._event = value
+            elif name == "data":
+                self._data.append(value)

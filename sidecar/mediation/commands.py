@@ -69,10 +69,9 @@ class Remember:
 
 @dataclass(slots=True)
 class Respond:
-    """The final answer: a JSON body, or the SSE frames of one stream lifecycle."""
+    """The final answer: the JSON body (a streaming client's: the response it was shown)."""
 
     body: dict[str, Any]
-    frames: list[bytes] | None = None
 
 
 @dataclass(slots=True)

@@ -131,6 +131,8 @@ class MediationEngine:
         self.usage = Usage(input_key=codec.input_key, output_key=codec.output_key)
         self.rounds: list[list[AnsweredCall]] = []
         """Every round answered, in order, for the driver's audit and metrics."""
+        self.shown_turns: list[ModelTurn] = []
+        """Turns before the answer: a streaming client saw their text (§8.1)."""
         self.executed_rounds = 0
         self.restored_rounds = 0
         """Hidden rounds of earlier turns put back into this request (for the audit)."""
@@ -196,6 +198,7 @@ class MediationEngine:
             if not managed:  # an answer, or calls the runner owns: hand it back
                 yield from self._finish(turn, transcript)
                 return
+            self.shown_turns.append(turn)
             if finalizing:  # tools were withdrawn and the model still calls them (point 11)
                 self._trace_round(turn.calls, [self._budget_outcome()] * len(turn.calls))
                 yield Fail(502, "tool_budget_exhausted", self._budget_message(managed))
@@ -245,7 +248,10 @@ class MediationEngine:
                 if best is not None and best.origin not in used:  # an answer's rounds go once
                     used.add(best.origin)
                     history.extend(best.messages)
-                    self.restored_rounds += _rounds_in(best.messages)
+                    answered = _ends_in_answer(best.messages)
+                    self.restored_rounds += _rounds_in(best.messages) - answered
+                    if answered:
+                        continue  # the stored answer stands for the runner's echo of it
             history.append(message)
         return history
 
@@ -335,17 +341,22 @@ class MediationEngine:
         return self.codec.round_messages(turn, results)
 
     def _finish(self, turn: ModelTurn, transcript: list[dict[str, Any]]) -> Run:
-        body = self.codec.render_response(self.conversation, turn, self.usage.fields)
+        codec, conversation = self.codec, self.conversation
+        if conversation.stream:
+            # The client saw every turn's text: it echoes their concatenation, which the
+            # stored answer replaces when the conversation comes back.
+            body = codec.shown_response(conversation, self.shown_turns, turn, self.usage.fields)
+            rounds = [*transcript, codec.answer_message(turn)]
+        else:
+            body = codec.render_response(conversation, turn, self.usage.fields)
+            rounds = transcript
         if transcript:
-            answer = self.codec.echo_fingerprint(self.conversation, body)
+            answer = codec.echo_fingerprint(conversation, body)
             context = self._turns()[-CONTEXT:]
             keys = [self._key(answer, before) for before in dict.fromkeys(context[-REMEMBERED:])]
             for key in keys:
-                yield Remember(key, transcript, context, origin=keys[0])
-        frames = (
-            self.codec.render_stream(self.conversation, body) if self.conversation.stream else None
-        )
-        yield Respond(body, frames)
+                yield Remember(key, rounds, context, origin=keys[0])
+        yield Respond(body)
 
     # --- policy helpers ---------------------------------------------------------------------
 
@@ -476,6 +487,12 @@ def _rounds_in(messages: list[dict[str, Any]]) -> int:
         if m.get("role") == "assistant"
         or (m.get("role") is None and m.get("type") == "function_call")
     )
+
+
+def _ends_in_answer(rounds: list[dict[str, Any]]) -> bool:
+    """Stored rounds end in tool results; those stored for a streamed answer end in the answer
+    as the provider gave it, which takes the place of the runner's echo of what it saw."""
+    return bool(rounds) and rounds[-1].get("role") == "assistant"
 
 
 def _relaxed(choice: ToolChoice) -> ToolChoice:

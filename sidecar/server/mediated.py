@@ -18,6 +18,7 @@ import orjson
 from clawpod.sidecar.audit.records import usage_record
 from clawpod.sidecar.audit.trace import trace_call
 from clawpod.sidecar.codecs.base import Codec
+from clawpod.sidecar.codecs.streaming import ClientStream, TextDelta
 from clawpod.sidecar.execution.request import idempotency_key
 from clawpod.sidecar.mediation.commands import (
     BeginStream,
@@ -45,6 +46,7 @@ from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.server.accounting import record_request
 from clawpod.sidecar.server.errors import FINAL_HEADERS, JSON_HEADERS
 from clawpod.sidecar.server.exchange import Exchange
+from clawpod.sidecar.server.live_call import call_model_streaming
 from clawpod.sidecar.server.upstream import UpstreamError
 from clawpod.sidecar.transport.keepalive import with_keepalives
 
@@ -108,6 +110,9 @@ class _Driver:
         self.engine = engine
         self.state = ctx.state
         self.streaming = False
+        self.live: ClientStream | None = None
+        """A streaming client's one lifecycle, written across every model call."""
+        self._writing = asyncio.Lock()  # keep-alives and text go out whole, one at a time
         self.client_gone = False
         self.http_status = 200
         self.error_code: str | None = None
@@ -136,6 +141,7 @@ class _Driver:
     async def _perform(self, command: Command) -> Event:
         if isinstance(command, BeginStream):
             self.streaming = True
+            self.live = self.codec.client_stream(self.engine.conversation)
             await self._guard(self.exchange.start_stream(200, SSE_HEADERS))
             return Done()
         if isinstance(command, Recall):
@@ -184,7 +190,10 @@ class _Driver:
             await self.attempt.flush()  # the results this call carries, durably first
         except OSError as exc:
             await self._state_write_failed(StateWriteFailed(str(exc)), "journal")
-        event = await self._keeping_alive(self._call_model(command))
+        if self.live is not None:
+            event = await self._keeping_alive(self._call_model_live(command, self.live))
+        else:
+            event = await self._keeping_alive(self._call_model(command))
         if isinstance(event, ModelReplied):
             self.attempt.model_replied(event.body)
         return event
@@ -230,6 +239,34 @@ class _Driver:
         if not isinstance(body, dict):
             return ModelFailed("protocol", "the provider's reply is not a JSON object")
         return ModelReplied(body)
+
+    async def _call_model_live(self, command: CallModel, live: ClientStream) -> Event:
+        """The upstream streams too; text reaches the client as it arrives (SPEC §8.1)."""
+
+        async def show(head: dict[str, Any], deltas: list[TextDelta]) -> None:
+            await self._write(live.text(head, deltas))
+
+        started = time.perf_counter()
+        with tracing.model_span(self.codec.api, self.ctx.model) as span:
+            try:
+                event = await call_model_streaming(
+                    self.state.upstream,
+                    self.ctx.target(),
+                    self.codec,
+                    self.engine.conversation,
+                    command.body,
+                    command.timeout_s,
+                    show,
+                )
+            finally:
+                self.state.metrics.observe_upstream(
+                    self.ctx.provider_name, time.perf_counter() - started
+                )
+            if isinstance(event, ModelReplied):
+                tracing.record_usage(span, *self.codec.usage_of_body(event.body))
+        if isinstance(event, ModelReplied):
+            await self._write(live.end_turn(event.body))
+        return event
 
     async def _execute(self, command: ExecuteTools) -> ToolsDone:
         started = time.monotonic()
@@ -305,16 +342,16 @@ class _Driver:
         if isinstance(command, Fail):
             self.http_status, self.error_code = command.status, command.code
             err = ApiError(command.status, command.code, command.message)
-            if self.streaming:
-                await self._write(self.codec.stream_failure(self.engine.conversation, err))
+            if self.live is not None:
+                await self._write(self.live.fail(err))
             else:
                 status, body = command.status, self.codec.error_json(err)
                 if command.code in SIDECAR_DECIDED or self._side_effect_happened():
                     headers = FINAL_HEADERS
                 elif command.retry_after:
                     headers = {**JSON_HEADERS, "Retry-After": command.retry_after}
-        elif self.streaming:
-            await self._write(b"".join(command.frames or ()))
+        elif self.live is not None:
+            await self._write(self.live.finish(command.body))
         else:
             body = orjson.dumps(command.body)
         if self.streaming:
@@ -338,8 +375,9 @@ class _Driver:
         )
 
     async def _write(self, data: bytes) -> None:
-        if self.streaming and not self.client_gone:
-            await self._guard(self.exchange.write(data))
+        if self.streaming and not self.client_gone and data:
+            async with self._writing:
+                await self._guard(self.exchange.write(data))
 
     async def _guard(self, operation: Any) -> None:
         """Run a client write; a client that went away must not abort the loop or its audit."""

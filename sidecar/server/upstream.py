@@ -209,6 +209,23 @@ class UpstreamClient:
             response.release()
         return UpstreamResponse(status=response.status, headers=response.headers, body=data)
 
+    async def post_stream(
+        self, target: UpstreamTarget, body: dict[str, Any], read_timeout_s: float
+    ) -> Response:
+        """One streaming call: each wait for bytes is bounded, the whole answer is held to the
+        body limit; the caller reads it and releases it."""
+        prepared = self._channels[target.provider].request_for(target)
+        try:
+            return await self._client.send(
+                prepared,
+                orjson.dumps(body),
+                extra_headers=target.forward_headers,
+                read_timeout_s=read_timeout_s,
+                max_body_bytes=self.max_response_bytes,
+            )
+        except TransportError as exc:
+            raise translate_error(exc, target.provider) from exc
+
 
 def translate_error(exc: TransportError, provider: str) -> UpstreamError:
     if isinstance(exc, Timeout):

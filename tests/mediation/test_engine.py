@@ -32,6 +32,7 @@ from tests.mediation.scripted import (
     tool,
 )
 from tests.support.codecs import codec_of
+from tests.support.live_stream import client_bytes
 
 APIS = ["openai", "anthropic"]
 
@@ -188,18 +189,33 @@ def test_parallel_tool_calls_is_preserved() -> None:
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_upstream_calls_are_not_streamed_while_tools_are_injected(api: str) -> None:
+def test_a_streaming_clients_answer_holds_the_text_of_every_turn(api: str) -> None:
+    """The driver streams upstream calls and shows each turn's text as it comes (SPEC §8.1):
+    the answer and the stored rounds say so."""
     extra: dict[str, Any] = {"stream": True}
     if api == "openai":
         extra["stream_options"] = {"include_usage": True}
     engine = engine_for(api, request(api, **extra))
-    run = drive(engine, [calls(api, ("c1", "desk_lookup", {"symbol": "X"})), text(api, "ok")])
+    first = calls(api, ("c1", "desk_lookup", {"symbol": "X"}))
+    if api == "openai":
+        first["choices"][0]["message"]["content"] = "Looking. "
+    else:
+        first["content"].insert(0, {"type": "text", "text": "Looking. "})
+    run = drive(engine, [first, text(api, "ok")])
     assert isinstance(run.commands[0], BeginStream)
     for body in run.upstream_bodies:
-        assert body["stream"] is False
+        assert body["stream"] is False  # the driver asks for a stream: the engine does no I/O
         assert "stream_options" not in body
     assert engine.conversation.include_usage
-    assert run.response.frames
+    body = run.response.body
+    if api == "openai":
+        assert body["choices"][0]["message"]["content"] == "Looking. ok"
+    else:
+        assert body["content"] == [{"type": "text", "text": t} for t in ("Looking. ", "ok")]
+    (remember,) = run.of(Remember)
+    assert remember.messages[-1] == engine.codec.answer_message(
+        engine.codec.parse_response(text(api, "ok"))
+    )
 
 
 # --- point 3: managed calls ----------------------------------------------------------------
@@ -522,20 +538,19 @@ def test_a_body_of_the_wrong_shape_is_a_400_naming_the_protocol(api: str) -> Non
 
 @pytest.mark.parametrize("api", APIS)
 def test_the_stream_lifecycle_folds_back_into_the_final_body(api: str) -> None:
-    run = drive(
-        engine_for(api, request(api, stream=True)),
-        [calls(api, ("a", "desk_lookup", {"symbol": "A"})), text(api, "x" * 700)],
-    )
-    frames = run.response.frames
-    assert frames is not None
-    assembled = codec_of(api).assemble_stream(b"".join(frames))
+    engine = engine_for(api, request(api, stream=True))
+    turns = [calls(api, ("a", "desk_lookup", {"symbol": "A"})), text(api, "x" * 700)]
+    run = drive(engine, turns)
+    codec = codec_of(api)
+    sent = client_bytes(codec, engine.conversation, turns, run.response.body)
+    assembled = codec.assemble_stream(sent)
     if api == "openai":
         assert assembled["choices"][0]["message"]["content"] == "x" * 700
-        assert frames[-1] == b"data: [DONE]\n\n"
+        assert sent.endswith(b"data: [DONE]\n\n")
     else:
         assert assembled["content"] == run.response.body["content"]
-        assert frames[0].startswith(b"event: message_start\n")
-        assert all(f.startswith(b"event: ") for f in frames)
+        assert sent.startswith(b"event: message_start\n")
+        assert sent.count(b"event: message_start") == 1
 
 
 # --- point 15: unknown content --------------------------------------------------------------
@@ -550,11 +565,13 @@ def test_thinking_and_server_blocks_pass_through_and_stay_in_the_transcript() ->
     first["content"] = [thinking, server, result, *first["content"]]
     final = text("anthropic", "answer")
     final["content"] = [{"type": "redacted_thinking", "data": "opaque"}, future, *final["content"]]
-    run = drive(engine_for("anthropic", request("anthropic", stream=True)), [first, final])
+    engine = engine_for("anthropic", request("anthropic", stream=True))
+    run = drive(engine, [first, final])
     assert run.upstream_bodies[1]["messages"][1]["content"][:3] == [thinking, server, result]
     assert run.response.body["content"][:2] == [
         {"type": "redacted_thinking", "data": "opaque"},
         future,
     ]
-    assembled = codec_of("anthropic").assemble_stream(b"".join(run.response.frames or []))
-    assert assembled["content"] == final["content"]
+    codec = codec_of("anthropic")
+    sent = client_bytes(codec, engine.conversation, [first, final], run.response.body)
+    assert codec.assemble_stream(sent)["content"] == final["content"]

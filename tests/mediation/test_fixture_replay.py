@@ -68,4 +68,4 @@ async def test_recorded_answers_reach_the_client_intact(
         assert [b["type"] for b in got["content"]] == [b["type"] for b in expected["content"]]
         assert message.stop_reason == expected["stop_reason"]
     assert pod.service.requests == []
-    assert pod.sent(exchange.api)[0]["stream"] is False
+    assert pod.sent(exchange.api)[0]["stream"] is stream  # live streaming (SPEC §8.1)

@@ -1,0 +1,144 @@
+"""Chat Completions streams: one upstream turn read as it arrives, and the client's one
+``chat.completion.chunk`` series across every turn of a mediated request."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from clawpod.sidecar.codecs.sse import data_frame
+from clawpod.sidecar.codecs.streaming import ClientStream, TextDelta, TurnAssembler
+from clawpod.sidecar.model.conversation import CodecError
+from clawpod.sidecar.model.errors import ApiError
+
+# The choice the mediation loop reads: only its text is shown live.
+ANSWER_CHOICE = 0
+
+
+class ChatAssembler(TurnAssembler):
+    def __init__(self) -> None:
+        super().__init__()
+        self._states: dict[int, dict[str, Any]] = {}
+        self._finished = False
+
+    def _event(self, event: str | None, payload: str, deltas: list[TextDelta]) -> None:
+        if self._finished:
+            return
+        if payload.strip() == "[DONE]":
+            self._finished = True
+            return
+        chunk = orjson.loads(payload)
+        if "error" in chunk:
+            raise CodecError(f"upstream stream error: {chunk['error']}")
+        if not self.head:
+            self.head = {k: chunk.get(k) for k in ("id", "created", "model")}
+            self.head["object"] = "chat.completion"
+        if chunk.get("usage"):
+            self.head["usage"] = chunk["usage"]
+        for choice in chunk.get("choices") or []:
+            _fold_choice(self._states, choice)
+            content = (choice.get("delta") or {}).get("content")
+            if content and choice.get("index", 0) == ANSWER_CHOICE:
+                deltas.append(TextDelta((ANSWER_CHOICE,), content))
+
+    def _body(self) -> dict[str, Any]:
+        if not self.head:
+            raise CodecError("upstream stream carried no chunks")
+        if not self._finished:
+            # A cut stream would fold into a plausible but partial answer.
+            raise CodecError("upstream stream ended before [DONE]")
+        states = self._states
+        return {**self.head, "choices": [_finish_choice(states[i]) for i in sorted(states)]}
+
+
+class ChatClientStream(ClientStream):
+    """Text goes out as it comes; the rest of the answer (calls, refusal, finish reason,
+    usage, ``[DONE]``) is rendered by the codec's ``render_stream`` without the text."""
+
+    def __init__(
+        self, render: Callable[[dict[str, Any]], list[bytes]], error: Callable[[ApiError], bytes]
+    ) -> None:
+        self._render = render
+        self._error = error
+        self._ids: dict[str, Any] = {}
+
+    def _open(self, head: dict[str, Any]) -> bytes:
+        self._ids = {k: head.get(k) for k in ("id", "created", "model")}
+        return self._chunk({"role": "assistant", "content": ""})
+
+    def _text(self, deltas: list[TextDelta]) -> bytes:
+        return b"".join(self._chunk({"content": d.text}) for d in deltas)
+
+    def end_turn(self, body: dict[str, Any]) -> bytes:
+        return b""
+
+    def finish(self, answer: dict[str, Any]) -> bytes:
+        if not self.opened:
+            return b"".join(self._render(answer))
+        rest = {**answer, **self._ids}
+        rest["choices"] = [_without_text(c) for c in answer.get("choices") or []]
+        frames = self._render(rest)
+        # Its first chunk opens the answer choice, which is already open.
+        return b"".join(frames[1:])
+
+    def fail(self, err: ApiError) -> bytes:
+        return self._error(err)
+
+    def _chunk(self, delta: dict[str, Any]) -> bytes:
+        choice = {"index": ANSWER_CHOICE, "delta": delta, "finish_reason": None}
+        return data_frame({**self._ids, "object": "chat.completion.chunk", "choices": [choice]})
+
+
+def _without_text(choice: dict[str, Any]) -> dict[str, Any]:
+    if choice.get("index", 0) != ANSWER_CHOICE:
+        return choice
+    return {**choice, "message": {**(choice.get("message") or {}), "content": None}}
+
+
+def _fold_choice(states: dict[int, dict[str, Any]], choice: dict[str, Any]) -> None:
+    index = choice.get("index", 0)
+    state = states.setdefault(
+        index, {"index": index, "content": None, "finish_reason": None, "calls": {}}
+    )
+    delta = choice.get("delta") or {}
+    if delta.get("content"):
+        state["content"] = (state["content"] or "") + delta["content"]
+    for fragment in delta.get("tool_calls") or []:
+        slot = state["calls"].setdefault(
+            fragment.get("index", 0), {"id": None, "name": "", "arguments": ""}
+        )
+        # Some compatible providers repeat id and name on every fragment: keep the first.
+        slot["id"] = slot["id"] or fragment.get("id")
+        function = fragment.get("function") or {}
+        slot["name"] = slot["name"] or function.get("name") or ""
+        slot["arguments"] += function.get("arguments") or ""
+    function_call = delta.get("function_call")
+    if isinstance(function_call, dict):
+        legacy = state.setdefault("function_call", {"name": "", "arguments": ""})
+        legacy["name"] = legacy["name"] or function_call.get("name") or ""
+        legacy["arguments"] += function_call.get("arguments") or ""
+    if choice.get("finish_reason"):
+        state["finish_reason"] = choice["finish_reason"]
+
+
+def _finish_choice(state: dict[str, Any]) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": state["content"]}
+    calls = [state["calls"][i] for i in sorted(state["calls"])]
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": c["id"] or f"call_{position}",
+                "type": "function",
+                "function": {"name": c["name"], "arguments": c["arguments"]},
+            }
+            for position, c in enumerate(calls)
+        ]
+    if "function_call" in state:
+        message["function_call"] = state["function_call"]
+    # A stream that never says why it stopped but carries tool calls stopped to call them.
+    finish = state["finish_reason"] or (
+        "tool_calls" if calls else "function_call" if "function_call" in state else "stop"
+    )
+    return {"index": state["index"], "message": message, "finish_reason": finish}

@@ -1,0 +1,87 @@
+"""A model call of a mediated request whose client streams (SPEC §8.1): the upstream streams
+too, and each text delta reaches the client as soon as it arrives.
+
+The turn's assembler folds the stream; the text it hands back goes to ``show`` at once, the
+assembled body to the engine at the end, which then classifies the turn's calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from clawpod.sidecar.codecs.base import Codec
+from clawpod.sidecar.codecs.streaming import TextDelta
+from clawpod.sidecar.mediation.commands import Event, ModelFailed, ModelReplied
+from clawpod.sidecar.model.conversation import Conversation
+from clawpod.sidecar.server.upstream import (
+    UpstreamClient,
+    UpstreamError,
+    UpstreamTarget,
+    translate_error,
+)
+from clawpod.sidecar.transport import TransportError
+
+Show = Callable[[dict[str, Any], list[TextDelta]], Awaitable[None]]
+# What a malformed stream or body raises while it is folded.
+_MALFORMED = (ValueError, KeyError, TypeError, IndexError, AttributeError)
+
+
+async def call_model_streaming(
+    upstream: UpstreamClient,
+    target: UpstreamTarget,
+    codec: Codec,
+    conversation: Conversation,
+    body: dict[str, Any],
+    timeout_s: float,
+    show: Show,
+) -> Event:
+    """Call the model with a streamed answer; ``show`` each piece of text as it arrives."""
+    try:
+        response = await upstream.post_stream(target, codec.streaming_request(body), timeout_s)
+    except UpstreamError as exc:
+        return ModelFailed(exc.kind, exc.message)
+    assembler = codec.stream_assembler()
+    try:
+        if response.status != 200:
+            data = upstream.redact(target.provider, await response.read())
+            return ModelFailed(
+                "status",
+                codec.provider_error_message(data),
+                response.status,
+                response.headers.get("Retry-After"),
+            )
+        if response.content_type != "text/event-stream":
+            # A provider that answers whole: its text is shown at once.
+            reply = orjson.loads(await response.read())
+            if not isinstance(reply, dict):
+                return ModelFailed("protocol", "the provider's reply is not a JSON object")
+            await _show_whole(codec, conversation, reply, show)
+            return ModelReplied(reply)
+        while chunk := await response.read_chunk():
+            deltas = assembler.feed(chunk)
+            if deltas:
+                await show(assembler.head, deltas)
+        return ModelReplied(assembler.finish())
+    except TransportError as exc:
+        failure = translate_error(exc, target.provider)
+        return ModelFailed(failure.kind, failure.message)
+    except _MALFORMED as exc:
+        return ModelFailed("protocol", f"the provider's reply is not valid: {exc}")
+    finally:
+        response.release()
+
+
+async def _show_whole(
+    codec: Codec, conversation: Conversation, reply: dict[str, Any], show: Show
+) -> None:
+    """The text of a whole answer, read as if it had streamed (the engine judges the rest)."""
+    assembler = codec.stream_assembler()
+    try:
+        deltas = assembler.feed(b"".join(codec.render_stream(conversation, reply)))
+    except _MALFORMED:
+        return  # not an answer of the protocol's shape: the engine says so
+    if deltas:
+        await show(assembler.head, deltas)
