@@ -126,6 +126,19 @@ class Listen(_Model):
     port: int = Field(default=8080, gt=0, lt=65536)
 
 
+class AdminListen(_Model):
+    """The operator listener (``/metrics``, ``/readyz``, ``/operator/*``); port 0 = any port."""
+
+    host: str = "0.0.0.0"
+    port: int = Field(default=9090, ge=0, lt=65536)
+
+
+SIDECAR_SERVICE = "claw-sidecar"  # the sidecar's compose service name
+# Host names ``/mcp`` answers to (any port): DNS rebinding cannot make a page's origin one of
+# these.
+DEFAULT_ALLOWED_HOSTS = (SIDECAR_SERVICE, "localhost", "127.0.0.1", "[::1]")
+
+
 class SidecarConfig(_Model):
     """``sidecar.json``."""
 
@@ -137,6 +150,9 @@ class SidecarConfig(_Model):
     state_dir: str = "/var/lib/claw"
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, gt=0)
     upstream_timeout_ms: int = Field(default=600000, gt=0)
+    admin_listen: AdminListen = AdminListen()
+    max_connections: int = Field(default=4096, gt=0)
+    allowed_hosts: tuple[str, ...] = DEFAULT_ALLOWED_HOSTS
 
 
 class Digest(_Model):

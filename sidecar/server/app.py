@@ -20,7 +20,7 @@ from clawpod.sidecar.server.auth import TokenVerifier
 from clawpod.sidecar.server.context import STATE_KEY, SidecarState
 from clawpod.sidecar.server.llm_routes import add_llm_routes
 from clawpod.sidecar.server.protocol_errors import protocol_errors
-from clawpod.sidecar.server.routes import healthz, mcp, metrics_route, models, readyz
+from clawpod.sidecar.server.routes import healthz, mcp, models
 from clawpod.sidecar.server.routing import ModelRouter
 from clawpod.sidecar.server.upstream import UpstreamClient
 from clawpod.sidecar.tasks import ShieldedTasks
@@ -60,9 +60,7 @@ def create_app(
     add_llm_routes(app.router)
     app.router.add_get("/v1/models", models)
     app.router.add_route("*", "/mcp", mcp)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics_route)
+    app.router.add_get("/healthz", healthz)  # /readyz and /metrics: server/admin.py
     return app
 
 

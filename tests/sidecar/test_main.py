@@ -43,7 +43,7 @@ async def test_serves_and_shuts_down_cleanly(tmp_path: Path, upstream: StubUpstr
     state_dir = tmp_path / "state"
     process = await _spawn(
         "--build", str(tmp_path / "build"), "--host", "127.0.0.1", "--port", "0",
-        "--state-dir", str(state_dir),
+        "--admin-port", "0", "--state-dir", str(state_dir),
     )  # fmt: skip
     try:
         assert process.stdout is not None
@@ -79,7 +79,9 @@ async def test_tampered_build_is_refused(tmp_path: Path) -> None:
     write_build(root, [AgentSpec("agent")], providers_for("http://127.0.0.1:9/v1"))
     tools = root / "context" / "agent" / "tools.json"
     tools.write_text(tools.read_text().replace('"tools": []', '"tools": [ ]'))
-    process = await _spawn("--build", str(root), "--port", "0", "--state-dir", str(tmp_path / "s"))
+    process = await _spawn(
+        "--build", str(root), "--port", "0", "--admin-port", "0", "--state-dir", str(tmp_path / "s")
+    )
     stdout, stderr = await asyncio.wait_for(process.communicate(), STARTUP_GUARD_S)
     assert process.returncode == 1
     assert b"does not match digest" in stderr
@@ -88,7 +90,7 @@ async def test_tampered_build_is_refused(tmp_path: Path) -> None:
 
 
 async def test_missing_build_is_refused(tmp_path: Path) -> None:
-    process = await _spawn("--build", str(tmp_path / "nothing"), "--port", "0")
+    process = await _spawn("--build", str(tmp_path / "nothing"), "--port", "0", "--admin-port", "0")
     _, stderr = await asyncio.wait_for(process.communicate(), STARTUP_GUARD_S)
     assert process.returncode == 1
     assert b"refusing to start" in stderr
@@ -96,7 +98,7 @@ async def test_missing_build_is_refused(tmp_path: Path) -> None:
 
 
 async def test_usage_error_exits_2(tmp_path: Path) -> None:
-    process = await _spawn("--port", "0")
+    process = await _spawn("--port", "0", "--admin-port", "0")
     _, stderr = await asyncio.wait_for(process.communicate(), STARTUP_GUARD_S)
     assert process.returncode == 2
     assert b"--build" in stderr

@@ -12,6 +12,7 @@ from aiohttp import web
 
 from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
 from clawpod.sidecar.manifest import load_build
+from clawpod.sidecar.server.admin import create_admin_app
 from clawpod.sidecar.server.app import create_app
 from clawpod.sidecar.server.context import STATE_KEY, SidecarState
 from clawpod.sidecar.server.serving import Listening, listen
@@ -31,6 +32,11 @@ class RunningSidecar:
     url: str  # http://127.0.0.1:PORT
     app: web.Application
     listening: Listening
+    admin: Listening  # the operator listener: /metrics, /readyz
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.admin.address[1]}"
 
     @property
     def openai_base_url(self) -> str:
@@ -45,6 +51,7 @@ class RunningSidecar:
         return self.app[STATE_KEY]
 
     async def close(self) -> None:
+        await self.admin.close()
         await self.listening.close()
 
     async def __aenter__(self) -> RunningSidecar:
@@ -73,5 +80,6 @@ async def start_sidecar(
     secret_sweep.register(env[AUDIT_KEY_ENV])
     app = create_app(build, state_dir=state_dir, env=env)
     listening = await listen(app, "127.0.0.1", 0, shutdown_timeout_s=1.0)
+    admin = await listen(create_admin_app(app[STATE_KEY]), "127.0.0.1", 0, shutdown_timeout_s=1.0)
     port = listening.address[1]
-    return RunningSidecar(url=f"http://127.0.0.1:{port}", app=app, listening=listening)
+    return RunningSidecar(url=f"http://127.0.0.1:{port}", app=app, listening=listening, admin=admin)
