@@ -71,6 +71,7 @@ def _from_http_exception(exc: web.HTTPException) -> ApiError:
         404: "not_found",
         405: "method_not_allowed",
         413: "request_too_large",
+        431: "request_header_fields_too_large",
         503: "overloaded",
     }
     message = {

@@ -10,8 +10,8 @@ from clawpod.sidecar.server.edge import (
     EdgeLimits,
     EdgeRunner,
     EdgeServer,
-    close_over_capacity,
-    refuse_over_capacity,
+    close_when_refused,
+    refuse_at_the_edge,
 )
 
 BACKLOG = 1024  # connections waiting to be accepted; a pod's agents open a few each
@@ -52,8 +52,8 @@ async def listen(
 ) -> Listening:
     """Set ``app`` up (its start-up hooks run) and serve it on ``host:port`` (0: any port)."""
     # Innermost, so the app's error middleware shapes the refusal in the caller's protocol.
-    app.middlewares.append(refuse_over_capacity)
-    app.on_response_prepare.append(close_over_capacity)
+    app.middlewares.append(refuse_at_the_edge)
+    app.on_response_prepare.append(close_when_refused)
     runner = EdgeRunner(app, limits=limits or EdgeLimits(), shutdown_timeout=shutdown_timeout_s)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=BACKLOG, reuse_address=True)
