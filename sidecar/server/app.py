@@ -50,7 +50,9 @@ def create_app(
         continuity=ContinuityStore(state_dir, agents=len(build.agents)),  # per-agent quotas
         verifier=TokenVerifier(build),
         router=ModelRouter(config),
-        mcp=McpEndpoint(executor, audit, metrics, keepalive_s, tasks),
+        mcp=McpEndpoint(
+            executor, audit, metrics, keepalive_s, tasks, allowed_hosts=config.allowed_hosts
+        ),
         sse_keepalive_s=keepalive_s,
         tasks=tasks,
     )
