@@ -248,6 +248,19 @@ class Pod:
         networks = self.container(service).attrs["NetworkSettings"]["Networks"]
         return [n["IPAddress"] for n in networks.values() if n.get("IPAddress")]
 
+    def gateways(self, network: str) -> list[str]:
+        """The gateway addresses of one of the pod's networks: the host's side of its bridge
+        (on Docker >= 28 an isolated internal network gives the host none)."""
+        attrs = self.client.networks.get(f"{self.files.project}_{network}").attrs
+        configs = (attrs.get("IPAM") or {}).get("Config") or []
+        found = [c["Gateway"] for c in configs if c.get("Gateway")]
+        # Without a recorded gateway, the subnet's first address is the one the host would own.
+        for config in configs:
+            if not config.get("Gateway") and config.get("Subnet", "").count(".") == 3:
+                network_address = config["Subnet"].split("/")[0].rsplit(".", 1)[0]
+                found.append(f"{network_address}.1")
+        return found
+
     def audit(self, agent: str) -> list[dict[str, Any]]:
         code, output = self.exec(SIDECAR, "cat", f"{STATE_DIR}/audit/{agent}.jsonl")
         if code != 0:
