@@ -10,6 +10,7 @@ docker SDK.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
 import subprocess
@@ -178,6 +179,9 @@ class Pod:
     # lifecycle
 
     def start(self) -> None:
+        # Compose prefers the shell's variables to .env: the suite's own audit key (set for
+        # in-process sidecars) must not replace the pod's.
+        shadowing = {name: os.environ.pop(name) for name in CREDENTIAL_ENVS if name in os.environ}
         try:
             self.compose.start()
         except CalledProcessError as exc:
@@ -186,6 +190,8 @@ class Pod:
             raise AssertionError(
                 f"docker compose up failed:\n{exc.stderr.decode(errors='replace')}\n{logs}"
             ) from None
+        finally:
+            os.environ.update(shadowing)
 
     def stop(self) -> None:
         self.compose.stop(down=True)
