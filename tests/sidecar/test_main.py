@@ -17,7 +17,8 @@ from tests.support.builds import AgentSpec, providers_for, write_build
 from tests.support.sidecar import TEST_PROVIDER_KEYS
 from tests.support.upstream import Reply, StubUpstream, openai_completion
 
-LISTENING = re.compile(rb"listening on http://127\.0\.0\.1:(\d+)")
+LISTENING = re.compile(rb"^listening on http://127\.0\.0\.1:(\d+)")
+OPERATOR_LISTENER = re.compile(rb"^operator listener on http://[^:]+:(\d+)")
 STARTUP_GUARD_S = 30  # a deadlock guard for the child process, not a timing assertion
 
 
@@ -51,9 +52,17 @@ async def test_serves_and_shuts_down_cleanly(tmp_path: Path, upstream: StubUpstr
         match = LISTENING.search(line)
         assert match, line
         url = f"http://127.0.0.1:{int(match.group(1))}"
+        line = await asyncio.wait_for(process.stdout.readline(), STARTUP_GUARD_S)
+        admin = OPERATOR_LISTENER.search(line)
+        assert admin, line
+        admin_url = f"http://127.0.0.1:{int(admin.group(1))}"
         upstream.enqueue("openai", Reply.json(openai_completion("from the real process")))
         async with aiohttp.ClientSession() as session:
             async with session.get(url + "/healthz") as response:
+                assert response.status == 200
+            async with session.get(url + "/metrics") as response:
+                assert response.status == 404  # operators only
+            async with session.get(admin_url + "/metrics") as response:
                 assert response.status == 200
             async with session.post(
                 url + "/v1/chat/completions",
