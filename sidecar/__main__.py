@@ -1,5 +1,5 @@
-"""``python -m clawpod.sidecar --build OUT [--host H] [--port P] [--admin-port P]
-[--state-dir DIR] [--allow-unkeyed-audit]``."""
+"""``python -m clawpod.sidecar --build OUT [--host H] [--port P] [--admin-host H]
+[--admin-port P] [--state-dir DIR] [--allow-unkeyed-audit]``."""
 
 from __future__ import annotations
 
@@ -34,6 +34,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--host", help="listen address (default: sidecar.json listen.host)")
     parser.add_argument("--port", type=int, help="listen port, 0 = any free port")
     parser.add_argument(
+        "--admin-host",
+        help="operator listener address (default: sidecar.json admin_listen.host; a compiled "
+        "pod names the sidecar's claw-admin alias, which resolves only inside the pod)",
+    )
+    parser.add_argument(
         "--admin-port",
         type=int,
         help="operator listener port for /metrics and /readyz (default: sidecar.json "
@@ -49,7 +54,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-async def serve(build: Build, host: str, port: int, admin_port: int, state_dir: Path) -> int:
+async def serve(build: Build, host: str, port: int, admin: tuple[str, int], state_dir: Path) -> int:
     try:
         app = create_app(build, state_dir=state_dir)
     except (AuditKeyError, AuditStateError) as exc:
@@ -63,9 +68,9 @@ async def serve(build: Build, host: str, port: int, admin_port: int, state_dir: 
     except OSError as exc:
         print(f"sidecar: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
         return 1
-    admin_host = build.config.admin_listen.host
+    admin_host, admin_port = admin
     try:
-        admin = await listen(
+        admin_listening = await listen(
             create_admin_app(app[STATE_KEY]),
             admin_host,
             admin_port,
@@ -86,7 +91,7 @@ async def serve(build: Build, host: str, port: int, admin_port: int, state_dir: 
         loop.add_signal_handler(signum, stop.set)
     try:
         bound_host, bound_port = listening.address
-        admin_bound_port = admin.address[1]
+        admin_bound_port = admin_listening.address[1]
         # Exactly the first line tells operators and health scripts that the sidecar is up.
         print(f"listening on http://{host}:{bound_port}", flush=True)
         print(f"operator listener on http://{admin_host}:{admin_bound_port}", flush=True)
@@ -95,7 +100,7 @@ async def serve(build: Build, host: str, port: int, admin_port: int, state_dir: 
         log.info("shutting down")
         return 0
     finally:
-        await admin.close()
+        await admin_listening.close()
         await listening.close()  # the app's cleanup flushes the audit log
 
 
@@ -125,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     listen = build.config.listen
     host = args.host if args.host is not None else listen.host
     port = args.port if args.port is not None else listen.port
-    admin_port = args.admin_port if args.admin_port is not None else build.config.admin_listen.port
+    admin_listen = build.config.admin_listen
+    admin_host = args.admin_host if args.admin_host is not None else admin_listen.host
+    admin_port = args.admin_port if args.admin_port is not None else admin_listen.port
     state_dir = args.state_dir if args.state_dir is not None else Path(build.config.state_dir)
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
@@ -133,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sidecar: cannot create state directory {state_dir}: {exc}", file=sys.stderr)
         return 1
     with asyncio.Runner(loop_factory=_event_loop_factory()) as runner:
-        return runner.run(serve(build, host, port, admin_port, state_dir))
+        return runner.run(serve(build, host, port, (admin_host, admin_port), state_dir))
 
 
 if __name__ == "__main__":

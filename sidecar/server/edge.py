@@ -157,8 +157,12 @@ class EdgeConnection(RequestHandler):
 
     def _head_late(self) -> None:
         self._head_timer = None
-        if not self._messages and not self._request_in_progress:
-            self.force_close()
+        if self._messages or self._request_in_progress:
+            # A head pipelined behind a request still being answered: its time runs from the
+            # moment the connection is free again.
+            self._arm_head_timer()
+            return
+        self.force_close()
 
     def _head_done(self) -> None:
         self._head_bytes = 0
