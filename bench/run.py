@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import resource
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,7 @@ import orjson
 
 from bench import interleaved, loadgen, streamclient, workloads
 from bench.processes import Server, cpu_seconds, free_port, rss_bytes, start_server
+from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
 from clawpod.sidecar.manifest import ToolPolicy
 
 REPO = Path(__file__).resolve().parent.parent
@@ -124,6 +126,7 @@ class Bench:
         self.skipped: dict[str, str] = {}
         self.bodies: dict[str, Path] = {}
         self.tokens: dict[str, str] = {}
+        self.sidecar_admin_port = 0
 
     # --- processes --------------------------------------------------------------------------
 
@@ -186,10 +189,12 @@ class Bench:
         build = self.workdir / "build"
         try:
             self.tokens = write_bench_build(build, self.upstream.url(), self.tools.url())
+            self.sidecar_admin_port = free_port()
             sidecar = self._start(
                 "sidecar",
-                sidecar_command(build, self.workdir / "state"),
-                env=PROVIDER_KEYS,
+                sidecar_command(build, self.workdir / "state", self.sidecar_admin_port),
+                # A fresh audit key per run: the sidecar refuses to start without one.
+                env={**PROVIDER_KEYS, AUDIT_KEY_ENV: secrets.token_hex(32)},
                 cwd=REPO,
             )
         except Exception as exc:  # the sidecar may not run yet: measure the rest anyway
@@ -481,7 +486,8 @@ class Bench:
         target = self.targets.get("sidecar")
         if not target or not target.process:
             return {"skipped": self.skipped.get("sidecar", "sidecar not running")}
-        connection = http.client.HTTPConnection("127.0.0.1", target.process.port, timeout=10)
+        # /metrics is on the operator listener, not on the agents' port.
+        connection = http.client.HTTPConnection("127.0.0.1", self.sidecar_admin_port, timeout=10)
         try:
             connection.request("GET", "/metrics")
             text = connection.getresponse().read().decode()
@@ -569,18 +575,21 @@ def write_bench_build(root: Path, upstream_url: str, tools_url: str) -> dict[str
     return write_build(root, agents, providers_for(upstream_url + "/v1", upstream_url), pod="bench")
 
 
-def sidecar_command(build: Path, state_dir: Path) -> list[str]:
-    """``python -m clawpod.sidecar`` on a build, listening on the port ``_start`` fills in."""
+def sidecar_command(build: Path, state_dir: Path, admin_port: int) -> list[str]:
+    """``python -m clawpod.sidecar`` on a build, listening on the port ``_start`` fills in,
+    its operator listener (``/metrics``) on ``admin_port``."""
     return [
         sys.executable,
         "-m",
-        "sidecar",
+        "clawpod.sidecar",
         "--build",
         str(build),
         "--host",
         "127.0.0.1",
         "--port",
         "{port}",
+        "--admin-port",
+        str(admin_port),
         "--state-dir",
         str(state_dir),
     ]

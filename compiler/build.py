@@ -20,10 +20,11 @@ from clawpod.compiler.descriptor import CompiledTool
 from clawpod.compiler.errors import CompileError
 from clawpod.compiler.naming import canonical_name, present
 from clawpod.compiler.pod import CompiledPod
-from clawpod.compiler.reserved import SIDECAR_HOST_URL
+from clawpod.compiler.reserved import ADMIN_HOST, ADMIN_PORT, SIDECAR_HOST_URL
 from clawpod.compiler.runner_configs import codex_config, mcp_config
 from clawpod.compiler.tool_services import ToolService
 from clawpod.sidecar.manifest import (
+    AdminListen,
     AgentManifest,
     Execution,
     Listen,
@@ -323,6 +324,7 @@ def render_build(
         providers=pod.providers,
         agents=[agent.id for agent in pod.agents],
         listen=Listen(host="0.0.0.0", port=8080),
+        admin_listen=AdminListen(host=ADMIN_HOST, port=ADMIN_PORT),
         state_dir=STATE_DIR,
         **extra,
     )

@@ -186,6 +186,7 @@ def _warn(warnings: list[str], err: TextIO) -> None:
 
 def _compile(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from clawpod.compiler.build import write_build
+    from clawpod.compiler.host_isolation import engine_warning, local_engine_version
     from clawpod.compiler.pod import compile_pod
 
     if args.discover:
@@ -197,6 +198,7 @@ def _compile(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     _warn(pod.warnings, err)
     target = args.out or _default_out(args.pod)
     write_build(pod, target, rotate_tokens=args.rotate_tokens, sidecar_image=args.sidecar_image)
+    _warn([w for w in [engine_warning(local_engine_version())] if w], err)
     summary = (
         ", ".join(f"{a.id} ({a.mode}, {len(a.tools)} tools)" for a in pod.agents) or "no agents"
     )

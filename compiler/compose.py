@@ -11,8 +11,15 @@ import re
 from pathlib import Path
 from typing import Any
 
+from clawpod.compiler.host_isolation import isolated_internal_network
 from clawpod.compiler.pod import CompiledPod
-from clawpod.compiler.reserved import NETWORKS, SIDECAR_SERVICE, STATE_VOLUME
+from clawpod.compiler.reserved import (
+    ADMIN_HOST,
+    ADMIN_NETWORK,
+    NETWORKS,
+    SIDECAR_SERVICE,
+    STATE_VOLUME,
+)
 from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
 
 BUILD_MOUNT = "/claw/build"
@@ -154,7 +161,8 @@ def _sidecar(
         "retries": 12,
         "start_period": "5s",
     }
-    service["networks"] = list(NETWORKS)
+    service["networks"] = {name: None for name in NETWORKS}
+    service["networks"][ADMIN_NETWORK] = {"aliases": [ADMIN_HOST]}
     service["restart"] = "unless-stopped"
     return service
 
@@ -192,9 +200,10 @@ def generate_compose(
     services[SIDECAR_SERVICE] = _sidecar(pod, out, source_root, sidecar_image, version)
     document["services"] = services
     networks = dict(original.get("networks") or {})
-    networks["claw-agents"] = {"internal": True}
-    networks["claw-tools"] = {"internal": True}
+    networks["claw-agents"] = isolated_internal_network("a", document["name"])
+    networks["claw-tools"] = isolated_internal_network("t", document["name"])
     networks["claw-egress"] = {"driver": "bridge"}
+    networks[ADMIN_NETWORK] = {"internal": True}
     for name in surfaced:
         networks[surface_network(name)] = {"internal": True}
     document["networks"] = networks

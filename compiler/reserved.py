@@ -6,7 +6,12 @@ from clawpod.compiler.pod_reader import PodReader
 
 SIDECAR_SERVICE = "claw-sidecar"
 SIDECAR_HOST_URL = f"http://{SIDECAR_SERVICE}:8080"
-NETWORKS = ("claw-agents", "claw-tools", "claw-egress")
+# The operator listener's network: the sidecar binds /metrics and /readyz only to its address
+# there (the alias below resolves to it), and no agent is attached to it.
+ADMIN_NETWORK = "claw-admin"
+ADMIN_HOST = "claw-sidecar-admin"
+ADMIN_PORT = 9090
+NETWORKS = ("claw-agents", "claw-tools", "claw-egress", ADMIN_NETWORK)
 STATE_VOLUME = "claw-state"
 
 

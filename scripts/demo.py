@@ -155,6 +155,7 @@ async def start_sidecar(demo: Demo, build: Path, state: Path) -> str:
         "-m",
         "clawpod.sidecar",
         *("--build", str(build), "--host", "127.0.0.1", "--port", "0"),
+        *("--admin-host", "127.0.0.1", "--admin-port", "0"),
         *("--state-dir", str(state)),
         env={**env, **SECRETS},
         stdout=asyncio.subprocess.PIPE,

@@ -199,6 +199,23 @@ ensure_images() {
   rm -f "$requirements"
 }
 
+# Agents must not reach the Docker host through the gateway of their internal network. Docker
+# >= 28 leaves that gateway off the host (clawc emits gateway_mode_ipv4=isolated); older engines
+# ignore the option, so drop what arrives from the pods' isolated bridges (clawc names them
+# clawi...) at the host. Idempotent. See docs/running-a-pod.md.
+isolate_host() {
+  local major tool
+  major=$(docker version -f '{{.Server.Version}}' | cut -d. -f1)
+  [ "$major" -ge 28 ] 2>/dev/null && return
+  for tool in iptables ip6tables; do
+    command -v "$tool" >/dev/null || continue
+    "$tool" -C INPUT -i clawi+ -j DROP 2>/dev/null || {
+      say "$tool: dropping traffic from clawi+ bridges to the host (engine $major < 28)"
+      "$tool" -I INPUT -i clawi+ -j DROP
+    }
+  done
+}
+
 stop_engine() {
   [ -f "$PID_FILE" ] || return 0
   local pid
@@ -222,6 +239,7 @@ main() {
     install_packages
     install_compose_plugin
     start_engine
+    isolate_host
     ensure_images
     say "ready: $(docker version -f 'engine {{.Server.Version}}'), compose $(docker compose version --short), images $BASE_IMAGE $AGENT_BASE_IMAGE"
     print_env

@@ -1,5 +1,5 @@
-"""``python -m clawpod.sidecar --build OUT [--host H] [--port P] [--state-dir DIR]
-[--allow-unkeyed-audit]``."""
+"""``python -m clawpod.sidecar --build OUT [--host H] [--port P] [--admin-host H]
+[--admin-port P] [--state-dir DIR] [--allow-unkeyed-audit]``."""
 
 from __future__ import annotations
 
@@ -18,11 +18,15 @@ from clawpod.sidecar.audit.log import AuditStateError
 from clawpod.sidecar.manifest import Build, BuildError, load_build
 from clawpod.sidecar.observability.logs import configure_logging
 from clawpod.sidecar.observability.tracing import configure_tracing
+from clawpod.sidecar.server.admin import create_admin_app
 from clawpod.sidecar.server.app import create_app
+from clawpod.sidecar.server.context import STATE_KEY
+from clawpod.sidecar.server.edge import EdgeLimits
 from clawpod.sidecar.server.serving import listen
 
 log = logging.getLogger("sidecar")
 SHUTDOWN_TIMEOUT_S = 10.0
+ADMIN_LIMITS = EdgeLimits(max_connections=64)  # a scraper or two and an operator
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -30,6 +34,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--build", required=True, type=Path, help="build directory (clawc output)")
     parser.add_argument("--host", help="listen address (default: sidecar.json listen.host)")
     parser.add_argument("--port", type=int, help="listen port, 0 = any free port")
+    parser.add_argument(
+        "--admin-host",
+        help="operator listener address (default: sidecar.json admin_listen.host; a compiled "
+        "pod names the sidecar's claw-admin alias, which resolves only inside the pod)",
+    )
+    parser.add_argument(
+        "--admin-port",
+        type=int,
+        help="operator listener port for /metrics and /readyz (default: sidecar.json "
+        "admin_listen.port, 9090), 0 = any free port",
+    )
     parser.add_argument("--state-dir", type=Path, help="audit and continuity storage")
     parser.add_argument(
         "--allow-unkeyed-audit",
@@ -40,16 +55,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-async def serve(build: Build, host: str, port: int, state_dir: Path) -> int:
+async def serve(build: Build, host: str, port: int, admin: tuple[str, int], state_dir: Path) -> int:
     try:
         app = create_app(build, state_dir=state_dir)
     except (AuditKeyError, AuditStateError) as exc:
         print(f"sidecar: refusing to start: {exc}", file=sys.stderr)
         return 1
+    limits = EdgeLimits(max_connections=build.config.max_connections)
     try:
-        listening = await listen(app, host, port, shutdown_timeout_s=SHUTDOWN_TIMEOUT_S)
+        listening = await listen(
+            app, host, port, shutdown_timeout_s=SHUTDOWN_TIMEOUT_S, limits=limits
+        )
     except OSError as exc:
         print(f"sidecar: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
+        return 1
+    admin_host, admin_port = admin
+    try:
+        admin_listening = await listen(
+            create_admin_app(app[STATE_KEY]),
+            admin_host,
+            admin_port,
+            shutdown_timeout_s=SHUTDOWN_TIMEOUT_S,
+            limits=ADMIN_LIMITS,
+        )
+    except OSError as exc:
+        await listening.close()
+        print(f"sidecar: cannot listen on {admin_host}:{admin_port}: {exc}", file=sys.stderr)
         return 1
     # What is loaded by now (build, schemas, libraries) lives as long as the process: the
     # collector need not scan it again on every full collection.
@@ -61,13 +92,16 @@ async def serve(build: Build, host: str, port: int, state_dir: Path) -> int:
         loop.add_signal_handler(signum, stop.set)
     try:
         bound_host, bound_port = listening.address
-        # Exactly this line tells operators and health scripts that the sidecar is up.
+        admin_bound_port = admin_listening.address[1]
+        # Exactly the first line tells operators and health scripts that the sidecar is up.
         print(f"listening on http://{host}:{bound_port}", flush=True)
+        print(f"operator listener on http://{admin_host}:{admin_bound_port}", flush=True)
         log.info("listening on http://%s:%s (bound %s)", host, bound_port, bound_host)
         await stop.wait()
         log.info("shutting down")
         return 0
     finally:
+        await admin_listening.close()
         await listening.close()  # the app's cleanup flushes the audit log
 
 
@@ -98,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     listen = build.config.listen
     host = args.host if args.host is not None else listen.host
     port = args.port if args.port is not None else listen.port
+    admin_listen = build.config.admin_listen
+    admin_host = args.admin_host if args.admin_host is not None else admin_listen.host
+    admin_port = args.admin_port if args.admin_port is not None else admin_listen.port
     state_dir = args.state_dir if args.state_dir is not None else Path(build.config.state_dir)
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
@@ -105,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sidecar: cannot create state directory {state_dir}: {exc}", file=sys.stderr)
         return 1
     with asyncio.Runner(loop_factory=_event_loop_factory()) as runner:
-        return runner.run(serve(build, host, port, state_dir))
+        return runner.run(serve(build, host, port, (admin_host, admin_port), state_dir))
 
 
 if __name__ == "__main__":

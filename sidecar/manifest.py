@@ -221,6 +221,19 @@ class Governance(_Model):
     )
 
 
+class AdminListen(_Model):
+    """The operator listener (``/metrics``, ``/readyz``, ``/operator/*``); port 0 = any port."""
+
+    host: str = "0.0.0.0"
+    port: int = Field(default=9090, ge=0, lt=65536)
+
+
+SIDECAR_SERVICE = "claw-sidecar"  # the sidecar's compose service name
+# Host names ``/mcp`` answers to (any port): DNS rebinding cannot make a page's origin one of
+# these.
+DEFAULT_ALLOWED_HOSTS = (SIDECAR_SERVICE, "localhost", "127.0.0.1", "[::1]")
+
+
 class SidecarConfig(_Model):
     """``sidecar.json``."""
 
@@ -235,6 +248,9 @@ class SidecarConfig(_Model):
     governance: Governance | None = None
     retry_window_ms: int = Field(default=600000, gt=0)
     """How long a failed mediated request can be resumed by an identical retry (contract §8.2)."""
+    admin_listen: AdminListen = AdminListen()
+    max_connections: int = Field(default=4096, gt=0)
+    allowed_hosts: tuple[str, ...] = DEFAULT_ALLOWED_HOSTS
 
 
 class Digest(_Model):

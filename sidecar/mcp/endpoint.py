@@ -16,6 +16,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -26,7 +27,7 @@ from clawpod.sidecar.audit.log import AuditLog
 from clawpod.sidecar.audit.records import request_record, usage_record
 from clawpod.sidecar.audit.trace import trace_call
 from clawpod.sidecar.execution.governed import GovernedExecutor
-from clawpod.sidecar.manifest import AgentBuild, ManagedTool
+from clawpod.sidecar.manifest import DEFAULT_ALLOWED_HOSTS, AgentBuild, ManagedTool
 from clawpod.sidecar.mcp.protocol import (
     BATCHES_UNTIL,
     INTERNAL_ERROR,
@@ -93,7 +94,9 @@ class McpEndpoint:
         metrics: Metrics,
         keepalive_s: float,
         tasks: ShieldedTasks,
+        allowed_hosts: Iterable[str] = DEFAULT_ALLOWED_HOSTS,
     ) -> None:
+        self._allowed_hosts = frozenset(filter(None, map(_hostname, allowed_hosts)))
         self._executor = executor
         self._audit = audit
         self._metrics = metrics
@@ -105,7 +108,7 @@ class McpEndpoint:
     async def handle(self, request: web.Request, agent: AgentBuild) -> web.StreamResponse:
         started = time.perf_counter()
         try:
-            _check_origin(request)
+            _check_origin(request, self._allowed_hosts)
             if agent.agent.mode != "native":
                 raise _HttpError(
                     403,
@@ -463,15 +466,23 @@ def _accepts(request: web.Request) -> tuple[bool, bool]:
     )
 
 
-def _check_origin(request: web.Request) -> None:
-    """Browsers send Origin; a page from another origin must not drive this endpoint
-    (DNS rebinding), so the origin's host must be the host the request was sent to."""
+def _check_origin(request: web.Request, allowed_hosts: frozenset[str]) -> None:
+    """DNS rebinding (MCP transport rules): a page from elsewhere can point its own name at
+    the sidecar, so Origin and Host agree with each other; both must be one of the sidecar's
+    own names (sidecar.json ``allowed_hosts``, any port)."""
+    if _hostname(request.headers.get("Host", "")) not in allowed_hosts:
+        raise _HttpError(403, INVALID_REQUEST, "Forbidden: Host is not one of the sidecar's names")
     origin = request.headers.get("Origin")
-    if origin is None:
-        return
-    host = urlsplit(origin).netloc
-    if not host or host.lower() != request.host.lower():
+    if origin is not None and _hostname(urlsplit(origin).netloc) not in allowed_hosts:
         raise _HttpError(403, INVALID_REQUEST, "Forbidden: cross-origin request")
+
+
+def _hostname(authority: str) -> str | None:
+    """``host[:port]`` -> the host, lower-cased (IPv6 without brackets); None if malformed."""
+    try:
+        return urlsplit("//" + authority.strip()).hostname
+    except ValueError:
+        return None
 
 
 def _unknown(name: str) -> ToolOutcome:

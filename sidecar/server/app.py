@@ -24,9 +24,9 @@ from clawpod.sidecar.observability.metrics import Metrics
 from clawpod.sidecar.server.auth import TokenVerifier
 from clawpod.sidecar.server.context import STATE_KEY, SidecarState
 from clawpod.sidecar.server.llm_routes import add_llm_routes
-from clawpod.sidecar.server.operator import OPERATOR_TOKEN_ENV, add_operator_routes
+from clawpod.sidecar.server.operator import OPERATOR_TOKEN_ENV
 from clawpod.sidecar.server.protocol_errors import protocol_errors
-from clawpod.sidecar.server.routes import healthz, mcp, metrics_route, model, models, readyz
+from clawpod.sidecar.server.routes import healthz, mcp, model, models
 from clawpod.sidecar.server.routing import ModelRouter
 from clawpod.sidecar.server.upstream import UpstreamClient
 from clawpod.sidecar.tasks import ShieldedTasks
@@ -66,7 +66,9 @@ def create_app(
         continuity=ContinuityStore(state_dir, agents=len(build.agents)),  # per-agent quotas
         verifier=TokenVerifier(build),
         router=ModelRouter(config),
-        mcp=McpEndpoint(governed, audit, metrics, keepalive_s, tasks),
+        mcp=McpEndpoint(
+            governed, audit, metrics, keepalive_s, tasks, allowed_hosts=config.allowed_hosts
+        ),
         sse_keepalive_s=keepalive_s,
         tasks=tasks,
         governed=governed,
@@ -84,11 +86,7 @@ def create_app(
     app.router.add_get("/v1/models", models)
     app.router.add_get("/v1/models/{model_id:.+}", model)  # ids may hold a provider/ prefix
     app.router.add_route("*", "/mcp", mcp)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics_route)
-    # Until the admin listener lands, the operator API sits here behind the operator token.
-    add_operator_routes(app.router)
+    app.router.add_get("/healthz", healthz)  # /readyz, /metrics, /operator/*: server/admin.py
     return app
 
 

@@ -39,18 +39,23 @@ class TokenVerifier:
 
 
 def presented_token(headers: Mapping[str, str]) -> str:
-    """The token from ``Authorization: Bearer`` or ``x-api-key``; 401 if absent or malformed."""
+    """The token from ``Authorization: Bearer`` or ``x-api-key``; 401 if absent or malformed
+    (tokens are printable ASCII: a header that was not UTF-8 arrives with surrogates)."""
     authorization = headers.get("Authorization")
     if authorization is not None:
         scheme, _, token = authorization.strip().partition(" ")
         token = token.strip()
-        if scheme.lower() != "bearer" or not token or " " in token:
+        if scheme.lower() != "bearer" or not _well_formed(token):
             raise AuthError(401, "malformed Authorization header: expected 'Bearer <token>'")
         return token
     api_key = headers.get("x-api-key")
     if api_key is not None:
         api_key = api_key.strip()
-        if not api_key or " " in api_key:
+        if not _well_formed(api_key):
             raise AuthError(401, "malformed x-api-key header")
         return api_key
     raise AuthError(401, "missing agent token: send 'Authorization: Bearer <token>' or 'x-api-key'")
+
+
+def _well_formed(token: str) -> bool:
+    return bool(token) and token.isascii() and token.isprintable() and " " not in token

@@ -183,7 +183,11 @@ def _parse_body(raw: bytes) -> dict[str, Any]:
 
 
 def _forward_headers(headers: Mapping[str, str], codec: Codec) -> dict[str, str]:
-    return {name: headers[name] for name in codec.forwarded_headers if name in headers}
+    forwarded = {name: headers[name] for name in codec.forwarded_headers if name in headers}
+    for name, value in forwarded.items():
+        if not value.isascii():  # bytes that were not UTF-8 arrive as surrogates
+            raise ApiError(400, "invalid_header", f"the {name} header is not ASCII text")
+    return forwarded
 
 
 def add_llm_routes(router: web.UrlDispatcher) -> None:

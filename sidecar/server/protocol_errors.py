@@ -66,7 +66,14 @@ def _caller_codec(request: web.Request) -> Codec:
 
 
 def _from_http_exception(exc: web.HTTPException) -> ApiError:
-    codes = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+    codes = {
+        400: "bad_request",
+        404: "not_found",
+        405: "method_not_allowed",
+        413: "request_too_large",
+        431: "request_header_fields_too_large",
+        503: "overloaded",
+    }
     message = {
         404: "no such route",
         405: "method not allowed on this route",

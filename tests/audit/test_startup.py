@@ -23,7 +23,17 @@ def start(tmp_path: Path, *flags: str, key: str | None) -> subprocess.Popen[str]
     env = {k: v for k, v in os.environ.items() if k != AUDIT_KEY_ENV} | TEST_PROVIDER_KEYS
     if key is not None:
         env[AUDIT_KEY_ENV] = key
-    command = [sys.executable, "-m", "clawpod.sidecar", "--build", str(build), "--port", "0"]
+    command = [
+        sys.executable,
+        "-m",
+        "clawpod.sidecar",
+        "--build",
+        str(build),
+        "--port",
+        "0",
+        "--admin-port",
+        "0",
+    ]
     command += ["--host", "127.0.0.1", "--state-dir", str(tmp_path / "state"), *flags]
     return subprocess.Popen(
         command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

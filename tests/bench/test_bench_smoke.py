@@ -43,6 +43,11 @@ def test_reports_every_section(quick_run: tuple[dict, str]) -> None:
     } <= results.keys()
     assert results["meta"]["quick"] is True
     assert results["skipped"]["litellm"]
+    # The sidecar ran (python -m clawpod.sidecar with an audit key) and its operator listener
+    # answered /metrics.
+    assert "sidecar" not in results["skipped"], results["skipped"]
+    assert "skipped" not in results["sidecar_reported_connections"]
+    assert results["sidecar_reported_connections"], results["sidecar_reported_connections"]
 
 
 def test_pass_through_cells_have_latency_throughput_and_cpu(quick_run: tuple[dict, str]) -> None:

@@ -277,14 +277,31 @@ def test_generated_compose_wires_agents_sidecar_and_tools(example_out: Path) -> 
     assert compose["name"] == "trading-desk"
     services = compose["services"]
     assert set(services) == {"trading-api", "market-news", "analyst", "trader", "claw-sidecar"}
-    assert compose["networks"] == {
-        "claw-agents": {"internal": True},
-        "claw-tools": {"internal": True},
-        "claw-egress": {"driver": "bridge"},
-    }
+    networks = compose["networks"]
+    assert set(networks) == {"claw-agents", "claw-tools", "claw-egress", "claw-admin"}
+    for internal in ("claw-agents", "claw-tools"):
+        # SPEC §10: no gateway address on the host for Docker >= 28; a bridge name the
+        # firewall step of docs/running-a-pod.md matches on older engines.
+        assert networks[internal]["internal"] is True
+        options = networks[internal]["driver_opts"]
+        assert options["com.docker.network.bridge.gateway_mode_ipv4"] == "isolated"
+        assert options["com.docker.network.bridge.name"].startswith("clawi")
+        assert len(options["com.docker.network.bridge.name"]) <= 15
+    assert networks["claw-egress"] == {"driver": "bridge"}
+    assert networks["claw-admin"] == {"internal": True}
+    for agent in ("analyst", "trader"):  # the operator listener is out of the agents' reach
+        assert "claw-admin" not in services[agent]["networks"]
+    sidecar_json = json.loads((example_out / "sidecar.json").read_text())
+    assert sidecar_json["admin_listen"] == {"host": "claw-sidecar-admin", "port": 9090}
+    assert "claw-sidecar" in sidecar_json["allowed_hosts"]
     assert "claw-state" in compose["volumes"]
     sidecar = services["claw-sidecar"]
-    assert sidecar["networks"] == ["claw-agents", "claw-tools", "claw-egress"]
+    assert sidecar["networks"] == {
+        "claw-agents": None,
+        "claw-tools": None,
+        "claw-egress": None,
+        "claw-admin": {"aliases": ["claw-sidecar-admin"]},
+    }
     assert sidecar["command"] == [
         "python",
         "-m",

@@ -10,6 +10,7 @@ docker SDK.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
 import subprocess
@@ -178,6 +179,9 @@ class Pod:
     # lifecycle
 
     def start(self) -> None:
+        # Compose prefers the shell's variables to .env: the suite's own audit key (set for
+        # in-process sidecars) must not replace the pod's.
+        shadowing = {name: os.environ.pop(name) for name in CREDENTIAL_ENVS if name in os.environ}
         try:
             self.compose.start()
         except CalledProcessError as exc:
@@ -186,6 +190,8 @@ class Pod:
             raise AssertionError(
                 f"docker compose up failed:\n{exc.stderr.decode(errors='replace')}\n{logs}"
             ) from None
+        finally:
+            os.environ.update(shadowing)
 
     def stop(self) -> None:
         self.compose.stop(down=True)
@@ -247,6 +253,19 @@ class Pod:
     def addresses(self, service: str) -> list[str]:
         networks = self.container(service).attrs["NetworkSettings"]["Networks"]
         return [n["IPAddress"] for n in networks.values() if n.get("IPAddress")]
+
+    def gateways(self, network: str) -> list[str]:
+        """The gateway addresses of one of the pod's networks: the host's side of its bridge
+        (on Docker >= 28 an isolated internal network gives the host none)."""
+        attrs = self.client.networks.get(f"{self.files.project}_{network}").attrs
+        configs = (attrs.get("IPAM") or {}).get("Config") or []
+        found = [c["Gateway"] for c in configs if c.get("Gateway")]
+        # Without a recorded gateway, the subnet's first address is the one the host would own.
+        for config in configs:
+            if not config.get("Gateway") and config.get("Subnet", "").count(".") == 3:
+                network_address = config["Subnet"].split("/")[0].rsplit(".", 1)[0]
+                found.append(f"{network_address}.1")
+        return found
 
     def audit(self, agent: str) -> list[dict[str, Any]]:
         code, output = self.exec(SIDECAR, "cat", f"{STATE_DIR}/audit/{agent}.jsonl")

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import io
 import json
+import socket
 import tarfile
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 import pytest
@@ -103,6 +105,55 @@ def test_agent_cannot_resolve_or_reach_tool_services_or_upstream(pod: Pod) -> No
         assert not from_agent[address]["connected"], from_agent[address]
     # The one thing the agent can reach is the sidecar.
     assert pod.reach(MEDIATED_AGENT, [f"{SIDECAR}:8080"])[f"{SIDECAR}:8080"]["connected"]
+
+
+@pytest.fixture
+def host_server() -> Iterator[int]:
+    """A TCP server on the Docker host bound to 0.0.0.0: accepts and closes; its port."""
+    server = socket.create_server(("0.0.0.0", 0))
+    server.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                connection, _ = server.accept()
+            except TimeoutError:
+                continue
+            connection.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join()
+    server.close()
+
+
+def test_agent_cannot_reach_the_docker_host(pod: Pod, host_server: int) -> None:
+    """Issue 13 finding 10: not through the gateway of its network, nor of the tools network.
+    Docker >= 28 leaves the host no address there; older engines need the firewall step
+    (docs/running-a-pod.md), which scripts/provision-docker.sh applies."""
+    internal = [
+        f"{ip}:{host_server}" for n in ("claw-agents", "claw-tools") for ip in pod.gateways(n)
+    ]
+    assert internal
+    from_agent = pod.reach(MEDIATED_AGENT, internal)
+    for target in internal:
+        assert not from_agent[target]["connected"], from_agent[target]
+    # The server is there: the sidecar reaches it through the egress network's gateway.
+    egress = [f"{ip}:{host_server}" for ip in pod.gateways("claw-egress")]
+    assert any(r["connected"] for r in pod.reach(SIDECAR, egress).values())
+
+
+def test_agent_cannot_reach_the_operator_listener(pod: Pod) -> None:
+    """Issue 13 finding 8: /metrics and /readyz are bound to the sidecar's claw-admin address."""
+    targets = [f"{SIDECAR}:9090", "claw-sidecar-admin:9090"]
+    targets += [f"{ip}:9090" for ip in pod.addresses(SIDECAR)]
+    from_agent = pod.reach(MEDIATED_AGENT, targets)
+    for target in targets:
+        assert not from_agent[target]["connected"], from_agent[target]
+    assert pod.reach(SIDECAR, ["claw-sidecar-admin:9090"])["claw-sidecar-admin:9090"]["connected"]
 
 
 def _files_containing(archive: IO[bytes], secrets: list[bytes]) -> list[str]:

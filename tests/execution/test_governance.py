@@ -105,7 +105,7 @@ class Desk:
             aiohttp.ClientSession() as session,
             session.request(
                 method,
-                self.sidecar.url + path,
+                self.sidecar.admin_url + path,
                 json=body or None,
                 headers={"Authorization": f"Bearer {token}"},
             ) as response,
@@ -337,7 +337,9 @@ async def test_clawc_approvals_lists_and_approves(
 
     def clawc_run(*argv: str) -> tuple[int, str]:
         out = io.StringIO()
-        return clawc(["approvals", *argv, "--sidecar", desk.sidecar.url], out, out), out.getvalue()
+        return clawc(
+            ["approvals", *argv, "--sidecar", desk.sidecar.admin_url], out, out
+        ), out.getvalue()
 
     code, listed = await asyncio.to_thread(clawc_run, "list")
     assert code == 0 and approval["id"] in listed and "desk.execute_trade" in listed

@@ -188,9 +188,9 @@ async def test_a_drifted_definition_is_quarantined(mcp_pod: McpPod) -> None:
     assert "desk_get_quote" not in offered and "desk_place_order" in offered
 
     async with aiohttp.ClientSession() as http:
-        async with http.get(mcp_pod.sidecar.url + "/readyz") as response:
+        async with http.get(mcp_pod.sidecar.admin_url + "/readyz") as response:
             ready = await response.json()
-        async with http.get(mcp_pod.sidecar.url + "/metrics") as response:
+        async with http.get(mcp_pod.sidecar.admin_url + "/metrics") as response:
             metrics = await response.text()
     assert "desk.get_quote" in ready["quarantined"]
     assert ready["mcp_backends"][0]["status"] == "checked"

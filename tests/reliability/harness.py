@@ -218,9 +218,11 @@ class Pod:
         )
 
     async def get(self, path: str, **kwargs: Any) -> tuple[int, bytes]:
+        """GET from the sidecar; ``/metrics`` and ``/readyz`` from its operator listener."""
+        base = self.sidecar.admin_url if path in ("/metrics", "/readyz") else self.url
         async with (
             aiohttp.ClientSession() as session,
-            session.get(self.url + path, **kwargs) as response,
+            session.get(base + path, **kwargs) as response,
         ):
             body = await response.read()
             secret_sweep.collect(f"GET {path}", body)

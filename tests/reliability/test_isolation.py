@@ -285,6 +285,8 @@ def test_sidecar_process_refuses_to_start_on_an_altered_build(
             str(root),
             "--port",
             "0",
+            "--admin-port",
+            "0",
             "--state-dir",
             str(tmp_path / "state"),
         ],

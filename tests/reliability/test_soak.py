@@ -131,6 +131,8 @@ def start_sidecar_process(build: Path, state: Path, log: Path) -> SidecarProcess
         "127.0.0.1",
         "--port",
         "0",
+        "--admin-port",
+        "0",
         "--state-dir",
         str(state),
     ]

@@ -17,7 +17,8 @@ from tests.support.builds import AgentSpec, providers_for, write_build
 from tests.support.sidecar import TEST_PROVIDER_KEYS
 from tests.support.upstream import Reply, StubUpstream, openai_completion
 
-LISTENING = re.compile(rb"listening on http://127\.0\.0\.1:(\d+)")
+LISTENING = re.compile(rb"^listening on http://127\.0\.0\.1:(\d+)")
+OPERATOR_LISTENER = re.compile(rb"^operator listener on http://[^:]+:(\d+)")
 STARTUP_GUARD_S = 30  # a deadlock guard for the child process, not a timing assertion
 
 
@@ -43,7 +44,7 @@ async def test_serves_and_shuts_down_cleanly(tmp_path: Path, upstream: StubUpstr
     state_dir = tmp_path / "state"
     process = await _spawn(
         "--build", str(tmp_path / "build"), "--host", "127.0.0.1", "--port", "0",
-        "--state-dir", str(state_dir),
+        "--admin-port", "0", "--state-dir", str(state_dir),
     )  # fmt: skip
     try:
         assert process.stdout is not None
@@ -51,9 +52,17 @@ async def test_serves_and_shuts_down_cleanly(tmp_path: Path, upstream: StubUpstr
         match = LISTENING.search(line)
         assert match, line
         url = f"http://127.0.0.1:{int(match.group(1))}"
+        line = await asyncio.wait_for(process.stdout.readline(), STARTUP_GUARD_S)
+        admin = OPERATOR_LISTENER.search(line)
+        assert admin, line
+        admin_url = f"http://127.0.0.1:{int(admin.group(1))}"
         upstream.enqueue("openai", Reply.json(openai_completion("from the real process")))
         async with aiohttp.ClientSession() as session:
             async with session.get(url + "/healthz") as response:
+                assert response.status == 200
+            async with session.get(url + "/metrics") as response:
+                assert response.status == 404  # operators only
+            async with session.get(admin_url + "/metrics") as response:
                 assert response.status == 200
             async with session.post(
                 url + "/v1/chat/completions",
@@ -79,7 +88,9 @@ async def test_tampered_build_is_refused(tmp_path: Path) -> None:
     write_build(root, [AgentSpec("agent")], providers_for("http://127.0.0.1:9/v1"))
     tools = root / "context" / "agent" / "tools.json"
     tools.write_text(tools.read_text().replace('"tools": []', '"tools": [ ]'))
-    process = await _spawn("--build", str(root), "--port", "0", "--state-dir", str(tmp_path / "s"))
+    process = await _spawn(
+        "--build", str(root), "--port", "0", "--admin-port", "0", "--state-dir", str(tmp_path / "s")
+    )
     stdout, stderr = await asyncio.wait_for(process.communicate(), STARTUP_GUARD_S)
     assert process.returncode == 1
     assert b"does not match digest" in stderr
@@ -88,7 +99,7 @@ async def test_tampered_build_is_refused(tmp_path: Path) -> None:
 
 
 async def test_missing_build_is_refused(tmp_path: Path) -> None:
-    process = await _spawn("--build", str(tmp_path / "nothing"), "--port", "0")
+    process = await _spawn("--build", str(tmp_path / "nothing"), "--port", "0", "--admin-port", "0")
     _, stderr = await asyncio.wait_for(process.communicate(), STARTUP_GUARD_S)
     assert process.returncode == 1
     assert b"refusing to start" in stderr
@@ -96,7 +107,7 @@ async def test_missing_build_is_refused(tmp_path: Path) -> None:
 
 
 async def test_usage_error_exits_2(tmp_path: Path) -> None:
-    process = await _spawn("--port", "0")
+    process = await _spawn("--port", "0", "--admin-port", "0")
     _, stderr = await asyncio.wait_for(process.communicate(), STARTUP_GUARD_S)
     assert process.returncode == 2
     assert b"--build" in stderr

@@ -1,4 +1,5 @@
-"""/healthz, /readyz, /v1/models, /metrics and the /mcp authentication gate."""
+"""/healthz, /readyz, /v1/models, /metrics and the /mcp authentication gate; /readyz and
+/metrics on the operator listener only."""
 
 from __future__ import annotations
 
@@ -12,22 +13,47 @@ from tests.support.upstream import Reply, openai_completion
 
 
 async def _get(pod: Pod, path: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
+    return await _get_from(pod.sidecar.url, path, headers)
+
+
+async def _admin_get(pod: Pod, path: str) -> tuple[int, str]:
+    return await _get_from(pod.sidecar.admin_url, path)
+
+
+async def _get_from(base: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
     async with (
         aiohttp.ClientSession() as session,
-        session.get(pod.sidecar.url + path, headers=headers) as response,
+        session.get(base + path, headers=headers) as response,
     ):
         return response.status, await response.text()
 
 
 async def test_healthz_and_readyz(pod: Pod) -> None:
     assert await _get(pod, "/healthz") == (200, '{"status": "ok"}')
-    status, body = await _get(pod, "/readyz")
+    status, body = await _admin_get(pod, "/readyz")
     assert status == 200 and '"ready"' in body
+
+
+async def test_operator_routes_are_not_on_the_agents_port(pod: Pod) -> None:
+    """Issue 13 finding 8: an agent must not read other agents' ids or every tool's counts."""
+    for path in ("/metrics", "/readyz"):
+        status, body = await _get(pod, path, {"Authorization": f"Bearer {pod.token}"})
+        assert status == 404, (path, body)
+        assert "claw_" not in body
+    assert (await _admin_get(pod, "/healthz"))[0] == 404  # the healthcheck stays on the main port
+
+
+async def test_unknown_paths_and_tokens_never_become_metric_labels(pod: Pod) -> None:
+    for n in range(5):
+        await _get(pod, f"/v1/made-up-{n}", {"Authorization": f"Bearer {pod.token}"})
+        await _get(pod, "/v1/chat/completions", {"Authorization": f"Bearer claw_forged{n}"})
+    _, text = await _admin_get(pod, "/metrics")
+    assert "made-up" not in text and "forged" not in text
 
 
 async def test_readyz_fails_when_the_state_dir_is_gone(pod: Pod) -> None:
     shutil.rmtree(pod.state_dir)
-    status, body = await _get(pod, "/readyz")
+    status, body = await _admin_get(pod, "/readyz")
     assert status == 503
     assert "state directory" in body
 
@@ -49,7 +75,7 @@ async def test_metrics_count_requests(pod: Pod) -> None:
     await pod.openai().chat.completions.create(
         model="gpt-4o", messages=[{"role": "user", "content": "hi"}]
     )
-    status, text = await _get(pod, "/metrics")
+    status, text = await _admin_get(pod, "/metrics")
     assert status == 200
     assert (
         'claw_requests_total{agent="agent",route="/v1/chat/completions",status="200"} 1.0' in text

@@ -12,8 +12,10 @@ from aiohttp import web
 
 from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
 from clawpod.sidecar.manifest import load_build
+from clawpod.sidecar.server.admin import create_admin_app
 from clawpod.sidecar.server.app import create_app
 from clawpod.sidecar.server.context import STATE_KEY, SidecarState
+from clawpod.sidecar.server.edge import EdgeLimits
 from clawpod.sidecar.server.serving import Listening, listen
 from tests.support import secret_sweep
 
@@ -31,6 +33,11 @@ class RunningSidecar:
     url: str  # http://127.0.0.1:PORT
     app: web.Application
     listening: Listening
+    admin: Listening  # the operator listener: /metrics, /readyz
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.admin.address[1]}"
 
     @property
     def openai_base_url(self) -> str:
@@ -45,6 +52,7 @@ class RunningSidecar:
         return self.app[STATE_KEY]
 
     async def close(self) -> None:
+        await self.admin.close()
         await self.listening.close()
 
     async def __aenter__(self) -> RunningSidecar:
@@ -63,15 +71,19 @@ def audit_records(state_dir: Path, agent: str) -> list[dict[str, Any]]:
 
 
 async def start_sidecar(
-    build_root: Path, state_dir: Path, env: Mapping[str, str] | None = None
+    build_root: Path,
+    state_dir: Path,
+    env: Mapping[str, str] | None = None,
+    limits: EdgeLimits | None = None,
 ) -> RunningSidecar:
     """Load ``build_root`` (digest-checked) and serve it; ``env`` defaults to test provider keys,
-    and the test audit key is added unless ``env`` names one."""
+    and the test audit key is added unless ``env`` names one; ``limits`` are the edge's."""
     build = load_build(build_root)
     env = {AUDIT_KEY_ENV: TEST_AUDIT_KEY, **(TEST_PROVIDER_KEYS if env is None else env)}
     secret_sweep.register_build_env(build, env)  # the suite-wide credential sweep checks these
     secret_sweep.register(env[AUDIT_KEY_ENV])
     app = create_app(build, state_dir=state_dir, env=env)
-    listening = await listen(app, "127.0.0.1", 0, shutdown_timeout_s=1.0)
+    listening = await listen(app, "127.0.0.1", 0, shutdown_timeout_s=1.0, limits=limits)
+    admin = await listen(create_admin_app(app[STATE_KEY]), "127.0.0.1", 0, shutdown_timeout_s=1.0)
     port = listening.address[1]
-    return RunningSidecar(url=f"http://127.0.0.1:{port}", app=app, listening=listening)
+    return RunningSidecar(url=f"http://127.0.0.1:{port}", app=app, listening=listening, admin=admin)
