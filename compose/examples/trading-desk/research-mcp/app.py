@@ -90,7 +90,8 @@ def research_server() -> MCPServer:
 @dataclass
 class Research:
     """The service as an ASGI app behind its bearer token, recording each MCP request:
-    ``{"method", "path", "authorized", "rpc", "tool"}`` (``rpc``: the JSON-RPC method)."""
+    ``{"method", "path", "authorization", "authorized", "rpc", "tool"}`` (``authorization``: the
+    header as sent, ``rpc``: the JSON-RPC method, ``tool``: the name a ``tools/call`` names)."""
 
     app: Any
     token: str
@@ -103,8 +104,15 @@ class Research:
         body, replay = await _buffered(receive)
         presented = dict(scope["headers"]).get(b"authorization", b"")
         authorized = hmac.compare_digest(presented, f"Bearer {self.token}".encode())
-        self.received.append({"method": scope["method"], "path": scope["path"], **_rpc(body)})
-        self.received[-1]["authorized"] = authorized
+        self.received.append(
+            {
+                "method": scope["method"],
+                "path": scope["path"],
+                "authorization": presented.decode(errors="replace"),
+                "authorized": authorized,
+                **_rpc(body),
+            }
+        )
         if not authorized:
             await JSONResponse({"error": "missing or wrong bearer token"}, 401)(scope, replay, send)
             return
