@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from clawpod.compiler.approvals_cli import OPERATOR_TOKEN_ENV
 from clawpod.compiler.host_isolation import isolated_internal_network
 from clawpod.compiler.pod import CompiledPod
 from clawpod.compiler.reserved import (
@@ -125,6 +126,14 @@ def _depends_on(value: Any, expand: dict[str, list[str]]) -> dict[str, Any]:
     return result
 
 
+def _operator_envs(pod: CompiledPod) -> list[str]:
+    governance = pod.governance
+    if governance is None:
+        return []
+    confirms = any(r.effect == "confirm" for rules in governance.rules.values() for r in rules)
+    return [OPERATOR_TOKEN_ENV] if confirms or governance.approvals.require != "none" else []
+
+
 def _sidecar(
     pod: CompiledPod, out: Path, source_root: Path | None, image: str | None, version: str
 ) -> dict:
@@ -145,8 +154,9 @@ def _sidecar(
         "--state-dir",
         STATE_DIR,
     ]
-    # The audit chain's HMAC key (docs/contract.md §10) comes from the operator's environment.
-    environment = sorted({*pod.credential_envs, AUDIT_KEY_ENV})
+    # The audit chain's HMAC key (docs/contract.md §10) comes from the operator's environment,
+    # and so does the operator API's token when a call can wait for an approval (§9.3).
+    environment = sorted({*pod.credential_envs, AUDIT_KEY_ENV, *_operator_envs(pod)})
     service["environment"] = {name: f"${{{name}}}" for name in environment}
     service["volumes"] = [
         f"./context:{BUILD_MOUNT}/context:ro",

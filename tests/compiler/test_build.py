@@ -24,6 +24,17 @@ from clawpod.sidecar.manifest import (
 )
 from tests.compiler.conftest import EXAMPLE_POD, TOOL_SERVICES, PodDir
 
+# Every variable of the example pod that holds a secret (the sidecar's; never an agent's).
+CREDENTIALS = (
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "TRADING_RO_TOKEN",
+    "TRADING_RW_TOKEN",
+    "NEWS_API_KEY",
+    "RESEARCH_API_TOKEN",
+    "CLAW_OPERATOR_TOKEN",
+)
+
 EXPECTED_FILES = {
     "compose.yml",
     "sidecar.json",
@@ -115,7 +126,8 @@ def test_tools_json_entry_is_exactly_as_specified(example_out: Path) -> None:
             "method": "GET",
             "path": "/api/v1/market_context/{claw_id}",
             "body": "none",
-            "auth": {"type": "bearer", "env": "TRADING_API_TOKEN"},
+            # The grant's principal picks the credential (docs/governance.md).
+            "auth": {"type": "bearer", "env": "TRADING_RO_TOKEN", "principal": "desk-readonly"},
         },
         # §11.2: the definition as the descriptor states it, pinned (and digest-covered).
         "pin": definition_pin(
@@ -134,6 +146,22 @@ def test_tools_json_entry_is_exactly_as_specified(example_out: Path) -> None:
     trader = json.loads((example_out / "context" / "trader" / "tools.json").read_text())
     trade = next(t for t in trader["tools"] if t["name"] == "trading-api.execute_trade")
     assert trade["execution"]["body"] == "json" and trade["execution"]["body_key"] == "trade"
+    assert trade["execution"]["auth"] == {
+        "type": "bearer",
+        "env": "TRADING_RW_TOKEN",
+        "principal": "desk-trader",
+    }
+    analyst = json.loads((example_out / "context" / "analyst" / "tools.json").read_text())
+    research = next(t for t in analyst["tools"] if t["name"] == "research-mcp.get_fundamentals")
+    assert research["execution"] == {
+        "transport": "mcp",
+        "service": "research-mcp",
+        "base_url": "http://research-mcp:4200",
+        "path": "/mcp",
+        "tool": "get_fundamentals",
+        "ttl_ms": research["execution"]["ttl_ms"],
+        "auth": {"type": "bearer", "env": "RESEARCH_API_TOKEN"},
+    }
     news = next(t for t in trader["tools"] if t["name"] == "market-news.search_news")
     assert news["execution"]["auth"] == {
         "type": "header",
@@ -156,6 +184,7 @@ def test_grants_differ_per_agent(example_out: Path) -> None:
         "trading-api.get_quote",
         "market-news.search_news",
         "market-news.get_article",
+        "research-mcp.get_fundamentals",
     ]
     assert names("trader") == [
         "trading-api.get_market_context",
@@ -174,7 +203,7 @@ def test_agent_json_holds_identity_policy_and_reversible_names(example_out: Path
     )
     token = read_token(example_out / "agents" / "trader.env")
     assert token is not None and manifest.token_sha256 == token_sha256(token)
-    assert manifest.policy.max_rounds == 4 and manifest.policy.total_timeout_ms == 60000
+    assert manifest.policy.max_rounds == 4 and manifest.policy.total_timeout_ms == 180000
     tools = ToolsManifest.model_validate_json(
         (example_out / "context" / "trader" / "tools.json").read_bytes()
     )
@@ -189,7 +218,8 @@ def test_context_md_lists_tools_and_skills_without_urls(example_out: Path) -> No
     assert "# Trading policy" in analyst
     for text in (analyst, trader):
         assert "://" not in text and "4000" not in text and "claw-sidecar" not in text
-        assert "TRADING_API_TOKEN" not in text and "claw_" not in text
+        assert "TRADING_RO_TOKEN" not in text and "TRADING_RW_TOKEN" not in text
+        assert "claw_" not in text
 
 
 def test_mcp_json_points_at_the_sidecar_without_a_token(example_out: Path) -> None:
@@ -276,7 +306,14 @@ def test_generated_compose_wires_agents_sidecar_and_tools(example_out: Path) -> 
     assert "x-claw" not in (example_out / "compose.yml").read_text()
     assert compose["name"] == "trading-desk"
     services = compose["services"]
-    assert set(services) == {"trading-api", "market-news", "analyst", "trader", "claw-sidecar"}
+    assert set(services) == {
+        "trading-api",
+        "market-news",
+        "research-mcp",
+        "analyst",
+        "trader",
+        "claw-sidecar",
+    }
     networks = compose["networks"]
     assert set(networks) == {"claw-agents", "claw-tools", "claw-egress", "claw-admin"}
     for internal in ("claw-agents", "claw-tools"):
@@ -322,9 +359,12 @@ def test_generated_compose_wires_agents_sidecar_and_tools(example_out: Path) -> 
         for name in (
             "ANTHROPIC_API_KEY",
             "CLAW_AUDIT_KEY",  # the audit chain's HMAC key (docs/contract.md §10)
+            "CLAW_OPERATOR_TOKEN",  # the pod's orders wait for approvals (§9.3)
             "NEWS_API_KEY",
             "OPENAI_API_KEY",
-            "TRADING_API_TOKEN",
+            "RESEARCH_API_TOKEN",
+            "TRADING_RO_TOKEN",  # the two principals' credentials, not the descriptor's default
+            "TRADING_RW_TOKEN",
         )
     }
     assert "healthz" in " ".join(sidecar["healthcheck"]["test"])
@@ -343,7 +383,7 @@ def test_generated_compose_wires_agents_sidecar_and_tools(example_out: Path) -> 
         "./context/trader/CONTEXT.md:/claw/CONTEXT.md:ro",
         "./agents/trader.mcp.json:/claw/mcp.json:ro",
     ]
-    for tool in ("trading-api", "market-news"):
+    for tool in ("trading-api", "market-news", "research-mcp"):
         assert "claw-tools" in services[tool]["networks"]
         assert (example_out / services[tool]["build"] / "app.py").is_file()
 
@@ -354,7 +394,7 @@ def test_credential_references_appear_on_the_sidecar_only_among_generated_servic
     services = compose_of(example_out)["services"]
     for agent in ("analyst", "trader"):
         text = json.dumps(services[agent])
-        for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "TRADING_API_TOKEN", "NEWS_API_KEY"):
+        for name in CREDENTIALS:
             assert name not in text
 
 

@@ -30,7 +30,7 @@ def test_compile_then_inspect(tmp_path: Path) -> None:
     result = run("compile", str(EXAMPLE_POD), "-o", str(out))
     assert result.returncode == 0, result.stderr
     assert (
-        "compiled pod trading-desk: analyst (mediated, 4 tools), trader (native, 7 tools)"
+        "compiled pod trading-desk: analyst (mediated, 5 tools), trader (native, 7 tools)"
         in result.stdout
     )
     shown = run("inspect", str(out))
@@ -39,6 +39,10 @@ def test_compile_then_inspect(tmp_path: Path) -> None:
     assert "trading-api_execute_trade" in shown.stdout
     assert "POST http://trading-api:4000/api/v1/trades (JSON under 'trade')" in shown.stdout
     assert "native: the runner calls these tools over MCP" in shown.stdout
+    # Each agent's trading calls carry its principal's credential; the MCP service's tool too.
+    assert "bearer $TRADING_RO_TOKEN (principal desk-readonly)" in shown.stdout
+    assert "bearer $TRADING_RW_TOKEN (principal desk-trader)" in shown.stdout
+    assert "MCP tools/call get_fundamentals at http://research-mcp:4200/mcp" in shown.stdout
     only = run("inspect", str(out), "--agent", "analyst")
     assert "agent trader" not in only.stdout and "agent analyst" in only.stdout
     missing = run("inspect", str(out), "--agent", "nobody")
@@ -59,7 +63,7 @@ def test_inspect_refuses_a_tampered_build(tmp_path: Path) -> None:
 def test_validate_writes_nothing(tmp_path: Path) -> None:
     result = run("validate", str(EXAMPLE_POD))
     assert result.returncode == 0
-    assert "valid (pod trading-desk, 2 agents, 2 tool services, 8 tools)" in result.stdout
+    assert "valid (pod trading-desk, 2 agents, 3 tool services, 10 tools)" in result.stdout
 
 
 def test_invalid_input_exits_1_with_a_located_message(tmp_path: Path) -> None:

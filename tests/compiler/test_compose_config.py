@@ -35,13 +35,20 @@ def test_docker_compose_config_accepts_the_build(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=60,
-        env={"PATH": "/usr/bin:/bin:/usr/local/bin", "TRADING_API_TOKEN": "t", "NEWS_API_KEY": "n"},
+        env={
+            "PATH": "/usr/bin:/bin:/usr/local/bin",
+            "TRADING_RO_TOKEN": "r",
+            "TRADING_RW_TOKEN": "w",
+            "NEWS_API_KEY": "n",
+            "RESEARCH_API_TOKEN": "m",
+        },
     )
     assert result.returncode == 0, result.stderr
     resolved = yaml.safe_load(result.stdout)
     assert set(resolved["services"]) == {
         "trading-api",
         "market-news",
+        "research-mcp",
         "analyst",
         "trader",
         "claw-sidecar",

@@ -29,6 +29,30 @@ async def test_trading_api_requires_its_bearer_token() -> None:
         await client.close()
 
 
+async def test_the_read_only_token_reads_and_only_the_trading_token_trades() -> None:
+    app = trading.create_app("read-s3cret", "trade-s3cret")
+    client = await client_for(app)
+    read, trade = ({"Authorization": f"Bearer {t}"} for t in ("read-s3cret", "trade-s3cret"))
+    order = {"trade": {"symbol": "NVDA", "side": "buy", "quantity": 1}}
+    try:
+        assert (await client.get("/api/v1/quotes/NVDA", headers=read)).status == 200
+        refused = await client.post("/api/v1/trades", json=order, headers=read)
+        assert refused.status == 403 and "read-only" in (await refused.json())["error"]
+        assert (await client.delete("/api/v1/trades/T0001", headers=read)).status == 403
+        assert (await client.post("/api/v1/trades", json=order, headers=trade)).status == 201
+        assert (await client.get("/api/v1/trades", headers=trade)).status == 200
+        assert [r["token"] for r in app[trading.RECEIVED]] == [
+            "read-only",
+            "read-only",
+            "read-only",
+            "trading",
+            "trading",
+        ]
+        assert len((await (await client.get("/api/v1/trades", headers=read)).json())["trades"]) == 1
+    finally:
+        await client.close()
+
+
 async def test_trading_flow_updates_positions_and_can_be_cancelled() -> None:
     app = trading.create_app("t")
     client = await client_for(app)

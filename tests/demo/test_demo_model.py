@@ -32,6 +32,34 @@ CONTEXT_TOOL = {
         "parameters": {"type": "object", "properties": {}},
     },
 }
+FUNDAMENTALS_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "research-mcp_get_fundamentals",
+        "description": "Fundamentals of a company: sector, P/E ratio, market cap, revenue growth.",
+        "parameters": {
+            "type": "object",
+            "properties": {"symbol": {"type": "string"}},
+            "required": ["symbol"],
+        },
+    },
+}
+ORDER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "trading-api_execute_trade",
+        "description": "Place a market order.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "symbol": {"type": "string"},
+                "side": {"enum": ["buy", "sell"]},
+                "quantity": {"type": "number"},
+            },
+            "required": ["symbol", "side", "quantity"],
+        },
+    },
+}
 QUESTION = [{"role": "user", "content": "What is NVDA trading at?"}]
 SUMMARY = (
     "(scripted demo model) From your tools:\n- trading-api_get_quote: symbol NVDA, price 121.4"
@@ -86,6 +114,39 @@ async def test_a_question_its_tool_descriptions_mention_calls_the_no_argument_to
     )
     [call] = reply.choices[0].message.tool_calls or []
     assert (call.function.name, call.function.arguments) == ("trading-api_get_market_context", "{}")
+
+
+async def test_another_symbol_tool_is_called_when_the_question_names_what_it_gives(
+    model: openai.AsyncOpenAI,
+) -> None:
+    tools = [QUOTE_TOOL, FUNDAMENTALS_TOOL]
+    plain = await model.chat.completions.create(model="gpt-4o-mini", messages=QUESTION, tools=tools)
+    assert [c.function.name for c in plain.choices[0].message.tool_calls or []] == [
+        "trading-api_get_quote"
+    ]
+    question = [{"role": "user", "content": "What is NVDA at, and its fundamentals?"}]
+    both = await model.chat.completions.create(model="gpt-4o-mini", messages=question, tools=tools)
+    calls = both.choices[0].message.tool_calls or []
+    assert [(c.function.name, orjson.loads(c.function.arguments)) for c in calls] == [
+        ("trading-api_get_quote", {"symbol": "NVDA"}),
+        ("research-mcp_get_fundamentals", {"symbol": "NVDA"}),
+    ]
+
+
+async def test_told_to_buy_it_places_the_order_and_quotes_nothing(
+    model: openai.AsyncOpenAI,
+) -> None:
+    question = [{"role": "user", "content": "Buy 10 NVDA."}]
+    reply = await model.chat.completions.create(
+        model="gpt-4o-mini", messages=question, tools=[QUOTE_TOOL, ORDER_TOOL]
+    )
+    [call] = reply.choices[0].message.tool_calls or []
+    assert call.function.name == "trading-api_execute_trade"
+    assert orjson.loads(call.function.arguments) == {
+        "symbol": "NVDA",
+        "side": "buy",
+        "quantity": 10,
+    }
 
 
 async def test_with_the_result_in_the_conversation_it_summarises_it(

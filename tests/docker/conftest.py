@@ -86,6 +86,7 @@ def images(docker_engine: None) -> dict[str, str]:
         "agent": REPO / "tests" / "docker" / "agent",
         "trading-api": example / "trading-api",
         "market-news": example / "market-news",
+        "research-mcp": example / "research-mcp",
     }
     for role, context in contexts.items():
         _build(IMAGES[role], context, agent_base_image if role == "agent" else base_image)

@@ -30,7 +30,7 @@ SIDECAR = "claw-sidecar"
 UPSTREAM = "fake-llm"
 MEDIATED_AGENT = "analyst"
 NATIVE_AGENT = "trader"
-TOOL_SERVICES = {"trading-api": 4000, "market-news": 4100}
+TOOL_SERVICES = {"trading-api": 4000, "market-news": 4100, "research-mcp": 4200}
 UPSTREAM_PORT = 8000
 STATE_DIR = "/var/lib/claw"
 MODEL = "gpt-4o-mini"
@@ -42,15 +42,19 @@ IMAGES = {
     "agent": "clawpod-e2e/agent:session",
     "trading-api": "clawpod-e2e/trading-api:session",
     "market-news": "clawpod-e2e/market-news:session",
+    "research-mcp": "clawpod-e2e/research-mcp:session",
 }
 
 # Every variable that holds a secret the agents must never see; values are fresh per session.
 CREDENTIAL_ENVS = (
     "OPENAI_API_KEY",
     "ANTHROPIC_API_KEY",
-    "TRADING_API_TOKEN",
+    "TRADING_RO_TOKEN",  # principal desk-readonly (the analyst)
+    "TRADING_RW_TOKEN",  # principal desk-trader (the trader)
     "NEWS_API_KEY",
+    "RESEARCH_API_TOKEN",
     "CLAW_AUDIT_KEY",  # the sidecar refuses to start without its audit key
+    "CLAW_OPERATOR_TOKEN",  # the operator API, for the trader's approvals
 )
 
 OVERRIDE = """\
@@ -70,6 +74,10 @@ services:
     pull_policy: never
   market-news:
     image: {market_news_image}
+    build: !reset null
+    pull_policy: never
+  research-mcp:
+    image: {research_mcp_image}
     build: !reset null
     pull_policy: never
   {mediated}:
@@ -115,6 +123,7 @@ class PodFiles:
                 upstream_image=IMAGES["upstream"],
                 trading_api_image=IMAGES["trading-api"],
                 market_news_image=IMAGES["market-news"],
+                research_mcp_image=IMAGES["research-mcp"],
                 agent_image=IMAGES["agent"],
                 mediated=MEDIATED_AGENT,
                 native=NATIVE_AGENT,

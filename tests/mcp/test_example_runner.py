@@ -4,6 +4,7 @@ the agent's env file."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import io
 from pathlib import Path
@@ -13,7 +14,15 @@ from typing import Any
 import pytest
 
 from clawpod.sidecar.audit.cli import verify_command
-from tests.mcp.test_native_runner import EXAMPLE, agent_env, desk, model_calls, tool_call
+from tests.mcp.test_native_runner import (
+    EXAMPLE,
+    SECRETS,
+    agent_env,
+    desk,
+    model_calls,
+    tool_call,
+)
+from tests.support.operator import approve_next
 from tests.support.upstream import Reply, StubUpstream, openai_completion
 
 __all__ = ["desk"]  # the fixture, re-used from the native end-to-end test
@@ -56,10 +65,13 @@ async def test_the_example_runner_completes_a_native_task_over_mcp(
     monkeypatch.setattr(runner, "CONTEXT", desk["build"] / "context" / "trader" / "CONTEXT.md")
     config = in_pod_config(desk["build"], "trader", sidecar_url, tmp_path)
 
+    operator = desk["sidecar"].admin_url
+    approval = asyncio.ensure_future(approve_next(operator, SECRETS["CLAW_OPERATOR_TOKEN"]))
     async with runner.AsyncOpenAI(max_retries=0) as llm:
         answer = await runner.native_loop(llm, "gpt-4o-mini", config)
 
     assert answer == "Bought 2 NVDA."
+    assert (await approval)["arguments"] == {"symbol": "NVDA", "side": "buy", "quantity": 2}
     first = upstream.requests_to("openai")[0].json
     assert first["messages"][0]["role"] == "system"  # CONTEXT.md reached the model
     assert len(first["tools"]) == 7

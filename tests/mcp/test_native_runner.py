@@ -5,6 +5,7 @@ tool call lands in the trader's one audit chain."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import io
 import sys
@@ -25,15 +26,19 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from clawpod.compiler.cli import main as clawc
 from clawpod.sidecar.audit.cli import show_command, verify_command
-from tests.support.example_apps import example_pod_copy
+from tests.support.example_apps import example_pod_copy, serving_asgi
+from tests.support.operator import approve_next
 from tests.support.sidecar import start_sidecar
 from tests.support.upstream import Reply, StubUpstream, openai_completion
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "compose" / "examples" / "trading-desk"
 SECRETS = {
     "OPENAI_API_KEY": "sk-e2e-provider-key",
-    "TRADING_API_TOKEN": "trading-e2e-secret",
+    "TRADING_RO_TOKEN": "trading-read-e2e-secret",
+    "TRADING_RW_TOKEN": "trading-write-e2e-secret",
     "NEWS_API_KEY": "news-e2e-secret",
+    "RESEARCH_API_TOKEN": "research-e2e-secret",
+    "CLAW_OPERATOR_TOKEN": "operator-e2e-secret",
 }
 
 if not (EXAMPLE / "pod.yml").is_file():
@@ -100,12 +105,14 @@ def model_calls(*calls: dict[str, Any]) -> Reply:
 @pytest.fixture
 async def desk(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
     trading_module = load_service("trading-api")
-    trading = trading_module.create_app(SECRETS["TRADING_API_TOKEN"])
+    trading = trading_module.create_app(SECRETS["TRADING_RO_TOKEN"], SECRETS["TRADING_RW_TOKEN"])
     news = load_service("market-news").create_app(SECRETS["NEWS_API_KEY"])
+    research = load_service("research-mcp").create_app(SECRETS["RESEARCH_API_TOKEN"])
     trading_runner, trading_url = await serve(trading)
     news_runner, news_url = await serve(news)
-    async with StubUpstream() as upstream:
-        pod = local_pod(tmp_path, {"trading-api": trading_url, "market-news": news_url}, upstream)
+    async with StubUpstream() as upstream, serving_asgi(research) as research_url:
+        urls = {"trading-api": trading_url, "market-news": news_url, "research-mcp": research_url}
+        pod = local_pod(tmp_path, urls, upstream)
         out = tmp_path / "build"
         assert clawc(["compile", str(pod), "-o", str(out)]) == 0
         sidecar = await start_sidecar(out, tmp_path / "state", env=SECRETS)
@@ -204,9 +211,14 @@ async def test_native_agent_completes_a_multi_tool_task_and_the_audit_shows_ever
     env = agent_env(desk["build"], "trader", sidecar_url)
     assert env["OPENAI_BASE_URL"] == sidecar_url + "/v1"
     http, url = mcp_transport(desk["build"], "trader", env, sidecar_url)
+    # The pod's confirm rule holds the order until an operator approves it.
+    operator = desk["sidecar"].admin_url
+    approval = asyncio.ensure_future(approve_next(operator, SECRETS["CLAW_OPERATOR_TOKEN"]))
     async with http, Client(streamable_http_client(url, http_client=http)) as client:
         answer = await run_native_agent(env, client, "Buy 10 NVDA if buying power allows.")
     assert answer == "Bought 10 NVDA at 121.40 (trade T0001)."
+    approved = await approval
+    assert (approved["agent"], approved["tool"]) == ("trader", "trading-api.execute_trade")
 
     # The model saw exactly the MCP tools, passed through without injection.
     model_requests = upstream.requests_to("openai")
@@ -230,10 +242,14 @@ async def test_native_agent_completes_a_multi_tool_task_and_the_audit_shows_ever
     assert orjson.loads(received[2]["body"]) == {
         "trade": {"symbol": "NVDA", "side": "buy", "quantity": 10}
     }
+    assert [r["token"] for r in received] == ["trading"] * 4  # the desk-trader principal's
 
-    # One chain: four model requests and four tool calls, in the order they happened.
+    # One chain: four model requests, four tool calls and the approval's decision, in order.
     lines = (desk["state"] / "audit" / "trader.jsonl").read_bytes().splitlines()
-    records = [orjson.loads(line) for line in lines]
+    everything = [orjson.loads(line) for line in lines]
+    decisions = [r for r in everything if r.get("event") == "approval_decided"]
+    assert [(d["approval"], d["decision"]) for d in decisions] == [(approved["id"], "approved")]
+    records = [r for r in everything if r.get("event") != "approval_decided"]
     routes = [r["route"] for r in records]
     assert routes == [
         "/v1/chat/completions",

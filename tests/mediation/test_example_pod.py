@@ -20,12 +20,13 @@ from tests.support.example_apps import EXAMPLE_DIR, example_app
 from tests.support.sidecar import TEST_PROVIDER_KEYS, start_sidecar
 from tests.support.upstream import Reply, StubUpstream
 
-TOKEN = "desk-token-for-tests"
+READ_TOKEN = "desk-read-token-for-tests"
+TOKEN = "desk-trading-token-for-tests"
 
 
 @pytest.fixture
 async def trading_api() -> AsyncIterator[tuple[str, web.Application]]:
-    app = example_app("trading-api").create_app(TOKEN)
+    app = example_app("trading-api").create_app(READ_TOKEN, TOKEN)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
@@ -56,7 +57,8 @@ async def test_the_trader_buys_through_the_sidecar(
         tokens = write_build(
             tmp_path / "build", [AgentSpec("trader", tools)], providers_for(upstream.openai_url)
         )
-        env = {**TEST_PROVIDER_KEYS, "TRADING_API_TOKEN": TOKEN}
+        # The trader's grant names the desk-trader principal: its calls use the trading token.
+        env = {**TEST_PROVIDER_KEYS, "TRADING_RO_TOKEN": READ_TOKEN, "TRADING_RW_TOKEN": TOKEN}
         sidecar = await start_sidecar(tmp_path / "build", tmp_path / "state", env=env)
         trade = {"symbol": "NVDA", "side": "buy", "quantity": 10}
         upstream.enqueue(
@@ -87,9 +89,10 @@ async def test_the_trader_buys_through_the_sidecar(
     reads = sorted((r["method"], r["path"]) for r in received[:2])  # concurrent: any order
     assert reads == [("GET", "/api/v1/market_context/trader"), ("GET", "/api/v1/quotes/NVDA")]
     assert (received[2]["method"], received[2]["path"]) == ("POST", "/api/v1/trades")
+    assert [r["token"] for r in received] == ["trading"] * 3
     assert orjson.loads(received[-1]["body"]) == {"trade": trade}
     results = [orjson.loads(m["content"]) for m in sent[2]["messages"] if m["role"] == "tool"]
     assert [r["status"] for r in results] == [200, 200, 201]
     assert results[1]["data"]["symbol"] == "NVDA"
     assert results[2]["data"]["status"] == "filled"
-    assert TOKEN not in str(sent)
+    assert TOKEN not in str(sent) and READ_TOKEN not in str(sent)

@@ -1,19 +1,25 @@
-"""Import the example pod's tool service apps (trading-api, market-news) as real aiohttp apps.
+"""Import the example pod's tool service apps as real apps: trading-api and market-news are
+aiohttp apps, research-mcp an ASGI app (the official MCP SDK's server; see :func:`serving_asgi`).
 
 trading = example_app("trading-api")
-app = trading.create_app("token")          # bearer token it accepts
+app = trading.create_app("read", "trade")  # its read-only and its trading bearer token
 app[trading.RECEIVED]                       # what the service was sent, request by request
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import importlib.util
 import shutil
+import socket
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import uvicorn
 import yaml
 
 EXAMPLE_DIR = Path(__file__).resolve().parents[2] / "compose" / "examples" / "trading-desk"
@@ -45,3 +51,23 @@ def example_pod_copy(tmp: Path) -> dict[str, Any]:
             shutil.copytree(source.parent, tmp / "descriptors", dirs_exist_ok=True)
             claw["describe"] = f"descriptors/{source.name}"
     return pod
+
+
+@contextlib.asynccontextmanager
+async def serving_asgi(app: Any) -> AsyncIterator[str]:
+    """``app`` (an ASGI app, such as the research-mcp service) served by uvicorn on 127.0.0.1 at
+    a free port; yields its base URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    task = asyncio.ensure_future(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            if task.done():
+                task.result()
+            await asyncio.sleep(0.01)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()

@@ -7,6 +7,7 @@ OPENAI_API_KEY is this agent's token (both from agents/<id>.env).
   final answer.
 - native agents (the compiler mounts /claw/mcp.json for them) own the loop: they list their
   tools over MCP, offer them to the model, and run the model's calls with `tools/call`.
+  Outside a pod (scripts/demo.sh), CLAW_MCP_CONFIG names that file instead.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from openai import APIError, AsyncOpenAI
 
 QUESTION = "Summarise my positions and buying power, and the latest news on my holdings."
 CONTEXT = Path("/claw/CONTEXT.md")
-MCP_CONFIG = Path("/claw/mcp.json")
+MCP_CONFIG = Path(os.environ.get("CLAW_MCP_CONFIG", "/claw/mcp.json"))
 MAX_TURNS = 8
 
 

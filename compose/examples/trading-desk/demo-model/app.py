@@ -4,9 +4,13 @@ It is not a language model. It exists so the example pod can run its main job wi
 and no provider key (scripts/demo.sh, or as a pod service on the egress network), and it
 behaves the same way every time:
 
+- told to "buy 10 NVDA" (or sell) while an order tool (``symbol``, ``side`` and ``quantity``
+  arguments) is offered, it places that order;
 - asked about a ticker symbol (NVDA, AAPL, ...) while a tool with a ``symbol`` argument is
-  offered, it calls that tool once per symbol; asked about something a no-argument tool's
-  description mentions (positions, balance, buying power), it calls that tool too;
+  offered, it calls the first such tool once per symbol, and any other such tool whose
+  description shares a word with the question (fundamentals, ...); asked about something a
+  no-argument tool's description mentions (positions, balance, buying power), it calls that
+  tool too;
 - once the tool results are in the conversation, it answers with a summary of them;
 - otherwise it says what it is and what it can do.
 
@@ -36,6 +40,8 @@ MODEL_ID = "clawpod-demo-scripted"
 TICKER = re.compile(r"\b[A-Z]{2,5}\b")
 NOT_TICKERS = {"USD", "EUR", "API", "OK", "AND", "THE", "ETF", "CEO"}
 WORD = re.compile(r"[a-z]{5,}")
+ORDER = re.compile(r"\b(?i:(buy|sell))\s+(\d+(?:\.\d+)?)\s+(?:shares of\s+)?([A-Z]{1,5})\b")
+ORDER_ARGUMENTS = {"symbol", "side", "quantity"}
 CREATED = 1_700_000_000  # fixed, so that replies are identical run after run
 
 RECEIVED = web.AppKey("received", list)
@@ -57,17 +63,29 @@ def _required(function: dict[str, Any]) -> list[str]:
     return list((function.get("parameters") or {}).get("required") or [])
 
 
+def _words(text: str) -> set[str]:
+    return set(WORD.findall(text.lower()))
+
+
 def plan_calls(question: str, functions: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     """The tool calls the rules pick for ``question``: (tool name, arguments) in order."""
     calls: list[tuple[str, dict[str, Any]]] = []
-    symbols = [s for s in dict.fromkeys(TICKER.findall(question)) if s not in NOT_TICKERS]
-    quote = next((f for f in functions if _required(f) == ["symbol"]), None)
-    if quote is not None:
-        calls += [(quote["name"], {"symbol": symbol}) for symbol in symbols]
-    words = set(WORD.findall(question.lower()))
+    order_tool = next((f for f in functions if set(_required(f)) == ORDER_ARGUMENTS), None)
+    ordered: set[str] = set()
+    if order_tool is not None:
+        for side, quantity, symbol in ORDER.findall(question):
+            amount = float(quantity) if "." in quantity else int(quantity)
+            arguments = {"symbol": symbol, "side": side.lower(), "quantity": amount}
+            calls.append((order_tool["name"], arguments))
+            ordered.add(symbol)
+    symbols = [s for s in dict.fromkeys(TICKER.findall(question)) if s not in NOT_TICKERS | ordered]
+    words = _words(question)
+    by_symbol = [f for f in functions if _required(f) == ["symbol"]]
+    for rank, function in enumerate(by_symbol):
+        if rank == 0 or words & _words(function.get("description", "")):
+            calls += [(function["name"], {"symbol": symbol}) for symbol in symbols]
     for function in functions:
-        described = set(WORD.findall(function.get("description", "").lower()))
-        if not _required(function) and words & described:
+        if not _required(function) and words & _words(function.get("description", "")):
             calls.append((function["name"], {}))
     return calls
 

@@ -1,6 +1,7 @@
 """Trading desk API: an in-memory order book the example agents work against.
 
-Routes (all but /healthz need ``Authorization: Bearer <TRADING_API_TOKEN>``):
+Two credentials, as a real broker hands out: a read-only token opens the GET routes, a trading
+token opens every route. Routes (all but /healthz need ``Authorization: Bearer <token>``):
   GET    /healthz
   GET    /api/v1/market_context/{agent}   positions, balance and buying power
   GET    /api/v1/quotes/{symbol}          last price of a symbol
@@ -8,8 +9,9 @@ Routes (all but /healthz need ``Authorization: Bearer <TRADING_API_TOKEN>``):
   POST   /api/v1/trades                   {"trade": {"symbol", "side", "quantity"}}
   DELETE /api/v1/trades/{trade_id}        cancel a trade that has not settled
 
-Run: ``TRADING_API_TOKEN=... python app.py`` (listens on 0.0.0.0:4000, or $PORT).
-Tests import :func:`create_app` and read ``app[RECEIVED]`` to see what the service was sent.
+Run: ``TRADING_RO_TOKEN=... TRADING_RW_TOKEN=... python app.py`` (listens on 0.0.0.0:4000, or
+$PORT). Tests import :func:`create_app` and read ``app[RECEIVED]`` to see what the service was
+sent, including which of its tokens each request carried (``"token": "read-only"|"trading"``).
 """
 
 from __future__ import annotations
@@ -48,16 +50,29 @@ class Desk:
 
 DESK = web.AppKey("desk", Desk)
 RECEIVED = web.AppKey("received", list)
-TOKEN = web.AppKey("token", str)
+TOKENS = web.AppKey("tokens", dict)
+READ_ONLY, TRADING = "read-only", "trading"
+READ_METHODS = {"GET", "HEAD"}
 
 
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
+def _token_kind(request: web.Request) -> str | None:
+    """Which of the service's tokens the request carries (``None``: none of them)."""
+    presented = request.headers.get("Authorization", "").encode()
+    found = None
+    for kind, token in request.app[TOKENS].items():  # every comparison runs: constant time
+        if hmac.compare_digest(presented, f"Bearer {token}".encode()):
+            found = kind
+    return found
+
+
 @web.middleware
 async def _record_and_authenticate(request: web.Request, handler: Any) -> web.StreamResponse:
     body = await request.text() if request.can_read_body else ""
+    kind = _token_kind(request)
     request.app[RECEIVED].append(
         {
             "method": request.method,
@@ -65,14 +80,15 @@ async def _record_and_authenticate(request: web.Request, handler: Any) -> web.St
             "query": dict(request.query),
             "body": body,
             "authorized": request.headers.get("Authorization") is not None,
+            "token": kind,
         }
     )
     if request.path == "/healthz":
         return await handler(request)
-    expected = f"Bearer {request.app[TOKEN]}"
-    presented = request.headers.get("Authorization", "")
-    if not hmac.compare_digest(presented.encode(), expected.encode()):
+    if kind is None:
         return _error(401, "missing or wrong bearer token")
+    if kind == READ_ONLY and request.method not in READ_METHODS:
+        return _error(403, "this token is read-only; orders need the trading token")
     return await handler(request)
 
 
@@ -148,12 +164,19 @@ async def cancel_trade(request: web.Request) -> web.Response:
     return _error(404, f"no trade {trade_id}")
 
 
-def create_app(token: str) -> web.Application:
-    """The trading API with a fresh desk; ``token`` is the bearer token it accepts."""
-    if not token:
+def create_app(read_token: str, trading_token: str | None = None) -> web.Application:
+    """The trading API with a fresh desk. ``read_token`` opens the GET routes and
+    ``trading_token`` every route; with only one token given, that token opens every route."""
+    if not read_token or trading_token == "":
         raise ValueError("a bearer token is required")
+    if trading_token == read_token:
+        raise ValueError("the read-only and the trading token must differ")
     app = web.Application(middlewares=[_record_and_authenticate])
-    app[TOKEN] = token
+    app[TOKENS] = (
+        {TRADING: read_token}
+        if trading_token is None
+        else {READ_ONLY: read_token, TRADING: trading_token}
+    )
     app[DESK] = Desk()
     app[RECEIVED] = []
     app.router.add_get("/healthz", healthz)
@@ -166,10 +189,12 @@ def create_app(token: str) -> web.Application:
 
 
 def main() -> None:
-    token = os.environ.get("TRADING_API_TOKEN", "")
-    if not token:
-        raise SystemExit("TRADING_API_TOKEN is not set")
-    web.run_app(create_app(token), host="0.0.0.0", port=int(os.environ.get("PORT", "4000")))
+    read_token = os.environ.get("TRADING_RO_TOKEN", "")
+    trading_token = os.environ.get("TRADING_RW_TOKEN", "")
+    if not read_token or not trading_token:
+        raise SystemExit("set TRADING_RO_TOKEN (read-only) and TRADING_RW_TOKEN (trading)")
+    app = create_app(read_token, trading_token)
+    web.run_app(app, host="0.0.0.0", port=int(os.environ.get("PORT", "4000")))
 
 
 if __name__ == "__main__":
