@@ -21,6 +21,7 @@ from clawpod.sidecar.model.conversation import (
 from clawpod.sidecar.model.errors import ApiError
 
 ProviderApi = Literal["openai", "anthropic"]
+MAX_PROVIDER_MESSAGE = 500
 
 
 class Codec(ABC):
@@ -109,7 +110,11 @@ class Codec(ABC):
             message = error.get("message") if isinstance(error, dict) else None
         except (ValueError, AttributeError):
             message = None
-        return str(message) if message else body[:200].decode("utf-8", "replace") or "no body"
+        text = str(message) if message else body[:200].decode("utf-8", "replace") or "no body"
+        # A provider's dump (stack traces, file paths) is not the client's to read whole.
+        if len(text) > MAX_PROVIDER_MESSAGE:
+            return text[:MAX_PROVIDER_MESSAGE] + "… (cut)"
+        return text
 
     @abstractmethod
     def models_list(self, models: list[tuple[str, str]]) -> dict[str, Any]:

@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from clawpod.sidecar.execution.request import credential_header
-from clawpod.sidecar.execution.result import REDACTED, failed
+from clawpod.sidecar.execution.result import failed
 from clawpod.sidecar.manifest import Execution, ManagedTool, ToolAuth
 from clawpod.sidecar.model.outcome import ToolOutcome, error_envelope
+from clawpod.sidecar.model.redaction import redactor_for
 
 if TYPE_CHECKING:  # the SDK is imported when a build has MCP tools (it costs ~0.3 s to import)
     import mcp_types as types
@@ -216,10 +217,8 @@ def outcome_for_result(
 ) -> ToolOutcome:
     """The §4.2.8 envelope for a ``CallToolResult`` (``isError`` -> ``ok: false``), with the
     same redaction and size limit as an HTTP body."""
-    encoded = orjson.dumps(_result_data(result))
-    for secret in secrets:
-        if secret and secret in encoded:
-            encoded = encoded.replace(secret, REDACTED)
+    redact = redactor_for(secrets)
+    encoded = redact(orjson.dumps(_result_data(result)))
     original = len(encoded)
     truncated = original > max_result_bytes
     data: Any = (
@@ -228,9 +227,7 @@ def outcome_for_result(
     code: str | None = None
     if result.is_error:
         code = "tool_error"
-        message = _error_message(result)
-        for secret in secrets:
-            message = message.replace(secret.decode(errors="ignore"), REDACTED.decode())
+        message = redact.text(_error_message(result))
         envelope = error_envelope(code, message)
         envelope["data"] = data
     else:

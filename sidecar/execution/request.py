@@ -49,6 +49,10 @@ def build_request(
     built (a path parameter missing or unusable, a credential not configured). ``path_parts``
     alternate literal text and placeholder names."""
     execution = tool.execution
+    if CLAW_ID in arguments:
+        # A service reading it (path, query or body) would act for the agent it names.
+        message = f"{CLAW_ID} is the calling agent, set by the sidecar; it is not an argument"
+        raise RequestProblem(invalid_arguments(message))
     remaining = dict(arguments)
     path = fill_path(path_parts, agent_id, remaining)
     url = base_url + path
@@ -131,9 +135,7 @@ def fill_path(parts: tuple[str, ...], agent_id: str, remaining: dict[str, Any]) 
             pieces.append(part)
             continue
         if part == CLAW_ID:
-            # Never from arguments: a model cannot act as another agent.
-            remaining.pop(CLAW_ID, None)
-            value: Any = agent_id
+            value: Any = agent_id  # the authenticated agent, never an argument
         elif part in remaining:
             value = remaining.pop(part)
         else:

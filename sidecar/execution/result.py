@@ -13,6 +13,7 @@ import orjson
 
 from clawpod.sidecar.execution.request import ServiceRequest
 from clawpod.sidecar.model.outcome import ToolOutcome, error_envelope
+from clawpod.sidecar.model.redaction import redactor_for
 from clawpod.sidecar.transport import (
     ConnectError,
     ConnectionClosed,
@@ -24,7 +25,6 @@ from clawpod.sidecar.transport import (
 
 # How far past the result limit a body is still read (and discarded) to learn its real size.
 MAX_COUNTED_BODY_BYTES = 64 * 1024 * 1024
-REDACTED = b"[redacted]"
 
 
 async def send(
@@ -74,10 +74,8 @@ def transport_failure(exc: TransportError, timeout_s: float, started: float) -> 
 
 
 def redacted(body: bytes, secrets: tuple[bytes, ...]) -> bytes:
-    for secret in secrets:
-        if secret and secret in body:
-            body = body.replace(secret, REDACTED)
-    return body
+    """``body`` without the credentials, in whatever encoding the service echoed them."""
+    return redactor_for(secrets)(body)
 
 
 async def read_limited(response: Response, limit: int) -> tuple[bytes, int]:

@@ -341,7 +341,10 @@ class _Driver:
         status, body, headers = 200, b"", JSON_HEADERS
         if isinstance(command, Fail):
             self.http_status, self.error_code = command.status, command.code
-            err = ApiError(command.status, command.code, command.message)
+            # Messages carry provider text (an error body, a stream's error event): no key in
+            # any encoding leaves with them.
+            message = self.state.upstream.redact_text(self.ctx.provider_name, command.message)
+            err = ApiError(command.status, command.code, message)
             if self.live is not None:
                 await self._write(self.live.fail(err))
             else:

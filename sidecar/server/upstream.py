@@ -12,6 +12,7 @@ import orjson
 
 from clawpod.sidecar.codecs import CODECS
 from clawpod.sidecar.manifest import Provider, SidecarConfig
+from clawpod.sidecar.model.redaction import redactor_for
 from clawpod.sidecar.observability.metrics import Metrics, connection_counts
 from clawpod.sidecar.transport import (
     BodyTooLarge,
@@ -92,6 +93,7 @@ class _ProviderChannel:
     def __init__(self, provider: Provider, key: str | None, client: HttpClient) -> None:
         base_url = provider.base_url.rstrip("/")
         self.key = key.encode() if key else b""
+        self.redact = redactor_for((self.key,))
         self._base_url = base_url
         self._client = client
         # Keyed by (route, client sent its own anthropic-version): the client's replaces ours.
@@ -155,10 +157,15 @@ class UpstreamClient:
         return self._client
 
     def redact(self, provider_name: str, data: bytes) -> bytes:
-        """``data`` without the provider's key: some providers repeat a rejected key in their
-        error message, and it must not reach an agent."""
-        key = self._channels[provider_name].key
-        return data.replace(key, b"[redacted]") if key and key in data else data
+        """``data`` without the provider's key, in any encoding: some providers repeat a
+        rejected key in their error message, and it must not reach an agent."""
+        return self._channels[provider_name].redact(data)
+
+    def redact_text(self, provider_name: str | None, text: str) -> str:
+        """A message built from provider text, without the provider's key."""
+        if provider_name is None:
+            return text
+        return self._channels[provider_name].redact.text(text)
 
     async def send(
         self,

@@ -80,10 +80,28 @@ async def test_claw_id_is_the_agent_and_never_an_argument(
     executor: ToolExecutor, service: ToolService
 ) -> None:
     tool = http_tool("svc", "context", service.url, path="/api/v1/market_context/{claw_id}")
-    outcome = await call(executor, tool, {"claw_id": "someone-else"}, agent="analyst-0")
+    outcome = await call(executor, tool, {}, agent="analyst-0")
     assert outcome.ok
     [request] = service.requests
     assert request.raw_path == "/api/v1/market_context/analyst-0"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body_key"),
+    [
+        ("GET", "/api/v1/market_context/{claw_id}", None),  # was dropped silently
+        ("GET", "/api/v1/positions", None),  # went on as ?claw_id=bob
+        ("POST", "/api/v1/trades", "trade"),  # went into {"trade": {..., "claw_id": "bob"}}
+    ],
+)
+async def test_a_claw_id_argument_is_refused_and_nothing_is_sent(
+    executor: ToolExecutor, service: ToolService, method: str, path: str, body_key: str | None
+) -> None:
+    tool = http_tool("svc", "op", service.url, method=method, path=path, body_key=body_key)
+    outcome = await call(executor, tool, {"symbol": "X", "claw_id": "bob"}, agent="analyst-0")
+    assert outcome.error_code == "invalid_arguments"
+    assert "claw_id" in outcome.envelope["error"]["message"]
+    assert not outcome.executed and service.requests == []
 
 
 async def test_get_arguments_go_to_the_query_string(

@@ -194,6 +194,9 @@ def test_dot_segments_are_refused_unsent(rig: ExecutorRig, value: str) -> None:
 def test_claw_id_cannot_be_supplied_by_arguments(rig: ExecutorRig) -> None:
     tool = http_tool("svc", "mine", rig.service.url, path="/agents/{claw_id}/items")
     outcome, requests = rig.call(tool, {"claw_id": "../other-agent"})
+    assert outcome.error_code == "invalid_arguments"  # refused, not silently replaced
+    assert requests == []
+    outcome, requests = rig.call(tool, {})
     assert outcome.ok, outcome.envelope
     assert requests[0].raw_path == "/agents/agent-1/items"
 

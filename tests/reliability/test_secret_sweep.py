@@ -9,9 +9,11 @@ was given; a hit fails the session.
 
 from __future__ import annotations
 
+import base64
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -32,7 +34,8 @@ def test_the_sweep_finds_a_planted_credential(tmp_path: Path) -> None:
     (tmp_path / "state" / "audit").mkdir(parents=True)
     (tmp_path / "state" / "audit" / "a.jsonl").write_text(f'{{"x": "{secret}"}}\n')
     leaks = secret_sweep.find_leaks({secret}, [("response", b"clean")], {tmp_path})
-    assert leaks == [f"{tmp_path / 'state/audit/a.jsonl'}: contains {secret_sweep.mask(secret)}"]
+    where = tmp_path / "state/audit/a.jsonl"
+    assert leaks == [f"{where}: contains {secret_sweep.mask(secret)} (raw)"]
     leaks = secret_sweep.find_leaks({secret}, [("log x", f"oops {secret}".encode())], set())
     assert leaks and leaks[0].startswith("log x")
     assert secret not in leaks[0]  # the report itself does not repeat the value
@@ -107,3 +110,73 @@ async def test_a_service_echoing_its_credential_does_not_reach_the_model(
 def test_every_test_credential_is_long_enough_to_be_swept() -> None:
     for value in (*TEST_PROVIDER_KEYS.values(), SERVICE_TOKEN, ENV["SVC_TOKEN"]):
         assert len(value) >= secret_sweep.MIN_SECRET_LENGTH
+
+
+def _echo_in(form: str, secret: str) -> str:
+    """``secret`` as a service or provider may echo it (JSON-level forms are done by the
+    service's own JSON encoder, so they are built at the text level here)."""
+    if form == "json \\u-escaped":
+        return "".join(f"\\u{ord(c):04x}" for c in secret)
+    if form == "url-encoded":
+        return quote(secret, safe="")
+    if form.startswith("base64"):
+        offset = int(form[-1])
+        encoded = base64.b64encode(b"x" * offset + secret.encode() + b"yz")
+        return (
+            encoded.decode().replace("+", "-").replace("/", "_")
+            if "url" in form
+            else (encoded.decode())
+        )
+    return secret
+
+
+ECHO_FORMS = ["json \\u-escaped", "url-encoded", "base64@0", "base64@1", "base64url@2"]
+
+
+@pytest.mark.parametrize("form", ECHO_FORMS)
+async def test_a_service_echoing_its_credential_in_any_encoding_does_not_reach_the_model(
+    pod: Pod, form: str
+) -> None:
+    # PHP's and Go's JSON encoders escape characters as \uXXXX; services echo headers URL- or
+    # base64-encoded. Each form once reached the model in clear.
+    echoed = _echo_in(form, f"Bearer {SERVICE_TOKEN}")
+    raw_body = ('{"you_sent": "' + echoed + '"}').encode()
+    pod.service.reply("/quotes/ECHO", body=raw_body, content_type="application/json")
+    pod.upstream.enqueue(
+        "openai",
+        Reply.json(tool_call("openai", "desk_quote", {"symbol": "ECHO"})),
+        Reply.json(text("openai", "done")),
+    )
+    seen = await ask(pod, "openai", "analyst", "quote ECHO", stream=False)
+    assert seen.answer == "done"
+    to_model = pod.upstream.requests_to("openai")[-1].body
+    secret_sweep.collect("request to the model", to_model)
+    for name, needle in secret_sweep.encodings(SERVICE_TOKEN).items():
+        assert needle not in to_model, name
+    assert b"you_sent" in to_model and b"[redacted]" in to_model
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize(("agent", "stream"), [("plain", False), ("analyst", False)])
+async def test_a_provider_echoing_its_key_escaped_does_not_reach_the_client(
+    pod: Pod, api: Api, agent: str, stream: bool
+) -> None:
+    escaped = _echo_in("json \\u-escaped", KEY_OF[api])
+    body = '{"error": {"message": "Incorrect API key provided: ' + escaped + '", "type": "x"}}'
+    pod.upstream.enqueue(
+        api, Reply(status=401, body=body.encode(), content_type="application/json")
+    )
+    seen = await ask(pod, api, agent, "hello", stream=stream)
+    assert seen.answer is None
+    for name, needle in secret_sweep.encodings(KEY_OF[api]).items():
+        assert needle.decode() not in seen.message, name
+    assert KEY_OF[api] not in seen.message
+    assert "Incorrect API key provided" in seen.message
+
+
+async def test_a_provider_dump_is_cut_before_it_reaches_the_client(pod: Pod) -> None:
+    dump = "Traceback (most recent call last): " + "/srv/provider/app/handlers.py line 1; " * 80
+    pod.upstream.enqueue("openai", Reply.error("openai", 500, dump, "server_error"))
+    seen = await ask(pod, "openai", "analyst", "hello", stream=False)
+    assert seen.answer is None
+    assert len(seen.message) < 800 and seen.message.endswith("(cut)")

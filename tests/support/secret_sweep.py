@@ -11,10 +11,13 @@ made. Tests add response bodies and error messages with :func:`collect`.
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 from clawpod.sidecar.manifest import Build
 
@@ -85,14 +88,15 @@ class LogCollector(logging.Handler):
 def find_leaks(
     secrets: Iterable[str], texts: Iterable[tuple[str, bytes]], trees: Iterable[Path]
 ) -> list[str]:
-    """Where any secret appears: ``"<where>: <which secret, masked>"`` lines."""
-    needles = [(s, s.encode()) for s in secrets]
+    """Where any secret appears, in any encoding an echo takes: ``"<where>: <which secret,
+    masked> (<encoding>)"`` lines."""
+    needles = [(s, form, needle) for s in secrets for form, needle in encodings(s).items()]
     found: list[str] = []
 
     def search(where: str, data: bytes) -> None:
-        for secret, needle in needles:
+        for secret, form, needle in needles:
             if needle in data:
-                found.append(f"{where}: contains {mask(secret)}")
+                found.append(f"{where}: contains {mask(secret)} ({form})")
 
     for where, data in texts:
         search(where, data)
@@ -103,6 +107,27 @@ def find_leaks(
         except OSError:
             continue
     return found
+
+
+def encodings(secret: str) -> dict[str, bytes]:
+    """The forms a service or provider can echo a secret in (written independently of the
+    sidecar's redaction, so a form it misses is caught here)."""
+    raw = secret.encode()
+    forms = {
+        "raw": raw,
+        "json-escaped": json.dumps(secret)[1:-1].encode(),
+        "json \\u-escaped": "".join(f"\\u{ord(c):04x}" for c in secret).encode(),
+        "url-encoded": quote(secret, safe="").encode(),
+    }
+    for offset in range(3):  # the secret's alignment inside a longer base64 text
+        encoded = base64.b64encode(b"\0" * offset + raw)
+        core = encoded[(offset * 8 + 5) // 6 : ((offset + len(raw)) * 8) // 6]
+        forms[f"base64@{offset}"] = core
+        forms[f"base64url@{offset}"] = core.replace(b"+", b"-").replace(b"/", b"_")
+    distinct: dict[bytes, str] = {}
+    for name, needle in forms.items():
+        distinct.setdefault(needle, name)  # one name per form: "raw" where they coincide
+    return {name: needle for needle, name in distinct.items()}
 
 
 def files_under(trees: Iterable[Path]) -> list[Path]:
