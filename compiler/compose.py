@@ -232,8 +232,10 @@ def _agent_service(definition: dict[str, Any], agent: Any) -> dict[str, Any]:
     volumes = list(service.get("volumes") or [])
     volumes.append(f"./context/{agent.id}/CONTEXT.md:{CONTEXT_MOUNT}:ro")
     if agent.mode == "native":
-        # The literal-token config works in every MCP client, whether it expands ${VAR} or not.
-        volumes.append(f"./agents/{agent.id}.mcp.json:{MCP_MOUNT}:ro")
+        # The context's config (token as ${CLAW_AGENT_TOKEN}, from the env file): the literal
+        # token config is mode 0600 and owned by whoever compiled, so an agent image running
+        # as another user (the example's runs as nobody) could not read it once mounted.
+        volumes.append(f"./context/{agent.id}/mcp.json:{MCP_MOUNT}:ro")
     service["volumes"] = volumes
     service["networks"] = ["claw-agents", *(surface_network(s) for s in agent.surfaces)]
     depends_on = dict(service.get("depends_on") or {})

@@ -381,7 +381,7 @@ def test_generated_compose_wires_agents_sidecar_and_tools(example_out: Path) -> 
     assert services["analyst"]["volumes"] == ["./context/analyst/CONTEXT.md:/claw/CONTEXT.md:ro"]
     assert services["trader"]["volumes"] == [
         "./context/trader/CONTEXT.md:/claw/CONTEXT.md:ro",
-        "./agents/trader.mcp.json:/claw/mcp.json:ro",
+        "./context/trader/mcp.json:/claw/mcp.json:ro",
     ]
     for tool in ("trading-api", "market-news", "research-mcp"):
         assert "claw-tools" in services[tool]["networks"]

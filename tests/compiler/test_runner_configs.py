@@ -1,5 +1,5 @@
-"""Ready-to-use MCP configs for native runners (SPEC §7.5): literal token, only under agents/,
-mode 0600, mounted at /claw/mcp.json in native agents."""
+"""Ready-to-use MCP configs for native runners (contract §7.5): literal token, only under
+agents/, mode 0600; native agents get the context's config (no token) at /claw/mcp.json."""
 
 from __future__ import annotations
 
@@ -50,7 +50,8 @@ def test_the_codex_config_is_toml_with_the_literal_token(out: Path, agent: str) 
 
 def test_native_agents_get_the_literal_config_mounted(out: Path) -> None:
     services = yaml.safe_load((out / "compose.yml").read_text())["services"]
-    assert "./agents/trader.mcp.json:/claw/mcp.json:ro" in services["trader"]["volumes"]
+    # The mounted one is the context's (no token; readable by any agent user).
+    assert "./context/trader/mcp.json:/claw/mcp.json:ro" in services["trader"]["volumes"]
     assert not any("/claw/mcp.json" in v for v in services["analyst"]["volumes"])
 
 

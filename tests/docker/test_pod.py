@@ -77,7 +77,7 @@ def test_mediated_tool_call_round_trips_through_the_service(pod: Pod) -> None:
     assert [call["name"] for call in calls] == ["trading-api.get_market_context"]
 
 
-def test_streaming_client_gets_the_mediated_answer_re_streamed(pod: Pod) -> None:
+def test_streaming_client_gets_the_mediated_answer_streamed(pod: Pod) -> None:
     seen_before = len(pod.upstream_requests())
 
     reply = pod.chat(MEDIATED_AGENT, [QUESTION], stream=True)
@@ -85,9 +85,9 @@ def test_streaming_client_gets_the_mediated_answer_re_streamed(pod: Pod) -> None
     assert _tool_data(reply["content"])["data"]["agent"] == MEDIATED_AGENT
     assert reply["finish_reason"] == "stop"
     assert reply["usage"]["total_tokens"] == 2 * 18
-    # While tools are injected the sidecar calls the model without streaming.
+    # A streaming client's model calls stream too, tool round included (contract §8.1).
     upstream = pod.upstream_requests()[seen_before:]
-    assert len(upstream) == 2 and not any(request["stream"] for request in upstream)
+    assert len(upstream) == 2 and all(request["stream"] for request in upstream)
 
 
 def test_agent_cannot_resolve_or_reach_tool_services_or_upstream(pod: Pod) -> None:
