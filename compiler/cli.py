@@ -78,6 +78,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="first refresh each JSON descriptor declaring 'mcp' from its running service",
     )
+    compile_.add_argument(
+        "--sign-key-env",
+        metavar="VAR",
+        help="sign digest.json with the Ed25519 private key in environment variable VAR "
+        "(PEM or base64 of the raw key); the sidecar checks it with --verify-key-env",
+    )
 
     discover = commands.add_parser(
         "discover",
@@ -198,6 +204,8 @@ def _compile(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     _warn(pod.warnings, err)
     target = args.out or _default_out(args.pod)
     write_build(pod, target, rotate_tokens=args.rotate_tokens, sidecar_image=args.sidecar_image)
+    if args.sign_key_env:
+        _sign(target, args.sign_key_env)
     _warn([w for w in [engine_warning(local_engine_version())] if w], err)
     summary = (
         ", ".join(f"{a.id} ({a.mode}, {len(a.tools)} tools)" for a in pod.agents) or "no agents"
@@ -208,6 +216,18 @@ def _compile(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         f"run: docker compose -f {display_path(target / 'compose.yml')} up\n"
     )
     return EXIT_OK
+
+
+def _sign(build: Path, key_env: str) -> None:
+    from clawpod.sidecar.build_signature import SignatureError, sign_digest
+
+    key = os.environ.get(key_env)
+    if not key:
+        raise CompileError(f"--sign-key-env: environment variable {key_env} is not set")
+    try:
+        sign_digest(build, key)
+    except SignatureError as exc:
+        raise CompileError(f"--sign-key-env {key_env}: {exc}") from None
 
 
 def _validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -1,5 +1,5 @@
 """``python -m clawpod.sidecar --build OUT [--host H] [--port P] [--admin-host H]
-[--admin-port P] [--state-dir DIR] [--allow-unkeyed-audit]``."""
+[--admin-port P] [--state-dir DIR] [--allow-unkeyed-audit] [--verify-key-env VAR]``."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 
 from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV, AuditKeyError
 from clawpod.sidecar.audit.log import AuditStateError
+from clawpod.sidecar.build_signature import SignatureError, verify_signature
 from clawpod.sidecar.manifest import Build, BuildError, load_build
 from clawpod.sidecar.observability.logs import configure_logging
 from clawpod.sidecar.observability.tracing import configure_tracing
@@ -50,6 +51,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--allow-unkeyed-audit",
         action="store_true",
         help=f"run without {AUDIT_KEY_ENV}: anyone who can write the audit log can rewrite it",
+    )
+    parser.add_argument(
+        "--verify-key-env",
+        metavar="VAR",
+        help="refuse a build whose digest.sig is missing or not made by the Ed25519 key whose "
+        "public half (PEM or base64 of the raw key) is in environment variable VAR",
     )
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)
@@ -113,13 +120,25 @@ def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
     return uvloop.new_event_loop
 
 
+def verify_build_signature(build: Path, key_env: str) -> None:
+    key = os.environ.get(key_env)
+    if not key:
+        raise SignatureError(f"--verify-key-env: environment variable {key_env} is not set")
+    try:
+        verify_signature(build, key)
+    except ImportError:
+        raise SignatureError("--verify-key-env needs the cryptography package") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     configure_logging(args.log_level)
     configure_tracing(os.environ)
     try:
         build = load_build(args.build)
-    except BuildError as exc:
+        if args.verify_key_env:
+            verify_build_signature(args.build, args.verify_key_env)
+    except (BuildError, SignatureError) as exc:
         print(f"sidecar: refusing to start: {exc}", file=sys.stderr)
         return 1
     if not os.environ.get(AUDIT_KEY_ENV) and not args.allow_unkeyed_audit:

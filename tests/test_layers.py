@@ -14,7 +14,7 @@ SIDECAR = Path(__file__).resolve().parents[1] / "sidecar"
 PACKAGE = "clawpod.sidecar"
 # Bottom to top. A module may import from its own layer and the layers before it.
 LAYERS: list[tuple[str, ...]] = [
-    ("manifest", "path_template", "model"),
+    ("manifest", "path_template", "build_signature", "model"),
     ("codecs",),
     ("mediation",),
     ("observability", "transport", "audit", "tasks"),
