@@ -1,23 +1,65 @@
 """Suite-wide plugin: the credential sweep (see tests/support/secret_sweep.py).
 
 Every credential value handed to a test sidecar is registered; at the end of the session every
-log record, everything a test wrote to stderr, every collected response and every file under the
-session's temporary directory (all build and state dirs) is searched, and the session fails if
-any value appears.
+log record, everything a test wrote to stderr, every response body a sidecar served in the test
+process, every collected text and every file under the session's temporary directory (all build
+and state dirs) is searched for each value in every encoding an echo takes, and the session
+fails if any appears.
 Fixtures several areas share come from tests/support/fixtures.py.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 
 import pytest
+from aiohttp import web
 
+from clawpod.sidecar.server.context import STATE_KEY
 from tests.support import secret_sweep
 
 pytest_plugins = ["tests.support.fixtures"]
 
 _collector = secret_sweep.LogCollector()
+_MAX_SWEPT_RESPONSE = 1 << 20
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _sweep_every_sidecar_response() -> Iterator[None]:
+    """Every response body a sidecar served in this process (whole or streamed, on the agents'
+    port or the operator's) goes into the sweep, not only those a test collected."""
+    write, write_eof = web.StreamResponse.write, web.StreamResponse.write_eof
+    bodies: dict[int, bytearray] = {}
+
+    def served_by_a_sidecar(response: web.StreamResponse) -> bool:
+        request = response._req  # set once the response is prepared
+        try:
+            return request is not None and STATE_KEY in request.app
+        except Exception:  # refused before routing (no app yet): not a sidecar answer to sweep
+            return False
+
+    async def sweeping_write(
+        self: web.StreamResponse, data: bytes | bytearray | memoryview
+    ) -> None:
+        if served_by_a_sidecar(self):
+            body = bodies.setdefault(id(self), bytearray())
+            if len(body) < _MAX_SWEPT_RESPONSE:
+                body += data
+        await write(self, data)
+
+    async def sweeping_write_eof(self: web.StreamResponse, data: bytes = b"") -> None:
+        if served_by_a_sidecar(self):
+            body = bodies.pop(id(self), bytearray()) + data
+            request = self._req
+            assert request is not None
+            secret_sweep.collect(f"response to {request.method} {request.path}", bytes(body))
+        await write_eof(self, data)
+
+    web.StreamResponse.write = sweeping_write  # type: ignore[method-assign]
+    web.StreamResponse.write_eof = sweeping_write_eof  # type: ignore[method-assign]
+    yield
+    web.StreamResponse.write, web.StreamResponse.write_eof = write, write_eof  # type: ignore[method-assign]
 
 
 def pytest_configure(config: pytest.Config) -> None:
