@@ -30,6 +30,8 @@ if TYPE_CHECKING:  # the SDK is imported when a build has MCP tools (it costs ~0
     from mcp.shared.exceptions import MCPError
 
 log = logging.getLogger("sidecar.mcp_backend")
+MCP_CONNECT_TIMEOUT_S = 30.0
+MCP_READ_TIMEOUT_S = 300.0
 
 # The `_meta` key that carries a call's idempotency key where no HTTP header can (§8.2).
 IDEMPOTENCY_META_KEY = "io.clawpod/idempotency-key"
@@ -56,14 +58,22 @@ class _Connection:
     owner: asyncio.Task[None] | None = None
 
     async def hold(self) -> None:
+        import httpx2
         from mcp import Client
         from mcp.client.streamable_http import streamable_http_client
-        from mcp.shared._httpx_utils import create_mcp_http_client
 
         headers = dict([self.key.credential]) if self.key.credential else {}
+        # Pod services are reached directly: a proxy named in the sidecar's environment (for
+        # providers) must never see a tool call or its credential. Timeouts as the SDK's own
+        # client sets them: a server may hold a result stream open for minutes.
+        http = httpx2.AsyncClient(
+            headers=headers,
+            timeout=httpx2.Timeout(MCP_CONNECT_TIMEOUT_S, read=MCP_READ_TIMEOUT_S),
+            trust_env=False,
+        )
         try:
             async with (
-                create_mcp_http_client(headers=headers) as http,
+                http,
                 Client(streamable_http_client(self.key.endpoint, http_client=http)) as client,
             ):
                 self.ready.set_result(client)

@@ -16,6 +16,7 @@ from openai import AsyncOpenAI
 
 from clawpod.compiler.cli import main as clawc
 from clawpod.compiler.discover import fetch_descriptor
+from clawpod.sidecar.execution.mcp_backend import McpBackends
 from clawpod.sidecar.manifest import Execution, ManagedTool, ToolAuth, definition_pin
 from tests.mcp.conftest import mcp_client
 from tests.support.builds import AgentSpec, providers_for, write_build
@@ -306,3 +307,25 @@ async def test_destructive_calls_in_a_batch_run_one_by_one_in_order(mcp_pod: Mcp
     service = mcp_pod.service
     assert service.most_active == 1
     assert service.events == [e for o in order_ids for e in (f"start:{o}", f"end:{o}")]
+
+
+async def test_backend_calls_never_go_through_a_proxy_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The MCP SDK's client honours HTTP(S)_PROXY: pod-internal tool calls (and the service's
+    # credential) would have gone to whatever proxy the sidecar was given for its providers.
+    async with running_mcp_service(DESK_TOKEN) as service:
+        descriptor = await fetch_descriptor(service.url, "DESK_TOKEN", {"DESK_TOKEN": DESK_TOKEN})
+        (quote,) = [t for t in mcp_tools(descriptor, service.url) if t.name == "desk.get_quote"]
+        for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+            monkeypatch.setenv(name, "http://127.0.0.1:9")  # a proxy that accepts nothing
+        for name in ("NO_PROXY", "no_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        backends = McpBackends({"DESK_TOKEN": DESK_TOKEN})
+        try:
+            outcome = await backends.call(
+                quote, {"symbol": "AMD"}, timeout_s=10, max_result_bytes=4096, started=0.0
+            )
+        finally:
+            await backends.close()
+    assert outcome.ok, outcome.envelope
