@@ -18,7 +18,6 @@ import time
 import uuid
 from collections.abc import Iterable
 from typing import Any
-from urllib.parse import urlsplit
 
 import orjson
 from aiohttp import web
@@ -28,6 +27,18 @@ from clawpod.sidecar.audit.records import request_record, usage_record
 from clawpod.sidecar.audit.trace import trace_call
 from clawpod.sidecar.execution.governed import GovernedExecutor
 from clawpod.sidecar.manifest import DEFAULT_ALLOWED_HOSTS, AgentBuild, ManagedTool
+from clawpod.sidecar.mcp.http import (
+    JSON,
+    SSE,
+    HttpError,
+    accepts,
+    check_origin,
+    hostname,
+    json_response,
+    jsonrpc_error,
+    sse_event,
+    write,
+)
 from clawpod.sidecar.mcp.protocol import (
     BATCHES_UNTIL,
     INTERNAL_ERROR,
@@ -73,8 +84,6 @@ log = logging.getLogger("sidecar.mcp")
 ROUTE = "/mcp"
 SESSION_HEADER = "Mcp-Session-Id"
 VERSION_HEADER = "MCP-Protocol-Version"
-JSON = "application/json"
-SSE = "text/event-stream"
 # The metric label of a call naming no tool of the agent: names clients choose never become
 # label values.
 UNKNOWN_TOOL_LABEL = "(unknown)"
@@ -96,7 +105,7 @@ class McpEndpoint:
         tasks: ShieldedTasks,
         allowed_hosts: Iterable[str] = DEFAULT_ALLOWED_HOSTS,
     ) -> None:
-        self._allowed_hosts = frozenset(filter(None, map(_hostname, allowed_hosts)))
+        self._allowed_hosts = frozenset(filter(None, map(hostname, allowed_hosts)))
         self._executor = executor
         self._audit = audit
         self._metrics = metrics
@@ -108,9 +117,9 @@ class McpEndpoint:
     async def handle(self, request: web.Request, agent: AgentBuild) -> web.StreamResponse:
         started = time.perf_counter()
         try:
-            _check_origin(request, self._allowed_hosts)
+            check_origin(request, self._allowed_hosts)
             if agent.agent.mode != "native":
-                raise _HttpError(
+                raise HttpError(
                     403,
                     INVALID_REQUEST,
                     f"agent {agent.agent.id} is in mediated mode: the sidecar runs its tools; "
@@ -127,7 +136,7 @@ class McpEndpoint:
                     "Method Not Allowed: use POST (and DELETE to end a session)",
                 )
                 response.headers["Allow"] = "POST, DELETE"
-        except _HttpError as err:
+        except HttpError as err:
             response = err.response
         agent_id = agent.agent.id
         self._metrics.count_request(agent_id, ROUTE, response.status)
@@ -143,26 +152,26 @@ class McpEndpoint:
     # -- POST ------------------------------------------------------------------------------------
 
     async def _post(self, request: web.Request, agent: AgentBuild) -> web.StreamResponse:
-        accepts_json, accepts_sse = _accepts(request)
+        accepts_json, accepts_sse = accepts(request)
         if not (accepts_json or accepts_sse):
-            raise _HttpError(406, INVALID_REQUEST, f"Not Acceptable: accept {JSON} and {SSE}")
+            raise HttpError(406, INVALID_REQUEST, f"Not Acceptable: accept {JSON} and {SSE}")
         if request.content_type != JSON:
-            raise _HttpError(415, INVALID_REQUEST, f"Unsupported Media Type: send {JSON}")
+            raise HttpError(415, INVALID_REQUEST, f"Unsupported Media Type: send {JSON}")
         try:
             messages, batch = parse_body(await request.read())
         except JsonRpcError as err:
-            raise _HttpError(400, err.code, err.message) from None
+            raise HttpError(400, err.code, err.message) from None
         if is_stateless(request.headers.get(VERSION_HEADER), messages):
             return await self._post_stateless(request, agent, messages, batch, accepts_json)
         if any(m.method == "initialize" for m in messages):
             if batch:
-                raise _HttpError(
+                raise HttpError(
                     400, INVALID_REQUEST, "Invalid Request: initialize must not be batched"
                 )
             return self._initialize(messages[0], agent, accepts_json)
         session = self._session_for(request, agent)
         if batch and session.protocol_version > BATCHES_UNTIL:
-            raise _HttpError(
+            raise HttpError(
                 400,
                 INVALID_REQUEST,
                 f"Invalid Request: JSON-RPC batches are not part of MCP {session.protocol_version}",
@@ -177,7 +186,7 @@ class McpEndpoint:
         if accepts_sse and (calls or not accepts_json):
             return await self._answer_sse(request, agent, version, requests)
         answers = [await self._answer(agent, version, m, stream=False) for m in requests]
-        return _json_response(answers if batch else answers[0])
+        return json_response(answers if batch else answers[0])
 
     async def _post_stateless(
         self,
@@ -189,7 +198,7 @@ class McpEndpoint:
     ) -> web.StreamResponse:
         """MCP 2026-07-28: one self-contained request per POST, no session."""
         if batch:
-            raise _HttpError(
+            raise HttpError(
                 400,
                 INVALID_REQUEST,
                 "Invalid Request: JSON-RPC batches are not part of MCP 2026-07-28",
@@ -202,22 +211,22 @@ class McpEndpoint:
             version = check_request(message, headers)
         except Rejected as err:
             answer = error_response(message.id, err.code, err.message, err.data)
-            return _json_response(answer, status=err.status)
+            return json_response(answer, status=err.status)
         if message.method == "tools/call" or not accepts_json:
             return await self._answer_sse(request, agent, version, [message])
         answer = await self._answer(agent, version, message, stream=False)
         status = ERROR_STATUS.get(answer["error"]["code"], 200) if "error" in answer else 200
-        return _json_response(answer, status=status)
+        return json_response(answer, status=status)
 
     def _initialize(self, message: Message, agent: AgentBuild, accepts_json: bool) -> web.Response:
         if message.kind != "request":
-            raise _HttpError(
+            raise HttpError(
                 400, INVALID_REQUEST, "Invalid Request: initialize must be a request with an id"
             )
         try:
             params = parse_params(InitializeParams, message)
         except JsonRpcError as err:
-            return _json_response(err.response(), status=400)
+            return json_response(err.response(), status=400)
         version = negotiate_version(params.protocol_version)
         session = self.sessions.create(agent.agent.id, version)
         answer = result_response(message.id, initialize_result(version, agent))
@@ -225,28 +234,28 @@ class McpEndpoint:
         if accepts_json:
             response = web.Response(body=body, content_type=JSON)
         else:
-            response = web.Response(body=_sse_event(body), content_type=SSE)
+            response = web.Response(body=sse_event(body), content_type=SSE)
         response.headers[SESSION_HEADER] = session.id
         return response
 
     def _session_for(self, request: web.Request, agent: AgentBuild) -> Session:
         session_id = request.headers.get(SESSION_HEADER)
         if not session_id:
-            raise _HttpError(
+            raise HttpError(
                 400,
                 INVALID_REQUEST,
                 f"Bad Request: missing {SESSION_HEADER} header; send initialize first",
             )
         session = self.sessions.get(session_id, agent.agent.id)
         if session is None:
-            raise _HttpError(
+            raise HttpError(
                 404,
                 INVALID_REQUEST,
                 "Session not found: it ended or expired; initialize a new session",
             )
         header_version = request.headers.get(VERSION_HEADER, DEFAULT_HEADER_VERSION)
         if header_version not in SUPPORTED_VERSIONS:
-            raise _HttpError(
+            raise HttpError(
                 400,
                 INVALID_REQUEST,
                 f"Bad Request: unsupported {VERSION_HEADER} {header_version!r}; "
@@ -383,13 +392,13 @@ class McpEndpoint:
 
         async def keepalive(data: bytes) -> None:
             nonlocal connected
-            connected = connected and await _write(response, data)
+            connected = connected and await write(response, data)
 
         work = self._answer_all(agent, version, requests)
         answers = await with_keepalives(work, keepalive, self.keepalive_s)
         if connected:
             for answer in answers:
-                if not await _write(response, _sse_event(orjson.dumps(answer))):
+                if not await write(response, sse_event(orjson.dumps(answer))):
                     break
             else:
                 await response.write_eof()
@@ -424,65 +433,10 @@ class McpEndpoint:
     def _delete(self, request: web.Request, agent: AgentBuild) -> web.Response:
         session_id = request.headers.get(SESSION_HEADER)
         if not session_id:
-            raise _HttpError(400, INVALID_REQUEST, f"Bad Request: missing {SESSION_HEADER} header")
+            raise HttpError(400, INVALID_REQUEST, f"Bad Request: missing {SESSION_HEADER} header")
         if not self.sessions.terminate(session_id, agent.agent.id):
-            raise _HttpError(404, INVALID_REQUEST, "Session not found")
+            raise HttpError(404, INVALID_REQUEST, "Session not found")
         return web.Response(status=204)
-
-
-class _HttpError(Exception):
-    def __init__(self, status: int, code: int, message: str) -> None:
-        super().__init__(message)
-        self.response = jsonrpc_error(status, code, message)
-
-
-def jsonrpc_error(status: int, code: int, message: str) -> web.Response:
-    """A JSON-RPC error answer to a request whose id is unknown (refused before parsing)."""
-    return _json_response(error_response(None, code, message), status=status)
-
-
-def _json_response(payload: Any, status: int = 200) -> web.Response:
-    return web.Response(status=status, body=orjson.dumps(payload), content_type=JSON)
-
-
-def _sse_event(data: bytes) -> bytes:
-    return b"event: message\ndata: " + data + b"\n\n"
-
-
-async def _write(response: web.StreamResponse, data: bytes) -> bool:
-    try:
-        await response.write(data)
-    except (ConnectionError, RuntimeError):
-        return False  # the client went away; the tool call still completes and is audited
-    return True
-
-
-def _accepts(request: web.Request) -> tuple[bool, bool]:
-    accept = request.headers.get("Accept", "*/*").lower()
-    anything = "*/*" in accept
-    return (
-        anything or JSON in accept or "application/*" in accept,
-        anything or SSE in accept or "text/*" in accept,
-    )
-
-
-def _check_origin(request: web.Request, allowed_hosts: frozenset[str]) -> None:
-    """DNS rebinding (MCP transport rules): a page from elsewhere can point its own name at
-    the sidecar, so Origin and Host agree with each other; both must be one of the sidecar's
-    own names (sidecar.json ``allowed_hosts``, any port)."""
-    if _hostname(request.headers.get("Host", "")) not in allowed_hosts:
-        raise _HttpError(403, INVALID_REQUEST, "Forbidden: Host is not one of the sidecar's names")
-    origin = request.headers.get("Origin")
-    if origin is not None and _hostname(urlsplit(origin).netloc) not in allowed_hosts:
-        raise _HttpError(403, INVALID_REQUEST, "Forbidden: cross-origin request")
-
-
-def _hostname(authority: str) -> str | None:
-    """``host[:port]`` -> the host, lower-cased (IPv6 without brackets); None if malformed."""
-    try:
-        return urlsplit("//" + authority.strip()).hostname
-    except ValueError:
-        return None
 
 
 def _unknown(name: str) -> ToolOutcome:

@@ -11,7 +11,7 @@ from aiohttp import web
 
 from clawpod.sidecar.codecs import codec_for_api, codec_for_path
 from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.mcp.endpoint import jsonrpc_error
+from clawpod.sidecar.mcp.http import jsonrpc_error
 from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.observability.logs import log_request
 from clawpod.sidecar.server.auth import AuthError

@@ -10,7 +10,7 @@ from aiohttp import web
 from clawpod.sidecar.codecs import codec_for_api
 from clawpod.sidecar.codecs.base import Codec
 from clawpod.sidecar.manifest import AgentBuild
-from clawpod.sidecar.mcp.endpoint import jsonrpc_error
+from clawpod.sidecar.mcp.http import jsonrpc_error
 from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.server.auth import AuthError
