@@ -23,18 +23,13 @@ async def _list_tools(url: str, headers: dict[str, str]) -> list[Any]:
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
 
-    tools: list[Any] = []
+    from clawpod.sidecar.execution.mcp_backend import all_tools
+
     async with (
         create_mcp_http_client(headers=headers) as http,
         Client(streamable_http_client(url, http_client=http)) as client,
     ):
-        cursor: str | None = None
-        while True:
-            page = await client.list_tools(cursor=cursor, cache_mode="bypass")
-            tools += page.tools
-            cursor = page.next_cursor
-            if not cursor:
-                return tools
+        return await all_tools(client)
 
 
 def _tool_entry(tool: Any) -> dict[str, Any]:

@@ -30,12 +30,13 @@ if TYPE_CHECKING:  # the SDK is imported when a build has MCP tools (it costs ~0
     from mcp.shared.exceptions import MCPError
 
 log = logging.getLogger("sidecar.mcp_backend")
-MCP_CONNECT_TIMEOUT_S = 30.0
-MCP_READ_TIMEOUT_S = 300.0
+# Connecting (and each write) is bounded; a read may wait long: a server can hold a result
+# stream open for minutes, as the SDK's own client allows.
+CONNECT_TIMEOUT_S = 30.0
+READ_TIMEOUT_S = 300.0
 
 # The `_meta` key that carries a call's idempotency key where no HTTP header can (§8.2).
 IDEMPOTENCY_META_KEY = "io.clawpod/idempotency-key"
-CONNECT_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,11 +65,10 @@ class _Connection:
 
         headers = dict([self.key.credential]) if self.key.credential else {}
         # Pod services are reached directly: a proxy named in the sidecar's environment (for
-        # providers) must never see a tool call or its credential. Timeouts as the SDK's own
-        # client sets them: a server may hold a result stream open for minutes.
+        # providers) must never see a tool call or its credential.
         http = httpx2.AsyncClient(
             headers=headers,
-            timeout=httpx2.Timeout(MCP_CONNECT_TIMEOUT_S, read=MCP_READ_TIMEOUT_S),
+            timeout=httpx2.Timeout(CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S),
             trust_env=False,
         )
         try:
@@ -123,16 +123,7 @@ class McpBackends:
             await connection.close()
 
     async def list_tools(self, key: BackendKey) -> list[types.Tool]:
-        client = await self.client(key)
-        tools: list[types.Tool] = []
-        cursor: str | None = None
-        while True:
-            # Never from the client's response cache: a drift check must see what is served now.
-            page = await client.list_tools(cursor=cursor, cache_mode="bypass")
-            tools += page.tools
-            cursor = page.next_cursor
-            if not cursor:
-                return tools
+        return await all_tools(await self.client(key))
 
     async def call(
         self,
@@ -183,18 +174,26 @@ def _secrets(auth: ToolAuth, key: BackendKey) -> tuple[bytes, ...]:
     return secrets
 
 
+async def all_tools(client: Client) -> list[types.Tool]:
+    """Every page of a service's tool list, never from the client's response cache: a drift
+    check and ``clawc discover`` must see what is served now."""
+    tools: list[types.Tool] = []
+    cursor: str | None = None
+    while True:
+        page = await client.list_tools(cursor=cursor, cache_mode="bypass")
+        tools += page.tools
+        cursor = page.next_cursor
+        if not cursor:
+            return tools
+
+
 def _protocol_error(exc: MCPError, started: float) -> ToolOutcome:
     """A JSON-RPC error from the service (unknown tool, bad params): executed, not a result."""
-    code = "mcp_error"
-    envelope = error_envelope(code, f"the service refused the call: {exc.error.message}")
-    envelope["error"]["mcp_code"] = exc.error.code
-    return ToolOutcome(
-        envelope=envelope,
-        error_code=code,
-        status=None,
-        executed=True,
-        latency_ms=(time.perf_counter() - started) * 1000,
+    outcome = failed(
+        "mcp_error", f"the service refused the call: {exc.error.message}", True, started
     )
+    outcome.envelope["error"]["mcp_code"] = exc.error.code
+    return outcome
 
 
 def _result_data(result: types.CallToolResult) -> Any:
