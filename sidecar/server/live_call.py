@@ -44,6 +44,7 @@ async def call_model_streaming(
     except UpstreamError as exc:
         return ModelFailed(exc.kind, exc.message)
     assembler = codec.stream_assembler()
+    end = codec.end_watch()
     try:
         if response.status != 200:
             data = upstream.redact(target.provider, await response.read())
@@ -61,6 +62,7 @@ async def call_model_streaming(
             await _show_whole(codec, conversation, reply, show)
             return ModelReplied(reply)
         while chunk := await response.read_chunk():
+            end.feed(chunk)
             deltas = assembler.feed(chunk)
             if deltas:
                 await show(assembler.head, deltas)
@@ -71,7 +73,8 @@ async def call_model_streaming(
     except _MALFORMED as exc:
         return ModelFailed("protocol", f"the provider's reply is not valid: {exc}")
     finally:
-        response.release()
+        # A stream without its end marker leaves the connection's state unknown: not pooled.
+        response.release(reuse=end.seen or response.content_type != "text/event-stream")
 
 
 async def _show_whole(

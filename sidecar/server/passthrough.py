@@ -85,9 +85,7 @@ async def _relay_body(exchange: Exchange, ctx: RequestContext, upstream: Respons
 async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Response) -> None:
     await exchange.start_stream(200, response_headers(upstream.headers))
     usage = StreamUsage(ctx.codec)
-    ends = ctx.codec.stream_ends
-    keep = max(map(len, ends))
-    tail = b""  # enough of the last bytes to spot an end marker split across chunks
+    end = ctx.codec.end_watch()
     finished = False
     error_code: str | None = None
     try:
@@ -108,10 +106,9 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
                     await exchange.write(ctx.codec.stream_error(err))
                 break
             usage.feed(chunk)
-            tail = tail[-keep:] + chunk
             await exchange.write(chunk)
             # Finished once the end marker has reached the client.
-            finished = finished or any(end in tail for end in ends)
+            finished = end.feed(chunk)
         await exchange.end()
     except ConnectionError:
         # A client that closes once the answer is complete (SDKs stop at the end event) got it.
@@ -119,6 +116,10 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
     except asyncio.CancelledError:
         _record_later(ctx, None if finished else "client_disconnected", usage)
         raise
+    finally:
+        # Whatever the HTTP framing said, a stream cut short leaves the connection's state
+        # unknown: it is closed, never handed to the next request (of any agent).
+        upstream.release(reuse=end.seen)
     await record_request(
         ctx,
         http_status=200,

@@ -186,7 +186,11 @@ class UpstreamClient:
         try:
             if timeout_s is None and target.stream:
                 return await self._client.send(
-                    prepared, body, extra_headers=forward, read_timeout_s=self.timeout_s
+                    prepared,
+                    body,
+                    extra_headers=forward,
+                    read_timeout_s=self.timeout_s,
+                    retry_unanswered=True,
                 )
             return await self._client.send(
                 prepared,
@@ -194,6 +198,7 @@ class UpstreamClient:
                 extra_headers=forward,
                 timeout_s=timeout_s or self.timeout_s,
                 max_body_bytes=max_body_bytes,
+                retry_unanswered=True,
             )
         except TransportError as exc:
             raise translate_error(exc, target.provider) from exc
@@ -229,6 +234,7 @@ class UpstreamClient:
                 extra_headers=target.forward_headers,
                 read_timeout_s=read_timeout_s,
                 max_body_bytes=self.max_response_bytes,
+                retry_unanswered=True,
             )
         except TransportError as exc:
             raise translate_error(exc, target.provider) from exc

@@ -86,6 +86,7 @@ class HttpClient:
         timeout_s: float | None = None,
         read_timeout_s: float | None = None,
         max_body_bytes: int | None = None,
+        retry_unanswered: bool = False,
     ) -> Response:
         return await self.send(
             self.prepare(method, url, headers),
@@ -93,6 +94,7 @@ class HttpClient:
             timeout_s=timeout_s,
             read_timeout_s=read_timeout_s,
             max_body_bytes=max_body_bytes,
+            retry_unanswered=retry_unanswered,
         )
 
     async def send(
@@ -104,13 +106,16 @@ class HttpClient:
         timeout_s: float | None = None,
         read_timeout_s: float | None = None,
         max_body_bytes: int | None = None,
+        retry_unanswered: bool = False,
     ) -> Response:
         """Send and wait for the response head; the caller reads the body, then releases.
 
         ``timeout_s`` bounds the whole exchange (connect, head and body); ``read_timeout_s``
         bounds each wait for more bytes (a stream's gap between chunks); ``max_body_bytes``
         bounds the body as the caller reads it (decoded): past it, reading raises
-        ``BodyTooLarge``.
+        ``BodyTooLarge``. ``retry_unanswered`` sends a request of any method once more on a new
+        connection when a reused one ended before any byte of the answer: for a caller whose
+        request has no side effect a repeat could double (a model call; never a tool call).
         """
         if self._closed:
             raise RuntimeError("the HTTP client is closed")
@@ -125,7 +130,11 @@ class HttpClient:
             data += b"\r\n"
         limits = _Limits(deadline, read_timeout_s, max_body_bytes)
         response, reused = await self._exchange(prepared.pool, data, limits)
-        if reused and response is None and prepared.method in IDEMPOTENT_METHODS:
+        if (
+            reused
+            and response is None
+            and (retry_unanswered or prepared.method in IDEMPOTENT_METHODS)
+        ):
             # The server closed the kept-alive connection without answering: once more, on a
             # new connection (another idle one may be as stale).
             response, _ = await self._exchange(prepared.pool, data, limits, fresh=True)
