@@ -20,12 +20,14 @@ from clawpod.compiler.descriptor import CompiledTool
 from clawpod.compiler.errors import CompileError
 from clawpod.compiler.naming import canonical_name, present
 from clawpod.compiler.pod import CompiledPod
+from clawpod.compiler.pod_spec import EdgeSpec
 from clawpod.compiler.reserved import ADMIN_HOST, ADMIN_PORT, SIDECAR_HOST_URL
 from clawpod.compiler.runner_configs import codex_config, mcp_config
 from clawpod.compiler.tool_services import ToolService
 from clawpod.sidecar.manifest import (
     AdminListen,
     AgentManifest,
+    EdgeConfig,
     Execution,
     Listen,
     ManagedTool,
@@ -317,6 +319,8 @@ def render_build(
         extra["max_body_bytes"] = pod.claw.max_body_bytes
     if pod.claw.upstream_timeout_ms:
         extra["upstream_timeout_ms"] = pod.claw.upstream_timeout_ms
+    if pod.claw.edge is not None:
+        extra.update(_edge_settings(pod.claw.edge))
     if pod.governance is not None:
         extra["governance"] = pod.governance
     config = SidecarConfig(
@@ -395,3 +399,15 @@ def write_build(
         else:
             path.write_text(text, encoding="utf-8")
     write_digest(out)
+
+
+def _edge_settings(edge: EdgeSpec) -> dict[str, Any]:
+    """``x-claw.edge`` as ``sidecar.json`` holds it: the connection cap at the top (where it
+    was first), the other bounds in ``edge``; unset ones keep their defaults."""
+    settings = edge.model_dump(exclude_none=True)
+    extra: dict[str, Any] = {}
+    if "max_connections" in settings:
+        extra["max_connections"] = settings.pop("max_connections")
+    if settings:
+        extra["edge"] = EdgeConfig(**settings)
+    return extra

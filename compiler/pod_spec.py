@@ -40,6 +40,21 @@ class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
+_Positive = Annotated[int, Strict(), Field(gt=0)]
+
+
+class EdgeSpec(_Spec):
+    """``x-claw.edge``: the sidecar's connection bounds on the agents' port (SPEC §10)."""
+
+    max_connections: _Positive | None = Field(default=None, alias="max-connections")
+    max_connections_per_peer: _Positive | None = Field(
+        default=None, alias="max-connections-per-peer"
+    )
+    head_timeout_ms: _Positive | None = Field(default=None, alias="head-timeout-ms")
+    body_idle_timeout_ms: _Positive | None = Field(default=None, alias="body-idle-timeout-ms")
+    keepalive_timeout_ms: _Positive | None = Field(default=None, alias="keepalive-timeout-ms")
+
+
 class PodClaw(_Spec):
     """Top-level ``x-claw`` of a pod file."""
 
@@ -75,6 +90,7 @@ class PodClaw(_Spec):
     budgets: dict[str, BudgetSpec] | None = Field(
         default=None, description="agent id, agent service or '*' -> daily token budget"
     )
+    edge: EdgeSpec | None = None
 
 
 class AgentMarker(_Spec):

@@ -234,6 +234,16 @@ SIDECAR_SERVICE = "claw-sidecar"  # the sidecar's compose service name
 DEFAULT_ALLOWED_HOSTS = (SIDECAR_SERVICE, "localhost", "127.0.0.1", "[::1]")
 
 
+class EdgeConfig(_Model):
+    """The agents' listener's bounds besides ``max_connections`` (``x-claw.edge``, SPEC §10)."""
+
+    max_connections_per_peer: int = Field(default=1024, gt=0)
+    head_timeout_ms: int = Field(default=10000, gt=0)
+    """A new connection's first request head, and every later head from its first byte."""
+    body_idle_timeout_ms: int = Field(default=30000, gt=0)
+    keepalive_timeout_ms: int = Field(default=75000, gt=0)
+
+
 class SidecarConfig(_Model):
     """``sidecar.json``."""
 
@@ -250,6 +260,8 @@ class SidecarConfig(_Model):
     """How long a failed mediated request can be resumed by an identical retry (contract §8.2)."""
     admin_listen: AdminListen = AdminListen()
     max_connections: int = Field(default=4096, gt=0)
+    edge: EdgeConfig | None = None
+    """None: every bound at its default (and ``sidecar.json`` without the block)."""
     allowed_hosts: tuple[str, ...] = DEFAULT_ALLOWED_HOSTS
 
 

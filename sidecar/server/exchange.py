@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from aiohttp import web
 
 from clawpod.sidecar.model.errors import ApiError
+from clawpod.sidecar.server.edge import mark_authenticated
 
 ResponseHeaders = Mapping[str, str]
 
@@ -38,6 +39,10 @@ class Exchange(ABC):
     @abstractmethod
     async def read_body(self, limit: int) -> bytes:
         """The whole request body; ``ApiError`` 413 when it is over ``limit`` bytes."""
+
+    @abstractmethod
+    def authenticated(self) -> None:
+        """The request's token matched an agent (the edge keeps its connection at the cap)."""
 
     @abstractmethod
     def client_gone(self) -> bool:
@@ -90,6 +95,9 @@ class AiohttpExchange(Exchange):
             return await request.read()
         except web.HTTPRequestEntityTooLarge:
             raise too_large(limit) from None
+
+    def authenticated(self) -> None:
+        mark_authenticated(self._request)
 
     def client_gone(self) -> bool:
         transport = self._request.transport

@@ -103,6 +103,7 @@ async def _llm_request(exchange: Exchange, state: SidecarState, route: LlmRoute)
     started = time.monotonic()
     codec = route.codec
     agent = state.verifier.authenticate(exchange.headers)
+    exchange.authenticated()
     tracing.name_agent(agent.agent.id)
     ctx = RequestContext(
         state=state,
