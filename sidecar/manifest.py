@@ -203,10 +203,16 @@ class ToolRule(_Model):
     source: str = Field(description="pod file and line of the rule, for messages")
 
 
+DEFAULT_MAX_OPEN_APPROVALS = 32
+
+
 class Approvals(_Model):
     require: ApprovalRequirement | list[str] = "none"
     timeout_ms: int = Field(default=300000, gt=0)
     webhook: str | None = None
+    max_open_per_agent: int | None = Field(default=None, gt=0)
+    """Approvals one agent may have open (pending or approved, unused); past it, refused.
+    None: ``DEFAULT_MAX_OPEN_APPROVALS`` (and ``sidecar.json`` without the field)."""
 
 
 class Governance(_Model):
