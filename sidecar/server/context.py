@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -10,6 +10,7 @@ from aiohttp import web
 
 from clawpod.sidecar.codecs.base import Codec
 from clawpod.sidecar.manifest import AgentBuild, SidecarConfig
+from clawpod.sidecar.server.body_bounds import BodyBytesInFlight
 from clawpod.sidecar.server.upstream import UpstreamTarget
 from clawpod.sidecar.tasks import ShieldedTasks
 
@@ -49,6 +50,10 @@ class SidecarState:
     operator_token: str | None  # CLAW_OPERATOR_TOKEN: the operator API is closed without it
     drift: DriftChecker  # pins of MCP backends' tool definitions (§11.2)
     journal: RequestJournal  # mediated requests' progress, for resuming a retry (contract §8.2)
+    body_bytes: BodyBytesInFlight = field(init=False)  # each agent's request bodies at once
+
+    def __post_init__(self) -> None:
+        self.body_bytes = BodyBytesInFlight(self.config.max_body_bytes)
 
 
 STATE_KEY: web.AppKey[SidecarState] = web.AppKey("claw_state", SidecarState)

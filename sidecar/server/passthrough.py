@@ -26,12 +26,16 @@ def upstream_api_error(exc: UpstreamError) -> ApiError:
     return upstream_failure(exc.kind, exc.message)
 
 
-async def pass_through(exchange: Exchange, ctx: RequestContext, raw: bytes | None) -> None:
+async def pass_through(
+    exchange: Exchange, ctx: RequestContext, raw: bytes | bytearray | None
+) -> None:
     with tracing.model_span(ctx.codec.api, ctx.model):
         await _pass_through(exchange, ctx, raw)
 
 
-async def _pass_through(exchange: Exchange, ctx: RequestContext, raw: bytes | None) -> None:
+async def _pass_through(
+    exchange: Exchange, ctx: RequestContext, raw: bytes | bytearray | None
+) -> None:
     sent = time.monotonic()
     try:
         upstream = await ctx.state.upstream.send(ctx.target(), raw)

@@ -170,7 +170,7 @@ class UpstreamClient:
     async def send(
         self,
         target: UpstreamTarget,
-        body: bytes | None,
+        body: bytes | bytearray | None,
         *,
         timeout_s: float | None = None,
         max_body_bytes: int | None = None,

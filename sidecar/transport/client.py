@@ -18,6 +18,7 @@ from clawpod.sidecar.transport.pool import ConnectionCounts, ConnectionPool, Ori
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _FORBIDDEN_IN_HEADERS = frozenset("\r\n\0")
+_JOINED_BELOW = 64 * 1024  # request bodies up to this go out with their head in one write
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +101,7 @@ class HttpClient:
     async def send(
         self,
         prepared: PreparedRequest,
-        body: bytes | None = None,
+        body: bytes | bytearray | None = None,
         *,
         extra_headers: Mapping[str, str] | None = None,
         timeout_s: float | None = None,
@@ -125,11 +126,16 @@ class HttpClient:
             data += "".join(_header_lines(extra_headers.items())).encode()
         if body is not None or prepared.sends_length:
             body = body or b""
-            data += b"Content-Length: %d\r\n\r\n" % len(body) + body
+            data += b"Content-Length: %d\r\n\r\n" % len(body)
+            if len(body) <= _JOINED_BELOW:  # one write; a large body is not copied to join it
+                data += body
+                body = b""
         else:
             data += b"\r\n"
+            body = b""
         limits = _Limits(deadline, read_timeout_s, max_body_bytes)
-        response, reused = await self._exchange(prepared.pool, data, limits)
+        request = (data, body)
+        response, reused = await self._exchange(prepared.pool, request, limits)
         if (
             reused
             and response is None
@@ -137,7 +143,7 @@ class HttpClient:
         ):
             # The server closed the kept-alive connection without answering: once more, on a
             # new connection (another idle one may be as stale).
-            response, _ = await self._exchange(prepared.pool, data, limits, fresh=True)
+            response, _ = await self._exchange(prepared.pool, request, limits, fresh=True)
         if response is None:
             raise ConnectionClosed(
                 "the server closed the connection before answering", request_sent=True
@@ -156,7 +162,12 @@ class HttpClient:
         self._pools.clear()
 
     async def _exchange(
-        self, pool: ConnectionPool, data: bytes, limits: _Limits, *, fresh: bool = False
+        self,
+        pool: ConnectionPool,
+        request: tuple[bytes, bytes | bytearray],
+        limits: _Limits,
+        *,
+        fresh: bool = False,
     ) -> tuple[Response | None, bool]:
         """The response, or None if a reused connection was found closed before any answer."""
         connection = None if fresh else pool.reuse()
@@ -171,7 +182,7 @@ class HttpClient:
             read_timeout_s=limits.read_timeout_s,
             max_body_bytes=limits.max_body_bytes,
         )
-        connection.send(response, data)
+        connection.send(response, *request)
         try:
             await response.wait_head()
         except ConnectionClosed:

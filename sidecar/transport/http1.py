@@ -394,11 +394,14 @@ class Connection(asyncio.Protocol):
         self._silent_bytes = 0  # bytes received since the last read that carried body bytes
         self._refusal: TransportError | None = None
 
-    def send(self, response: Response, data: bytes) -> None:
+    def send(self, response: Response, data: bytes, body: bytes | bytearray = b"") -> None:
+        """Write a request: ``data`` (its head, or all of it), then any ``body`` sent apart."""
         assert self.transport is not None
         self.response = response
         self._start_exchange()
         self.transport.write(data)
+        if body:
+            self.transport.write(body)
 
     def close(self) -> None:
         self.reusable = False
