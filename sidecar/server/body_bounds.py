@@ -76,6 +76,9 @@ class BodyBytesInFlight:
         self.budget = AGENT_BODY_BUDGET * max_body_bytes
         self._held: Counter[str] = Counter()
 
+    def held(self, agent: str) -> int:
+        return self._held[agent]
+
     @contextmanager
     def holding(self, agent: str) -> Iterator[Callable[[int], None]]:
         """While the block runs, the agent's bytes taken with the function it yields (429 past

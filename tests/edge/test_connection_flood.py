@@ -78,3 +78,34 @@ async def test_one_peer_cannot_take_more_than_its_share(make_edge_pod: EdgePodFa
     await fourth.send(chat_request(pod.token))
     assert (await fourth.answer()).status == 503
     await _close_all([*mine, fourth])
+
+
+async def test_one_agent_cannot_hold_more_than_two_body_limits_at_once(
+    make_edge_pod: EdgePodFactory,
+) -> None:
+    """Issue 30: four large bodies of one agent in parallel reached 1.55 GB."""
+    limit = 100_000
+    pod = await make_edge_pod(max_body_bytes=limit)
+    address = pod.sidecar.listening.address
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: s\r\nAuthorization: Bearer {pod.token}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {limit}\r\n\r\n"
+    ).encode()
+    arriving = [await RawClient.open(address) for _ in range(2)]
+    for client in arriving:  # two bodies of the limit, still arriving
+        await client.send(head + b'{"model": "gpt-4o-mini", "messages": [')
+    third = await RawClient.open(address)
+    await third.send(head)
+    refused = await third.answer()
+    assert refused.status == 429
+    assert refused.json()["error"]["code"] == "too_many_request_bytes"
+    await _close_all([*arriving, third])
+    # Once they are gone, the agent's bytes are given back.
+    for _ in range(500):
+        if not pod.sidecar.state.body_bytes.held("agent"):
+            break
+        await asyncio.sleep(0.01)
+    again = await RawClient.open(address)
+    await again.send(chat_request(pod.token))
+    assert (await again.answer()).status == 200
+    await again.close()
