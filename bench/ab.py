@@ -12,13 +12,16 @@ visible this way where two separate bench runs differ by ±30 %.
 from __future__ import annotations
 
 import argparse
+import secrets
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from bench.processes import free_port
 from bench.run import PROVIDER_KEYS, REPO, Bench, Settings, Target, sidecar_command
+from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
 
 WORKLOADS = ("openai_json", "anthropic_json", "openai_sse", "mediated_r1", "mediated_r3")
 
@@ -27,8 +30,8 @@ def start_sidecar(bench: Bench, label: str, tree: Path, agent: str) -> Target:
     token = bench.tokens[agent]
     server = bench._start(
         f"sidecar-{label}",
-        sidecar_command(bench.workdir / "build", bench.workdir / f"state-{label}"),
-        env={**PROVIDER_KEYS, "PYTHONPATH": str(tree)},
+        sidecar_command(bench.workdir / "build", bench.workdir / f"state-{label}", free_port()),
+        env={**PROVIDER_KEYS, AUDIT_KEY_ENV: secrets.token_hex(32), "PYTHONPATH": str(tree)},
         cwd=tree,
     )
     headers = {"Authorization": f"Bearer {token}"}
