@@ -67,7 +67,13 @@ def create_app(
         verifier=TokenVerifier(build),
         router=ModelRouter(config),
         mcp=McpEndpoint(
-            governed, audit, metrics, keepalive_s, tasks, allowed_hosts=config.allowed_hosts
+            governed,
+            audit,
+            metrics,
+            keepalive_s,
+            tasks,
+            allowed_hosts=config.allowed_hosts,
+            max_body_bytes=config.max_body_bytes,
         ),
         sse_keepalive_s=keepalive_s,
         tasks=tasks,

@@ -1,14 +1,10 @@
-"""What one request body may cost the sidecar (SPEC §6.1, §19; issue 30): a body's size is
-bounded by ``max_body_bytes``, but parsed JSON costs per item (a dict ~230 bytes, a string ~60,
-a float 32), so 31 MB of tiny messages became +350 MB and seconds of event loop.
+"""What one request body may cost the sidecar (SPEC §6.1, §19; issue 30), checked before it is
+parsed:
 
-Two bounds, both checked before anything is parsed:
-
-- ``check_shape``: a body over ``SCAN_FROM`` is refused (413 ``request_too_complex``) when
-  the items its punctuation allows would cost more than ``max_body_bytes`` once parsed. The
-  estimate counts bytes in C (``bytes.count``), never items in Python; it is an upper bound
-  (punctuation inside strings counts too), so a body it lets through holds at most the body
-  plus one body limit of parsed items. Smaller bodies cannot reach that and are not scanned.
+- ``check_shape``: a body whose items, parsed, could take more than ``max_body_bytes`` is
+  refused (413 ``request_too_complex``; the bound is ``model/json_cost.py``'s, counted a
+  slice per turn of the event loop). A body let through holds at most itself, its text again
+  once parsed, and one body limit of items.
 - ``BodyBytesInFlight``: one agent's request bodies being read or served at once are held to
   ``AGENT_BODY_BUDGET`` body limits; past it, 429 (the SDKs back off and retry).
 """
@@ -21,44 +17,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from clawpod.sidecar.model.errors import ApiError
+from clawpod.sidecar.model.json_cost import costs_over
 
-# Bytes a parsed item may take at most, by the character that announces it (CPython 3.11,
-# 64-bit): '{' an empty dict, ':' a member's share of its dict, '[' an empty list, a string
-# (two '"') its object, ',' the pointer and a float it may add. The shortest body of each kind
-# ("[{},{}", '{"a":1', '["",""', "[1.5,") costs less parsed than these sum to.
-_OBJECT_BYTES = 64
-_MEMBER_BYTES = 48
-_LIST_BYTES = 56
-_STRING_BYTES = 56
-_COMMA_BYTES = 32
-# Bodies below this share of the limit cannot hold a limit's worth of items: not scanned.
-SCAN_FROM_SHARE = 32
-SCAN_SLICE = 1024 * 1024  # bytes counted between two turns of the event loop
 AGENT_BODY_BUDGET = 2  # body limits' worth of one agent's bodies at once
-
-
-def parsed_cost_bound(raw: bytes | bytearray, start: int = 0, end: int | None = None) -> int:
-    """An upper bound, in bytes, of the memory the items of JSON text ``raw[start:end]`` take
-    parsed (a quote escaped across ``end`` counts as two halves: more, never less)."""
-    strings = (raw.count(b'"', start, end) - raw.count(b'\\"', start, end)) // 2
-    return (
-        _OBJECT_BYTES * raw.count(b"{", start, end)
-        + _MEMBER_BYTES * raw.count(b":", start, end)
-        + _LIST_BYTES * raw.count(b"[", start, end)
-        + _STRING_BYTES * strings
-        + _COMMA_BYTES * raw.count(b",", start, end)
-    )
 
 
 async def check_shape(raw: bytes | bytearray, limit: int) -> None:
     """Refuse a body whose parsed items could cost more than ``limit`` bytes (413). Counted a
     slice at a time, giving the event loop to other requests in between."""
-    if len(raw) < limit // SCAN_FROM_SHARE:
-        return
-    cost = 0
-    for start in range(0, len(raw), SCAN_SLICE):
-        cost += parsed_cost_bound(raw, start, start + SCAN_SLICE)
-        if cost > limit:
+    for over in costs_over(raw, limit):
+        if over:
             raise ApiError(
                 413,
                 "request_too_complex",

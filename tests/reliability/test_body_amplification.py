@@ -101,7 +101,9 @@ async def sidecar(tmp_path: Path) -> AsyncIterator[Process]:
             await asyncio.wait_for(process.wait(), GUARD_S)
 
 
-async def _post_watched(sidecar: Process, agent: str, body: bytes) -> tuple[int, dict, int, float]:
+async def _post_watched(
+    sidecar: Process, agent: str, body: bytes, path: str = "/v1/chat/completions"
+) -> tuple[int, dict, int, float]:
     """Post ``body`` as ``agent`` while the probe runs: status, answer, RSS growth, stall."""
     async with aiohttp.ClientSession() as session:
         async with session.get(sidecar.url + "/healthz") as response:
@@ -112,11 +114,12 @@ async def _post_watched(sidecar: Process, agent: str, body: bytes) -> tuple[int,
         probe.start()
         try:
             async with session.post(
-                sidecar.url + "/v1/chat/completions",
+                sidecar.url + path,
                 data=body,
                 headers={
                     "Authorization": f"Bearer {sidecar.tokens[agent]}",
                     "Content-Type": "application/json",
+                    "Accept": "application/json, text/event-stream",
                 },
                 timeout=aiohttp.ClientTimeout(total=GUARD_S),
             ) as response:
@@ -150,3 +153,15 @@ async def test_a_large_body_of_text_still_passes_within_the_bound(sidecar: Proce
     status, answer, grew, _ = await _post_watched(sidecar, "native", body)
     assert status == 200, answer
     assert grew < 2 * DEFAULT_MAX_BODY_BYTES, f"RSS grew {grew >> 20} MiB"
+
+
+async def test_an_mcp_batch_of_a_million_tiny_messages_is_refused_cheaply(
+    sidecar: Process,
+) -> None:
+    body = orjson.dumps([{"jsonrpc": "2.0", "method": "ping", "id": 1}] * 700_000)
+    assert 25_000_000 < len(body) < DEFAULT_MAX_BODY_BYTES
+    status, answer, grew, stall = await _post_watched(sidecar, "native", body, "/mcp")
+    assert status == 413
+    assert "too many JSON items" in answer["error"]["message"]  # a JSON-RPC error
+    assert grew < 2 * DEFAULT_MAX_BODY_BYTES, f"RSS grew {grew >> 20} MiB"
+    assert stall < STALL_CAP_S, f"/healthz waited {stall:.2f} s"
