@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+import orjson
 import pytest
 
 from tests.edge.wire import (
@@ -27,6 +28,9 @@ Case = Callable[[str], list[bytes]]  # token -> the pieces to send, in order
 QUIET_S = 0.3  # how long plain aiohttp's silence means "nothing more"; never an assertion
 RSS_SLACK = 64 * 1024 * 1024  # generous: catches hundreds of MB, not allocator noise
 OVERSIZED = 200_000
+TINY_ITEMS = orjson.dumps(
+    {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "x"}] * 100_000}
+)
 
 
 def head(token: str, *fields: str, path: str = CHAT, version: str = "1.1") -> bytes:
@@ -139,6 +143,10 @@ CASES: dict[str, Case] = {
         head(t, "Transfer-Encoding: chunked") + b"5\r\nhello\r\n"
     ],
     "a head that never ends": lambda t: [head(t)[:-4]],
+    # issue 30: a body whose items would cost far more parsed than its size
+    "a body of 100,000 tiny messages": lambda t: [
+        head(t, f"Content-Length: {len(TINY_ITEMS)}") + TINY_ITEMS
+    ],
     # issue 30: a connection that asks nothing holds its slot only until the head deadline
     "a connection that never sends a byte": lambda t: [],
     "one byte, then silence": lambda t: [b"P"],
