@@ -16,6 +16,7 @@ from pathlib import Path
 from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV, AuditKeyError
 from clawpod.sidecar.audit.log import AuditStateError
 from clawpod.sidecar.build_signature import SignatureError, verify_signature
+from clawpod.sidecar.execution.webhooks import WebhookSecretError
 from clawpod.sidecar.manifest import Build, BuildError, load_build
 from clawpod.sidecar.observability.logs import configure_logging
 from clawpod.sidecar.observability.tracing import configure_tracing
@@ -65,7 +66,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 async def serve(build: Build, host: str, port: int, admin: tuple[str, int], state_dir: Path) -> int:
     try:
         app = create_app(build, state_dir=state_dir)
-    except (AuditKeyError, AuditStateError) as exc:
+    except (AuditKeyError, AuditStateError, WebhookSecretError) as exc:
         print(f"sidecar: refusing to start: {exc}", file=sys.stderr)
         return 1
     limits = EdgeLimits(max_connections=build.config.max_connections)

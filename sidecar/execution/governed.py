@@ -9,8 +9,6 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
-
 from clawpod.sidecar.audit.log import AuditLog
 from clawpod.sidecar.execution.approvals import (
     Approval,
@@ -19,16 +17,17 @@ from clawpod.sidecar.execution.approvals import (
     args_digest,
 )
 from clawpod.sidecar.execution.executor import ToolExecutor
+from clawpod.sidecar.execution.policy import Decision as RuleDecision
 from clawpod.sidecar.execution.policy import Policy, annotations_of, tool_matches
 from clawpod.sidecar.execution.quarantine import Quarantine
 from clawpod.sidecar.execution.rates import RateLimiter
+from clawpod.sidecar.execution.webhooks import ApprovalWebhook
 from clawpod.sidecar.manifest import AgentBuild, Approvals, Governance, ManagedTool
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from clawpod.sidecar.observability.metrics import Metrics
 from clawpod.sidecar.tasks import ShieldedTasks
 
 log = logging.getLogger("sidecar.governance")
-WEBHOOK_TIMEOUT_S = 10
 
 
 def needs_approval(approvals: Approvals, tool: ManagedTool) -> bool:
@@ -56,6 +55,7 @@ class GovernedExecutor:
         audit: AuditLog,
         metrics: Metrics,
         tasks: ShieldedTasks,
+        webhook: ApprovalWebhook | None = None,
     ) -> None:
         self.executor = executor
         self.policy = Policy(governance)
@@ -69,6 +69,7 @@ class GovernedExecutor:
         self._audit = audit
         self._metrics = metrics
         self._tasks = tasks
+        self.webhook = webhook
 
     @property
     def quarantine(self) -> Quarantine:
@@ -104,7 +105,7 @@ class GovernedExecutor:
                 f"{decision.rate.per} for this agent; try again later",
             )
         if decision.effect == "confirm" or needs_approval(self.settings, tool):
-            refusal = await self._approved(agent_id, tool, dict(checked))
+            refusal = await self._approved(agent_id, tool, dict(checked), decision)
             if refusal is not None:
                 return refusal
         return await self.executor.execute(
@@ -119,7 +120,11 @@ class GovernedExecutor:
     # -- approvals --------------------------------------------------------------------------
 
     async def _approved(
-        self, agent_id: str, tool: ManagedTool, arguments: dict[str, Any]
+        self,
+        agent_id: str,
+        tool: ManagedTool,
+        arguments: dict[str, Any],
+        held_by: RuleDecision,
     ) -> ToolOutcome | None:
         """None once an operator approved this exact call; else the refusal the model sees."""
         digest_of_args = args_digest(arguments)
@@ -131,11 +136,13 @@ class GovernedExecutor:
                 arguments,
                 self.manifest_digest,
                 self.settings.timeout_ms / 1000,
+                principal=tool.execution.auth.principal,
+                rule=self._holding_rule(held_by),
             )
             log.info("approval %s created for %s of agent %s", approval.id, tool.name, agent_id)
             self._metrics.approvals.labels(event="created").inc()
-            if self.settings.webhook:
-                self._tasks.spawn(self._notify(self.settings.webhook, approval))
+            if self.webhook is not None:
+                self._tasks.spawn(self._notify(self.webhook, approval))
         final = await self.approvals.wait(approval.id)
         if final is None:
             return refused(
@@ -157,6 +164,14 @@ class GovernedExecutor:
         return refused(
             "approval_denied", f"approval {final.id} was already used; call again to ask anew"
         )
+
+    def _holding_rule(self, decision: RuleDecision) -> str:
+        """What asked for the approval, as the operator reads it."""
+        if decision.effect == "confirm":
+            return decision.reason
+        require = self.settings.require
+        shown = ", ".join(require) if isinstance(require, list) else require
+        return f"approvals.require: {shown}"
 
     async def decide(
         self, approval_id: str, decision: Decision, reason: str | None, who: str
@@ -186,22 +201,20 @@ class GovernedExecutor:
         except Exception:
             log.exception("audit of the decision on approval %s failed", approval.id)
 
-    async def _notify(self, url: str, approval: Approval) -> None:
-        """POST the new approval to the webhook; a failure is logged, never blocks the call."""
+    async def _notify(self, webhook: ApprovalWebhook, approval: Approval) -> None:
+        """Deliver the new approval to the webhook and audit how it went; never blocks the call."""
         client = self.executor.http
         if client is None:
             return
-        try:
-            response = await client.request(
-                "POST",
-                url,
-                headers={"Content-Type": "application/json"},
-                body=orjson.dumps(approval.public()),
-                timeout_s=WEBHOOK_TIMEOUT_S,
+        delivery = await webhook.deliver(client, approval.public())
+        if not delivery.delivered:
+            log.warning(
+                "approval webhook for %s not delivered after %d attempt(s): %s",
+                approval.id,
+                delivery.attempts,
+                delivery.error,
             )
-            await response.read()
-            response.release()
-            if response.status >= 400:
-                log.warning("approval webhook answered %s for %s", response.status, approval.id)
-        except Exception as exc:
-            log.warning("approval webhook failed for %s: %s", approval.id, exc)
+        try:
+            await self._audit.append(approval.agent, delivery.record(approval.id))
+        except Exception:
+            log.exception("audit of the webhook of approval %s failed", approval.id)

@@ -16,6 +16,7 @@ from clawpod.sidecar.execution.budgets import TokenBudgets
 from clawpod.sidecar.execution.drift import DriftChecker
 from clawpod.sidecar.execution.executor import ToolExecutor
 from clawpod.sidecar.execution.governed import GovernedExecutor
+from clawpod.sidecar.execution.webhooks import ApprovalWebhook, webhook_signer
 from clawpod.sidecar.manifest import Build
 from clawpod.sidecar.mcp.endpoint import McpEndpoint
 from clawpod.sidecar.mediation.continuity import ContinuityStore
@@ -46,6 +47,10 @@ def create_app(
     # Raises AuditKeyError / AuditStateError: a sidecar that cannot audit must not start.
     audit = AuditLog(state_dir, key=audit_key(env), agents=build.agents)
     keepalive_s = keepalive_interval(env)
+    webhook_url = config.governance.approvals.webhook if config.governance else None
+    # Raises WebhookSecretError: an approval webhook is never sent unsigned.
+    signer = webhook_signer(webhook_url, env)
+    webhook = ApprovalWebhook(webhook_url, signer) if webhook_url and signer else None
     governed = GovernedExecutor(
         executor,
         config.governance,
@@ -55,6 +60,7 @@ def create_app(
         audit=audit,
         metrics=metrics,
         tasks=tasks,
+        webhook=webhook,
     )
     state = SidecarState(
         config=config,
@@ -103,6 +109,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         drift.cancel()  # the one task that never ends by itself
         await state.upstream.close()  # model calls still waiting fail fast
         state.governed.approvals.stop()  # calls waiting for an operator give up; files stay
+        if state.governed.webhook is not None:
+            state.governed.webhook.stop()  # no more retries: the drain below must not wait
         await state.tasks.drain()  # tool calls already sent finish and are audited
         await state.executor.close()
         await state.continuity.close()

@@ -49,6 +49,7 @@ def register_build_env(build: Build, env: Mapping[str, str]) -> None:
     """Register every credential value the sidecar of ``build`` can read from ``env``."""
     names = {provider.key_env for provider in build.config.providers.values()}
     names.add("CLAW_OPERATOR_TOKEN")  # the operator API's token (docs/governance.md)
+    names.add("CLAW_WEBHOOK_SECRET")  # signs approval webhooks (docs/operators.md)
     for agent in build.agents.values():
         names.update(t.execution.auth.env for t in agent.tools.tools if t.execution.auth.env)
     register(*(env.get(name) for name in names))
