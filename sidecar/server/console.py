@@ -47,7 +47,7 @@ MAX_REASON = 1000
 MAX_FORM_BYTES = 16 * 1024
 CONSOLE_WHO = "operator (console)"
 NOTICE = re.compile(r"apr_[0-9a-f]{1,64} (approved|denied)")  # the only notice a page repeats
-# Nothing but this sidecar's own pages, styles and script; no framing, no referrer.
+# Nothing but this sidecar's own pages, styles and script; no framing; no referrer elsewhere.
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; style-src 'self'; script-src 'self'; connect-src 'self'; "
@@ -55,7 +55,7 @@ SECURITY_HEADERS = {
     ),
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",  # "no-referrer" makes browsers send "Origin: null"
     "Cache-Control": "no-store",
 }
 

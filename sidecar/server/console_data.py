@@ -180,6 +180,7 @@ def rate_limits(state: SidecarState) -> list[dict[str, Any]]:
                 {
                     "agent": agent,
                     "tool": rule.tool,
+                    "when": rule.when,
                     "rate": f"{rule.rate.count}/{rule.rate.per}",
                     "source": rule.source,
                     "available": tools,

@@ -219,7 +219,11 @@ async def test_audit_page_filters_and_shows_traces_tokens_and_the_chain(
     await ask_analyst(desk, ("c2", "desk_get_quote", {"symbol": "MSFT"}))
     _, page, _ = await console.get("/console/audit?agent=analyst")
     assert "Agent analyst" in page and "Chain intact: 2 records verified" in page
-    assert page.count("<caption>Tool trace</caption>") == 2 and "desk.get_quote" in page and "AAPL" in page
+    assert (
+        page.count("<caption>Tool trace</caption>") == 2
+        and "desk.get_quote" in page
+        and "AAPL" in page
+    )
     assert re.search(r"tokens \d+ in / \d+ out", page)
     _, page, _ = await console.get("/console/audit?agent=analyst&limit=1")
     assert "MSFT" in page and "AAPL" not in page  # newest first
