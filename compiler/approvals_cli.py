@@ -5,13 +5,11 @@ sidecar that holds the approval (ids are random, so exactly one does)."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from clawpod.compiler.operator_client import (
-    OPERATOR_TOKEN_ENV,
     OperatorApiError,
     call,
     endpoint,
@@ -89,9 +87,8 @@ def approvals_command(
     err: TextIO,
     env: Mapping[str, str] | None = None,
 ) -> int:
-    token = operator_token(env if env is not None else os.environ)
-    if not token:
-        err.write(f"clawc: error: set {OPERATOR_TOKEN_ENV} to the sidecars' operator token\n")
+    token = operator_token(env, err)
+    if token is None:
         return 1
     if action == "list":
         return _list(sidecars, token, out, err)

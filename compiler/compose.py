@@ -11,8 +11,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from clawpod.compiler.approvals_cli import OPERATOR_TOKEN_ENV
 from clawpod.compiler.host_isolation import isolated_internal_network
+from clawpod.compiler.operator_client import OPERATOR_TOKEN_ENV
 from clawpod.compiler.pod import CompiledPod
 from clawpod.compiler.reserved import (
     ADMIN_HOST,

@@ -5,11 +5,12 @@ after its pod so an operator of many pods reads one list."""
 from __future__ import annotations
 
 import json
+import os
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TextIO
 
 OPERATOR_TOKEN_ENV = "CLAW_OPERATOR_TOKEN"
 TIMEOUT_S = 30
@@ -19,8 +20,13 @@ class OperatorApiError(Exception):
     pass
 
 
-def operator_token(env: Mapping[str, str]) -> str | None:
-    return env.get(OPERATOR_TOKEN_ENV) or None
+def operator_token(env: Mapping[str, str] | None, err: TextIO) -> str | None:
+    """The operator token from ``env`` (default: this process's); None, said on ``err``, when
+    it is not set."""
+    token = (os.environ if env is None else env).get(OPERATOR_TOKEN_ENV)
+    if not token:
+        err.write(f"clawc: error: set {OPERATOR_TOKEN_ENV} to the sidecars' operator token\n")
+    return token or None
 
 
 def call(url: str, token: str, body: dict[str, Any] | None = None) -> Any:

@@ -4,12 +4,10 @@ sidecars through their operator API (``GET /operator/audit``), each agent's bloc
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import TextIO
 
 from clawpod.compiler.operator_client import (
-    OPERATOR_TOKEN_ENV,
     OperatorApiError,
     call,
     endpoint,
@@ -27,9 +25,8 @@ def remote_show_command(
     limit: int | None = None,
     env: Mapping[str, str] | None = None,
 ) -> int:
-    token = operator_token(env if env is not None else os.environ)
-    if not token:
-        err.write(f"clawc: error: set {OPERATOR_TOKEN_ENV} to the sidecars' operator token\n")
+    token = operator_token(env, err)
+    if token is None:
         return 1
     failed = False
     shown = 0

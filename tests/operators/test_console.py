@@ -25,16 +25,6 @@ HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>'
 
 
 @pytest.fixture
-async def desk(tmp_path: Path, service: ToolService) -> AsyncIterator[Desk]:
-    async with StubUpstream() as upstream:
-        running = await start_desk(tmp_path, service, upstream)
-        try:
-            yield running
-        finally:
-            await running.sidecar.close()
-
-
-@pytest.fixture
 async def console(desk: Desk) -> AsyncIterator[ConsoleClient]:
     async with ConsoleClient(desk.sidecar.admin_url) as client:
         status, _, _ = await client.sign_in(OPERATOR_TOKEN)

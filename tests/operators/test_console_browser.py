@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +21,6 @@ from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.execution.test_governance import OPERATOR_TOKEN, Desk, ask_analyst
-from tests.operators.desk import start_desk
-from tests.support.services import ToolService
-from tests.support.upstream import StubUpstream
 
 pytestmark = pytest.mark.browser
 
@@ -70,16 +67,6 @@ def driver() -> Iterator[WebDriver]:
         yield running
     finally:
         running.quit()
-
-
-@pytest.fixture
-async def desk(tmp_path: Path, service: ToolService) -> AsyncIterator[Desk]:
-    async with StubUpstream() as upstream:
-        running = await start_desk(tmp_path, service, upstream)
-        try:
-            yield running
-        finally:
-            await running.sidecar.close()
 
 
 class Operator:

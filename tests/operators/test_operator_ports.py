@@ -4,16 +4,11 @@ the docs sent operators to the agents' port 8080, which answers 404 for /operato
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
-import pytest
 
 from tests.execution.test_governance import OPERATOR_TOKEN, Desk
-from tests.operators.desk import start_desk
-from tests.support.services import ToolService
-from tests.support.upstream import StubUpstream
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = [
@@ -39,16 +34,6 @@ def test_the_example_pod_says_which_port_is_which() -> None:
     text = (REPO / "compose/examples/trading-desk/pod.yml").read_text()
     assert re.search(r"8080 +the agents' port", text)
     assert re.search(r"9090 +the operator listener", text)
-
-
-@pytest.fixture
-async def desk(tmp_path: Path, service: ToolService) -> AsyncIterator[Desk]:
-    async with StubUpstream() as upstream:
-        running = await start_desk(tmp_path, service, upstream)
-        try:
-            yield running
-        finally:
-            await running.sidecar.close()
 
 
 async def test_the_agents_port_serves_no_operator_route(desk: Desk) -> None:
