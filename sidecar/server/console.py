@@ -41,6 +41,9 @@ SESSIONS_KEY: web.AppKey[Sessions] = web.AppKey("claw_console_sessions", Session
 TEMPLATES_KEY: web.AppKey[jinja2.Environment] = web.AppKey(
     "claw_console_templates", jinja2.Environment
 )
+CHECKS_KEY: web.AppKey[console_data.ChainChecks] = web.AppKey(
+    "claw_console_chain_checks", console_data.ChainChecks
+)
 ASSETS = "console_assets"
 STATIC = {"console.css": "text/css", "console.js": "text/javascript"}
 MAX_REASON = 1000
@@ -293,7 +296,7 @@ async def audit_page(request: web.Request, session: Session) -> web.StreamRespon
     state = request.app[STATE_KEY]
     wanted = console_data.AuditFilter.from_query(request.query)
     records = console_data.recent_records(state, wanted)
-    chains = await asyncio.to_thread(console_data.verify_chains, state, list(records))
+    chains = await asyncio.to_thread(request.app[CHECKS_KEY].check, state, list(records))
     return _page(
         request,
         "audit.html.j2",
@@ -352,6 +355,7 @@ def add_console(app: web.Application) -> None:
     """Mount the console on the operator app (its state is ``app[STATE_KEY]``)."""
     app[SESSIONS_KEY] = Sessions()
     app[TEMPLATES_KEY] = _templates()
+    app[CHECKS_KEY] = console_data.ChainChecks()
     app.on_response_prepare.append(_add_security_headers)
     router = app.router
     router.add_get(COOKIE_PATH, home)

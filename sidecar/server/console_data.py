@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ AUDIT_TAIL_BYTES = 4 * 1024 * 1024
 MAX_RECORDS = 500
 DEFAULT_RECORDS = 50
 GLOB_CHARACTERS = frozenset("*?[")
+MAX_VERIFIED_BYTES = 64 * 1024 * 1024  # about a second of one core
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,16 +140,41 @@ class ChainState:
     records: int
     problems: list[str]
     checked_at: float
+    too_large: bool = False  # not checked on the page: ``clawc audit verify`` checks it
 
 
-def verify_chains(state: SidecarState, agents: list[str]) -> list[ChainState]:
-    """Each agent's whole chain checked under the sidecar's audit key (reads every record:
-    run it in a thread)."""
-    states = []
-    for agent in agents:
-        count, problems = verify_file(audit_dir(state) / f"{agent}.jsonl", state.audit.key)
-        states.append(ChainState(agent, count, problems, time.time()))
-    return states
+class ChainChecks:
+    """Each agent's whole chain checked under the sidecar's audit key, as the audit page shows
+    it. A check reads every record (about 15 ms of CPU per MiB, measured), so a result is
+    reused while the log is unchanged, one check runs at a time, and a log past
+    ``max_bytes`` is left to ``clawc audit verify``: page views must not starve the agents."""
+
+    def __init__(self, max_bytes: int = MAX_VERIFIED_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._done: dict[Path, tuple[tuple[int, int], ChainState]] = {}
+        self._lock = threading.Lock()
+
+    def check(self, state: SidecarState, agents: list[str]) -> list[ChainState]:
+        """Run in a thread."""
+        with self._lock:
+            return [self._check(state, agent) for agent in agents]
+
+    def _check(self, state: SidecarState, agent: str) -> ChainState:
+        path = audit_dir(state) / f"{agent}.jsonl"
+        try:
+            stat = path.stat()
+        except OSError:
+            return ChainState(agent, 0, ["the log is missing"], time.time())
+        if stat.st_size > self.max_bytes:
+            return ChainState(agent, 0, [], time.time(), too_large=True)
+        version = (stat.st_size, stat.st_mtime_ns)
+        known = self._done.get(path)
+        if known is not None and known[0] == version:
+            return known[1]
+        count, problems = verify_file(path, state.audit.key)
+        checked = ChainState(agent, count, problems, time.time())
+        self._done[path] = (version, checked)
+        return checked
 
 
 def budgets(state: SidecarState) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from clawpod.sidecar.server.console import SESSIONS_KEY
+from clawpod.sidecar.server.console import CHECKS_KEY, SESSIONS_KEY
 from clawpod.sidecar.server.console_session import SESSION_IDLE_S
 from clawpod.sidecar.server.context import STATE_KEY
 from tests.execution.test_governance import OPERATOR_TOKEN, TRADE, Desk, ask_analyst, trade
@@ -255,3 +255,21 @@ async def test_the_console_is_closed_without_an_operator_token(
                 assert status == 403 and "closed" in page
         finally:
             await desk.sidecar.close()
+
+
+async def test_a_chain_is_checked_once_per_change_and_a_huge_one_is_left_to_clawc(
+    desk: Desk, console: ConsoleClient
+) -> None:
+    """Page views must not re-read a large log each time (CPU the agents need)."""
+    await ask_analyst(desk, ("c1", "desk_get_quote", {"symbol": "AAPL"}))
+    checks = desk.sidecar.admin.app[CHECKS_KEY]
+    state = desk.sidecar.app[STATE_KEY]
+    [first] = checks.check(state, ["analyst"])
+    [again] = checks.check(state, ["analyst"])
+    assert again is first  # unchanged log: the earlier result
+    await ask_analyst(desk, ("c2", "desk_get_quote", {"symbol": "MSFT"}))
+    [changed] = checks.check(state, ["analyst"])
+    assert changed.records == 2
+    checks.max_bytes = 100
+    _, page, _ = await console.get("/console/audit?agent=analyst")
+    assert "Chain not checked on this page" in page and "clawc audit verify" in page
