@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
@@ -112,19 +114,34 @@ class Operator:
     def still_same_page(self) -> bool:
         return self.driver.execute_script("return window.clawNoReload === true;")
 
+    def sign_in_to_approvals(self) -> None:
+        self.sign_in(OPERATOR_TOKEN)
+        self.wait_for("#live-status")
+
     def decide(self, decision: str, reason: str) -> None:
         item = self.wait_for("li.approval")
         reason_field = item.find_element(By.CSS_SELECTOR, "input[name=reason]")
         reason_field.send_keys(reason)
         item.find_element(By.CSS_SELECTOR, f"button[value={decision}]").click()
 
+    def approve_by_keyboard(self, reason: str) -> None:
+        """Reason, then Tab to the Approve button and Enter: no mouse needed."""
+        item = self.wait_for("li.approval")
+        label = item.find_element(By.CSS_SELECTOR, "label[for$=-reason]")
+        assert label.text == "Reason (audited)"
+        field = self.driver.find_element(By.ID, label.get_attribute("for"))
+        field.send_keys(reason)
+        ActionChains(self.driver).send_keys(Keys.TAB).perform()
+        focused = self.driver.switch_to.active_element
+        assert focused.get_attribute("value") == "approve"
+        focused.send_keys(Keys.ENTER)
+
 
 async def test_approve_a_waiting_mediated_call_and_read_its_audit(
     driver: WebDriver, desk: Desk, artifacts: Path
 ) -> None:
     operator = Operator(driver, desk, artifacts)
-    await operator.do(operator.sign_in, OPERATOR_TOKEN)
-    await operator.do(operator.wait_for, "#live-status")
+    await operator.do(operator.sign_in_to_approvals)
     assert "Pending approvals" in await operator.do(operator.text)
     await operator.do(operator.screenshot, "approvals-empty")
     await operator.do(operator.mark_page)
@@ -139,7 +156,7 @@ async def test_approve_a_waiting_mediated_call_and_read_its_audit(
     await operator.do(operator.screenshot, "approval-pending")
     await operator.do(operator.screenshot, "approval-pending-phone", PHONE)
 
-    await operator.do(operator.decide, "approve", "GME checked by the desk head")
+    await operator.do(operator.approve_by_keyboard, "GME checked by the desk head")
     await operator.do(operator.wait_for, ".notice")
     assert "approved" in await operator.do(operator.text)
     results = await asyncio.wait_for(asking, WAIT_S)
@@ -178,8 +195,7 @@ async def test_approve_a_waiting_mediated_call_and_read_its_audit(
 
 async def test_deny_a_waiting_call(driver: WebDriver, desk: Desk, artifacts: Path) -> None:
     operator = Operator(driver, desk, artifacts)
-    await operator.do(operator.sign_in, OPERATOR_TOKEN)
-    await operator.do(operator.wait_for, "#live-status")
+    await operator.do(operator.sign_in_to_approvals)
     asking = asyncio.create_task(ask_analyst(desk, GME))
     await operator.do(operator.decide, "deny", "not today")
     await operator.do(operator.wait_for, ".notice")
@@ -204,8 +220,7 @@ async def test_a_post_without_the_csrf_token_is_refused(
     driver: WebDriver, desk: Desk, artifacts: Path
 ) -> None:
     operator = Operator(driver, desk, artifacts)
-    await operator.do(operator.sign_in, OPERATOR_TOKEN)
-    await operator.do(operator.wait_for, "#live-status")
+    await operator.do(operator.sign_in_to_approvals)
     asking = asyncio.create_task(ask_analyst(desk, GME))
     await operator.do(operator.wait_for, "li.approval")
     await operator.do(
