@@ -273,3 +273,14 @@ async def test_a_chain_is_checked_once_per_change_and_a_huge_one_is_left_to_claw
     checks.max_bytes = 100
     _, page, _ = await console.get("/console/audit?agent=analyst")
     assert "Chain not checked on this page" in page and "clawc audit verify" in page
+
+
+async def test_a_restart_signs_everyone_out(desk: Desk, console: ConsoleClient) -> None:
+    cookie = console.session_cookie()
+    await desk.restart()
+    restarted = ConsoleClient(desk.sidecar.admin_url)
+    async with restarted:
+        restarted.set_session_cookie(cookie or "")
+        assert (await restarted.get("/console/approvals"))[0] == 303
+        status, _, _ = await restarted.post("/console/sign-out", {"csrf": console.csrf})
+        assert status == 403
