@@ -32,6 +32,8 @@ MAX_ATTEMPTS = 5
 FIRST_BACKOFF_S = 0.5  # doubled after each failed attempt: 0.5, 1, 2, 4 s
 # Answers worth another attempt: the receiver is busy or failing, not refusing this message.
 RETRIED_STATUSES = frozenset({408, 425, 429})
+SECRET_PREFIX = "whsec_"
+MIN_SECRET_BASE64 = 32  # 24 bytes, the least Standard Webhooks recommends
 
 
 class WebhookSecretError(Exception):
@@ -70,6 +72,10 @@ def webhook_signer(url: str | None, env: Mapping[str, str]) -> Webhook | None:
         raise WebhookSecretError(
             f"the pod's approvals.webhook needs {WEBHOOK_SECRET_ENV} (whsec_ and base64 of a "
             "random key, e.g. whsec_$(openssl rand -base64 32)) to sign its messages"
+        )
+    if len(secret.removeprefix(SECRET_PREFIX)) < MIN_SECRET_BASE64:
+        raise WebhookSecretError(
+            f"{WEBHOOK_SECRET_ENV} is too short: use at least 24 random bytes, base64-encoded"
         )
     try:
         return Webhook(secret)
