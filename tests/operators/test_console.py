@@ -223,7 +223,13 @@ async def test_audit_page_filters_and_shows_traces_tokens_and_the_chain(
     assert "AAPL" not in page
     _, page, _ = await console.get("/console/audit?since=2999-01-01")
     assert "No record matches" in page
+    # A priced request's cost (the record's cost_usd) shows beside its tokens.
+    priced = {"route": "/v1/chat/completions", "mode": "mediated", "outcome": {"status": "ok"}}
+    await desk.sidecar.app[STATE_KEY].audit.append("analyst", {**priced, "cost_usd": 0.0123})
+    _, page, _ = await console.get("/console/audit?agent=analyst&limit=1")
+    assert "cost $0.0123" in page
     # A record edited on disk shows on the page as a broken chain.
+    await desk.sidecar.app[STATE_KEY].audit.close()  # on disk before it is edited
     log = desk.state_dir / "audit" / "analyst.jsonl"
     log.write_bytes(log.read_bytes().replace(b"AAPL", b"AAPX"))
     _, page, _ = await console.get("/console/audit?agent=analyst")
