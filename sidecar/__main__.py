@@ -16,6 +16,11 @@ from pathlib import Path
 from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV, AuditKeyError
 from clawpod.sidecar.audit.log import AuditStateError
 from clawpod.sidecar.build_signature import SignatureError, verify_signature
+from clawpod.sidecar.credential_files import (
+    CredentialFileError,
+    credential_names,
+    with_credential_files,
+)
 from clawpod.sidecar.manifest import Build, BuildError, load_build
 from clawpod.sidecar.observability.logs import configure_logging
 from clawpod.sidecar.observability.tracing import configure_tracing
@@ -23,11 +28,16 @@ from clawpod.sidecar.server.admin import create_admin_app
 from clawpod.sidecar.server.app import create_app
 from clawpod.sidecar.server.context import STATE_KEY
 from clawpod.sidecar.server.edge import EdgeLimits
+from clawpod.sidecar.server.operator import OPERATOR_TOKEN_ENV
 from clawpod.sidecar.server.serving import listen
+from clawpod.sidecar.state_lock import StateLock, StateLockError, instance_name
 
 log = logging.getLogger("sidecar")
 SHUTDOWN_TIMEOUT_S = 10.0
 ADMIN_LIMITS = EdgeLimits(max_connections=64)  # a scraper or two and an operator
+# The sidecar's own secrets, readable from NAME_FILE like the build's credentials (SPEC §13.2);
+# CLAW_WEBHOOK_SECRET signs approval webhooks (SPEC §15).
+SIDECAR_SECRETS = (AUDIT_KEY_ENV, OPERATOR_TOKEN_ENV, "CLAW_WEBHOOK_SECRET")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -62,9 +72,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-async def serve(build: Build, host: str, port: int, admin: tuple[str, int], state_dir: Path) -> int:
+async def serve(
+    build: Build,
+    host: str,
+    port: int,
+    admin: tuple[str, int],
+    state_dir: Path,
+    *,
+    env: dict[str, str],
+    state_lock: StateLock,
+) -> int:
     try:
-        app = create_app(build, state_dir=state_dir)
+        app = create_app(build, state_dir=state_dir, env=env, state_lock=state_lock)
     except (AuditKeyError, AuditStateError) as exc:
         print(f"sidecar: refusing to start: {exc}", file=sys.stderr)
         return 1
@@ -120,8 +139,8 @@ def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
     return uvloop.new_event_loop
 
 
-def verify_build_signature(build: Path, key_env: str) -> None:
-    key = os.environ.get(key_env)
+def verify_build_signature(build: Path, key_env: str, env: dict[str, str]) -> None:
+    key = env.get(key_env)
     if not key:
         raise SignatureError(f"--verify-key-env: environment variable {key_env} is not set")
     try:
@@ -136,12 +155,13 @@ def main(argv: list[str] | None = None) -> int:
     configure_tracing(os.environ)
     try:
         build = load_build(args.build)
+        env = with_credential_files(os.environ, credential_names(build, SIDECAR_SECRETS))
         if args.verify_key_env:
-            verify_build_signature(args.build, args.verify_key_env)
-    except (BuildError, SignatureError) as exc:
+            verify_build_signature(args.build, args.verify_key_env, env)
+    except (BuildError, SignatureError, CredentialFileError) as exc:
         print(f"sidecar: refusing to start: {exc}", file=sys.stderr)
         return 1
-    if not os.environ.get(AUDIT_KEY_ENV) and not args.allow_unkeyed_audit:
+    if not env.get(AUDIT_KEY_ENV) and not args.allow_unkeyed_audit:
         print(
             f"sidecar: refusing to start: {AUDIT_KEY_ENV} is not set; the audit chain needs "
             "a key (for example `openssl rand -hex 32`), or pass --allow-unkeyed-audit",
@@ -160,8 +180,28 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"sidecar: cannot create state directory {state_dir}: {exc}", file=sys.stderr)
         return 1
-    with asyncio.Runner(loop_factory=_event_loop_factory()) as runner:
-        return runner.run(serve(build, host, port, (admin_host, admin_port), state_dir))
+    # Before anything under the directory is opened: a refused sidecar writes nothing there.
+    state_lock = StateLock(state_dir, instance_name(env))
+    try:
+        state_lock.acquire()
+    except StateLockError as exc:
+        print(f"sidecar: refusing to start: {exc}", file=sys.stderr)
+        return 1
+    try:
+        with asyncio.Runner(loop_factory=_event_loop_factory()) as runner:
+            return runner.run(
+                serve(
+                    build,
+                    host,
+                    port,
+                    (admin_host, admin_port),
+                    state_dir,
+                    env=env,
+                    state_lock=state_lock,
+                )
+            )
+    finally:
+        state_lock.release()
 
 
 if __name__ == "__main__":
