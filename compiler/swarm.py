@@ -65,6 +65,10 @@ class SwarmTarget:
             self.agent_files(workload, service)
         deploy = dict(service.get("deploy") or {})
         deploy.setdefault("restart_policy", {"condition": "any"})
+        if not service.get("ports"):
+            # Names resolve to the tasks themselves: one task per service gains nothing from a
+            # virtual IP, and kernels without IPVS (small VMs) cannot route one at all.
+            deploy.setdefault("endpoint_mode", "dnsrr")
         service["deploy"] = deploy
         if workload.role == "tool":
             names = sorted({n for v in workload.environment.values() if v for n in interpolated(v)})

@@ -9,6 +9,7 @@ import gc
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +36,7 @@ from clawpod.sidecar.state_lock import StateLock, StateLockError, instance_name
 log = logging.getLogger("sidecar")
 SHUTDOWN_TIMEOUT_S = 10.0
 ADMIN_LIMITS = EdgeLimits(max_connections=64)  # a scraper or two and an operator
+ADMIN_RESOLVE_WAIT_S = 30.0
 # The sidecar's own secrets, readable from NAME_FILE like the build's credentials (SPEC §13.2);
 # CLAW_WEBHOOK_SECRET signs approval webhooks (SPEC §15).
 SIDECAR_SECRETS = (AUDIT_KEY_ENV, OPERATOR_TOKEN_ENV, "CLAW_WEBHOOK_SECRET")
@@ -97,6 +99,7 @@ async def serve(
         return 1
     admin_host, admin_port = admin
     try:
+        await _wait_resolvable(admin_host)
         admin_listening = await listen(
             create_admin_app(app[STATE_KEY]),
             admin_host,
@@ -129,6 +132,22 @@ async def serve(
     finally:
         await admin_listening.close()
         await listening.close()  # the app's cleanup flushes the audit log
+
+
+async def _wait_resolvable(host: str) -> None:
+    """Wait (bounded) for the operator listener's name to resolve: Swarm registers a task's
+    network aliases only once its container runs, so a name that is the sidecar's own alias may
+    be unknown for its first moments. Raises the last resolution error when it never resolves."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + ADMIN_RESOLVE_WAIT_S
+    while True:
+        try:
+            await loop.getaddrinfo(host, None)
+            return
+        except socket.gaierror:
+            if loop.time() >= deadline:
+                raise
+            await asyncio.sleep(0.5)
 
 
 def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
