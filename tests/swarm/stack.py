@@ -57,6 +57,22 @@ OVERRIDE = {
         NATIVE_AGENT: {"image": IMAGES["agent"]},
     }
 }
+# A second scripted model for the crash test: it orders one share, then answers slowly once.
+ORDERS_UPSTREAM = "fake-llm-orders"
+ORDERS_MODEL = "order-desk"
+ORDER = {"symbol": "NVDA", "side": "buy", "quantity": 1}
+ORDERS_DELAY_S = 30  # the window in which the test kills the sidecar; never waited out
+OVERRIDE["services"][ORDERS_UPSTREAM] = {
+    "image": IMAGES["upstream"],
+    "environment": {
+        "EXPECTED_API_KEY": "${OPENAI_API_KEY}",
+        "TOOL_MATCH": "execute_trade",
+        "TOOL_ARGUMENTS": json.dumps(ORDER),
+        "ANSWER_DELAY_S": str(ORDERS_DELAY_S),
+    },
+    "networks": ["claw-egress"],
+    "deploy": {"endpoint_mode": "dnsrr"},
+}
 STACK_GUARD_S = 180  # how long a stack may take to come up: a deadlock guard, not a timing
 
 
@@ -92,7 +108,7 @@ class Stack(Pod):
         pod_file = directory / project / "pod.yml"
         pod_file.parent.mkdir(parents=True)
         example = repo / "compose" / "examples" / "trading-desk" / "pod.yml"
-        pod_file.write_text(yaml.safe_dump(_test_pod(example, project, pod_file.parent)))
+        pod_file.write_text(yaml.safe_dump(_swarm_test_pod(example, project, pod_file.parent)))
         out = directory / "build"
         clawc = Path(sys.executable).parent / "clawc"
         command = [str(clawc), "compile", str(pod_file), "-o", str(out), "--target", "swarm"]
@@ -202,6 +218,23 @@ class Stack(Pod):
         )  # fmt: skip
         return f"{tasks}\n{sidecar.stdout[-4000:]}{sidecar.stderr[-4000:]}"
 
+    def trades(self) -> list[dict[str, Any]]:
+        """The orders the trading service has recorded, asked from inside its own task."""
+        script = (
+            "import os, urllib.request\n"
+            "request = urllib.request.Request('http://127.0.0.1:4000/api/v1/trades?limit=100',"
+            " headers={'Authorization': 'Bearer ' + os.environ['TRADING_RW_TOKEN']})\n"
+            "print(urllib.request.urlopen(request, timeout=10).read().decode())\n"
+        )
+        code, output = self.exec("trading-api", "python", "-c", script)
+        if code != 0:
+            raise AssertionError(f"trades: {output}")
+        return json.loads(output)["trades"]
+
+    def upstream_log(self, service: str) -> list[dict[str, Any]]:
+        logs = self.container(service).logs(stdout=True, stderr=False).decode()
+        return [json.loads(line) for line in logs.splitlines() if line.startswith("{")]
+
     def operator(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         """Call the operator API from inside the sidecar's task (the claw-admin network)."""
         script = (
@@ -218,6 +251,31 @@ class Stack(Pod):
         if code != 0:
             raise AssertionError(f"operator {method} {path}: {output}")
         return json.loads(output)
+
+
+def _swarm_test_pod(example: Path, project: str, directory: Path) -> dict[str, Any]:
+    """The compose tests' copy of the example, plus what the crash test needs: a model that
+    places orders (its own provider), and the analyst (mediated) allowed to place them without
+    an approval (the trader's orders still wait for one)."""
+    pod = _test_pod(example, project, directory)
+    claw = pod["x-claw"]
+    claw["providers"]["orders"] = {
+        "api": "openai",
+        "base-url": f"http://{ORDERS_UPSTREAM}:8000/v1",
+        "key-env": "OPENAI_API_KEY",
+        "models": ["order-*"],
+    }
+    for rule in claw["tool-rules"]:
+        if rule.get("effect") == "confirm":
+            rule["when"] = f"agent == '{NATIVE_AGENT}'"
+    pod["services"][MEDIATED_AGENT]["x-claw"]["tools"] = [
+        {
+            "service": "trading-api",
+            "allow": ["get_market_context", "execute_trade", "list_trades"],
+            "principal": "desk-trader",
+        }
+    ]
+    return pod
 
 
 def _environ() -> dict[str, str]:

@@ -13,7 +13,7 @@ import pytest
 
 from tests.docker.pod import MEDIATED_AGENT, NATIVE_AGENT, SIDECAR, TOOL_SERVICES, UPSTREAM
 from tests.docker.test_pod import QUESTION, _tool_data
-from tests.swarm.stack import Stack
+from tests.swarm.stack import ORDER, ORDERS_MODEL, ORDERS_UPSTREAM, STACK_GUARD_S, Stack
 
 pytestmark = [pytest.mark.swarm, pytest.mark.timeout(600)]
 APPROVAL_GUARD_S = 60  # a deadlock guard, not a timing
@@ -72,6 +72,46 @@ def test_agent_reaches_neither_tool_services_nor_the_operator_port(stack: Stack)
     assert stack.reach(MEDIATED_AGENT, [f"{SIDECAR}:8080"])[f"{SIDECAR}:8080"]["connected"]
     from_sidecar = stack.reach(SIDECAR, [f"{n}:{p}" for n, p in TOOL_SERVICES.items()])
     assert all(r["connected"] for r in from_sidecar.values()), from_sidecar
+
+
+def test_a_killed_sidecar_task_resumes_the_identical_retry_and_orders_once(
+    stack: Stack,
+) -> None:
+    messages = [{"role": "user", "content": "Buy one NVDA."}]
+    before = stack.container(SIDECAR)
+    orders_before = len(stack.trades())  # the native test's order
+    failed: dict[str, Any] = {}
+
+    def ask() -> None:
+        try:
+            stack.probe(MEDIATED_AGENT, "chat", ORDERS_MODEL, json.dumps(messages))
+        except AssertionError as exc:  # the sidecar dies under it
+            failed["error"] = str(exc)
+
+    first = threading.Thread(target=ask)
+    first.start()
+    # The order has run and the model's answer is pending: kill the sidecar's task there.
+    deadline = time.monotonic() + APPROVAL_GUARD_S
+    while time.monotonic() < deadline:
+        if any(r["roles"][-1:] == ["tool"] for r in stack.upstream_log(ORDERS_UPSTREAM)):
+            break
+        time.sleep(0.2)
+    assert len(stack.trades()) == orders_before + 1
+    before.kill()
+    first.join(APPROVAL_GUARD_S)
+    assert "error" in failed
+    stack.wait_healthy(SIDECAR, STACK_GUARD_S)
+    assert stack.container(SIDECAR).id != before.id  # Swarm started a new task
+    seen = len(stack.upstream_log(ORDERS_UPSTREAM))
+
+    reply = stack.probe(MEDIATED_AGENT, "chat", ORDERS_MODEL, json.dumps(messages))
+
+    trade = _tool_data(reply["content"])["data"]
+    assert trade["symbol"] == ORDER["symbol"] and trade["status"] == "filled"
+    # The retry reused the journaled order: the service recorded it once.
+    assert len(stack.trades()) == orders_before + 1
+    (resumed,) = stack.upstream_log(ORDERS_UPSTREAM)[seen:]
+    assert resumed["roles"] == ["user", "assistant", "tool"]  # the model only answered
 
 
 def test_stack_rm_leaves_nothing_behind(stack: Stack) -> None:
