@@ -8,6 +8,8 @@ the variables the sidecar reads as credentials are looked up this way, so an unr
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterable, Mapping
 
 from clawpod.sidecar.manifest import Build
@@ -48,13 +50,18 @@ def with_credential_files(env: Mapping[str, str], names: Iterable[str]) -> dict[
 
 
 def _read(name: str, path: str) -> str:
+    # Non-blocking open, then regular files only: a FIFO or a device named by mistake (or
+    # malice) must not hang the start or feed it endless bytes.
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_CREDENTIAL_BYTES + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise CredentialFileError(
             f"{name}{FILE_SUFFIX}: cannot read {path}: {exc.strerror}"
         ) from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise CredentialFileError(f"{name}{FILE_SUFFIX}: {path} is not a regular file")
+        data = handle.read(MAX_CREDENTIAL_BYTES + 1)
     if len(data) > MAX_CREDENTIAL_BYTES:
         raise CredentialFileError(f"{name}{FILE_SUFFIX}: {path} is larger than a credential")
     try:

@@ -53,8 +53,12 @@ class StateLock:
                     f"({holder or 'holder unknown'}); one sidecar per state directory"
                 ) from None
             raise StateLockError(f"cannot lock {self.path}: {exc.strerror}") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"host={self.instance} pid={os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"host={self.instance} pid={os.getpid()}\n".encode(), 0)
+        except OSError as exc:  # a full or read-only disk: no sidecar can keep state here
+            os.close(fd)
+            raise StateLockError(f"cannot write {self.path}: {exc.strerror}") from None
         self._fd = fd
 
     def held(self) -> bool:
@@ -76,7 +80,10 @@ class StateLock:
 
 
 def _read_holder(fd: int) -> str:
+    """The holder as its lock file names it, printable characters only (the file is the
+    other process's word, and this message goes to a terminal)."""
     try:
-        return os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
+        text = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
     except OSError:
         return ""
+    return "".join(c if c.isprintable() else "?" for c in text)

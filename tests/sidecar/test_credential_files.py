@@ -113,3 +113,10 @@ def test_empty_huge_or_binary_files_are_refused(tmp_path: Path, content: str | b
         secret.write_text(content)
     with pytest.raises(CredentialFileError, match="KEY_FILE"):
         with_credential_files({"KEY_FILE": str(secret)}, {"KEY"})
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
+    fifo = tmp_path / "key"
+    os.mkfifo(fifo)
+    with pytest.raises(CredentialFileError, match="is not a regular file"):
+        with_credential_files({"KEY_FILE": str(fifo)}, {"KEY"})

@@ -162,3 +162,22 @@ async def test_audit_records_name_the_instance(tmp_path: Path, upstream: StubUps
         if line
     ]
     assert records and all(record["instance"] == "desk-7" for record in records)
+
+
+async def test_a_hostile_lock_file_still_names_a_printable_holder(tmp_path: Path) -> None:
+    """The holder's lock file is the other process's word: its bytes reach the terminal only
+    as printable text, and the refusal stays a refusal."""
+    build = tmp_path / "build"
+    write_build(build, [AgentSpec("agent")], providers_for("http://127.0.0.1:9"))
+    state = tmp_path / "state"
+    first = await spawn(build, state, instance="desk-a")
+    await first.wait_listening()
+    try:
+        (state / ".lock").write_bytes(b"\x1b]0;owned\x07host=evil\x00" + b"x" * 10_000)
+        second = await spawn(build, state)
+        _, stderr = await asyncio.wait_for(second.process.communicate(), GUARD_S)
+        assert second.process.returncode == 1
+        assert b"\x1b" not in stderr and b"\x07" not in stderr
+        assert b"in use by another sidecar (?]0;owned?host=evil?xxx" in stderr
+    finally:
+        assert await first.stop() == 0
