@@ -454,6 +454,21 @@ class KubernetesTarget:
             "spec": {"podSelector": selector, "policyTypes": types, **rules},
         }
 
+    def operator_peers(self) -> list[dict[str, Any]]:
+        """The pod file's ``operator-access``, or the namespaces labelled for operators."""
+        peers = self.pod.claw.operator_access
+        if not peers:
+            return [{"namespaceSelector": {"matchLabels": {OPERATOR_LABEL: "true"}}}]
+        result: list[dict[str, Any]] = []
+        for peer in peers:
+            entry: dict[str, Any] = {}
+            if peer.namespace_labels:
+                entry["namespaceSelector"] = {"matchLabels": dict(peer.namespace_labels)}
+            if peer.pod_labels:
+                entry["podSelector"] = {"matchLabels": dict(peer.pod_labels)}
+            result.append(entry)
+        return result
+
     def network_policies(self) -> list[dict[str, Any]]:
         """Default deny, then one policy per side of each compose network."""
         sidecar = self.component("sidecar")
@@ -480,12 +495,7 @@ class KubernetesTarget:
             self.policy(
                 "claw-admin",
                 sidecar,
-                ingress=[
-                    {
-                        "from": [{"namespaceSelector": {"matchLabels": {OPERATOR_LABEL: "true"}}}],
-                        "ports": [_tcp(ADMIN_PORT)],
-                    }
-                ],
+                ingress=[{"from": self.operator_peers(), "ports": [_tcp(ADMIN_PORT)]}],
             ),
             # claw-egress: the sidecar reaches providers on public addresses only.
             self.policy(
@@ -524,6 +534,19 @@ class KubernetesTarget:
                     ],
                 )
             )
+        for index, peer in enumerate(self.pod.claw.operator_access or []):
+            if not peer.namespace_labels:
+                # Operator Pods in the pod's own namespace are under its default deny too.
+                policies.append(
+                    self.policy(
+                        f"claw-admin-operators-{index}",
+                        {"matchLabels": dict(peer.pod_labels or {})},
+                        egress=[
+                            {"to": [{"podSelector": sidecar}], "ports": [_tcp(ADMIN_PORT)]},
+                            DNS_EGRESS,
+                        ],
+                    )
+                )
         for network, internal in self.networks.items():
             policies.append(self.pod_network_policy(network, internal))
         return policies

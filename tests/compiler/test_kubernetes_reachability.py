@@ -223,3 +223,35 @@ def test_the_model_agrees_with_the_compose_networks(deployed: Deployed) -> None:
     for name, pod in pods.items():
         to_public = cluster.can_connect(pod, External(PUBLIC[0]), 443)
         assert to_public == compose_internet(compose, name), name
+
+
+def test_operator_access_names_who_reaches_the_operator_port(tmp_path: Path) -> None:
+    pod = write_big_pod(tmp_path / "pod", agents=2, services=1, tools=1)
+    data = yaml.safe_load(pod.read_text())
+    data["x-claw"]["operator-access"] = [
+        {"namespace-labels": {"team": "desk-ops"}, "pod-labels": {"app": "console"}},
+        {"pod-labels": {"app": "approver"}},
+    ]
+    pod.write_text(yaml.safe_dump(data))
+    deployed = deploy(pod, tmp_path / "build")
+    cluster, sidecar = deployed.cluster, deployed.pods[SIDECAR_SERVICE]
+    cluster.add_namespace("desk-ops", {"team": "desk-ops"})
+    console = cluster.add_pod("console", "desk-ops", {"app": "console"})
+    bystander = cluster.add_pod("other", "desk-ops", {"app": "other"})
+    approver = cluster.add_pod("approver", sidecar.namespace, {"app": "approver"})
+    assert cluster.can_connect(console, sidecar, ADMIN_PORT)
+    assert cluster.can_connect(approver, sidecar, ADMIN_PORT)
+    assert not cluster.can_connect(bystander, sidecar, ADMIN_PORT)
+    assert not cluster.can_connect(console, sidecar, AGENT_PORT)
+    # Naming operators replaces the default: the labelled namespace no longer gets in.
+    assert not cluster.can_connect(deployed.operator, sidecar, ADMIN_PORT)
+
+
+def test_an_operator_peer_must_name_someone(tmp_path: Path) -> None:
+    pod = write_big_pod(tmp_path / "pod", agents=1, services=1, tools=1)
+    data = yaml.safe_load(pod.read_text())
+    data["x-claw"]["operator-access"] = [{}]
+    pod.write_text(yaml.safe_dump(data))
+    err = io.StringIO()
+    code = main(["compile", str(pod), "-o", str(tmp_path / "b")], stdout=io.StringIO(), stderr=err)
+    assert code != 0 and "name namespace-labels, pod-labels or both" in err.getvalue()
