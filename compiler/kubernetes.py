@@ -86,6 +86,9 @@ class KubernetesTarget:
         self.rootless_unknown: list[str] = []  # services whose user the pod file does not name
         for workload in self.workloads:
             _check_name(workload.name, "service")
+            if workload.name == ADMIN_HOST:
+                # Its Service would take the operator listener's name (and its traffic).
+                raise CompileError(f"'{ADMIN_HOST}' is reserved for the sidecar on Kubernetes")
         for network in self.networks:
             if not _LABEL_NAME.match(network):
                 raise CompileError(f"network '{network}' cannot be part of a Kubernetes label")

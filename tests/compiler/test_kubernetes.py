@@ -226,3 +226,20 @@ def test_a_service_name_kubernetes_cannot_carry_is_a_compile_error(tmp_path: Pat
     )  # fmt: skip
     assert code != 0
     assert "'Agent_0' cannot be a Kubernetes Service name" in err.getvalue()
+
+
+def test_a_service_may_not_take_the_operator_listeners_name(tmp_path: Path) -> None:
+    """Its Service would answer for claw-sidecar-admin: operators' tokens would go to it."""
+    pod = write_big_pod(tmp_path / "pod", agents=1, services=1, tools=1)
+    data = yaml.safe_load(pod.read_text())
+    data["services"]["claw-sidecar-admin"] = data["services"].pop("svc0")
+    data["x-claw"]["tools-defaults"] = ["claw-sidecar-admin"]
+    pod.write_text(yaml.safe_dump(data))
+    err = io.StringIO()
+    code = main(
+        ["compile", str(pod), "-o", str(tmp_path / "b"), "--target", "kubernetes",
+         "--sidecar-image", "x"],
+        stdout=io.StringIO(), stderr=err,
+    )  # fmt: skip
+    assert code != 0
+    assert "'claw-sidecar-admin' is reserved for the sidecar on Kubernetes" in err.getvalue()
