@@ -73,7 +73,8 @@ OVERRIDE["services"][ORDERS_UPSTREAM] = {
     "networks": ["claw-egress"],
     "deploy": {"endpoint_mode": "dnsrr"},
 }
-STACK_GUARD_S = 180  # how long a stack may take to come up: a deadlock guard, not a timing
+STACK_GUARD_S = 180
+GWBRIDGE = "docker_gwbridge"  # how long a stack may take to come up: a deadlock guard, not a timing
 
 
 def docker_cli(*args: str, check: bool = True, env: dict[str, str] | None = None) -> str:
@@ -86,11 +87,15 @@ def docker_cli(*args: str, check: bool = True, env: dict[str, str] | None = None
 class SwarmEngine:
     def __init__(self) -> None:
         self.initialised_here = False
+        self.had_gateway_bridge = True
 
     def join(self) -> str:
         """Make sure the engine is a swarm manager; returns this node's id."""
         state = docker_cli("info", "--format", "{{.Swarm.LocalNodeState}}")
         if state != "active":
+            self.had_gateway_bridge = bool(
+                docker_cli("network", "ls", "-q", "-f", f"name={GWBRIDGE}")
+            )
             docker_cli("swarm", "init", "--advertise-addr", "127.0.0.1")
             self.initialised_here = True
         return docker_cli("info", "--format", "{{.Swarm.NodeID}}")
@@ -98,6 +103,8 @@ class SwarmEngine:
     def leave(self) -> None:
         if self.initialised_here:
             docker_cli("swarm", "leave", "--force")
+            if not self.had_gateway_bridge:  # swarm init made it; leaving does not remove it
+                docker_cli("network", "rm", GWBRIDGE, check=False)
 
 
 class Stack(Pod):
