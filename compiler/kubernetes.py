@@ -27,6 +27,7 @@ OPERATOR_LABEL = "clawpod.io/operator"
 NETWORK_LABEL = "net.clawpod.io/"  # + network name: "true" on the Pods that join it
 BUILD_CONFIGMAP = "claw-build"
 STATE_CLAIM = "claw-state"
+MAX_CONFIGMAP_BYTES = 1024 * 1024  # what the API server stores in one ConfigMap
 SIDECAR_UID = 10001  # the sidecar image's user (Dockerfile)
 # Provider egress goes to public addresses only: no private, shared, loopback, link-local
 # (cloud metadata lives at 169.254.169.254 and fd00:ec2::254) or IPv4-mapped addresses.
@@ -444,6 +445,14 @@ class KubernetesTarget:
                     "data": dict(sorted(files.items())),
                 }
             )
+        for config_map in maps:
+            size = sum(len(text.encode()) for text in config_map["data"].values())
+            if size > MAX_CONFIGMAP_BYTES:
+                raise CompileError(
+                    f"ConfigMap {config_map['metadata']['name']} would hold {size} bytes; the "
+                    f"API server refuses more than {MAX_CONFIGMAP_BYTES}: grant that agent fewer "
+                    "tools, or split it into agents with narrower grants"
+                )
         return maps
 
     # -- network policies -------------------------------------------------------------------

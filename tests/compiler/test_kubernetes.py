@@ -243,3 +243,16 @@ def test_a_service_may_not_take_the_operator_listeners_name(tmp_path: Path) -> N
     )  # fmt: skip
     assert code != 0
     assert "'claw-sidecar-admin' is reserved for the sidecar on Kubernetes" in err.getvalue()
+
+
+def test_a_build_too_large_for_a_configmap_is_a_compile_error(tmp_path: Path) -> None:
+    """The API server refuses a ConfigMap over 1 MiB: say so at compile time, naming it."""
+    pod = write_big_pod(tmp_path / "pod", agents=1, services=20, tools=60)
+    err = io.StringIO()
+    code = main(
+        ["compile", str(pod), "-o", str(tmp_path / "b"), "--target", "kubernetes",
+         "--sidecar-image", "x"],
+        stdout=io.StringIO(), stderr=err,
+    )  # fmt: skip
+    assert code != 0
+    assert "ConfigMap claw-context-agent0 would hold" in err.getvalue()
