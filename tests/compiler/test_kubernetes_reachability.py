@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import io
 import itertools
+import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import pytest
 import yaml
 
 from clawpod.compiler.cli import main
 from clawpod.compiler.reserved import ADMIN_NETWORK, ADMIN_PORT, SIDECAR_SERVICE
-from tests.compiler.test_kubernetes import EXAMPLE, SIZES, compile_k8s
+from tests.compiler.test_kubernetes import EXAMPLE, SIZES, VERSIONS, compile_k8s
 from tests.support.bigpod import write_big_pod
 from tests.support.netpol import Cluster, External, PodRef
 
@@ -136,25 +138,72 @@ def stricter(roles: dict[str, str], source: str, destination: str, port: int) ->
 # -- the pods under test --------------------------------------------------------------------
 
 
+VARIED_SEEDS = (1, 2, 3)
+
+
 @pytest.fixture(
     scope="module",
-    params=[None, *SIZES],
-    ids=["example", *(f"{a}-agents-{s}-services" for a, s in SIZES)],
+    params=[None, *SIZES, *VARIED_SEEDS],
+    ids=[
+        "example",
+        *(f"{a}-agents-{s}-services" for a, s in SIZES),
+        *(f"varied-{seed}" for seed in VARIED_SEEDS),
+    ],
 )
 def deployed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Deployed:
     root = tmp_path_factory.mktemp("reach")
     if request.param is None:
         return deploy(EXAMPLE, root / "build")
+    if isinstance(request.param, int):
+        return deploy(write_varied_pod(root / "pod", request.param), root / "build")
     agents, services = request.param
     pod = write_big_pod(root / "pod", agents=agents, services=services, tools=1)
     return deploy(pod, root / "build")
+
+
+def write_varied_pod(directory: Path, seed: int) -> Path:
+    """A generated pod with the shapes a real one has: native and counted agents, an agent
+    with a surface, tool services on several ports and a network of their own with a database
+    no agent is granted."""
+    rng = random.Random(seed)
+    agents, services = rng.randint(1, 50), rng.randint(1, 20)
+    pod = write_big_pod(directory, agents=agents, services=services, tools=1)
+    data = yaml.safe_load(pod.read_text())
+    data["services"]["db"] = {"image": "example/db", "expose": ["5432"], "networks": ["backend"]}
+    data["networks"] = {"backend": {"internal": True}}
+    for index in range(services):
+        service = data["services"][f"svc{index}"]
+        service["expose"] = [str(rng.choice([80, 4000, 8000, 8443]))]
+        if rng.random() < 0.5:
+            service["networks"] = ["default", "backend"]
+    for index in range(agents):
+        claw = data["services"][f"agent{index}"]["x-claw"]
+        if rng.random() < 0.3:
+            claw["mode"] = "native"
+        if rng.random() < 0.2:
+            claw["agent"] = {"count": rng.randint(2, 3)}
+    data["services"]["agent0"]["x-claw"]["surfaces"] = ["service://db"]
+    pod.write_text(yaml.safe_dump(data, sort_keys=False))
+    return pod
+
+
+def surfaces_of(deployed: Deployed, agent: str) -> set[str]:
+    """The services an agent may reach directly in compose (its surface networks)."""
+    mine = compose_networks(deployed.compose, agent) - {"claw-agents"}
+    return {
+        name
+        for name in deployed.compose["services"]
+        if name != agent and mine & compose_networks(deployed.compose, name)
+    }
 
 
 def of_role(deployed: Deployed, role: str) -> list[str]:
     return [name for name, r in deployed.roles.items() if r == role]
 
 
-def test_agents_reach_only_the_sidecars_agent_port_and_dns(deployed: Deployed) -> None:
+def test_agents_reach_only_the_sidecars_agent_port_dns_and_their_surfaces(
+    deployed: Deployed,
+) -> None:
     cluster, pods = deployed.cluster, deployed.pods
     sidecar = pods[SIDECAR_SERVICE]
     for agent in of_role(deployed, "agent"):
@@ -162,10 +211,13 @@ def test_agents_reach_only_the_sidecars_agent_port_and_dns(deployed: Deployed) -
         assert cluster.can_connect(source, sidecar, AGENT_PORT)
         assert not cluster.can_connect(source, sidecar, ADMIN_PORT)
         assert cluster.can_connect(source, deployed.dns, 53, "UDP")
+        surfaces = surfaces_of(deployed, agent)  # what the pod file lets it reach directly
         for name, other in pods.items():
+            if name == agent:
+                continue
             for port in {*deployed.ports[name], AGENT_PORT, 80, 443}:
-                if other != sidecar or port != AGENT_PORT:
-                    assert not cluster.can_connect(source, other, port), (agent, name, port)
+                allowed = (other == sidecar and port == AGENT_PORT) or name in surfaces
+                assert cluster.can_connect(source, other, port) == allowed, (agent, name, port)
         for address in PUBLIC + NON_PUBLIC:
             assert not cluster.can_connect(source, External(address), 443), (agent, address)
         assert not cluster.can_connect(source, deployed.operator, 80)
@@ -255,3 +307,12 @@ def test_an_operator_peer_must_name_someone(tmp_path: Path) -> None:
     err = io.StringIO()
     code = main(["compile", str(pod), "-o", str(tmp_path / "b")], stdout=io.StringIO(), stderr=err)
     assert code != 0 and "name namespace-labels, pod-labels or both" in err.getvalue()
+
+
+@pytest.mark.parametrize("seed", VARIED_SEEDS)
+def test_varied_pods_validate_strictly(tmp_path: Path, seed: int) -> None:
+    objects, _ = compile_k8s(write_varied_pod(tmp_path / "pod", seed), tmp_path / "build")
+    for items in (v for k, v in objects.items() if k != "kustomization.yaml"):
+        for obj in items:
+            for version in VERSIONS:
+                kubernetes_validate.validate(obj, version, strict=True)
