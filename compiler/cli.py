@@ -13,6 +13,8 @@ from typing import Any, TextIO
 
 from clawpod.compiler.errors import CompileError, display_path
 
+TARGETS = ("compose", "kubernetes", "swarm")
+
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
 _MAIN_HELP = """\
@@ -77,6 +79,13 @@ def _parser() -> argparse.ArgumentParser:
         "--discover",
         action="store_true",
         help="first refresh each JSON descriptor declaring 'mcp' from its running service",
+    )
+    compile_.add_argument(
+        "--target",
+        choices=TARGETS,
+        default="compose",
+        help="what to deploy on: compose.yml (default), k8s/ for `kubectl apply -k`, or "
+        "stack.yml for `docker stack deploy` (docs/kubernetes.md, docs/swarm.md)",
     )
     compile_.add_argument(
         "--sign-key-env",
@@ -218,19 +227,35 @@ def _compile(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     pod = compile_pod(args.pod)
     _warn(pod.warnings, err)
     target = args.out or _default_out(args.pod)
-    write_build(pod, target, rotate_tokens=args.rotate_tokens, sidecar_image=args.sidecar_image)
+    target_warnings = write_build(
+        pod,
+        target,
+        rotate_tokens=args.rotate_tokens,
+        sidecar_image=args.sidecar_image,
+        target=args.target,
+    )
+    _warn(target_warnings, err)
     if args.sign_key_env:
         _sign(target, args.sign_key_env)
-    _warn([w for w in [engine_warning(local_engine_version())] if w], err)
+    if args.target == "compose":  # the host's gateway: a bridge network's concern only
+        _warn([w for w in [engine_warning(local_engine_version())] if w], err)
     summary = (
         ", ".join(f"{a.id} ({a.mode}, {len(a.tools)} tools)" for a in pod.agents) or "no agents"
     )
     out.write(f"compiled pod {pod.name}: {summary}\n")
-    out.write(
-        f"wrote {display_path(target)}; "
-        f"run: docker compose -f {display_path(target / 'compose.yml')} up\n"
-    )
+    out.write(f"wrote {display_path(target)}; run: {_run_line(args.target, target, pod)}\n")
     return EXIT_OK
+
+
+def _run_line(target_kind: str, out: Path, pod: Any) -> str:
+    if target_kind == "kubernetes":
+        return f"kubectl apply -k {display_path(out / 'k8s')} (docs/kubernetes.md)"
+    if target_kind == "swarm":
+        from clawpod.compiler.compose import project_name
+
+        stack = display_path(out / "stack.yml")
+        return f"docker stack deploy -c {stack} {project_name(pod.name)} (docs/swarm.md)"
+    return f"docker compose -f {display_path(out / 'compose.yml')} up"
 
 
 def _sign(build: Path, key_env: str) -> None:

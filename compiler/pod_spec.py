@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, Strict
+from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
 
 from clawpod.compiler.governance_spec import (
     ApprovalsSpec,
@@ -38,6 +38,29 @@ TOOL_INJECTION_HELP = (
 
 class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+LabelMap = dict[
+    Annotated[
+        str, Field(pattern=r"^([a-z0-9.-]+/)?[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
+    ],
+    Annotated[str, Field(pattern=r"^([A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?$")],
+]
+
+
+class OperatorPeer(_Spec):
+    """Who may reach the operator port on Kubernetes (SPEC §13.2): Pods with these labels, in
+    namespaces with these labels (either alone: any Pod of those namespaces, or those Pods of
+    the pod's own namespace)."""
+
+    namespace_labels: LabelMap | None = Field(default=None, alias="namespace-labels", min_length=1)
+    pod_labels: LabelMap | None = Field(default=None, alias="pod-labels", min_length=1)
+
+    @model_validator(mode="after")
+    def _names_someone(self) -> OperatorPeer:
+        if not self.namespace_labels and not self.pod_labels:
+            raise ValueError("name namespace-labels, pod-labels or both")
+        return self
 
 
 class PodClaw(_Spec):
@@ -74,6 +97,13 @@ class PodClaw(_Spec):
     approvals: ApprovalsSpec | None = None
     budgets: dict[str, BudgetSpec] | None = Field(
         default=None, description="agent id, agent service or '*' -> daily token budget"
+    )
+    operator_access: list[OperatorPeer] | None = Field(
+        default=None,
+        alias="operator-access",
+        min_length=1,
+        description="--target kubernetes: who may reach the operator port; default: namespaces "
+        "labelled clawpod.io/operator: 'true'",
     )
 
 

@@ -30,14 +30,20 @@ from clawpod.sidecar.server.protocol_errors import protocol_errors
 from clawpod.sidecar.server.routes import healthz, mcp, model, models
 from clawpod.sidecar.server.routing import ModelRouter
 from clawpod.sidecar.server.upstream import UpstreamClient
+from clawpod.sidecar.state_lock import StateLock, instance_name
 from clawpod.sidecar.tasks import ShieldedTasks
 from clawpod.sidecar.transport.keepalive import keepalive_interval
 
 
 def create_app(
-    build: Build, *, state_dir: Path, env: Mapping[str, str] | None = None
+    build: Build,
+    *,
+    state_dir: Path,
+    env: Mapping[str, str] | None = None,
+    state_lock: StateLock | None = None,
 ) -> web.Application:
-    """The sidecar for ``build``; provider keys and tool credentials are read from ``env``."""
+    """The sidecar for ``build``; provider keys and tool credentials are read from ``env``;
+    ``state_lock`` is the lock a started sidecar holds on ``state_dir`` (§13.1)."""
     env = os.environ if env is None else env
     state_dir = Path(state_dir)
     config = build.config
@@ -45,7 +51,9 @@ def create_app(
     tasks = ShieldedTasks()
     executor = ToolExecutor(env=env, metrics=metrics, tasks=tasks)
     # Raises AuditKeyError / AuditStateError: a sidecar that cannot audit must not start.
-    audit = AuditLog(state_dir, key=audit_key(env), agents=build.agents)
+    audit = AuditLog(
+        state_dir, key=audit_key(env), agents=build.agents, instance=instance_name(env)
+    )
     keepalive_s = keepalive_interval(env)
     webhook_url = config.governance.approvals.webhook if config.governance else None
     # Raises WebhookSecretError: an approval webhook is never sent unsigned.
@@ -84,6 +92,7 @@ def create_app(
             build.agents, executor.mcp, executor.quarantine, audit, metrics, state_dir
         ),
         journal=RequestJournal(state_dir, window_ms=config.retry_window_ms),
+        state_lock=state_lock,
     )
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[protocol_errors])
     app[STATE_KEY] = state

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from clawpod.sidecar.server.auth import TokenVerifier
     from clawpod.sidecar.server.routing import ModelRouter
     from clawpod.sidecar.server.upstream import UpstreamClient
+    from clawpod.sidecar.state_lock import StateLock
 
 
 @dataclass
@@ -49,6 +50,7 @@ class SidecarState:
     operator_token: str | None  # CLAW_OPERATOR_TOKEN: the operator API is closed without it
     drift: DriftChecker  # pins of MCP backends' tool definitions (§11.2)
     journal: RequestJournal  # mediated requests' progress, for resuming a retry (contract §8.2)
+    state_lock: StateLock | None = None  # held by a started sidecar (SPEC §13.1); /readyz checks it
 
 
 STATE_KEY: web.AppKey[SidecarState] = web.AppKey("claw_state", SidecarState)
