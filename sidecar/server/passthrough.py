@@ -18,7 +18,7 @@ from clawpod.sidecar.server.accounting import record_request
 from clawpod.sidecar.server.context import RequestContext
 from clawpod.sidecar.server.errors import reply_error
 from clawpod.sidecar.server.exchange import Exchange
-from clawpod.sidecar.server.upstream import UpstreamError, response_headers, translate_error
+from clawpod.sidecar.server.upstream import UpstreamError, translate_error
 from clawpod.sidecar.transport import Response, TransportError
 
 
@@ -78,12 +78,16 @@ async def _relay_body(exchange: Exchange, ctx: RequestContext, upstream: Respons
         usage = usage_record(rounds=1)
         if not ctx.upstream_path:  # a stored object's usage was spent when it was made
             usage = _body_usage(ctx, parsed)
-    await _send(exchange, status, data, response_headers(upstream.headers))
+    headers = ctx.state.upstream.relayed_headers(ctx.provider_name, upstream.headers)
+    await _send(exchange, status, data, headers)
     await record_request(ctx, http_status=status, error_code=error_code, usage=usage)
 
 
 async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Response) -> None:
-    await exchange.start_stream(200, response_headers(upstream.headers))
+    await exchange.start_stream(
+        200, ctx.state.upstream.relayed_headers(ctx.provider_name, upstream.headers)
+    )
+    redactor = ctx.state.upstream.stream_redactor(ctx.provider_name)
     usage = StreamUsage(ctx.codec)
     ends = ctx.codec.stream_ends
     keep = max(map(len, ends))
@@ -100,6 +104,9 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
                 await exchange.write(ctx.codec.stream_error(err))
                 break
             if not chunk:
+                if rest := redactor.flush():
+                    await exchange.write(rest)
+                    finished = finished or any(end in tail[-keep:] + rest for end in ends)
                 if not finished:
                     # A cut stream must not look like a complete answer to the client.
                     message = f"provider {ctx.provider_name!r} ended the stream before its end"
@@ -108,6 +115,9 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
                     await exchange.write(ctx.codec.stream_error(err))
                 break
             usage.feed(chunk)
+            chunk = redactor.feed(chunk)
+            if not chunk:
+                continue  # the rest of an event: it goes out with its end
             tail = tail[-keep:] + chunk
             await exchange.write(chunk)
             # Finished once the end marker has reached the client.
