@@ -74,12 +74,14 @@ SSE_HEADERS = {
 
 async def handle_mediated(exchange: Exchange, ctx: RequestContext, body: dict[str, Any]) -> None:
     state = ctx.state
+    quarantine = state.executor.quarantine
     engine = MediationEngine(
         ctx.codec,
-        state.executor.quarantine.offered(ctx.agent),  # tools whose definition drifted: not offered
+        quarantine.offered(ctx.agent),  # tools whose definition drifted: not offered
         body,
         validate=state.executor.check_arguments,
         model_timeout_s=_model_timeout_ms(ctx) / 1000,
+        withheld=quarantine.withheld(ctx.agent),
     )
     # An identical request still running waits here; a failed one is resumed (SPEC 8.2).
     attempt = await state.journal.begin(request_digest(ctx.agent.agent.id, body), ctx.request_id)
