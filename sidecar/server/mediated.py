@@ -47,6 +47,7 @@ from clawpod.sidecar.server.accounting import record_request
 from clawpod.sidecar.server.errors import FINAL_HEADERS, JSON_HEADERS
 from clawpod.sidecar.server.exchange import Exchange
 from clawpod.sidecar.server.live_call import call_model_streaming
+from clawpod.sidecar.server.stored_objects import refs
 from clawpod.sidecar.server.upstream import UpstreamError
 from clawpod.sidecar.transport.keepalive import with_keepalives
 
@@ -198,6 +199,7 @@ class _Driver:
             event = await self._keeping_alive(self._call_model(command))
         if isinstance(event, ModelReplied):
             self.attempt.model_replied(event.body)
+            self.ctx.record_objects(refs(self.codec.stored_ids(event.body)))
         return event
 
     async def _call_model(self, command: CallModel) -> Event:
