@@ -103,6 +103,9 @@ class Codec(ABC):
         """The usage object a stream event carries, if any."""
         return event.get("usage")
 
+    stores_objects: ClassVar[bool] = False
+    """Whether the provider keeps objects (responses) that later requests name by id."""
+
     def stored_ids(self, body: Any) -> list[tuple[str, str]]:
         """(kind, id) of every object the provider stored for this answer and may be asked
         about later; none for protocols without stored objects."""

@@ -112,6 +112,8 @@ class ResponsesCodec(OpenAIShapes, Codec):
 
     # --- stored objects ---------------------------------------------------------------------
 
+    stores_objects = True
+
     def stored_ids(self, body: Any) -> list[tuple[str, str]]:
         if not isinstance(body, dict) or body.get("object") != "response":
             return []

@@ -100,6 +100,8 @@ class StreamRedactor:
         self.max_pending = max(max_pending, 2 * self._window)
 
     def feed(self, chunk: bytes) -> bytes:
+        if not self._pending and chunk.endswith((b"\n\n", b"\r\n\r\n")):
+            return self._released(chunk)  # the usual chunk: whole events, nothing held
         data = self._pending + chunk
         cut = _last_event_end(data)
         if cut == 0:

@@ -90,7 +90,7 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
         200, ctx.state.upstream.relayed_headers(ctx.provider_name, upstream.headers)
     )
     redactor = ctx.state.upstream.stream_redactor(ctx.provider_name)
-    stored = StreamedIds(ctx.codec)
+    stored = StreamedIds(ctx.codec) if ctx.codec.stores_objects else None
     usage = StreamUsage(ctx.codec)
     ends = ctx.codec.stream_ends
     keep = max(map(len, ends))
@@ -118,7 +118,7 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
                     await exchange.write(ctx.codec.stream_error(err))
                 break
             usage.feed(chunk)
-            if stored.feed(chunk):
+            if stored is not None and stored.feed(chunk):
                 ctx.record_objects(stored.found)  # at once: a client may leave after it
             chunk = redactor.feed(chunk)
             if not chunk:

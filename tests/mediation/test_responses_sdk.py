@@ -292,3 +292,30 @@ async def test_upstream_failure_mid_request_is_openai_shaped(pod: MediatedPod) -
         await client.responses.create(model="gpt-4o", input=ASK)
     assert caught.value.status_code == 502
     assert caught.value.body["code"] == "upstream_error"
+
+
+@pytest.mark.parametrize("stream_upstream", [False, True])
+async def test_a_mediated_agent_cannot_continue_anothers_stored_responses(
+    pod: MediatedPod, stream_upstream: bool
+) -> None:
+    script(
+        pod,
+        r.response(r.call("call_1", "desk_quote", {"symbol": "AAPL"}), response_id="resp_h1"),
+        r.response(r.message("AAPL is up."), response_id="resp_final"),
+        stream=stream_upstream,
+    )
+    answer = await pod.openai().responses.create(model="gpt-4o", input=ASK, store=True)
+    assert answer.id == "resp_final"
+    ops = pod.openai(agent="ops")
+    for stolen in ("resp_final", "resp_h1"):  # the answer, and a hidden round's id
+        with pytest.raises(openai.NotFoundError) as caught:
+            await ops.responses.create(
+                model="gpt-4o", input="and now?", previous_response_id=stolen, store=True
+            )
+        assert caught.value.body["code"] == "response_not_found"
+    assert len(sent(pod)) == 2  # nothing of ops' reached the provider
+    script(pod, r.response(r.message("Still up."), response_id="resp_next"))
+    more = await pod.openai().responses.create(
+        model="gpt-4o", input="and now?", previous_response_id="resp_final", store=True
+    )
+    assert more.id == "resp_next"
