@@ -186,3 +186,15 @@ def test_a_state_dir_that_cannot_be_written_fails_closed_after_restart(tmp_path:
     assert store.owner(StoredRef("response", "resp_1")) == "alice"  # held in memory
     store.close()
     assert StoredObjects(tmp_path).refusal("alice", StoredRef("response", "resp_1")) == "unknown"
+
+
+def test_a_hostile_provider_cannot_hand_one_agents_id_to_another(tmp_path: Path) -> None:
+    store = StoredObjects(tmp_path)
+    store.record("alice", [StoredRef("response", "resp_shared")])
+    # A provider (or a proxy before it) answering bob with alice's id does not give it to him.
+    assert store.record("bob", [StoredRef("response", "resp_shared")]) == []
+    assert store.refusal("bob", StoredRef("response", "resp_shared")) == "foreign"
+    # Nor does an id too long to be one, which would only fill the file.
+    assert store.record("bob", [StoredRef("response", "r" * 10_000)]) == []
+    assert store.refusal("bob", StoredRef("conversation", "c" * 10_000)) == "unknown"
+    store.close()
