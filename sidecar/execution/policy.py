@@ -168,12 +168,14 @@ def condition_problem(text: str, agent: str, tool: ManagedTool | Any) -> str | N
     return None
 
 
-# ``args.a.b == "x"``, ``args.a != 'x'``, ``args.a in [...]``, and ``"x" == args.a``: an
-# argument compared as it is, not through lowerAscii() or another function first.
+# ``args.a.b == "x"``, ``args.a != 'x'``, ``args.a in [...]``, ``"x" == args.a`` and
+# ``args.a.startsWith("x")`` (endsWith, contains): an argument compared as it is, not through
+# lowerAscii() or another function first.
 _FIELD = r"args((?:\.[A-Za-z_][A-Za-z0-9_]*)+)"
 _EXACT_COMPARISON = re.compile(
     _FIELD + r"\s*(==|!=|\bin\b)(?!\s*\()"
     r"|(?:\"[^\"]*\"|'[^']*')\s*(==|!=)\s*" + _FIELD + r"(?![\w.(])"
+    r"|" + _FIELD + r"\.(?:startsWith|endsWith|contains)\s*\("
 )
 
 
@@ -183,7 +185,7 @@ def exact_string_comparisons(text: str, input_schema: Any) -> list[str]:
     the text: a comparison it cannot see (through a variable or macro) is not reported."""
     found: list[str] = []
     for match in _EXACT_COMPARISON.finditer(text):
-        path = (match.group(1) or match.group(4)).lstrip(".").split(".")
+        path = next(g for g in match.group(1, 4, 5) if g).lstrip(".").split(".")
         field = ".".join(("args", *path))
         if field not in found and _free_form_string(input_schema, path):
             found.append(field)

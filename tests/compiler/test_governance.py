@@ -215,6 +215,8 @@ def test_a_pod_without_governance_keeps_its_manifest_unchanged(desk: PodDir) -> 
         ('args.symbol == "GME"', ["args.symbol"]),
         ('"GME" != args.symbol', ["args.symbol"]),
         ('args.symbol in ["GME", "AMC"]', ["args.symbol"]),
+        ('args.symbol.startsWith("GM")', ["args.symbol"]),
+        ('args.symbol.lowerAscii().startsWith("gm")', []),
         ('args.symbol.trim().upperAscii() == "GME"', []),
         ('args.side == "buy"', []),  # an enum: the schema already refuses "BUY"
         ("args.quantity > 100.0", []),
