@@ -310,6 +310,22 @@ def _check_auth(auth: ToolAuth, file: str, lines: Lines) -> None:
         )
 
 
+def _check_mcp_path(path: str, file: str, lines: Lines) -> None:
+    """The MCP endpoint is a fixed origin-form path: the template grammar, and no placeholders
+    (nothing fills them; a ``?``, ``#``, ``..`` or control character would redirect the call)."""
+    try:
+        check_path_template(path)
+        if placeholder_names(path):
+            raise PathTemplateError("placeholders are not allowed in the MCP endpoint's path")
+    except PathTemplateError as exc:
+        raise CompileError(
+            f"invalid mcp.path {path!r}: {exc}",
+            file=file,
+            pointer="/mcp/path",
+            line=lines.line(("mcp", "path")),
+        ) from None
+
+
 def load_descriptor(source: DescriptorSource) -> LoadedDescriptor:
     """Read, validate and compile one descriptor; raise a located :class:`CompileError`."""
     text = source.read_descriptor()
@@ -332,6 +348,8 @@ def load_descriptor(source: DescriptorSource) -> LoadedDescriptor:
     except ValidationError as exc:
         raise validation_error(exc, file, lines) from None
     _check_auth(descriptor.auth, file, lines)
+    if descriptor.mcp is not None:
+        _check_mcp_path(descriptor.mcp.path, file, lines)
     seen: dict[str, int] = {}
     tools: list[CompiledTool] = []
     for index, spec in enumerate(descriptor.tools or []):

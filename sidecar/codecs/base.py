@@ -5,6 +5,7 @@ error shapes, usage, stream end, model list)."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 import orjson
@@ -101,6 +102,20 @@ class Codec(ABC):
     def usage_of_event(self, event: dict[str, Any]) -> Any:
         """The usage object a stream event carries, if any."""
         return event.get("usage")
+
+    stores_objects: ClassVar[bool] = False
+    """Whether the provider keeps objects (responses) that later requests name by id."""
+
+    def stored_ids(self, body: Any) -> list[tuple[str, str]]:
+        """(kind, id) of every object the provider stored for this answer and may be asked
+        about later; none for protocols without stored objects."""
+        return []
+
+    def stored_references(
+        self, path_params: Mapping[str, str], body: dict[str, Any]
+    ) -> list[tuple[str, str]]:
+        """(kind, id) of every stored object a request reads, continues, cancels or deletes."""
+        return []
 
     def provider_error_message(self, body: bytes) -> str:
         """The provider's own message in an error body (both families nest it under

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,8 +116,13 @@ class MediationEngine:
         *,
         validate: Validate,
         model_timeout_s: float,
+        withheld: Sequence[tuple[ManagedTool, ToolOutcome]] = (),
     ) -> None:
+        """``withheld``: the agent's tools not offered now (quarantined, §11.2), each with the
+        refusal a call to it gets: a model that still calls one is refused, not handed to the
+        runner as a tool nobody knows."""
         self.codec = codec
+        self._withheld_tools = withheld
         self.agent = agent
         self.agent_id = agent.agent.id
         self.on_mixed = agent.agent.on_mixed
@@ -152,6 +157,12 @@ class MediationEngine:
             return Fail(400, "invalid_request", message)
         conversation = self.conversation
         self.tools = present_tools(list(self.agent.tools.tools), conversation.runner_tool_names)
+        self.withheld = {
+            tool.presented: (tool, refusal)
+            for tool, refusal in self._withheld_tools
+            if tool.presented not in self.tools
+            and tool.presented not in conversation.runner_tool_names
+        }
         self.specs = [ToolSpec(n, t.description, t.input_schema) for n, t in self.tools.items()]
         self._request_name = {t.name: n for n, t in self.tools.items()}
         self._request_name |= {t.presented: n for n, t in self.tools.items()}
@@ -194,7 +205,7 @@ class MediationEngine:
                 return
             previous = (turn, asked_at)
             # Only names presented to the model for THIS agent are the sidecar's (points 4, 6).
-            managed = [c for c in turn.calls if c.name in self.tools]
+            managed = [c for c in turn.calls if c.name in self.tools or c.name in self.withheld]
             if not managed:  # an answer, or calls the runner owns: hand it back
                 yield from self._finish(turn, transcript)
                 return
@@ -296,6 +307,9 @@ class MediationEngine:
         first_in_round: dict[tuple[str, bytes], int] = {}
         repeats: dict[int, int] = {}
         for position, call in enumerate(calls):
+            if call.name in self.withheld:
+                outcomes[position] = self.withheld[call.name][1]
+                continue
             tool = self.tools[call.name]
             checked = self.validate(tool, call.arguments)
             if isinstance(checked, ToolOutcome):
@@ -318,7 +332,7 @@ class MediationEngine:
                 return None
             event = yield ExecuteTools(
                 executions,
-                concurrent=all(self.tools[c.name].read_only for c in calls),
+                concurrent=all(e.tool.read_only for e in executions),
                 timeout_s=min(self.policy.timeout_per_tool_ms / 1000, remaining),
                 max_result_bytes=self.policy.max_tool_result_bytes,
                 budget_s=remaining,
@@ -399,8 +413,8 @@ class MediationEngine:
         )
 
     def _mixed_message(self, calls: list[ToolCall]) -> str:
-        sidecar = [f"{c.name} ({c.id})" for c in calls if c.name in self.tools]
-        runner = [f"{c.name} ({c.id})" for c in calls if c.name not in self.tools]
+        sidecar = [f"{c.name} ({c.id})" for c in calls if self._tool_named(c.name)]
+        runner = [f"{c.name} ({c.id})" for c in calls if not self._tool_named(c.name)]
         return (
             "the model mixed sidecar tool calls [" + ", ".join(sidecar) + "] and runner tool "
             "calls [" + ", ".join(runner) + "] in one response; nothing was executed"
@@ -416,10 +430,14 @@ class MediationEngine:
             return Fail(502, "upstream_error", message, retry_after=event.retry_after)
         return Fail(event.status, "upstream_error", event.message, retry_after=event.retry_after)
 
+    def _tool_named(self, name: str) -> ManagedTool | None:
+        withheld = self.withheld.get(name)
+        return self.tools.get(name) or (withheld[0] if withheld else None)
+
     def _trace_round(self, calls: list[ToolCall], outcomes: list[ToolOutcome]) -> None:
         self.rounds.append(
             [
-                AnsweredCall(call, self.tools.get(call.name), outcome)
+                AnsweredCall(call, self._tool_named(call.name), outcome)
                 for call, outcome in zip(calls, outcomes, strict=True)
             ]
         )

@@ -29,6 +29,7 @@ from clawpod.sidecar.server.operator import OPERATOR_TOKEN_ENV
 from clawpod.sidecar.server.protocol_errors import protocol_errors
 from clawpod.sidecar.server.routes import healthz, mcp, model, models
 from clawpod.sidecar.server.routing import ModelRouter
+from clawpod.sidecar.server.stored_objects import StoredObjects
 from clawpod.sidecar.server.upstream import UpstreamClient
 from clawpod.sidecar.state_lock import StateLock, instance_name
 from clawpod.sidecar.tasks import ShieldedTasks
@@ -93,6 +94,7 @@ def create_app(
         ),
         journal=RequestJournal(state_dir, window_ms=config.retry_window_ms),
         state_lock=state_lock,
+        objects=StoredObjects(state_dir),
     )
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[protocol_errors])
     app[STATE_KEY] = state
@@ -123,4 +125,5 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         await state.tasks.drain()  # tool calls already sent finish and are audited
         await state.executor.close()
         await state.continuity.close()
+        state.objects.close()
         await state.audit.close()  # flushes pending audit records to disk

@@ -47,6 +47,7 @@ from clawpod.sidecar.server.accounting import record_request
 from clawpod.sidecar.server.errors import FINAL_HEADERS, JSON_HEADERS
 from clawpod.sidecar.server.exchange import Exchange
 from clawpod.sidecar.server.live_call import call_model_streaming
+from clawpod.sidecar.server.stored_objects import refs
 from clawpod.sidecar.server.upstream import UpstreamError
 from clawpod.sidecar.transport.keepalive import with_keepalives
 
@@ -74,12 +75,14 @@ SSE_HEADERS = {
 
 async def handle_mediated(exchange: Exchange, ctx: RequestContext, body: dict[str, Any]) -> None:
     state = ctx.state
+    quarantine = state.executor.quarantine
     engine = MediationEngine(
         ctx.codec,
-        state.executor.quarantine.offered(ctx.agent),  # tools whose definition drifted: not offered
+        quarantine.offered(ctx.agent),  # tools whose definition drifted: not offered
         body,
         validate=state.executor.check_arguments,
         model_timeout_s=_model_timeout_ms(ctx) / 1000,
+        withheld=quarantine.withheld(ctx.agent),
     )
     # An identical request still running waits here; a failed one is resumed (SPEC 8.2).
     attempt = await state.journal.begin(request_digest(ctx.agent.agent.id, body), ctx.request_id)
@@ -196,6 +199,7 @@ class _Driver:
             event = await self._keeping_alive(self._call_model(command))
         if isinstance(event, ModelReplied):
             self.attempt.model_replied(event.body)
+            self.ctx.record_objects(refs(self.codec.stored_ids(event.body)))
         return event
 
     async def _call_model(self, command: CallModel) -> Event:
