@@ -139,7 +139,10 @@ class ApprovalStore:
         arguments: dict[str, Any],
         manifest_digest: str,
         timeout_s: float,
+        *,
+        reason: str | None = None,
     ) -> Approval:
+        """A pending approval; ``reason`` says why the call waits (``tainted``, SPEC §17)."""
         now = self._clock()
         approval = Approval(
             id="apr_" + secrets.token_hex(12),
@@ -150,6 +153,7 @@ class ApprovalStore:
             manifest_digest=manifest_digest,
             created=now,
             expires=now + timeout_s,
+            reason=reason,
         )
         self._save(approval)
         self._open[approval.id] = approval

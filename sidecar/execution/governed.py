@@ -1,6 +1,8 @@
 """The governed tool call, shared by mediated mode and MCP (SPEC §9): permission (grant) →
-rules (CEL) → rate limit → approval → timeout and dispatch (the executor). The call sites audit
-the outcome; refused calls come back as error results the model sees."""
+argument guards of a tainted request (§17) → rules (CEL) → rate limit → approval (also the
+hold of a tainted request) → timeout and dispatch (the executor) → the fence around an
+untrusted result. The call sites audit the outcome; refused calls come back as error results
+the model sees."""
 
 from __future__ import annotations
 
@@ -22,8 +24,17 @@ from clawpod.sidecar.execution.executor import ToolExecutor
 from clawpod.sidecar.execution.policy import Policy, annotations_of, tool_matches
 from clawpod.sidecar.execution.quarantine import Quarantine
 from clawpod.sidecar.execution.rates import RateLimiter
-from clawpod.sidecar.manifest import AgentBuild, Approvals, Governance, ManagedTool
+from clawpod.sidecar.execution.taint_guard import ArgumentGuard
+from clawpod.sidecar.manifest import AgentBuild, Approvals, Governance, ManagedTool, Taint
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
+from clawpod.sidecar.model.taint import (
+    TAINTED,
+    UNTAINTED,
+    RequestTaint,
+    fenced,
+    held_when_tainted,
+    withdrawn,
+)
 from clawpod.sidecar.observability.metrics import Metrics
 from clawpod.sidecar.tasks import ShieldedTasks
 
@@ -56,7 +67,11 @@ class GovernedExecutor:
         audit: AuditLog,
         metrics: Metrics,
         tasks: ShieldedTasks,
+        taint: Taint | None = None,
+        credentials: tuple[str, ...] = (),
     ) -> None:
+        """``taint``: the pod's settings (SPEC §17); ``credentials``: every secret value the
+        sidecar holds, which a tainted request's arguments may not carry."""
         self.executor = executor
         self.policy = Policy(governance)
         self.rates = RateLimiter()
@@ -69,6 +84,10 @@ class GovernedExecutor:
         self._audit = audit
         self._metrics = metrics
         self._tasks = tasks
+        self.taint_mode = taint.mode if taint is not None else "off"
+        self._guard = (
+            ArgumentGuard(taint, agents, credentials) if self.taint_mode != "off" else None
+        )
 
     @property
     def quarantine(self) -> Quarantine:
@@ -84,13 +103,22 @@ class GovernedExecutor:
         timeout_s: float,
         max_result_bytes: int,
         idempotency_key: str | None = None,
+        taint: RequestTaint = UNTAINTED,
     ) -> ToolOutcome:
+        """``taint``: the untrusted results that entered the calling request (mediated mode)."""
         if id(tool) not in self._granted.get(agent_id, ()):
             return refused("policy_denied", f"{tool.presented} is not granted to this agent")
         checked = self.executor.check_arguments(tool, arguments)
         if isinstance(checked, ToolOutcome):
             return checked
-        decision = self.policy.decide(agent_id, tool, checked)
+        held = taint.tainted and self._guard is not None and held_when_tainted(tool)
+        if taint.tainted and self._guard is not None:
+            if held and self.taint_mode == "withdraw":
+                return withdrawn(tool)
+            refusal = self._guard.refusal(tool, checked)
+            if refusal is not None:
+                return refusal
+        decision = self.policy.decide(agent_id, tool, checked, taint.variables())
         if decision.effect == "deny":
             return refused("policy_denied", decision.reason)
         if (
@@ -103,11 +131,12 @@ class GovernedExecutor:
                 f"{tool.presented} is limited to {decision.rate.count} calls per "
                 f"{decision.rate.per} for this agent; try again later",
             )
-        if decision.effect == "confirm" or needs_approval(self.settings, tool):
-            refusal = await self._approved(agent_id, tool, dict(checked))
+        if held or decision.effect == "confirm" or needs_approval(self.settings, tool):
+            # A rule cannot lift the hold of a tainted request; `taint: off` does.
+            refusal = await self._approved(agent_id, tool, dict(checked), TAINTED if held else None)
             if refusal is not None:
                 return refusal
-        return await self.executor.execute(
+        outcome = await self.executor.execute(
             agent_id,
             tool,
             checked,
@@ -115,13 +144,15 @@ class GovernedExecutor:
             max_result_bytes=max_result_bytes,
             idempotency_key=idempotency_key,
         )
+        return fenced(outcome) if tool.untrusted and outcome.executed else outcome
 
     # -- approvals --------------------------------------------------------------------------
 
     async def _approved(
-        self, agent_id: str, tool: ManagedTool, arguments: dict[str, Any]
+        self, agent_id: str, tool: ManagedTool, arguments: dict[str, Any], reason: str | None
     ) -> ToolOutcome | None:
-        """None once an operator approved this exact call; else the refusal the model sees."""
+        """None once an operator approved this exact call; else the refusal the model sees.
+        ``reason``: why a new approval is asked for (``tainted``), shown while it is pending."""
         digest_of_args = args_digest(arguments)
         approval = self.approvals.find(agent_id, tool.name, digest_of_args, self.manifest_digest)
         if approval is None:
@@ -131,6 +162,7 @@ class GovernedExecutor:
                 arguments,
                 self.manifest_digest,
                 self.settings.timeout_ms / 1000,
+                reason=reason,
             )
             log.info("approval %s created for %s of agent %s", approval.id, tool.name, agent_id)
             self._metrics.approvals.labels(event="created").inc()

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.manifest import AgentBuild, ManagedTool
+from clawpod.sidecar.manifest import AgentBuild, ManagedTool, TaintMode
 from clawpod.sidecar.mediation.commands import (
     BeginStream,
     CallModel,
@@ -45,6 +45,7 @@ from clawpod.sidecar.model.conversation import (
 )
 from clawpod.sidecar.model.errors import upstream_failure
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
+from clawpod.sidecar.model.taint import UNTAINTED, RequestTaint, held_when_tainted, withdrawn
 from clawpod.sidecar.model.usage import Usage
 
 Validate = Callable[[ManagedTool, Any], "dict[str, Any] | ToolOutcome"]
@@ -116,6 +117,7 @@ class MediationEngine:
         *,
         validate: Validate,
         model_timeout_s: float,
+        taint_mode: TaintMode = "off",
     ) -> None:
         self.codec = codec
         self.agent = agent
@@ -137,6 +139,11 @@ class MediationEngine:
         self.restored_rounds = 0
         """Hidden rounds of earlier turns put back into this request (for the audit)."""
         self._seen: dict[tuple[str, bytes], tuple[str, ToolOutcome]] = {}
+        self.taint_mode = taint_mode
+        self.taint: RequestTaint = UNTAINTED
+        """Untrusted results in this request's conversation, restored ones included (§17)."""
+        self.withdrawn: set[str] = set()
+        """Presented names of the tools taken back from the model once the request was tainted."""
 
     def _parse(self) -> Fail | None:
         """Read the client request; a malformed one is the exchange's first and last command."""
@@ -222,6 +229,9 @@ class MediationEngine:
                 yield self._timed_out()
                 return
             transcript += self._answer(turn, outcomes)
+            self._taint_with(
+                c.name for c, o in zip(turn.calls, outcomes, strict=True) if o.executed
+            )
             choice = _relaxed(choice)
             # The last round allowed has run: the next call is the final one, without tools.
             finalizing = self.executed_rounds >= self.policy.max_rounds
@@ -248,6 +258,7 @@ class MediationEngine:
                 if best is not None and best.origin not in used:  # an answer's rounds go once
                     used.add(best.origin)
                     history.extend(best.messages)
+                    self._taint_with_sources(best.taint_sources)
                     answered = _ends_in_answer(best.messages)
                     self.restored_rounds += _rounds_in(best.messages) - answered
                     if answered:
@@ -297,6 +308,9 @@ class MediationEngine:
         repeats: dict[int, int] = {}
         for position, call in enumerate(calls):
             tool = self.tools[call.name]
+            if call.name in self.withdrawn:  # the model calls a tool it is no longer offered
+                outcomes[position] = withdrawn(tool)
+                continue
             checked = self.validate(tool, call.arguments)
             if isinstance(checked, ToolOutcome):
                 outcomes[position] = checked
@@ -322,6 +336,7 @@ class MediationEngine:
                 timeout_s=min(self.policy.timeout_per_tool_ms / 1000, remaining),
                 max_result_bytes=self.policy.max_tool_result_bytes,
                 budget_s=remaining,
+                taint=self.taint,
             )
             if not isinstance(event, ToolsDone) or len(event.outcomes) != len(executions):
                 raise TypeError("ExecuteTools must be answered with one outcome per execution")
@@ -354,9 +369,24 @@ class MediationEngine:
             answer = codec.echo_fingerprint(conversation, body)
             context = self._turns()[-CONTEXT:]
             keys = [self._key(answer, before) for before in dict.fromkeys(context[-REMEMBERED:])]
+            sources = list(self.taint.sources)
             for key in keys:
-                yield Remember(key, rounds, context, origin=keys[0])
+                yield Remember(key, rounds, context, origin=keys[0], taint_sources=sources)
         yield Respond(body)
+
+    # --- taint (§17) ------------------------------------------------------------------------
+
+    def _taint_with(self, presented: Iterable[str]) -> None:
+        """The untrusted tools among these answered calls taint the request from now on."""
+        self._taint_with_sources(
+            self.tools[name].name for name in presented if self.tools[name].untrusted
+        )
+
+    def _taint_with_sources(self, sources: Iterable[str]) -> None:
+        self.taint = self.taint.with_sources(sources)
+        if self.taint.tainted and self.taint_mode == "withdraw" and not self.withdrawn:
+            self.withdrawn = {n for n, t in self.tools.items() if held_when_tainted(t)}
+            self.specs = [spec for spec in self.specs if spec.name not in self.withdrawn]
 
     # --- policy helpers ---------------------------------------------------------------------
 

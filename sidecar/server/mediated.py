@@ -80,6 +80,7 @@ async def handle_mediated(exchange: Exchange, ctx: RequestContext, body: dict[st
         body,
         validate=state.executor.check_arguments,
         model_timeout_s=_model_timeout_ms(ctx) / 1000,
+        taint_mode=state.config.taint.mode if state.config.taint is not None else "off",
     )
     # An identical request still running waits here; a failed one is resumed (SPEC 8.2).
     attempt = await state.journal.begin(request_digest(ctx.agent.agent.id, body), ctx.request_id)
@@ -156,6 +157,7 @@ class _Driver:
                     agent=agent,
                     context=command.context,
                     origin=command.origin,
+                    taint_sources=command.taint_sources,
                 )
             except StateWriteFailed as exc:
                 await self._state_write_failed(exc)
@@ -307,6 +309,7 @@ class _Driver:
                 execution.arguments,
                 timeout_s=min(command.timeout_s, remaining),
                 max_result_bytes=command.max_result_bytes,
+                taint=command.taint,
                 idempotency_key=idempotency_key(
                     self.state.config.pod,
                     agent,
@@ -429,6 +432,8 @@ class _Driver:
         record: dict[str, Any] = {"hidden_rounds_restored": self.engine.restored_rounds}
         if self.attempt.resumed_from:
             record["resumed_from"] = self.attempt.resumed_from
+        if self.engine.taint.tainted:
+            record["taint_sources"] = list(self.engine.taint.sources)
         return record
 
 
