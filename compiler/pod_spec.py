@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, Strict
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
 from clawpod.compiler.governance_spec import (
     ApprovalsSpec,
@@ -89,6 +89,12 @@ class PodClaw(_Spec):
         alias="egress-allow",
         description="hosts a tainted request's arguments may name in URLs, for every service",
     )
+
+    @field_validator("taint", mode="before")
+    @classmethod
+    def _off_is_a_word(cls, value: object) -> object:
+        # YAML 1.1 (PyYAML) reads a bare `off` as false.
+        return "off" if value is False else value
 
 
 class AgentMarker(_Spec):

@@ -191,7 +191,7 @@ class MediationEngine:
                 history + transcript,
                 previous,
                 transcript,
-                ToolChoice(mode="none") if finalizing else choice,
+                ToolChoice(mode="none") if finalizing else self._offered(choice),
             )
             asked_at = len(transcript)
             event = yield CallModel(body, self.model_timeout_s)
@@ -387,6 +387,18 @@ class MediationEngine:
         if self.taint.tainted and self.taint_mode == "withdraw" and not self.withdrawn:
             self.withdrawn = {n for n, t in self.tools.items() if held_when_tainted(t)}
             self.specs = [spec for spec in self.specs if spec.name not in self.withdrawn]
+
+    def _offered(self, choice: ToolChoice) -> ToolChoice:
+        """The choice without the withdrawn tools: a provider refuses one naming a tool it was
+        not given."""
+        if not self.withdrawn:
+            return choice
+        if choice.name in self.withdrawn:
+            choice = dataclasses.replace(choice, mode="auto", name=None)
+        if choice.allowed is not None:
+            kept = [name for name in choice.allowed if name not in self.withdrawn]
+            choice = dataclasses.replace(choice, allowed=kept)
+        return choice
 
     # --- policy helpers ---------------------------------------------------------------------
 

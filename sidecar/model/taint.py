@@ -54,7 +54,8 @@ def held_when_tainted(tool: ManagedTool) -> bool:
 def fenced(outcome: ToolOutcome) -> ToolOutcome:
     """An untrusted tool's result, marked so the model and the runner tell data from
     instructions."""
-    envelope = {"untrusted": True, "note": FENCE_NOTE, **outcome.envelope}
+    envelope = {"untrusted": True, "note": FENCE_NOTE}
+    envelope |= {k: v for k, v in outcome.envelope.items() if k not in envelope}
     return dataclasses.replace(outcome, envelope=envelope)
 
 
