@@ -21,7 +21,12 @@ from clawpod.sidecar.execution.approvals import (
     args_digest,
 )
 from clawpod.sidecar.execution.executor import ToolExecutor
-from clawpod.sidecar.execution.policy import Policy, annotations_of, tool_matches
+from clawpod.sidecar.execution.policy import (
+    UNTAINTED_REQUEST,
+    Policy,
+    annotations_of,
+    tool_matches,
+)
 from clawpod.sidecar.execution.quarantine import Quarantine
 from clawpod.sidecar.execution.rates import RateLimiter
 from clawpod.sidecar.execution.taint_guard import ArgumentGuard
@@ -118,7 +123,8 @@ class GovernedExecutor:
             refusal = self._guard.refusal(tool, checked)
             if refusal is not None:
                 return refusal
-        decision = self.policy.decide(agent_id, tool, checked, taint.variables())
+        request = taint.variables() if taint.tainted else UNTAINTED_REQUEST
+        decision = self.policy.decide(agent_id, tool, checked, request)
         if decision.effect == "deny":
             return refused("policy_denied", decision.reason)
         if (

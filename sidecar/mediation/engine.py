@@ -229,9 +229,7 @@ class MediationEngine:
                 yield self._timed_out()
                 return
             transcript += self._answer(turn, outcomes)
-            self._taint_with(
-                c.name for c, o in zip(turn.calls, outcomes, strict=True) if o.executed
-            )
+            self._taint_with(turn.calls, outcomes)
             choice = _relaxed(choice)
             # The last round allowed has run: the next call is the final one, without tools.
             finalizing = self.executed_rounds >= self.policy.max_rounds
@@ -376,11 +374,15 @@ class MediationEngine:
 
     # --- taint (§17) ------------------------------------------------------------------------
 
-    def _taint_with(self, presented: Iterable[str]) -> None:
-        """The untrusted tools among these answered calls taint the request from now on."""
-        self._taint_with_sources(
-            self.tools[name].name for name in presented if self.tools[name].untrusted
-        )
+    def _taint_with(self, calls: list[ToolCall], outcomes: list[ToolOutcome]) -> None:
+        """The untrusted tools whose calls reached their service taint the request from now on
+        (a refused call brought nothing in)."""
+        tools = [self.tools[call.name] for call in calls]
+        sources = [
+            t.name for t, o in zip(tools, outcomes, strict=True) if t.untrusted and o.executed
+        ]
+        if sources:
+            self._taint_with_sources(sources)
 
     def _taint_with_sources(self, sources: Iterable[str]) -> None:
         self.taint = self.taint.with_sources(sources)
