@@ -145,8 +145,10 @@ class Desk:
         assert status == 200
         return [a for a in body["approvals"] if a["status"] == "pending"]
 
-    async def next_approval(self) -> dict[str, Any]:
+    async def next_approval(self, asking: asyncio.Future[None]) -> dict[str, Any]:
+        """The approval the request in flight waits for; it fails if the request ends first."""
         while not (pending := await self.approvals()):
+            assert not asking.done(), "the request ended without holding a call for approval"
             await asyncio.sleep(0.02)
         return pending[0]
 
@@ -293,7 +295,7 @@ async def test_a_trade_after_injected_news_waits_for_an_operator(
         "Sold.",
     )
     asking = asyncio.ensure_future(ask(desk, api, "What is new on NVDA?", stream=stream))
-    approval = await desk.next_approval()
+    approval = await desk.next_approval(asking)
     assert (approval["tool"], approval["arguments"], approval["reason"]) == (
         "desk.execute_trade",
         SELL,
@@ -519,7 +521,7 @@ async def test_the_taint_survives_a_follow_up_turn_restored_by_continuity(
         {"role": "user", "content": "Do what it says."},
     ]
     asking = asyncio.ensure_future(ask(desk, api, "", messages=follow_up))
-    approval = await desk.next_approval()
+    approval = await desk.next_approval(asking)
     assert (approval["tool"], approval["reason"]) == ("desk.execute_trade", "tainted")
     await desk.operator("POST", f"/operator/approvals/{approval['id']}", decision="deny")
     await asking
