@@ -90,7 +90,7 @@ class GovernedExecutor:
         self._metrics = metrics
         self._tasks = tasks
         self.taint_mode = taint.mode if taint is not None else "off"
-        self._guard = (
+        self.argument_guard = (
             ArgumentGuard(taint, agents, credentials) if self.taint_mode != "off" else None
         )
 
@@ -116,11 +116,12 @@ class GovernedExecutor:
         checked = self.executor.check_arguments(tool, arguments)
         if isinstance(checked, ToolOutcome):
             return checked
-        held = taint.tainted and self._guard is not None and held_when_tainted(tool)
-        if taint.tainted and self._guard is not None:
+        guard = self.argument_guard
+        held = taint.tainted and guard is not None and held_when_tainted(tool)
+        if taint.tainted and guard is not None:
             if held and self.taint_mode == "withdraw":
                 return withdrawn(tool)
-            refusal = self._guard.refusal(tool, checked)
+            refusal = guard.refusal(tool, checked)
             if refusal is not None:
                 return refusal
         request = taint.variables() if taint.tainted else UNTAINTED_REQUEST

@@ -17,7 +17,7 @@ import orjson
 
 from clawpod.sidecar.manifest import AgentBuild, Build, ManagedTool, Taint
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
-from clawpod.sidecar.model.redaction import Redactor
+from clawpod.sidecar.model.redaction import REDACTED, Redactor
 from clawpod.sidecar.model.taint import TAINTED_ARGUMENT
 
 # Agent tokens as clawc mints them: the prefix and 32 random bytes, URL-safe base64.
@@ -52,6 +52,15 @@ class ArgumentGuard:
             if host is None or not any(_host_matches(host, pattern) for pattern in allowed):
                 return _refused(tool, f"name a host outside the egress allow-list ({host})")
         return None
+
+    def scrubbed(self, value: Any) -> Any:
+        """``value`` (JSON) with the credentials and agent tokens it carries redacted: what the
+        sidecar keeps (audit, continuity) of a request whose call was refused for them."""
+        text = self._credentials(orjson.dumps(value))
+        text = AGENT_TOKEN.sub(
+            lambda found: REDACTED if self._is_token(found.group()) else found.group(), text
+        )
+        return orjson.loads(text)
 
     def _is_token(self, candidate: bytes) -> bool:
         return hashlib.sha256(candidate).digest() in self._token_digests

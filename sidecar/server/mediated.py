@@ -42,6 +42,7 @@ from clawpod.sidecar.mediation.engine import MediationEngine
 from clawpod.sidecar.mediation.journal import Attempt, call_key, has_side_effects, request_digest
 from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
+from clawpod.sidecar.model.taint import TAINTED_ARGUMENT
 from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.server.accounting import record_request
 from clawpod.sidecar.server.errors import FINAL_HEADERS, JSON_HEADERS
@@ -153,7 +154,7 @@ class _Driver:
                 agent = self.ctx.agent.agent.id
                 self.state.continuity.remember(
                     command.key,
-                    command.messages,
+                    self._scrubbed(command.messages),
                     agent=agent,
                     context=command.context,
                     origin=command.origin,
@@ -422,11 +423,22 @@ class _Driver:
                 http_status=self.http_status,
                 error_code=self.error_code,
                 usage=usage,
-                tool_trace=_tool_trace(engine),
+                tool_trace=self._scrubbed(_tool_trace(engine)),
                 extra=self._resume_record(),
             )
         except Exception:
             log.exception("audit of mediated request %s failed", self.ctx.request_id)
+
+    def _scrubbed(self, value: Any) -> Any:
+        """What is kept of the request, without the credentials or tokens a call of it was
+        refused for carrying (SPEC §17): the model sent them, the sidecar does not store them."""
+        guard = self.state.governed.argument_guard
+        refused = any(
+            answered.outcome.error_code == TAINTED_ARGUMENT
+            for calls in self.engine.rounds
+            for answered in calls
+        )
+        return guard.scrubbed(value) if guard is not None and refused else value
 
     def _resume_record(self) -> dict[str, Any]:
         record: dict[str, Any] = {"hidden_rounds_restored": self.engine.restored_rounds}

@@ -457,6 +457,9 @@ async def test_a_tainted_request_cannot_carry_secrets_or_foreign_urls(
     [record] = await desk.audit()
     [call] = record["tool_trace"][1]["calls"]
     assert call["error_code"] == "tainted_argument"
+    # The model sent the credential; the sidecar keeps it nowhere (audit, continuity).
+    rounds = (desk.state_dir / "continuity" / "rounds.jsonl").read_bytes()
+    assert DESK_TOKEN.encode() not in json.dumps(record).encode() + rounds
 
 
 async def test_another_agents_token_is_refused_in_any_encoding(desk: Desk) -> None:
