@@ -108,3 +108,15 @@ def test_allowed_hosts_pass(guard: ArgumentGuard, url: str) -> None:
 
 def test_plain_arguments_pass(guard: ArgumentGuard) -> None:
     assert code(guard, {"symbol": "NVDA", "quantity": 10, "note": "sell on news"}) is None
+
+
+def test_what_is_kept_of_a_refused_call_is_scrubbed(guard: ArgumentGuard) -> None:
+    value = {
+        "text": f"{SECRET} and {base64.b64encode(SECRET.encode()).decode()}",
+        "token": TOKEN,
+        "other": "claw_" + "Z" * 43,
+    }
+    kept = json.dumps(guard.scrubbed([{"arguments": value}]))
+    assert SECRET not in kept and TOKEN not in kept
+    assert "claw_" + "Z" * 43 in kept  # not a token of this pod: left as it was
+    assert kept.count("[redacted]") == 3
