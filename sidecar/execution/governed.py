@@ -38,7 +38,6 @@ from clawpod.sidecar.model.taint import (
     RequestTaint,
     fenced,
     held_when_tainted,
-    withdrawn,
 )
 from clawpod.sidecar.observability.metrics import Metrics
 from clawpod.sidecar.tasks import ShieldedTasks
@@ -117,13 +116,12 @@ class GovernedExecutor:
         if isinstance(checked, ToolOutcome):
             return checked
         guard = self.argument_guard
-        held = taint.tainted and guard is not None and held_when_tainted(tool)
         if taint.tainted and guard is not None:
-            if held and self.taint_mode == "withdraw":
-                return withdrawn(tool)
             refusal = guard.refusal(tool, checked)
             if refusal is not None:
                 return refusal
+        # `withdraw` is the engine's: it never offers (nor runs) those tools again.
+        held = taint.tainted and self.taint_mode == "confirm" and held_when_tainted(tool)
         request = taint.variables() if taint.tainted else UNTAINTED_REQUEST
         decision = self.policy.decide(agent_id, tool, checked, request)
         if decision.effect == "deny":

@@ -98,6 +98,7 @@ x-claw:
   {taint}
   egress-allow: [intranet.example]
   tool-rules:
+    - {{tool: desk.execute_trade, rate: 100/minute}}  # an allow rule does not lift the hold
     - {{tool: desk.get_quote, when: 'request.tainted && "desk.get_filing" in request.taint_sources',
        effect: deny, reason: no quotes after reading a filing}}
 services:
