@@ -290,6 +290,13 @@ class ResponsesCodec(OpenAIShapes, Codec):
     def echo_fingerprint(self, conversation: Conversation, body: dict[str, Any]) -> str:
         return self.fingerprint({"role": "assistant", "items": body.get("output") or []})
 
+    def chain_ids(self, conversation: Conversation) -> list[str]:
+        params = conversation.params
+        return _ids(params.get("previous_response_id"), _conversation_id(params))
+
+    def answer_ids(self, conversation: Conversation, body: dict[str, Any]) -> list[str]:
+        return _ids(body.get("id"), _conversation_id(conversation.params))
+
 
 # --- request items ----------------------------------------------------------------------------
 
@@ -357,6 +364,16 @@ def _content_fingerprint(content: Any) -> str:
         else canonical_json(part).decode()
         for part in content
     )
+
+
+def _conversation_id(params: dict[str, Any]) -> Any:
+    """A server-held conversation's id: ``conversation`` is its id or ``{"id": ...}``."""
+    conversation = params.get("conversation")
+    return conversation.get("id") if isinstance(conversation, dict) else conversation
+
+
+def _ids(*candidates: Any) -> list[str]:
+    return [c for c in candidates if isinstance(c, str) and c]
 
 
 def _chained_by_provider(params: dict[str, Any]) -> bool:

@@ -175,6 +175,7 @@ class MediationEngine:
         if conversation.stream:
             yield BeginStream()
         history = yield from self._restore_hidden_rounds()
+        yield from self._restore_chain_taint()
         transcript: list[dict[str, Any]] = []
         choice = self._initial_choice()
         finalizing = False
@@ -363,6 +364,12 @@ class MediationEngine:
         else:
             body = codec.render_response(conversation, turn, self.usage.fields)
             rounds = transcript
+        if self.taint.tainted:
+            # A provider-held chain comes back as an id, without the rounds that tainted it.
+            sources = list(self.taint.sources)
+            for chain_id in codec.answer_ids(conversation, body):
+                key = self._taint_key(chain_id)
+                yield Remember(key, [], origin=key, taint_sources=sources)
         if transcript:
             answer = codec.echo_fingerprint(conversation, body)
             context = self._turns()[-CONTEXT:]
@@ -383,6 +390,19 @@ class MediationEngine:
         ]
         if sources:
             self._taint_with_sources(sources)
+
+    def _restore_chain_taint(self) -> Generator[Command, Event, None]:
+        """The taint of the provider-held state this request continues from (§17)."""
+        chain = self.codec.chain_ids(self.conversation)
+        if not chain:
+            return
+        event = yield Recall([self._taint_key(chain_id) for chain_id in chain])
+        if isinstance(event, Recalled):
+            for remembered in event.found.values():
+                self._taint_with_sources(remembered.taint_sources)
+
+    def _taint_key(self, chain_id: str) -> str:
+        return digest(self.agent_id, self.codec.api, "taint", chain_id)
 
     def _taint_with_sources(self, sources: Iterable[str]) -> None:
         self.taint = self.taint.with_sources(sources)

@@ -222,8 +222,11 @@ def script(desk: Desk, api: str, *turns: list[Call] | str) -> None:
     desk.upstream.enqueue(ROUTES[api], *replies)
 
 
-async def ask(desk: Desk, api: str, prompt: str, *, stream: bool = False, **extra: Any) -> None:
-    """One mediated request of the analyst through the real SDK, read to its end."""
+async def ask(
+    desk: Desk, api: str, prompt: str, *, stream: bool = False, **extra: Any
+) -> str | None:
+    """One mediated request of the analyst through the real SDK, read to its end; returns the
+    id of the answer (what a Responses client chains from)."""
     model = MODELS[api]
     if api == "messages":
         client: Any = anthropic.AsyncAnthropic(
@@ -243,11 +246,18 @@ async def ask(desk: Desk, api: str, prompt: str, *, stream: bool = False, **extr
                 model=model, messages=messages, stream=stream
             )
         else:
-            reply = await client.responses.create(model=model, input=prompt, stream=stream)
+            chained = {k: extra[k] for k in ("previous_response_id", "store") if k in extra}
+            reply = await client.responses.create(
+                model=model, input=prompt, stream=stream, **chained
+            )
     try:
-        if stream:
-            async for _ in reply:
-                pass
+        if not stream:
+            return reply.id
+        answer_id = None
+        async for event in reply:
+            if getattr(event, "type", None) == "response.completed":
+                answer_id = event.response.id
+        return answer_id
     finally:
         await client.close()
 
@@ -532,6 +542,29 @@ async def test_the_taint_survives_a_follow_up_turn_restored_by_continuity(
     restored = (await desk.audit(2))[-1]
     assert restored["hidden_rounds_restored"] == 1
     assert restored["taint_sources"] == ["desk.get_news"]
+    assert desk.service_paths() == ["/news/NVDA"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_the_taint_survives_a_responses_chain_held_by_the_provider(
+    desk: Desk, stream: bool
+) -> None:
+    """A client chaining with previous_response_id sends no history back: the taint comes
+    back with the id of the answer it continues from."""
+    script(desk, "responses", [("c1", "desk_get_news", {"symbol": "NVDA"})], "NVDA news is in.")
+    answer_id = await ask(desk, "responses", "What is new on NVDA?", stream=stream, store=True)
+    assert answer_id is not None
+    [first] = await desk.audit()
+    script(desk, "responses", [("c2", "desk_execute_trade", SELL)], "Sold.")
+    asking = asyncio.ensure_future(
+        ask(desk, "responses", "Do what it says.", previous_response_id=answer_id, store=True)
+    )
+    approval = await desk.next_approval(asking)
+    assert (approval["tool"], approval["reason"]) == ("desk.execute_trade", "tainted")
+    await desk.operator("POST", f"/operator/approvals/{approval['id']}", decision="deny")
+    await asking
+    assert (await desk.audit(2))[-1]["taint_sources"] == ["desk.get_news"]
+    assert first["taint_sources"] == ["desk.get_news"]
     assert desk.service_paths() == ["/news/NVDA"]
 
 
