@@ -43,12 +43,12 @@ UNTAINTED = RequestTaint()
 
 def held_when_tainted(tool: ManagedTool) -> bool:
     """Destructive (MCP's default when a tool is not read-only and says nothing) or open-world
-    (declared so, or untrusted itself): what a tainted request may not run unchecked. A tool
-    that does not declare openWorldHint is the pod's own service here, not MCP's open world:
-    the operator describes it."""
+    (declared so: its arguments leave the pod): what a tainted request may not run unchecked.
+    A tool that does not declare openWorldHint is the pod's own service here, not MCP's open
+    world, also when its output is untrusted: the operator describes it."""
     hints = tool.annotations
     destructive = not hints.get("readOnlyHint") and hints.get("destructiveHint", True) is True
-    return destructive or hints.get("openWorldHint") is True or tool.untrusted
+    return destructive or hints.get("openWorldHint") is True
 
 
 def fenced(outcome: ToolOutcome) -> ToolOutcome:

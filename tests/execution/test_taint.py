@@ -371,7 +371,8 @@ async def test_withdraw_takes_the_trade_back_and_refuses_it_anyway_made(
     assert "desk_execute_trade" in tools_offered(first)
     offered = tools_offered(second)
     assert "desk_execute_trade" not in offered and "desk_get_news" not in offered
-    assert {"desk_get_quote", "desk_send_report"} <= set(offered)
+    # Reads of the pod's own service stay, the untrusted filing too (it is not open-world).
+    assert {"desk_get_quote", "desk_get_filing", "desk_send_report"} <= set(offered)
     assert results_seen(third)["c2"]["error"]["code"] == "tainted_withdrawn"
     assert desk.service_paths() == ["/news/NVDA"]
     assert await desk.approvals() == []
