@@ -364,7 +364,7 @@ class MediationEngine:
         else:
             body = codec.render_response(conversation, turn, self.usage.fields)
             rounds = transcript
-        if self.taint.tainted:
+        if self.taint.tainted and self.taint_mode != "off":
             # A provider-held chain comes back as an id, without the rounds that tainted it.
             sources = list(self.taint.sources)
             for chain_id in codec.answer_ids(conversation, body):
@@ -393,6 +393,8 @@ class MediationEngine:
 
     def _restore_chain_taint(self) -> Generator[Command, Event, None]:
         """The taint of the provider-held state this request continues from (§17)."""
+        if self.taint_mode == "off":  # nothing to hold: a pod without untrusted tools
+            return
         chain = self.codec.chain_ids(self.conversation)
         if not chain:
             return
