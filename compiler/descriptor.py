@@ -94,6 +94,16 @@ class McpSpec(_Spec):
     )
 
 
+class ToolClaw(_Spec):
+    """A tool's ``x-claw`` block: what the operator knows about it that MCP hints do not say."""
+
+    untrusted_output: StrictBool = Field(
+        default=False,
+        alias="untrusted-output",
+        description="its results carry open-world content (SPEC §17), as openWorldHint: true",
+    )
+
+
 class ToolSpec(_Spec):
     name: str = Field(pattern=TOOL_NAME)
     description: str = Field(min_length=1)
@@ -102,6 +112,11 @@ class ToolSpec(_Spec):
     http: HttpSpec | None = Field(
         default=None, description="HTTP execution; without it the tool runs over the service's mcp"
     )
+    x_claw: ToolClaw = Field(default=ToolClaw(), alias="x-claw")
+
+    @property
+    def untrusted_output(self) -> bool:
+        return self.annotations.openWorldHint is True or self.x_claw.untrusted_output
 
 
 class Endpoint(_Spec):
@@ -140,6 +155,7 @@ class CompiledTool:
     body: Literal["json", "none"] | None = None
     body_key: str | None = None
     ttl_ms: int | None = None
+    untrusted_output: bool = False
 
     @property
     def read_only(self) -> bool:
@@ -256,6 +272,7 @@ def _compile_tool(
             transport="mcp",
             path=mcp.path,
             ttl_ms=mcp.ttl_ms,
+            untrusted_output=spec.untrusted_output,
         )
     try:
         check_path_template(http.path)
@@ -290,6 +307,7 @@ def _compile_tool(
         path=http.path,
         body=body,
         body_key=http.body_key,
+        untrusted_output=spec.untrusted_output,
     )
 
 

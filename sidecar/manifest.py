@@ -25,6 +25,8 @@ OnMixed = Literal["refuse", "retry"]
 # auto: requests that want data, not actions, get no tools (SPEC §7.3); always: every request.
 ToolInjection = Literal["auto", "always"]
 HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
+# What a request that read untrusted tool output does with its held calls (SPEC §17).
+TaintMode = Literal["confirm", "withdraw", "off"]
 
 
 class _Model(BaseModel):
@@ -113,10 +115,18 @@ class ManagedTool(_Model):
         pattern=r"^[0-9a-f]{64}$",
         description="sha256 of the service's definition (name, description, schema, annotations)",
     )
+    untrusted_output: bool | None = Field(
+        default=None,
+        description="true: its results are open-world content that taints a request (SPEC §17)",
+    )
 
     @property
     def read_only(self) -> bool:
         return bool(self.annotations.get("readOnlyHint"))
+
+    @property
+    def untrusted(self) -> bool:
+        return bool(self.untrusted_output)
 
     @property
     def idempotent(self) -> bool:
@@ -223,6 +233,18 @@ class Governance(_Model):
     )
 
 
+class Taint(_Model):
+    """What a request does once untrusted tool output entered it (SPEC §17)."""
+
+    mode: TaintMode = "off"
+    egress_allow: list[str] = Field(
+        default_factory=list, description="hosts (or *.suffix) any service's arguments may name"
+    )
+    service_egress_allow: dict[str, list[str]] = Field(
+        default_factory=dict, description="service -> hosts its tools' arguments may also name"
+    )
+
+
 class AdminListen(_Model):
     """The operator listener (``/metrics``, ``/readyz``, ``/operator/*``); port 0 = any port."""
 
@@ -253,6 +275,8 @@ class SidecarConfig(_Model):
     admin_listen: AdminListen = AdminListen()
     max_connections: int = Field(default=4096, gt=0)
     allowed_hosts: tuple[str, ...] = DEFAULT_ALLOWED_HOSTS
+    taint: Taint | None = None
+    """None: no tool of the pod returns untrusted output and none of it applies."""
 
 
 class Digest(_Model):

@@ -257,6 +257,15 @@ class Codec(ABC):
     def echo_fingerprint(self, conversation: Conversation, body: dict[str, Any]) -> str:
         """Fingerprint of the final answer as the runner will send it back next time."""
 
+    def chain_ids(self, conversation: Conversation) -> list[str]:
+        """Ids of provider-held state this request continues from, which the runner does not
+        send back (none in protocols whose clients send the whole conversation)."""
+        return []
+
+    def answer_ids(self, conversation: Conversation, body: dict[str, Any]) -> list[str]:
+        """Ids by which a later request may continue from this answer's provider-held state."""
+        return []
+
 
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0

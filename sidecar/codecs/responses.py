@@ -316,6 +316,15 @@ class ResponsesCodec(OpenAIShapes, Codec):
     def echo_fingerprint(self, conversation: Conversation, body: dict[str, Any]) -> str:
         return self.fingerprint({"role": "assistant", "items": body.get("output") or []})
 
+    def chain_ids(self, conversation: Conversation) -> list[str]:
+        params = conversation.params
+        return _ids(
+            params.get("previous_response_id"), _conversation_id(params.get("conversation"))
+        )
+
+    def answer_ids(self, conversation: Conversation, body: dict[str, Any]) -> list[str]:
+        return _ids(body.get("id"), _conversation_id(conversation.params.get("conversation")))
+
 
 # --- request items ----------------------------------------------------------------------------
 
@@ -390,6 +399,10 @@ def _conversation_id(value: Any) -> str | None:
     if isinstance(value, dict):
         value = value.get("id")
     return value if isinstance(value, str) and value else None
+
+
+def _ids(*candidates: Any) -> list[str]:
+    return [c for c in candidates if isinstance(c, str) and c]
 
 
 def _chained_by_provider(params: dict[str, Any]) -> bool:

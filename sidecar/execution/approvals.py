@@ -146,7 +146,9 @@ class ApprovalStore:
         *,
         principal: str | None = None,
         rule: str | None = None,
+        reason: str | None = None,
     ) -> Approval:
+        """A pending approval; ``reason`` says why the call waits (``tainted``, SPEC §17)."""
         now = self._clock()
         approval = Approval(
             id="apr_" + secrets.token_hex(12),
@@ -159,6 +161,7 @@ class ApprovalStore:
             expires=now + timeout_s,
             principal=principal,
             rule=rule,
+            reason=reason,
         )
         self._save(approval)
         self._open[approval.id] = approval

@@ -1,6 +1,8 @@
 """The governed tool call, shared by mediated mode and MCP (SPEC §9): permission (grant) →
-rules (CEL) → rate limit → approval → timeout and dispatch (the executor). The call sites audit
-the outcome; refused calls come back as error results the model sees."""
+argument guards of a tainted request (§17) → rules (CEL) → rate limit → approval (also the
+hold of a tainted request) → timeout and dispatch (the executor) → the fence around an
+untrusted result. The call sites audit the outcome; refused calls come back as error results
+the model sees."""
 
 from __future__ import annotations
 
@@ -17,13 +19,26 @@ from clawpod.sidecar.execution.approvals import (
     args_digest,
 )
 from clawpod.sidecar.execution.executor import ToolExecutor
+from clawpod.sidecar.execution.policy import (
+    UNTAINTED_REQUEST,
+    Policy,
+    annotations_of,
+    tool_matches,
+)
 from clawpod.sidecar.execution.policy import Decision as RuleDecision
-from clawpod.sidecar.execution.policy import Policy, annotations_of, tool_matches
 from clawpod.sidecar.execution.quarantine import Quarantine
 from clawpod.sidecar.execution.rates import RateLimiter
+from clawpod.sidecar.execution.taint_guard import ArgumentGuard
 from clawpod.sidecar.execution.webhooks import ApprovalWebhook
-from clawpod.sidecar.manifest import AgentBuild, Approvals, Governance, ManagedTool
+from clawpod.sidecar.manifest import AgentBuild, Approvals, Governance, ManagedTool, Taint
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
+from clawpod.sidecar.model.taint import (
+    TAINTED,
+    UNTAINTED,
+    RequestTaint,
+    fenced,
+    held_when_tainted,
+)
 from clawpod.sidecar.observability.metrics import Metrics
 from clawpod.sidecar.tasks import ShieldedTasks
 
@@ -56,7 +71,11 @@ class GovernedExecutor:
         metrics: Metrics,
         tasks: ShieldedTasks,
         webhook: ApprovalWebhook | None = None,
+        taint: Taint | None = None,
+        credentials: tuple[str, ...] = (),
     ) -> None:
+        """``taint``: the pod's settings (SPEC §17); ``credentials``: every secret value the
+        sidecar holds, which a tainted request's arguments may not carry."""
         self.executor = executor
         self.policy = Policy(governance)
         self.rates = RateLimiter()
@@ -70,6 +89,10 @@ class GovernedExecutor:
         self._metrics = metrics
         self._tasks = tasks
         self.webhook = webhook
+        self.taint_mode = taint.mode if taint is not None else "off"
+        self.argument_guard = (
+            ArgumentGuard(taint, agents, credentials) if self.taint_mode != "off" else None
+        )
 
     @property
     def quarantine(self) -> Quarantine:
@@ -85,13 +108,23 @@ class GovernedExecutor:
         timeout_s: float,
         max_result_bytes: int,
         idempotency_key: str | None = None,
+        taint: RequestTaint = UNTAINTED,
     ) -> ToolOutcome:
+        """``taint``: the untrusted results that entered the calling request (mediated mode)."""
         if id(tool) not in self._granted.get(agent_id, ()):
             return refused("policy_denied", f"{tool.presented} is not granted to this agent")
         checked = self.executor.check_arguments(tool, arguments)
         if isinstance(checked, ToolOutcome):
             return checked
-        decision = self.policy.decide(agent_id, tool, checked)
+        guard = self.argument_guard
+        if taint.tainted and guard is not None:
+            refusal = guard.refusal(tool, checked)
+            if refusal is not None:
+                return refusal
+        # `withdraw` is the engine's: it never offers (nor runs) those tools again.
+        held = taint.tainted and self.taint_mode == "confirm" and held_when_tainted(tool)
+        request = taint.variables() if taint.tainted else UNTAINTED_REQUEST
+        decision = self.policy.decide(agent_id, tool, checked, request)
         if decision.effect == "deny":
             return refused("policy_denied", decision.reason)
         if (
@@ -104,11 +137,13 @@ class GovernedExecutor:
                 f"{tool.presented} is limited to {decision.rate.count} calls per "
                 f"{decision.rate.per} for this agent; try again later",
             )
-        if decision.effect == "confirm" or needs_approval(self.settings, tool):
-            refusal = await self._approved(agent_id, tool, dict(checked), decision)
+        if held or decision.effect == "confirm" or needs_approval(self.settings, tool):
+            # A rule cannot lift the hold of a tainted request; `taint: off` does.
+            reason = TAINTED if held else None
+            refusal = await self._approved(agent_id, tool, dict(checked), decision, reason)
             if refusal is not None:
                 return refusal
-        return await self.executor.execute(
+        outcome = await self.executor.execute(
             agent_id,
             tool,
             checked,
@@ -116,6 +151,7 @@ class GovernedExecutor:
             max_result_bytes=max_result_bytes,
             idempotency_key=idempotency_key,
         )
+        return fenced(outcome) if tool.untrusted and outcome.executed else outcome
 
     # -- approvals --------------------------------------------------------------------------
 
@@ -125,8 +161,10 @@ class GovernedExecutor:
         tool: ManagedTool,
         arguments: dict[str, Any],
         held_by: RuleDecision,
+        reason: str | None,
     ) -> ToolOutcome | None:
-        """None once an operator approved this exact call; else the refusal the model sees."""
+        """None once an operator approved this exact call; else the refusal the model sees.
+        ``reason``: why a new approval is asked for (``tainted``), shown while it is pending."""
         digest_of_args = args_digest(arguments)
         approval = self.approvals.find(agent_id, tool.name, digest_of_args, self.manifest_digest)
         if approval is None:
@@ -138,6 +176,7 @@ class GovernedExecutor:
                 self.settings.timeout_ms / 1000,
                 principal=tool.execution.auth.principal,
                 rule=self._holding_rule(held_by),
+                reason=reason,
             )
             log.info("approval %s created for %s of agent %s", approval.id, tool.name, agent_id)
             self._metrics.approvals.labels(event="created").inc()

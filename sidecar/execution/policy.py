@@ -1,5 +1,6 @@
 """Policy on arguments (SPEC §9.2): ordered rules per agent, each a tool glob, an optional CEL
-condition over ``args``, ``agent``, ``tool`` and ``annotations``, and an effect; the first rule
+condition over ``args``, ``agent``, ``tool``, ``annotations`` and ``request`` (its taint,
+§17), and an effect; the first rule
 that matches decides, and a call no rule matches is allowed.
 
 CEL is evaluated by ``common-expression-language`` (bindings to the Rust CEL implementation).
@@ -35,12 +36,14 @@ MCP_DEFAULT_ANNOTATIONS = {
     "idempotentHint": False,
     "openWorldHint": True,
 }
-VARIABLES = ("args", "agent", "tool", "annotations")
 # cel-go's strings extension (lowerAscii, upperAscii, trim, ...): case-aware rules need it.
 STRING_FUNCTIONS = EXTENSIONS["strings"]
 _CALLS_A_STRING_FUNCTION = re.compile(
     r"\b(?:" + "|".join(re.escape(name) for name in STRING_FUNCTIONS) + r")\s*\("
 )
+VARIABLES = ("args", "agent", "tool", "annotations", "request")
+# ``request`` of a call no tainted request makes (an MCP call, compile-time checks): §17.
+UNTAINTED_REQUEST: Mapping[str, Any] = {"tainted": False, "taint_sources": []}
 
 
 class ConditionError(Exception):
@@ -74,8 +77,20 @@ def annotations_of(tool: ManagedTool | Mapping[str, Any]) -> dict[str, Any]:
     return {**MCP_DEFAULT_ANNOTATIONS, **declared}
 
 
-def activation(agent: str, tool: str, annotations: dict[str, Any], args: Any) -> dict[str, Any]:
-    return {"args": args, "agent": agent, "tool": tool, "annotations": annotations}
+def activation(
+    agent: str,
+    tool: str,
+    annotations: dict[str, Any],
+    args: Any,
+    request: Mapping[str, Any] = UNTAINTED_REQUEST,
+) -> dict[str, Any]:
+    return {
+        "args": args,
+        "agent": agent,
+        "tool": tool,
+        "annotations": annotations,
+        "request": dict(request),
+    }
 
 
 def evaluate(condition: Condition, variables: dict[str, Any]) -> bool:
@@ -160,7 +175,12 @@ def condition_problem(text: str, agent: str, tool: ManagedTool | Any) -> str | N
     try:
         program = compile_condition(text)
         variables = activation(
-            agent, tool.name, annotations_of(tool.annotations), sample_of(tool.input_schema)
+            agent,
+            tool.name,
+            annotations_of(tool.annotations),
+            sample_of(tool.input_schema),
+            # Tainted, so a condition's checks behind `request.tainted &&` are evaluated too.
+            {"tainted": True, "taint_sources": [tool.name]},
         )
         evaluate(program, variables)
     except ConditionError as exc:
@@ -255,7 +275,14 @@ class Policy:
             for agent, agent_rules in rules.items()
         }
 
-    def decide(self, agent: str, tool: ManagedTool, args: dict[str, Any]) -> Decision:
+    def decide(
+        self,
+        agent: str,
+        tool: ManagedTool,
+        args: dict[str, Any],
+        request: Mapping[str, Any] = UNTAINTED_REQUEST,
+    ) -> Decision:
+        """The first matching rule's decision; ``request`` is the calling request's taint."""
         variables: dict[str, Any] | None = None
         for index, compiled in enumerate(self._rules.get(agent, ())):
             rule = compiled.rule
@@ -264,7 +291,7 @@ class Policy:
             if compiled.program is not None:
                 if variables is None:
                     typed = as_declared(tool.input_schema, args)
-                    variables = activation(agent, tool.name, annotations_of(tool), typed)
+                    variables = activation(agent, tool.name, annotations_of(tool), typed, request)
                 try:
                     if not evaluate(compiled.program, variables):
                         continue

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.manifest import AgentBuild, ManagedTool
+from clawpod.sidecar.manifest import AgentBuild, ManagedTool, TaintMode
 from clawpod.sidecar.mediation.commands import (
     BeginStream,
     CallModel,
@@ -45,6 +45,7 @@ from clawpod.sidecar.model.conversation import (
 )
 from clawpod.sidecar.model.errors import upstream_failure
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
+from clawpod.sidecar.model.taint import UNTAINTED, RequestTaint, held_when_tainted, withdrawn
 from clawpod.sidecar.model.usage import Usage
 
 Validate = Callable[[ManagedTool, Any], "dict[str, Any] | ToolOutcome"]
@@ -117,6 +118,7 @@ class MediationEngine:
         validate: Validate,
         model_timeout_s: float,
         withheld: Sequence[tuple[ManagedTool, ToolOutcome]] = (),
+        taint_mode: TaintMode = "off",
     ) -> None:
         """``withheld``: the agent's tools not offered now (quarantined, §11.2), each with the
         refusal a call to it gets: a model that still calls one is refused, not handed to the
@@ -142,6 +144,11 @@ class MediationEngine:
         self.restored_rounds = 0
         """Hidden rounds of earlier turns put back into this request (for the audit)."""
         self._seen: dict[tuple[str, bytes], tuple[str, ToolOutcome]] = {}
+        self.taint_mode = taint_mode
+        self.taint: RequestTaint = UNTAINTED
+        """Untrusted results in this request's conversation, restored ones included (§17)."""
+        self.withdrawn: set[str] = set()
+        """Presented names of the tools taken back from the model once the request was tainted."""
 
     def _parse(self) -> Fail | None:
         """Read the client request; a malformed one is the exchange's first and last command."""
@@ -179,6 +186,7 @@ class MediationEngine:
         if conversation.stream:
             yield BeginStream()
         history = yield from self._restore_hidden_rounds()
+        yield from self._restore_chain_taint()
         transcript: list[dict[str, Any]] = []
         choice = self._initial_choice()
         finalizing = False
@@ -195,7 +203,7 @@ class MediationEngine:
                 history + transcript,
                 previous,
                 transcript,
-                ToolChoice(mode="none") if finalizing else choice,
+                ToolChoice(mode="none") if finalizing else self._offered(choice),
             )
             asked_at = len(transcript)
             event = yield CallModel(body, self.model_timeout_s)
@@ -233,6 +241,7 @@ class MediationEngine:
                 yield self._timed_out()
                 return
             transcript += self._answer(turn, outcomes)
+            self._taint_with(turn.calls, outcomes)
             choice = _relaxed(choice)
             # The last round allowed has run: the next call is the final one, without tools.
             finalizing = self.executed_rounds >= self.policy.max_rounds
@@ -259,6 +268,7 @@ class MediationEngine:
                 if best is not None and best.origin not in used:  # an answer's rounds go once
                     used.add(best.origin)
                     history.extend(best.messages)
+                    self._taint_with_sources(best.taint_sources)
                     answered = _ends_in_answer(best.messages)
                     self.restored_rounds += _rounds_in(best.messages) - answered
                     if answered:
@@ -311,6 +321,9 @@ class MediationEngine:
                 outcomes[position] = self.withheld[call.name][1]
                 continue
             tool = self.tools[call.name]
+            if call.name in self.withdrawn:  # the model calls a tool it is no longer offered
+                outcomes[position] = withdrawn(tool)
+                continue
             checked = self.validate(tool, call.arguments)
             if isinstance(checked, ToolOutcome):
                 outcomes[position] = checked
@@ -336,6 +349,7 @@ class MediationEngine:
                 timeout_s=min(self.policy.timeout_per_tool_ms / 1000, remaining),
                 max_result_bytes=self.policy.max_tool_result_bytes,
                 budget_s=remaining,
+                taint=self.taint,
             )
             if not isinstance(event, ToolsDone) or len(event.outcomes) != len(executions):
                 raise TypeError("ExecuteTools must be answered with one outcome per execution")
@@ -364,13 +378,65 @@ class MediationEngine:
         else:
             body = codec.render_response(conversation, turn, self.usage.fields)
             rounds = transcript
+        if self.taint.tainted and self.taint_mode != "off":
+            # A provider-held chain comes back as an id, without the rounds that tainted it.
+            sources = list(self.taint.sources)
+            for chain_id in codec.answer_ids(conversation, body):
+                key = self._taint_key(chain_id)
+                yield Remember(key, [], origin=key, taint_sources=sources)
         if transcript:
             answer = codec.echo_fingerprint(conversation, body)
             context = self._turns()[-CONTEXT:]
             keys = [self._key(answer, before) for before in dict.fromkeys(context[-REMEMBERED:])]
+            sources = list(self.taint.sources)
             for key in keys:
-                yield Remember(key, rounds, context, origin=keys[0])
+                yield Remember(key, rounds, context, origin=keys[0], taint_sources=sources)
         yield Respond(body)
+
+    # --- taint (§17) ------------------------------------------------------------------------
+
+    def _taint_with(self, calls: list[ToolCall], outcomes: list[ToolOutcome]) -> None:
+        """The untrusted tools whose calls reached their service taint the request from now on
+        (a refused call brought nothing in)."""
+        tools = [self.tools[call.name] for call in calls]
+        sources = [
+            t.name for t, o in zip(tools, outcomes, strict=True) if t.untrusted and o.executed
+        ]
+        if sources:
+            self._taint_with_sources(sources)
+
+    def _restore_chain_taint(self) -> Generator[Command, Event, None]:
+        """The taint of the provider-held state this request continues from (§17)."""
+        if self.taint_mode == "off":  # nothing to hold: a pod without untrusted tools
+            return
+        chain = self.codec.chain_ids(self.conversation)
+        if not chain:
+            return
+        event = yield Recall([self._taint_key(chain_id) for chain_id in chain])
+        if isinstance(event, Recalled):
+            for remembered in event.found.values():
+                self._taint_with_sources(remembered.taint_sources)
+
+    def _taint_key(self, chain_id: str) -> str:
+        return digest(self.agent_id, self.codec.api, "taint", chain_id)
+
+    def _taint_with_sources(self, sources: Iterable[str]) -> None:
+        self.taint = self.taint.with_sources(sources)
+        if self.taint.tainted and self.taint_mode == "withdraw" and not self.withdrawn:
+            self.withdrawn = {n for n, t in self.tools.items() if held_when_tainted(t)}
+            self.specs = [spec for spec in self.specs if spec.name not in self.withdrawn]
+
+    def _offered(self, choice: ToolChoice) -> ToolChoice:
+        """The choice without the withdrawn tools: a provider refuses one naming a tool it was
+        not given."""
+        if not self.withdrawn:
+            return choice
+        if choice.name in self.withdrawn:
+            choice = dataclasses.replace(choice, mode="auto", name=None)
+        if choice.allowed is not None:
+            kept = [name for name in choice.allowed if name not in self.withdrawn]
+            choice = dataclasses.replace(choice, allowed=kept)
+        return choice
 
     # --- policy helpers ---------------------------------------------------------------------
 

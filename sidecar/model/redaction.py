@@ -55,6 +55,10 @@ class Redactor:
             return data
         return self._pattern.sub(REDACTED, data)
 
+    def found_in(self, data: bytes) -> bool:
+        """Whether any form of any of the secrets occurs in ``data``."""
+        return self._pattern is not None and self._pattern.search(data) is not None
+
     def text(self, text: str) -> str:
         """The same for a message built from provider or service text."""
         if self._pattern is None:

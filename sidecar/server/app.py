@@ -16,6 +16,7 @@ from clawpod.sidecar.execution.budgets import TokenBudgets
 from clawpod.sidecar.execution.drift import DriftChecker
 from clawpod.sidecar.execution.executor import ToolExecutor
 from clawpod.sidecar.execution.governed import GovernedExecutor
+from clawpod.sidecar.execution.taint_guard import held_credentials
 from clawpod.sidecar.execution.webhooks import ApprovalWebhook, webhook_signer
 from clawpod.sidecar.manifest import Build
 from clawpod.sidecar.mcp.endpoint import McpEndpoint
@@ -70,6 +71,8 @@ def create_app(
         metrics=metrics,
         tasks=tasks,
         webhook=webhook,
+        taint=config.taint,
+        credentials=(*held_credentials(build, env), env.get(OPERATOR_TOKEN_ENV, "")),
     )
     state = SidecarState(
         config=config,

@@ -42,6 +42,7 @@ from clawpod.sidecar.mediation.engine import MediationEngine
 from clawpod.sidecar.mediation.journal import Attempt, call_key, has_side_effects, request_digest
 from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
+from clawpod.sidecar.model.taint import TAINTED_ARGUMENT
 from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.server.accounting import record_request
 from clawpod.sidecar.server.errors import FINAL_HEADERS, JSON_HEADERS
@@ -83,6 +84,7 @@ async def handle_mediated(exchange: Exchange, ctx: RequestContext, body: dict[st
         validate=state.executor.check_arguments,
         model_timeout_s=_model_timeout_ms(ctx) / 1000,
         withheld=quarantine.withheld(ctx.agent),
+        taint_mode=state.config.taint.mode if state.config.taint is not None else "off",
     )
     # An identical request still running waits here; a failed one is resumed (SPEC 8.2).
     attempt = await state.journal.begin(request_digest(ctx.agent.agent.id, body), ctx.request_id)
@@ -155,10 +157,11 @@ class _Driver:
                 agent = self.ctx.agent.agent.id
                 self.state.continuity.remember(
                     command.key,
-                    command.messages,
+                    self._scrubbed(command.messages),
                     agent=agent,
                     context=command.context,
                     origin=command.origin,
+                    taint_sources=command.taint_sources,
                 )
             except StateWriteFailed as exc:
                 await self._state_write_failed(exc)
@@ -311,6 +314,7 @@ class _Driver:
                 execution.arguments,
                 timeout_s=min(command.timeout_s, remaining),
                 max_result_bytes=command.max_result_bytes,
+                taint=command.taint,
                 idempotency_key=idempotency_key(
                     self.state.config.pod,
                     agent,
@@ -423,16 +427,29 @@ class _Driver:
                 http_status=self.http_status,
                 error_code=self.error_code,
                 usage=usage,
-                tool_trace=_tool_trace(engine),
+                tool_trace=self._scrubbed(_tool_trace(engine)),
                 extra=self._resume_record(),
             )
         except Exception:
             log.exception("audit of mediated request %s failed", self.ctx.request_id)
 
+    def _scrubbed(self, value: Any) -> Any:
+        """What is kept of the request, without the credentials or tokens a call of it was
+        refused for carrying (SPEC §17): the model sent them, the sidecar does not store them."""
+        guard = self.state.governed.argument_guard
+        refused = any(
+            answered.outcome.error_code == TAINTED_ARGUMENT
+            for calls in self.engine.rounds
+            for answered in calls
+        )
+        return guard.scrubbed(value) if guard is not None and refused else value
+
     def _resume_record(self) -> dict[str, Any]:
         record: dict[str, Any] = {"hidden_rounds_restored": self.engine.restored_rounds}
         if self.attempt.resumed_from:
             record["resumed_from"] = self.attempt.resumed_from
+        if self.engine.taint.tainted:
+            record["taint_sources"] = list(self.engine.taint.sources)
         return record
 
 
