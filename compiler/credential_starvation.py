@@ -6,8 +6,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from clawpod.compiler.approvals_cli import OPERATOR_TOKEN_ENV
 from clawpod.compiler.governance_spec import PrincipalSpec
+from clawpod.compiler.operator_client import OPERATOR_TOKEN_ENV
 from clawpod.compiler.pod_reader import PodReader
 from clawpod.compiler.tool_services import ToolService
 from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
