@@ -4,9 +4,10 @@ the outcome; refused calls come back as error results the model sees."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import orjson
@@ -84,7 +85,12 @@ class GovernedExecutor:
         timeout_s: float,
         max_result_bytes: int,
         idempotency_key: str | None = None,
+        deadline: float | None = None,
+        before_send: Callable[[], Awaitable[None]] | None = None,
     ) -> ToolOutcome:
+        """``deadline`` (``time.monotonic()``): the caller's budget, which an approval's wait
+        never outlives; ``before_send``: awaited once the call is cleared to go, right before
+        it is sent (the mediated journal records it there, after any approval)."""
         if id(tool) not in self._granted.get(agent_id, ()):
             return refused("policy_denied", f"{tool.presented} is not granted to this agent")
         checked = self.executor.check_arguments(tool, arguments)
@@ -104,9 +110,15 @@ class GovernedExecutor:
                 f"{decision.rate.per} for this agent; try again later",
             )
         if decision.effect == "confirm" or needs_approval(self.settings, tool):
-            refusal = await self._approved(agent_id, tool, dict(checked))
+            refusal = await self._approved(agent_id, tool, dict(checked), deadline)
             if refusal is not None:
                 return refusal
+        if deadline is not None:
+            timeout_s = min(timeout_s, deadline - time.monotonic())
+            if timeout_s <= 0:
+                return refused("timeout", "the request's tool budget ran out before this call")
+        if before_send is not None:
+            await before_send()
         return await self.executor.execute(
             agent_id,
             tool,
@@ -119,7 +131,11 @@ class GovernedExecutor:
     # -- approvals --------------------------------------------------------------------------
 
     async def _approved(
-        self, agent_id: str, tool: ManagedTool, arguments: dict[str, Any]
+        self,
+        agent_id: str,
+        tool: ManagedTool,
+        arguments: dict[str, Any],
+        deadline: float | None,
     ) -> ToolOutcome | None:
         """None once an operator approved this exact call; else the refusal the model sees."""
         digest_of_args = args_digest(arguments)
@@ -136,7 +152,18 @@ class GovernedExecutor:
             self._metrics.approvals.labels(event="created").inc()
             if self.settings.webhook:
                 self._tasks.spawn(self._notify(self.settings.webhook, approval))
-        final = await self.approvals.wait(approval.id)
+        try:
+            wait_s = None if deadline is None else max(0.0, deadline - time.monotonic())
+            final = await asyncio.wait_for(self.approvals.wait(approval.id), wait_s)
+        except TimeoutError:
+            # The request gave up waiting: this call is not made by it, whatever is decided
+            # later. The approval stays open for the same call in a later request.
+            return refused(
+                "approval_pending",
+                f"approval {approval.id} was not decided within this request's tool budget; "
+                "the call was not executed. The same call can be made again once it is "
+                "approved",
+            )
         if final is None:
             return refused(
                 "approval_pending",

@@ -137,6 +137,14 @@ class MediationEngine:
         self.restored_rounds = 0
         """Hidden rounds of earlier turns put back into this request (for the audit)."""
         self._seen: dict[tuple[str, bytes], tuple[str, ToolOutcome]] = {}
+        self._parsed: tuple[Fail | None] | None = None
+
+    def prepare(self) -> Fail | None:
+        """Read the client request once: the driver needs its conversation (the retry identity)
+        before the loop starts. A malformed request gets the Fail the loop will yield."""
+        if self._parsed is None:
+            self._parsed = (self._parse(),)
+        return self._parsed[0]
 
     def _parse(self) -> Fail | None:
         """Read the client request; a malformed one is the exchange's first and last command."""
@@ -160,7 +168,7 @@ class MediationEngine:
     # --- the loop ---------------------------------------------------------------------------
 
     def run(self) -> Run:
-        invalid = self._parse()
+        invalid = self.prepare()
         if invalid is not None:
             yield invalid
             return
