@@ -156,6 +156,8 @@ class _Journaled:
     turns: list[dict[str, Any]]
     results: dict[str, ToolOutcome]
     sent: set[str]
+    retried: set[str] = field(default_factory=set)
+    """Calls refused unsent for a reason a retry may get past: they run on the retry."""
     data: bytes = b""
     adopted: Path | None = None
     """The journal of another request this one took over (a rewritten retry), else None."""
@@ -260,7 +262,7 @@ class RequestJournal:
         if age > self.window_s:
             path.unlink(missing_ok=True)
             return None
-        journaled = _Journaled("", "", [], {}, set(), data)
+        journaled = _Journaled("", "", [], {}, set(), data=data)
         for line in data.splitlines():
             try:
                 record = orjson.loads(line)
@@ -275,9 +277,10 @@ class RequestJournal:
                 journaled.sent.add(record["sent"])
             elif "unsent" in record:
                 journaled.sent.discard(record["unsent"])
+                journaled.retried.add(record["unsent"])
             elif "result" in record:
                 journaled.results[record["result"]] = ToolOutcome(**record["outcome"])
-        if not journaled.results and not journaled.sent:
+        if not (journaled.results or journaled.sent or journaled.retried):
             return None  # nothing ran: a fresh attempt is the same thing
         return journaled
 

@@ -39,9 +39,7 @@ async def post_openai(pod: MediatedPod, body: dict[str, Any]) -> tuple[int, dict
         return response.status, await response.json()
 
 
-def expected_key(
-    pod: str, tool: str, request: str, call_id: str, arguments: dict[str, Any]
-) -> str:
+def expected_key(pod: str, tool: str, request: str, call_id: str, arguments: dict[str, Any]) -> str:
     """``request``: the first attempt of the request (its resumed attempts share it)."""
     text = canonical_json(arguments).decode()
     return '"' + digest(pod, "analyst", tool, request, call_id, text) + '"'

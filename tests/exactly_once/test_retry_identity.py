@@ -70,7 +70,9 @@ async def send(pod: MediatedPod, api: str, request: dict[str, Any]) -> str | Non
             client = pod.openai()
             if request.get("stream"):
                 chunks = await client.chat.completions.create(**request)
-                return "".join([c.choices[0].delta.content or "" async for c in chunks if c.choices])
+                return "".join(
+                    [c.choices[0].delta.content or "" async for c in chunks if c.choices]
+                )
             completion = await client.chat.completions.create(**request)
             return completion.choices[0].message.content
         if api == "anthropic":
