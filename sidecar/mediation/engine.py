@@ -64,6 +64,8 @@ SYSTEM_ROLES = frozenset({"system", "developer"})
 REMEMBERED = 2
 # Turns before an answer kept to tell conversations with equal answers apart.
 CONTEXT = 6
+# Content blocks (Messages) and items (Responses) that are tool calls.
+CALL_PARTS = frozenset({"tool_use", "function_call"})
 BUDGET_EXHAUSTED = (
     "not executed: the tool budget of this request is spent; answer with what you have"
 )
@@ -255,11 +257,14 @@ class MediationEngine:
                 best = _best_match(context, [found[k] for k in candidates if k in found])
                 if best is not None and best.origin not in used:  # an answer's rounds go once
                     used.add(best.origin)
-                    history.extend(best.messages)
                     answered = _ends_in_answer(best.messages)
                     self.restored_rounds += _rounds_in(best.messages) - answered
-                    if answered:
+                    if answered and not _calls_tools(message):
+                        history.extend(best.messages)
                         continue  # the stored answer stands for the runner's echo of it
+                    # An echo with tool calls stands: the runner's results answer its ids
+                    # (OpenClaw rewrites them), so only the hidden rounds go in before it.
+                    history.extend(best.messages[:-1] if answered else best.messages)
             history.append(message)
         return history
 
@@ -501,6 +506,15 @@ def _ends_in_answer(rounds: list[dict[str, Any]]) -> bool:
     """Stored rounds end in tool results; those stored for a streamed answer end in the answer
     as the provider gave it, which takes the place of the runner's echo of what it saw."""
     return bool(rounds) and rounds[-1].get("role") == "assistant"
+
+
+def _calls_tools(message: dict[str, Any]) -> bool:
+    """A runner's echo of an answer that called the runner's tools, in any protocol's shape."""
+    if message.get("tool_calls") or message.get("function_call"):
+        return True
+    parts = message.get("content") if isinstance(message.get("content"), list) else []
+    parts = [*parts, *(message.get("items") or [])]
+    return any(isinstance(p, dict) and p.get("type") in CALL_PARTS for p in parts)
 
 
 def _relaxed(choice: ToolChoice) -> ToolChoice:
