@@ -28,6 +28,7 @@ from clawpod.sidecar.model.canonical import (
     canonical_arguments,
     canonical_json,
     digest,
+    identifying_text,
     normalise_text,
 )
 from clawpod.sidecar.model.conversation import (
@@ -43,6 +44,7 @@ from clawpod.sidecar.model.errors import ApiError
 
 TEXT_PIECE = 256
 SIMPLE_CHOICES = ("auto", "none", "required")
+TEXT_PARTS = ("input_text", "output_text", "text")
 # Input items the model did not produce: everything else in ``input`` is an echoed output.
 _CLIENT_ROLES = ("user", "system", "developer")
 # Calls the client executes, and the item type that answers each (Responses names them so).
@@ -346,17 +348,15 @@ def _item_fingerprint(item: dict[str, Any]) -> str:
 
 
 def _content_fingerprint(content: Any) -> str:
-    """Text parts by their text alone: a string, input_text and output_text are one content."""
+    """Text parts by their text alone: a string, input_text and output_text parts are one
+    content however the text is split among them."""
     if isinstance(content, str):
-        return normalise_text(content)
+        return identifying_text([content])
     if not isinstance(content, list):
         return canonical_json(content).decode()
-    return "|".join(
-        normalise_text(str(part.get("text", "")))
-        if isinstance(part, dict) and part.get("type") in ("input_text", "output_text", "text")
-        else canonical_json(part).decode()
-        for part in content
-    )
+    texts = [p for p in content if isinstance(p, dict) and p.get("type") in TEXT_PARTS]
+    others = [canonical_json(p).decode() for p in content if p not in texts]
+    return "|".join([identifying_text([str(p.get("text", "")) for p in texts]), *others])
 
 
 def _chained_by_provider(params: dict[str, Any]) -> bool:

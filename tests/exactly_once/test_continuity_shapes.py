@@ -127,3 +127,54 @@ async def test_a_runner_that_rewrites_ids_after_a_streamed_answer_keeps_them(
     # The hidden quote round came back (its own ids), and the quote ran once.
     assert pairs[0][0] in ("call_q_1", "toolu_q_1")
     assert quotes(pod) == 1
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+async def test_text_blocks_joined_without_a_separator_are_the_same_answer(
+    pod: MediatedPod, api: str
+) -> None:
+    """litellm joins a streamed answer's text blocks with nothing between them; the fingerprint
+    joined them with a space, so the hidden round was lost and the quote ran again."""
+    if api == "openai":
+        pod.upstream.enqueue(
+            api,
+            Reply.json(oa_calls(("call_q_1", "desk_quote", QUOTE), content="Let me check.")),
+            Reply.json(oa_text("AAPL is 1.")),
+            Reply.json(oa_text("Ok.")),
+        )
+        stream = await pod.openai().chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": ASK}], stream=True
+        )
+        async for _ in stream:
+            pass
+    else:
+        pod.upstream.enqueue(
+            api,
+            Reply.json(an_calls(("toolu_q_1", "desk_quote", QUOTE), text="Let me check.")),
+            Reply.json(an_text("AAPL is 1.")),
+            Reply.json(an_text("Ok.")),
+        )
+        stream = await pod.anthropic().messages.create(
+            model="claude-haiku-4-5",
+            max_tokens=64,
+            messages=[{"role": "user", "content": ASK}],
+            stream=True,
+        )
+        async for _ in stream:
+            pass
+    messages = [
+        {"role": "user", "content": ASK},
+        {"role": "assistant", "content": "Let me check.AAPL is 1."},
+        {"role": "user", "content": "Thanks."},
+    ]
+    if api == "openai":
+        await pod.openai().chat.completions.create(model="gpt-4o", messages=messages)
+    else:
+        await pod.anthropic().messages.create(
+            model="claude-haiku-4-5", max_tokens=64, messages=messages
+        )
+    sent = pod.sent(api)[-1]["messages"]
+    assert [i for i, _ in call_and_result_ids(api, sent)] == [
+        "call_q_1" if api == "openai" else "toolu_q_1"
+    ]
+    assert quotes(pod) == 1
