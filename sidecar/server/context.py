@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -71,6 +71,7 @@ class RequestContext:
     model: str | None = None  # upstream model, "provider/" prefix stripped
     method: str = "POST"
     upstream_path: str | None = None  # a resource route's concrete path (and query) upstream
+    audit_extra: dict[str, Any] | None = None  # fields the request's audit record adds
 
     def target(self) -> UpstreamTarget:
         """Where this request goes upstream (once routed)."""
