@@ -262,6 +262,11 @@ class Codec(ABC):
     def echo_fingerprint(self, conversation: Conversation, body: dict[str, Any]) -> str:
         """Fingerprint of the final answer as the runner will send it back next time."""
 
+    def reference_fingerprint(self, body: dict[str, Any]) -> str | None:
+        """Fingerprint of the final answer sent back by reference (its recorded item ids) where
+        the protocol has such echoes; None where it has not."""
+        return None
+
 
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0

@@ -141,7 +141,12 @@ class ResponsesCodec(OpenAIShapes, Codec):
         )
 
     def fingerprint(self, group: dict[str, Any]) -> str:
-        return digest(group["role"], *map(_item_fingerprint, _identifying(group["items"])))
+        items = _identifying(group["items"])
+        if items and all(item.get("type") == "item_reference" for item in items):
+            # Echoed by reference: whether reasoning items are referenced too varies, the
+            # last one (the answer's message) is always there.
+            return _reference_fingerprint(str(items[-1].get("id")))
+        return digest(group["role"], *map(_item_fingerprint, items))
 
     # --- upstream request -------------------------------------------------------------------
 
@@ -292,6 +297,14 @@ class ResponsesCodec(OpenAIShapes, Codec):
     def echo_fingerprint(self, conversation: Conversation, body: dict[str, Any]) -> str:
         return self.fingerprint({"role": "assistant", "items": body.get("output") or []})
 
+    def reference_fingerprint(self, body: dict[str, Any]) -> str | None:
+        """The answer echoed as ``item_reference`` items (the Vercel AI SDK's default with a
+        stored response): known by the id of its last message (or last item)."""
+        output = [i for i in body.get("output") or [] if isinstance(i, dict) and i.get("id")]
+        messages = [i for i in output if i.get("type", "message") == "message"]
+        last = (messages or output or [None])[-1]
+        return _reference_fingerprint(str(last["id"])) if last is not None else None
+
 
 # --- request items ----------------------------------------------------------------------------
 
@@ -307,10 +320,16 @@ def _input_items(raw: Any) -> list[dict[str, Any]]:
 
 
 def _is_model_output(item: dict[str, Any]) -> bool:
+    """Items the model produced; an ``item_reference`` stands for such an item (clients refer
+    to the model's stored output items by id)."""
     kind = item.get("type", "message")
     if kind == "message":
         return item.get("role") not in _CLIENT_ROLES
-    return not (kind.endswith("_output") or kind in ("mcp_approval_response", "item_reference"))
+    return not (kind.endswith("_output") or kind == "mcp_approval_response")
+
+
+def _reference_fingerprint(item_id: str) -> str:
+    return digest("assistant", "ref:" + item_id)
 
 
 def group_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -364,9 +364,11 @@ class MediationEngine:
             body = codec.render_response(conversation, turn, self.usage.fields)
             rounds = transcript
         if transcript:
-            answer = codec.echo_fingerprint(conversation, body)
+            answers = [codec.echo_fingerprint(conversation, body)]
+            answers += filter(None, [codec.reference_fingerprint(body)])
             context = self._turns()[-CONTEXT:]
-            keys = [self._key(answer, before) for before in dict.fromkeys(context[-REMEMBERED:])]
+            befores = dict.fromkeys(context[-REMEMBERED:])
+            keys = [self._key(answer, before) for answer in answers for before in befores]
             for key in keys:
                 yield Remember(key, rounds, context, origin=keys[0])
         yield Respond(body)

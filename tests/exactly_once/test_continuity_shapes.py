@@ -10,6 +10,7 @@ import pytest
 
 from tests.mediation.conftest import MediatedPod
 from tests.mediation.scripted import an_calls, an_text, oa_calls, oa_text
+from tests.support import responses as r
 from tests.support.upstream import Reply
 
 ASK = "Read the notes and quote AAPL."
@@ -177,4 +178,34 @@ async def test_text_blocks_joined_without_a_separator_are_the_same_answer(
     assert [i for i, _ in call_and_result_ids(api, sent)] == [
         "call_q_1" if api == "openai" else "toolu_q_1"
     ]
+    assert quotes(pod) == 1
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+async def test_an_answer_echoed_by_item_reference_gets_its_hidden_round(
+    pod: MediatedPod, stream: bool
+) -> None:
+    """The Vercel AI SDK's default ``openai()`` sends an earlier answer back as an
+    ``item_reference`` (its id only): its hidden round is found by the recorded item id."""
+    pod.upstream.enqueue(
+        "responses",
+        r.reply(r.response(r.call("call_q_1", "desk_quote", QUOTE))),
+        r.reply(r.response(r.message("AAPL is 1.", item_id="msg_final"), response_id="resp_2")),
+        r.reply(r.response(r.message("Still 1."), response_id="resp_3")),
+    )
+    client = pod.openai()
+    first = await client.responses.create(model="gpt-4o", input=ASK, stream=stream)
+    if stream:
+        async for _ in first:
+            pass
+    follow_up = [
+        {"role": "user", "content": ASK},
+        {"type": "item_reference", "id": "msg_final"},
+        {"role": "user", "content": "And now?"},
+    ]
+    await client.responses.create(model="gpt-4o", input=follow_up)
+    sent = pod.sent("responses")[-1]["input"]
+    kinds = [item.get("type", "message") for item in sent]
+    assert kinds[1:3] == ["function_call", "function_call_output"], kinds
+    assert sent[1]["call_id"] == "call_q_1"
     assert quotes(pod) == 1
