@@ -31,8 +31,9 @@ AGENT_ONLY_FIELDS = {
 }
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 TOOL_INJECTION_HELP = (
-    "auto: requests that declare no tools and ask for structured output get none injected; "
-    "always: every request of a mediated agent gets its tools"
+    "auto: requests that declare no tools and ask for structured output, or that declare no "
+    "tools and no tool_choice and ask for a title, summary or compaction of the conversation, "
+    "get none injected; always: every request of a mediated agent gets its tools"
 )
 
 
