@@ -450,8 +450,9 @@ class Attempt:
         await asyncio.to_thread(self._write, data)
 
     def _claim_quota(self) -> None:
-        """A journal this request did not have yet counts against its agent's quota."""
-        if self.earlier is None or self.earlier.adopted is not None:
+        """A new journal counts against its agent's quota (an adopted one's place passes to
+        the journal that takes its records over)."""
+        if self.earlier is None:
             try:
                 self.journal._admit(self.folder)
             except JournalQuotaReached:
@@ -467,16 +468,19 @@ class Attempt:
         self._ended = True
         try:
             adopted = self.earlier.adopted if self.earlier is not None else None
-            if adopted is not None:
-                await asyncio.to_thread(adopted.unlink, True)
-                self.journal._forget(self.folder)
             if succeeded or not (self._started or self.earlier is not None):
                 self._buffer.clear()
-                if self._fd is not None or (self.earlier is not None and adopted is None):
-                    await asyncio.to_thread(self.path.unlink, True)
+                own = self._fd is not None or (self.earlier is not None and adopted is None)
+                doomed = [path for path in (self.path if own else None, adopted) if path]
+                for path in doomed:
+                    await asyncio.to_thread(path.unlink, True)
+                if doomed:  # one place in the quota, whichever file held it
                     self.journal._forget(self.folder)
             else:
-                await self.flush()
+                await self.flush()  # a failed write leaves an adopted journal where it was
+                if adopted is not None and self._fd is not None:
+                    # Its records live on in this request's journal, which took its place.
+                    await asyncio.to_thread(adopted.unlink, True)
                 if self.history is not None and self._fd is not None:
                     await asyncio.to_thread(self._link)
         finally:

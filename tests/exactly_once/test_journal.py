@@ -32,10 +32,10 @@ class Clock:
 
 
 async def failed_attempt(
-    journal: RequestJournal, request: str, attempt: str, agent: str = "a"
+    journal: RequestJournal, request: str, attempt: str, agent: str = "a", **rewrite: str
 ) -> None:
     """An attempt that journaled one turn and one answered destructive call, then failed."""
-    running = await journal.begin(agent, request, attempt)
+    running = await journal.begin(agent, request, attempt, **rewrite)
     running.model_replied({"turn": 1})
     running.before_execution(side_effects=True)
     key = call_key(TRADE, CALL)
@@ -145,3 +145,28 @@ async def test_a_request_that_only_reads_writes_nothing(tmp_path: Path) -> None:
     await attempt.end(succeeded=False)
     resumed = await journal.begin("a", request, "req_2")
     assert [resumed.replayed_turn(), resumed.replayed_turn()] == [{"turn": 1}, {"turn": 2}]
+
+
+async def test_a_rewritten_retry_takes_the_journal_over_once(tmp_path: Path) -> None:
+    """The adopting request's journal holds the failed attempt's records: if it fails too, its
+    own retry still knows the order; the original journal and its link are gone."""
+    journal = RequestJournal(tmp_path, window_ms=60000)
+    first, rewritten = request_digest("a", BODY), request_digest("b", BODY)
+    await failed_attempt(journal, first, "req_1", history="h", asked="buy one")
+    other = await journal.begin("a", rewritten, "req_x", history="h", asked="sell two")
+    assert other.resumed_from is None  # its last turn does not contain the failed one's
+    await other.end(succeeded=True)
+    adopting = await journal.begin("a", rewritten, "req_2", history="h", asked="[10:00] buy one")
+    assert adopting.resumed_from == "req_1" and adopting.lineage == "req_1"
+    assert adopting.replayed_turn() == {"turn": 1}
+    await adopting.end(succeeded=False)
+    assert not journal.path("a", first).exists()
+    retry = await journal.begin("a", rewritten, "req_3")
+    assert retry.known_outcome(call_key(TRADE, CALL)) == DONE and retry.lineage == "req_1"
+    await retry.end(succeeded=True)
+    assert not list(journal.folder("a").glob("*.jsonl"))
+    # The link the second failure left names a journal that is gone: it adopts nothing.
+    late = await journal.begin(
+        "a", request_digest("c", BODY), "req_4", history="h", asked="buy one"
+    )
+    assert late.resumed_from is None
