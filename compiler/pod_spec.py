@@ -39,8 +39,9 @@ TAINT_HELP = (
     "confirm (hold for approval), withdraw, off; default confirm when a tool is untrusted"
 )
 TOOL_INJECTION_HELP = (
-    "auto: requests that declare no tools and ask for structured output get none injected; "
-    "always: every request of a mediated agent gets its tools"
+    "auto: requests that declare no tools and ask for structured output, or that declare no "
+    "tools and no tool_choice and ask for a title, summary or compaction of the conversation, "
+    "get none injected; always: every request of a mediated agent gets its tools"
 )
 
 

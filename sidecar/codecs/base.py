@@ -4,6 +4,7 @@ error shapes, usage, stream end, model list)."""
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
@@ -23,6 +24,17 @@ from clawpod.sidecar.model.errors import ApiError
 
 ProviderApi = Literal["openai", "anthropic"]
 MAX_PROVIDER_MESSAGE = 500
+
+
+# A title, a summary or a compaction of the conversation itself, in either order ("a thread
+# title", "summarize this conversation", "compact the session").
+_META = r"(?:title|summary|summari[sz]e|compact(?:ion)?)"
+_SUBJECT = r"(?:conversation|thread|session|chat|discussion)"
+AUXILIARY = re.compile(
+    rf"\b{_META}\b[^.\n]{{0,80}}\b{_SUBJECT}\b|\b{_SUBJECT}\b[^.\n]{{0,80}}\b{_META}\b",
+    re.IGNORECASE,
+)
+SYSTEM = ("system", "developer")
 
 
 class Codec(ABC):
@@ -146,6 +158,14 @@ class Codec(ABC):
         a classification): it wants data, not actions, so nothing is injected (SPEC §7.3)."""
         return not body.get("tools") and self.wants_structured_output(body)
 
+    def auxiliary(self, body: dict[str, Any]) -> bool:
+        """A request that declares no tools and no ``tool_choice`` and whose system text asks
+        for something about the conversation itself (a title, a summary, a compaction:
+        opencode's title request, Claude Code's summaries): it wants text, not actions."""
+        if body.get("tools") or body.get("functions") or body.get("tool_choice") is not None:
+            return False
+        return any(map(AUXILIARY.search, _system_texts(body)))
+
     def wants_structured_output(self, body: dict[str, Any]) -> bool:
         """Whether the request asks for structured output in the protocol's own way."""
         return False
@@ -266,6 +286,32 @@ class Codec(ABC):
         """Ids by which a later request may continue from this answer's provider-held state."""
         return []
 
+    def reference_fingerprint(self, body: dict[str, Any]) -> str | None:
+        """Fingerprint of the final answer sent back by reference (its recorded item ids) where
+        the protocol has such echoes; None where it has not."""
+        return None
+
 
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _system_texts(body: dict[str, Any]) -> list[str]:
+    """The system text of a request of any of the three protocols: Messages' ``system``,
+    Responses' ``instructions``, and system or developer turns (Chat ``messages``, Responses
+    ``input``); each key means the same wherever it appears."""
+    turns = [*_as_list(body.get("messages")), *_as_list(body.get("input"))]
+    texts = [body.get("system"), body.get("instructions")]
+    texts += [t.get("content") for t in turns if isinstance(t, dict) and t.get("role") in SYSTEM]
+    return [text for value in texts for text in _strings(value)]
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    parts = [p for p in _as_list(value) if isinstance(p, dict)]
+    return [p["text"] for p in parts if isinstance(p.get("text"), str)]

@@ -29,6 +29,7 @@ from clawpod.sidecar.model.canonical import (
     canonical_arguments,
     canonical_json,
     digest,
+    identifying_text,
     normalise_text,
 )
 from clawpod.sidecar.model.conversation import (
@@ -44,6 +45,7 @@ from clawpod.sidecar.model.errors import ApiError
 
 TEXT_PIECE = 256
 SIMPLE_CHOICES = ("auto", "none", "required")
+TEXT_PARTS = ("input_text", "output_text", "text")
 # Input items the model did not produce: everything else in ``input`` is an echoed output.
 _CLIENT_ROLES = ("user", "system", "developer")
 # Calls the client executes, and the item type that answers each (Responses names them so).
@@ -165,7 +167,12 @@ class ResponsesCodec(OpenAIShapes, Codec):
         )
 
     def fingerprint(self, group: dict[str, Any]) -> str:
-        return digest(group["role"], *map(_item_fingerprint, _identifying(group["items"])))
+        items = _identifying(group["items"])
+        if items and all(item.get("type") == "item_reference" for item in items):
+            # Echoed by reference: whether reasoning items are referenced too varies, the
+            # last one (the answer's message) is always there.
+            return _reference_fingerprint(str(items[-1].get("id")))
+        return digest(group["role"], *map(_item_fingerprint, items))
 
     # --- upstream request -------------------------------------------------------------------
 
@@ -325,6 +332,14 @@ class ResponsesCodec(OpenAIShapes, Codec):
     def answer_ids(self, conversation: Conversation, body: dict[str, Any]) -> list[str]:
         return _ids(body.get("id"), _conversation_id(conversation.params.get("conversation")))
 
+    def reference_fingerprint(self, body: dict[str, Any]) -> str | None:
+        """The answer echoed as ``item_reference`` items (the Vercel AI SDK's default with a
+        stored response): known by the id of its last message (or last item)."""
+        output = [i for i in body.get("output") or [] if isinstance(i, dict) and i.get("id")]
+        messages = [i for i in output if i.get("type", "message") == "message"]
+        last = (messages or output or [None])[-1]
+        return _reference_fingerprint(str(last["id"])) if last is not None else None
+
 
 # --- request items ----------------------------------------------------------------------------
 
@@ -340,10 +355,16 @@ def _input_items(raw: Any) -> list[dict[str, Any]]:
 
 
 def _is_model_output(item: dict[str, Any]) -> bool:
+    """Items the model produced; an ``item_reference`` stands for such an item (clients refer
+    to the model's stored output items by id)."""
     kind = item.get("type", "message")
     if kind == "message":
         return item.get("role") not in _CLIENT_ROLES
-    return not (kind.endswith("_output") or kind in ("mcp_approval_response", "item_reference"))
+    return not (kind.endswith("_output") or kind == "mcp_approval_response")
+
+
+def _reference_fingerprint(item_id: str) -> str:
+    return digest("assistant", "ref:" + item_id)
 
 
 def group_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -381,17 +402,15 @@ def _item_fingerprint(item: dict[str, Any]) -> str:
 
 
 def _content_fingerprint(content: Any) -> str:
-    """Text parts by their text alone: a string, input_text and output_text are one content."""
+    """Text parts by their text alone: a string, input_text and output_text parts are one
+    content however the text is split among them."""
     if isinstance(content, str):
-        return normalise_text(content)
+        return identifying_text([content])
     if not isinstance(content, list):
         return canonical_json(content).decode()
-    return "|".join(
-        normalise_text(str(part.get("text", "")))
-        if isinstance(part, dict) and part.get("type") in ("input_text", "output_text", "text")
-        else canonical_json(part).decode()
-        for part in content
-    )
+    texts = [p for p in content if isinstance(p, dict) and p.get("type") in TEXT_PARTS]
+    others = [canonical_json(p).decode() for p in content if p not in texts]
+    return "|".join([identifying_text([str(p.get("text", "")) for p in texts]), *others])
 
 
 def _conversation_id(value: Any) -> str | None:

@@ -6,9 +6,10 @@ the model sees."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from clawpod.sidecar.audit.log import AuditLog
@@ -109,8 +110,13 @@ class GovernedExecutor:
         max_result_bytes: int,
         idempotency_key: str | None = None,
         taint: RequestTaint = UNTAINTED,
+        deadline: float | None = None,
+        before_send: Callable[[], Awaitable[None]] | None = None,
     ) -> ToolOutcome:
-        """``taint``: the untrusted results that entered the calling request (mediated mode)."""
+        """``taint``: the untrusted results that entered the calling request (mediated mode);
+        ``deadline`` (``time.monotonic()``): the caller's budget, which an approval's wait
+        never outlives; ``before_send``: awaited once the call is cleared to go, right before
+        it is sent (the mediated journal records it there, after any approval)."""
         if id(tool) not in self._granted.get(agent_id, ()):
             return refused("policy_denied", f"{tool.presented} is not granted to this agent")
         checked = self.executor.check_arguments(tool, arguments)
@@ -140,9 +146,17 @@ class GovernedExecutor:
         if held or decision.effect == "confirm" or needs_approval(self.settings, tool):
             # A rule cannot lift the hold of a tainted request; `taint: off` does.
             reason = TAINTED if held else None
-            refusal = await self._approved(agent_id, tool, dict(checked), decision, reason)
+            refusal = await self._approved(
+                agent_id, tool, dict(checked), decision, reason, deadline
+            )
             if refusal is not None:
                 return refusal
+        if deadline is not None:
+            timeout_s = min(timeout_s, deadline - time.monotonic())
+            if timeout_s <= 0:
+                return refused("timeout", "the request's tool budget ran out before this call")
+        if before_send is not None:
+            await before_send()
         outcome = await self.executor.execute(
             agent_id,
             tool,
@@ -162,6 +176,7 @@ class GovernedExecutor:
         arguments: dict[str, Any],
         held_by: RuleDecision,
         reason: str | None,
+        deadline: float | None,
     ) -> ToolOutcome | None:
         """None once an operator approved this exact call; else the refusal the model sees.
         ``reason``: why a new approval is asked for (``tainted``), shown while it is pending."""
@@ -182,7 +197,18 @@ class GovernedExecutor:
             self._metrics.approvals.labels(event="created").inc()
             if self.webhook is not None:
                 self._tasks.spawn(self._notify(self.webhook, approval))
-        final = await self.approvals.wait(approval.id)
+        try:
+            wait_s = None if deadline is None else max(0.0, deadline - time.monotonic())
+            final = await asyncio.wait_for(self.approvals.wait(approval.id), wait_s)
+        except TimeoutError:
+            # The request gave up waiting: this call is not made by it, whatever is decided
+            # later. The approval stays open for the same call in a later request.
+            return refused(
+                "approval_pending",
+                f"approval {approval.id} was not decided within this request's tool budget; "
+                "the call was not executed. The same call can be made again once it is "
+                "approved",
+            )
         if final is None:
             return refused(
                 "approval_pending",

@@ -81,11 +81,19 @@ def build_request(
 
 
 def idempotency_key(
-    pod: str, agent_id: str, tool: ManagedTool, call_id: str, arguments: dict[str, Any]
+    pod: str,
+    agent_id: str,
+    tool: ManagedTool,
+    request: str,
+    call_id: str,
+    arguments: dict[str, Any],
 ) -> str:
     """The ``Idempotency-Key`` of one logical call (IETF httpapi draft: a structured-field
-    string): the same on every resumed attempt, different for every other call."""
-    key = digest(pod, agent_id, tool.name, call_id, canonical_json(arguments).decode())
+    string). ``request`` is the identity of the request the call belongs to (the first attempt
+    of a mediated request, which its resumed attempts share; the MCP call itself), so the key is
+    the same on every resumed attempt and different for every other call, also when a model
+    reuses call ids (``call_0``) across requests."""
+    key = digest(pod, agent_id, tool.name, request, call_id, canonical_json(arguments).decode())
     return f'"{key}"'
 
 

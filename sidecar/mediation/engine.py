@@ -65,6 +65,8 @@ SYSTEM_ROLES = frozenset({"system", "developer"})
 REMEMBERED = 2
 # Turns before an answer kept to tell conversations with equal answers apart.
 CONTEXT = 6
+# Content blocks (Messages) and items (Responses) that are tool calls.
+CALL_PARTS = frozenset({"tool_use", "function_call"})
 BUDGET_EXHAUSTED = (
     "not executed: the tool budget of this request is spent; answer with what you have"
 )
@@ -149,6 +151,14 @@ class MediationEngine:
         """Untrusted results in this request's conversation, restored ones included (§17)."""
         self.withdrawn: set[str] = set()
         """Presented names of the tools taken back from the model once the request was tainted."""
+        self._parsed: tuple[Fail | None] | None = None
+
+    def prepare(self) -> Fail | None:
+        """Read the client request once: the driver needs its conversation (the retry identity)
+        before the loop starts. A malformed request gets the Fail the loop will yield."""
+        if self._parsed is None:
+            self._parsed = (self._parse(),)
+        return self._parsed[0]
 
     def _parse(self) -> Fail | None:
         """Read the client request; a malformed one is the exchange's first and last command."""
@@ -178,7 +188,7 @@ class MediationEngine:
     # --- the loop ---------------------------------------------------------------------------
 
     def run(self) -> Run:
-        invalid = self._parse()
+        invalid = self.prepare()
         if invalid is not None:
             yield invalid
             return
@@ -267,12 +277,15 @@ class MediationEngine:
                 best = _best_match(context, [found[k] for k in candidates if k in found])
                 if best is not None and best.origin not in used:  # an answer's rounds go once
                     used.add(best.origin)
-                    history.extend(best.messages)
                     self._taint_with_sources(best.taint_sources)
                     answered = _ends_in_answer(best.messages)
                     self.restored_rounds += _rounds_in(best.messages) - answered
-                    if answered:
+                    if answered and not _calls_tools(message):
+                        history.extend(best.messages)
                         continue  # the stored answer stands for the runner's echo of it
+                    # An echo with tool calls stands: the runner's results answer its ids
+                    # (OpenClaw rewrites them), so only the hidden rounds go in before it.
+                    history.extend(best.messages[:-1] if answered else best.messages)
             history.append(message)
         return history
 
@@ -385,9 +398,11 @@ class MediationEngine:
                 key = self._taint_key(chain_id)
                 yield Remember(key, [], origin=key, taint_sources=sources)
         if transcript:
-            answer = codec.echo_fingerprint(conversation, body)
+            answers = [codec.echo_fingerprint(conversation, body)]
+            answers += filter(None, [codec.reference_fingerprint(body)])
             context = self._turns()[-CONTEXT:]
-            keys = [self._key(answer, before) for before in dict.fromkeys(context[-REMEMBERED:])]
+            befores = dict.fromkeys(context[-REMEMBERED:])
+            keys = [self._key(answer, before) for answer in answers for before in befores]
             sources = list(self.taint.sources)
             for key in keys:
                 yield Remember(key, rounds, context, origin=keys[0], taint_sources=sources)
@@ -577,6 +592,15 @@ def _ends_in_answer(rounds: list[dict[str, Any]]) -> bool:
     """Stored rounds end in tool results; those stored for a streamed answer end in the answer
     as the provider gave it, which takes the place of the runner's echo of what it saw."""
     return bool(rounds) and rounds[-1].get("role") == "assistant"
+
+
+def _calls_tools(message: dict[str, Any]) -> bool:
+    """A runner's echo of an answer that called the runner's tools, in any protocol's shape."""
+    if message.get("tool_calls") or message.get("function_call"):
+        return True
+    parts = message.get("content") if isinstance(message.get("content"), list) else []
+    parts = [*parts, *(message.get("items") or [])]
+    return any(isinstance(p, dict) and p.get("type") in CALL_PARTS for p in parts)
 
 
 def _relaxed(choice: ToolChoice) -> ToolChoice:

@@ -85,7 +85,13 @@ def create_app(
         verifier=TokenVerifier(build),
         router=ModelRouter(config),
         mcp=McpEndpoint(
-            governed, audit, metrics, keepalive_s, tasks, allowed_hosts=config.allowed_hosts
+            governed,
+            audit,
+            metrics,
+            keepalive_s,
+            tasks,
+            allowed_hosts=config.allowed_hosts,
+            pod=config.pod,
         ),
         sse_keepalive_s=keepalive_s,
         tasks=tasks,
@@ -95,7 +101,9 @@ def create_app(
         drift=DriftChecker(
             build.agents, executor.mcp, executor.quarantine, audit, metrics, state_dir
         ),
-        journal=RequestJournal(state_dir, window_ms=config.retry_window_ms),
+        journal=RequestJournal(
+            state_dir, window_ms=config.retry_window_ms, agents=len(build.agents)
+        ),  # per-agent quotas
         state_lock=state_lock,
         objects=StoredObjects(state_dir),
     )

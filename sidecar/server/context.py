@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -86,6 +86,8 @@ class RequestContext:
         """Bind objects the provider stored for this request to its agent."""
         if refs:
             self.note_objects("created", self.state.objects.record(self.agent.agent.id, refs))
+
+    audit_extra: dict[str, Any] | None = None  # fields the request's audit record adds
 
     def target(self) -> UpstreamTarget:
         """Where this request goes upstream (once routed)."""

@@ -142,6 +142,9 @@ async def _llm_request(exchange: Exchange, state: SidecarState, route: LlmRoute)
         if ctx.model is not None and ctx.model != body["model"]:
             body["model"] = ctx.model
             raw = orjson.dumps(body)
+        withheld = _withheld(agent, codec, body)
+        if withheld is not None:
+            ctx.audit_extra = {"tools_injected": False, "reason": withheld}
         if route.mediate and _injects(agent, codec, body):
             await handle_mediated(exchange, ctx, body)
         elif route.path in codec.side_routes and _injects(agent, codec, body):
@@ -157,7 +160,20 @@ def _injects(agent: AgentBuild, codec: Codec, body: dict[str, Any]) -> bool:
     """Whether this request gets the agent's managed tools (mediated), or goes through as is."""
     if agent.agent.mode != "mediated" or not agent.tools.tools:
         return False
-    return agent.agent.tool_injection == "always" or not codec.data_only(body)
+    return _withheld(agent, codec, body) is None
+
+
+def _withheld(agent: AgentBuild, codec: Codec, body: dict[str, Any]) -> str | None:
+    """Why a mediated agent's request gets no tools under ``tool-injection: auto`` (audited as
+    ``tools_injected: false``), or None: it asks for data (structured output), or it is an
+    auxiliary request about the conversation (a title, a summary, a compaction: SPEC §7.3)."""
+    if agent.agent.mode != "mediated" or agent.agent.tool_injection == "always":
+        return None
+    if codec.data_only(body):
+        return "data_only"
+    if codec.auxiliary(body):
+        return "auxiliary"
+    return None
 
 
 def _check_stored_objects(ctx: RequestContext, exchange: Exchange, body: dict[str, Any]) -> None:
