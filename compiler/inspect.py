@@ -95,7 +95,7 @@ def render(
 ) -> str:
     config = build.config
     providers = ", ".join(
-        f"{name} ({p.api}: {' '.join(p.models)}; key ${p.key_env})"
+        f"{name} ({p.api}: {' '.join(p.models)}; key {' '.join('$' + k for k in p.key_envs)})"
         for name, p in config.providers.items()
     )
     lines = [

@@ -23,8 +23,9 @@ from clawpod.compiler.pod_spec import PodClaw, ServiceClaw
 from clawpod.compiler.policy import effective_policy
 from clawpod.compiler.providers import pod_providers
 from clawpod.compiler.reserved import check_reserved
+from clawpod.compiler.routes import pod_routes
 from clawpod.compiler.tool_services import ToolService, ToolServices
-from clawpod.sidecar.manifest import Governance, Provider
+from clawpod.sidecar.manifest import Governance, Provider, RouteTarget
 
 
 @dataclass
@@ -40,6 +41,7 @@ class CompiledPod:
     warnings: list[str] = field(default_factory=list)  # located, one line each
     principals: dict[str, PrincipalSpec] = field(default_factory=dict)
     governance: Governance | None = None
+    routes: dict[str, list[RouteTarget]] = field(default_factory=dict)
 
     @property
     def directory(self) -> Path:
@@ -47,7 +49,7 @@ class CompiledPod:
 
     @property
     def credential_envs(self) -> list[str]:
-        names = [p.key_env for p in self.providers.values()]
+        names = [key for p in self.providers.values() for key in p.key_envs]
         names += [s.auth.env for s in self.tool_services.values() if s.auth.env]
         names += [p.env for p in self.principals.values()]
         return sorted(set(names))
@@ -128,6 +130,7 @@ def compile_pod(path: Path | str) -> CompiledPod:
         reader.warn("no agent found: mark an agent service with 'x-claw: {agent: {}}'", ())
 
     providers = pod_providers(claw.providers)
+    routes = pod_routes(reader, claw.routes, providers)
     forbidden = forbidden_variables(providers, tool_services.by_name.values(), principals)
     for name in agent_ids:
         check_starvation(reader, name, forbidden)
@@ -144,4 +147,5 @@ def compile_pod(path: Path | str) -> CompiledPod:
         warnings=reader.warnings,
         principals=principals,
         governance=governance,
+        routes=routes,
     )

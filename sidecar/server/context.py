@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.manifest import AgentBuild, SidecarConfig
+from clawpod.sidecar.manifest import AgentBuild, Provider, SidecarConfig
 from clawpod.sidecar.server.upstream import UpstreamTarget
 from clawpod.sidecar.tasks import ShieldedTasks
 
@@ -71,6 +71,15 @@ class RequestContext:
     model: str | None = None  # upstream model, "provider/" prefix stripped
     method: str = "POST"
     upstream_path: str | None = None  # a resource route's concrete path (and query) upstream
+    targets: list[tuple[str, Provider, str | None]] = field(default_factory=list)
+    """(provider, its settings, upstream model) in failover order (SPEC §14)."""
+    attempts: list[dict[str, str | None]] = field(default_factory=list)
+    """Each upstream attempt: provider, key label, outcome; the audit record's ``providers``."""
+    reserved: tuple[int, float] = (0, 0.0)
+    """Tokens and USD held against the agent's budgets while the request runs (#32)."""
+    strip_usage: bool = False
+    """Chat Completions usage was asked upstream for the budget; the client did not ask."""
+    request_bytes: int = 0
 
     def target(self) -> UpstreamTarget:
         """Where this request goes upstream (once routed)."""

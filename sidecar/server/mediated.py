@@ -43,11 +43,13 @@ from clawpod.sidecar.mediation.journal import Attempt, call_key, has_side_effect
 from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from clawpod.sidecar.observability import tracing
-from clawpod.sidecar.server.accounting import record_request
+from clawpod.sidecar.server.accounting import call_cost, record_request
 from clawpod.sidecar.server.errors import FINAL_HEADERS, JSON_HEADERS
 from clawpod.sidecar.server.exchange import Exchange
+from clawpod.sidecar.server.failover import open_upstream
 from clawpod.sidecar.server.live_call import call_model_streaming
-from clawpod.sidecar.server.upstream import UpstreamError
+from clawpod.sidecar.server.upstream import UpstreamError, UpstreamTarget, read_whole
+from clawpod.sidecar.transport import Response
 from clawpod.sidecar.transport.keepalive import with_keepalives
 
 if TYPE_CHECKING:
@@ -116,6 +118,7 @@ class _Driver:
         self.client_gone = False
         self.http_status = 200
         self.error_code: str | None = None
+        self.cost: float | None = None  # USD of the model calls answered so far
 
     async def run(self) -> None:
         steps = self.engine.run()
@@ -196,7 +199,18 @@ class _Driver:
             event = await self._keeping_alive(self._call_model(command))
         if isinstance(event, ModelReplied):
             self.attempt.model_replied(event.body)
+            self._charge(event.body)
         return event
+
+    def _charge(self, reply: dict[str, Any]) -> None:
+        """One model call's cost at the price of the provider that answered it."""
+        usage = reply.get("usage")
+        read, creation = self.codec.cache_counts(usage)
+        tokens = self.codec.usage_counts(usage)
+        call = usage_record(*tokens, cache_read=read, cache_creation=creation)
+        cost = call_cost(self.ctx, self.ctx.provider_name, self.ctx.model, call)
+        if cost is not None:
+            self.cost = (self.cost or 0.0) + cost
 
     async def _call_model(self, command: CallModel) -> Event:
         with tracing.model_span(self.codec.api, self.ctx.model) as span:
@@ -211,12 +225,23 @@ class _Driver:
 
     async def _call_model_once(self, command: CallModel) -> Event:
         started = time.perf_counter()
-        try:
-            reply = await self.state.upstream.post_json(
-                self.ctx.target(), command.body, timeout_s=command.timeout_s
+        upstream = self.state.upstream
+
+        def send(target: UpstreamTarget, model: str | None) -> Awaitable[Response]:
+            body = command.body if model is None else {**command.body, "model": model}
+            return upstream.send(
+                target,
+                orjson.dumps(body),
+                timeout_s=command.timeout_s,
+                max_body_bytes=upstream.max_response_bytes,
             )
+
+        try:
+            reply = await read_whole(await open_upstream(self.ctx, send), self.ctx.provider_name)
         except UpstreamError as exc:
             return ModelFailed(exc.kind, exc.message)
+        except ApiError as err:  # every key rests
+            return ModelFailed("status", err.message, err.status, err.headers.get("retry-after"))
         finally:
             self.state.metrics.observe_upstream(
                 self.ctx.provider_name, time.perf_counter() - started
@@ -250,8 +275,7 @@ class _Driver:
         with tracing.model_span(self.codec.api, self.ctx.model) as span:
             try:
                 event = await call_model_streaming(
-                    self.state.upstream,
-                    self.ctx.target(),
+                    self.ctx,
                     self.codec,
                     self.engine.conversation,
                     command.body,
@@ -421,6 +445,7 @@ class _Driver:
                 usage=usage,
                 tool_trace=_tool_trace(engine),
                 extra=self._resume_record(),
+                cost=self.cost,
             )
         except Exception:
             log.exception("audit of mediated request %s failed", self.ctx.request_id)
