@@ -15,7 +15,7 @@ from clawpod.compiler.governance_spec import (
 )
 from clawpod.compiler.grants import GrantItem
 from clawpod.compiler.policy import PolicySpec
-from clawpod.compiler.providers import ModelEntry, ProviderSpec, RouteEntry
+from clawpod.compiler.providers import ModelEntry, ProviderSpec, RouteTargetSpec
 from clawpod.sidecar.manifest import Mode, OnMixed, ToolInjection
 
 AGENT_ID = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
@@ -59,7 +59,7 @@ class PodClaw(_Spec):
     providers: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+$")], ProviderSpec] | None = (
         Field(default=None, min_length=1, description="default: openai and anthropic")
     )
-    routes: dict[ModelEntry, Annotated[list[RouteEntry], Field(min_length=1)]] | None = Field(
+    routes: dict[ModelEntry, Annotated[list[RouteTargetSpec], Field(min_length=1)]] | None = Field(
         default=None,
         description="model glob -> ordered fallback targets (a provider, or {provider, model}); "
         "first matching glob wins (SPEC §14)",

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, StringConstraints, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from clawpod.compiler.descriptor import ENV_NAME
 from clawpod.sidecar.manifest import Price, Provider, RouteTarget
@@ -103,21 +111,21 @@ class ProviderSpec(BaseModel):
 
 
 class RouteTargetSpec(BaseModel):
-    """A fallback target that knows the model by its own id."""
+    """A fallback target: a provider's name, or ``{provider, model}`` for a provider that
+    knows the model by its own id."""
 
     model_config = ConfigDict(extra="forbid")
 
     provider: str = Field(min_length=1)
     model: ModelEntry | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _from_name(cls, value: object) -> object:
+        return {"provider": value} if isinstance(value, str) else value
 
-RouteEntry = str | RouteTargetSpec
-
-
-def route_target(entry: RouteEntry) -> RouteTarget:
-    if isinstance(entry, str):
-        return RouteTarget(provider=entry)
-    return RouteTarget(provider=entry.provider, model=entry.model)
+    def to_target(self) -> RouteTarget:
+        return RouteTarget(provider=self.provider, model=self.model)
 
 
 DEFAULT_PROVIDERS = {

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from clawpod.compiler.pod_reader import PodReader
-from clawpod.compiler.providers import RouteEntry, brackets_balanced, route_target
+from clawpod.compiler.providers import RouteTargetSpec, brackets_balanced
 from clawpod.sidecar.manifest import Provider, RouteTarget, is_model_glob
 
 
 def pod_routes(
     reader: PodReader,
-    declared: dict[str, list[RouteEntry]] | None,
+    declared: dict[str, list[RouteTargetSpec]] | None,
     providers: dict[str, Provider],
 ) -> dict[str, list[RouteTarget]]:
     """The pod's fallback routes: every target a provider of the pod, all of one API (a route
@@ -19,7 +19,7 @@ def pod_routes(
         where = ("x-claw", "routes", glob)
         if not brackets_balanced(glob):
             raise reader.fail(f"route {glob!r}: unbalanced '[' ']' in a glob", where)
-        targets = [route_target(entry) for entry in entries]
+        targets = [entry.to_target() for entry in entries]
         for index, target in enumerate(targets):
             if target.provider not in providers:
                 known = ", ".join(providers)
