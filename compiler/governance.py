@@ -160,7 +160,7 @@ def resolve_governance(
         rules=rules,
         approvals=_approvals(reader, claw, everything),
         budgets=tokens,
-        usd_budgets=usd,
+        usd_budgets=usd or None,
     )
 
 

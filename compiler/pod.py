@@ -41,7 +41,7 @@ class CompiledPod:
     warnings: list[str] = field(default_factory=list)  # located, one line each
     principals: dict[str, PrincipalSpec] = field(default_factory=dict)
     governance: Governance | None = None
-    routes: dict[str, list[RouteTarget]] = field(default_factory=dict)
+    routes: dict[str, list[RouteTarget]] | None = None
 
     @property
     def directory(self) -> Path:
@@ -147,5 +147,5 @@ def compile_pod(path: Path | str) -> CompiledPod:
         warnings=reader.warnings,
         principals=principals,
         governance=governance,
-        routes=routes,
+        routes=routes or None,
     )

@@ -106,7 +106,7 @@ class ProviderSpec(BaseModel):
             models=self.models,
             timeout_ms=self.timeout_ms,
             first_byte_timeout_ms=self.first_byte_timeout_ms,
-            prices={glob: price.to_price() for glob, price in self.prices.items()},
+            prices={glob: p.to_price() for glob, p in self.prices.items()} or None,
         )
 
 

@@ -179,8 +179,10 @@ class Provider(_Model):
     first_byte_timeout_ms: int | None = Field(
         default=None, gt=0, description="no first byte in time: the route's next target (§14)"
     )
-    prices: dict[str, Price] = Field(
-        default_factory=dict, description="model glob -> price, before the built-in table"
+    # None, not {}, when unset (likewise routes, usd_budgets): a build that uses none of SPEC
+    # §14 stays loadable by a sidecar that predates it.
+    prices: dict[str, Price] | None = Field(
+        default=None, description="model glob -> price, before the built-in table"
     )
 
     @property
@@ -248,8 +250,8 @@ class Governance(_Model):
     budgets: dict[str, int] = Field(
         default_factory=dict, description="agent or '*' -> tokens per UTC day"
     )
-    usd_budgets: dict[str, float] = Field(
-        default_factory=dict, description="agent or '*' -> USD per UTC day (SPEC §14)"
+    usd_budgets: dict[str, float] | None = Field(
+        default=None, description="agent or '*' -> USD per UTC day (SPEC §14)"
     )
 
 
@@ -272,8 +274,8 @@ class SidecarConfig(_Model):
     version: Literal[1] = MANIFEST_VERSION
     pod: str
     providers: dict[str, Provider]
-    routes: dict[str, list[RouteTarget]] = Field(
-        default_factory=dict,
+    routes: dict[str, list[RouteTarget]] | None = Field(
+        default=None,
         description="model glob -> ordered fallback targets; first matching glob wins (§14)",
     )
     agents: list[str]

@@ -56,7 +56,8 @@ class TokenBudgets:
     ) -> None:
         agents = list(agents)
         self.limits = _limits_of(governance.budgets if governance else {}, agents)
-        self.usd_limits = _limits_of(governance.usd_budgets if governance else {}, agents)
+        usd_budgets = governance.usd_budgets if governance else None
+        self.usd_limits = _limits_of(usd_budgets or {}, agents)
         self._path = Path(state_dir) / "budgets.json"
         self._today = today
         self._day = today()

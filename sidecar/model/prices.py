@@ -52,11 +52,11 @@ BUILT_IN_PRICES: dict[str, Price] = {
 }
 
 
-def price_of(model: str | None, overrides: Mapping[str, Price]) -> Price | None:
+def price_of(model: str | None, overrides: Mapping[str, Price] | None) -> Price | None:
     """The provider's own price for ``model`` (pod file), else the built-in one, else None."""
     if not model:
         return None
-    for table in (overrides, BUILT_IN_PRICES):
+    for table in (overrides or {}, BUILT_IN_PRICES):
         for glob, price in table.items():
             if fnmatchcase(model, glob):
                 return price

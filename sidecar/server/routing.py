@@ -30,7 +30,7 @@ class ModelRouter:
             "openai": [],
             "anthropic": [],
         }
-        for glob, targets in config.routes.items():
+        for glob, targets in (config.routes or {}).items():
             api = config.providers[targets[0].provider].api
             self._routes[api].append((glob, [(t.provider, t.model) for t in targets]))
         self._cache: dict[tuple[str, str], list[Target]] = {}
