@@ -12,23 +12,31 @@ visible this way where two separate bench runs differ by ±30 %.
 from __future__ import annotations
 
 import argparse
+import secrets
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from bench.processes import free_port
 from bench.run import PROVIDER_KEYS, REPO, Bench, Settings, Target, sidecar_command
+from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
 
 WORKLOADS = ("openai_json", "anthropic_json", "openai_sse", "mediated_r1", "mediated_r3")
 
 
 def start_sidecar(bench: Bench, label: str, tree: Path, agent: str) -> Target:
     token = bench.tokens[agent]
+    # The tree is the `clawpod` package itself: a directory holding a `clawpod` link to it
+    # comes first on the path, before the editable install of this tree.
+    path = bench.workdir / f"path-{label}"
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "clawpod").symlink_to(tree, target_is_directory=True)
     server = bench._start(
         f"sidecar-{label}",
-        sidecar_command(bench.workdir / "build", bench.workdir / f"state-{label}"),
-        env={**PROVIDER_KEYS, "PYTHONPATH": str(tree)},
+        sidecar_command(bench.workdir / "build", bench.workdir / f"state-{label}", free_port()),
+        env={**PROVIDER_KEYS, AUDIT_KEY_ENV: secrets.token_hex(32), "PYTHONPATH": str(path)},
         cwd=tree,
     )
     headers = {"Authorization": f"Bearer {token}"}

@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from fnmatch import fnmatchcase
 
-from clawpod.sidecar.manifest import Price
+from clawpod.sidecar.manifest import Price, Provider
 
 TOKENS_PER_PRICE_UNIT = 1_000_000
+_CACHE_LIMIT = 4096
 
 
 def _price(input: float, cached: float, output: float, cache_write: float | None = None) -> Price:
@@ -61,6 +62,24 @@ def price_of(model: str | None, overrides: Mapping[str, Price] | None) -> Price 
             if fnmatchcase(model, glob):
                 return price
     return None
+
+
+class PriceBook:
+    """The pod's providers' prices, each (provider, model) looked up once: a request's cost
+    must not cost a scan of the table."""
+
+    def __init__(self, providers: Mapping[str, Provider]) -> None:
+        self._overrides = {name: provider.prices for name, provider in providers.items()}
+        self._cache: dict[tuple[str, str | None], Price | None] = {}
+
+    def price(self, provider: str, model: str | None) -> Price | None:
+        key = (provider, model)
+        if key in self._cache:
+            return self._cache[key]
+        if len(self._cache) >= _CACHE_LIMIT:
+            self._cache.clear()
+        found = self._cache[key] = price_of(model, self._overrides.get(provider))
+        return found
 
 
 def cost_usd(

@@ -60,6 +60,7 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self._tool_children: dict[tuple[str, str], tuple[Any, Any]] = {}
+        self._cost_children: dict[tuple[str, str], Any] = {}
         r = self.registry
         self.requests: collections.Counter[tuple[str, str, str]] = collections.Counter()
         self.inflight: collections.Counter[str] = collections.Counter()
@@ -172,7 +173,12 @@ class Metrics:
         self.failovers.labels(provider=provider, outcome=outcome).inc()
 
     def count_cost(self, agent: str, provider: str, usd: float) -> None:
-        self.cost_usd.labels(agent=agent, provider=provider).inc(usd)
+        child = self._cost_children.get((agent, provider))
+        if child is None:  # labels() costs more than the increment: once per pair
+            child = self._cost_children[agent, provider] = self.cost_usd.labels(
+                agent=agent, provider=provider
+            )
+        child.inc(usd)
 
     def count_request(self, agent: str, route: str, status: int) -> None:
         self.requests[agent, route, str(status)] += 1

@@ -7,7 +7,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from clawpod.sidecar.audit.records import request_record, usage_record
-from clawpod.sidecar.model.prices import cost_usd, price_of
+from clawpod.sidecar.model.prices import cost_usd
 from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.observability.logs import log_request, rfc3339_now
 from clawpod.sidecar.server.budget_gate import spend_budget
@@ -92,7 +92,9 @@ def call_cost(
     call spent nothing or its price is unknown."""
     if provider_name is None or not (usage.get("input_tokens") or usage.get("output_tokens")):
         return None
-    provider = ctx.state.config.providers[provider_name]
-    price = price_of(model, provider.prices)
+    price = ctx.state.prices.price(provider_name, model)
+    if price is None:
+        return None
     # OpenAI counts cached input inside input_tokens; Anthropic beside it.
-    return cost_usd(price, usage, input_includes_cached=provider.api != "anthropic")
+    api = ctx.state.config.providers[provider_name].api
+    return cost_usd(price, usage, input_includes_cached=api != "anthropic")

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from clawpod.sidecar.execution.budgets import seconds_to_next_day
 from clawpod.sidecar.model.errors import ApiError
-from clawpod.sidecar.model.prices import TOKENS_PER_PRICE_UNIT, price_of
+from clawpod.sidecar.model.prices import TOKENS_PER_PRICE_UNIT
 from clawpod.sidecar.server.key_pool import retry_after_header
 
 if TYPE_CHECKING:
@@ -65,8 +65,8 @@ def admit(ctx: RequestContext, body: dict[str, Any]) -> ApiError | None:
     input_tokens, output_tokens = estimate_tokens(ctx.request_bytes, body)
     usd = 0.0
     if ctx.targets:
-        _, provider, model = ctx.targets[0]
-        price = price_of(model, provider.prices)
+        name, _, model = ctx.targets[0]
+        price = ctx.state.prices.price(name, model)
         if price is not None:
             usd = (input_tokens * price.input + output_tokens * price.output) / (
                 TOKENS_PER_PRICE_UNIT

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from clawpod.sidecar.mcp.endpoint import McpEndpoint
     from clawpod.sidecar.mediation.continuity import ContinuityStore
     from clawpod.sidecar.mediation.journal import RequestJournal
+    from clawpod.sidecar.model.prices import PriceBook
     from clawpod.sidecar.observability.metrics import Metrics
     from clawpod.sidecar.server.auth import TokenVerifier
     from clawpod.sidecar.server.routing import ModelRouter
@@ -49,6 +50,7 @@ class SidecarState:
     operator_token: str | None  # CLAW_OPERATOR_TOKEN: the operator API is closed without it
     drift: DriftChecker  # pins of MCP backends' tool definitions (§11.2)
     journal: RequestJournal  # mediated requests' progress, for resuming a retry (contract §8.2)
+    prices: PriceBook  # USD per million tokens of each provider's models (SPEC §14)
 
 
 STATE_KEY: web.AppKey[SidecarState] = web.AppKey("claw_state", SidecarState)

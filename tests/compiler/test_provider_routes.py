@@ -4,6 +4,9 @@ agents and in the sidecar's environment."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -105,3 +108,11 @@ def test_a_provider_without_models_must_be_a_route_target(pod_dir: PodDir) -> No
 def test_a_bad_budget_is_a_compile_error(pod_dir: PodDir, budget: str, reason: str) -> None:
     error = pod_dir.error(f"x-claw:\n  budgets: {{bot: {budget}}}\n" + AGENT)
     assert reason in error.reason
+
+
+def test_every_example_of_the_providers_doc_compiles(pod_dir: PodDir) -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "providers.md").read_text()
+    examples = re.findall(r"```yaml\n(.*?)```", doc, re.S)
+    assert len(examples) == 3
+    for example in examples:
+        assert pod_dir.compile(example + AGENT).providers
