@@ -60,7 +60,7 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self._tool_children: dict[tuple[str, str], tuple[Any, Any]] = {}
-        self._cost_children: dict[tuple[str, str], Any] = {}
+        self.cost_usd: collections.Counter[tuple[str, str]] = collections.Counter()
         r = self.registry
         self.requests: collections.Counter[tuple[str, str, str]] = collections.Counter()
         self.inflight: collections.Counter[str] = collections.Counter()
@@ -108,12 +108,6 @@ class Metrics:
             "claw_budget_usd",
             "USD counted against a daily budget",
             ["agent"],
-            registry=r,
-        )
-        self.cost_usd = Counter(
-            "claw_cost_usd",
-            "What model calls cost in USD at the pod's prices (SPEC §14)",
-            ["agent", "provider"],
             registry=r,
         )
         self.key_events = Counter(
@@ -173,12 +167,7 @@ class Metrics:
         self.failovers.labels(provider=provider, outcome=outcome).inc()
 
     def count_cost(self, agent: str, provider: str, usd: float) -> None:
-        child = self._cost_children.get((agent, provider))
-        if child is None:  # labels() costs more than the increment: once per pair
-            child = self._cost_children[agent, provider] = self.cost_usd.labels(
-                agent=agent, provider=provider
-            )
-        child.inc(usd)
+        self.cost_usd[agent, provider] += usd
 
     def count_request(self, agent: str, route: str, status: int) -> None:
         self.requests[agent, route, str(status)] += 1
@@ -233,7 +222,14 @@ class _RequestPathCollector(Collector):
         )
         for provider, latencies in sorted(metrics.upstream_latency.items()):
             latency.add_metric([provider], latencies.buckets(), latencies.total)
-        yield from (requests, inflight, connections, latency)
+        cost = CounterMetricFamily(
+            "claw_cost_usd",
+            "What model calls cost in USD at the pod's prices (SPEC §14)",
+            labels=["agent", "provider"],
+        )
+        for labels, usd in sorted(metrics.cost_usd.items()):
+            cost.add_metric(labels, usd)
+        yield from (requests, inflight, connections, latency, cost)
 
 
 class _Latencies:

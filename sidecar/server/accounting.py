@@ -75,7 +75,7 @@ async def record_request(
     )
     if cost is not None:
         entry["cost_usd"] = round(cost, 9)
-    if _attempts_worth_naming(ctx):
+    if ctx.attempts:  # recorded when there was a choice: a route, a key pool (failover.py)
         entry["providers"] = ctx.attempts
     entry |= extra or {}
     try:
@@ -83,16 +83,6 @@ async def record_request(
     except Exception:
         # The client already has its answer; losing the record must be loud, not fatal.
         log.exception("audit append failed for request %s of agent %s", ctx.request_id, agent_id)
-
-
-def _attempts_worth_naming(ctx: RequestContext) -> bool:
-    """A failover or a key pool: who answered, with which key. One provider with one key is
-    the record's ``provider`` already (and the list would cost every request its bounds walk)."""
-    attempts = ctx.attempts
-    if len(attempts) != 1:
-        return bool(attempts)
-    provider = attempts[0]["provider"]
-    return provider is not None and ctx.state.upstream.pools[provider].pooled
 
 
 def call_cost(

@@ -89,10 +89,10 @@ def release(ctx: RequestContext) -> None:
 def spend_budget(
     state: SidecarState, agent: str, usage: dict[str, int], cost: float | None
 ) -> None:
-    tokens = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
     budgets = state.budgets
     if not budgets.governs(agent):
         return
+    tokens = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
     usd = cost or 0.0
     budgets.spend(agent, tokens, usd)
     if tokens > 0 and agent in budgets.limits:

@@ -64,22 +64,17 @@ class FirstChunk:
 async def open_upstream(ctx: RequestContext, send: Send) -> Response:
     """The first usable answer among the request's targets; sets ``ctx.provider_name`` and
     ``ctx.model`` to the target that gave it. Raises ``UpstreamError`` when the last target
-    could not be reached, ``ApiError`` 429 when every key rests."""
+    could not be reached, ``ApiError`` 429 when every key rests. Attempts are recorded in
+    ``ctx.attempts`` when there was a choice (a route, a key pool, a first-byte bound)."""
     targets = ctx.targets
     upstream = ctx.state.upstream
     if len(targets) == 1:
         name, provider, model = targets[0]
         pool = upstream.pools[name]
         if not pool.pooled and provider.first_byte_timeout_ms is None:
-            # One provider, one key, no first-byte bound: the plain pass-through path.
-            target = _target(ctx, name, None)
-            try:
-                response = await send(target, model)
-            except UpstreamError as exc:
-                ctx.attempts.append(_attempt(name, pool.keys[0].label, exc.kind))
-                raise
-            ctx.attempts.append(_attempt(name, pool.keys[0].label, _status_outcome(response)))
-            return response
+            # One provider, one key, no first-byte bound: the plain path, and nothing to record
+            # that the audit record's ``provider`` does not say.
+            return await send(_target(ctx, name, None), model)
     return await _walk(ctx, send)
 
 
