@@ -54,7 +54,13 @@ class ProviderPod:
     service: ToolService
     tokens: dict[str, str]
     state_dir: Path
+    build_root: Path
+    env: dict[str, str]
     clients: list[Any] = field(default_factory=list)
+
+    async def restart(self) -> None:
+        await self.sidecar.close()
+        self.sidecar = await start_sidecar(self.build_root, self.state_dir, env=self.env)
 
     def openai(self, agent: str = "analyst", **kwargs: Any) -> openai.AsyncOpenAI:
         kwargs.setdefault("max_retries", 0)
@@ -179,7 +185,7 @@ async def make_pod(
         env = {**KEYS, "TRADING_TOKEN": TRADING_TOKEN, "CLAW_SSE_KEEPALIVE_MS": "100"}
         state_dir = tmp_path / f"state{len(pods)}"
         sidecar = await start_sidecar(root, state_dir, env=env)
-        pod = ProviderPod(sidecar, upstreams, service, tokens, state_dir)
+        pod = ProviderPod(sidecar, upstreams, service, tokens, state_dir, root, env)
         pods.append(pod)
         return pod
 

@@ -145,3 +145,16 @@ async def test_anthropic_keys_resting_answer_in_anthropics_shape(make_pod: PodMa
         await pod.anthropic().messages.create(model="claude-haiku-4-5", max_tokens=8, messages=ASK)
     assert raised.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
     assert raised.value.response.headers["retry-after"] == "60"
+
+
+async def test_a_refused_key_comes_back_after_a_restart(make_pod: PodMaker) -> None:
+    pod = await make_pod(routes={})
+    refused = Reply.error("openai", 401, "bad key", "invalid_request_error")
+    pod.upstreams.primary.enqueue("openai", refused, Reply.json(openai_completion()))
+    await pod.openai().chat.completions.create(model="gpt-4o", messages=ASK)
+    await pod.restart()  # the operator replaced the key
+    pod.upstreams.primary.enqueue("openai", *[Reply.json(openai_completion())] * 2)
+    client = pod.openai()
+    for _ in range(2):
+        await client.chat.completions.create(model="gpt-4o", messages=ASK)
+    assert set(_keys_sent(pod, "openai")[-2:]) == {KEYS["OPENAI_KEY_A"], KEYS["OPENAI_KEY_B"]}
