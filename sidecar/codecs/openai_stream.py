@@ -161,13 +161,20 @@ class UsageChunkStripper:
         self._pending = b""
 
     def feed(self, chunk: bytes) -> bytes:
-        data = self._pending + chunk if self._pending else chunk
-        cut = max(_end_after(data, b"\n\n"), _end_after(data, b"\r\n\r\n"))
-        if cut <= 0:
-            self._pending = data if len(data) <= _MAX_PENDING_EVENT else b""
-            return b"" if self._pending else data
-        complete, self._pending = data[:cut], data[cut:]
-        if b'"usage"' not in complete:
+        if not self._pending and chunk.endswith(b"\n\n"):
+            complete = chunk  # the common case: whole events per chunk
+        else:
+            data = self._pending + chunk
+            cut = max(_end_after(data, b"\n\n"), _end_after(data, b"\r\n\r\n"))
+            if cut <= 0:
+                self._pending = data if len(data) <= _MAX_PENDING_EVENT else b""
+                return b"" if self._pending else data
+            complete, self._pending = data[:cut], data[cut:]
+        # Asked for usage, OpenAI writes "usage": null into every chunk: look for the one
+        # chunk without choices instead.
+        if b"[]" not in complete or (
+            b'"choices":[]' not in complete and b'"choices": []' not in complete
+        ):
             return complete
         return b"".join(e for e in _EVENT.findall(complete) if not _usage_only(e))
 
