@@ -137,3 +137,47 @@ async def test_a_model_outside_every_route_goes_to_its_provider_alone(make_pod: 
     with pytest.raises(openai.InternalServerError):
         await pod.openai().chat.completions.create(model="gpt-5", messages=ASK)
     assert pod.upstreams.secondary.received == []
+
+
+async def test_an_anthropic_stream_cut_after_bytes_reached_the_client_is_not_failed_over(
+    make_pod: PodMaker,
+) -> None:
+    pod = await make_pod()
+    events = messages_stream_events("partial answer")
+    pod.upstreams.primary.enqueue("anthropic", Reply.sse([*events[:3], RESET]))
+    pod.upstreams.secondary.enqueue("anthropic", _answer("anthropic", True, "must not be asked"))
+    with pytest.raises(anthropic.APIError):
+        async with pod.anthropic().messages.stream(
+            model="claude-haiku-4-5", max_tokens=64, messages=ASK
+        ) as stream:
+            await stream.get_final_text()
+    assert pod.upstreams.secondary.received == []
+
+
+@pytest.mark.parametrize("status", [500, 503])
+async def test_a_responses_request_fails_over_too(make_pod: PodMaker, status: int) -> None:
+    pod = await make_pod()
+    pod.upstreams.primary.enqueue("responses", Reply.error("openai", status, "down"))
+    answer = {
+        "id": "resp_1",
+        "object": "response",
+        "created_at": 1,
+        "status": "completed",
+        "model": "gpt-4o-east",
+        "output": [
+            {
+                "type": "message",
+                "id": "msg_1",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": "hello", "annotations": []}],
+            }
+        ],
+        "usage": {"input_tokens": 5, "output_tokens": 1, "total_tokens": 6},
+    }
+    pod.upstreams.secondary.enqueue("responses", Reply.json(answer))
+    response = await pod.openai().responses.create(model="gpt-4o", input="hi")
+    assert response.output_text == "hello"
+    assert pod.upstreams.secondary.requests_to("responses")[-1].json["model"] == "gpt-4o-east"
+    (record,) = await pod.audit()
+    assert [a["outcome"] for a in record["providers"]] == [f"http_{status}", "ok"]
