@@ -7,6 +7,7 @@ import asyncio
 import datetime
 
 import openai
+import orjson
 import pytest
 
 from clawpod.sidecar.manifest import Governance
@@ -92,22 +93,30 @@ async def test_a_server_that_never_reports_usage_is_charged_an_estimate(
 
 async def test_parallel_requests_cannot_spend_past_the_budget(make_pod: PodMaker) -> None:
     pod = await make_pod(routes={}, governance=_budget(1_000))
-    answer = Reply.json(openai_completion(prompt_tokens=500, completion_tokens=300), delay=0.3)
-    pod.upstreams.primary.always("openai", answer)
+    # Every answer waits at the upstream until the test opens the gate: all ten requests are
+    # in flight together, whatever the machine's load.
+    gate = asyncio.Event()
+    completion = orjson.dumps(openai_completion(prompt_tokens=500, completion_tokens=300))
+    pod.upstreams.primary.always("openai", Reply(chunks=[gate, completion]))
     client = pod.openai()
     prompt = [{"role": "user", "content": "y" * 2000}]
-    results = await asyncio.gather(
-        *(
+    tasks = [
+        asyncio.create_task(
             client.chat.completions.create(model="gpt-4o", messages=prompt, max_tokens=300)
-            for _ in range(10)
-        ),
-        return_exceptions=True,
-    )
+        )
+        for _ in range(10)
+    ]
+    for _ in range(300):  # the refused ones answer at once; give the rest 3 s to arrive
+        if sum(task.done() for task in tasks) >= 9:
+            break
+        await asyncio.sleep(0.01)
+    gate.set()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
     records = await pod.audit(10)
     spent = sum(r["usage"]["input_tokens"] + r["usage"]["output_tokens"] for r in records)
     assert spent <= 1_000  # before the fix: 8,000
     refused = [r for r in results if isinstance(r, openai.RateLimitError)]
-    assert len(refused) == 10 - len(pod.upstreams.primary.requests_to("openai"))
+    assert len(refused) == 10 - len(pod.upstreams.primary.requests_to("openai")) == 9
 
 
 async def test_background_responses_are_refused_under_a_budget(make_pod: PodMaker) -> None:
