@@ -44,6 +44,7 @@ from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.server.accounting import call_cost, record_request
+from clawpod.sidecar.server.budget_gate import BYTES_PER_TOKEN
 from clawpod.sidecar.server.errors import FINAL_HEADERS, JSON_HEADERS
 from clawpod.sidecar.server.exchange import Exchange
 from clawpod.sidecar.server.failover import open_upstream
@@ -119,6 +120,7 @@ class _Driver:
         self.http_status = 200
         self.error_code: str | None = None
         self.cost: float | None = None  # USD of the model calls answered so far
+        self.estimated = (0, 0)  # input, output tokens of calls whose provider counted none
 
     async def run(self) -> None:
         steps = self.engine.run()
@@ -199,14 +201,21 @@ class _Driver:
             event = await self._keeping_alive(self._call_model(command))
         if isinstance(event, ModelReplied):
             self.attempt.model_replied(event.body)
-            self._charge(event.body)
+            self._charge(command.body, event.body)
         return event
 
-    def _charge(self, reply: dict[str, Any]) -> None:
-        """One model call's cost at the price of the provider that answered it."""
+    def _charge(self, request: dict[str, Any], reply: dict[str, Any]) -> None:
+        """One model call's cost at the price of the provider that answered it; a provider
+        that reported no usage is charged an estimate (#32), kept for the audit record."""
         usage = reply.get("usage")
         read, creation = self.codec.cache_counts(usage)
         tokens = self.codec.usage_counts(usage)
+        if not any(tokens):
+            tokens = (
+                len(orjson.dumps(request)) // BYTES_PER_TOKEN,
+                len(orjson.dumps(reply)) // BYTES_PER_TOKEN,
+            )
+            self.estimated = (self.estimated[0] + tokens[0], self.estimated[1] + tokens[1])
         call = usage_record(*tokens, cache_read=read, cache_creation=creation)
         cost = call_cost(self.ctx, self.ctx.provider_name, self.ctx.model, call)
         if cost is not None:
@@ -431,12 +440,14 @@ class _Driver:
             metrics.count_tool_call(label, answered.outcome)
         cache_read, cache_creation = self.codec.cache_counts(engine.usage.fields)
         usage = usage_record(
-            engine.usage.input_tokens,
-            engine.usage.output_tokens,
+            engine.usage.input_tokens + self.estimated[0],
+            engine.usage.output_tokens + self.estimated[1],
             engine.executed_rounds,
             cache_read=cache_read,
             cache_creation=cache_creation,
         )
+        if any(self.estimated):
+            usage["estimated"] = True
         try:
             await record_request(
                 self.ctx,

@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from clawpod.sidecar.manifest import Governance
+from tests.mediation.scripted import oa_calls, oa_text
 from tests.providers.conftest import PodMaker
 from tests.providers.streams import chat_stream_events
 from tests.support.upstream import Reply, openai_completion
@@ -142,3 +143,25 @@ async def test_a_spent_budget_tells_sdks_not_to_retry_before_tomorrow(make_pod: 
     )
     assert abs(int(headers["retry-after"]) - (midnight - now).total_seconds()) <= 5
     assert 'claw_budget_refusals_total{agent="analyst"} 1.0' in await pod.metrics()  # no retry
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_a_mediated_request_to_a_server_without_usage_is_charged_an_estimate(
+    make_pod: PodMaker, stream: bool
+) -> None:
+    pod = await make_pod(routes={}, mode="mediated", governance=_budget(100_000))
+    calls = oa_calls(("t1", "desk_quote", {"symbol": "AAPL"}))
+    answer = oa_text("AAPL is at 100.")
+    for reply in (calls, answer):
+        del reply["usage"]
+        pod.upstreams.primary.enqueue("openai", Reply.json(reply))
+    client = pod.openai()
+    if stream:
+        chunks = await client.chat.completions.create(model="gpt-4o", messages=ASK, stream=True)
+        _ = [chunk async for chunk in chunks]
+    else:
+        await client.chat.completions.create(model="gpt-4o", messages=ASK)
+    (record,) = await pod.audit()
+    assert record["usage"]["estimated"] is True
+    assert record["usage"]["input_tokens"] > 0 and record["usage"]["output_tokens"] > 0
+    assert record["cost_usd"] > 0
