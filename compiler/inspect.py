@@ -14,6 +14,7 @@ from clawpod.sidecar.manifest import (
     Build,
     BuildError,
     ManagedTool,
+    RouteTarget,
     load_build,
 )
 
@@ -90,6 +91,15 @@ def _agent_lines(agent_build: AgentBuild, quarantined: dict[str, str]) -> list[s
     return [*lines, f"  tools    {len(tools.tools)}", *_table(rows, "    "), ""]
 
 
+def _route_lines(routes: dict[str, list[RouteTarget]]) -> list[str]:
+    """One line per fallback route: its glob and its targets in order."""
+    return [
+        f"route {glob}: "
+        + " > ".join(t.provider + (f" ({t.model})" if t.model else "") for t in targets)
+        for glob, targets in routes.items()
+    ]
+
+
 def render(
     build: Build, agent: str | None = None, quarantined: dict[str, str] | None = None
 ) -> str:
@@ -102,6 +112,7 @@ def render(
         f"pod {config.pod}: {len(config.agents)} agent(s); sidecar on "
         f"{config.listen.host}:{config.listen.port}, state in {config.state_dir}",
         f"providers: {providers}",
+        *_route_lines(config.routes or {}),
         "",
     ]
     for agent_id in config.agents:

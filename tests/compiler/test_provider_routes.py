@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from clawpod.compiler.build import write_build
+from clawpod.compiler.inspect import render
 from clawpod.sidecar.manifest import Price, RouteTarget, load_build
 from tests.compiler.conftest import PodDir
 
@@ -55,6 +56,9 @@ def test_the_spec_example_compiles_into_the_build(pod_dir: PodDir) -> None:
     compose = yaml.safe_load((out / "compose.yml").read_text())
     sidecar_env = compose["services"]["claw-sidecar"]["environment"]
     assert {"OPENAI_KEY_A", "OPENAI_KEY_B", "AZURE_KEY"} <= set(sidecar_env)
+    shown = render(load_build(out))
+    assert "key $OPENAI_KEY_A $OPENAI_KEY_B" in shown
+    assert "route gpt-4o*: openai > azure-east (gpt-4o-2024-11-20)" in shown
 
 
 def test_an_agent_holding_a_pooled_key_is_refused(pod_dir: PodDir) -> None:
