@@ -39,3 +39,11 @@ def test_a_held_estimate_keeps_parallel_requests_out_until_released(tmp_path: Pa
 def test_an_unreadable_store_counts_from_zero(tmp_path: Path) -> None:
     (tmp_path / "budgets.json").write_text("{not json")
     assert _budgets(tmp_path, ["2026-11-25"]).admit("a", 1, 0.0)
+
+
+def test_one_agents_running_requests_hold_nothing_of_anothers(tmp_path: Path) -> None:
+    budgets = _budgets(tmp_path, ["2026-11-25"])
+    assert budgets.admit("a", 900, 0.9)
+    assert budgets.admit("b", 900, 0.0)  # b's budget is its own
+    budgets.spend("a", 1000, 0.0)
+    assert budgets.admit("b", 10, 0.0) is False  # b still holds 900: 10 more does not fit

@@ -3,6 +3,7 @@ never run again (SPEC §14); the service's requests are counted."""
 
 from __future__ import annotations
 
+import openai
 import pytest
 
 from tests.mediation.scripted import an_calls, an_text, oa_calls, oa_text
@@ -63,3 +64,20 @@ async def test_a_failover_between_tool_rounds_runs_each_tool_once_anthropic(
     assert _trades(pod) == 1
     outcomes = [a["outcome"] for a in (await pod.audit())[0]["providers"]]
     assert outcomes == ["ok", "first_byte_timeout", "ok"]
+
+
+async def test_keys_resting_in_a_mediated_loop_answer_429_with_retry_after(
+    make_pod: PodMaker,
+) -> None:
+    pod = await make_pod(mode="mediated", routes={})
+    primary = pod.upstreams.primary
+    primary.enqueue("openai", Reply.json(oa_calls(("q1", "desk_quote", {"symbol": "AAPL"}))))
+    for _ in range(2):
+        limited = Reply.error("openai", 429, "slow down", "rate_limit_error")
+        limited.headers["retry-after"] = "20"
+        primary.enqueue("openai", limited)
+    with pytest.raises(openai.RateLimitError) as raised:
+        await pod.openai().chat.completions.create(model="gpt-4o", messages=ASK)
+    assert 19 <= int(raised.value.response.headers["retry-after"]) <= 20
+    quotes = [r for r in pod.service.requests if r.path.startswith("/quotes/")]
+    assert len(quotes) == 1
