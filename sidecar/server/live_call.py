@@ -44,7 +44,9 @@ async def call_model_streaming(
     streamed = codec.streaming_request(body)
 
     def send(target: UpstreamTarget, model: str | None) -> Awaitable[Response]:
-        request = streamed if model is None else {**streamed, "model": model}
+        request = streamed
+        if model is not None and model != streamed.get("model"):  # a fallback's own id
+            request = {**streamed, "model": model}
         return upstream.send(
             target,
             orjson.dumps(request),

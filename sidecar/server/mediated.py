@@ -237,7 +237,9 @@ class _Driver:
         upstream = self.state.upstream
 
         def send(target: UpstreamTarget, model: str | None) -> Awaitable[Response]:
-            body = command.body if model is None else {**command.body, "model": model}
+            body = command.body
+            if model is not None and model != body.get("model"):  # a fallback's own id
+                body = {**body, "model": model}
             return upstream.send(
                 target,
                 orjson.dumps(body),
