@@ -319,6 +319,7 @@ def render_build(
     config = SidecarConfig(
         pod=pod.name,
         providers=pod.providers,
+        routes=pod.routes,
         agents=[agent.id for agent in pod.agents],
         listen=Listen(host="0.0.0.0", port=8080),
         admin_listen=AdminListen(host=ADMIN_HOST, port=ADMIN_PORT),

@@ -170,18 +170,49 @@ def is_model_glob(model: str) -> bool:
     return not MODEL_GLOB_CHARACTERS.isdisjoint(model)
 
 
+class Price(_Model):
+    """USD per million tokens of one model (SPEC §14)."""
+
+    input: float = Field(ge=0)
+    cached_input: float = Field(ge=0, description="input read from the provider's prompt cache")
+    output: float = Field(ge=0)
+    cache_write: float | None = Field(
+        default=None, ge=0, description="input written to the prompt cache; default: input"
+    )
+
+
 class Provider(_Model):
     api: Literal["openai", "anthropic"]
     base_url: str
-    key_env: str
+    key_env: str | list[str] = Field(description="one key's variable, or a pool of keys")
     models: list[str] = Field(description="exact model ids and globs")
     timeout_ms: int = Field(default=600000, gt=0)
     """Bound of one model call of a mediated request (contract §8.2); builds without it load."""
+    first_byte_timeout_ms: int | None = Field(
+        default=None, gt=0, description="no first byte in time: the route's next target (§14)"
+    )
+    # None, not {}, when unset (likewise routes, usd_budgets): a build that uses none of SPEC
+    # §14 stays loadable by a sidecar that predates it.
+    prices: dict[str, Price] | None = Field(
+        default=None, description="model glob -> price, before the built-in table"
+    )
+
+    @property
+    def key_envs(self) -> list[str]:
+        """The variables of the provider's keys, in rotation order."""
+        return [self.key_env] if isinstance(self.key_env, str) else list(self.key_env)
 
     @property
     def exact_models(self) -> list[str]:
         """The concrete ids a client may pick from a list (globs name no model)."""
         return [model for model in self.models if not is_model_glob(model)]
+
+
+class RouteTarget(_Model):
+    """One target of a fallback route: a provider, and the model id it knows the model by."""
+
+    provider: str
+    model: str | None = Field(default=None, description="default: the model the client named")
 
 
 class Listen(_Model):
@@ -231,6 +262,9 @@ class Governance(_Model):
     budgets: dict[str, int] = Field(
         default_factory=dict, description="agent or '*' -> tokens per UTC day"
     )
+    usd_budgets: dict[str, float] | None = Field(
+        default=None, description="agent or '*' -> USD per UTC day (SPEC §14)"
+    )
 
 
 class Taint(_Model):
@@ -264,6 +298,10 @@ class SidecarConfig(_Model):
     version: Literal[1] = MANIFEST_VERSION
     pod: str
     providers: dict[str, Provider]
+    routes: dict[str, list[RouteTarget]] | None = Field(
+        default=None,
+        description="model glob -> ordered fallback targets; first matching glob wins (§14)",
+    )
     agents: list[str]
     listen: Listen = Listen()
     state_dir: str = "/var/lib/claw"

@@ -22,6 +22,7 @@ from clawpod.sidecar.manifest import Build
 from clawpod.sidecar.mcp.endpoint import McpEndpoint
 from clawpod.sidecar.mediation.continuity import ContinuityStore
 from clawpod.sidecar.mediation.journal import RequestJournal
+from clawpod.sidecar.model.prices import PriceBook
 from clawpod.sidecar.observability.metrics import Metrics
 from clawpod.sidecar.server.auth import TokenVerifier
 from clawpod.sidecar.server.context import STATE_KEY, SidecarState
@@ -84,6 +85,7 @@ def create_app(
         continuity=ContinuityStore(state_dir, agents=len(build.agents)),  # per-agent quotas
         verifier=TokenVerifier(build),
         router=ModelRouter(config),
+        prices=PriceBook(config.providers),
         mcp=McpEndpoint(
             governed,
             audit,
