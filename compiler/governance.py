@@ -201,7 +201,12 @@ def _approvals(reader: PodReader, claw: PodClaw, targets: dict[str, _RuleTarget]
                     f"'{pattern}' matches no tool granted in this pod",
                     ("x-claw", "approvals", "require", index),
                 )
-    return Approvals(require=spec.require, timeout_ms=spec.timeout_ms, webhook=spec.webhook)
+    return Approvals(
+        require=spec.require,
+        timeout_ms=spec.timeout_ms,
+        webhook=spec.webhook,
+        max_open_per_agent=spec.max_open_per_agent,
+    )
 
 
 def _budgets(

@@ -72,6 +72,21 @@ class OperatorPeer(_Spec):
         return self
 
 
+_Positive = Annotated[int, Strict(), Field(gt=0)]
+
+
+class EdgeSpec(_Spec):
+    """``x-claw.edge``: the sidecar's connection bounds on the agents' port (SPEC §10)."""
+
+    max_connections: _Positive | None = Field(default=None, alias="max-connections")
+    max_connections_per_peer: _Positive | None = Field(
+        default=None, alias="max-connections-per-peer"
+    )
+    head_timeout_ms: _Positive | None = Field(default=None, alias="head-timeout-ms")
+    body_idle_timeout_ms: _Positive | None = Field(default=None, alias="body-idle-timeout-ms")
+    keepalive_timeout_ms: _Positive | None = Field(default=None, alias="keepalive-timeout-ms")
+
+
 class PodClaw(_Spec):
     """Top-level ``x-claw`` of a pod file."""
 
@@ -132,6 +147,8 @@ class PodClaw(_Spec):
     def _off_is_a_word(cls, value: object) -> object:
         # YAML 1.1 (PyYAML) reads a bare `off` as false.
         return "off" if value is False else value
+
+    edge: EdgeSpec | None = None
 
 
 class AgentMarker(_Spec):

@@ -246,10 +246,16 @@ class ToolRule(_Model):
     source: str = Field(description="pod file and line of the rule, for messages")
 
 
+DEFAULT_MAX_OPEN_APPROVALS = 32
+
+
 class Approvals(_Model):
     require: ApprovalRequirement | list[str] = "none"
     timeout_ms: int = Field(default=300000, gt=0)
     webhook: str | None = None
+    max_open_per_agent: int | None = Field(default=None, gt=0)
+    """Approvals one agent may have open (pending or approved, unused); past it, refused.
+    None: ``DEFAULT_MAX_OPEN_APPROVALS`` (and ``sidecar.json`` without the field)."""
 
 
 class Governance(_Model):
@@ -292,6 +298,16 @@ SIDECAR_SERVICE = "claw-sidecar"  # the sidecar's compose service name
 DEFAULT_ALLOWED_HOSTS = (SIDECAR_SERVICE, "localhost", "127.0.0.1", "[::1]")
 
 
+class EdgeConfig(_Model):
+    """The agents' listener's bounds besides ``max_connections`` (``x-claw.edge``, SPEC §10)."""
+
+    max_connections_per_peer: int = Field(default=1024, gt=0)
+    head_timeout_ms: int = Field(default=10000, gt=0)
+    """A new connection's first request head, and every later head from its first byte."""
+    body_idle_timeout_ms: int = Field(default=30000, gt=0)
+    keepalive_timeout_ms: int = Field(default=75000, gt=0)
+
+
 class SidecarConfig(_Model):
     """``sidecar.json``."""
 
@@ -312,6 +328,8 @@ class SidecarConfig(_Model):
     """How long a failed mediated request can be resumed by an identical retry (contract §8.2)."""
     admin_listen: AdminListen = AdminListen()
     max_connections: int = Field(default=4096, gt=0)
+    edge: EdgeConfig | None = None
+    """None: every bound at its default (and ``sidecar.json`` without the block)."""
     allowed_hosts: tuple[str, ...] = DEFAULT_ALLOWED_HOSTS
     taint: Taint | None = None
     """None: no tool of the pod returns untrusted output and none of it applies."""

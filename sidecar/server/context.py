@@ -10,6 +10,7 @@ from aiohttp import web
 
 from clawpod.sidecar.codecs.base import Codec
 from clawpod.sidecar.manifest import AgentBuild, Provider, SidecarConfig
+from clawpod.sidecar.server.body_bounds import BodyBytesInFlight
 from clawpod.sidecar.server.stored_objects import StoredRef
 from clawpod.sidecar.server.upstream import UpstreamTarget
 from clawpod.sidecar.tasks import ShieldedTasks
@@ -56,6 +57,10 @@ class SidecarState:
     objects: StoredObjects  # provider-stored objects (Responses ids) and the agent holding each
     prices: PriceBook  # USD per million tokens of each provider's models (SPEC §14)
     state_lock: StateLock | None = None  # held by a started sidecar (SPEC §13.1); /readyz checks it
+    body_bytes: BodyBytesInFlight = field(init=False)  # each agent's request bodies at once
+
+    def __post_init__(self) -> None:
+        self.body_bytes = BodyBytesInFlight(self.config.max_body_bytes)
 
 
 STATE_KEY: web.AppKey[SidecarState] = web.AppKey("claw_state", SidecarState)

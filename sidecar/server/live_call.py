@@ -63,6 +63,7 @@ async def call_model_streaming(
     provider = ctx.provider_name
     assert provider is not None
     assembler = codec.stream_assembler()
+    end = codec.end_watch()
     try:
         if response.status != 200:
             data = upstream.redact(provider, await response.read())
@@ -80,6 +81,7 @@ async def call_model_streaming(
             await _show_whole(codec, conversation, reply, show)
             return ModelReplied(reply)
         while chunk := await response.read_chunk():
+            end.feed(chunk)
             deltas = assembler.feed(chunk)
             if deltas:
                 await show(assembler.head, deltas)
@@ -90,7 +92,8 @@ async def call_model_streaming(
     except _MALFORMED as exc:
         return ModelFailed("protocol", f"the provider's reply is not valid: {exc}")
     finally:
-        response.release()
+        # A stream without its end marker leaves the connection's state unknown: not pooled.
+        response.release(reuse=end.seen or response.content_type != "text/event-stream")
 
 
 async def _show_whole(

@@ -24,6 +24,7 @@ from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.observability.logs import log_request
 from clawpod.sidecar.server.accounting import record_request
 from clawpod.sidecar.server.auth import AuthError
+from clawpod.sidecar.server.body_bounds import check_shape
 from clawpod.sidecar.server.budget_gate import admit, release
 from clawpod.sidecar.server.context import STATE_KEY, RequestContext, SidecarState
 from clawpod.sidecar.server.counting import with_managed_tools
@@ -104,6 +105,7 @@ async def _llm_request(exchange: Exchange, state: SidecarState, route: LlmRoute)
     started = time.monotonic()
     codec = route.codec
     agent = state.verifier.authenticate(exchange.headers)
+    exchange.authenticated()
     tracing.name_agent(agent.agent.id)
     ctx = RequestContext(
         state=state,
@@ -114,12 +116,26 @@ async def _llm_request(exchange: Exchange, state: SidecarState, route: LlmRoute)
         started=started,
         forward_headers=_forward_headers(exchange.headers, codec),
     )
+    with state.body_bytes.holding(agent.agent.id) as take:
+        await _read_and_serve(exchange, state, route, ctx, take)
+
+
+async def _read_and_serve(
+    exchange: Exchange,
+    state: SidecarState,
+    route: LlmRoute,
+    ctx: RequestContext,
+    take: Callable[[int], None],
+) -> None:
+    codec, agent = ctx.codec, ctx.agent
     inflight = state.metrics.inflight
     inflight[route.path] += 1
     body: dict[str, Any] = {}
     try:
         try:
-            raw = await exchange.read_body(state.config.max_body_bytes)
+            limit = state.config.max_body_bytes
+            raw = await exchange.read_body(limit, take)
+            await check_shape(raw, limit)
             body = _parse_body(raw) if raw or route.upstream is None else {}
             ctx.stream = body.get("stream") is True or _query_streams(exchange.query)
             if route.upstream is not None:
@@ -228,7 +244,7 @@ def _query_streams(query: str) -> bool:
     return "stream=true" in query.split("&")
 
 
-def _parse_body(raw: bytes) -> dict[str, Any]:
+def _parse_body(raw: bytes | bytearray) -> dict[str, Any]:
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

@@ -35,12 +35,16 @@ def upstream_api_error(exc: UpstreamError) -> ApiError:
     return upstream_failure(exc.kind, exc.message)
 
 
-async def pass_through(exchange: Exchange, ctx: RequestContext, raw: bytes | None) -> None:
+async def pass_through(
+    exchange: Exchange, ctx: RequestContext, raw: bytes | bytearray | None
+) -> None:
     with tracing.model_span(ctx.codec.api, ctx.model):
         await _pass_through(exchange, ctx, raw)
 
 
-async def _pass_through(exchange: Exchange, ctx: RequestContext, raw: bytes | None) -> None:
+async def _pass_through(
+    exchange: Exchange, ctx: RequestContext, raw: bytes | bytearray | None
+) -> None:
     sent = time.monotonic()
     client = ctx.state.upstream
 
@@ -109,9 +113,7 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
     stored = StreamedIds(ctx.codec) if ctx.codec.stores_objects else None
     usage = StreamUsage(ctx.codec)
     stripper = UsageChunkStripper() if ctx.strip_usage else None
-    ends = ctx.codec.stream_ends
-    keep = max(map(len, ends))
-    tail = b""  # enough of the last bytes to spot an end marker split across chunks
+    end = ctx.codec.end_watch()
     finished = False
     error_code: str | None = None
     try:
@@ -125,10 +127,10 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
                 break
             if not chunk:
                 if rest := redactor.flush():
-                    finished = finished or any(end in tail[-keep:] + rest for end in ends)
                     await exchange.write(rest if stripper is None else stripper.feed(rest))
                 if stripper is not None:
                     await exchange.write(stripper.flush())
+                finished = end.seen
                 if not finished:
                     # A cut stream must not look like a complete answer to the client.
                     message = f"provider {ctx.provider_name!r} ended the stream before its end"
@@ -140,13 +142,12 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
             usage.events += chunk.count(b"data:")
             if stored is not None and stored.feed(chunk):
                 ctx.record_objects(stored.found)  # at once: a client may leave after it
+            whole = end.feed(chunk)  # the provider's end marker, read before any redaction
             chunk = redactor.feed(chunk)
             if not chunk:
                 continue  # the rest of an event: it goes out with its end
-            tail = tail[-keep:] + chunk
             await exchange.write(chunk if stripper is None else stripper.feed(chunk))
-            # Finished once the end marker has reached the client.
-            finished = finished or any(end in tail for end in ends)
+            finished = whole  # once the end marker has reached the client
         await exchange.end()
     except ConnectionError:
         # A client that closes once the answer is complete (SDKs stop at the end event) got it.
@@ -154,6 +155,10 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
     except asyncio.CancelledError:
         _record_later(ctx, None if finished else "client_disconnected", usage)
         raise
+    finally:
+        # Whatever the HTTP framing said, a stream cut short leaves the connection's state
+        # unknown: it is closed, never handed to the next request (of any agent).
+        upstream.release(reuse=end.seen)
     await record_request(
         ctx,
         http_status=200,

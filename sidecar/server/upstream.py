@@ -194,7 +194,7 @@ class UpstreamClient:
     async def send(
         self,
         target: UpstreamTarget,
-        body: bytes | None,
+        body: bytes | bytearray | None,
         *,
         timeout_s: float | None = None,
         read_timeout_s: float | None = None,
@@ -217,6 +217,7 @@ class UpstreamClient:
                     extra_headers=forward,
                     read_timeout_s=read_timeout_s or self.timeout_s,
                     max_body_bytes=max_body_bytes,
+                    retry_unanswered=True,
                 )
             return await self._client.send(
                 prepared,
@@ -224,6 +225,7 @@ class UpstreamClient:
                 extra_headers=forward,
                 timeout_s=timeout_s or self.timeout_s,
                 max_body_bytes=max_body_bytes,
+                retry_unanswered=True,
             )
         except TransportError as exc:
             raise translate_error(exc, target.provider) from exc
