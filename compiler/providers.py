@@ -7,7 +7,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, Strict, StringConstraints, field_validator
 
 from clawpod.compiler.descriptor import ENV_NAME
-from clawpod.sidecar.manifest import Provider
+from clawpod.sidecar.manifest import Provider, StreamTools
 
 # An exact id or a glob: letters, digits and the punctuation of real ids (`provider/model`,
 # Ollama's `name:tag`, Vertex's `model@version`), plus the glob characters `*`, `?`, `[...]`.
@@ -32,6 +32,11 @@ class ProviderSpec(BaseModel):
     timeout_ms: Annotated[int, Strict(), Field(gt=0)] = Field(
         default=600000, alias="timeout-ms", description="bound of one model call, in ms"
     )
+    stream_tools: StreamTools = Field(
+        default="auto",
+        alias="stream-tools",
+        description="streamed requests offering tools get answers: auto (learned) | true | false",
+    )
 
     @field_validator("models")
     @classmethod
@@ -51,6 +56,7 @@ class ProviderSpec(BaseModel):
             key_env=self.key_env,
             models=self.models,
             timeout_ms=self.timeout_ms,
+            stream_tools=self.stream_tools,
         )
 
 

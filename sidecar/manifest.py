@@ -158,6 +158,10 @@ def is_model_glob(model: str) -> bool:
     return not MODEL_GLOB_CHARACTERS.isdisjoint(model)
 
 
+# ``auto``: stream, and learn from the first empty or refused stream that the provider cannot.
+StreamTools = Literal["auto", True, False]
+
+
 class Provider(_Model):
     api: Literal["openai", "anthropic"]
     base_url: str
@@ -165,6 +169,8 @@ class Provider(_Model):
     models: list[str] = Field(description="exact model ids and globs")
     timeout_ms: int = Field(default=600000, gt=0)
     """Bound of one model call of a mediated request (contract §8.2); builds without it load."""
+    stream_tools: StreamTools = "auto"
+    """Whether a streamed request that offers tools gets an answer from it (contract §7.4)."""
 
     @property
     def exact_models(self) -> list[str]:

@@ -28,6 +28,7 @@ from clawpod.sidecar.server.operator import OPERATOR_TOKEN_ENV
 from clawpod.sidecar.server.protocol_errors import protocol_errors
 from clawpod.sidecar.server.routes import healthz, mcp, model, models
 from clawpod.sidecar.server.routing import ModelRouter
+from clawpod.sidecar.server.stream_tools import StreamToolsSupport
 from clawpod.sidecar.server.upstream import UpstreamClient
 from clawpod.sidecar.tasks import ShieldedTasks
 from clawpod.sidecar.transport.keepalive import keepalive_interval
@@ -78,6 +79,7 @@ def create_app(
             build.agents, executor.mcp, executor.quarantine, audit, metrics, state_dir
         ),
         journal=RequestJournal(state_dir, window_ms=config.retry_window_ms),
+        stream_tools=StreamToolsSupport(config.providers),
     )
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[protocol_errors])
     app[STATE_KEY] = state

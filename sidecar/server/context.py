@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from clawpod.sidecar.observability.metrics import Metrics
     from clawpod.sidecar.server.auth import TokenVerifier
     from clawpod.sidecar.server.routing import ModelRouter
+    from clawpod.sidecar.server.stream_tools import StreamToolsSupport
     from clawpod.sidecar.server.upstream import UpstreamClient
 
 
@@ -49,6 +50,7 @@ class SidecarState:
     operator_token: str | None  # CLAW_OPERATOR_TOKEN: the operator API is closed without it
     drift: DriftChecker  # pins of MCP backends' tool definitions (§11.2)
     journal: RequestJournal  # mediated requests' progress, for resuming a retry (contract §8.2)
+    stream_tools: StreamToolsSupport  # which providers answer streamed tool requests (§7.4)
 
 
 STATE_KEY: web.AppKey[SidecarState] = web.AppKey("claw_state", SidecarState)

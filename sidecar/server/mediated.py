@@ -46,7 +46,13 @@ from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.server.accounting import record_request
 from clawpod.sidecar.server.errors import FINAL_HEADERS, JSON_HEADERS
 from clawpod.sidecar.server.exchange import Exchange
-from clawpod.sidecar.server.live_call import call_model_streaming
+from clawpod.sidecar.server.live_call import (
+    Show,
+    StreamUnanswered,
+    call_model_streaming,
+    show_whole,
+)
+from clawpod.sidecar.server.stream_tools import offers_tools
 from clawpod.sidecar.server.upstream import UpstreamError
 from clawpod.sidecar.transport.keepalive import with_keepalives
 
@@ -241,11 +247,41 @@ class _Driver:
         return ModelReplied(body)
 
     async def _call_model_live(self, command: CallModel, live: ClientStream) -> Event:
-        """The upstream streams too; text reaches the client as it arrives (SPEC §8.1)."""
+        """The upstream streams too; text reaches the client as it arrives (SPEC §8.1). A
+        provider that cannot stream with tools is called whole, its text re-streamed."""
 
         async def show(head: dict[str, Any], deltas: list[TextDelta]) -> None:
             await self._write(live.text(head, deltas))
 
+        support = self.state.stream_tools
+        provider = self.ctx.provider_name
+        assert provider is not None
+        if not support.streams(provider, command.body):
+            event = await self._call_model_restreamed(command, show)
+        else:
+            may_fall_back = support.may_fall_back(provider) and offers_tools(command.body)
+            streamed = await self._stream_model(command, show, may_fall_back)
+            if isinstance(streamed, StreamUnanswered):
+                # Nothing was shown and no call was made: this round is asked again, whole.
+                event = await self._call_model_restreamed(command, show)
+                if streamed.definitive or isinstance(event, ModelReplied):
+                    support.learn_cannot(provider, streamed.why)
+            else:
+                event = streamed
+        if isinstance(event, ModelReplied):
+            await self._write(live.end_turn(event.body))
+        return event
+
+    async def _call_model_restreamed(self, command: CallModel, show: Show) -> Event:
+        """A whole call; a streaming client still gets its text, in one piece."""
+        event = await self._call_model(command)
+        if isinstance(event, ModelReplied):
+            await show_whole(self.codec, self.engine.conversation, event.body, show)
+        return event
+
+    async def _stream_model(
+        self, command: CallModel, show: Show, may_fall_back: bool
+    ) -> Event | StreamUnanswered:
         started = time.perf_counter()
         with tracing.model_span(self.codec.api, self.ctx.model) as span:
             try:
@@ -257,6 +293,7 @@ class _Driver:
                     command.body,
                     command.timeout_s,
                     show,
+                    may_fall_back=may_fall_back,
                 )
             finally:
                 self.state.metrics.observe_upstream(
@@ -264,8 +301,6 @@ class _Driver:
                 )
             if isinstance(event, ModelReplied):
                 tracing.record_usage(span, *self.codec.usage_of_body(event.body))
-        if isinstance(event, ModelReplied):
-            await self._write(live.end_turn(event.body))
         return event
 
     async def _execute(self, command: ExecuteTools) -> ToolsDone:
