@@ -3,19 +3,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 
-from clawpod.sidecar.manifest import Provider, StreamTools, ToolPolicy
-from tests.mediation.conftest import TRADING_TOKEN, desk_tools
-from tests.support.builds import AgentSpec, write_build
+from tests.mediation.conftest import Sidecar
 from tests.support.local_servers import LlamaCppPython, LocalServer, call, say
 from tests.support.services import ToolService
-from tests.support.sidecar import TEST_PROVIDER_KEYS, RunningSidecar, start_sidecar
+from tests.support.sidecar import RunningSidecar
 
 CHAT = "/v1/chat/completions"
 ASK = [{"role": "user", "content": "Compare AAPL and MSFT."}]
@@ -24,35 +20,6 @@ TWO_ROUNDS = (
     call("desk_quote", symbol="MSFT"),
     say("AAPL is 1 and MSFT is 2."),
 )
-
-Sidecar = Callable[..., Awaitable[tuple[RunningSidecar, str]]]
-
-
-@pytest.fixture
-async def sidecar_for(tmp_path: Path, service: ToolService) -> AsyncIterator[Sidecar]:
-    """A sidecar whose one provider is ``server``, with ``stream-tools`` as given."""
-    running: list[RunningSidecar] = []
-
-    async def start(server: LocalServer, stream_tools: StreamTools = "auto") -> tuple[Any, str]:
-        root = tmp_path / f"build{len(running)}"
-        provider = Provider(
-            api="openai",
-            base_url=server.url,
-            key_env="OPENAI_API_KEY",
-            models=["local-*"],
-            stream_tools=stream_tools,
-        )
-        policy = ToolPolicy(timeout_per_tool_ms=2000, total_timeout_ms=20000)
-        agent = AgentSpec("analyst", desk_tools(service.url), policy=policy)
-        tokens = write_build(root, [agent], {"local": provider})
-        env = {**TEST_PROVIDER_KEYS, "TRADING_TOKEN": TRADING_TOKEN}
-        sidecar = await start_sidecar(root, tmp_path / f"state{len(running)}", env=env)
-        running.append(sidecar)
-        return sidecar, tokens["analyst"]
-
-    yield start
-    for sidecar in running:
-        await sidecar.close()
 
 
 async def stream_answer(sidecar: RunningSidecar, token: str) -> str:
