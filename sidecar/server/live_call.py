@@ -22,6 +22,7 @@ from clawpod.sidecar.codecs.streaming import TextDelta
 from clawpod.sidecar.mediation.commands import Event, ModelFailed, ModelReplied
 from clawpod.sidecar.model.conversation import CodecError, Conversation
 from clawpod.sidecar.server.stream_tools import REFUSAL_STATUSES
+from clawpod.sidecar.server.unserved import NOT_SERVED, not_served_message
 from clawpod.sidecar.server.upstream import (
     UpstreamClient,
     UpstreamError,
@@ -68,6 +69,9 @@ async def call_model_streaming(
     try:
         if response.status != 200:
             data = upstream.redact(target.provider, await response.read())
+            unserved = not_served_message(codec, target.provider, response.status, data)
+            if unserved:
+                return ModelFailed(NOT_SERVED, unserved)
             if may_fall_back and response.status in REFUSAL_STATUSES:
                 return StreamUnanswered(f"answered {response.status}", definitive=False)
             return ModelFailed(

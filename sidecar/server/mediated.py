@@ -53,6 +53,7 @@ from clawpod.sidecar.server.live_call import (
     show_whole,
 )
 from clawpod.sidecar.server.stream_tools import offers_tools
+from clawpod.sidecar.server.unserved import NOT_SERVED, not_served_message
 from clawpod.sidecar.server.upstream import UpstreamError
 from clawpod.sidecar.transport.keepalive import with_keepalives
 
@@ -69,7 +70,13 @@ RUNNER_TOOL_LABEL = "(runner)"
 CLIENT_CLOSED = 499
 # Failures the sidecar decides itself: the same request fails the same way (SPEC 7.2).
 SIDECAR_DECIDED = frozenset(
-    {"mixed_executor_response", "tool_budget_exhausted", "invalid_request", "timeout"}
+    {
+        "mixed_executor_response",
+        "tool_budget_exhausted",
+        "invalid_request",
+        "timeout",
+        "protocol_not_served",
+    }
 )
 SSE_HEADERS = {
     "Content-Type": "text/event-stream; charset=utf-8",
@@ -229,6 +236,9 @@ class _Driver:
             )
         if reply.status != 200:
             body = self.state.upstream.redact(self.ctx.provider_name, reply.body)
+            unserved = not_served_message(self.codec, self.ctx.provider_name, reply.status, body)
+            if unserved:
+                return ModelFailed(NOT_SERVED, unserved)
             return ModelFailed(
                 "status",
                 self.codec.provider_error_message(body),

@@ -180,8 +180,9 @@ async def sidecar_for(tmp_path: Path, service: ToolService) -> AsyncIterator[Sid
     running: list[RunningSidecar] = []
 
     async def start(
-        server: LocalServer, stream_tools: StreamTools = "auto"
+        server: LocalServer, stream_tools: StreamTools = "auto", *, tools: bool = True
     ) -> tuple[RunningSidecar, str]:
+        """``tools=False``: the agent has nothing to inject, so its requests pass through."""
         root = tmp_path / f"build{len(running)}"
         provider = Provider(
             api="openai",
@@ -191,7 +192,7 @@ async def sidecar_for(tmp_path: Path, service: ToolService) -> AsyncIterator[Sid
             stream_tools=stream_tools,
         )
         policy = ToolPolicy(timeout_per_tool_ms=2000, total_timeout_ms=20000)
-        agent = AgentSpec("analyst", desk_tools(service.url), policy=policy)
+        agent = AgentSpec("analyst", desk_tools(service.url) if tools else [], policy=policy)
         tokens = write_build(root, [agent], {"local": provider})
         env = {**TEST_PROVIDER_KEYS, "TRADING_TOKEN": TRADING_TOKEN}
         sidecar = await start_sidecar(root, tmp_path / f"state{len(running)}", env=env)
