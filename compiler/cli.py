@@ -137,7 +137,9 @@ def _parser() -> argparse.ArgumentParser:
         help="verify or show the sidecar's audit log",
         epilog="examples:\n  clawc audit verify STATE_DIR --build build\n"
         "  clawc audit verify STATE_DIR --key-env MY_AUDIT_KEY\n"
-        "  clawc audit show STATE_DIR --agent analyst --limit 20",
+        "  clawc audit show STATE_DIR --agent analyst --limit 20\n"
+        "verify exits 0 when every chain is intact, 1 when a log was modified or is missing, "
+        "3 when the chains are keyed and the key is not set (no verdict)",
         formatter_class=formatter,
     )
     audit.add_argument("action", choices=["verify", "show"])
