@@ -39,7 +39,11 @@ EXPECTED_FILES = {
     "compose.yml",
     "sidecar.json",
     "digest.json",
-    *(f"agents/{a}.{f}" for a in ("analyst", "trader") for f in ("env", "mcp.json", "codex.toml", "langchain.json")),
+    *(
+        f"agents/{a}.{f}"
+        for a in ("analyst", "trader")
+        for f in ("env", "mcp.json", "codex.toml", "langchain.json")
+    ),
     *(
         f"context/{a}/{f}"
         for a in ("analyst", "trader")
