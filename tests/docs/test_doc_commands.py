@@ -15,7 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.doc_commands import CommandBlock, command_blocks, port_variables
+from tests.support.doc_commands import (
+    CommandBlock,
+    OutputBlock,
+    command_blocks,
+    output_blocks,
+    port_variables,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -111,3 +117,29 @@ def test_markers_name_what_a_block_needs() -> None:
             if block.requires and block.requires.startswith("tested-by: "):
                 test = REPO / block.requires.removeprefix("tested-by: ")
                 assert test.is_file(), f"{block.where}: {block.requires} names no test file"
+
+
+OUTPUTS = [block for doc in DOCS for block in output_blocks(doc)]
+
+
+@pytest.mark.parametrize("block", OUTPUTS, ids=lambda b: b.where)
+def test_shown_output_is_what_the_command_prints(
+    block: OutputBlock, checkout: Path, tmp_path: Path
+) -> None:
+    """The example pod compiled in a fresh checkout, then the block's command, exactly."""
+    compile_example = CommandBlock(
+        block.doc, block.line, ".venv/bin/clawc compile compose/examples/trading-desk/pod.yml"
+    )
+    home = tmp_path / "home"
+    home.mkdir()
+    assert run_doc([compile_example], checkout, home).returncode == 0
+    shown = subprocess.run(
+        ["bash", "-c", block.command],
+        cwd=checkout,
+        env={"PATH": f"{checkout / '.venv' / 'bin'}:/usr/bin:/bin", "HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=DOC_TIMEOUT_S,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == block.expected, f"{block.where} shows drifted output"
