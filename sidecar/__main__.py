@@ -9,6 +9,7 @@ import gc
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,12 @@ from pathlib import Path
 from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV, AuditKeyError
 from clawpod.sidecar.audit.log import AuditStateError
 from clawpod.sidecar.build_signature import SignatureError, verify_signature
+from clawpod.sidecar.credential_files import (
+    CredentialFileError,
+    credential_names,
+    with_credential_files,
+)
+from clawpod.sidecar.execution.webhooks import WebhookSecretError
 from clawpod.sidecar.manifest import Build, BuildError, load_build
 from clawpod.sidecar.observability.logs import configure_logging
 from clawpod.sidecar.observability.tracing import configure_tracing
@@ -23,11 +30,17 @@ from clawpod.sidecar.server.admin import create_admin_app
 from clawpod.sidecar.server.app import create_app
 from clawpod.sidecar.server.context import STATE_KEY
 from clawpod.sidecar.server.edge import EdgeLimits
+from clawpod.sidecar.server.operator import OPERATOR_TOKEN_ENV
 from clawpod.sidecar.server.serving import listen
+from clawpod.sidecar.state_lock import StateLock, StateLockError, instance_name
 
 log = logging.getLogger("sidecar")
 SHUTDOWN_TIMEOUT_S = 10.0
 ADMIN_LIMITS = EdgeLimits(max_connections=64)  # a scraper or two and an operator
+ADMIN_RESOLVE_WAIT_S = 30.0
+# The sidecar's own secrets, readable from NAME_FILE like the build's credentials (SPEC §13.2);
+# CLAW_WEBHOOK_SECRET signs approval webhooks (SPEC §15).
+SIDECAR_SECRETS = (AUDIT_KEY_ENV, OPERATOR_TOKEN_ENV, "CLAW_WEBHOOK_SECRET")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -62,10 +75,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-async def serve(build: Build, host: str, port: int, admin: tuple[str, int], state_dir: Path) -> int:
+async def serve(
+    build: Build,
+    host: str,
+    port: int,
+    admin: tuple[str, int],
+    state_dir: Path,
+    *,
+    env: dict[str, str],
+    state_lock: StateLock,
+) -> int:
     try:
-        app = create_app(build, state_dir=state_dir)
-    except (AuditKeyError, AuditStateError) as exc:
+        app = create_app(build, state_dir=state_dir, env=env, state_lock=state_lock)
+    except (AuditKeyError, AuditStateError, WebhookSecretError) as exc:
         print(f"sidecar: refusing to start: {exc}", file=sys.stderr)
         return 1
     limits = EdgeLimits(max_connections=build.config.max_connections)
@@ -78,6 +100,7 @@ async def serve(build: Build, host: str, port: int, admin: tuple[str, int], stat
         return 1
     admin_host, admin_port = admin
     try:
+        await _wait_resolvable(admin_host)
         admin_listening = await listen(
             create_admin_app(app[STATE_KEY]),
             admin_host,
@@ -112,6 +135,22 @@ async def serve(build: Build, host: str, port: int, admin: tuple[str, int], stat
         await listening.close()  # the app's cleanup flushes the audit log
 
 
+async def _wait_resolvable(host: str) -> None:
+    """Wait (bounded) for the operator listener's name to resolve: Swarm registers a task's
+    network aliases only once its container runs, so a name that is the sidecar's own alias may
+    be unknown for its first moments. Raises the last resolution error when it never resolves."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + ADMIN_RESOLVE_WAIT_S
+    while True:
+        try:
+            await loop.getaddrinfo(host, None)
+            return
+        except socket.gaierror:
+            if loop.time() >= deadline:
+                raise
+            await asyncio.sleep(0.5)
+
+
 def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
     try:
         import uvloop
@@ -120,12 +159,12 @@ def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
     return uvloop.new_event_loop
 
 
-def verify_build_signature(build: Path, key_env: str) -> None:
-    key = os.environ.get(key_env)
+def verify_build_signature(build: Build, key_env: str, env: dict[str, str]) -> None:
+    key = env.get(key_env)
     if not key:
         raise SignatureError(f"--verify-key-env: environment variable {key_env} is not set")
     try:
-        verify_signature(build, key)
+        verify_signature(build.root, key, build.digest_json)
     except ImportError:
         raise SignatureError("--verify-key-env needs the cryptography package") from None
 
@@ -136,12 +175,13 @@ def main(argv: list[str] | None = None) -> int:
     configure_tracing(os.environ)
     try:
         build = load_build(args.build)
+        env = with_credential_files(os.environ, credential_names(build, SIDECAR_SECRETS))
         if args.verify_key_env:
-            verify_build_signature(args.build, args.verify_key_env)
-    except (BuildError, SignatureError) as exc:
+            verify_build_signature(build, args.verify_key_env, env)
+    except (BuildError, SignatureError, CredentialFileError) as exc:
         print(f"sidecar: refusing to start: {exc}", file=sys.stderr)
         return 1
-    if not os.environ.get(AUDIT_KEY_ENV) and not args.allow_unkeyed_audit:
+    if not env.get(AUDIT_KEY_ENV) and not args.allow_unkeyed_audit:
         print(
             f"sidecar: refusing to start: {AUDIT_KEY_ENV} is not set; the audit chain needs "
             "a key (for example `openssl rand -hex 32`), or pass --allow-unkeyed-audit",
@@ -160,8 +200,28 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"sidecar: cannot create state directory {state_dir}: {exc}", file=sys.stderr)
         return 1
-    with asyncio.Runner(loop_factory=_event_loop_factory()) as runner:
-        return runner.run(serve(build, host, port, (admin_host, admin_port), state_dir))
+    # Before anything under the directory is opened: a refused sidecar writes nothing there.
+    state_lock = StateLock(state_dir, instance_name(env))
+    try:
+        state_lock.acquire()
+    except StateLockError as exc:
+        print(f"sidecar: refusing to start: {exc}", file=sys.stderr)
+        return 1
+    try:
+        with asyncio.Runner(loop_factory=_event_loop_factory()) as runner:
+            return runner.run(
+                serve(
+                    build,
+                    host,
+                    port,
+                    (admin_host, admin_port),
+                    state_dir,
+                    env=env,
+                    state_lock=state_lock,
+                )
+            )
+    finally:
+        state_lock.release()
 
 
 if __name__ == "__main__":

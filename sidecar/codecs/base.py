@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 import orjson
@@ -113,6 +114,20 @@ class Codec(ABC):
     def usage_of_event(self, event: dict[str, Any]) -> Any:
         """The usage object a stream event carries, if any."""
         return event.get("usage")
+
+    stores_objects: ClassVar[bool] = False
+    """Whether the provider keeps objects (responses) that later requests name by id."""
+
+    def stored_ids(self, body: Any) -> list[tuple[str, str]]:
+        """(kind, id) of every object the provider stored for this answer and may be asked
+        about later; none for protocols without stored objects."""
+        return []
+
+    def stored_references(
+        self, path_params: Mapping[str, str], body: dict[str, Any]
+    ) -> list[tuple[str, str]]:
+        """(kind, id) of every stored object a request reads, continues, cancels or deletes."""
+        return []
 
     def provider_error_message(self, body: bytes) -> str:
         """The provider's own message in an error body (both families nest it under
@@ -261,6 +276,15 @@ class Codec(ABC):
     @abstractmethod
     def echo_fingerprint(self, conversation: Conversation, body: dict[str, Any]) -> str:
         """Fingerprint of the final answer as the runner will send it back next time."""
+
+    def chain_ids(self, conversation: Conversation) -> list[str]:
+        """Ids of provider-held state this request continues from, which the runner does not
+        send back (none in protocols whose clients send the whole conversation)."""
+        return []
+
+    def answer_ids(self, conversation: Conversation, body: dict[str, Any]) -> list[str]:
+        """Ids by which a later request may continue from this answer's provider-held state."""
+        return []
 
     def reference_fingerprint(self, body: dict[str, Any]) -> str | None:
         """Fingerprint of the final answer sent back by reference (its recorded item ids) where

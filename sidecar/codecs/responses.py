@@ -10,6 +10,7 @@ flattens them back into ``input`` with every item untouched.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from clawpod.sidecar.codecs.base import Codec
@@ -110,6 +111,31 @@ class ResponsesCodec(OpenAIShapes, Codec):
     def usage_of_event(self, event: dict[str, Any]) -> Any:
         response = event.get("response")  # the terminal events nest the usage
         return response.get("usage") if isinstance(response, dict) else event.get("usage")
+
+    # --- stored objects ---------------------------------------------------------------------
+
+    stores_objects = True
+
+    def stored_ids(self, body: Any) -> list[tuple[str, str]]:
+        if not isinstance(body, dict) or body.get("object") != "response":
+            return []
+        found = [("response", body["id"])] if isinstance(body.get("id"), str) else []
+        conversation = _conversation_id(body.get("conversation"))
+        return found + ([("conversation", conversation)] if conversation else [])
+
+    def stored_references(
+        self, path_params: Mapping[str, str], body: dict[str, Any]
+    ) -> list[tuple[str, str]]:
+        found = []
+        if "response_id" in path_params:
+            found.append(("response", path_params["response_id"]))
+        previous = body.get("previous_response_id")
+        if isinstance(previous, str):  # another type is the provider's to refuse
+            found.append(("response", previous))
+        conversation = _conversation_id(body.get("conversation"))
+        if conversation:
+            found.append(("conversation", conversation))
+        return found
 
     # --- client request ---------------------------------------------------------------------
 
@@ -297,6 +323,15 @@ class ResponsesCodec(OpenAIShapes, Codec):
     def echo_fingerprint(self, conversation: Conversation, body: dict[str, Any]) -> str:
         return self.fingerprint({"role": "assistant", "items": body.get("output") or []})
 
+    def chain_ids(self, conversation: Conversation) -> list[str]:
+        params = conversation.params
+        return _ids(
+            params.get("previous_response_id"), _conversation_id(params.get("conversation"))
+        )
+
+    def answer_ids(self, conversation: Conversation, body: dict[str, Any]) -> list[str]:
+        return _ids(body.get("id"), _conversation_id(conversation.params.get("conversation")))
+
     def reference_fingerprint(self, body: dict[str, Any]) -> str | None:
         """The answer echoed as ``item_reference`` items (the Vercel AI SDK's default with a
         stored response): known by the id of its last message (or last item)."""
@@ -376,6 +411,17 @@ def _content_fingerprint(content: Any) -> str:
     texts = [p for p in content if isinstance(p, dict) and p.get("type") in TEXT_PARTS]
     others = [canonical_json(p).decode() for p in content if p not in texts]
     return "|".join([identifying_text([str(p.get("text", "")) for p in texts]), *others])
+
+
+def _conversation_id(value: Any) -> str | None:
+    """A ``conversation`` field: the id, or an object holding it (``{"id": "conv_…"}``)."""
+    if isinstance(value, dict):
+        value = value.get("id")
+    return value if isinstance(value, str) and value else None
+
+
+def _ids(*candidates: Any) -> list[str]:
+    return [c for c in candidates if isinstance(c, str) and c]
 
 
 def _chained_by_provider(params: dict[str, Any]) -> bool:

@@ -15,6 +15,7 @@ from clawpod.sidecar.execution.arguments import invalid_arguments
 from clawpod.sidecar.manifest import ManagedTool
 from clawpod.sidecar.model.canonical import canonical_json, digest
 from clawpod.sidecar.model.outcome import ToolOutcome, error_envelope
+from clawpod.sidecar.model.redaction import credential_secrets
 
 CLAW_ID = "claw_id"
 QUERY_METHODS = frozenset({"GET", "DELETE"})
@@ -72,11 +73,10 @@ def build_request(
     secrets: tuple[bytes, ...] = ()
     if credential is not None:
         headers[credential[0]] = credential[1]
-        # A service that echoes the secret (or basic auth's base64 of it) must not hand it to
-        # the model.
-        secrets = (env.get(tool.execution.auth.env or "", "").encode(),)
-        if tool.execution.auth.type == "basic":
-            secrets += (credential[1].removeprefix("Basic ").encode(),)
+        # A service that echoes the secret (or basic auth's base64 of it, or its password) must
+        # not hand it to the model.
+        auth = tool.execution.auth
+        secrets = credential_secrets(env.get(auth.env or "", ""), auth.type)
     return ServiceRequest(tool, execution.method, url, headers, body, secrets)
 
 

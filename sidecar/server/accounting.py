@@ -66,6 +66,8 @@ async def record_request(
         trace_id=tracing.current_trace_id(),
     )
     entry |= (ctx.audit_extra or {}) | (extra or {})
+    if ctx.objects:
+        entry["objects"] = ctx.objects  # stored objects used, made or refused, by id
     try:
         await ctx.state.audit.append(agent_id, entry)
     except Exception:

@@ -50,11 +50,13 @@ from clawpod.sidecar.mediation.journal import (
 )
 from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
+from clawpod.sidecar.model.taint import TAINTED_ARGUMENT
 from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.server.accounting import record_request
 from clawpod.sidecar.server.errors import FINAL_HEADERS, JSON_HEADERS
 from clawpod.sidecar.server.exchange import Exchange
 from clawpod.sidecar.server.live_call import call_model_streaming
+from clawpod.sidecar.server.stored_objects import refs
 from clawpod.sidecar.server.upstream import UpstreamError
 from clawpod.sidecar.transport.keepalive import with_keepalives
 
@@ -82,12 +84,15 @@ SSE_HEADERS = {
 
 async def handle_mediated(exchange: Exchange, ctx: RequestContext, body: dict[str, Any]) -> None:
     state = ctx.state
+    quarantine = state.executor.quarantine
     engine = MediationEngine(
         ctx.codec,
-        state.executor.quarantine.offered(ctx.agent),  # tools whose definition drifted: not offered
+        quarantine.offered(ctx.agent),  # tools whose definition drifted: not offered
         body,
         validate=state.executor.check_arguments,
         model_timeout_s=_model_timeout_ms(ctx) / 1000,
+        withheld=quarantine.withheld(ctx.agent),
+        taint_mode=state.config.taint.mode if state.config.taint is not None else "off",
     )
     # An identical request still running waits here; a failed one is resumed (SPEC 8.2).
     agent = ctx.agent.agent.id
@@ -174,10 +179,11 @@ class _Driver:
                 agent = self.ctx.agent.agent.id
                 self.state.continuity.remember(
                     command.key,
-                    command.messages,
+                    self._scrubbed(command.messages),
                     agent=agent,
                     context=command.context,
                     origin=command.origin,
+                    taint_sources=command.taint_sources,
                 )
             except StateWriteFailed as exc:
                 await self._state_write_failed(exc)
@@ -218,6 +224,7 @@ class _Driver:
             event = await self._keeping_alive(self._call_model(command))
         if isinstance(event, ModelReplied):
             self.attempt.model_replied(event.body)
+            self.ctx.record_objects(refs(self.codec.stored_ids(event.body)))
         return event
 
     async def _call_model(self, command: CallModel) -> Event:
@@ -334,6 +341,7 @@ class _Driver:
                 execution.arguments,
                 timeout_s=min(command.timeout_s, remaining),
                 max_result_bytes=command.max_result_bytes,
+                taint=command.taint,
                 idempotency_key=idempotency_key(
                     self.state.config.pod,
                     agent,
@@ -452,16 +460,29 @@ class _Driver:
                 http_status=self.http_status,
                 error_code=self.error_code,
                 usage=usage,
-                tool_trace=_tool_trace(engine, self.replayed_calls),
+                tool_trace=self._scrubbed(_tool_trace(engine, self.replayed_calls)),
                 extra=self._resume_record(),
             )
         except Exception:
             log.exception("audit of mediated request %s failed", self.ctx.request_id)
 
+    def _scrubbed(self, value: Any) -> Any:
+        """What is kept of the request, without the credentials or tokens a call of it was
+        refused for carrying (SPEC §17): the model sent them, the sidecar does not store them."""
+        guard = self.state.governed.argument_guard
+        refused = any(
+            answered.outcome.error_code == TAINTED_ARGUMENT
+            for calls in self.engine.rounds
+            for answered in calls
+        )
+        return guard.scrubbed(value) if guard is not None and refused else value
+
     def _resume_record(self) -> dict[str, Any]:
         record: dict[str, Any] = {"hidden_rounds_restored": self.engine.restored_rounds}
         if self.attempt.resumed_from:
             record["resumed_from"] = self.attempt.resumed_from
+        if self.engine.taint.tainted:
+            record["taint_sources"] = list(self.engine.taint.sources)
         return record
 
 

@@ -66,6 +66,8 @@ async def readyz(request: web.Request) -> web.Response:
     problems = []
     if not os.access(state.state_dir, os.W_OK):
         problems.append("state directory is not writable")
+    if state.state_lock is not None and not state.state_lock.held():
+        problems.append("state directory lock lost (the directory or its .lock was replaced)")
     tools = state.drift.report()
     if problems:
         return web.json_response({"status": "not ready", "problems": problems, **tools}, status=503)
