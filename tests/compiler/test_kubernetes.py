@@ -40,6 +40,17 @@ def compile_k8s(pod: Path, out: Path) -> tuple[dict[str, list[dict[str, Any]]], 
     return objects, err.getvalue()
 
 
+def compile_error(pod: Path, out: Path) -> str:
+    """What ``clawc compile --target kubernetes`` says when it refuses ``pod``."""
+    err = io.StringIO()
+    code = main(
+        ["compile", str(pod), "-o", str(out), "--target", "kubernetes", "--sidecar-image", "x"],
+        stdout=io.StringIO(), stderr=err,
+    )  # fmt: skip
+    assert code == 1, err.getvalue()
+    return err.getvalue()
+
+
 def all_objects(objects: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return [o for name, items in objects.items() if name != "kustomization.yaml" for o in items]
 
@@ -218,14 +229,7 @@ def test_warnings_name_what_the_target_cannot_enforce(tmp_path: Path) -> None:
 def test_a_service_name_kubernetes_cannot_carry_is_a_compile_error(tmp_path: Path) -> None:
     pod = write_big_pod(tmp_path / "pod", agents=1, services=1, tools=1)
     pod.write_text(pod.read_text().replace("agent0", "Agent_0"))
-    err = io.StringIO()
-    code = main(
-        ["compile", str(pod), "-o", str(tmp_path / "b"), "--target", "kubernetes",
-         "--sidecar-image", "x"],
-        stdout=io.StringIO(), stderr=err,
-    )  # fmt: skip
-    assert code != 0
-    assert "'Agent_0' cannot be a Kubernetes Service name" in err.getvalue()
+    assert "'Agent_0' cannot be a Kubernetes Service name" in compile_error(pod, tmp_path / "b")
 
 
 def test_a_service_may_not_take_the_operator_listeners_name(tmp_path: Path) -> None:
@@ -235,24 +239,12 @@ def test_a_service_may_not_take_the_operator_listeners_name(tmp_path: Path) -> N
     data["services"]["claw-sidecar-admin"] = data["services"].pop("svc0")
     data["x-claw"]["tools-defaults"] = ["claw-sidecar-admin"]
     pod.write_text(yaml.safe_dump(data))
-    err = io.StringIO()
-    code = main(
-        ["compile", str(pod), "-o", str(tmp_path / "b"), "--target", "kubernetes",
-         "--sidecar-image", "x"],
-        stdout=io.StringIO(), stderr=err,
-    )  # fmt: skip
-    assert code != 0
-    assert "'claw-sidecar-admin' is reserved for the sidecar on Kubernetes" in err.getvalue()
+    assert "'claw-sidecar-admin' is reserved for the sidecar on Kubernetes" in compile_error(
+        pod, tmp_path / "b"
+    )
 
 
 def test_a_build_too_large_for_a_configmap_is_a_compile_error(tmp_path: Path) -> None:
     """The API server refuses a ConfigMap over 1 MiB: say so at compile time, naming it."""
     pod = write_big_pod(tmp_path / "pod", agents=1, services=20, tools=60)
-    err = io.StringIO()
-    code = main(
-        ["compile", str(pod), "-o", str(tmp_path / "b"), "--target", "kubernetes",
-         "--sidecar-image", "x"],
-        stdout=io.StringIO(), stderr=err,
-    )  # fmt: skip
-    assert code != 0
-    assert "ConfigMap claw-context-agent0 would hold" in err.getvalue()
+    assert "ConfigMap claw-context-agent0 would hold" in compile_error(pod, tmp_path / "b")
