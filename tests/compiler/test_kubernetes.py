@@ -5,6 +5,7 @@ value, and ships the build as ConfigMaps the sidecar checks against digest.json.
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 from pathlib import Path
@@ -19,6 +20,11 @@ from clawpod.sidecar.manifest import BuildError, load_build
 from tests.compiler.conftest import REPO
 from tests.support.bigpod import write_big_pod
 
+# kubernetes-validate reads and parses its schema files (the definitions are megabytes) on
+# every call, about 30 ms each; the files never change within a run, so read each once.
+kubernetes_validate.utils.schema_contents = functools.lru_cache(maxsize=None)(
+    kubernetes_validate.utils.schema_contents
+)
 EXAMPLE = REPO / "compose" / "examples" / "trading-desk" / "pod.yml"
 VERSIONS = ("1.29.0", "1.33.0", kubernetes_validate.latest_version())
 SIZES = [(1, 1), (3, 2), (12, 7), (50, 20)]  # (agents, services)
