@@ -230,6 +230,7 @@ def test_compose_stays_the_default_and_writes_no_k8s(tmp_path: Path) -> None:
 def test_warnings_name_what_the_target_cannot_enforce(tmp_path: Path) -> None:
     _, err = compile_k8s(EXAMPLE, tmp_path / "build")
     assert "name no numeric user, so their images must declare a non-root one: trading-api" in err
+    assert "the cluster's network plugin must enforce them" in err
 
 
 def test_a_service_name_kubernetes_cannot_carry_is_a_compile_error(tmp_path: Path) -> None:
