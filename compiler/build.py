@@ -133,6 +133,7 @@ def _tool_entry(service: ToolService, tool: CompiledTool) -> _ToolEntry:
             auth=service.auth,
         ),
         pin=tool.pin,
+        untrusted_output=tool.untrusted_output or None,
     )
     data = model.model_dump(mode="json", by_alias=True, exclude_none=True)
     data["presented"] = _PRESENTED
@@ -313,6 +314,8 @@ def render_build(
         extra["upstream_timeout_ms"] = pod.claw.upstream_timeout_ms
     if pod.governance is not None:
         extra["governance"] = pod.governance
+    if pod.taint is not None:
+        extra["taint"] = pod.taint
     config = SidecarConfig(
         pod=pod.name,
         providers=pod.providers,

@@ -146,12 +146,20 @@ def _parser() -> argparse.ArgumentParser:
         help="verify or show the sidecar's audit log",
         epilog="examples:\n  clawc audit verify STATE_DIR --build build\n"
         "  clawc audit verify STATE_DIR --key-env MY_AUDIT_KEY\n"
-        "  clawc audit show STATE_DIR --agent analyst --limit 20",
+        "  clawc audit show STATE_DIR --agent analyst --limit 20\n"
+        "  clawc audit show --sidecar http://pod-a:9090 --sidecar http://pod-b:9090",
         formatter_class=formatter,
     )
     audit.add_argument("action", choices=["verify", "show"])
     audit.add_argument(
-        "state_dir", type=Path, metavar="STATE_DIR", help="the sidecar's --state-dir"
+        "state_dir", type=Path, nargs="?", metavar="STATE_DIR", help="the sidecar's --state-dir"
+    )
+    audit.add_argument(
+        "--sidecar",
+        action="append",
+        metavar="URL",
+        help="show: read running sidecars' operator listeners instead (repeat for many pods; "
+        "the token from CLAW_OPERATOR_TOKEN)",
     )
     audit.add_argument(
         "--build", type=Path, metavar="OUT", help="verify: every agent of this build has a log"
@@ -173,13 +181,20 @@ def _add_approvals(commands: Any) -> None:
         "approvals",
         help="list, approve or deny tool calls waiting for an operator",
         epilog="examples:\n  clawc approvals list --sidecar http://localhost:9090\n"
+        "  clawc approvals list --sidecar http://pod-a:9090 --sidecar http://pod-b:9090\n"
         "  clawc approvals approve apr_0123 --sidecar URL --reason 'checked'\n"
         "the operator token is read from CLAW_OPERATOR_TOKEN",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     approvals.add_argument("action", choices=["list", "approve", "deny"])
     approvals.add_argument("approval_id", nargs="?", metavar="ID")
-    approvals.add_argument("--sidecar", required=True, metavar="URL", help="the sidecar's URL")
+    approvals.add_argument(
+        "--sidecar",
+        required=True,
+        action="append",
+        metavar="URL",
+        help="a sidecar's operator listener; repeat for many pods (one list)",
+    )
     approvals.add_argument("--reason", help="approve/deny: why (audited)")
 
 
@@ -328,6 +343,13 @@ def _schema(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def _audit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from clawpod.sidecar.audit.cli import show_command, verify_command
 
+    if args.action == "show" and args.sidecar:
+        from clawpod.compiler.remote_audit import remote_show_command
+
+        return remote_show_command(args.sidecar, out, err, agent=args.agent, limit=args.limit)
+    if args.state_dir is None:
+        err.write(f"clawc: error: audit {args.action} needs STATE_DIR (or show --sidecar URL)\n")
+        return 2
     if args.action == "verify":
         return verify_command(args.state_dir, out, build=args.build, key_env=args.key_env)
     return show_command(args.state_dir, out, agent=args.agent, limit=args.limit)

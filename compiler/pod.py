@@ -23,8 +23,9 @@ from clawpod.compiler.pod_spec import PodClaw, ServiceClaw
 from clawpod.compiler.policy import effective_policy
 from clawpod.compiler.providers import pod_providers
 from clawpod.compiler.reserved import check_reserved
+from clawpod.compiler.taint import resolve_taint
 from clawpod.compiler.tool_services import ToolService, ToolServices
-from clawpod.sidecar.manifest import Governance, Provider
+from clawpod.sidecar.manifest import Governance, Provider, Taint
 
 
 @dataclass
@@ -40,6 +41,7 @@ class CompiledPod:
     warnings: list[str] = field(default_factory=list)  # located, one line each
     principals: dict[str, PrincipalSpec] = field(default_factory=dict)
     governance: Governance | None = None
+    taint: Taint | None = None
 
     @property
     def directory(self) -> Path:
@@ -144,4 +146,5 @@ def compile_pod(path: Path | str) -> CompiledPod:
         warnings=reader.warnings,
         principals=principals,
         governance=governance,
+        taint=resolve_taint(reader, claw, claws, agents),
     )

@@ -22,6 +22,7 @@ from clawpod.sidecar.credential_files import (
     credential_names,
     with_credential_files,
 )
+from clawpod.sidecar.execution.webhooks import WebhookSecretError
 from clawpod.sidecar.manifest import Build, BuildError, load_build
 from clawpod.sidecar.observability.logs import configure_logging
 from clawpod.sidecar.observability.tracing import configure_tracing
@@ -86,7 +87,7 @@ async def serve(
 ) -> int:
     try:
         app = create_app(build, state_dir=state_dir, env=env, state_lock=state_lock)
-    except (AuditKeyError, AuditStateError) as exc:
+    except (AuditKeyError, AuditStateError, WebhookSecretError) as exc:
         print(f"sidecar: refusing to start: {exc}", file=sys.stderr)
         return 1
     limits = EdgeLimits(max_connections=build.config.max_connections)
@@ -158,12 +159,12 @@ def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
     return uvloop.new_event_loop
 
 
-def verify_build_signature(build: Path, key_env: str, env: dict[str, str]) -> None:
+def verify_build_signature(build: Build, key_env: str, env: dict[str, str]) -> None:
     key = env.get(key_env)
     if not key:
         raise SignatureError(f"--verify-key-env: environment variable {key_env} is not set")
     try:
-        verify_signature(build, key)
+        verify_signature(build.root, key, build.digest_json)
     except ImportError:
         raise SignatureError("--verify-key-env needs the cryptography package") from None
 
@@ -176,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         build = load_build(args.build)
         env = with_credential_files(os.environ, credential_names(build, SIDECAR_SECRETS))
         if args.verify_key_env:
-            verify_build_signature(args.build, args.verify_key_env, env)
+            verify_build_signature(build, args.verify_key_env, env)
     except (BuildError, SignatureError, CredentialFileError) as exc:
         print(f"sidecar: refusing to start: {exc}", file=sys.stderr)
         return 1

@@ -46,3 +46,7 @@ def test_the_wheel_holds_only_clawpod(tmp_path: Path) -> None:
     assert {t for t in tops if not t.endswith(".dist-info")} == {"clawpod"}
     assert "clawpod/sidecar/__main__.py" in names
     assert "clawpod/compiler/templates/CONTEXT.md.j2" in names
+    # The operator console's pages, style and script ship in the wheel (no build step).
+    assets = (REPO / "sidecar/server/console_assets").iterdir()
+    for asset in assets:
+        assert f"clawpod/sidecar/server/console_assets/{asset.name}" in names

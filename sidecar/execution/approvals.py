@@ -46,6 +46,10 @@ class Approval(BaseModel):
     reason: str | None = None
     decided_by: str | None = None
     decided_at: float | None = None
+    # What an operator needs to judge it (SPEC §15): whose credential the call would use, and
+    # what held it (a confirm rule's source and reason, or the pod's approvals.require).
+    principal: str | None = None
+    rule: str | None = None
 
     def public(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -139,7 +143,12 @@ class ApprovalStore:
         arguments: dict[str, Any],
         manifest_digest: str,
         timeout_s: float,
+        *,
+        principal: str | None = None,
+        rule: str | None = None,
+        reason: str | None = None,
     ) -> Approval:
+        """A pending approval; ``reason`` says why the call waits (``tainted``, SPEC §17)."""
         now = self._clock()
         approval = Approval(
             id="apr_" + secrets.token_hex(12),
@@ -150,6 +159,9 @@ class ApprovalStore:
             manifest_digest=manifest_digest,
             created=now,
             expires=now + timeout_s,
+            principal=principal,
+            rule=rule,
+            reason=reason,
         )
         self._save(approval)
         self._open[approval.id] = approval

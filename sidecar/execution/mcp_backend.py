@@ -22,7 +22,7 @@ from clawpod.sidecar.execution.request import credential_header
 from clawpod.sidecar.execution.result import failed
 from clawpod.sidecar.manifest import Execution, ManagedTool, ToolAuth
 from clawpod.sidecar.model.outcome import ToolOutcome, error_envelope
-from clawpod.sidecar.model.redaction import redactor_for
+from clawpod.sidecar.model.redaction import credential_secrets, redactor_for
 
 if TYPE_CHECKING:  # the SDK is imported when a build has MCP tools (it costs ~0.3 s to import)
     import mcp_types as types
@@ -104,6 +104,10 @@ class McpBackends:
         """Raises ``RequestProblem`` (credential_missing) like an HTTP tool would."""
         return BackendKey(execution.endpoint, credential_header(tool, self._env))
 
+    def _secrets(self, auth: ToolAuth) -> tuple[bytes, ...]:
+        """What a result must not echo: the credential as configured and as sent."""
+        return credential_secrets(self._env.get(auth.env or "", ""), auth.type)
+
     async def client(self, key: BackendKey) -> Client:
         connection = self._connections.get(key)
         if connection is None or (connection.owner is not None and connection.owner.done()):
@@ -156,22 +160,13 @@ class McpBackends:
             await self.forget(key)
             message = f"the MCP exchange with the service failed ({type(exc).__name__})"
             return failed("unreachable", message, True, started)
-        return outcome_for_result(result, max_result_bytes, _secrets(execution.auth, key), started)
+        secrets = self._secrets(execution.auth) if key.credential else ()
+        return outcome_for_result(result, max_result_bytes, secrets, started)
 
     async def close(self) -> None:
         connections, self._connections = list(self._connections.values()), {}
         for connection in connections:
             await connection.close()
-
-
-def _secrets(auth: ToolAuth, key: BackendKey) -> tuple[bytes, ...]:
-    if key.credential is None:
-        return ()
-    value = key.credential[1]
-    secrets = (value.encode(),)
-    if auth.type in ("bearer", "basic"):
-        secrets += (value.split(" ", 1)[-1].encode(),)
-    return secrets
 
 
 async def all_tools(client: Client) -> list[types.Tool]:

@@ -26,6 +26,7 @@ from clawpod.sidecar.audit.log import AuditLog
 from clawpod.sidecar.audit.records import request_record, usage_record
 from clawpod.sidecar.audit.trace import trace_call
 from clawpod.sidecar.execution.governed import GovernedExecutor
+from clawpod.sidecar.execution.request import idempotency_key
 from clawpod.sidecar.manifest import DEFAULT_ALLOWED_HOSTS, AgentBuild, ManagedTool
 from clawpod.sidecar.mcp.http import (
     JSON,
@@ -72,6 +73,7 @@ from clawpod.sidecar.mcp.stateless import (
     is_stateless,
     tools_list_result,
 )
+from clawpod.sidecar.mediation.journal import has_side_effects
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.observability.logs import log_request
@@ -104,7 +106,9 @@ class McpEndpoint:
         keepalive_s: float,
         tasks: ShieldedTasks,
         allowed_hosts: Iterable[str] = DEFAULT_ALLOWED_HOSTS,
+        pod: str = "",
     ) -> None:
+        self._pod = pod  # part of every Idempotency-Key, as in mediated mode
         self._allowed_hosts = frozenset(filter(None, map(hostname, allowed_hosts)))
         self._executor = executor
         self._audit = audit
@@ -334,14 +338,22 @@ class McpEndpoint:
         stream: bool,
     ) -> ToolOutcome:
         policy = agent.tools.policy
+        record_id = "mcp_" + uuid.uuid4().hex
         outcome = await self._executor.execute(
             agent.agent.id,
             tool,
             params.arguments,
             timeout_s=policy.timeout_per_tool_ms / 1000,
             max_result_bytes=policy.max_tool_result_bytes,
+            # Every call with side effects carries one (SPEC §8.2): this call's own, named after
+            # its audit record, never repeated by another call with the same JSON-RPC id.
+            idempotency_key=idempotency_key(
+                self._pod, agent.agent.id, tool, record_id, str(message.id), params.arguments or {}
+            )
+            if has_side_effects(tool)
+            else None,
         )
-        await self._audit_call(agent, message, params, tool, outcome, stream)
+        await self._audit_call(agent, message, params, tool, outcome, stream, record_id)
         return outcome
 
     async def _audit_call(
@@ -352,10 +364,11 @@ class McpEndpoint:
         tool: ManagedTool | None,
         outcome: ToolOutcome,
         stream: bool,
+        record_id: str | None = None,
     ) -> None:
         self._metrics.count_tool_call(tool.name if tool else UNKNOWN_TOOL_LABEL, outcome)
         call = trace_call(str(message.id), tool, params.name, params.arguments or {}, outcome)
-        record_id = "mcp_" + uuid.uuid4().hex
+        record_id = record_id or "mcp_" + uuid.uuid4().hex
         try:
             await self._audit.append(
                 agent.agent.id,

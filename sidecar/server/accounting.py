@@ -65,7 +65,9 @@ async def record_request(
         tool_trace=tool_trace,
         trace_id=tracing.current_trace_id(),
     )
-    entry |= extra or {}
+    entry |= (ctx.audit_extra or {}) | (extra or {})
+    if ctx.objects:
+        entry["objects"] = ctx.objects  # stored objects used, made or refused, by id
     try:
         await ctx.state.audit.append(agent_id, entry)
     except Exception:

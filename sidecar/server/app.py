@@ -16,6 +16,8 @@ from clawpod.sidecar.execution.budgets import TokenBudgets
 from clawpod.sidecar.execution.drift import DriftChecker
 from clawpod.sidecar.execution.executor import ToolExecutor
 from clawpod.sidecar.execution.governed import GovernedExecutor
+from clawpod.sidecar.execution.taint_guard import held_credentials
+from clawpod.sidecar.execution.webhooks import ApprovalWebhook, webhook_signer
 from clawpod.sidecar.manifest import Build
 from clawpod.sidecar.mcp.endpoint import McpEndpoint
 from clawpod.sidecar.mediation.continuity import ContinuityStore
@@ -28,6 +30,7 @@ from clawpod.sidecar.server.operator import OPERATOR_TOKEN_ENV
 from clawpod.sidecar.server.protocol_errors import protocol_errors
 from clawpod.sidecar.server.routes import healthz, mcp, model, models
 from clawpod.sidecar.server.routing import ModelRouter
+from clawpod.sidecar.server.stored_objects import StoredObjects
 from clawpod.sidecar.server.upstream import UpstreamClient
 from clawpod.sidecar.state_lock import StateLock, instance_name
 from clawpod.sidecar.tasks import ShieldedTasks
@@ -54,6 +57,10 @@ def create_app(
         state_dir, key=audit_key(env), agents=build.agents, instance=instance_name(env)
     )
     keepalive_s = keepalive_interval(env)
+    webhook_url = config.governance.approvals.webhook if config.governance else None
+    # Raises WebhookSecretError: an approval webhook is never sent unsigned.
+    signer = webhook_signer(webhook_url, env)
+    webhook = ApprovalWebhook(webhook_url, signer) if webhook_url and signer else None
     governed = GovernedExecutor(
         executor,
         config.governance,
@@ -63,6 +70,9 @@ def create_app(
         audit=audit,
         metrics=metrics,
         tasks=tasks,
+        webhook=webhook,
+        taint=config.taint,
+        credentials=(*held_credentials(build, env), env.get(OPERATOR_TOKEN_ENV, "")),
     )
     state = SidecarState(
         config=config,
@@ -75,7 +85,13 @@ def create_app(
         verifier=TokenVerifier(build),
         router=ModelRouter(config),
         mcp=McpEndpoint(
-            governed, audit, metrics, keepalive_s, tasks, allowed_hosts=config.allowed_hosts
+            governed,
+            audit,
+            metrics,
+            keepalive_s,
+            tasks,
+            allowed_hosts=config.allowed_hosts,
+            pod=config.pod,
         ),
         sse_keepalive_s=keepalive_s,
         tasks=tasks,
@@ -85,8 +101,11 @@ def create_app(
         drift=DriftChecker(
             build.agents, executor.mcp, executor.quarantine, audit, metrics, state_dir
         ),
-        journal=RequestJournal(state_dir, window_ms=config.retry_window_ms),
+        journal=RequestJournal(
+            state_dir, window_ms=config.retry_window_ms, agents=len(build.agents)
+        ),  # per-agent quotas
         state_lock=state_lock,
+        objects=StoredObjects(state_dir),
     )
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[protocol_errors])
     app[STATE_KEY] = state
@@ -112,7 +131,10 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         drift.cancel()  # the one task that never ends by itself
         await state.upstream.close()  # model calls still waiting fail fast
         state.governed.approvals.stop()  # calls waiting for an operator give up; files stay
+        if state.governed.webhook is not None:
+            state.governed.webhook.stop()  # no more retries: the drain below must not wait
         await state.tasks.drain()  # tool calls already sent finish and are audited
         await state.executor.close()
         await state.continuity.close()
+        state.objects.close()
         await state.audit.close()  # flushes pending audit records to disk

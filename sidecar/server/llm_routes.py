@@ -31,6 +31,7 @@ from clawpod.sidecar.server.errors import reply_error
 from clawpod.sidecar.server.exchange import AiohttpExchange, Exchange
 from clawpod.sidecar.server.mediated import CLIENT_CLOSED, handle_mediated
 from clawpod.sidecar.server.passthrough import pass_through
+from clawpod.sidecar.server.stored_objects import refs
 
 log = logging.getLogger("sidecar.server")
 
@@ -123,6 +124,7 @@ async def _llm_request(exchange: Exchange, state: SidecarState, route: LlmRoute)
             ctx.stream = body.get("stream") is True or _query_streams(exchange.query)
             if route.upstream is not None:
                 _address_resource(ctx, exchange, route.upstream)
+            _check_stored_objects(ctx, exchange, body)
             if route.upstream is None or "model" in body:
                 ctx.provider_name, _, ctx.model = state.router.resolve(codec.api, body.get("model"))
             else:
@@ -140,6 +142,9 @@ async def _llm_request(exchange: Exchange, state: SidecarState, route: LlmRoute)
         if ctx.model is not None and ctx.model != body["model"]:
             body["model"] = ctx.model
             raw = orjson.dumps(body)
+        withheld = _withheld(agent, codec, body)
+        if withheld is not None:
+            ctx.audit_extra = {"tools_injected": False, "reason": withheld}
         if route.mediate and _injects(agent, codec, body):
             await handle_mediated(exchange, ctx, body)
         elif route.path in codec.side_routes and _injects(agent, codec, body):
@@ -155,7 +160,40 @@ def _injects(agent: AgentBuild, codec: Codec, body: dict[str, Any]) -> bool:
     """Whether this request gets the agent's managed tools (mediated), or goes through as is."""
     if agent.agent.mode != "mediated" or not agent.tools.tools:
         return False
-    return agent.agent.tool_injection == "always" or not codec.data_only(body)
+    return _withheld(agent, codec, body) is None
+
+
+def _withheld(agent: AgentBuild, codec: Codec, body: dict[str, Any]) -> str | None:
+    """Why a mediated agent's request gets no tools under ``tool-injection: auto`` (audited as
+    ``tools_injected: false``), or None: it asks for data (structured output), or it is an
+    auxiliary request about the conversation (a title, a summary, a compaction: SPEC §7.3)."""
+    if agent.agent.mode != "mediated" or agent.agent.tool_injection == "always":
+        return None
+    if codec.data_only(body):
+        return "data_only"
+    if codec.auxiliary(body):
+        return "auxiliary"
+    return None
+
+
+def _check_stored_objects(ctx: RequestContext, exchange: Exchange, body: dict[str, Any]) -> None:
+    """Refuse a request that names a stored object this agent does not hold: every agent
+    shares the provider key, so the provider cannot refuse it (see ``stored_objects``)."""
+    referenced = refs(ctx.codec.stored_references(exchange.path_params, body))
+    if not referenced:
+        return
+    agent = ctx.agent.agent.id
+    for ref in referenced:
+        why = ctx.state.objects.refusal(agent, ref)
+        if why is not None:
+            ctx.note_objects(f"refused ({why})", [ref])
+            raise ApiError(
+                404,
+                f"{ref.kind}_not_found",
+                f"no {ref.kind} with id {ref.id!r} was stored for this agent",
+                "invalid_request_error",
+            )
+    ctx.note_objects("referenced", referenced)
 
 
 def _address_resource(ctx: RequestContext, exchange: Exchange, upstream: str) -> None:

@@ -18,7 +18,8 @@ from clawpod.sidecar.server.accounting import record_request
 from clawpod.sidecar.server.context import RequestContext
 from clawpod.sidecar.server.errors import reply_error
 from clawpod.sidecar.server.exchange import Exchange
-from clawpod.sidecar.server.upstream import UpstreamError, response_headers, translate_error
+from clawpod.sidecar.server.stored_objects import StoredRef, StreamedIds, refs
+from clawpod.sidecar.server.upstream import UpstreamError, translate_error
 from clawpod.sidecar.transport import Response, TransportError
 
 
@@ -78,12 +79,18 @@ async def _relay_body(exchange: Exchange, ctx: RequestContext, upstream: Respons
         usage = usage_record(rounds=1)
         if not ctx.upstream_path:  # a stored object's usage was spent when it was made
             usage = _body_usage(ctx, parsed)
-    await _send(exchange, status, data, response_headers(upstream.headers))
+        _track_stored_objects(ctx, status, parsed)
+    headers = ctx.state.upstream.relayed_headers(ctx.provider_name, upstream.headers)
+    await _send(exchange, status, data, headers)
     await record_request(ctx, http_status=status, error_code=error_code, usage=usage)
 
 
 async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Response) -> None:
-    await exchange.start_stream(200, response_headers(upstream.headers))
+    await exchange.start_stream(
+        200, ctx.state.upstream.relayed_headers(ctx.provider_name, upstream.headers)
+    )
+    redactor = ctx.state.upstream.stream_redactor(ctx.provider_name)
+    stored = StreamedIds(ctx.codec) if ctx.codec.stores_objects else None
     usage = StreamUsage(ctx.codec)
     ends = ctx.codec.stream_ends
     keep = max(map(len, ends))
@@ -100,6 +107,9 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
                 await exchange.write(ctx.codec.stream_error(err))
                 break
             if not chunk:
+                if rest := redactor.flush():
+                    await exchange.write(rest)
+                    finished = finished or any(end in tail[-keep:] + rest for end in ends)
                 if not finished:
                     # A cut stream must not look like a complete answer to the client.
                     message = f"provider {ctx.provider_name!r} ended the stream before its end"
@@ -108,6 +118,11 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
                     await exchange.write(ctx.codec.stream_error(err))
                 break
             usage.feed(chunk)
+            if stored is not None and stored.feed(chunk):
+                ctx.record_objects(stored.found)  # at once: a client may leave after it
+            chunk = redactor.feed(chunk)
+            if not chunk:
+                continue  # the rest of an event: it goes out with its end
             tail = tail[-keep:] + chunk
             await exchange.write(chunk)
             # Finished once the end marker has reached the client.
@@ -133,6 +148,18 @@ async def _fail(exchange: Exchange, ctx: RequestContext, err: ApiError) -> None:
     await record_request(
         ctx, http_status=err.status, error_code=err.code, usage=usage_record(rounds=1)
     )
+
+
+def _track_stored_objects(ctx: RequestContext, status: int, parsed: Any) -> None:
+    """Bind what the provider stored to the agent; forget what it deleted."""
+    if status != 200:
+        return
+    if ctx.method == "DELETE":
+        for ref in ctx.objects:
+            if ref["use"] == "referenced":
+                ctx.state.objects.forget(ctx.agent.agent.id, StoredRef(ref["kind"], ref["id"]))
+        return
+    ctx.record_objects(refs(ctx.codec.stored_ids(parsed)))
 
 
 async def _send(exchange: Exchange, status: int, body: bytes, headers: dict[str, str]) -> None:

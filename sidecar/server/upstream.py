@@ -12,7 +12,7 @@ import orjson
 
 from clawpod.sidecar.codecs import CODECS
 from clawpod.sidecar.manifest import Provider, SidecarConfig
-from clawpod.sidecar.model.redaction import redactor_for
+from clawpod.sidecar.model.redaction import StreamRedactor, redactor_for
 from clawpod.sidecar.observability.metrics import Metrics, connection_counts
 from clawpod.sidecar.transport import (
     BodyTooLarge,
@@ -160,6 +160,16 @@ class UpstreamClient:
         """``data`` without the provider's key, in any encoding: some providers repeat a
         rejected key in their error message, and it must not reach an agent."""
         return self._channels[provider_name].redact(data)
+
+    def relayed_headers(self, provider_name: str, headers: Headers) -> dict[str, str]:
+        """The response headers handed back to the client, without the provider's key (a
+        provider or a proxy in front of it may echo the request's key in a header)."""
+        redact = self._channels[provider_name].redact.text
+        return {name: redact(value) for name, value in response_headers(headers).items()}
+
+    def stream_redactor(self, provider_name: str) -> StreamRedactor:
+        """Removes the provider's key from a relayed stream's error events."""
+        return StreamRedactor(self._channels[provider_name].redact)
 
     def redact_text(self, provider_name: str | None, text: str) -> str:
         """A message built from provider text, without the provider's key."""

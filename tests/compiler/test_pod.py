@@ -279,6 +279,8 @@ def test_agents_cannot_choose_their_network_mode(pod_dir: PodDir) -> None:
         ),
         ("environment: [OTHER_TOKEN]", "OTHER_TOKEN", "the credential of service 'other'"),
         ("environment: {OPENAI_BASE_URL: 'http://elsewhere'}", "OPENAI_BASE_URL", "set by clawc"),
+        ("environment: {CLAW_OPERATOR_TOKEN: op}", "CLAW_OPERATOR_TOKEN", "the operator token"),
+        ("environment: [CLAW_AUDIT_KEY=k]", "CLAW_AUDIT_KEY", "the audit key"),
     ],
 )
 def test_credential_starvation_in_environment(
