@@ -90,7 +90,7 @@ async def serve(
     except (AuditKeyError, AuditStateError, WebhookSecretError) as exc:
         print(f"sidecar: refusing to start: {exc}", file=sys.stderr)
         return 1
-    limits = EdgeLimits(max_connections=build.config.max_connections)
+    limits = EdgeLimits.from_config(build.config)
     try:
         listening = await listen(
             app, host, port, shutdown_timeout_s=SHUTDOWN_TIMEOUT_S, limits=limits

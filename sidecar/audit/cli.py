@@ -256,15 +256,25 @@ def describe(record: dict[str, Any]) -> str:
     if record.get("stream"):
         parts.append("stream")
     if usage:
+        estimated = " (estimated)" if usage.get("estimated") else ""
         parts.append(
             f"rounds={usage.get('rounds', 0)} tokens={usage.get('input_tokens', 0)}"
-            f"/{usage.get('output_tokens', 0)}"
+            f"/{usage.get('output_tokens', 0)}{estimated}"
         )
+    if record.get("cost_usd") is not None:
+        parts.append(f"cost=${record['cost_usd']:.6f}")
+    if len(record.get("providers") or ()) > 1:  # a failover or a key change: say who answered
+        parts.append("via " + " > ".join(_attempt(a) for a in record["providers"]))
     lines = ["  " + "  ".join(str(p) for p in parts if p)]
     for round_ in record.get("tool_trace") or []:
         for call in round_.get("calls") or []:
             lines.append("      " + _describe_call(round_.get("round"), call))
     return "\n".join(lines) + "\n"
+
+
+def _attempt(attempt: dict[str, Any]) -> str:
+    key = f"[{attempt['key']}]" if attempt.get("key") else ""
+    return f"{attempt.get('provider')}{key}:{attempt.get('outcome')}"
 
 
 def _model(record: dict[str, Any]) -> str:

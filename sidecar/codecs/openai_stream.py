@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -142,3 +143,57 @@ def _finish_choice(state: dict[str, Any]) -> dict[str, Any]:
         "tool_calls" if calls else "function_call" if "function_call" in state else "stop"
     )
     return {"index": state["index"], "message": message, "finish_reason": finish}
+
+
+_EVENT = re.compile(rb".*?(?:\r?\n\r?\n)", re.S)
+# A client stream never waits on an event longer than this: past it, bytes pass as they are.
+_MAX_PENDING_EVENT = 1 << 20
+
+
+class UsageChunkStripper:
+    """Removes the usage-only chunk (``"choices": []`` with ``usage``) from a passed-through
+    stream whose client did not ask for it: the sidecar asks for usage to charge budgets (#32).
+    Bytes go on as soon as their event is complete."""
+
+    __slots__ = ("_pending",)
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        if not self._pending and chunk.endswith(b"\n\n"):
+            complete = chunk  # the common case: whole events per chunk
+        else:
+            data = self._pending + chunk
+            cut = max(_end_after(data, b"\n\n"), _end_after(data, b"\r\n\r\n"))
+            if cut <= 0:
+                self._pending = data if len(data) <= _MAX_PENDING_EVENT else b""
+                return b"" if self._pending else data
+            complete, self._pending = data[:cut], data[cut:]
+        # Asked for usage, OpenAI writes "usage": null into every chunk: look for the one
+        # chunk without choices instead.
+        if b"[]" not in complete or (
+            b'"choices":[]' not in complete and b'"choices": []' not in complete
+        ):
+            return complete
+        return b"".join(e for e in _EVENT.findall(complete) if not _usage_only(e))
+
+    def flush(self) -> bytes:
+        rest, self._pending = self._pending, b""
+        return rest
+
+
+def _end_after(data: bytes, separator: bytes) -> int:
+    found = data.rfind(separator)
+    return found + len(separator) if found >= 0 else 0
+
+
+def _usage_only(event: bytes) -> bool:
+    for line in event.splitlines():
+        if line.startswith(b"data:") and b'"usage"' in line:
+            try:
+                payload = orjson.loads(line[5:])
+            except orjson.JSONDecodeError:
+                return False
+            return isinstance(payload, dict) and payload.get("choices") == []
+    return False

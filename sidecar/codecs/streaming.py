@@ -52,6 +52,28 @@ def shown_live(
     return shown
 
 
+class EndMarkerWatch:
+    """Whether a stream, read in pieces, carried one of its protocol's end markers (a marker
+    may be split across pieces). Until it did, the stream counts as cut: its connection is not
+    pooled again, and a relay tells its client the answer is incomplete."""
+
+    __slots__ = ("_ends", "_keep", "_tail", "seen")
+
+    def __init__(self, ends: tuple[bytes, ...]) -> None:
+        self._ends = ends
+        self._keep = max(map(len, ends))
+        self._tail = b""
+        self.seen = False
+
+    def feed(self, chunk: bytes) -> bool:
+        """Read the next piece; True once an end marker has been seen."""
+        if not self.seen:
+            window = self._tail + chunk
+            self.seen = any(end in window for end in self._ends)
+            self._tail = window[-self._keep :]
+        return self.seen
+
+
 class TurnAssembler(ABC):
     """One upstream turn, read as it streams."""
 

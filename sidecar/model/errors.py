@@ -20,12 +20,21 @@ _TYPE_BY_STATUS = {
 class ApiError(Exception):
     """An error the client is told about, in its protocol's shape."""
 
-    def __init__(self, status: int, code: str, message: str, type: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        type: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.type = type or _TYPE_BY_STATUS.get(status, "api_error")
+        self.headers = headers or {}
+        """Response headers that go with it (``retry-after``, ``x-should-retry``)."""
 
 
 # How a provider call that got no HTTP answer is told to the client, in both modes.

@@ -22,6 +22,7 @@ from clawpod.sidecar.manifest import Build
 from clawpod.sidecar.mcp.endpoint import McpEndpoint
 from clawpod.sidecar.mediation.continuity import ContinuityStore
 from clawpod.sidecar.mediation.journal import RequestJournal
+from clawpod.sidecar.model.prices import PriceBook
 from clawpod.sidecar.observability.metrics import Metrics
 from clawpod.sidecar.server.auth import TokenVerifier
 from clawpod.sidecar.server.context import STATE_KEY, SidecarState
@@ -84,6 +85,7 @@ def create_app(
         continuity=ContinuityStore(state_dir, agents=len(build.agents)),  # per-agent quotas
         verifier=TokenVerifier(build),
         router=ModelRouter(config),
+        prices=PriceBook(config.providers),
         mcp=McpEndpoint(
             governed,
             audit,
@@ -92,6 +94,7 @@ def create_app(
             tasks,
             allowed_hosts=config.allowed_hosts,
             pod=config.pod,
+            max_body_bytes=config.max_body_bytes,
         ),
         sse_keepalive_s=keepalive_s,
         tasks=tasks,
@@ -110,12 +113,20 @@ def create_app(
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[protocol_errors])
     app[STATE_KEY] = state
     app.cleanup_ctx.append(_lifecycle)
+    app.on_shutdown.append(_end_waiting_approvals)
     add_llm_routes(app.router)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/v1/models/{model_id:.+}", model)  # ids may hold a provider/ prefix
     app.router.add_route("*", "/mcp", mcp)
     app.router.add_get("/healthz", healthz)  # /readyz, /metrics, /operator/*: server/admin.py
     return app
+
+
+async def _end_waiting_approvals(app: web.Application) -> None:
+    """First thing on shutdown, before requests in progress are waited for: calls waiting for
+    an operator are answered now (``approval_pending``, in the caller's protocol), so they
+    neither hold the shutdown until its timeout nor end as cut streams (issue 30)."""
+    app[STATE_KEY].governed.approvals.stop()
 
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:

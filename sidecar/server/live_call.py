@@ -8,7 +8,7 @@ assembled body to the engine at the end, which then classifies the turn's calls.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -16,13 +16,13 @@ from clawpod.sidecar.codecs.base import Codec
 from clawpod.sidecar.codecs.streaming import TextDelta
 from clawpod.sidecar.mediation.commands import Event, ModelFailed, ModelReplied
 from clawpod.sidecar.model.conversation import Conversation
-from clawpod.sidecar.server.upstream import (
-    UpstreamClient,
-    UpstreamError,
-    UpstreamTarget,
-    translate_error,
-)
-from clawpod.sidecar.transport import TransportError
+from clawpod.sidecar.model.errors import ApiError
+from clawpod.sidecar.server.failover import open_upstream
+from clawpod.sidecar.server.upstream import UpstreamError, UpstreamTarget, translate_error
+from clawpod.sidecar.transport import Response, TransportError
+
+if TYPE_CHECKING:
+    from clawpod.sidecar.server.context import RequestContext
 
 Show = Callable[[dict[str, Any], list[TextDelta]], Awaitable[None]]
 # What a malformed stream or body raises while it is folded.
@@ -30,23 +30,43 @@ _MALFORMED = (ValueError, KeyError, TypeError, IndexError, AttributeError)
 
 
 async def call_model_streaming(
-    upstream: UpstreamClient,
-    target: UpstreamTarget,
+    ctx: RequestContext,
     codec: Codec,
     conversation: Conversation,
     body: dict[str, Any],
     timeout_s: float,
     show: Show,
 ) -> Event:
-    """Call the model with a streamed answer; ``show`` each piece of text as it arrives."""
+    """Call the model with a streamed answer; ``show`` each piece of text as it arrives. The
+    request's targets are tried in turn until one answers (SPEC §14), all before any text
+    of this turn is shown."""
+    upstream = ctx.state.upstream
+    streamed = codec.streaming_request(body)
+
+    def send(target: UpstreamTarget, model: str | None) -> Awaitable[Response]:
+        request = streamed
+        if model is not None and model != streamed.get("model"):  # a fallback's own id
+            request = {**streamed, "model": model}
+        return upstream.send(
+            target,
+            orjson.dumps(request),
+            read_timeout_s=timeout_s,
+            max_body_bytes=upstream.max_response_bytes,
+        )
+
     try:
-        response = await upstream.post_stream(target, codec.streaming_request(body), timeout_s)
+        response = await open_upstream(ctx, send)
     except UpstreamError as exc:
         return ModelFailed(exc.kind, exc.message)
+    except ApiError as err:  # every key rests
+        return ModelFailed("status", err.message, err.status, err.headers.get("retry-after"))
+    provider = ctx.provider_name
+    assert provider is not None
     assembler = codec.stream_assembler()
+    end = codec.end_watch()
     try:
         if response.status != 200:
-            data = upstream.redact(target.provider, await response.read())
+            data = upstream.redact(provider, await response.read())
             return ModelFailed(
                 "status",
                 codec.provider_error_message(data),
@@ -61,17 +81,19 @@ async def call_model_streaming(
             await _show_whole(codec, conversation, reply, show)
             return ModelReplied(reply)
         while chunk := await response.read_chunk():
+            end.feed(chunk)
             deltas = assembler.feed(chunk)
             if deltas:
                 await show(assembler.head, deltas)
         return ModelReplied(assembler.finish())
     except TransportError as exc:
-        failure = translate_error(exc, target.provider)
+        failure = translate_error(exc, provider)
         return ModelFailed(failure.kind, failure.message)
     except _MALFORMED as exc:
         return ModelFailed("protocol", f"the provider's reply is not valid: {exc}")
     finally:
-        response.release()
+        # A stream without its end marker leaves the connection's state unknown: not pooled.
+        response.release(reuse=end.seen or response.content_type != "text/event-stream")
 
 
 async def _show_whole(

@@ -52,12 +52,15 @@ from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from clawpod.sidecar.model.taint import TAINTED_ARGUMENT
 from clawpod.sidecar.observability import tracing
-from clawpod.sidecar.server.accounting import record_request
+from clawpod.sidecar.server.accounting import call_cost, record_request
+from clawpod.sidecar.server.budget_gate import BYTES_PER_TOKEN
 from clawpod.sidecar.server.errors import FINAL_HEADERS, JSON_HEADERS
 from clawpod.sidecar.server.exchange import Exchange
+from clawpod.sidecar.server.failover import open_upstream
 from clawpod.sidecar.server.live_call import call_model_streaming
 from clawpod.sidecar.server.stored_objects import refs
-from clawpod.sidecar.server.upstream import UpstreamError
+from clawpod.sidecar.server.upstream import UpstreamError, UpstreamTarget, read_whole
+from clawpod.sidecar.transport import Response
 from clawpod.sidecar.transport.keepalive import with_keepalives
 
 if TYPE_CHECKING:
@@ -143,6 +146,8 @@ class _Driver:
         self.error_code: str | None = None
         self.replayed_calls: set[str] = set()
         """Ids of calls answered from the journal of the attempt this one resumes."""
+        self.cost: float | None = None  # USD of the model calls answered so far
+        self.estimated = (0, 0)  # input, output tokens of calls whose provider counted none
 
     async def run(self) -> None:
         steps = self.engine.run()
@@ -225,7 +230,25 @@ class _Driver:
         if isinstance(event, ModelReplied):
             self.attempt.model_replied(event.body)
             self.ctx.record_objects(refs(self.codec.stored_ids(event.body)))
+            self._charge(command.body, event.body)
         return event
+
+    def _charge(self, request: dict[str, Any], reply: dict[str, Any]) -> None:
+        """One model call's cost at the price of the provider that answered it; a provider
+        that reported no usage is charged an estimate (#32), kept for the audit record."""
+        usage = reply.get("usage")
+        read, creation = self.codec.cache_counts(usage)
+        tokens = self.codec.usage_counts(usage)
+        if not any(tokens):
+            tokens = (
+                len(orjson.dumps(request)) // BYTES_PER_TOKEN,
+                len(orjson.dumps(reply)) // BYTES_PER_TOKEN,
+            )
+            self.estimated = (self.estimated[0] + tokens[0], self.estimated[1] + tokens[1])
+        call = usage_record(*tokens, cache_read=read, cache_creation=creation)
+        cost = call_cost(self.ctx, self.ctx.provider_name, self.ctx.model, call)
+        if cost is not None:
+            self.cost = (self.cost or 0.0) + cost
 
     async def _call_model(self, command: CallModel) -> Event:
         with tracing.model_span(self.codec.api, self.ctx.model) as span:
@@ -240,12 +263,25 @@ class _Driver:
 
     async def _call_model_once(self, command: CallModel) -> Event:
         started = time.perf_counter()
-        try:
-            reply = await self.state.upstream.post_json(
-                self.ctx.target(), command.body, timeout_s=command.timeout_s
+        upstream = self.state.upstream
+
+        def send(target: UpstreamTarget, model: str | None) -> Awaitable[Response]:
+            body = command.body
+            if model is not None and model != body.get("model"):  # a fallback's own id
+                body = {**body, "model": model}
+            return upstream.send(
+                target,
+                orjson.dumps(body),
+                timeout_s=command.timeout_s,
+                max_body_bytes=upstream.max_response_bytes,
             )
+
+        try:
+            reply = await read_whole(await open_upstream(self.ctx, send), self.ctx.provider_name)
         except UpstreamError as exc:
             return ModelFailed(exc.kind, exc.message)
+        except ApiError as err:  # every key rests
+            return ModelFailed("status", err.message, err.status, err.headers.get("retry-after"))
         finally:
             self.state.metrics.observe_upstream(
                 self.ctx.provider_name, time.perf_counter() - started
@@ -279,8 +315,7 @@ class _Driver:
         with tracing.model_span(self.codec.api, self.ctx.model) as span:
             try:
                 event = await call_model_streaming(
-                    self.state.upstream,
-                    self.ctx.target(),
+                    self.ctx,
                     self.codec,
                     self.engine.conversation,
                     command.body,
@@ -448,12 +483,14 @@ class _Driver:
             metrics.count_tool_call(label, answered.outcome)
         cache_read, cache_creation = self.codec.cache_counts(engine.usage.fields)
         usage = usage_record(
-            engine.usage.input_tokens,
-            engine.usage.output_tokens,
+            engine.usage.input_tokens + self.estimated[0],
+            engine.usage.output_tokens + self.estimated[1],
             engine.executed_rounds,
             cache_read=cache_read,
             cache_creation=cache_creation,
         )
+        if any(self.estimated):
+            usage["estimated"] = True
         try:
             await record_request(
                 self.ctx,
@@ -462,6 +499,7 @@ class _Driver:
                 usage=usage,
                 tool_trace=self._scrubbed(_tool_trace(engine, self.replayed_calls)),
                 extra=self._resume_record(),
+                cost=self.cost,
             )
         except Exception:
             log.exception("audit of mediated request %s failed", self.ctx.request_id)

@@ -1,4 +1,5 @@
-"""Model routing: ``provider/model`` or the first provider of the route's API whose globs match."""
+"""Model routing: ``provider/model``, else the first fallback route (``routes``) whose glob
+matches, else the first provider of the route's API whose globs match (SPEC §4.1, §14)."""
 
 from __future__ import annotations
 
@@ -11,19 +12,35 @@ from clawpod.sidecar.model.errors import ApiError
 
 Api = ProviderApi
 _CACHE_LIMIT = 4096
+# A request's upstream candidates in order: (provider name, provider, upstream model).
+Target = tuple[str, Provider, str]
 
 
 class ModelRouter:
-    """Resolves a requested model to (provider name, provider, upstream model), memoised."""
+    """Resolves a requested model to its targets (provider name, provider, upstream model),
+    memoised."""
 
     def __init__(self, config: SidecarConfig) -> None:
         self._providers = config.providers
         self._by_api: dict[str, list[tuple[str, Provider]]] = {"openai": [], "anthropic": []}
         for name, provider in config.providers.items():
             self._by_api[provider.api].append((name, provider))
-        self._cache: dict[tuple[str, str], tuple[str, Provider, str]] = {}
+        # The compiler checked that every target of a route speaks one API.
+        self._routes: dict[str, list[tuple[str, list[tuple[str, str | None]]]]] = {
+            "openai": [],
+            "anthropic": [],
+        }
+        for glob, targets in (config.routes or {}).items():
+            api = config.providers[targets[0].provider].api
+            self._routes[api].append((glob, [(t.provider, t.model) for t in targets]))
+        self._cache: dict[tuple[str, str], list[Target]] = {}
 
     def resolve(self, api: Api, model: object) -> tuple[str, Provider, str]:
+        """The first target of ``model``."""
+        return self.route(api, model)[0]
+
+    def route(self, api: Api, model: object) -> list[Target]:
+        """Every target of ``model`` in failover order (one, unless a fallback route matches)."""
         if not isinstance(model, str) or not model:
             raise ApiError(400, "model_required", "the request must name a model")
         if is_model_glob(model):
@@ -43,7 +60,15 @@ class ModelRouter:
             self._cache[key] = found
         return found
 
-    def _resolve(self, api: Api, model: str) -> tuple[str, Provider, str]:
+    def _resolve(self, api: Api, model: str) -> list[Target]:
+        prefix, slash, _ = model.partition("/")
+        if not (slash and prefix in self._providers):
+            for glob, targets in self._routes[api]:
+                if fnmatchcase(model, glob):
+                    return [(name, self._providers[name], own or model) for name, own in targets]
+        return [self._resolve_provider(api, model)]
+
+    def _resolve_provider(self, api: Api, model: str) -> Target:
         prefix, slash, rest = model.partition("/")
         if slash and prefix in self._providers:
             provider = self._providers[prefix]
