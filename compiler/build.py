@@ -23,7 +23,7 @@ from clawpod.compiler.naming import canonical_name, present
 from clawpod.compiler.pod import CompiledPod
 from clawpod.compiler.pod_spec import EdgeSpec
 from clawpod.compiler.reserved import ADMIN_HOST, ADMIN_PORT, SIDECAR_HOST_URL
-from clawpod.compiler.runner_configs import codex_config, mcp_config
+from clawpod.compiler.runner_configs import codex_config, langchain_config, mcp_config
 from clawpod.compiler.swarm import swarm_files
 from clawpod.compiler.tool_services import ToolService
 from clawpod.sidecar.manifest import (
@@ -309,6 +309,7 @@ def render_build(
         files[f"agents/{agent.id}.env"] = _env_file(agent.id, token)
         files[f"agents/{agent.id}.mcp.json"] = dump_json(mcp_config(MCP_URL, token))
         files[f"agents/{agent.id}.codex.toml"] = codex_config(agent.id, MCP_URL, token)
+        files[f"agents/{agent.id}.langchain.json"] = dump_json(langchain_config(MCP_URL, token))
     extra: dict[str, Any] = {}
     if pod.claw.max_body_bytes:
         extra["max_body_bytes"] = pod.claw.max_body_bytes

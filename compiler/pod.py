@@ -13,6 +13,7 @@ from clawpod.compiler.agent_plan import (
     claim_agent_ids,
 )
 from clawpod.compiler.compose_shapes import check_shapes
+from clawpod.compiler.credential_sources import warn_unset_credentials
 from clawpod.compiler.credential_starvation import check_starvation, forbidden_variables
 from clawpod.compiler.governance import check_principals, resolve_governance
 from clawpod.compiler.governance_spec import PrincipalSpec
@@ -83,6 +84,8 @@ def compile_pod(path: Path | str) -> CompiledPod:
             tool_services.get(name, service_claw)
 
     principals = check_principals(reader, claw, tool_services, claws, agent_services)
+    auth_envs = {n: s.loaded.descriptor.auth.env for n, s in tool_services.by_name.items()}
+    warn_unset_credentials(reader, claws, principals, auth_envs)
     defaults_path = ("x-claw", "tools-defaults")
     defaults = claw.tools_defaults
     default_grants = expand(None, (), defaults, defaults_path, reader.failer(None))

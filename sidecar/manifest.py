@@ -181,6 +181,10 @@ class Price(_Model):
     )
 
 
+# ``auto``: stream, and learn from the first empty or refused stream that the provider cannot.
+StreamTools = Literal["auto", True, False]
+
+
 class Provider(_Model):
     api: Literal["openai", "anthropic"]
     base_url: str
@@ -201,6 +205,9 @@ class Provider(_Model):
     def key_envs(self) -> list[str]:
         """The variables of the provider's keys, in rotation order."""
         return [self.key_env] if isinstance(self.key_env, str) else list(self.key_env)
+
+    stream_tools: StreamTools = "auto"
+    """Whether a streamed request that offers tools gets an answer from it (contract §7.4)."""
 
     @property
     def exact_models(self) -> list[str]:

@@ -81,17 +81,21 @@ class TurnAssembler(ABC):
         self._reader = EventReader()
         self.head: dict[str, Any] = {}
         """What the stream said about the turn before its content (ids, model)."""
+        self.events = 0
+        """Events read so far (comments are none): a stream with none said nothing at all."""
 
     def feed(self, data: bytes) -> list[TextDelta]:
         """Read the next bytes; the text deltas they complete, in order."""
         deltas: list[TextDelta] = []
         for event, payload in self._reader.feed(data):
+            self.events += 1
             self._event(event, payload, deltas)
         return deltas
 
     def finish(self) -> dict[str, Any]:
         """The whole turn as a non-streaming body; ``CodecError`` if the stream was cut."""
         for event, payload in self._reader.finish():
+            self.events += 1
             self._event(event, payload, [])
         return self._body()
 

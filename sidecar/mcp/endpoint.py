@@ -294,8 +294,10 @@ class McpEndpoint:
     ) -> dict[str, Any]:
         stateless = version in STATELESS_VERSIONS
         try:
-            if message.method == "ping" and not stateless:
-                return result_response(message.id, {})
+            if message.method == "ping":
+                # 2026-07-28 dropped ping, but clients of that era still send it (fastmcp's
+                # Client.ping()); an empty result costs nothing and breaks none of them.
+                return result_response(message.id, complete({}) if stateless else {})
             if message.method == "server/discover" and stateless:
                 return result_response(message.id, discover_result(instructions(agent)))
             if message.method == "tools/list":

@@ -32,6 +32,7 @@ from clawpod.sidecar.server.protocol_errors import protocol_errors
 from clawpod.sidecar.server.routes import healthz, mcp, model, models
 from clawpod.sidecar.server.routing import ModelRouter
 from clawpod.sidecar.server.stored_objects import StoredObjects
+from clawpod.sidecar.server.stream_tools import StreamToolsSupport
 from clawpod.sidecar.server.upstream import UpstreamClient
 from clawpod.sidecar.state_lock import StateLock, instance_name
 from clawpod.sidecar.tasks import ShieldedTasks
@@ -109,6 +110,7 @@ def create_app(
         ),  # per-agent quotas
         state_lock=state_lock,
         objects=StoredObjects(state_dir),
+        stream_tools=StreamToolsSupport(config.providers),
     )
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[protocol_errors])
     app[STATE_KEY] = state

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from clawpod.sidecar.server.auth import TokenVerifier
     from clawpod.sidecar.server.routing import ModelRouter
     from clawpod.sidecar.server.stored_objects import StoredObjects
+    from clawpod.sidecar.server.stream_tools import StreamToolsSupport
     from clawpod.sidecar.server.upstream import UpstreamClient
     from clawpod.sidecar.state_lock import StateLock
 
@@ -56,6 +57,7 @@ class SidecarState:
     journal: RequestJournal  # mediated requests' progress, for resuming a retry (contract §8.2)
     objects: StoredObjects  # provider-stored objects (Responses ids) and the agent holding each
     prices: PriceBook  # USD per million tokens of each provider's models (SPEC §14)
+    stream_tools: StreamToolsSupport  # which providers answer streamed tool requests (§7.4)
     state_lock: StateLock | None = None  # held by a started sidecar (SPEC §13.1); /readyz checks it
     body_bytes: BodyBytesInFlight = field(init=False)  # each agent's request bodies at once
 

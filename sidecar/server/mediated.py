@@ -57,8 +57,15 @@ from clawpod.sidecar.server.budget_gate import BYTES_PER_TOKEN
 from clawpod.sidecar.server.errors import FINAL_HEADERS, JSON_HEADERS
 from clawpod.sidecar.server.exchange import Exchange
 from clawpod.sidecar.server.failover import open_upstream
-from clawpod.sidecar.server.live_call import call_model_streaming
+from clawpod.sidecar.server.live_call import (
+    Show,
+    StreamUnanswered,
+    call_model_streaming,
+    show_whole,
+)
 from clawpod.sidecar.server.stored_objects import refs
+from clawpod.sidecar.server.stream_tools import offers_tools
+from clawpod.sidecar.server.unserved import NOT_SERVED, not_served_message
 from clawpod.sidecar.server.upstream import UpstreamError, UpstreamTarget, read_whole
 from clawpod.sidecar.transport import Response
 from clawpod.sidecar.transport.keepalive import with_keepalives
@@ -76,7 +83,13 @@ RUNNER_TOOL_LABEL = "(runner)"
 CLIENT_CLOSED = 499
 # Failures the sidecar decides itself: the same request fails the same way (SPEC 7.2).
 SIDECAR_DECIDED = frozenset(
-    {"mixed_executor_response", "tool_budget_exhausted", "invalid_request", "timeout"}
+    {
+        "mixed_executor_response",
+        "tool_budget_exhausted",
+        "invalid_request",
+        "timeout",
+        "protocol_not_served",
+    }
 )
 SSE_HEADERS = {
     "Content-Type": "text/event-stream; charset=utf-8",
@@ -288,6 +301,9 @@ class _Driver:
             )
         if reply.status != 200:
             body = self.state.upstream.redact(self.ctx.provider_name, reply.body)
+            unserved = not_served_message(self.codec, self.ctx.provider_name, reply.status, body)
+            if unserved:
+                return ModelFailed(NOT_SERVED, unserved)
             return ModelFailed(
                 "status",
                 self.codec.provider_error_message(body),
@@ -306,11 +322,41 @@ class _Driver:
         return ModelReplied(body)
 
     async def _call_model_live(self, command: CallModel, live: ClientStream) -> Event:
-        """The upstream streams too; text reaches the client as it arrives (SPEC §8.1)."""
+        """The upstream streams too; text reaches the client as it arrives (SPEC §8.1). A
+        provider that cannot stream with tools is called whole, its text re-streamed."""
 
         async def show(head: dict[str, Any], deltas: list[TextDelta]) -> None:
             await self._write(live.text(head, deltas))
 
+        support = self.state.stream_tools
+        provider = self.ctx.provider_name
+        assert provider is not None
+        if not support.streams(provider, command.body):
+            event = await self._call_model_restreamed(command, show)
+        else:
+            may_fall_back = support.may_fall_back(provider) and offers_tools(command.body)
+            streamed = await self._stream_model(command, show, may_fall_back)
+            if isinstance(streamed, StreamUnanswered):
+                # Nothing was shown and no call was made: this round is asked again, whole.
+                event = await self._call_model_restreamed(command, show)
+                if streamed.definitive or isinstance(event, ModelReplied):
+                    support.learn_cannot(provider, streamed.why)
+            else:
+                event = streamed
+        if isinstance(event, ModelReplied):
+            await self._write(live.end_turn(event.body))
+        return event
+
+    async def _call_model_restreamed(self, command: CallModel, show: Show) -> Event:
+        """A whole call; a streaming client still gets its text, in one piece."""
+        event = await self._call_model(command)
+        if isinstance(event, ModelReplied):
+            await show_whole(self.codec, self.engine.conversation, event.body, show)
+        return event
+
+    async def _stream_model(
+        self, command: CallModel, show: Show, may_fall_back: bool
+    ) -> Event | StreamUnanswered:
         started = time.perf_counter()
         with tracing.model_span(self.codec.api, self.ctx.model) as span:
             try:
@@ -321,6 +367,7 @@ class _Driver:
                     command.body,
                     command.timeout_s,
                     show,
+                    may_fall_back=may_fall_back,
                 )
             finally:
                 self.state.metrics.observe_upstream(
@@ -328,8 +375,6 @@ class _Driver:
                 )
             if isinstance(event, ModelReplied):
                 tracing.record_usage(span, *self.codec.usage_of_body(event.body))
-        if isinstance(event, ModelReplied):
-            await self._write(live.end_turn(event.body))
         return event
 
     async def _execute(self, command: ExecuteTools) -> ToolsDone:

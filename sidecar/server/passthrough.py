@@ -23,6 +23,7 @@ from clawpod.sidecar.server.errors import reply_error
 from clawpod.sidecar.server.exchange import Exchange
 from clawpod.sidecar.server.failover import open_upstream
 from clawpod.sidecar.server.stored_objects import StoredRef, StreamedIds, refs
+from clawpod.sidecar.server.unserved import NOT_SERVED, not_served_message
 from clawpod.sidecar.server.upstream import (
     UpstreamError,
     UpstreamTarget,
@@ -81,6 +82,11 @@ async def _relay_body(exchange: Exchange, ctx: RequestContext, upstream: Respons
     status = upstream.status
     if status >= 400:
         data = ctx.state.upstream.redact(ctx.provider_name, data)
+    unserved = ctx.upstream_path is None and not_served_message(
+        ctx.codec, ctx.provider_name or "", status, data
+    )
+    if unserved:
+        return await _fail(exchange, ctx, upstream_failure(NOT_SERVED, unserved))
     parsed = _json_or_none(data)
     if status >= 400:
         if not _is_protocol_error(parsed):
