@@ -28,15 +28,16 @@ WORKLOADS = ("openai_json", "anthropic_json", "openai_sse", "mediated_r1", "medi
 
 def start_sidecar(bench: Bench, label: str, tree: Path, agent: str) -> Target:
     token = bench.tokens[agent]
-    # The tree is the `clawpod` package itself: a directory holding a `clawpod` link to it
-    # comes first on the path, before the editable install of this tree.
-    path = bench.workdir / f"path-{label}"
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "clawpod").symlink_to(tree, target_is_directory=True)
+    # The package is `clawpod` (the tree's root): a directory holding a `clawpod` link to the
+    # tree, first on the path, wins over the editable install of this tree.
+    packages = bench.workdir / f"packages-{label}"
+    packages.mkdir()
+    (packages / "clawpod").symlink_to(tree.resolve(), target_is_directory=True)
     server = bench._start(
         f"sidecar-{label}",
         sidecar_command(bench.workdir / "build", bench.workdir / f"state-{label}", free_port()),
-        env={**PROVIDER_KEYS, AUDIT_KEY_ENV: secrets.token_hex(32), "PYTHONPATH": str(path)},
+        # The sidecar refuses to start without an audit key.
+        env={**PROVIDER_KEYS, AUDIT_KEY_ENV: secrets.token_hex(32), "PYTHONPATH": str(packages)},
         cwd=tree,
     )
     headers = {"Authorization": f"Bearer {token}"}

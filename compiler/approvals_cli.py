@@ -1,83 +1,98 @@
-"""``clawc approvals list|approve|deny --sidecar URL``: the operator API from a shell; the
-operator token comes from ``CLAW_OPERATOR_TOKEN``."""
+"""``clawc approvals list|approve|deny --sidecar URL [--sidecar URL ...]``: approvals of one or
+many pods. ``list`` prints one list, each row naming its pod; ``approve``/``deny`` find the
+sidecar that holds the approval (ids are random, so exactly one does)."""
 
 from __future__ import annotations
 
 import json
-import os
-import urllib.error
-import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-OPERATOR_TOKEN_ENV = "CLAW_OPERATOR_TOKEN"
-TIMEOUT_S = 30
+from clawpod.compiler.operator_client import (
+    OperatorApiError,
+    call,
+    endpoint,
+    operator_token,
+    pod_of,
+)
 
-
-class OperatorApiError(Exception):
-    pass
-
-
-def _call(url: str, token: str, body: dict[str, Any] | None = None) -> Any:
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(
-        url,
-        data=data,
-        method="POST" if data is not None else "GET",
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        try:
-            message = json.loads(exc.read())["error"]["message"]
-        except (ValueError, KeyError, TypeError):
-            message = exc.reason
-        raise OperatorApiError(f"the sidecar answered {exc.code}: {message}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise OperatorApiError(f"cannot reach {url}: {exc}") from None
+APPROVALS = "/operator/approvals"
+NOT_HERE = " answered 404: "
 
 
 def _when(stamp: float) -> str:
     return datetime.fromtimestamp(stamp, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
+def _row(pod: str, approval: dict[str, Any]) -> str:
+    arguments = json.dumps(approval["arguments"], sort_keys=True)
+    return (
+        f"{pod}  {approval['id']}  {approval['status']}  {approval['agent']}  "
+        f"{approval['tool']}  {arguments}  expires {_when(approval['expires'])}\n"
+    )
+
+
+def _list(sidecars: Sequence[str], token: str, out: TextIO, err: TextIO) -> int:
+    rows: list[tuple[float, str]] = []
+    failed = False
+    for sidecar in sidecars:
+        try:
+            answer = call(endpoint(sidecar, APPROVALS), token)
+        except OperatorApiError as exc:
+            err.write(f"clawc: error: {exc}\n")
+            failed = True
+            continue
+        pod = pod_of(sidecar, answer)
+        rows += [(a["created"], _row(pod, a)) for a in answer["approvals"]]
+    if not rows and not failed:
+        out.write("no pending approvals\n")
+    for _, row in sorted(rows):
+        out.write(row)
+    return 1 if failed else 0
+
+
+def _decide(
+    sidecars: Sequence[str],
+    token: str,
+    action: str,
+    approval_id: str,
+    reason: str | None,
+    out: TextIO,
+    err: TextIO,
+) -> int:
+    problems = []
+    for sidecar in sidecars:
+        url = endpoint(sidecar, f"{APPROVALS}/{approval_id}")
+        try:
+            decided = call(url, token, {"decision": action, "reason": reason, "who": "clawc"})
+        except OperatorApiError as exc:
+            if NOT_HERE not in str(exc) or len(sidecars) == 1:
+                problems.append(str(exc))
+            continue
+        label = f"{pod_of(sidecar, decided)}: " if len(sidecars) > 1 else ""
+        out.write(f"{label}{decided['id']}: {decided['status']}\n")
+        return 0
+    for problem in problems or [f"no sidecar holds approval {approval_id}"]:
+        err.write(f"clawc: error: {problem}\n")
+    return 1
+
+
 def approvals_command(
     action: str,
-    sidecar: str,
+    sidecars: Sequence[str],
     approval_id: str | None,
     reason: str | None,
     out: TextIO,
     err: TextIO,
     env: Mapping[str, str] | None = None,
 ) -> int:
-    token = (env if env is not None else os.environ).get(OPERATOR_TOKEN_ENV)
-    if not token:
-        err.write(f"clawc: error: set {OPERATOR_TOKEN_ENV} to the sidecar's operator token\n")
+    token = operator_token(env, err)
+    if token is None:
         return 1
-    base = sidecar.rstrip("/") + "/operator/approvals"
-    try:
-        if action == "list":
-            approvals = _call(base, token)["approvals"]
-            if not approvals:
-                out.write("no pending approvals\n")
-            for a in approvals:
-                arguments = json.dumps(a["arguments"], sort_keys=True)
-                out.write(
-                    f"{a['id']}  {a['status']}  {a['agent']}  {a['tool']}  {arguments}  "
-                    f"expires {_when(a['expires'])}\n"
-                )
-            return 0
-        if not approval_id:
-            err.write(f"clawc: error: approvals {action} needs an approval id\n")
-            return 2
-        decided = _call(
-            f"{base}/{approval_id}", token, {"decision": action, "reason": reason, "who": "clawc"}
-        )
-    except OperatorApiError as exc:
-        err.write(f"clawc: error: {exc}\n")
-        return 1
-    out.write(f"{decided['id']}: {decided['status']}\n")
-    return 0
+    if action == "list":
+        return _list(sidecars, token, out, err)
+    if not approval_id:
+        err.write(f"clawc: error: approvals {action} needs an approval id\n")
+        return 2
+    return _decide(sidecars, token, action, approval_id, reason, out, err)

@@ -13,6 +13,8 @@ from typing import Any, TextIO
 
 from clawpod.compiler.errors import CompileError, display_path
 
+TARGETS = ("compose", "kubernetes", "swarm")
+
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
 _MAIN_HELP = """\
@@ -79,6 +81,13 @@ def _parser() -> argparse.ArgumentParser:
         help="first refresh each JSON descriptor declaring 'mcp' from its running service",
     )
     compile_.add_argument(
+        "--target",
+        choices=TARGETS,
+        default="compose",
+        help="what to deploy on: compose.yml (default), k8s/ for `kubectl apply -k`, or "
+        "stack.yml for `docker stack deploy` (docs/kubernetes.md, docs/swarm.md)",
+    )
+    compile_.add_argument(
         "--sign-key-env",
         metavar="VAR",
         help="sign digest.json with the Ed25519 private key in environment variable VAR "
@@ -137,12 +146,22 @@ def _parser() -> argparse.ArgumentParser:
         help="verify or show the sidecar's audit log",
         epilog="examples:\n  clawc audit verify STATE_DIR --build build\n"
         "  clawc audit verify STATE_DIR --key-env MY_AUDIT_KEY\n"
-        "  clawc audit show STATE_DIR --agent analyst --limit 20",
+        "  clawc audit show STATE_DIR --agent analyst --limit 20\n"
+        "  clawc audit show --sidecar http://pod-a:9090 --sidecar http://pod-b:9090\n"
+        "verify exits 0 when every chain is intact, 1 when a log was modified or is missing, "
+        "3 when the chains are keyed and the key is not set (no verdict)",
         formatter_class=formatter,
     )
     audit.add_argument("action", choices=["verify", "show"])
     audit.add_argument(
-        "state_dir", type=Path, metavar="STATE_DIR", help="the sidecar's --state-dir"
+        "state_dir", type=Path, nargs="?", metavar="STATE_DIR", help="the sidecar's --state-dir"
+    )
+    audit.add_argument(
+        "--sidecar",
+        action="append",
+        metavar="URL",
+        help="show: read running sidecars' operator listeners instead (repeat for many pods; "
+        "the token from CLAW_OPERATOR_TOKEN)",
     )
     audit.add_argument(
         "--build", type=Path, metavar="OUT", help="verify: every agent of this build has a log"
@@ -164,13 +183,20 @@ def _add_approvals(commands: Any) -> None:
         "approvals",
         help="list, approve or deny tool calls waiting for an operator",
         epilog="examples:\n  clawc approvals list --sidecar http://localhost:9090\n"
+        "  clawc approvals list --sidecar http://pod-a:9090 --sidecar http://pod-b:9090\n"
         "  clawc approvals approve apr_0123 --sidecar URL --reason 'checked'\n"
         "the operator token is read from CLAW_OPERATOR_TOKEN",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     approvals.add_argument("action", choices=["list", "approve", "deny"])
     approvals.add_argument("approval_id", nargs="?", metavar="ID")
-    approvals.add_argument("--sidecar", required=True, metavar="URL", help="the sidecar's URL")
+    approvals.add_argument(
+        "--sidecar",
+        required=True,
+        action="append",
+        metavar="URL",
+        help="a sidecar's operator listener; repeat for many pods (one list)",
+    )
     approvals.add_argument("--reason", help="approve/deny: why (audited)")
 
 
@@ -203,19 +229,35 @@ def _compile(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     pod = compile_pod(args.pod)
     _warn(pod.warnings, err)
     target = args.out or _default_out(args.pod)
-    write_build(pod, target, rotate_tokens=args.rotate_tokens, sidecar_image=args.sidecar_image)
+    target_warnings = write_build(
+        pod,
+        target,
+        rotate_tokens=args.rotate_tokens,
+        sidecar_image=args.sidecar_image,
+        target=args.target,
+    )
+    _warn(target_warnings, err)
     if args.sign_key_env:
         _sign(target, args.sign_key_env)
-    _warn([w for w in [engine_warning(local_engine_version())] if w], err)
+    if args.target == "compose":  # the host's gateway: a bridge network's concern only
+        _warn([w for w in [engine_warning(local_engine_version())] if w], err)
     summary = (
         ", ".join(f"{a.id} ({a.mode}, {len(a.tools)} tools)" for a in pod.agents) or "no agents"
     )
     out.write(f"compiled pod {pod.name}: {summary}\n")
-    out.write(
-        f"wrote {display_path(target)}; "
-        f"run: docker compose -f {display_path(target / 'compose.yml')} up\n"
-    )
+    out.write(f"wrote {display_path(target)}; run: {_run_line(args.target, target, pod)}\n")
     return EXIT_OK
+
+
+def _run_line(target_kind: str, out: Path, pod: Any) -> str:
+    if target_kind == "kubernetes":
+        return f"kubectl apply -k {display_path(out / 'k8s')} (docs/kubernetes.md)"
+    if target_kind == "swarm":
+        from clawpod.compiler.compose import project_name
+
+        stack = display_path(out / "stack.yml")
+        return f"docker stack deploy -c {stack} {project_name(pod.name)} (docs/swarm.md)"
+    return f"docker compose -f {display_path(out / 'compose.yml')} up"
 
 
 def _sign(build: Path, key_env: str) -> None:
@@ -303,6 +345,13 @@ def _schema(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def _audit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from clawpod.sidecar.audit.cli import show_command, verify_command
 
+    if args.action == "show" and args.sidecar:
+        from clawpod.compiler.remote_audit import remote_show_command
+
+        return remote_show_command(args.sidecar, out, err, agent=args.agent, limit=args.limit)
+    if args.state_dir is None:
+        err.write(f"clawc: error: audit {args.action} needs STATE_DIR (or show --sidecar URL)\n")
+        return 2
     if args.action == "verify":
         return verify_command(args.state_dir, out, build=args.build, key_env=args.key_env)
     return show_command(args.state_dir, out, agent=args.agent, limit=args.limit)

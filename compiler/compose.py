@@ -11,8 +11,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from clawpod.compiler.approvals_cli import OPERATOR_TOKEN_ENV
 from clawpod.compiler.host_isolation import isolated_internal_network
+from clawpod.compiler.operator_client import OPERATOR_TOKEN_ENV
 from clawpod.compiler.pod import CompiledPod
 from clawpod.compiler.reserved import (
     ADMIN_HOST,
@@ -22,6 +22,7 @@ from clawpod.compiler.reserved import (
     STATE_VOLUME,
 )
 from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
+from clawpod.sidecar.execution.webhooks import WEBHOOK_SECRET_ENV
 
 BUILD_MOUNT = "/claw/build"
 STATE_DIR = "/var/lib/claw"
@@ -131,7 +132,10 @@ def _operator_envs(pod: CompiledPod) -> list[str]:
     if governance is None:
         return []
     confirms = any(r.effect == "confirm" for rules in governance.rules.values() for r in rules)
-    return [OPERATOR_TOKEN_ENV] if confirms or governance.approvals.require != "none" else []
+    envs = [OPERATOR_TOKEN_ENV] if confirms or governance.approvals.require != "none" else []
+    if governance.approvals.webhook:
+        envs.append(WEBHOOK_SECRET_ENV)  # signs each approval webhook (SPEC §15)
+    return envs
 
 
 def _sidecar(

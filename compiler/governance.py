@@ -14,7 +14,11 @@ from clawpod.compiler.naming import canonical_name
 from clawpod.compiler.pod_reader import PodReader, Where
 from clawpod.compiler.pod_spec import PodClaw, ServiceClaw
 from clawpod.compiler.tool_services import ToolService, ToolServices
-from clawpod.sidecar.execution.policy import condition_problem, tool_matches
+from clawpod.sidecar.execution.policy import (
+    condition_problem,
+    exact_string_comparisons,
+    tool_matches,
+)
 from clawpod.sidecar.manifest import Approvals, Governance, ToolRule
 
 EVERY_AGENT = "*"
@@ -112,6 +116,7 @@ def _rule(
                     (*where, "when"),
                     service,
                 )
+        _warn_exact_strings(reader, spec.when, matched, (*where, "when"), service)
     line = reader.lines.line(where)
     return ToolRule(
         tool=spec.tool,
@@ -121,6 +126,23 @@ def _rule(
         rate=parse_rate(spec.rate) if spec.rate else None,
         source=f"{reader.file.name}:{line}" if line else reader.file.name,
     )
+
+
+def _warn_exact_strings(
+    reader: PodReader, when: str, matched: list[_RuleTarget], where: Where, service: str | None
+) -> None:
+    """A free-form string compared as it is lets another spelling through ("nvda", "NVDA ")."""
+    fields = dict.fromkeys(
+        field for target in matched for field in exact_string_comparisons(when, target.input_schema)
+    )
+    for field in fields:
+        reader.warn(
+            f"{field} is a free-form string compared exactly: another case or spacing of the "
+            f"value does not match; normalise it ({field}.upperAscii(), .lowerAscii(), "
+            f".trim()) or give the schema an enum or pattern",
+            where,
+            service,
+        )
 
 
 def resolve_governance(
@@ -179,7 +201,12 @@ def _approvals(reader: PodReader, claw: PodClaw, targets: dict[str, _RuleTarget]
                     f"'{pattern}' matches no tool granted in this pod",
                     ("x-claw", "approvals", "require", index),
                 )
-    return Approvals(require=spec.require, timeout_ms=spec.timeout_ms, webhook=spec.webhook)
+    return Approvals(
+        require=spec.require,
+        timeout_ms=spec.timeout_ms,
+        webhook=spec.webhook,
+        max_open_per_agent=spec.max_open_per_agent,
+    )
 
 
 def _budgets(

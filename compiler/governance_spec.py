@@ -53,6 +53,9 @@ class ApprovalsSpec(_Spec):
     require: ApprovalRequirement | list[Annotated[str, Field(min_length=1)]] = "none"
     timeout_ms: Positive = Field(default=300000, alias="timeout-ms")
     webhook: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")
+    max_open_per_agent: Positive | None = Field(
+        default=None, alias="max-open-per-agent", description="default: 32"
+    )
 
 
 class BudgetSpec(_Spec):

@@ -15,6 +15,7 @@ from clawpod.sidecar.manifest import (
     BuildError,
     ManagedTool,
     RouteTarget,
+    SidecarConfig,
     load_build,
 )
 
@@ -33,12 +34,33 @@ def _table(rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
 
 
 def _effect(tool: ManagedTool) -> str:
+    return _kind(tool) + (", untrusted output" if tool.untrusted else "")
+
+
+def _kind(tool: ManagedTool) -> str:
     hints = tool.annotations
     if hints.get("readOnlyHint"):
         return "read-only"
     if hints.get("destructiveHint"):
         return "destructive"
     return "idempotent" if hints.get("idempotentHint") else "writes"
+
+
+_TAINT_MODES = {
+    "confirm": "destructive and open-world calls after an untrusted read wait for approval",
+    "withdraw": "destructive and open-world tools are withdrawn after an untrusted read",
+    "off": "untrusted results are fenced; calls after them are not held",
+}
+
+
+def _taint_lines(config: SidecarConfig) -> list[str]:
+    taint = config.taint
+    if taint is None:
+        return []
+    allowed = [*taint.egress_allow]
+    allowed += [f"{h} ({s})" for s, hosts in taint.service_egress_allow.items() for h in hosts]
+    hosts = ", ".join(allowed) or "none (every URL in a tainted request's arguments is refused)"
+    return [f"taint: {taint.mode}: {_TAINT_MODES[taint.mode]}", f"egress-allow: {hosts}"]
 
 
 def _execution(tool: ManagedTool) -> str:
@@ -112,6 +134,7 @@ def render(
         f"pod {config.pod}: {len(config.agents)} agent(s); sidecar on "
         f"{config.listen.host}:{config.listen.port}, state in {config.state_dir}",
         f"providers: {providers}",
+        *_taint_lines(config),
         *_route_lines(config.routes or {}),
         "",
     ]

@@ -13,6 +13,7 @@ from clawpod.compiler.agent_plan import (
     claim_agent_ids,
 )
 from clawpod.compiler.compose_shapes import check_shapes
+from clawpod.compiler.credential_sources import warn_unset_credentials
 from clawpod.compiler.credential_starvation import check_starvation, forbidden_variables
 from clawpod.compiler.governance import check_principals, resolve_governance
 from clawpod.compiler.governance_spec import PrincipalSpec
@@ -24,8 +25,9 @@ from clawpod.compiler.policy import effective_policy
 from clawpod.compiler.providers import pod_providers
 from clawpod.compiler.reserved import check_reserved
 from clawpod.compiler.routes import pod_routes
+from clawpod.compiler.taint import resolve_taint
 from clawpod.compiler.tool_services import ToolService, ToolServices
-from clawpod.sidecar.manifest import Governance, Provider, RouteTarget
+from clawpod.sidecar.manifest import Governance, Provider, RouteTarget, Taint
 
 
 @dataclass
@@ -41,6 +43,7 @@ class CompiledPod:
     warnings: list[str] = field(default_factory=list)  # located, one line each
     principals: dict[str, PrincipalSpec] = field(default_factory=dict)
     governance: Governance | None = None
+    taint: Taint | None = None
     routes: dict[str, list[RouteTarget]] | None = None
 
     @property
@@ -81,6 +84,8 @@ def compile_pod(path: Path | str) -> CompiledPod:
             tool_services.get(name, service_claw)
 
     principals = check_principals(reader, claw, tool_services, claws, agent_services)
+    auth_envs = {n: s.loaded.descriptor.auth.env for n, s in tool_services.by_name.items()}
+    warn_unset_credentials(reader, claws, principals, auth_envs)
     defaults_path = ("x-claw", "tools-defaults")
     defaults = claw.tools_defaults
     default_grants = expand(None, (), defaults, defaults_path, reader.failer(None))
@@ -147,5 +152,6 @@ def compile_pod(path: Path | str) -> CompiledPod:
         warnings=reader.warnings,
         principals=principals,
         governance=governance,
+        taint=resolve_taint(reader, claw, claws, agents),
         routes=routes or None,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, Strict
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
 from clawpod.compiler.governance_spec import (
     ApprovalsSpec,
@@ -16,7 +16,7 @@ from clawpod.compiler.governance_spec import (
 from clawpod.compiler.grants import GrantItem
 from clawpod.compiler.policy import PolicySpec
 from clawpod.compiler.providers import ModelEntry, ProviderSpec, RouteTargetSpec
-from clawpod.sidecar.manifest import Mode, OnMixed, ToolInjection
+from clawpod.sidecar.manifest import Mode, OnMixed, TaintMode, ToolInjection
 
 AGENT_ID = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
 SURFACE = re.compile(r"^service://(.+)$")
@@ -30,14 +30,61 @@ AGENT_ONLY_FIELDS = {
     "tool_injection": "tool-injection",
 }
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+# A host name or IPv4 address, or ``*.`` and a domain for every host under it.
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+EGRESS_HOST = rf"^(?:\*\.)?{_LABEL}(?:\.{_LABEL})*$"
+EgressAllow = list[Annotated[str, Field(pattern=EGRESS_HOST)]]
+TAINT_HELP = (
+    "what a request that read untrusted tool output does with destructive and open-world calls: "
+    "confirm (hold for approval), withdraw, off; default confirm when a tool is untrusted"
+)
 TOOL_INJECTION_HELP = (
-    "auto: requests that declare no tools and ask for structured output get none injected; "
-    "always: every request of a mediated agent gets its tools"
+    "auto: requests that declare no tools and ask for structured output, or that declare no "
+    "tools and no tool_choice and ask for a title, summary or compaction of the conversation, "
+    "get none injected; always: every request of a mediated agent gets its tools"
 )
 
 
 class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+LabelMap = dict[
+    Annotated[
+        str, Field(pattern=r"^([a-z0-9.-]+/)?[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
+    ],
+    Annotated[str, Field(pattern=r"^([A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?$")],
+]
+
+
+class OperatorPeer(_Spec):
+    """Who may reach the operator port on Kubernetes (SPEC §13.2): Pods with these labels, in
+    namespaces with these labels (either alone: any Pod of those namespaces, or those Pods of
+    the pod's own namespace)."""
+
+    namespace_labels: LabelMap | None = Field(default=None, alias="namespace-labels", min_length=1)
+    pod_labels: LabelMap | None = Field(default=None, alias="pod-labels", min_length=1)
+
+    @model_validator(mode="after")
+    def _names_someone(self) -> OperatorPeer:
+        if not self.namespace_labels and not self.pod_labels:
+            raise ValueError("name namespace-labels, pod-labels or both")
+        return self
+
+
+_Positive = Annotated[int, Strict(), Field(gt=0)]
+
+
+class EdgeSpec(_Spec):
+    """``x-claw.edge``: the sidecar's connection bounds on the agents' port (SPEC §10)."""
+
+    max_connections: _Positive | None = Field(default=None, alias="max-connections")
+    max_connections_per_peer: _Positive | None = Field(
+        default=None, alias="max-connections-per-peer"
+    )
+    head_timeout_ms: _Positive | None = Field(default=None, alias="head-timeout-ms")
+    body_idle_timeout_ms: _Positive | None = Field(default=None, alias="body-idle-timeout-ms")
+    keepalive_timeout_ms: _Positive | None = Field(default=None, alias="keepalive-timeout-ms")
 
 
 class PodClaw(_Spec):
@@ -81,6 +128,27 @@ class PodClaw(_Spec):
         default=None,
         description="agent id, agent service or '*' -> daily budget in tokens and/or USD",
     )
+    operator_access: list[OperatorPeer] | None = Field(
+        default=None,
+        alias="operator-access",
+        min_length=1,
+        description="--target kubernetes: who may reach the operator port; default: namespaces "
+        "labelled clawpod.io/operator: 'true'",
+    )
+    taint: TaintMode | None = Field(default=None, description=TAINT_HELP)
+    egress_allow: EgressAllow | None = Field(
+        default=None,
+        alias="egress-allow",
+        description="hosts a tainted request's arguments may name in URLs, for every service",
+    )
+
+    @field_validator("taint", mode="before")
+    @classmethod
+    def _off_is_a_word(cls, value: object) -> object:
+        # YAML 1.1 (PyYAML) reads a bare `off` as false.
+        return "off" if value is False else value
+
+    edge: EdgeSpec | None = None
 
 
 class AgentMarker(_Spec):
@@ -106,6 +174,11 @@ class ServiceClaw(_Spec):
     tool_rules: list[RuleSpec] | None = Field(default=None, alias="tool-rules")
     tool_injection: ToolInjection | None = Field(
         default=None, alias="tool-injection", description=TOOL_INJECTION_HELP
+    )
+    egress_allow: EgressAllow | None = Field(
+        default=None,
+        alias="egress-allow",
+        description="hosts a tainted request's arguments to this service's tools may name",
     )
 
     @property

@@ -15,7 +15,7 @@ from pydantic import (
 )
 
 from clawpod.compiler.descriptor import ENV_NAME
-from clawpod.sidecar.manifest import Price, Provider, RouteTarget
+from clawpod.sidecar.manifest import Price, Provider, RouteTarget, StreamTools
 
 # An exact id or a glob: letters, digits and the punctuation of real ids (`provider/model`,
 # Ollama's `name:tag`, Vertex's `model@version`), plus the glob characters `*`, `?`, `[...]`.
@@ -87,6 +87,12 @@ class ProviderSpec(BaseModel):
                 raise ValueError(f"{name!r} should match pattern '{ENV_NAME.pattern}'")
         return key_env
 
+    stream_tools: StreamTools = Field(
+        default="auto",
+        alias="stream-tools",
+        description="streamed requests offering tools get answers: auto (learned) | true | false",
+    )
+
     @field_validator("models")
     @classmethod
     def _models_are_sound(cls, models: list[str]) -> list[str]:
@@ -107,6 +113,7 @@ class ProviderSpec(BaseModel):
             timeout_ms=self.timeout_ms,
             first_byte_timeout_ms=self.first_byte_timeout_ms,
             prices={glob: p.to_price() for glob, p in self.prices.items()} or None,
+            stream_tools=self.stream_tools,
         )
 
 

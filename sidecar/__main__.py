@@ -9,6 +9,7 @@ import gc
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,12 @@ from pathlib import Path
 from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV, AuditKeyError
 from clawpod.sidecar.audit.log import AuditStateError
 from clawpod.sidecar.build_signature import SignatureError, verify_signature
+from clawpod.sidecar.credential_files import (
+    CredentialFileError,
+    credential_names,
+    with_credential_files,
+)
+from clawpod.sidecar.execution.webhooks import WebhookSecretError
 from clawpod.sidecar.manifest import Build, BuildError, load_build
 from clawpod.sidecar.observability.logs import configure_logging
 from clawpod.sidecar.observability.tracing import configure_tracing
@@ -23,22 +30,37 @@ from clawpod.sidecar.server.admin import create_admin_app
 from clawpod.sidecar.server.app import create_app
 from clawpod.sidecar.server.context import STATE_KEY
 from clawpod.sidecar.server.edge import EdgeLimits
+from clawpod.sidecar.server.operator import OPERATOR_TOKEN_ENV
 from clawpod.sidecar.server.serving import listen
+from clawpod.sidecar.state_lock import StateLock, StateLockError, instance_name
 
 log = logging.getLogger("sidecar")
+DESCRIPTION = (
+    "Serve a build made by `clawc compile`: the agents' one endpoint to their LLM providers "
+    "(tools injected and run for mediated agents, MCP at /mcp for native ones) and, on a "
+    "second listener, the operator API (/metrics, /readyz, /operator). Needs CLAW_AUDIT_KEY "
+    "(at least 16 bytes) for the audit chain. Outside a pod, pass --host and --state-dir: the "
+    "operator listener then listens on the --host address too, unless --admin-host says "
+    "otherwise."
+)
 SHUTDOWN_TIMEOUT_S = 10.0
 ADMIN_LIMITS = EdgeLimits(max_connections=64)  # a scraper or two and an operator
+ADMIN_RESOLVE_WAIT_S = 30.0
+# The sidecar's own secrets, readable from NAME_FILE like the build's credentials (SPEC §13.2);
+# CLAW_WEBHOOK_SECRET signs approval webhooks (SPEC §15).
+SIDECAR_SECRETS = (AUDIT_KEY_ENV, OPERATOR_TOKEN_ENV, "CLAW_WEBHOOK_SECRET")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m clawpod.sidecar", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m clawpod.sidecar", description=DESCRIPTION)
     parser.add_argument("--build", required=True, type=Path, help="build directory (clawc output)")
     parser.add_argument("--host", help="listen address (default: sidecar.json listen.host)")
     parser.add_argument("--port", type=int, help="listen port, 0 = any free port")
     parser.add_argument(
         "--admin-host",
-        help="operator listener address (default: sidecar.json admin_listen.host; a compiled "
-        "pod names the sidecar's claw-admin alias, which resolves only inside the pod)",
+        help="operator listener address (default: the --host address when --host is given, "
+        "else sidecar.json admin_listen.host: in a compiled pod the sidecar's admin alias, "
+        "which resolves only inside the pod)",
     )
     parser.add_argument(
         "--admin-port",
@@ -62,13 +84,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-async def serve(build: Build, host: str, port: int, admin: tuple[str, int], state_dir: Path) -> int:
+async def serve(
+    build: Build,
+    host: str,
+    port: int,
+    admin: tuple[str, int],
+    state_dir: Path,
+    *,
+    env: dict[str, str],
+    state_lock: StateLock,
+) -> int:
     try:
-        app = create_app(build, state_dir=state_dir)
-    except (AuditKeyError, AuditStateError) as exc:
+        app = create_app(build, state_dir=state_dir, env=env, state_lock=state_lock)
+    except (AuditKeyError, AuditStateError, WebhookSecretError) as exc:
         print(f"sidecar: refusing to start: {exc}", file=sys.stderr)
         return 1
-    limits = EdgeLimits(max_connections=build.config.max_connections)
+    limits = EdgeLimits.from_config(build.config)
     try:
         listening = await listen(
             app, host, port, shutdown_timeout_s=SHUTDOWN_TIMEOUT_S, limits=limits
@@ -78,6 +109,7 @@ async def serve(build: Build, host: str, port: int, admin: tuple[str, int], stat
         return 1
     admin_host, admin_port = admin
     try:
+        await _wait_resolvable(admin_host)
         admin_listening = await listen(
             create_admin_app(app[STATE_KEY]),
             admin_host,
@@ -87,7 +119,11 @@ async def serve(build: Build, host: str, port: int, admin: tuple[str, int], stat
         )
     except OSError as exc:
         await listening.close()
-        print(f"sidecar: cannot listen on {admin_host}:{admin_port}: {exc}", file=sys.stderr)
+        print(
+            f"sidecar: cannot listen on {admin_host}:{admin_port} (the operator listener): "
+            f"{exc}; set its address with --admin-host (and --admin-port)",
+            file=sys.stderr,
+        )
         return 1
     # What is loaded by now (build, schemas, libraries) lives as long as the process: the
     # collector need not scan it again on every full collection.
@@ -112,6 +148,22 @@ async def serve(build: Build, host: str, port: int, admin: tuple[str, int], stat
         await listening.close()  # the app's cleanup flushes the audit log
 
 
+async def _wait_resolvable(host: str) -> None:
+    """Wait (bounded) for the operator listener's name to resolve: Swarm registers a task's
+    network aliases only once its container runs, so a name that is the sidecar's own alias may
+    be unknown for its first moments. Raises the last resolution error when it never resolves."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + ADMIN_RESOLVE_WAIT_S
+    while True:
+        try:
+            await loop.getaddrinfo(host, None)
+            return
+        except socket.gaierror:
+            if loop.time() >= deadline:
+                raise
+            await asyncio.sleep(0.5)
+
+
 def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
     try:
         import uvloop
@@ -120,12 +172,12 @@ def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
     return uvloop.new_event_loop
 
 
-def verify_build_signature(build: Path, key_env: str) -> None:
-    key = os.environ.get(key_env)
+def verify_build_signature(build: Build, key_env: str, env: dict[str, str]) -> None:
+    key = env.get(key_env)
     if not key:
         raise SignatureError(f"--verify-key-env: environment variable {key_env} is not set")
     try:
-        verify_signature(build, key)
+        verify_signature(build.root, key, build.digest_json)
     except ImportError:
         raise SignatureError("--verify-key-env needs the cryptography package") from None
 
@@ -136,12 +188,13 @@ def main(argv: list[str] | None = None) -> int:
     configure_tracing(os.environ)
     try:
         build = load_build(args.build)
+        env = with_credential_files(os.environ, credential_names(build, SIDECAR_SECRETS))
         if args.verify_key_env:
-            verify_build_signature(args.build, args.verify_key_env)
-    except (BuildError, SignatureError) as exc:
+            verify_build_signature(build, args.verify_key_env, env)
+    except (BuildError, SignatureError, CredentialFileError) as exc:
         print(f"sidecar: refusing to start: {exc}", file=sys.stderr)
         return 1
-    if not os.environ.get(AUDIT_KEY_ENV) and not args.allow_unkeyed_audit:
+    if not env.get(AUDIT_KEY_ENV) and not args.allow_unkeyed_audit:
         print(
             f"sidecar: refusing to start: {AUDIT_KEY_ENV} is not set; the audit chain needs "
             "a key (for example `openssl rand -hex 32`), or pass --allow-unkeyed-audit",
@@ -152,7 +205,10 @@ def main(argv: list[str] | None = None) -> int:
     host = args.host if args.host is not None else listen.host
     port = args.port if args.port is not None else listen.port
     admin_listen = build.config.admin_listen
-    admin_host = args.admin_host if args.admin_host is not None else admin_listen.host
+    admin_host = args.admin_host if args.admin_host is not None else args.host
+    if admin_host is None:
+        # In a pod: the admin alias. Outside one, --host names the one address that exists.
+        admin_host = admin_listen.host
     admin_port = args.admin_port if args.admin_port is not None else admin_listen.port
     state_dir = args.state_dir if args.state_dir is not None else Path(build.config.state_dir)
     try:
@@ -160,8 +216,28 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"sidecar: cannot create state directory {state_dir}: {exc}", file=sys.stderr)
         return 1
-    with asyncio.Runner(loop_factory=_event_loop_factory()) as runner:
-        return runner.run(serve(build, host, port, (admin_host, admin_port), state_dir))
+    # Before anything under the directory is opened: a refused sidecar writes nothing there.
+    state_lock = StateLock(state_dir, instance_name(env))
+    try:
+        state_lock.acquire()
+    except StateLockError as exc:
+        print(f"sidecar: refusing to start: {exc}", file=sys.stderr)
+        return 1
+    try:
+        with asyncio.Runner(loop_factory=_event_loop_factory()) as runner:
+            return runner.run(
+                serve(
+                    build,
+                    host,
+                    port,
+                    (admin_host, admin_port),
+                    state_dir,
+                    env=env,
+                    state_lock=state_lock,
+                )
+            )
+    finally:
+        state_lock.release()
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("manifest", "path_template", "build_signature", "model"),
     ("codecs",),
     ("mediation",),
-    ("observability", "transport", "audit", "tasks"),
+    ("observability", "transport", "audit", "tasks", "state_lock", "credential_files"),
     ("execution",),
     ("mcp",),
     ("server", "__main__"),

@@ -57,7 +57,7 @@ AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 TAIL_BYTES = 1 << 20
 DEFAULT_FSYNC_INTERVAL_S = 0.2
 # Fields append() always sets itself; a caller's values for them are dropped.
-_RESERVED = frozenset({"agent", "prev", "hash", "mac"})
+_RESERVED = frozenset({"agent", "instance", "prev", "hash", "mac"})
 
 
 def audit_path(state_dir: Path, agent_id: str) -> Path:
@@ -209,12 +209,14 @@ class AuditLog:
         key: bytes | None = None,
         agents: Iterable[str] = (),
         fsync_interval_s: float = DEFAULT_FSYNC_INTERVAL_S,
+        instance: str | None = None,
     ) -> None:
         """Open the logs of ``agents`` now (creating empty logs and heads); raises
         :class:`AuditStateError` when a log in the state dir cannot be continued."""
         self.state_dir = Path(state_dir)
         self.key = key
         self.fsync_interval_s = fsync_interval_s
+        self.instance = instance  # the sidecar that wrote a record (SPEC §13.1)
         self._files: dict[str, _AgentFile] = {}
         self._check_existing()
         for agent_id in agents:
@@ -250,6 +252,8 @@ class AuditLog:
         full.setdefault("time", now_rfc3339())
         full = bounded_record(full)
         full["agent"] = agent_id
+        if self.instance is not None:
+            full["instance"] = self.instance
         full["prev"] = handle.prev
         if self.key is not None:
             full["mac"] = KEYED

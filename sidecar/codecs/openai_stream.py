@@ -101,15 +101,14 @@ def _without_text(choice: dict[str, Any]) -> dict[str, Any]:
 def _fold_choice(states: dict[int, dict[str, Any]], choice: dict[str, Any]) -> None:
     index = choice.get("index", 0)
     state = states.setdefault(
-        index, {"index": index, "content": None, "finish_reason": None, "calls": {}}
+        index,
+        {"index": index, "content": None, "finish_reason": None, "calls": {}, "announced": {}},
     )
     delta = choice.get("delta") or {}
     if delta.get("content"):
         state["content"] = (state["content"] or "") + delta["content"]
     for fragment in delta.get("tool_calls") or []:
-        slot = state["calls"].setdefault(
-            fragment.get("index", 0), {"id": None, "name": "", "arguments": ""}
-        )
+        slot = _slot_of(state, fragment)
         # Some compatible providers repeat id and name on every fragment: keep the first.
         slot["id"] = slot["id"] or fragment.get("id")
         function = fragment.get("function") or {}
@@ -122,6 +121,26 @@ def _fold_choice(states: dict[int, dict[str, Any]], choice: dict[str, Any]) -> N
         legacy["arguments"] += function_call.get("arguments") or ""
     if choice.get("finish_reason"):
         state["finish_reason"] = choice["finish_reason"]
+
+
+def _slot_of(state: dict[str, Any], fragment: dict[str, Any]) -> dict[str, Any]:
+    """The call a tool-call fragment continues, or a new one. Servers differ: llama-cpp-python
+    repeats id and name on every fragment of a call; Ollama numbers every call ``index: 0``
+    and sends each whole with its own id; some leave ``index`` out. A fragment opens a new
+    call when its index is new, or when it names an id other than its index's current call."""
+    calls: dict[int, dict[str, Any]] = state["calls"]
+    announced: dict[Any, int] = state["announced"]  # the server's index -> our call
+    call_id = fragment.get("id")
+    index = fragment.get("index")
+    if index is None:  # no index: the call its id names, else the last one
+        named = [n for n, c in calls.items() if call_id and c["id"] == call_id]
+        if named or (call_id is None and calls):
+            return calls[named[0] if named else max(calls)]
+    current = announced.get(index)
+    if current is None or (call_id and calls[current]["id"] not in (None, call_id)):
+        current = announced[index] = len(calls)
+        calls[current] = {"id": None, "name": "", "arguments": ""}
+    return calls[current]
 
 
 def _finish_choice(state: dict[str, Any]) -> dict[str, Any]:

@@ -1,15 +1,16 @@
 """The governed tool call, shared by mediated mode and MCP (SPEC §9): permission (grant) →
-rules (CEL) → rate limit → approval → timeout and dispatch (the executor). The call sites audit
-the outcome; refused calls come back as error results the model sees."""
+argument guards of a tainted request (§17) → rules (CEL) → rate limit → approval (also the
+hold of a tainted request) → timeout and dispatch (the executor) → the fence around an
+untrusted result. The call sites audit the outcome; refused calls come back as error results
+the model sees."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
-
-import orjson
 
 from clawpod.sidecar.audit.log import AuditLog
 from clawpod.sidecar.execution.approvals import (
@@ -19,16 +20,37 @@ from clawpod.sidecar.execution.approvals import (
     args_digest,
 )
 from clawpod.sidecar.execution.executor import ToolExecutor
-from clawpod.sidecar.execution.policy import Policy, annotations_of, tool_matches
+from clawpod.sidecar.execution.policy import (
+    UNTAINTED_REQUEST,
+    Policy,
+    annotations_of,
+    tool_matches,
+)
+from clawpod.sidecar.execution.policy import Decision as RuleDecision
 from clawpod.sidecar.execution.quarantine import Quarantine
 from clawpod.sidecar.execution.rates import RateLimiter
-from clawpod.sidecar.manifest import AgentBuild, Approvals, Governance, ManagedTool
+from clawpod.sidecar.execution.taint_guard import ArgumentGuard
+from clawpod.sidecar.execution.webhooks import ApprovalWebhook
+from clawpod.sidecar.manifest import (
+    DEFAULT_MAX_OPEN_APPROVALS,
+    AgentBuild,
+    Approvals,
+    Governance,
+    ManagedTool,
+    Taint,
+)
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
+from clawpod.sidecar.model.taint import (
+    TAINTED,
+    UNTAINTED,
+    RequestTaint,
+    fenced,
+    held_when_tainted,
+)
 from clawpod.sidecar.observability.metrics import Metrics
 from clawpod.sidecar.tasks import ShieldedTasks
 
 log = logging.getLogger("sidecar.governance")
-WEBHOOK_TIMEOUT_S = 10
 
 
 def needs_approval(approvals: Approvals, tool: ManagedTool) -> bool:
@@ -56,7 +78,12 @@ class GovernedExecutor:
         audit: AuditLog,
         metrics: Metrics,
         tasks: ShieldedTasks,
+        webhook: ApprovalWebhook | None = None,
+        taint: Taint | None = None,
+        credentials: tuple[str, ...] = (),
     ) -> None:
+        """``taint``: the pod's settings (SPEC §17); ``credentials``: every secret value the
+        sidecar holds, which a tainted request's arguments may not carry."""
         self.executor = executor
         self.policy = Policy(governance)
         self.rates = RateLimiter()
@@ -69,6 +96,11 @@ class GovernedExecutor:
         self._audit = audit
         self._metrics = metrics
         self._tasks = tasks
+        self.webhook = webhook
+        self.taint_mode = taint.mode if taint is not None else "off"
+        self.argument_guard = (
+            ArgumentGuard(taint, agents, credentials) if self.taint_mode != "off" else None
+        )
 
     @property
     def quarantine(self) -> Quarantine:
@@ -84,13 +116,28 @@ class GovernedExecutor:
         timeout_s: float,
         max_result_bytes: int,
         idempotency_key: str | None = None,
+        taint: RequestTaint = UNTAINTED,
+        deadline: float | None = None,
+        before_send: Callable[[], Awaitable[None]] | None = None,
     ) -> ToolOutcome:
+        """``taint``: the untrusted results that entered the calling request (mediated mode);
+        ``deadline`` (``time.monotonic()``): the caller's budget, which an approval's wait
+        never outlives; ``before_send``: awaited once the call is cleared to go, right before
+        it is sent (the mediated journal records it there, after any approval)."""
         if id(tool) not in self._granted.get(agent_id, ()):
             return refused("policy_denied", f"{tool.presented} is not granted to this agent")
         checked = self.executor.check_arguments(tool, arguments)
         if isinstance(checked, ToolOutcome):
             return checked
-        decision = self.policy.decide(agent_id, tool, checked)
+        guard = self.argument_guard
+        if taint.tainted and guard is not None:
+            refusal = guard.refusal(tool, checked)
+            if refusal is not None:
+                return refusal
+        # `withdraw` is the engine's: it never offers (nor runs) those tools again.
+        held = taint.tainted and self.taint_mode == "confirm" and held_when_tainted(tool)
+        request = taint.variables() if taint.tainted else UNTAINTED_REQUEST
+        decision = self.policy.decide(agent_id, tool, checked, request)
         if decision.effect == "deny":
             return refused("policy_denied", decision.reason)
         if (
@@ -103,11 +150,21 @@ class GovernedExecutor:
                 f"{tool.presented} is limited to {decision.rate.count} calls per "
                 f"{decision.rate.per} for this agent; try again later",
             )
-        if decision.effect == "confirm" or needs_approval(self.settings, tool):
-            refusal = await self._approved(agent_id, tool, dict(checked))
+        if held or decision.effect == "confirm" or needs_approval(self.settings, tool):
+            # A rule cannot lift the hold of a tainted request; `taint: off` does.
+            reason = TAINTED if held else None
+            refusal = await self._approved(
+                agent_id, tool, dict(checked), decision, reason, deadline
+            )
             if refusal is not None:
                 return refusal
-        return await self.executor.execute(
+        if deadline is not None:
+            timeout_s = min(timeout_s, deadline - time.monotonic())
+            if timeout_s <= 0:
+                return refused("timeout", "the request's tool budget ran out before this call")
+        if before_send is not None:
+            await before_send()
+        outcome = await self.executor.execute(
             agent_id,
             tool,
             checked,
@@ -115,28 +172,57 @@ class GovernedExecutor:
             max_result_bytes=max_result_bytes,
             idempotency_key=idempotency_key,
         )
+        return fenced(outcome) if tool.untrusted and outcome.executed else outcome
 
     # -- approvals --------------------------------------------------------------------------
 
     async def _approved(
-        self, agent_id: str, tool: ManagedTool, arguments: dict[str, Any]
+        self,
+        agent_id: str,
+        tool: ManagedTool,
+        arguments: dict[str, Any],
+        held_by: RuleDecision,
+        reason: str | None,
+        deadline: float | None,
     ) -> ToolOutcome | None:
-        """None once an operator approved this exact call; else the refusal the model sees."""
+        """None once an operator approved this exact call; else the refusal the model sees.
+        ``reason``: why a new approval is asked for (``tainted``), shown while it is pending."""
         digest_of_args = args_digest(arguments)
         approval = self.approvals.find(agent_id, tool.name, digest_of_args, self.manifest_digest)
         if approval is None:
+            limit = self.settings.max_open_per_agent or DEFAULT_MAX_OPEN_APPROVALS
+            if self.approvals.open_count(agent_id) >= limit:
+                return refused(
+                    "approval_limit",
+                    f"this agent already has {limit} approvals waiting for an operator; "
+                    "call again once some are decided",
+                )
             approval = self.approvals.create(
                 agent_id,
                 tool.name,
                 arguments,
                 self.manifest_digest,
                 self.settings.timeout_ms / 1000,
+                principal=tool.execution.auth.principal,
+                rule=self._holding_rule(held_by),
+                reason=reason,
             )
             log.info("approval %s created for %s of agent %s", approval.id, tool.name, agent_id)
             self._metrics.approvals.labels(event="created").inc()
-            if self.settings.webhook:
-                self._tasks.spawn(self._notify(self.settings.webhook, approval))
-        final = await self.approvals.wait(approval.id)
+            if self.webhook is not None:
+                self._tasks.spawn(self._notify(self.webhook, approval))
+        try:
+            wait_s = None if deadline is None else max(0.0, deadline - time.monotonic())
+            final = await asyncio.wait_for(self.approvals.wait(approval.id), wait_s)
+        except TimeoutError:
+            # The request gave up waiting: this call is not made by it, whatever is decided
+            # later. The approval stays open for the same call in a later request.
+            return refused(
+                "approval_pending",
+                f"approval {approval.id} was not decided within this request's tool budget; "
+                "the call was not executed. The same call can be made again once it is "
+                "approved",
+            )
         if final is None:
             return refused(
                 "approval_pending",
@@ -157,6 +243,14 @@ class GovernedExecutor:
         return refused(
             "approval_denied", f"approval {final.id} was already used; call again to ask anew"
         )
+
+    def _holding_rule(self, decision: RuleDecision) -> str:
+        """What asked for the approval, as the operator reads it."""
+        if decision.effect == "confirm":
+            return decision.reason
+        require = self.settings.require
+        shown = ", ".join(require) if isinstance(require, list) else require
+        return f"approvals.require: {shown}"
 
     async def decide(
         self, approval_id: str, decision: Decision, reason: str | None, who: str
@@ -186,22 +280,20 @@ class GovernedExecutor:
         except Exception:
             log.exception("audit of the decision on approval %s failed", approval.id)
 
-    async def _notify(self, url: str, approval: Approval) -> None:
-        """POST the new approval to the webhook; a failure is logged, never blocks the call."""
+    async def _notify(self, webhook: ApprovalWebhook, approval: Approval) -> None:
+        """Deliver the new approval to the webhook and audit how it went; never blocks the call."""
         client = self.executor.http
         if client is None:
             return
-        try:
-            response = await client.request(
-                "POST",
-                url,
-                headers={"Content-Type": "application/json"},
-                body=orjson.dumps(approval.public()),
-                timeout_s=WEBHOOK_TIMEOUT_S,
+        delivery = await webhook.deliver(client, approval.public())
+        if not delivery.delivered:
+            log.warning(
+                "approval webhook for %s not delivered after %d attempt(s): %s",
+                approval.id,
+                delivery.attempts,
+                delivery.error,
             )
-            await response.read()
-            response.release()
-            if response.status >= 400:
-                log.warning("approval webhook answered %s for %s", response.status, approval.id)
-        except Exception as exc:
-            log.warning("approval webhook failed for %s: %s", approval.id, exc)
+        try:
+            await self._audit.append(approval.agent, delivery.record(approval.id))
+        except Exception:
+            log.exception("audit of the webhook of approval %s failed", approval.id)

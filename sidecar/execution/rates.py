@@ -24,6 +24,7 @@ class RateLimiter:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._buckets: dict[tuple[str, str, int], _Bucket] = {}
+        self._rates: dict[tuple[str, str, int], Rate] = {}
 
     def admit(self, agent: str, tool: str, rule: int, rate: Rate) -> bool:
         """Take one call from the bucket; False when it is empty (the call is refused)."""
@@ -32,6 +33,7 @@ class RateLimiter:
         bucket = self._buckets.get(key)
         if bucket is None:
             bucket = self._buckets[key] = _Bucket(float(rate.count), now)
+            self._rates[key] = rate
         refill = (now - bucket.updated) * rate.count / rate.period_s
         bucket.tokens = min(float(rate.count), bucket.tokens + refill)
         bucket.updated = now
@@ -39,3 +41,16 @@ class RateLimiter:
             return False
         bucket.tokens -= 1
         return True
+
+    def levels(self) -> dict[tuple[str, str, int], float]:
+        """Calls each bucket would admit now, by (agent, tool, rule); for the console. A bucket
+        nobody has drawn from yet is absent (it is full)."""
+        now = self._clock()
+        return {
+            key: min(
+                float(rate.count),
+                self._buckets[key].tokens
+                + (now - self._buckets[key].updated) * rate.count / rate.period_s,
+            )
+            for key, rate in self._rates.items()
+        }

@@ -77,7 +77,9 @@ async def record_request(
         entry["cost_usd"] = round(cost, 9)
     if ctx.attempts:  # recorded when there was a choice: a route, a key pool (failover.py)
         entry["providers"] = ctx.attempts
-    entry |= extra or {}
+    entry |= (ctx.audit_extra or {}) | (extra or {})
+    if ctx.objects:
+        entry["objects"] = ctx.objects  # stored objects used, made or refused, by id
     try:
         await ctx.state.audit.append(agent_id, entry)
     except Exception:

@@ -1,4 +1,4 @@
-"""The operator listener's app: ``/metrics``, ``/readyz`` and the operator API.
+"""The operator listener's app: ``/metrics``, ``/readyz``, the operator API and the console.
 
 Served on its own port (``--admin-port``, sidecar.json ``admin_listen``), which the generated
 compose file attaches only to a network agents are not on: an agent must see nothing about
@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 
 from aiohttp import web
 
+from clawpod.sidecar.server.console import add_console
 from clawpod.sidecar.server.context import STATE_KEY, SidecarState
 from clawpod.sidecar.server.operator import add_operator_routes
 from clawpod.sidecar.server.routes import metrics_route, readyz
@@ -31,4 +32,5 @@ def create_admin_app(
     app.router.add_get("/readyz", readyz)
     for add_routes in add_operator_routes:
         add_routes(app.router)
+    add_console(app)  # /console: the operator's web pages (SPEC §15)
     return app

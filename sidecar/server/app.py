@@ -16,6 +16,8 @@ from clawpod.sidecar.execution.budgets import TokenBudgets
 from clawpod.sidecar.execution.drift import DriftChecker
 from clawpod.sidecar.execution.executor import ToolExecutor
 from clawpod.sidecar.execution.governed import GovernedExecutor
+from clawpod.sidecar.execution.taint_guard import held_credentials
+from clawpod.sidecar.execution.webhooks import ApprovalWebhook, webhook_signer
 from clawpod.sidecar.manifest import Build
 from clawpod.sidecar.mcp.endpoint import McpEndpoint
 from clawpod.sidecar.mediation.continuity import ContinuityStore
@@ -29,15 +31,23 @@ from clawpod.sidecar.server.operator import OPERATOR_TOKEN_ENV
 from clawpod.sidecar.server.protocol_errors import protocol_errors
 from clawpod.sidecar.server.routes import healthz, mcp, model, models
 from clawpod.sidecar.server.routing import ModelRouter
+from clawpod.sidecar.server.stored_objects import StoredObjects
+from clawpod.sidecar.server.stream_tools import StreamToolsSupport
 from clawpod.sidecar.server.upstream import UpstreamClient
+from clawpod.sidecar.state_lock import StateLock, instance_name
 from clawpod.sidecar.tasks import ShieldedTasks
 from clawpod.sidecar.transport.keepalive import keepalive_interval
 
 
 def create_app(
-    build: Build, *, state_dir: Path, env: Mapping[str, str] | None = None
+    build: Build,
+    *,
+    state_dir: Path,
+    env: Mapping[str, str] | None = None,
+    state_lock: StateLock | None = None,
 ) -> web.Application:
-    """The sidecar for ``build``; provider keys and tool credentials are read from ``env``."""
+    """The sidecar for ``build``; provider keys and tool credentials are read from ``env``;
+    ``state_lock`` is the lock a started sidecar holds on ``state_dir`` (§13.1)."""
     env = os.environ if env is None else env
     state_dir = Path(state_dir)
     config = build.config
@@ -45,8 +55,14 @@ def create_app(
     tasks = ShieldedTasks()
     executor = ToolExecutor(env=env, metrics=metrics, tasks=tasks)
     # Raises AuditKeyError / AuditStateError: a sidecar that cannot audit must not start.
-    audit = AuditLog(state_dir, key=audit_key(env), agents=build.agents)
+    audit = AuditLog(
+        state_dir, key=audit_key(env), agents=build.agents, instance=instance_name(env)
+    )
     keepalive_s = keepalive_interval(env)
+    webhook_url = config.governance.approvals.webhook if config.governance else None
+    # Raises WebhookSecretError: an approval webhook is never sent unsigned.
+    signer = webhook_signer(webhook_url, env)
+    webhook = ApprovalWebhook(webhook_url, signer) if webhook_url and signer else None
     governed = GovernedExecutor(
         executor,
         config.governance,
@@ -56,6 +72,9 @@ def create_app(
         audit=audit,
         metrics=metrics,
         tasks=tasks,
+        webhook=webhook,
+        taint=config.taint,
+        credentials=(*held_credentials(build, env), env.get(OPERATOR_TOKEN_ENV, "")),
     )
     state = SidecarState(
         config=config,
@@ -69,7 +88,14 @@ def create_app(
         router=ModelRouter(config),
         prices=PriceBook(config.providers),
         mcp=McpEndpoint(
-            governed, audit, metrics, keepalive_s, tasks, allowed_hosts=config.allowed_hosts
+            governed,
+            audit,
+            metrics,
+            keepalive_s,
+            tasks,
+            allowed_hosts=config.allowed_hosts,
+            pod=config.pod,
+            max_body_bytes=config.max_body_bytes,
         ),
         sse_keepalive_s=keepalive_s,
         tasks=tasks,
@@ -79,17 +105,30 @@ def create_app(
         drift=DriftChecker(
             build.agents, executor.mcp, executor.quarantine, audit, metrics, state_dir
         ),
-        journal=RequestJournal(state_dir, window_ms=config.retry_window_ms),
+        journal=RequestJournal(
+            state_dir, window_ms=config.retry_window_ms, agents=len(build.agents)
+        ),  # per-agent quotas
+        state_lock=state_lock,
+        objects=StoredObjects(state_dir),
+        stream_tools=StreamToolsSupport(config.providers),
     )
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[protocol_errors])
     app[STATE_KEY] = state
     app.cleanup_ctx.append(_lifecycle)
+    app.on_shutdown.append(_end_waiting_approvals)
     add_llm_routes(app.router)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/v1/models/{model_id:.+}", model)  # ids may hold a provider/ prefix
     app.router.add_route("*", "/mcp", mcp)
     app.router.add_get("/healthz", healthz)  # /readyz, /metrics, /operator/*: server/admin.py
     return app
+
+
+async def _end_waiting_approvals(app: web.Application) -> None:
+    """First thing on shutdown, before requests in progress are waited for: calls waiting for
+    an operator are answered now (``approval_pending``, in the caller's protocol), so they
+    neither hold the shutdown until its timeout nor end as cut streams (issue 30)."""
+    app[STATE_KEY].governed.approvals.stop()
 
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
@@ -105,7 +144,10 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         drift.cancel()  # the one task that never ends by itself
         await state.upstream.close()  # model calls still waiting fail fast
         state.governed.approvals.stop()  # calls waiting for an operator give up; files stay
+        if state.governed.webhook is not None:
+            state.governed.webhook.stop()  # no more retries: the drain below must not wait
         await state.tasks.drain()  # tool calls already sent finish and are audited
         await state.executor.close()
         await state.continuity.close()
+        state.objects.close()
         await state.audit.close()  # flushes pending audit records to disk

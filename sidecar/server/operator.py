@@ -1,7 +1,8 @@
-"""The operator API (SPEC §9.3): list approvals and decide them.
+"""The operator API (SPEC §9.3, §15): list approvals and decide them; read the audit.
 
-``GET /operator/approvals`` (``?all=1`` adds recently finished ones) and
-``POST /operator/approvals/{id}`` with ``{"decision": "approve"|"deny", "reason": "..."}``.
+``GET /operator/approvals`` (``?all=1`` adds recently finished ones),
+``POST /operator/approvals/{id}`` with ``{"decision": "approve"|"deny", "reason": "..."}`` and
+``GET /operator/audit`` (newest records per agent). Every answer names the pod.
 Only the operator token (``CLAW_OPERATOR_TOKEN`` in the sidecar's environment) opens it: an
 agent's token is refused, and without the variable the API is closed.
 """
@@ -16,6 +17,7 @@ from aiohttp import web
 
 from clawpod.sidecar.execution.approvals import ApprovalError
 from clawpod.sidecar.server.auth import AuthError, presented_token
+from clawpod.sidecar.server.console_data import AuditFilter, recent_records
 from clawpod.sidecar.server.context import STATE_KEY, SidecarState
 
 OPERATOR_TOKEN_ENV = "CLAW_OPERATOR_TOKEN"
@@ -58,7 +60,18 @@ async def list_approvals(request: web.Request) -> web.Response:
         return refusal
     everything = request.query.get("all") in ("1", "true")
     approvals = state.governed.approvals.listing(include_finished=everything)
-    return _json({"approvals": [a.public() for a in approvals]})
+    return _json({"pod": state.config.pod, "approvals": [a.public() for a in approvals]})
+
+
+async def audit_records(request: web.Request) -> web.Response:
+    """The newest audit records per agent, newest first (the console's filters: ``agent``,
+    ``tool``, ``outcome``, ``since``, ``until``, ``limit``)."""
+    state = request.app[STATE_KEY]
+    refusal = _authorised(request, state)
+    if refusal is not None:
+        return refusal
+    wanted = AuditFilter.from_query(request.query)
+    return _json({"pod": state.config.pod, "agents": recent_records(state, wanted)})
 
 
 async def decide_approval(request: web.Request) -> web.Response:
@@ -83,9 +96,10 @@ async def decide_approval(request: web.Request) -> web.Response:
         )
     except ApprovalError as err:
         return _error(err.status, "approval_not_open", str(err))
-    return _json(approval.public())
+    return _json({**approval.public(), "pod": state.config.pod})
 
 
 def add_operator_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/operator/approvals", list_approvals)
     router.add_post("/operator/approvals/{approval_id}", decide_approval)
+    router.add_get("/operator/audit", audit_records)

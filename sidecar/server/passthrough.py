@@ -22,10 +22,11 @@ from clawpod.sidecar.server.context import RequestContext
 from clawpod.sidecar.server.errors import reply_error
 from clawpod.sidecar.server.exchange import Exchange
 from clawpod.sidecar.server.failover import open_upstream
+from clawpod.sidecar.server.stored_objects import StoredRef, StreamedIds, refs
+from clawpod.sidecar.server.unserved import NOT_SERVED, not_served_message
 from clawpod.sidecar.server.upstream import (
     UpstreamError,
     UpstreamTarget,
-    response_headers,
     translate_error,
 )
 from clawpod.sidecar.transport import Response, TransportError
@@ -35,12 +36,16 @@ def upstream_api_error(exc: UpstreamError) -> ApiError:
     return upstream_failure(exc.kind, exc.message)
 
 
-async def pass_through(exchange: Exchange, ctx: RequestContext, raw: bytes | None) -> None:
+async def pass_through(
+    exchange: Exchange, ctx: RequestContext, raw: bytes | bytearray | None
+) -> None:
     with tracing.model_span(ctx.codec.api, ctx.model):
         await _pass_through(exchange, ctx, raw)
 
 
-async def _pass_through(exchange: Exchange, ctx: RequestContext, raw: bytes | None) -> None:
+async def _pass_through(
+    exchange: Exchange, ctx: RequestContext, raw: bytes | bytearray | None
+) -> None:
     sent = time.monotonic()
     client = ctx.state.upstream
 
@@ -77,6 +82,11 @@ async def _relay_body(exchange: Exchange, ctx: RequestContext, upstream: Respons
     status = upstream.status
     if status >= 400:
         data = ctx.state.upstream.redact(ctx.provider_name, data)
+    unserved = ctx.upstream_path is None and not_served_message(
+        ctx.codec, ctx.provider_name or "", status, data
+    )
+    if unserved:
+        return await _fail(exchange, ctx, upstream_failure(NOT_SERVED, unserved))
     parsed = _json_or_none(data)
     if status >= 400:
         if not _is_protocol_error(parsed):
@@ -95,17 +105,21 @@ async def _relay_body(exchange: Exchange, ctx: RequestContext, upstream: Respons
         usage = usage_record(rounds=1)
         if not ctx.upstream_path:  # a stored object's usage was spent when it was made
             usage = _body_usage(ctx, parsed, len(data))
-    await _send(exchange, status, data, response_headers(upstream.headers))
+        _track_stored_objects(ctx, status, parsed)
+    headers = ctx.state.upstream.relayed_headers(ctx.provider_name, upstream.headers)
+    await _send(exchange, status, data, headers)
     await record_request(ctx, http_status=status, error_code=error_code, usage=usage)
 
 
 async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Response) -> None:
-    await exchange.start_stream(200, response_headers(upstream.headers))
+    await exchange.start_stream(
+        200, ctx.state.upstream.relayed_headers(ctx.provider_name, upstream.headers)
+    )
+    redactor = ctx.state.upstream.stream_redactor(ctx.provider_name)
+    stored = StreamedIds(ctx.codec) if ctx.codec.stores_objects else None
     usage = StreamUsage(ctx.codec)
     stripper = UsageChunkStripper() if ctx.strip_usage else None
-    ends = ctx.codec.stream_ends
-    keep = max(map(len, ends))
-    tail = b""  # enough of the last bytes to spot an end marker split across chunks
+    end = ctx.codec.end_watch()
     finished = False
     error_code: str | None = None
     try:
@@ -118,8 +132,11 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
                 await exchange.write(ctx.codec.stream_error(err))
                 break
             if not chunk:
+                if rest := redactor.flush():
+                    await exchange.write(rest if stripper is None else stripper.feed(rest))
                 if stripper is not None:
                     await exchange.write(stripper.flush())
+                finished = end.seen
                 if not finished:
                     # A cut stream must not look like a complete answer to the client.
                     message = f"provider {ctx.provider_name!r} ended the stream before its end"
@@ -129,10 +146,14 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
                 break
             usage.feed(chunk)
             usage.events += chunk.count(b"data:")
-            tail = tail[-keep:] + chunk
+            if stored is not None and stored.feed(chunk):
+                ctx.record_objects(stored.found)  # at once: a client may leave after it
+            whole = end.feed(chunk)  # the provider's end marker, read before any redaction
+            chunk = redactor.feed(chunk)
+            if not chunk:
+                continue  # the rest of an event: it goes out with its end
             await exchange.write(chunk if stripper is None else stripper.feed(chunk))
-            # Finished once the end marker has reached the client.
-            finished = finished or any(end in tail for end in ends)
+            finished = whole  # once the end marker has reached the client
         await exchange.end()
     except ConnectionError:
         # A client that closes once the answer is complete (SDKs stop at the end event) got it.
@@ -140,6 +161,10 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
     except asyncio.CancelledError:
         _record_later(ctx, None if finished else "client_disconnected", usage)
         raise
+    finally:
+        # Whatever the HTTP framing said, a stream cut short leaves the connection's state
+        # unknown: it is closed, never handed to the next request (of any agent).
+        upstream.release(reuse=end.seen)
     await record_request(
         ctx,
         http_status=200,
@@ -154,6 +179,18 @@ async def _fail(exchange: Exchange, ctx: RequestContext, err: ApiError) -> None:
     await record_request(
         ctx, http_status=err.status, error_code=err.code, usage=usage_record(rounds=1)
     )
+
+
+def _track_stored_objects(ctx: RequestContext, status: int, parsed: Any) -> None:
+    """Bind what the provider stored to the agent; forget what it deleted."""
+    if status != 200:
+        return
+    if ctx.method == "DELETE":
+        for ref in ctx.objects:
+            if ref["use"] == "referenced":
+                ctx.state.objects.forget(ctx.agent.agent.id, StoredRef(ref["kind"], ref["id"]))
+        return
+    ctx.record_objects(refs(ctx.codec.stored_ids(parsed)))
 
 
 async def _send(exchange: Exchange, status: int, body: bytes, headers: dict[str, str]) -> None:

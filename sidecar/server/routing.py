@@ -7,8 +7,9 @@ from fnmatch import fnmatchcase
 
 from clawpod.sidecar.codecs import CODECS, codec_for_api
 from clawpod.sidecar.codecs.base import ProviderApi
-from clawpod.sidecar.manifest import Provider, SidecarConfig, is_model_glob
+from clawpod.sidecar.manifest import MODEL_GLOB_CHARACTERS, Provider, SidecarConfig, is_model_glob
 from clawpod.sidecar.model.errors import ApiError
+from clawpod.sidecar.model.known_models import KNOWN_MODELS
 
 Api = ProviderApi
 _CACHE_LIMIT = 4096
@@ -102,7 +103,10 @@ class ModelRouter:
         return True
 
     def exact_models(self, api: Api) -> list[tuple[str, str]]:
-        """(provider name, model id) of every exact id the providers of ``api`` list."""
+        """(provider name, model id) of every exact id the providers of ``api`` list, then of
+        every known id (``model/known_models.py``) their globs route, each under the provider
+        a request for it would reach. A glob that matches anything (``*``) adds none: it names
+        no family, so the table cannot say what the server behind it serves."""
         seen: set[str] = set()
         listed = []
         for name, provider in self._by_api[api]:
@@ -110,6 +114,15 @@ class ModelRouter:
                 if model not in seen:
                     seen.add(model)
                     listed.append((name, model))
+        for model in KNOWN_MODELS:
+            if model in seen or not any(
+                _names_a_family(glob) and fnmatchcase(model, glob)
+                for _, provider in self._by_api[api]
+                for glob in provider.models
+            ):
+                continue
+            seen.add(model)
+            listed.append((self.resolve(api, model)[0], model))
         return listed
 
     def allowed(self, api: Api) -> list[str]:
@@ -134,3 +147,8 @@ class ModelRouter:
 
 def _matches(provider: Provider, model: str) -> bool:
     return any(fnmatchcase(model, glob) for glob in provider.models)
+
+
+def _names_a_family(glob: str) -> bool:
+    """A glob with a literal prefix (``gpt-*``, ``o3*``), not one that matches anything."""
+    return is_model_glob(glob) and glob[0] not in MODEL_GLOB_CHARACTERS

@@ -10,7 +10,7 @@ from typing import Literal
 
 from clawpod.sidecar.codecs import CODECS
 from clawpod.sidecar.manifest import Provider, SidecarConfig
-from clawpod.sidecar.model.redaction import redactor_for
+from clawpod.sidecar.model.redaction import StreamRedactor, redactor_for
 from clawpod.sidecar.observability.metrics import Metrics, connection_counts
 from clawpod.sidecar.server.key_pool import KeyPool
 from clawpod.sidecar.transport import (
@@ -175,6 +175,16 @@ class UpstreamClient:
         rejected key in their error message, and it must not reach an agent."""
         return self._channels[provider_name].redact(data)
 
+    def relayed_headers(self, provider_name: str, headers: Headers) -> dict[str, str]:
+        """The response headers handed back to the client, without the provider's key (a
+        provider or a proxy in front of it may echo the request's key in a header)."""
+        redact = self._channels[provider_name].redact.text
+        return {name: redact(value) for name, value in response_headers(headers).items()}
+
+    def stream_redactor(self, provider_name: str) -> StreamRedactor:
+        """Removes the provider's key from a relayed stream's error events."""
+        return StreamRedactor(self._channels[provider_name].redact)
+
     def redact_text(self, provider_name: str | None, text: str) -> str:
         """A message built from provider text, without the provider's key."""
         if provider_name is None:
@@ -184,7 +194,7 @@ class UpstreamClient:
     async def send(
         self,
         target: UpstreamTarget,
-        body: bytes | None,
+        body: bytes | bytearray | None,
         *,
         timeout_s: float | None = None,
         read_timeout_s: float | None = None,
@@ -207,6 +217,7 @@ class UpstreamClient:
                     extra_headers=forward,
                     read_timeout_s=read_timeout_s or self.timeout_s,
                     max_body_bytes=max_body_bytes,
+                    retry_unanswered=True,
                 )
             return await self._client.send(
                 prepared,
@@ -214,6 +225,7 @@ class UpstreamClient:
                 extra_headers=forward,
                 timeout_s=timeout_s or self.timeout_s,
                 max_body_bytes=max_body_bytes,
+                retry_unanswered=True,
             )
         except TransportError as exc:
             raise translate_error(exc, target.provider) from exc

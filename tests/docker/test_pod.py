@@ -294,3 +294,16 @@ def test_sidecar_restart_keeps_audit_and_continuity(pod: Pod) -> None:
     assert code == 0, report
     code, shown = pod.exec(SIDECAR, "clawc", "audit", "show", STATE_DIR, "--agent", MEDIATED_AGENT)
     assert code == 0 and shown.count("trading-api.get_market_context") == len(audit_after), shown
+
+
+def test_operators_decide_on_the_operator_listener_as_documented(pod: Pod) -> None:
+    """docs/running-a-pod.md: `docker compose exec claw-sidecar clawc approvals list --sidecar
+    http://claw-sidecar-admin:9090` works as written (the image has clawc, the sidecar's
+    environment has the operator token), and the console is served there."""
+    admin = "http://claw-sidecar-admin:9090"
+    code, output = pod.exec(SIDECAR, "clawc", "approvals", "list", "--sidecar", admin)
+    assert code == 0, output
+    page = f"{admin}/console/sign-in"
+    fetch = f"import urllib.request; print(urllib.request.urlopen('{page}').status)"
+    code, output = pod.exec(SIDECAR, "python", "-c", fetch)
+    assert (code, output.strip()) == (0, "200"), output

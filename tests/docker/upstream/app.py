@@ -1,7 +1,8 @@
 """A scripted OpenAI-compatible upstream for the Docker end-to-end tests.
 
 It plays a model that always uses one tool: a request whose last message is the user's gets a
-call to the first offered tool whose name contains ``TOOL_MATCH``; a request whose last message
+call to the first offered tool whose name contains ``TOOL_MATCH`` (arguments: ``TOOL_ARGUMENTS``,
+default ``{}``); a request whose last message
 is a tool result gets a text answer quoting that result. Requests must carry the provider key
 ``EXPECTED_API_KEY`` (401 otherwise), which proves the sidecar, not the agent, supplied it.
 
@@ -11,6 +12,7 @@ what the model was shown with ``docker logs``.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import os
@@ -21,6 +23,7 @@ from typing import Any
 from aiohttp import web
 
 ANSWER_PREFIX = "Scripted answer from tool data: "
+DELAYED: web.AppKey[bool] = web.AppKey("delayed", bool)
 
 
 def completion(model: str, message: dict[str, Any], finish_reason: str) -> dict[str, Any]:
@@ -38,7 +41,7 @@ def tool_call_message(tool_name: str, turn: int) -> dict[str, Any]:
     call = {
         "id": f"call_scripted_{turn}",
         "type": "function",
-        "function": {"name": tool_name, "arguments": "{}"},
+        "function": {"name": tool_name, "arguments": os.environ.get("TOOL_ARGUMENTS", "{}")},
     }
     return {"role": "assistant", "content": None, "tool_calls": [call]}
 
@@ -80,7 +83,13 @@ async def chat_completions(request: web.Request) -> web.Response:
     if not authorized:
         error = {"message": "invalid api key", "type": "invalid_request_error", "code": "401"}
         return web.json_response({"error": error}, status=401)
-    return web.json_response(reply_for(body, os.environ.get("TOOL_MATCH", "")))
+    reply = reply_for(body, os.environ.get("TOOL_MATCH", ""))
+    if reply["choices"][0]["finish_reason"] == "stop" and not request.app[DELAYED]:
+        # The first answer after a tool result waits ANSWER_DELAY_S: a test's window to kill
+        # the sidecar in the middle of a request whose tool call has run.
+        request.app[DELAYED] = True
+        await asyncio.sleep(float(os.environ.get("ANSWER_DELAY_S", "0")))
+    return web.json_response(reply)
 
 
 async def healthz(_: web.Request) -> web.Response:
@@ -89,6 +98,7 @@ async def healthz(_: web.Request) -> web.Response:
 
 def main() -> None:
     app = web.Application()
+    app[DELAYED] = False
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/healthz", healthz)
     web.run_app(app, host="0.0.0.0", port=int(os.environ.get("PORT", "8000")), print=None)

@@ -1,0 +1,55 @@
+"""The trading desk of tests/execution/test_governance.py, compiled with the operator's extras
+(an approval webhook, a webhook secret): a real sidecar, a real tool service, real SDKs."""
+
+from __future__ import annotations
+
+import io
+import json
+import textwrap
+from pathlib import Path
+
+from clawpod.compiler.cli import main as clawc
+from tests.execution.test_governance import DESCRIPTOR, ENV, POD, Desk
+from tests.support.services import ToolService
+from tests.support.sidecar import start_sidecar
+from tests.support.upstream import StubUpstream
+
+WEBHOOK_SECRET = "whsec_" + "c2lnbmluZy1rZXktZm9yLXRlc3RzLW9ubHktMzI="  # base64 of a test key
+
+
+async def start_desk(
+    tmp_path: Path,
+    service: ToolService,
+    upstream: StubUpstream,
+    *,
+    pod_name: str = "desk",
+    webhook: str | None = None,
+    timeout_ms: int = 60000,
+    env: dict[str, str] | None = None,
+) -> Desk:
+    """Compile the desk (named ``pod_name``) under ``tmp_path`` and start its sidecar."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "desk.json").write_text(json.dumps(DESCRIPTOR))
+    approvals = "approvals: {{require: [desk.execute_trade], timeout-ms: {timeout_ms}"
+    extra = f', webhook: "{webhook}"' if webhook else ""
+    text = POD.replace(approvals + "}}", approvals + extra + "}}")
+    text = text.replace("x-claw:\n", f"x-claw:\n  pod: {pod_name}\n", 1)
+    pod = tmp_path / "pod.yml"
+    pod.write_text(
+        textwrap.dedent(text).format(
+            upstream=upstream.openai_url, desk=service.url, timeout_ms=timeout_ms
+        )
+    )
+    out = tmp_path / "out"
+    quiet = io.StringIO()
+    assert clawc(["compile", str(pod), "-o", str(out)], quiet, quiet) == 0, quiet.getvalue()
+    tokens = {
+        agent: (out / "agents" / f"{agent}.env")
+        .read_text()
+        .split("CLAW_AGENT_TOKEN=")[1]
+        .split()[0]
+        for agent in ("analyst", "trader")
+    }
+    sidecar_env = {**ENV, "CLAW_WEBHOOK_SECRET": WEBHOOK_SECRET, **(env or {})}
+    sidecar = await start_sidecar(out, tmp_path / "state", env=sidecar_env)
+    return Desk(sidecar, service, upstream, tokens, out, tmp_path / "state")

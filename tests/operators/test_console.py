@@ -1,0 +1,292 @@
+"""The operator console (SPEC §15) over HTTP, attacker's side first: who can sign in, what a
+session cookie is worth elsewhere, CSRF, escaping; then the pages an operator uses."""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from clawpod.sidecar.server.console import CHECKS_KEY, SESSIONS_KEY
+from clawpod.sidecar.server.console_session import SESSION_IDLE_S
+from clawpod.sidecar.server.context import STATE_KEY
+from tests.execution.test_governance import OPERATOR_TOKEN, TRADE, Desk, ask_analyst, trade
+from tests.operators.console_client import ConsoleClient
+from tests.operators.desk import start_desk
+from tests.support.services import ToolService
+from tests.support.sidecar import audit_records
+from tests.support.upstream import StubUpstream
+
+HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+
+
+@pytest.fixture
+async def console(desk: Desk) -> AsyncIterator[ConsoleClient]:
+    async with ConsoleClient(desk.sidecar.admin_url) as client:
+        status, _, _ = await client.sign_in(OPERATOR_TOKEN)
+        assert status == 303
+        yield client
+
+
+async def _pending_in_console(console: ConsoleClient, count: int = 1) -> list[dict]:
+    while True:
+        pending = await console.pending()
+        if len(pending) >= count:
+            return pending
+        await asyncio.sleep(0.02)
+
+
+async def test_sign_in_sets_a_strict_http_only_session_cookie(desk: Desk) -> None:
+    async with ConsoleClient(desk.sidecar.admin_url) as client:
+        status, _, response = await client.sign_in(OPERATOR_TOKEN)
+        assert status == 303 and response.headers["Location"] == "/console/approvals"
+        cookie = next(
+            v for k, v in response.headers.items() if k == "Set-Cookie" and "claw_console=" in v
+        )
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/console" in cookie
+        assert "Secure" not in cookie  # plain HTTP here; over TLS it is set
+        status, page, response = await client.get("/console/approvals")
+        assert status == 200 and "Pending approvals" in page
+        assert "default-src 'none'" in response.headers["Content-Security-Policy"]
+        assert response.headers["X-Frame-Options"] == "DENY"
+
+
+async def test_agent_tokens_and_wrong_tokens_cannot_sign_in(desk: Desk) -> None:
+    for token, says in [
+        (desk.tokens["analyst"], "Agent tokens cannot sign in"),
+        (desk.tokens["trader"], "Agent tokens cannot sign in"),
+        ("guess", "not this sidecar's operator token"),
+        (OPERATOR_TOKEN + "x", "not this sidecar's operator token"),
+    ]:
+        async with ConsoleClient(desk.sidecar.admin_url) as client:
+            status, page, _ = await client.sign_in(token)
+            assert status == 403 and says in html.unescape(page)
+            assert client.session_cookie() is None
+            status, _, response = await client.get("/console/approvals")
+            assert status == 303 and response.headers["Location"] == "/console/sign-in"
+
+
+async def test_the_sign_in_form_needs_its_own_csrf_token(desk: Desk) -> None:
+    async with ConsoleClient(desk.sidecar.admin_url) as client:
+        status, _, _ = await client.post("/console/sign-in", {"token": OPERATOR_TOKEN})
+        assert status == 403 and client.session_cookie() is None
+        status, _, _ = await client.post(
+            "/console/sign-in", {"token": OPERATOR_TOKEN, "csrf": "forged"}
+        )
+        assert status == 403 and client.session_cookie() is None
+
+
+async def test_posts_without_the_right_csrf_token_are_refused(
+    desk: Desk, console: ConsoleClient
+) -> None:
+    waiting = asyncio.create_task(trade(desk, TRADE))
+    [approval] = await _pending_in_console(console)
+    path = f"/console/approvals/{approval['id']}"
+    for form in [{"decision": "approve"}, {"decision": "approve", "csrf": "wrong"}]:
+        status, page, _ = await console.post(path, form)
+        assert status == 403 and "CSRF" in page
+    # The right token from another site (a browser names it in Origin) is refused too.
+    status, page, _ = await console.post(
+        path,
+        {"decision": "approve", "csrf": console.csrf},
+        headers={"Origin": "https://evil.example"},
+    )
+    assert status == 403 and "another site" in page
+    status, _, _ = await console.post("/console/sign-out", {})
+    assert status == 403
+    assert [a["id"] for a in await console.pending()] == [approval["id"]]  # still pending
+    assert desk.service.requests == []
+    status, _, _ = await console.post(
+        path, {"decision": "deny", "reason": "csrf test", "csrf": console.csrf}
+    )
+    assert status == 303
+    assert (await waiting)["error"]["code"] == "approval_denied"
+
+
+async def test_expired_forged_and_signed_out_cookies_are_refused(
+    desk: Desk, console: ConsoleClient
+) -> None:
+    sessions = desk.sidecar.admin.app[SESSIONS_KEY]
+    real = console.session_cookie()
+    assert real
+    console.set_session_cookie("forged-" + real[7:])
+    status, _, _ = await console.get("/console/audit")
+    assert status == 303
+    console.set_session_cookie(real)
+    assert (await console.get("/console/audit"))[0] == 200
+    clock = sessions.clock
+    sessions.clock = lambda: clock() + SESSION_IDLE_S + 1
+    try:
+        assert (await console.get("/console/audit"))[0] == 303
+        status, _, _ = await console.post("/console/sign-out", {"csrf": console.csrf})
+        assert status == 403
+    finally:
+        sessions.clock = clock
+    assert (await console.get("/console/audit"))[0] == 303  # gone for good once expired
+    async with ConsoleClient(desk.sidecar.admin_url) as again:
+        await again.sign_in(OPERATOR_TOKEN)
+        status, _, response = await again.post("/console/sign-out", {"csrf": again.csrf})
+        assert status == 303 and response.headers["Location"] == "/console/sign-in"
+        assert (await again.get("/console/approvals"))[0] == 303
+
+
+async def test_a_session_of_one_sidecar_is_nothing_to_another(
+    desk: Desk, console: ConsoleClient, tmp_path: Path, service: ToolService
+) -> None:
+    """Two pods with the same operator token: a cookie and CSRF token from one do not open
+    the other."""
+    async with StubUpstream() as upstream:
+        other = await start_desk(tmp_path / "other", service, upstream, pod_name="other")
+        try:
+            async with ConsoleClient(other.sidecar.admin_url) as stranger:
+                stranger.set_session_cookie(console.session_cookie() or "")
+                assert (await stranger.get("/console/approvals"))[0] == 303
+                status, _, _ = await stranger.post("/console/sign-out", {"csrf": console.csrf})
+                assert status == 403
+        finally:
+            await other.sidecar.close()
+
+
+async def test_tool_arguments_with_html_are_escaped_everywhere(
+    desk: Desk, console: ConsoleClient
+) -> None:
+    hostile_trade = {**TRADE, "symbol": HOSTILE}
+    waiting = asyncio.create_task(trade(desk, hostile_trade))
+    [item] = await _pending_in_console(console)
+    _, page, _ = await console.get("/console/approvals")
+    for rendered in (item["html"], page):
+        assert "<script>alert" not in rendered and "<img src=x" not in rendered
+        assert "&lt;script&gt;alert(" in rendered
+    status, _, _ = await console.post(
+        f"/console/approvals/{item['id']}",
+        {"decision": "deny", "reason": HOSTILE, "csrf": console.csrf},
+    )
+    assert status == 303
+    await waiting
+    _, page, _ = await console.get("/console/audit?agent=trader")
+    assert "<script>alert" not in page and "<img src=x" not in page
+    assert "&lt;script&gt;alert(" in page
+    _, page, _ = await console.get("/console/approvals")
+    assert "<script>alert" not in page and "&lt;img src=x" in page
+
+
+async def test_approve_from_the_console_runs_the_call_once(
+    desk: Desk, console: ConsoleClient
+) -> None:
+    waiting = asyncio.create_task(trade(desk, TRADE))
+    [item] = await _pending_in_console(console)
+    for shown in ("desk.execute_trade", "trader", "desk-trader", "approvals.require", "NVDA"):
+        assert shown in item["html"]
+    status, _, response = await console.post(
+        f"/console/approvals/{item['id']}",
+        {"decision": "approve", "reason": "checked the size", "csrf": console.csrf},
+    )
+    assert status == 303
+    _, page, _ = await console.get(response.headers["Location"])
+    assert f"{item['id']} approved" in page
+    result = await waiting
+    assert result["ok"] is True and len(desk.service.requests) == 1
+    [decided] = [r for r in audit_records(desk.state_dir, "trader") if r.get("event")]
+    assert (decided["decision"], decided["reason"], decided["who"]) == (
+        "approved",
+        "checked the size",
+        "operator (console)",
+    )
+    status, page, _ = await console.post(
+        f"/console/approvals/{item['id']}", {"decision": "approve", "csrf": console.csrf}
+    )
+    assert status == 409 and len(desk.service.requests) == 1  # decided once
+
+
+async def test_audit_page_filters_and_shows_traces_tokens_and_the_chain(
+    desk: Desk, console: ConsoleClient
+) -> None:
+    await ask_analyst(desk, ("c1", "desk_get_quote", {"symbol": "AAPL"}))
+    await ask_analyst(desk, ("c2", "desk_get_quote", {"symbol": "MSFT"}))
+    _, page, _ = await console.get("/console/audit?agent=analyst")
+    assert "Agent analyst" in page and "Chain intact: 2 records verified" in page
+    assert (
+        page.count("<caption>Tool trace</caption>") == 2
+        and "desk.get_quote" in page
+        and "AAPL" in page
+    )
+    assert re.search(r"tokens \d+ in / \d+ out", page)
+    _, page, _ = await console.get("/console/audit?agent=analyst&limit=1")
+    assert "MSFT" in page and "AAPL" not in page  # newest first
+    _, page, _ = await console.get("/console/audit?tool=execute_trade")
+    assert "AAPL" not in page
+    _, page, _ = await console.get("/console/audit?outcome=error")
+    assert "AAPL" not in page
+    _, page, _ = await console.get("/console/audit?since=2999-01-01")
+    assert "No record matches" in page
+    # A priced request's cost (the record's cost_usd) shows beside its tokens.
+    priced = {"route": "/v1/chat/completions", "mode": "mediated", "outcome": {"status": "ok"}}
+    await desk.sidecar.app[STATE_KEY].audit.append("analyst", {**priced, "cost_usd": 0.0123})
+    _, page, _ = await console.get("/console/audit?agent=analyst&limit=1")
+    assert "cost $0.0123" in page
+    # A record edited on disk shows on the page as a broken chain.
+    await desk.sidecar.app[STATE_KEY].audit.close()  # on disk before it is edited
+    log = desk.state_dir / "audit" / "analyst.jsonl"
+    log.write_bytes(log.read_bytes().replace(b"AAPL", b"AAPX"))
+    _, page, _ = await console.get("/console/audit?agent=analyst")
+    assert "problem(s)" in page and "content does not match its hash" in page
+
+
+async def test_limits_tools_and_health_pages(desk: Desk, console: ConsoleClient) -> None:
+    await ask_analyst(desk, ("c1", "desk_get_quote", {"symbol": "HOT"}))
+    _, page, _ = await console.get("/console/limits")
+    assert "analyst" in page and "20" in page  # the analyst's 20-token budget
+    assert "2/minute" in page and re.search(r"desk.get_quote</code>: 1\.\d+<", page)
+    _, page, _ = await console.get("/console/tools")
+    assert "No tool is quarantined" in page
+    desk.sidecar.app[STATE_KEY].executor.quarantine.hold("desk.get_quote", "definition changed")
+    _, page, _ = await console.get("/console/tools")
+    assert "desk.get_quote" in page and "definition changed" in page
+    _, page, _ = await console.get("/console/health")
+    assert "writable" in page and "keyed" in page
+
+
+async def test_the_console_is_closed_without_an_operator_token(
+    tmp_path: Path, service: ToolService
+) -> None:
+    async with StubUpstream() as upstream:
+        desk = await start_desk(tmp_path, service, upstream, env={"CLAW_OPERATOR_TOKEN": ""})
+        try:
+            async with ConsoleClient(desk.sidecar.admin_url) as client:
+                status, page, _ = await client.sign_in("")
+                assert status == 403 and "closed" in page
+        finally:
+            await desk.sidecar.close()
+
+
+async def test_a_chain_is_checked_once_per_change_and_a_huge_one_is_left_to_clawc(
+    desk: Desk, console: ConsoleClient
+) -> None:
+    """Page views must not re-read a large log each time (CPU the agents need)."""
+    await ask_analyst(desk, ("c1", "desk_get_quote", {"symbol": "AAPL"}))
+    checks = desk.sidecar.admin.app[CHECKS_KEY]
+    state = desk.sidecar.app[STATE_KEY]
+    [first] = checks.check(state, ["analyst"])
+    [again] = checks.check(state, ["analyst"])
+    assert again is first  # unchanged log: the earlier result
+    await ask_analyst(desk, ("c2", "desk_get_quote", {"symbol": "MSFT"}))
+    [changed] = checks.check(state, ["analyst"])
+    assert changed.records == 2
+    checks.max_bytes = 100
+    _, page, _ = await console.get("/console/audit?agent=analyst")
+    assert "Chain not checked on this page" in page and "clawc audit verify" in page
+
+
+async def test_a_restart_signs_everyone_out(desk: Desk, console: ConsoleClient) -> None:
+    cookie = console.session_cookie()
+    await desk.restart()
+    restarted = ConsoleClient(desk.sidecar.admin_url)
+    async with restarted:
+        restarted.set_session_cookie(cookie or "")
+        assert (await restarted.get("/console/approvals"))[0] == 303
+        status, _, _ = await restarted.post("/console/sign-out", {"csrf": console.csrf})
+        assert status == 403

@@ -1,0 +1,183 @@
+"""One sidecar per state directory (SPEC §13.1), with real sidecar processes: a second one on
+the same directory refuses to start naming the holder and writes nothing; ``kill -9`` of the
+holder frees the directory; a sidecar whose directory is replaced under it stops being ready;
+audit records name the instance that wrote them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+
+import aiohttp
+import orjson
+
+from clawpod.sidecar.state_lock import INSTANCE_ENV
+from tests.support.builds import AgentSpec, providers_for, write_build
+from tests.support.sidecar import TEST_PROVIDER_KEYS
+from tests.support.upstream import Reply, StubUpstream, openai_completion
+
+LISTENING = re.compile(rb"^listening on http://127\.0\.0\.1:(\d+)")
+OPERATOR_LISTENER = re.compile(rb"^operator listener on http://[^:]+:(\d+)")
+GUARD_S = 30  # a deadlock guard for the child process, not a timing assertion
+
+
+class Sidecar:
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.url = ""
+        self.admin_url = ""
+
+    async def wait_listening(self) -> None:
+        assert self.process.stdout is not None
+        line = await asyncio.wait_for(self.process.stdout.readline(), GUARD_S)
+        match = LISTENING.search(line)
+        assert match, line
+        self.url = f"http://127.0.0.1:{int(match.group(1))}"
+        line = await asyncio.wait_for(self.process.stdout.readline(), GUARD_S)
+        admin = OPERATOR_LISTENER.search(line)
+        assert admin, line
+        self.admin_url = f"http://127.0.0.1:{int(admin.group(1))}"
+
+    async def stop(self) -> int:
+        if self.process.returncode is None:
+            self.process.send_signal(signal.SIGTERM)
+        return await asyncio.wait_for(self.process.wait(), GUARD_S)
+
+
+async def spawn(build: Path, state_dir: Path, instance: str | None = None) -> Sidecar:
+    env = {**os.environ, **TEST_PROVIDER_KEYS}
+    env.pop(INSTANCE_ENV, None)
+    if instance is not None:
+        env[INSTANCE_ENV] = instance
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "clawpod.sidecar", "--build", str(build), "--host", "127.0.0.1",
+        "--port", "0", "--admin-port", "0", "--state-dir", str(state_dir),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+    )  # fmt: skip
+    return Sidecar(process)
+
+
+def snapshot(directory: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file under ``directory`` with its bytes and modification time."""
+    return {
+        p.relative_to(directory).as_posix(): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
+
+
+async def test_a_second_sidecar_on_one_directory_refuses_naming_the_holder(
+    tmp_path: Path,
+) -> None:
+    build = tmp_path / "build"
+    write_build(build, [AgentSpec("agent")], providers_for("http://127.0.0.1:9"))
+    state = tmp_path / "state"
+    first = await spawn(build, state, instance="desk-a")
+    await first.wait_listening()
+    try:
+        before = snapshot(state)
+        second = await spawn(build, state, instance="desk-b")
+        stdout, stderr = await asyncio.wait_for(second.process.communicate(), GUARD_S)
+        assert second.process.returncode == 1
+        assert b"listening" not in stdout
+        message = stderr.decode()
+        assert "refusing to start" in message and "in use by another sidecar" in message
+        assert f"host=desk-a pid={first.process.pid}" in message
+        assert "Traceback" not in message
+        assert snapshot(state) == before  # no audit record, no journal entry, no lock rewrite
+    finally:
+        assert await first.stop() == 0
+
+
+async def test_kill_9_frees_the_directory_for_the_next_sidecar(tmp_path: Path) -> None:
+    build = tmp_path / "build"
+    write_build(build, [AgentSpec("agent")], providers_for("http://127.0.0.1:9"))
+    state = tmp_path / "state"
+    first = await spawn(build, state)
+    await first.wait_listening()
+    first.process.send_signal(signal.SIGKILL)
+    assert await first.stop() == -signal.SIGKILL
+    second = await spawn(build, state, instance="after-the-crash")
+    await second.wait_listening()
+    try:
+        assert f"pid={second.process.pid}" in (state / ".lock").read_text()
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(second.admin_url + "/readyz") as response,
+        ):
+            assert response.status == 200
+    finally:
+        assert await second.stop() == 0
+
+
+async def test_a_replaced_state_directory_makes_the_sidecar_unready(tmp_path: Path) -> None:
+    build = tmp_path / "build"
+    write_build(build, [AgentSpec("agent")], providers_for("http://127.0.0.1:9"))
+    state = tmp_path / "state"
+    sidecar = await spawn(build, state)
+    await sidecar.wait_listening()
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(sidecar.admin_url + "/readyz") as response:
+                assert response.status == 200
+            # Another volume mounted over the path: a new sidecar could lock it beside this one.
+            state.rename(tmp_path / "state-old")
+            state.mkdir()
+            async with session.get(sidecar.admin_url + "/readyz") as response:
+                assert response.status == 503
+                body = await response.json()
+        assert any("lock lost" in problem for problem in body["problems"])
+    finally:
+        assert await sidecar.stop() == 0
+
+
+async def test_audit_records_name_the_instance(tmp_path: Path, upstream: StubUpstream) -> None:
+    build = tmp_path / "build"
+    tokens = write_build(
+        build, [AgentSpec("agent")], providers_for(upstream.openai_url, upstream.anthropic_url)
+    )
+    state = tmp_path / "state"
+    sidecar = await spawn(build, state, instance="desk-7")
+    await sidecar.wait_listening()
+    try:
+        upstream.enqueue("openai", Reply.json(openai_completion("hi")))
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                sidecar.url + "/v1/chat/completions",
+                json={"model": "gpt-4o", "messages": []},
+                headers={"Authorization": f"Bearer {tokens['agent']}"},
+            ) as response,
+        ):
+            assert response.status == 200
+    finally:
+        assert await sidecar.stop() == 0
+    records = [
+        orjson.loads(line)
+        for line in (state / "audit" / "agent.jsonl").read_bytes().split(b"\n")
+        if line
+    ]
+    assert records and all(record["instance"] == "desk-7" for record in records)
+
+
+async def test_a_hostile_lock_file_still_names_a_printable_holder(tmp_path: Path) -> None:
+    """The holder's lock file is the other process's word: its bytes reach the terminal only
+    as printable text, and the refusal stays a refusal."""
+    build = tmp_path / "build"
+    write_build(build, [AgentSpec("agent")], providers_for("http://127.0.0.1:9"))
+    state = tmp_path / "state"
+    first = await spawn(build, state, instance="desk-a")
+    await first.wait_listening()
+    try:
+        (state / ".lock").write_bytes(b"\x1b]0;owned\x07host=evil\x00" + b"x" * 10_000)
+        second = await spawn(build, state)
+        _, stderr = await asyncio.wait_for(second.process.communicate(), GUARD_S)
+        assert second.process.returncode == 1
+        assert b"\x1b" not in stderr and b"\x07" not in stderr
+        assert b"in use by another sidecar (?]0;owned?host=evil?xxx" in stderr
+    finally:
+        assert await first.stop() == 0

@@ -1,0 +1,62 @@
+"""Fixtures for the Swarm tests (marker ``swarm``): the provisioned engine as a single-node
+swarm, the images built locally under tags of their own, and the example pod as a stack."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.docker.conftest import _build, _engine_problem
+from tests.swarm.stack import IMAGES, Stack, SwarmEngine
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def swarm_node() -> Iterator[str]:
+    problem = _engine_problem()
+    if problem is not None:
+        hint = 'run: eval "$(scripts/provision-docker.sh up)"'
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{problem}; CI must run the swarm tests ({hint})", pytrace=False)
+        pytest.skip(f"{problem}; {hint}")
+    engine = SwarmEngine()
+    node = engine.join()
+    try:
+        yield node
+    finally:
+        engine.leave()
+
+
+@pytest.fixture(scope="session")
+def swarm_images(swarm_node: str) -> dict[str, str]:
+    base_image = os.environ.get("CLAW_BASE_IMAGE", "python:3.11-slim")
+    agent_base_image = os.environ.get("CLAW_AGENT_BASE_IMAGE", base_image)
+    example = REPO / "compose" / "examples" / "trading-desk"
+    contexts = {
+        "sidecar": REPO,
+        "upstream": REPO / "tests" / "docker" / "upstream",
+        "agent": REPO / "tests" / "docker" / "agent",
+        "trading-api": example / "trading-api",
+        "market-news": example / "market-news",
+        "research-mcp": example / "research-mcp",
+    }
+    for role, context in contexts.items():
+        _build(IMAGES[role], context, agent_base_image if role == "agent" else base_image)
+    return IMAGES
+
+
+@pytest.fixture(scope="session")
+def stack(
+    swarm_node: str, swarm_images: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    deployed = Stack(tmp_path_factory.mktemp("stack"), REPO, swarm_node)
+    try:
+        deployed.deploy()
+        yield deployed
+    finally:
+        deployed.remove()
+        deployed.cleanup()
