@@ -68,7 +68,7 @@ class ArgumentGuard:
 
 def held_credentials(build: Build, env: Mapping[str, str]) -> list[str]:
     """Every provider key and service credential the build has the sidecar read from ``env``."""
-    names = {provider.key_env for provider in build.config.providers.values()}
+    names = {key for provider in build.config.providers.values() for key in provider.key_envs}
     names |= {
         tool.execution.auth.env
         for agent in build.agents.values()
