@@ -2,8 +2,9 @@
 a descriptor or principal names, so a service started without that variable (one renamed on
 one side only) answers every call 401, which shows only at call time.
 
-A service whose address is given (``x-claw.url``) runs outside this pod file, and one with an
-``env_file`` may set anything: neither is judged.
+Only a service that is given an ``environment`` in the pod file is judged: one whose address is
+given (``x-claw.url``) runs outside this pod file, one with an ``env_file`` may set anything,
+and one with no environment at all is configured some other way (its image).
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ def warn_unset_credentials(
     for service, envs in needed.items():
         claw = claws.get(service)
         definition = reader.services.get(service) or {}
-        if (claw is not None and claw.url) or "env_file" in definition:
-            continue
         given = _environment_names(definition.get("environment"))
+        if (claw is not None and claw.url) or "env_file" in definition or not given:
+            continue
         for env in sorted(envs - given):
             reader.warn(
                 f"credential variable {env} is not in this service's environment: the sidecar "

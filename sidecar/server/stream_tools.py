@@ -18,9 +18,10 @@ from clawpod.sidecar.manifest import Provider, StreamTools
 
 log = logging.getLogger("sidecar.upstream")
 
-# Statuses a server may use to refuse streaming with tools. Rate limits and overload (429, 503,
-# 529) say nothing about the feature and are never taken for a refusal.
-REFUSAL_STATUSES = frozenset({400, 422, 500, 501})
+# Statuses a server may use to refuse streaming with tools. A server error (500), rate limits
+# and overload (429, 503, 529) say nothing about the feature: they stay the provider's failure
+# (a retry and a failover route see them as such) and are never taken for a refusal.
+REFUSAL_STATUSES = frozenset({400, 422, 501})
 
 
 def offers_tools(body: dict[str, Any]) -> bool:

@@ -47,6 +47,7 @@ def test_a_renamed_credential_variable_is_a_located_warning(desk: PodDir) -> Non
         'environment: ["DESK_READ_TOKEN=${DESK_READ_TOKEN}"]',
         "environment: [DESK_READ_TOKEN]",
         "env_file: desk.env",  # may set anything
+        "",  # no environment at all: configured some other way
     ],
 )
 def test_a_service_given_the_variable_compiles_quietly(desk: PodDir, environment: str) -> None:
@@ -54,7 +55,10 @@ def test_a_service_given_the_variable_compiles_quietly(desk: PodDir, environment
 
 
 def test_a_service_outside_the_pod_is_not_judged(desk: PodDir) -> None:
-    compiled = desk.compile(pod("", claw="describe: desk.json, url: 'http://10.1.2.3:4000'"))
+    environment = 'environment: {DESK_RO_TOKEN: "${DESK_RO_TOKEN}"}'
+    compiled = desk.compile(
+        pod(environment, claw="describe: desk.json, url: 'http://10.1.2.3:4000'")
+    )
     assert compiled.warnings == []
 
 

@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from tests.mediation.conftest import Sidecar
-from tests.support.local_servers import LlamaCppPython, LocalServer, call, say
+from tests.support.local_servers import LlamaCppPython, LlamaServer, LocalServer, call, say
 from tests.support.services import ToolService
 from tests.support.sidecar import RunningSidecar
 
@@ -144,3 +144,34 @@ async def test_a_request_refused_streamed_and_whole_fails_once_and_teaches_nothi
     # Not learned: each request probes the stream again, then asks whole, then fails.
     assert [s.streamed for s in sent] == [True, False, True, False]
     assert quotes(service) == []
+
+
+class ResponsesWithoutStreamedTools(LlamaServer):
+    """A Responses server that, like llama-cpp-python on Chat Completions, answers a streamed
+    request offering tools with an empty stream."""
+
+    async def answer(self, request: Any, body: dict[str, Any]) -> Any:
+        from aiohttp import web
+
+        if body.get("stream") and body.get("tools"):
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            await response.write_eof()
+            return response
+        return await super().answer(request, body)
+
+
+async def test_a_responses_stream_falls_back_too_and_its_text_arrives_in_one_lifecycle(
+    sidecar_for: Sidecar, service: ToolService
+) -> None:
+    async with ResponsesWithoutStreamedTools(*TWO_ROUNDS) as server:
+        sidecar, token = await sidecar_for(server)
+        client = openai.AsyncOpenAI(base_url=sidecar.openai_base_url, api_key=token, max_retries=0)
+        async with client, client.responses.stream(model="local-model", input="Compare.") as stream:
+            kinds = [event.type async for event in stream]
+            final = await stream.get_final_response()
+        sent = server.requests_to("/v1/responses")
+    assert final.output_text == "AAPL is 1 and MSFT is 2."
+    assert kinds[0] == "response.created" and kinds.count("response.completed") == 1
+    assert [s.streamed for s in sent] == [True, False, False, False]
+    assert quotes(service) == ["/quotes/AAPL", "/quotes/MSFT"]

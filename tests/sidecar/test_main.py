@@ -144,12 +144,13 @@ async def test_outside_a_pod_the_operator_listener_takes_the_host_address(
         await asyncio.wait_for(process.wait(), STARTUP_GUARD_S)
 
 
-async def test_an_operator_address_that_does_not_resolve_names_the_option(
+async def test_an_operator_address_that_cannot_be_bound_names_the_option(
     tmp_path: Path,
 ) -> None:
     process = await _spawn(
         "--build", str(_pod_build(tmp_path)), "--host", "127.0.0.1", "--port", "0",
-        "--admin-host", "claw-sidecar-admin.invalid", "--admin-port", "0",
+        # Not on this machine (TEST-NET-1): resolves at once, cannot be bound.
+        "--admin-host", "192.0.2.1", "--admin-port", "0",
         "--state-dir", str(tmp_path / "state"),
     )  # fmt: skip
     _, stderr = await asyncio.wait_for(process.communicate(), STARTUP_GUARD_S)
