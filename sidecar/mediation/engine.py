@@ -413,9 +413,11 @@ class MediationEngine:
     def _taint_with(self, calls: list[ToolCall], outcomes: list[ToolOutcome]) -> None:
         """The untrusted tools whose calls reached their service taint the request from now on
         (a refused call brought nothing in)."""
-        tools = [self.tools[call.name] for call in calls]
+        tools = [self._tool_named(call.name) for call in calls]  # a quarantined one too
         sources = [
-            t.name for t, o in zip(tools, outcomes, strict=True) if t.untrusted and o.executed
+            t.name
+            for t, o in zip(tools, outcomes, strict=True)
+            if t is not None and t.untrusted and o.executed
         ]
         if sources:
             self._taint_with_sources(sources)
