@@ -39,7 +39,8 @@ def forbidden_variables(
     for name, principal in (principals or {}).items():
         forbidden[principal.env] = f"the credential of principal '{name}'"
     for provider_name, provider in providers.items():
-        forbidden[provider.key_env] = f"the key of provider '{provider_name}'"
+        for key_env in provider.key_envs:
+            forbidden[key_env] = f"the key of provider '{provider_name}'"
     return forbidden
 
 

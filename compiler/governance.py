@@ -177,10 +177,12 @@ def resolve_governance(
         ]
         if compiled:
             rules[agent.id] = compiled
+    tokens, usd = _budgets(reader, claw, agent_ids)
     return Governance(
         rules=rules,
         approvals=_approvals(reader, claw, everything),
-        budgets=_budgets(reader, claw, agent_ids),
+        budgets=tokens,
+        usd_budgets=usd or None,
     )
 
 
@@ -199,21 +201,34 @@ def _approvals(reader: PodReader, claw: PodClaw, targets: dict[str, _RuleTarget]
                     f"'{pattern}' matches no tool granted in this pod",
                     ("x-claw", "approvals", "require", index),
                 )
-    return Approvals(require=spec.require, timeout_ms=spec.timeout_ms, webhook=spec.webhook)
+    return Approvals(
+        require=spec.require,
+        timeout_ms=spec.timeout_ms,
+        webhook=spec.webhook,
+        max_open_per_agent=spec.max_open_per_agent,
+    )
 
 
-def _budgets(reader: PodReader, claw: PodClaw, agent_ids: dict[str, list[str]]) -> dict[str, int]:
-    budgets: dict[str, int] = {}
+def _budgets(
+    reader: PodReader, claw: PodClaw, agent_ids: dict[str, list[str]]
+) -> tuple[dict[str, int], dict[str, float]]:
+    """Daily token and USD budgets by agent id (or '*')."""
+    tokens: dict[str, int] = {}
+    usd: dict[str, float] = {}
     ids = {agent_id for group in agent_ids.values() for agent_id in group}
     for key, spec in (claw.budgets or {}).items():
         if key == EVERY_AGENT or key in ids:
-            budgets[key] = spec.tokens_per_day
+            holders = [key]
         elif key in agent_ids:
-            budgets.update(dict.fromkeys(agent_ids[key], spec.tokens_per_day))
+            holders = agent_ids[key]
         else:
             raise reader.fail(
                 f"budget for '{key}': not an agent of this pod (use an agent id, its service "
                 "or '*')",
                 ("x-claw", "budgets", key),
             )
-    return budgets
+        if spec.tokens_per_day is not None:
+            tokens.update(dict.fromkeys(holders, spec.tokens_per_day))
+        if spec.usd_per_day is not None:
+            usd.update(dict.fromkeys(holders, spec.usd_per_day))
+    return tokens, usd

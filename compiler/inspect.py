@@ -14,6 +14,7 @@ from clawpod.sidecar.manifest import (
     Build,
     BuildError,
     ManagedTool,
+    RouteTarget,
     SidecarConfig,
     load_build,
 )
@@ -112,12 +113,21 @@ def _agent_lines(agent_build: AgentBuild, quarantined: dict[str, str]) -> list[s
     return [*lines, f"  tools    {len(tools.tools)}", *_table(rows, "    "), ""]
 
 
+def _route_lines(routes: dict[str, list[RouteTarget]]) -> list[str]:
+    """One line per fallback route: its glob and its targets in order."""
+    return [
+        f"route {glob}: "
+        + " > ".join(t.provider + (f" ({t.model})" if t.model else "") for t in targets)
+        for glob, targets in routes.items()
+    ]
+
+
 def render(
     build: Build, agent: str | None = None, quarantined: dict[str, str] | None = None
 ) -> str:
     config = build.config
     providers = ", ".join(
-        f"{name} ({p.api}: {' '.join(p.models)}; key ${p.key_env})"
+        f"{name} ({p.api}: {' '.join(p.models)}; key {' '.join('$' + k for k in p.key_envs)})"
         for name, p in config.providers.items()
     )
     lines = [
@@ -125,6 +135,7 @@ def render(
         f"{config.listen.host}:{config.listen.port}, state in {config.state_dir}",
         f"providers: {providers}",
         *_taint_lines(config),
+        *_route_lines(config.routes or {}),
         "",
     ]
     for agent_id in config.agents:

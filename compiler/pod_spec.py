@@ -15,7 +15,7 @@ from clawpod.compiler.governance_spec import (
 )
 from clawpod.compiler.grants import GrantItem
 from clawpod.compiler.policy import PolicySpec
-from clawpod.compiler.providers import ProviderSpec
+from clawpod.compiler.providers import ModelEntry, ProviderSpec, RouteTargetSpec
 from clawpod.sidecar.manifest import Mode, OnMixed, TaintMode, ToolInjection
 
 AGENT_ID = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
@@ -72,6 +72,21 @@ class OperatorPeer(_Spec):
         return self
 
 
+_Positive = Annotated[int, Strict(), Field(gt=0)]
+
+
+class EdgeSpec(_Spec):
+    """``x-claw.edge``: the sidecar's connection bounds on the agents' port (SPEC §10)."""
+
+    max_connections: _Positive | None = Field(default=None, alias="max-connections")
+    max_connections_per_peer: _Positive | None = Field(
+        default=None, alias="max-connections-per-peer"
+    )
+    head_timeout_ms: _Positive | None = Field(default=None, alias="head-timeout-ms")
+    body_idle_timeout_ms: _Positive | None = Field(default=None, alias="body-idle-timeout-ms")
+    keepalive_timeout_ms: _Positive | None = Field(default=None, alias="keepalive-timeout-ms")
+
+
 class PodClaw(_Spec):
     """Top-level ``x-claw`` of a pod file."""
 
@@ -91,6 +106,11 @@ class PodClaw(_Spec):
     providers: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+$")], ProviderSpec] | None = (
         Field(default=None, min_length=1, description="default: openai and anthropic")
     )
+    routes: dict[ModelEntry, Annotated[list[RouteTargetSpec], Field(min_length=1)]] | None = Field(
+        default=None,
+        description="model glob -> ordered fallback targets (a provider, or {provider, model}); "
+        "first matching glob wins (SPEC §14)",
+    )
     tools_defaults: list[GrantItem] | None = Field(default=None, alias="tools-defaults")
     tool_policy_defaults: PolicySpec | None = Field(default=None, alias="tool-policy-defaults")
     max_body_bytes: Annotated[int, Strict(), Field(gt=0)] | None = Field(
@@ -105,7 +125,8 @@ class PodClaw(_Spec):
     tool_rules: list[RuleSpec] | None = Field(default=None, alias="tool-rules")
     approvals: ApprovalsSpec | None = None
     budgets: dict[str, BudgetSpec] | None = Field(
-        default=None, description="agent id, agent service or '*' -> daily token budget"
+        default=None,
+        description="agent id, agent service or '*' -> daily budget in tokens and/or USD",
     )
     operator_access: list[OperatorPeer] | None = Field(
         default=None,
@@ -126,6 +147,8 @@ class PodClaw(_Spec):
     def _off_is_a_word(cls, value: object) -> object:
         # YAML 1.1 (PyYAML) reads a bare `off` as false.
         return "off" if value is False else value
+
+    edge: EdgeSpec | None = None
 
 
 class AgentMarker(_Spec):

@@ -170,18 +170,56 @@ def is_model_glob(model: str) -> bool:
     return not MODEL_GLOB_CHARACTERS.isdisjoint(model)
 
 
+class Price(_Model):
+    """USD per million tokens of one model (SPEC §14)."""
+
+    input: float = Field(ge=0)
+    cached_input: float = Field(ge=0, description="input read from the provider's prompt cache")
+    output: float = Field(ge=0)
+    cache_write: float | None = Field(
+        default=None, ge=0, description="input written to the prompt cache; default: input"
+    )
+
+
+# ``auto``: stream, and learn from the first empty or refused stream that the provider cannot.
+StreamTools = Literal["auto", True, False]
+
+
 class Provider(_Model):
     api: Literal["openai", "anthropic"]
     base_url: str
-    key_env: str
+    key_env: str | list[str] = Field(description="one key's variable, or a pool of keys")
     models: list[str] = Field(description="exact model ids and globs")
     timeout_ms: int = Field(default=600000, gt=0)
     """Bound of one model call of a mediated request (contract §8.2); builds without it load."""
+    first_byte_timeout_ms: int | None = Field(
+        default=None, gt=0, description="no first byte in time: the route's next target (§14)"
+    )
+    # None, not {}, when unset (likewise routes, usd_budgets): a build that uses none of SPEC
+    # §14 stays loadable by a sidecar that predates it.
+    prices: dict[str, Price] | None = Field(
+        default=None, description="model glob -> price, before the built-in table"
+    )
+
+    @property
+    def key_envs(self) -> list[str]:
+        """The variables of the provider's keys, in rotation order."""
+        return [self.key_env] if isinstance(self.key_env, str) else list(self.key_env)
+
+    stream_tools: StreamTools = "auto"
+    """Whether a streamed request that offers tools gets an answer from it (contract §7.4)."""
 
     @property
     def exact_models(self) -> list[str]:
         """The concrete ids a client may pick from a list (globs name no model)."""
         return [model for model in self.models if not is_model_glob(model)]
+
+
+class RouteTarget(_Model):
+    """One target of a fallback route: a provider, and the model id it knows the model by."""
+
+    provider: str
+    model: str | None = Field(default=None, description="default: the model the client named")
 
 
 class Listen(_Model):
@@ -215,10 +253,16 @@ class ToolRule(_Model):
     source: str = Field(description="pod file and line of the rule, for messages")
 
 
+DEFAULT_MAX_OPEN_APPROVALS = 32
+
+
 class Approvals(_Model):
     require: ApprovalRequirement | list[str] = "none"
     timeout_ms: int = Field(default=300000, gt=0)
     webhook: str | None = None
+    max_open_per_agent: int | None = Field(default=None, gt=0)
+    """Approvals one agent may have open (pending or approved, unused); past it, refused.
+    None: ``DEFAULT_MAX_OPEN_APPROVALS`` (and ``sidecar.json`` without the field)."""
 
 
 class Governance(_Model):
@@ -230,6 +274,9 @@ class Governance(_Model):
     approvals: Approvals = Approvals()
     budgets: dict[str, int] = Field(
         default_factory=dict, description="agent or '*' -> tokens per UTC day"
+    )
+    usd_budgets: dict[str, float] | None = Field(
+        default=None, description="agent or '*' -> USD per UTC day (SPEC §14)"
     )
 
 
@@ -258,12 +305,26 @@ SIDECAR_SERVICE = "claw-sidecar"  # the sidecar's compose service name
 DEFAULT_ALLOWED_HOSTS = (SIDECAR_SERVICE, "localhost", "127.0.0.1", "[::1]")
 
 
+class EdgeConfig(_Model):
+    """The agents' listener's bounds besides ``max_connections`` (``x-claw.edge``, SPEC §10)."""
+
+    max_connections_per_peer: int = Field(default=1024, gt=0)
+    head_timeout_ms: int = Field(default=10000, gt=0)
+    """A new connection's first request head, and every later head from its first byte."""
+    body_idle_timeout_ms: int = Field(default=30000, gt=0)
+    keepalive_timeout_ms: int = Field(default=75000, gt=0)
+
+
 class SidecarConfig(_Model):
     """``sidecar.json``."""
 
     version: Literal[1] = MANIFEST_VERSION
     pod: str
     providers: dict[str, Provider]
+    routes: dict[str, list[RouteTarget]] | None = Field(
+        default=None,
+        description="model glob -> ordered fallback targets; first matching glob wins (§14)",
+    )
     agents: list[str]
     listen: Listen = Listen()
     state_dir: str = "/var/lib/claw"
@@ -274,6 +335,8 @@ class SidecarConfig(_Model):
     """How long a failed mediated request can be resumed by an identical retry (contract §8.2)."""
     admin_listen: AdminListen = AdminListen()
     max_connections: int = Field(default=4096, gt=0)
+    edge: EdgeConfig | None = None
+    """None: every bound at its default (and ``sidecar.json`` without the block)."""
     allowed_hosts: tuple[str, ...] = DEFAULT_ALLOWED_HOSTS
     taint: Taint | None = None
     """None: no tool of the pod returns untrusted output and none of it applies."""

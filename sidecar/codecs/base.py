@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Literal
 
 import orjson
 
-from clawpod.sidecar.codecs.streaming import ClientStream, TurnAssembler
+from clawpod.sidecar.codecs.streaming import ClientStream, EndMarkerWatch, TurnAssembler
 from clawpod.sidecar.model.conversation import (
     CodecError,
     Conversation,
@@ -67,6 +67,10 @@ class Codec(ABC):
     def stream_ends(self) -> tuple[bytes, ...]:
         """Every marker a complete stream may end with (a protocol may end in several ways)."""
         return (self.stream_end,)
+
+    def end_watch(self) -> EndMarkerWatch:
+        """A watch for this protocol's stream end, fed the stream as it passes."""
+        return EndMarkerWatch(self.stream_ends)
 
     # --- pass-through -----------------------------------------------------------------------
 

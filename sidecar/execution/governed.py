@@ -31,7 +31,14 @@ from clawpod.sidecar.execution.quarantine import Quarantine
 from clawpod.sidecar.execution.rates import RateLimiter
 from clawpod.sidecar.execution.taint_guard import ArgumentGuard
 from clawpod.sidecar.execution.webhooks import ApprovalWebhook
-from clawpod.sidecar.manifest import AgentBuild, Approvals, Governance, ManagedTool, Taint
+from clawpod.sidecar.manifest import (
+    DEFAULT_MAX_OPEN_APPROVALS,
+    AgentBuild,
+    Approvals,
+    Governance,
+    ManagedTool,
+    Taint,
+)
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from clawpod.sidecar.model.taint import (
     TAINTED,
@@ -183,6 +190,13 @@ class GovernedExecutor:
         digest_of_args = args_digest(arguments)
         approval = self.approvals.find(agent_id, tool.name, digest_of_args, self.manifest_digest)
         if approval is None:
+            limit = self.settings.max_open_per_agent or DEFAULT_MAX_OPEN_APPROVALS
+            if self.approvals.open_count(agent_id) >= limit:
+                return refused(
+                    "approval_limit",
+                    f"this agent already has {limit} approvals waiting for an operator; "
+                    "call again once some are decided",
+                )
             approval = self.approvals.create(
                 agent_id,
                 tool.name,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from clawpod.sidecar.execution.mcp_http import bounded, bounded_transport, result_bound
 from clawpod.sidecar.execution.request import credential_header
 from clawpod.sidecar.execution.result import failed
 from clawpod.sidecar.manifest import Execution, ManagedTool, ToolAuth
@@ -34,6 +35,11 @@ log = logging.getLogger("sidecar.mcp_backend")
 # stream open for minutes, as the SDK's own client allows.
 CONNECT_TIMEOUT_S = 30.0
 READ_TIMEOUT_S = 300.0
+
+# A service's tool list (the drift check, clawc discover): pages, tools and the time for all.
+MAX_LIST_PAGES = 100
+MAX_LISTED_TOOLS = 5000
+LIST_TIMEOUT_S = 30.0
 
 # The `_meta` key that carries a call's idempotency key where no HTTP header can (§8.2).
 IDEMPOTENCY_META_KEY = "io.clawpod/idempotency-key"
@@ -70,6 +76,7 @@ class _Connection:
             headers=headers,
             timeout=httpx2.Timeout(CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S),
             trust_env=False,
+            transport=bounded_transport(),
         )
         try:
             async with (
@@ -149,12 +156,16 @@ class McpBackends:
             return failed("unreachable", f"could not open an MCP session ({exc})", False, started)
         meta = {IDEMPOTENCY_META_KEY: idempotency_key} if idempotency_key else None
         try:
-            async with asyncio.timeout(timeout_s):
-                result = await client.call_tool(execution.tool or "", arguments, meta=meta)
+            with bounded(result_bound(max_result_bytes)) as bound:
+                async with asyncio.timeout(timeout_s):
+                    result = await client.call_tool(execution.tool or "", arguments, meta=meta)
         except TimeoutError:
             message = f"the service did not answer within {timeout_s:g} s"
             return failed("timeout", message, True, started)
         except MCPError as exc:
+            if bound.exceeded:  # the SDK reports the cut read as a failed request
+                message = f"the service's result is larger than {bound.limit} bytes: not read"
+                return failed("result_too_large", message, True, started)
             return _protocol_error(exc, started)
         except Exception as exc:  # transport failures surface as the client library's own types
             await self.forget(key)
@@ -169,17 +180,33 @@ class McpBackends:
             await connection.close()
 
 
+class ListingRefused(Exception):
+    """A service's tool list broke a bound: too many pages or tools, or a cursor repeated."""
+
+
 async def all_tools(client: Client) -> list[types.Tool]:
     """Every page of a service's tool list, never from the client's response cache: a drift
-    check and ``clawc discover`` must see what is served now."""
+    check and ``clawc discover`` must see what is served now.
+
+    Bounded (issue 30: an endless pagination cost 1.34 GB and 36 s of CPU): at most
+    ``MAX_LIST_PAGES`` pages and ``MAX_LISTED_TOOLS`` tools, a cursor never twice, each page
+    held to the default answer size (``mcp_http.py``); callers bound the time
+    (``LIST_TIMEOUT_S``)."""
     tools: list[types.Tool] = []
     cursor: str | None = None
-    while True:
+    seen: set[str] = set()
+    for _ in range(MAX_LIST_PAGES):
         page = await client.list_tools(cursor=cursor, cache_mode="bypass")
         tools += page.tools
+        if len(tools) > MAX_LISTED_TOOLS:
+            raise ListingRefused(f"the service lists more than {MAX_LISTED_TOOLS} tools")
         cursor = page.next_cursor
         if not cursor:
             return tools
+        if cursor in seen:
+            raise ListingRefused("the service repeated a page cursor (an endless listing)")
+        seen.add(cursor)
+    raise ListingRefused(f"the service's tool list runs past {MAX_LIST_PAGES} pages")
 
 
 def _protocol_error(exc: MCPError, started: float) -> ToolOutcome:

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.manifest import AgentBuild, SidecarConfig
+from clawpod.sidecar.manifest import AgentBuild, Provider, SidecarConfig
+from clawpod.sidecar.server.body_bounds import BodyBytesInFlight
 from clawpod.sidecar.server.stored_objects import StoredRef
 from clawpod.sidecar.server.upstream import UpstreamTarget
 from clawpod.sidecar.tasks import ShieldedTasks
@@ -23,10 +24,12 @@ if TYPE_CHECKING:
     from clawpod.sidecar.mcp.endpoint import McpEndpoint
     from clawpod.sidecar.mediation.continuity import ContinuityStore
     from clawpod.sidecar.mediation.journal import RequestJournal
+    from clawpod.sidecar.model.prices import PriceBook
     from clawpod.sidecar.observability.metrics import Metrics
     from clawpod.sidecar.server.auth import TokenVerifier
     from clawpod.sidecar.server.routing import ModelRouter
     from clawpod.sidecar.server.stored_objects import StoredObjects
+    from clawpod.sidecar.server.stream_tools import StreamToolsSupport
     from clawpod.sidecar.server.upstream import UpstreamClient
     from clawpod.sidecar.state_lock import StateLock
 
@@ -53,7 +56,13 @@ class SidecarState:
     drift: DriftChecker  # pins of MCP backends' tool definitions (§11.2)
     journal: RequestJournal  # mediated requests' progress, for resuming a retry (contract §8.2)
     objects: StoredObjects  # provider-stored objects (Responses ids) and the agent holding each
+    prices: PriceBook  # USD per million tokens of each provider's models (SPEC §14)
+    stream_tools: StreamToolsSupport  # which providers answer streamed tool requests (§7.4)
     state_lock: StateLock | None = None  # held by a started sidecar (SPEC §13.1); /readyz checks it
+    body_bytes: BodyBytesInFlight = field(init=False)  # each agent's request bodies at once
+
+    def __post_init__(self) -> None:
+        self.body_bytes = BodyBytesInFlight(self.config.max_body_bytes)
 
 
 STATE_KEY: web.AppKey[SidecarState] = web.AppKey("claw_state", SidecarState)
@@ -88,6 +97,15 @@ class RequestContext:
             self.note_objects("created", self.state.objects.record(self.agent.agent.id, refs))
 
     audit_extra: dict[str, Any] | None = None  # fields the request's audit record adds
+    targets: list[tuple[str, Provider, str | None]] = field(default_factory=list)
+    """(provider, its settings, upstream model) in failover order (SPEC §14)."""
+    attempts: list[dict[str, str | None]] = field(default_factory=list)
+    """Each upstream attempt: provider, key label, outcome; the audit record's ``providers``."""
+    reserved: tuple[int, float] = (0, 0.0)
+    """Tokens and USD held against the agent's budgets while the request runs (#32)."""
+    strip_usage: bool = False
+    """Chat Completions usage was asked upstream for the budget; the client did not ask."""
+    request_bytes: int = 0
 
     def target(self) -> UpstreamTarget:
         """Where this request goes upstream (once routed)."""

@@ -52,12 +52,22 @@ from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from clawpod.sidecar.model.taint import TAINTED_ARGUMENT
 from clawpod.sidecar.observability import tracing
-from clawpod.sidecar.server.accounting import record_request
+from clawpod.sidecar.server.accounting import call_cost, record_request
+from clawpod.sidecar.server.budget_gate import BYTES_PER_TOKEN
 from clawpod.sidecar.server.errors import FINAL_HEADERS, JSON_HEADERS
 from clawpod.sidecar.server.exchange import Exchange
-from clawpod.sidecar.server.live_call import call_model_streaming
+from clawpod.sidecar.server.failover import open_upstream
+from clawpod.sidecar.server.live_call import (
+    Show,
+    StreamUnanswered,
+    call_model_streaming,
+    show_whole,
+)
 from clawpod.sidecar.server.stored_objects import refs
-from clawpod.sidecar.server.upstream import UpstreamError
+from clawpod.sidecar.server.stream_tools import offers_tools
+from clawpod.sidecar.server.unserved import NOT_SERVED, not_served_message
+from clawpod.sidecar.server.upstream import UpstreamError, UpstreamTarget, read_whole
+from clawpod.sidecar.transport import Response
 from clawpod.sidecar.transport.keepalive import with_keepalives
 
 if TYPE_CHECKING:
@@ -73,7 +83,13 @@ RUNNER_TOOL_LABEL = "(runner)"
 CLIENT_CLOSED = 499
 # Failures the sidecar decides itself: the same request fails the same way (SPEC 7.2).
 SIDECAR_DECIDED = frozenset(
-    {"mixed_executor_response", "tool_budget_exhausted", "invalid_request", "timeout"}
+    {
+        "mixed_executor_response",
+        "tool_budget_exhausted",
+        "invalid_request",
+        "timeout",
+        "protocol_not_served",
+    }
 )
 SSE_HEADERS = {
     "Content-Type": "text/event-stream; charset=utf-8",
@@ -143,6 +159,8 @@ class _Driver:
         self.error_code: str | None = None
         self.replayed_calls: set[str] = set()
         """Ids of calls answered from the journal of the attempt this one resumes."""
+        self.cost: float | None = None  # USD of the model calls answered so far
+        self.estimated = (0, 0)  # input, output tokens of calls whose provider counted none
 
     async def run(self) -> None:
         steps = self.engine.run()
@@ -225,7 +243,25 @@ class _Driver:
         if isinstance(event, ModelReplied):
             self.attempt.model_replied(event.body)
             self.ctx.record_objects(refs(self.codec.stored_ids(event.body)))
+            self._charge(command.body, event.body)
         return event
+
+    def _charge(self, request: dict[str, Any], reply: dict[str, Any]) -> None:
+        """One model call's cost at the price of the provider that answered it; a provider
+        that reported no usage is charged an estimate (#32), kept for the audit record."""
+        usage = reply.get("usage")
+        read, creation = self.codec.cache_counts(usage)
+        tokens = self.codec.usage_counts(usage)
+        if not any(tokens):
+            tokens = (
+                len(orjson.dumps(request)) // BYTES_PER_TOKEN,
+                len(orjson.dumps(reply)) // BYTES_PER_TOKEN,
+            )
+            self.estimated = (self.estimated[0] + tokens[0], self.estimated[1] + tokens[1])
+        call = usage_record(*tokens, cache_read=read, cache_creation=creation)
+        cost = call_cost(self.ctx, self.ctx.provider_name, self.ctx.model, call)
+        if cost is not None:
+            self.cost = (self.cost or 0.0) + cost
 
     async def _call_model(self, command: CallModel) -> Event:
         with tracing.model_span(self.codec.api, self.ctx.model) as span:
@@ -240,18 +276,34 @@ class _Driver:
 
     async def _call_model_once(self, command: CallModel) -> Event:
         started = time.perf_counter()
-        try:
-            reply = await self.state.upstream.post_json(
-                self.ctx.target(), command.body, timeout_s=command.timeout_s
+        upstream = self.state.upstream
+
+        def send(target: UpstreamTarget, model: str | None) -> Awaitable[Response]:
+            body = command.body
+            if model is not None and model != body.get("model"):  # a fallback's own id
+                body = {**body, "model": model}
+            return upstream.send(
+                target,
+                orjson.dumps(body),
+                timeout_s=command.timeout_s,
+                max_body_bytes=upstream.max_response_bytes,
             )
+
+        try:
+            reply = await read_whole(await open_upstream(self.ctx, send), self.ctx.provider_name)
         except UpstreamError as exc:
             return ModelFailed(exc.kind, exc.message)
+        except ApiError as err:  # every key rests
+            return ModelFailed("status", err.message, err.status, err.headers.get("retry-after"))
         finally:
             self.state.metrics.observe_upstream(
                 self.ctx.provider_name, time.perf_counter() - started
             )
         if reply.status != 200:
             body = self.state.upstream.redact(self.ctx.provider_name, reply.body)
+            unserved = not_served_message(self.codec, self.ctx.provider_name, reply.status, body)
+            if unserved:
+                return ModelFailed(NOT_SERVED, unserved)
             return ModelFailed(
                 "status",
                 self.codec.provider_error_message(body),
@@ -270,22 +322,52 @@ class _Driver:
         return ModelReplied(body)
 
     async def _call_model_live(self, command: CallModel, live: ClientStream) -> Event:
-        """The upstream streams too; text reaches the client as it arrives (SPEC §8.1)."""
+        """The upstream streams too; text reaches the client as it arrives (SPEC §8.1). A
+        provider that cannot stream with tools is called whole, its text re-streamed."""
 
         async def show(head: dict[str, Any], deltas: list[TextDelta]) -> None:
             await self._write(live.text(head, deltas))
 
+        support = self.state.stream_tools
+        provider = self.ctx.provider_name
+        assert provider is not None
+        if not support.streams(provider, command.body):
+            event = await self._call_model_restreamed(command, show)
+        else:
+            may_fall_back = support.may_fall_back(provider) and offers_tools(command.body)
+            streamed = await self._stream_model(command, show, may_fall_back)
+            if isinstance(streamed, StreamUnanswered):
+                # Nothing was shown and no call was made: this round is asked again, whole.
+                event = await self._call_model_restreamed(command, show)
+                if streamed.definitive or isinstance(event, ModelReplied):
+                    support.learn_cannot(provider, streamed.why)
+            else:
+                event = streamed
+        if isinstance(event, ModelReplied):
+            await self._write(live.end_turn(event.body))
+        return event
+
+    async def _call_model_restreamed(self, command: CallModel, show: Show) -> Event:
+        """A whole call; a streaming client still gets its text, in one piece."""
+        event = await self._call_model(command)
+        if isinstance(event, ModelReplied):
+            await show_whole(self.codec, self.engine.conversation, event.body, show)
+        return event
+
+    async def _stream_model(
+        self, command: CallModel, show: Show, may_fall_back: bool
+    ) -> Event | StreamUnanswered:
         started = time.perf_counter()
         with tracing.model_span(self.codec.api, self.ctx.model) as span:
             try:
                 event = await call_model_streaming(
-                    self.state.upstream,
-                    self.ctx.target(),
+                    self.ctx,
                     self.codec,
                     self.engine.conversation,
                     command.body,
                     command.timeout_s,
                     show,
+                    may_fall_back=may_fall_back,
                 )
             finally:
                 self.state.metrics.observe_upstream(
@@ -293,8 +375,6 @@ class _Driver:
                 )
             if isinstance(event, ModelReplied):
                 tracing.record_usage(span, *self.codec.usage_of_body(event.body))
-        if isinstance(event, ModelReplied):
-            await self._write(live.end_turn(event.body))
         return event
 
     async def _execute(self, command: ExecuteTools) -> ToolsDone:
@@ -448,12 +528,14 @@ class _Driver:
             metrics.count_tool_call(label, answered.outcome)
         cache_read, cache_creation = self.codec.cache_counts(engine.usage.fields)
         usage = usage_record(
-            engine.usage.input_tokens,
-            engine.usage.output_tokens,
+            engine.usage.input_tokens + self.estimated[0],
+            engine.usage.output_tokens + self.estimated[1],
             engine.executed_rounds,
             cache_read=cache_read,
             cache_creation=cache_creation,
         )
+        if any(self.estimated):
+            usage["estimated"] = True
         try:
             await record_request(
                 self.ctx,
@@ -462,6 +544,7 @@ class _Driver:
                 usage=usage,
                 tool_trace=self._scrubbed(_tool_trace(engine, self.replayed_calls)),
                 extra=self._resume_record(),
+                cost=self.cost,
             )
         except Exception:
             log.exception("audit of mediated request %s failed", self.ctx.request_id)

@@ -47,7 +47,7 @@ def register(*values: str | None) -> None:
 
 def register_build_env(build: Build, env: Mapping[str, str]) -> None:
     """Register every credential value the sidecar of ``build`` can read from ``env``."""
-    names = {provider.key_env for provider in build.config.providers.values()}
+    names = {key for provider in build.config.providers.values() for key in provider.key_envs}
     names.add("CLAW_OPERATOR_TOKEN")  # the operator API's token (docs/governance.md)
     names.add("CLAW_WEBHOOK_SECRET")  # signs approval webhooks (docs/operators.md)
     basic: set[str] = set()
