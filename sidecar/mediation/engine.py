@@ -412,8 +412,9 @@ class MediationEngine:
 
     def _taint_with(self, calls: list[ToolCall], outcomes: list[ToolOutcome]) -> None:
         """The untrusted tools whose calls reached their service taint the request from now on
-        (a refused call brought nothing in)."""
-        tools = [self._tool_named(call.name) for call in calls]  # a quarantined one too
+        (a refused call brought nothing in, nor does a call of a tool this request no longer
+        has, such as a quarantined one)."""
+        tools = [self.tools.get(call.name) for call in calls]
         sources = [
             t.name
             for t, o in zip(tools, outcomes, strict=True)
