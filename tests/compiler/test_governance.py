@@ -227,8 +227,9 @@ def test_an_exact_comparison_of_a_free_form_string_is_a_warning(
 ) -> None:
     rules = f"  tool-rules:\n    - {{tool: desk.execute_trade, when: '{when}', effect: confirm}}\n"
     pod = desk.compile(desk_pod(rules))
-    assert len(pod.warnings) == len(warned)
-    for field, warning in zip(warned, pod.warnings, strict=True):
+    mine = [w for w in pod.warnings if "compared exactly" in w]  # the desk has others
+    assert len(mine) == len(warned)
+    for field, warning in zip(warned, mine, strict=True):
         assert f"pod.yml:{desk.line_of('effect: confirm')}:" in warning
         assert f"{field} is a free-form string compared exactly" in warning
         assert f"{field}.upperAscii()" in warning
