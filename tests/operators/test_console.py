@@ -6,20 +6,25 @@ from __future__ import annotations
 import asyncio
 import html
 import re
+import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
 import pytest
+from aiohttp import web
 
+from clawpod.sidecar.server.admin import create_admin_app
 from clawpod.sidecar.server.console import CHECKS_KEY, SESSIONS_KEY
 from clawpod.sidecar.server.console_session import SESSION_IDLE_S
 from clawpod.sidecar.server.context import STATE_KEY
 from tests.execution.test_governance import OPERATOR_TOKEN, TRADE, Desk, ask_analyst, trade
-from tests.operators.console_client import ConsoleClient
+from tests.operators.console_client import ConsoleClient, csrf_of
 from tests.operators.desk import start_desk
 from tests.support.services import ToolService
 from tests.support.sidecar import audit_records
 from tests.support.upstream import StubUpstream
+from tests.transport.test_client import _certificate as certificate
 
 HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>'
 
@@ -290,3 +295,32 @@ async def test_a_restart_signs_everyone_out(desk: Desk, console: ConsoleClient) 
         assert (await restarted.get("/console/approvals"))[0] == 303
         status, _, _ = await restarted.post("/console/sign-out", {"csrf": console.csrf})
         assert status == 403
+
+
+async def test_over_tls_the_session_cookie_is_secure(desk: Desk, tmp_path: Path) -> None:
+    """The operator app served over TLS (as behind a TLS-terminating listener of its own): the
+    session cookie is marked Secure so it never travels in the clear."""
+    cert, key = certificate(tmp_path)
+    server_side = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_side.load_cert_chain(cert, key)
+    client_side = ssl.create_default_context(cafile=str(cert))
+    runner = web.AppRunner(create_admin_app(desk.sidecar.app[STATE_KEY]))
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_side).start()
+    base = f"https://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        connector = aiohttp.TCPConnector(ssl=client_side)
+        jar = aiohttp.CookieJar(unsafe=True)  # keep cookies of an IP address host
+        async with aiohttp.ClientSession(connector=connector, cookie_jar=jar) as session:
+            async with session.get(base + "/console/sign-in") as response:
+                form = {"token": OPERATOR_TOKEN, "csrf": csrf_of(await response.text())}
+                assert "Secure" in response.headers["Set-Cookie"]
+            async with session.post(
+                base + "/console/sign-in", data=form, allow_redirects=False
+            ) as response:
+                assert response.status == 303
+                cookie = response.headers.getall("Set-Cookie")
+                [session_cookie] = [c for c in cookie if c.startswith("claw_console=")]
+                assert "Secure" in session_cookie and "HttpOnly" in session_cookie
+    finally:
+        await runner.cleanup()
