@@ -12,23 +12,32 @@ visible this way where two separate bench runs differ by ±30 %.
 from __future__ import annotations
 
 import argparse
+import secrets
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from bench.processes import free_port
 from bench.run import PROVIDER_KEYS, REPO, Bench, Settings, Target, sidecar_command
+from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
 
 WORKLOADS = ("openai_json", "anthropic_json", "openai_sse", "mediated_r1", "mediated_r3")
 
 
 def start_sidecar(bench: Bench, label: str, tree: Path, agent: str) -> Target:
     token = bench.tokens[agent]
+    # The package is `clawpod` (the tree's root): a directory holding a `clawpod` link to the
+    # tree, first on the path, wins over the editable install of this tree.
+    packages = bench.workdir / f"packages-{label}"
+    packages.mkdir()
+    (packages / "clawpod").symlink_to(tree.resolve(), target_is_directory=True)
     server = bench._start(
         f"sidecar-{label}",
-        sidecar_command(bench.workdir / "build", bench.workdir / f"state-{label}"),
-        env={**PROVIDER_KEYS, "PYTHONPATH": str(tree)},
+        sidecar_command(bench.workdir / "build", bench.workdir / f"state-{label}", free_port()),
+        # The sidecar refuses to start without an audit key.
+        env={**PROVIDER_KEYS, AUDIT_KEY_ENV: secrets.token_hex(32), "PYTHONPATH": str(packages)},
         cwd=tree,
     )
     headers = {"Authorization": f"Bearer {token}"}

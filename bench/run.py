@@ -425,6 +425,12 @@ class Bench:
                     )
                 )
                 results["rounds"].setdefault(str(rounds), {})[str(concurrency)] = cell
+        # One round of a tool with side effects: the journal (fsynced) and Idempotency-Key.
+        writer = {"Authorization": f"Bearer {self.tokens['bench-mediated-write']}"}
+        for concurrency in self.settings.concurrencies:
+            log(f"sidecar  mediated destructive r=1 c={concurrency}")
+            cell = self._safe(lambda c=concurrency: self.measure(target, "mediated_r1", c, writer))
+            results.setdefault("destructive_r1", {})[str(concurrency)] = cell
         log("direct   tool service    c=1")
         tool_url = self.tools.url("/lookup/round-1")
         results["direct_tool_c1"] = self._safe(
@@ -553,7 +559,8 @@ class Bench:
 
 
 def write_bench_build(root: Path, upstream_url: str, tools_url: str) -> dict[str, str]:
-    """A pass-through (native) agent and a mediated agent with one read-only lookup tool."""
+    """A pass-through (native) agent, a mediated agent with one read-only lookup tool and one
+    whose lookup tool has side effects (no hints: journaled, with an Idempotency-Key)."""
     from tests.support.builds import AgentSpec, http_tool, providers_for, write_build
 
     lookup = http_tool(
@@ -568,9 +575,11 @@ def write_bench_build(root: Path, upstream_url: str, tools_url: str) -> dict[str
     )
     # Generous budgets: the bench measures cost, not the budget logic.
     policy = ToolPolicy(max_rounds=16, timeout_per_tool_ms=30000, total_timeout_ms=120000)
+    write = lookup.model_copy(update={"annotations": {}})
     agents = [
         AgentSpec("bench-native", mode="native"),
         AgentSpec("bench-mediated", tools=[lookup], policy=policy),
+        AgentSpec("bench-mediated-write", tools=[write], policy=policy),
     ]
     return write_build(root, agents, providers_for(upstream_url + "/v1", upstream_url), pod="bench")
 
@@ -712,8 +721,12 @@ def derive_mediated(results: dict, settings: Settings) -> dict[str, Any]:
     round_floor = (
         direct_model["p50_ms"] + direct_tool["p50_ms"] if direct_model and direct_tool else None
     )
+    destructive = results["mediated"].get("destructive_r1", {}).values()
     return {
         "cpu_ms_per_request_by_rounds": cpu_by_rounds,
+        "cpu_ms_per_request_destructive_r1": _aggregate_cpu(
+            [c for c in destructive if "error" not in c and not c.get("errors")]
+        ),
         "cpu_ms_per_round": _slope(cpu_points),
         "latency_p50_ms_per_round_c1": latency_slope,
         "direct_model_plus_tool_p50_ms_c1": round_floor,
@@ -906,6 +919,7 @@ def render_table(results: dict) -> str:
             + ", ".join(
                 f"r{k}={_fmt(v, 3)}" for k, v in mediated["cpu_ms_per_request_by_rounds"].items()
             )
+            + f"; one destructive round {_fmt(mediated['cpu_ms_per_request_destructive_r1'], 3)}"
             + f"; per round {_fmt(mediated['cpu_ms_per_round'], 3)} ms CPU,"
             f" +{_fmt(mediated['added_latency_p50_ms_per_round_c1'], 3)} ms p50 latency at c=1"
         )

@@ -21,13 +21,15 @@ from clawpod.compiler.errors import CompileError
 from clawpod.compiler.kubernetes import kubernetes_files
 from clawpod.compiler.naming import canonical_name, present
 from clawpod.compiler.pod import CompiledPod
+from clawpod.compiler.pod_spec import EdgeSpec
 from clawpod.compiler.reserved import ADMIN_HOST, ADMIN_PORT, SIDECAR_HOST_URL
-from clawpod.compiler.runner_configs import codex_config, mcp_config
+from clawpod.compiler.runner_configs import codex_config, langchain_config, mcp_config
 from clawpod.compiler.swarm import swarm_files
 from clawpod.compiler.tool_services import ToolService
 from clawpod.sidecar.manifest import (
     AdminListen,
     AgentManifest,
+    EdgeConfig,
     Execution,
     Listen,
     ManagedTool,
@@ -133,6 +135,7 @@ def _tool_entry(service: ToolService, tool: CompiledTool) -> _ToolEntry:
             auth=service.auth,
         ),
         pin=tool.pin,
+        untrusted_output=tool.untrusted_output or None,
     )
     data = model.model_dump(mode="json", by_alias=True, exclude_none=True)
     data["presented"] = _PRESENTED
@@ -306,16 +309,22 @@ def render_build(
         files[f"agents/{agent.id}.env"] = _env_file(agent.id, token)
         files[f"agents/{agent.id}.mcp.json"] = dump_json(mcp_config(MCP_URL, token))
         files[f"agents/{agent.id}.codex.toml"] = codex_config(agent.id, MCP_URL, token)
+        files[f"agents/{agent.id}.langchain.json"] = dump_json(langchain_config(MCP_URL, token))
     extra: dict[str, Any] = {}
     if pod.claw.max_body_bytes:
         extra["max_body_bytes"] = pod.claw.max_body_bytes
     if pod.claw.upstream_timeout_ms:
         extra["upstream_timeout_ms"] = pod.claw.upstream_timeout_ms
+    if pod.claw.edge is not None:
+        extra.update(_edge_settings(pod.claw.edge))
     if pod.governance is not None:
         extra["governance"] = pod.governance
+    if pod.taint is not None:
+        extra["taint"] = pod.taint
     config = SidecarConfig(
         pod=pod.name,
         providers=pod.providers,
+        routes=pod.routes,
         agents=[agent.id for agent in pod.agents],
         listen=Listen(host="0.0.0.0", port=8080),
         admin_listen=AdminListen(host=ADMIN_HOST, port=ADMIN_PORT),
@@ -421,3 +430,15 @@ def write_build(
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
     return warnings
+
+
+def _edge_settings(edge: EdgeSpec) -> dict[str, Any]:
+    """``x-claw.edge`` as ``sidecar.json`` holds it: the connection cap at the top (where it
+    was first), the other bounds in ``edge``; unset ones keep their defaults."""
+    settings = edge.model_dump(exclude_none=True)
+    extra: dict[str, Any] = {}
+    if "max_connections" in settings:
+        extra["max_connections"] = settings.pop("max_connections")
+    if settings:
+        extra["edge"] = EdgeConfig(**settings)
+    return extra

@@ -147,7 +147,9 @@ def _parser() -> argparse.ArgumentParser:
         epilog="examples:\n  clawc audit verify STATE_DIR --build build\n"
         "  clawc audit verify STATE_DIR --key-env MY_AUDIT_KEY\n"
         "  clawc audit show STATE_DIR --agent analyst --limit 20\n"
-        "  clawc audit show --sidecar http://pod-a:9090 --sidecar http://pod-b:9090",
+        "  clawc audit show --sidecar http://pod-a:9090 --sidecar http://pod-b:9090\n"
+        "verify exits 0 when every chain is intact, 1 when a log was modified or is missing, "
+        "3 when the chains are keyed and the key is not set (no verdict)",
         formatter_class=formatter,
     )
     audit.add_argument("action", choices=["verify", "show"])

@@ -32,7 +32,11 @@ def resolve_confined(root: Path, base: Path, named: str) -> Path:
     root = root.resolve()
     spelled = Path(os.path.normpath(base.resolve() / named))
     if not spelled.is_relative_to(root):
-        raise ConfinementError(f"it leaves the pod directory tree ({root})")
+        raise ConfinementError(
+            f"it leaves the pod directory tree ({root}); files a pod names are read only from "
+            "inside that tree: move the file in, or widen the tree with x-claw.root (a "
+            "directory that holds both, relative to the pod file)"
+        )
     real = spelled.resolve()
     if not real.is_relative_to(root):
         raise ConfinementError("a symlink on the way points outside the pod directory tree")

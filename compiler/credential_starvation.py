@@ -7,8 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from clawpod.compiler.governance_spec import PrincipalSpec
+from clawpod.compiler.operator_client import OPERATOR_TOKEN_ENV
 from clawpod.compiler.pod_reader import PodReader
 from clawpod.compiler.tool_services import ToolService
+from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
 from clawpod.sidecar.manifest import Provider
 
 # Variables clawc writes into agents/<id>.env; an agent's own environment must not override them.
@@ -29,13 +31,16 @@ def forbidden_variables(
 ) -> dict[str, str]:
     """Variable name -> what it holds, for every variable an agent must not set."""
     forbidden = {name: "set by clawc in the agent's env file" for name in AGENT_ENV_NAMES}
+    forbidden[OPERATOR_TOKEN_ENV] = "the operator token (approvals, the operator API)"
+    forbidden[AUDIT_KEY_ENV] = "the audit key (it signs the audit chain)"
     for service in tool_services:
         if service.auth.env:
             forbidden[service.auth.env] = f"the credential of service '{service.name}'"
     for name, principal in (principals or {}).items():
         forbidden[principal.env] = f"the credential of principal '{name}'"
     for provider_name, provider in providers.items():
-        forbidden[provider.key_env] = f"the key of provider '{provider_name}'"
+        for key_env in provider.key_envs:
+            forbidden[key_env] = f"the key of provider '{provider_name}'"
     return forbidden
 
 

@@ -94,6 +94,16 @@ class McpSpec(_Spec):
     )
 
 
+class ToolClaw(_Spec):
+    """A tool's ``x-claw`` block: what the operator knows about it that MCP hints do not say."""
+
+    untrusted_output: StrictBool = Field(
+        default=False,
+        alias="untrusted-output",
+        description="its results carry open-world content (SPEC §17), as openWorldHint: true",
+    )
+
+
 class ToolSpec(_Spec):
     name: str = Field(pattern=TOOL_NAME)
     description: str = Field(min_length=1)
@@ -102,6 +112,11 @@ class ToolSpec(_Spec):
     http: HttpSpec | None = Field(
         default=None, description="HTTP execution; without it the tool runs over the service's mcp"
     )
+    x_claw: ToolClaw = Field(default=ToolClaw(), alias="x-claw")
+
+    @property
+    def untrusted_output(self) -> bool:
+        return self.annotations.openWorldHint is True or self.x_claw.untrusted_output
 
 
 class Endpoint(_Spec):
@@ -140,6 +155,7 @@ class CompiledTool:
     body: Literal["json", "none"] | None = None
     body_key: str | None = None
     ttl_ms: int | None = None
+    untrusted_output: bool = False
 
     @property
     def read_only(self) -> bool:
@@ -256,6 +272,7 @@ def _compile_tool(
             transport="mcp",
             path=mcp.path,
             ttl_ms=mcp.ttl_ms,
+            untrusted_output=spec.untrusted_output,
         )
     try:
         check_path_template(http.path)
@@ -290,6 +307,7 @@ def _compile_tool(
         path=http.path,
         body=body,
         body_key=http.body_key,
+        untrusted_output=spec.untrusted_output,
     )
 
 
@@ -308,6 +326,22 @@ def _check_auth(auth: ToolAuth, file: str, lines: Lines) -> None:
             pointer="/auth/header",
             line=lines.line(("auth", "header")),
         )
+
+
+def _check_mcp_path(path: str, file: str, lines: Lines) -> None:
+    """The MCP endpoint is a fixed origin-form path: the template grammar, and no placeholders
+    (nothing fills them; a ``?``, ``#``, ``..`` or control character would redirect the call)."""
+    try:
+        check_path_template(path)
+        if placeholder_names(path):
+            raise PathTemplateError("placeholders are not allowed in the MCP endpoint's path")
+    except PathTemplateError as exc:
+        raise CompileError(
+            f"invalid mcp.path {path!r}: {exc}",
+            file=file,
+            pointer="/mcp/path",
+            line=lines.line(("mcp", "path")),
+        ) from None
 
 
 def load_descriptor(source: DescriptorSource) -> LoadedDescriptor:
@@ -332,6 +366,8 @@ def load_descriptor(source: DescriptorSource) -> LoadedDescriptor:
     except ValidationError as exc:
         raise validation_error(exc, file, lines) from None
     _check_auth(descriptor.auth, file, lines)
+    if descriptor.mcp is not None:
+        _check_mcp_path(descriptor.mcp.path, file, lines)
     seen: dict[str, int] = {}
     tools: list[CompiledTool] = []
     for index, spec in enumerate(descriptor.tools or []):

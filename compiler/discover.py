@@ -15,20 +15,23 @@ from urllib.parse import urlsplit
 
 from clawpod.compiler.errors import CompileError
 
-DISCOVER_TIMEOUT_S = 30.0
+DISCOVER_TIMEOUT_S = 30.0  # the whole listing, every page (the drift check's bound too)
 
 
 async def _list_tools(url: str, headers: dict[str, str]) -> list[Any]:
+    import httpx2
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
 
     from clawpod.sidecar.execution.mcp_backend import all_tools
+    from clawpod.sidecar.execution.mcp_http import bounded_transport
 
-    async with (
-        create_mcp_http_client(headers=headers) as http,
-        Client(streamable_http_client(url, http_client=http)) as client,
-    ):
+    # The sidecar's bounded client: the same page, tool and answer-size bounds as its drift
+    # check (a hostile service's endless listing costs clawc as little as the sidecar).
+    http = httpx2.AsyncClient(
+        headers=headers, timeout=httpx2.Timeout(DISCOVER_TIMEOUT_S), transport=bounded_transport()
+    )
+    async with http, Client(streamable_http_client(url, http_client=http)) as client:
         return await all_tools(client)
 
 
@@ -75,7 +78,10 @@ async def fetch_descriptor(
     try:
         tools = await asyncio.wait_for(_list_tools(url, headers), DISCOVER_TIMEOUT_S)
     except Exception as exc:
-        raise CompileError(f"cannot list the tools of {url}: {type(exc).__name__}: {exc}") from None
+        cause = _first_cause(exc)
+        raise CompileError(
+            f"cannot list the tools of {url}: {type(cause).__name__}: {cause}"
+        ) from None
     return {
         "version": 2,
         "description": "Tools discovered from an MCP service; review them before granting.",
@@ -83,6 +89,13 @@ async def fetch_descriptor(
         "mcp": {"path": parts.path or "/"},
         "tools": [_tool_entry(tool) for tool in tools],
     }
+
+
+def _first_cause(exc: BaseException) -> BaseException:
+    """The error itself, not the task group that carried it out of the SDK's client."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
 
 
 def write_descriptor(descriptor: dict[str, Any], target: Path) -> None:

@@ -14,7 +14,11 @@ from clawpod.compiler.naming import canonical_name
 from clawpod.compiler.pod_reader import PodReader, Where
 from clawpod.compiler.pod_spec import PodClaw, ServiceClaw
 from clawpod.compiler.tool_services import ToolService, ToolServices
-from clawpod.sidecar.execution.policy import condition_problem, tool_matches
+from clawpod.sidecar.execution.policy import (
+    condition_problem,
+    exact_string_comparisons,
+    tool_matches,
+)
 from clawpod.sidecar.manifest import Approvals, Governance, ToolRule
 
 EVERY_AGENT = "*"
@@ -112,6 +116,7 @@ def _rule(
                     (*where, "when"),
                     service,
                 )
+        _warn_exact_strings(reader, spec.when, matched, (*where, "when"), service)
     line = reader.lines.line(where)
     return ToolRule(
         tool=spec.tool,
@@ -121,6 +126,23 @@ def _rule(
         rate=parse_rate(spec.rate) if spec.rate else None,
         source=f"{reader.file.name}:{line}" if line else reader.file.name,
     )
+
+
+def _warn_exact_strings(
+    reader: PodReader, when: str, matched: list[_RuleTarget], where: Where, service: str | None
+) -> None:
+    """A free-form string compared as it is lets another spelling through ("nvda", "NVDA ")."""
+    fields = dict.fromkeys(
+        field for target in matched for field in exact_string_comparisons(when, target.input_schema)
+    )
+    for field in fields:
+        reader.warn(
+            f"{field} is a free-form string compared exactly: another case or spacing of the "
+            f"value does not match; normalise it ({field}.upperAscii(), .lowerAscii(), "
+            f".trim()) or give the schema an enum or pattern",
+            where,
+            service,
+        )
 
 
 def resolve_governance(
@@ -155,10 +177,12 @@ def resolve_governance(
         ]
         if compiled:
             rules[agent.id] = compiled
+    tokens, usd = _budgets(reader, claw, agent_ids)
     return Governance(
         rules=rules,
         approvals=_approvals(reader, claw, everything),
-        budgets=_budgets(reader, claw, agent_ids),
+        budgets=tokens,
+        usd_budgets=usd or None,
     )
 
 
@@ -177,21 +201,34 @@ def _approvals(reader: PodReader, claw: PodClaw, targets: dict[str, _RuleTarget]
                     f"'{pattern}' matches no tool granted in this pod",
                     ("x-claw", "approvals", "require", index),
                 )
-    return Approvals(require=spec.require, timeout_ms=spec.timeout_ms, webhook=spec.webhook)
+    return Approvals(
+        require=spec.require,
+        timeout_ms=spec.timeout_ms,
+        webhook=spec.webhook,
+        max_open_per_agent=spec.max_open_per_agent,
+    )
 
 
-def _budgets(reader: PodReader, claw: PodClaw, agent_ids: dict[str, list[str]]) -> dict[str, int]:
-    budgets: dict[str, int] = {}
+def _budgets(
+    reader: PodReader, claw: PodClaw, agent_ids: dict[str, list[str]]
+) -> tuple[dict[str, int], dict[str, float]]:
+    """Daily token and USD budgets by agent id (or '*')."""
+    tokens: dict[str, int] = {}
+    usd: dict[str, float] = {}
     ids = {agent_id for group in agent_ids.values() for agent_id in group}
     for key, spec in (claw.budgets or {}).items():
         if key == EVERY_AGENT or key in ids:
-            budgets[key] = spec.tokens_per_day
+            holders = [key]
         elif key in agent_ids:
-            budgets.update(dict.fromkeys(agent_ids[key], spec.tokens_per_day))
+            holders = agent_ids[key]
         else:
             raise reader.fail(
                 f"budget for '{key}': not an agent of this pod (use an agent id, its service "
                 "or '*')",
                 ("x-claw", "budgets", key),
             )
-    return budgets
+        if spec.tokens_per_day is not None:
+            tokens.update(dict.fromkeys(holders, spec.tokens_per_day))
+        if spec.usd_per_day is not None:
+            usd.update(dict.fromkeys(holders, spec.usd_per_day))
+    return tokens, usd

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
 from clawpod.sidecar.manifest import ApprovalRequirement, Effect, Rate
 
@@ -53,7 +53,17 @@ class ApprovalsSpec(_Spec):
     require: ApprovalRequirement | list[Annotated[str, Field(min_length=1)]] = "none"
     timeout_ms: Positive = Field(default=300000, alias="timeout-ms")
     webhook: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")
+    max_open_per_agent: Positive | None = Field(
+        default=None, alias="max-open-per-agent", description="default: 32"
+    )
 
 
 class BudgetSpec(_Spec):
-    tokens_per_day: Positive = Field(alias="tokens-per-day")
+    tokens_per_day: Positive | None = Field(default=None, alias="tokens-per-day")
+    usd_per_day: Annotated[float, Field(gt=0)] | None = Field(default=None, alias="usd-per-day")
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> BudgetSpec:
+        if self.tokens_per_day is None and self.usd_per_day is None:
+            raise ValueError("set tokens-per-day, usd-per-day or both")
+        return self

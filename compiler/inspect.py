@@ -14,6 +14,8 @@ from clawpod.sidecar.manifest import (
     Build,
     BuildError,
     ManagedTool,
+    RouteTarget,
+    SidecarConfig,
     load_build,
 )
 
@@ -32,12 +34,33 @@ def _table(rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
 
 
 def _effect(tool: ManagedTool) -> str:
+    return _kind(tool) + (", untrusted output" if tool.untrusted else "")
+
+
+def _kind(tool: ManagedTool) -> str:
     hints = tool.annotations
     if hints.get("readOnlyHint"):
         return "read-only"
     if hints.get("destructiveHint"):
         return "destructive"
     return "idempotent" if hints.get("idempotentHint") else "writes"
+
+
+_TAINT_MODES = {
+    "confirm": "destructive and open-world calls after an untrusted read wait for approval",
+    "withdraw": "destructive and open-world tools are withdrawn after an untrusted read",
+    "off": "untrusted results are fenced; calls after them are not held",
+}
+
+
+def _taint_lines(config: SidecarConfig) -> list[str]:
+    taint = config.taint
+    if taint is None:
+        return []
+    allowed = [*taint.egress_allow]
+    allowed += [f"{h} ({s})" for s, hosts in taint.service_egress_allow.items() for h in hosts]
+    hosts = ", ".join(allowed) or "none (every URL in a tainted request's arguments is refused)"
+    return [f"taint: {taint.mode}: {_TAINT_MODES[taint.mode]}", f"egress-allow: {hosts}"]
 
 
 def _execution(tool: ManagedTool) -> str:
@@ -90,18 +113,29 @@ def _agent_lines(agent_build: AgentBuild, quarantined: dict[str, str]) -> list[s
     return [*lines, f"  tools    {len(tools.tools)}", *_table(rows, "    "), ""]
 
 
+def _route_lines(routes: dict[str, list[RouteTarget]]) -> list[str]:
+    """One line per fallback route: its glob and its targets in order."""
+    return [
+        f"route {glob}: "
+        + " > ".join(t.provider + (f" ({t.model})" if t.model else "") for t in targets)
+        for glob, targets in routes.items()
+    ]
+
+
 def render(
     build: Build, agent: str | None = None, quarantined: dict[str, str] | None = None
 ) -> str:
     config = build.config
     providers = ", ".join(
-        f"{name} ({p.api}: {' '.join(p.models)}; key ${p.key_env})"
+        f"{name} ({p.api}: {' '.join(p.models)}; key {' '.join('$' + k for k in p.key_envs)})"
         for name, p in config.providers.items()
     )
     lines = [
         f"pod {config.pod}: {len(config.agents)} agent(s); sidecar on "
         f"{config.listen.host}:{config.listen.port}, state in {config.state_dir}",
         f"providers: {providers}",
+        *_taint_lines(config),
+        *_route_lines(config.routes or {}),
         "",
     ]
     for agent_id in config.agents:

@@ -13,6 +13,7 @@ from clawpod.compiler.agent_plan import (
     claim_agent_ids,
 )
 from clawpod.compiler.compose_shapes import check_shapes
+from clawpod.compiler.credential_sources import warn_unset_credentials
 from clawpod.compiler.credential_starvation import check_starvation, forbidden_variables
 from clawpod.compiler.governance import check_principals, resolve_governance
 from clawpod.compiler.governance_spec import PrincipalSpec
@@ -23,8 +24,10 @@ from clawpod.compiler.pod_spec import PodClaw, ServiceClaw
 from clawpod.compiler.policy import effective_policy
 from clawpod.compiler.providers import pod_providers
 from clawpod.compiler.reserved import check_reserved
+from clawpod.compiler.routes import pod_routes
+from clawpod.compiler.taint import resolve_taint
 from clawpod.compiler.tool_services import ToolService, ToolServices
-from clawpod.sidecar.manifest import Governance, Provider
+from clawpod.sidecar.manifest import Governance, Provider, RouteTarget, Taint
 
 
 @dataclass
@@ -40,6 +43,8 @@ class CompiledPod:
     warnings: list[str] = field(default_factory=list)  # located, one line each
     principals: dict[str, PrincipalSpec] = field(default_factory=dict)
     governance: Governance | None = None
+    taint: Taint | None = None
+    routes: dict[str, list[RouteTarget]] | None = None
 
     @property
     def directory(self) -> Path:
@@ -47,7 +52,7 @@ class CompiledPod:
 
     @property
     def credential_envs(self) -> list[str]:
-        names = [p.key_env for p in self.providers.values()]
+        names = [key for p in self.providers.values() for key in p.key_envs]
         names += [s.auth.env for s in self.tool_services.values() if s.auth.env]
         names += [p.env for p in self.principals.values()]
         return sorted(set(names))
@@ -79,6 +84,8 @@ def compile_pod(path: Path | str) -> CompiledPod:
             tool_services.get(name, service_claw)
 
     principals = check_principals(reader, claw, tool_services, claws, agent_services)
+    auth_envs = {n: s.loaded.descriptor.auth.env for n, s in tool_services.by_name.items()}
+    warn_unset_credentials(reader, claws, principals, auth_envs)
     defaults_path = ("x-claw", "tools-defaults")
     defaults = claw.tools_defaults
     default_grants = expand(None, (), defaults, defaults_path, reader.failer(None))
@@ -128,6 +135,7 @@ def compile_pod(path: Path | str) -> CompiledPod:
         reader.warn("no agent found: mark an agent service with 'x-claw: {agent: {}}'", ())
 
     providers = pod_providers(claw.providers)
+    routes = pod_routes(reader, claw.routes, providers)
     forbidden = forbidden_variables(providers, tool_services.by_name.values(), principals)
     for name in agent_ids:
         check_starvation(reader, name, forbidden)
@@ -144,4 +152,6 @@ def compile_pod(path: Path | str) -> CompiledPod:
         warnings=reader.warnings,
         principals=principals,
         governance=governance,
+        taint=resolve_taint(reader, claw, claws, agents),
+        routes=routes or None,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
 from clawpod.compiler.governance_spec import (
     ApprovalsSpec,
@@ -15,8 +15,8 @@ from clawpod.compiler.governance_spec import (
 )
 from clawpod.compiler.grants import GrantItem
 from clawpod.compiler.policy import PolicySpec
-from clawpod.compiler.providers import ProviderSpec
-from clawpod.sidecar.manifest import Mode, OnMixed, ToolInjection
+from clawpod.compiler.providers import ModelEntry, ProviderSpec, RouteTargetSpec
+from clawpod.sidecar.manifest import Mode, OnMixed, TaintMode, ToolInjection
 
 AGENT_ID = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
 SURFACE = re.compile(r"^service://(.+)$")
@@ -30,9 +30,18 @@ AGENT_ONLY_FIELDS = {
     "tool_injection": "tool-injection",
 }
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+# A host name or IPv4 address, or ``*.`` and a domain for every host under it.
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+EGRESS_HOST = rf"^(?:\*\.)?{_LABEL}(?:\.{_LABEL})*$"
+EgressAllow = list[Annotated[str, Field(pattern=EGRESS_HOST)]]
+TAINT_HELP = (
+    "what a request that read untrusted tool output does with destructive and open-world calls: "
+    "confirm (hold for approval), withdraw, off; default confirm when a tool is untrusted"
+)
 TOOL_INJECTION_HELP = (
-    "auto: requests that declare no tools and ask for structured output get none injected; "
-    "always: every request of a mediated agent gets its tools"
+    "auto: requests that declare no tools and ask for structured output, or that declare no "
+    "tools and no tool_choice and ask for a title, summary or compaction of the conversation, "
+    "get none injected; always: every request of a mediated agent gets its tools"
 )
 
 
@@ -63,6 +72,21 @@ class OperatorPeer(_Spec):
         return self
 
 
+_Positive = Annotated[int, Strict(), Field(gt=0)]
+
+
+class EdgeSpec(_Spec):
+    """``x-claw.edge``: the sidecar's connection bounds on the agents' port (SPEC §10)."""
+
+    max_connections: _Positive | None = Field(default=None, alias="max-connections")
+    max_connections_per_peer: _Positive | None = Field(
+        default=None, alias="max-connections-per-peer"
+    )
+    head_timeout_ms: _Positive | None = Field(default=None, alias="head-timeout-ms")
+    body_idle_timeout_ms: _Positive | None = Field(default=None, alias="body-idle-timeout-ms")
+    keepalive_timeout_ms: _Positive | None = Field(default=None, alias="keepalive-timeout-ms")
+
+
 class PodClaw(_Spec):
     """Top-level ``x-claw`` of a pod file."""
 
@@ -82,6 +106,11 @@ class PodClaw(_Spec):
     providers: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+$")], ProviderSpec] | None = (
         Field(default=None, min_length=1, description="default: openai and anthropic")
     )
+    routes: dict[ModelEntry, Annotated[list[RouteTargetSpec], Field(min_length=1)]] | None = Field(
+        default=None,
+        description="model glob -> ordered fallback targets (a provider, or {provider, model}); "
+        "first matching glob wins (SPEC §14)",
+    )
     tools_defaults: list[GrantItem] | None = Field(default=None, alias="tools-defaults")
     tool_policy_defaults: PolicySpec | None = Field(default=None, alias="tool-policy-defaults")
     max_body_bytes: Annotated[int, Strict(), Field(gt=0)] | None = Field(
@@ -96,7 +125,8 @@ class PodClaw(_Spec):
     tool_rules: list[RuleSpec] | None = Field(default=None, alias="tool-rules")
     approvals: ApprovalsSpec | None = None
     budgets: dict[str, BudgetSpec] | None = Field(
-        default=None, description="agent id, agent service or '*' -> daily token budget"
+        default=None,
+        description="agent id, agent service or '*' -> daily budget in tokens and/or USD",
     )
     operator_access: list[OperatorPeer] | None = Field(
         default=None,
@@ -105,6 +135,20 @@ class PodClaw(_Spec):
         description="--target kubernetes: who may reach the operator port; default: namespaces "
         "labelled clawpod.io/operator: 'true'",
     )
+    taint: TaintMode | None = Field(default=None, description=TAINT_HELP)
+    egress_allow: EgressAllow | None = Field(
+        default=None,
+        alias="egress-allow",
+        description="hosts a tainted request's arguments may name in URLs, for every service",
+    )
+
+    @field_validator("taint", mode="before")
+    @classmethod
+    def _off_is_a_word(cls, value: object) -> object:
+        # YAML 1.1 (PyYAML) reads a bare `off` as false.
+        return "off" if value is False else value
+
+    edge: EdgeSpec | None = None
 
 
 class AgentMarker(_Spec):
@@ -130,6 +174,11 @@ class ServiceClaw(_Spec):
     tool_rules: list[RuleSpec] | None = Field(default=None, alias="tool-rules")
     tool_injection: ToolInjection | None = Field(
         default=None, alias="tool-injection", description=TOOL_INJECTION_HELP
+    )
+    egress_allow: EgressAllow | None = Field(
+        default=None,
+        alias="egress-allow",
+        description="hosts a tainted request's arguments to this service's tools may name",
     )
 
     @property

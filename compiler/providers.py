@@ -4,10 +4,18 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, StringConstraints, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from clawpod.compiler.descriptor import ENV_NAME
-from clawpod.sidecar.manifest import Provider
+from clawpod.sidecar.manifest import Price, Provider, RouteTarget, StreamTools
 
 # An exact id or a glob: letters, digits and the punctuation of real ids (`provider/model`,
 # Ollama's `name:tag`, Vertex's `model@version`), plus the glob characters `*`, `?`, `[...]`.
@@ -16,6 +24,28 @@ ModelEntry = Annotated[str, StringConstraints(pattern=MODEL_ENTRY, max_length=25
 # Exact families: a bare `o*` would also route `openrouter/...` or `ollama/...` to OpenAI.
 OPENAI_MODELS = ["gpt-*", "o1*", "o3*", "o4*", "chatgpt-*", "codex-*"]
 ANTHROPIC_MODELS = ["claude-*"]
+UsdPerMillion = Annotated[float, Field(ge=0)]
+
+
+class PriceSpec(BaseModel):
+    """USD per million tokens of the models a glob matches."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    input: UsdPerMillion
+    cached_input: UsdPerMillion | None = Field(
+        default=None, alias="cached-input", description="default: the input price"
+    )
+    output: UsdPerMillion
+    cache_write: UsdPerMillion | None = Field(
+        default=None, alias="cache-write", description="default: the input price"
+    )
+
+    def to_price(self) -> Price:
+        cached = self.input if self.cached_input is None else self.cached_input
+        return Price(
+            input=self.input, cached_input=cached, output=self.output, cache_write=self.cache_write
+        )
 
 
 class ProviderSpec(BaseModel):
@@ -25,12 +55,42 @@ class ProviderSpec(BaseModel):
         description="wire protocol: openai | anthropic"
     )
     base_url: str = Field(alias="base-url", pattern=r"^https?://[^\s]+$")
-    key_env: str = Field(alias="key-env", pattern=ENV_NAME.pattern)
+    key_env: str | list[str] = Field(
+        alias="key-env", description="the variable of the key, or a list of them (a key pool)"
+    )
     models: list[ModelEntry] = Field(
-        min_length=1, description="exact model ids (listed by /v1/models) and globs routed here"
+        description="exact model ids (listed by /v1/models) and globs routed here; [] for a "
+        "provider reached only through routes"
     )
     timeout_ms: Annotated[int, Strict(), Field(gt=0)] = Field(
         default=600000, alias="timeout-ms", description="bound of one model call, in ms"
+    )
+    first_byte_timeout_ms: Annotated[int, Strict(), Field(gt=0)] | None = Field(
+        default=None,
+        alias="first-byte-timeout-ms",
+        description="no first byte in time: the route's next target takes the call",
+    )
+    prices: dict[ModelEntry, PriceSpec] = Field(
+        default_factory=dict, description="model glob -> USD per million tokens"
+    )
+
+    @field_validator("key_env")
+    @classmethod
+    def _key_names(cls, key_env: str | list[str]) -> str | list[str]:
+        names = [key_env] if isinstance(key_env, str) else key_env
+        if not names:
+            raise ValueError("list at least one key variable")
+        if len(set(names)) != len(names):
+            raise ValueError("a key variable is listed twice")
+        for name in names:
+            if not ENV_NAME.match(name):
+                raise ValueError(f"{name!r} should match pattern '{ENV_NAME.pattern}'")
+        return key_env
+
+    stream_tools: StreamTools = Field(
+        default="auto",
+        alias="stream-tools",
+        description="streamed requests offering tools get answers: auto (learned) | true | false",
     )
 
     @field_validator("models")
@@ -40,7 +100,7 @@ class ProviderSpec(BaseModel):
         if duplicates:
             raise ValueError(f"listed twice: {', '.join(duplicates)}")
         for model in models:
-            if not _brackets_balanced(model):
+            if not brackets_balanced(model):
                 raise ValueError(f"{model!r}: unbalanced '[' ']' in a glob")
         return models
 
@@ -51,7 +111,28 @@ class ProviderSpec(BaseModel):
             key_env=self.key_env,
             models=self.models,
             timeout_ms=self.timeout_ms,
+            first_byte_timeout_ms=self.first_byte_timeout_ms,
+            prices={glob: p.to_price() for glob, p in self.prices.items()} or None,
+            stream_tools=self.stream_tools,
         )
+
+
+class RouteTargetSpec(BaseModel):
+    """A fallback target: a provider's name, or ``{provider, model}`` for a provider that
+    knows the model by its own id."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    provider: str = Field(min_length=1)
+    model: ModelEntry | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_name(cls, value: object) -> object:
+        return {"provider": value} if isinstance(value, str) else value
+
+    def to_target(self) -> RouteTarget:
+        return RouteTarget(provider=self.provider, model=self.model)
 
 
 DEFAULT_PROVIDERS = {
@@ -77,7 +158,7 @@ def pod_providers(declared: dict[str, ProviderSpec] | None) -> dict[str, Provide
     return dict(DEFAULT_PROVIDERS)
 
 
-def _brackets_balanced(model: str) -> bool:
+def brackets_balanced(model: str) -> bool:
     depth = 0
     for character in model:
         if character == "[":

@@ -1,7 +1,8 @@
 """MCP client configs for native runners (SPEC §3, §7.5): the context's ``mcp.json`` (no
 secret: it names ``${CLAW_AGENT_TOKEN}`` for clients that expand it) and, under ``agents/``
-beside the env file, ready-to-use configs with the literal token for clients that do not
-(fastmcp, the MCP Inspector, langchain-mcp-adapters) and Codex's TOML."""
+beside the env file, ready-to-use configs with the literal token, one per client family:
+``mcpServers`` readers (Claude Code, fastmcp, the MCP Inspector, the official SDK's users),
+langchain-mcp-adapters, and Codex's TOML."""
 
 from __future__ import annotations
 
@@ -9,19 +10,26 @@ import json
 from typing import Any
 
 SERVER_NAME = "clawpod"
-# "http" is what Claude Code and most mcpServers readers call Streamable HTTP; some
-# (langchain-mcp-adapters) read "transport" instead of "type".
+# "http" is Streamable HTTP to both families below, under a different key: mcpServers readers
+# take "type", langchain-mcp-adapters takes "transport" and passes every other key on to its
+# transport (so a "type" there fails), hence one file per family.
 MCP_TRANSPORT = "http"
 TOKEN_REFERENCE = "${CLAW_AGENT_TOKEN}"
 
 
 def mcp_config(url: str, token: str = TOKEN_REFERENCE) -> dict[str, Any]:
     """A standard ``mcpServers`` config; the token is a reference unless one is given."""
-    server: dict[str, Any] = {"type": MCP_TRANSPORT}
-    if token != TOKEN_REFERENCE:
-        server["transport"] = MCP_TRANSPORT
-    server |= {"url": url, "headers": {"Authorization": f"Bearer {token}"}}
+    server = {"type": MCP_TRANSPORT, **_endpoint(url, token)}
     return {"mcpServers": {SERVER_NAME: server}}
+
+
+def langchain_config(url: str, token: str) -> dict[str, Any]:
+    """langchain-mcp-adapters' ``MultiServerMCPClient`` connections, as-is."""
+    return {SERVER_NAME: {"transport": MCP_TRANSPORT, **_endpoint(url, token)}}
+
+
+def _endpoint(url: str, token: str) -> dict[str, Any]:
+    return {"url": url, "headers": {"Authorization": f"Bearer {token}"}}
 
 
 def codex_config(agent_id: str, url: str, token: str) -> str:

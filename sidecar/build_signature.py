@@ -15,6 +15,8 @@ import binascii
 from pathlib import Path
 from typing import Any
 
+from clawpod.sidecar.manifest import BuildError, read_build_file
+
 SIGNATURE_NAME = "digest.sig"
 DIGEST_NAME = "digest.json"
 
@@ -30,22 +32,24 @@ def sign_digest(root: Path, private_key: str) -> None:
     (root / SIGNATURE_NAME).write_text(base64.b64encode(signature).decode() + "\n")
 
 
-def verify_signature(root: Path, public_key: str) -> None:
-    """Raise :class:`SignatureError` unless ``digest.sig`` signs ``digest.json`` under the key."""
+def verify_signature(root: Path, public_key: str, digest_json: bytes) -> None:
+    """Raise :class:`SignatureError` unless ``digest.sig`` signs ``digest_json`` under the key.
+
+    ``digest_json`` is the one read of ``digest.json`` that the digest check used too
+    (``Build.digest_json``): reading the file again could see other bytes than were checked.
+    """
     from cryptography.exceptions import InvalidSignature
 
     key = _public_key(public_key)
     path = root / SIGNATURE_NAME
+    if not path.exists():
+        raise SignatureError(f"{path}: the build is not signed (clawc compile --sign-key-env)")
     try:
-        signature = base64.b64decode(path.read_text().strip(), validate=True)
-    except FileNotFoundError:
-        raise SignatureError(
-            f"{path}: the build is not signed (clawc compile --sign-key-env)"
-        ) from None
-    except (OSError, binascii.Error, ValueError) as exc:
+        signature = base64.b64decode(read_build_file(path).strip(), validate=True)
+    except (BuildError, binascii.Error, ValueError) as exc:
         raise SignatureError(f"{path}: unreadable signature ({exc})") from None
     try:
-        key.verify(signature, (root / DIGEST_NAME).read_bytes())
+        key.verify(signature, digest_json)
     except InvalidSignature:
         raise SignatureError(f"{path}: the signature does not match digest.json") from None
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,6 +25,8 @@ OnMixed = Literal["refuse", "retry"]
 # auto: requests that want data, not actions, get no tools (SPEC §7.3); always: every request.
 ToolInjection = Literal["auto", "always"]
 HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
+# What a request that read untrusted tool output does with its held calls (SPEC §17).
+TaintMode = Literal["confirm", "withdraw", "off"]
 
 
 class _Model(BaseModel):
@@ -111,10 +115,18 @@ class ManagedTool(_Model):
         pattern=r"^[0-9a-f]{64}$",
         description="sha256 of the service's definition (name, description, schema, annotations)",
     )
+    untrusted_output: bool | None = Field(
+        default=None,
+        description="true: its results are open-world content that taints a request (SPEC §17)",
+    )
 
     @property
     def read_only(self) -> bool:
         return bool(self.annotations.get("readOnlyHint"))
+
+    @property
+    def untrusted(self) -> bool:
+        return bool(self.untrusted_output)
 
     @property
     def idempotent(self) -> bool:
@@ -158,18 +170,56 @@ def is_model_glob(model: str) -> bool:
     return not MODEL_GLOB_CHARACTERS.isdisjoint(model)
 
 
+class Price(_Model):
+    """USD per million tokens of one model (SPEC §14)."""
+
+    input: float = Field(ge=0)
+    cached_input: float = Field(ge=0, description="input read from the provider's prompt cache")
+    output: float = Field(ge=0)
+    cache_write: float | None = Field(
+        default=None, ge=0, description="input written to the prompt cache; default: input"
+    )
+
+
+# ``auto``: stream, and learn from the first empty or refused stream that the provider cannot.
+StreamTools = Literal["auto", True, False]
+
+
 class Provider(_Model):
     api: Literal["openai", "anthropic"]
     base_url: str
-    key_env: str
+    key_env: str | list[str] = Field(description="one key's variable, or a pool of keys")
     models: list[str] = Field(description="exact model ids and globs")
     timeout_ms: int = Field(default=600000, gt=0)
     """Bound of one model call of a mediated request (contract §8.2); builds without it load."""
+    first_byte_timeout_ms: int | None = Field(
+        default=None, gt=0, description="no first byte in time: the route's next target (§14)"
+    )
+    # None, not {}, when unset (likewise routes, usd_budgets): a build that uses none of SPEC
+    # §14 stays loadable by a sidecar that predates it.
+    prices: dict[str, Price] | None = Field(
+        default=None, description="model glob -> price, before the built-in table"
+    )
+
+    @property
+    def key_envs(self) -> list[str]:
+        """The variables of the provider's keys, in rotation order."""
+        return [self.key_env] if isinstance(self.key_env, str) else list(self.key_env)
+
+    stream_tools: StreamTools = "auto"
+    """Whether a streamed request that offers tools gets an answer from it (contract §7.4)."""
 
     @property
     def exact_models(self) -> list[str]:
         """The concrete ids a client may pick from a list (globs name no model)."""
         return [model for model in self.models if not is_model_glob(model)]
+
+
+class RouteTarget(_Model):
+    """One target of a fallback route: a provider, and the model id it knows the model by."""
+
+    provider: str
+    model: str | None = Field(default=None, description="default: the model the client named")
 
 
 class Listen(_Model):
@@ -203,10 +253,16 @@ class ToolRule(_Model):
     source: str = Field(description="pod file and line of the rule, for messages")
 
 
+DEFAULT_MAX_OPEN_APPROVALS = 32
+
+
 class Approvals(_Model):
     require: ApprovalRequirement | list[str] = "none"
     timeout_ms: int = Field(default=300000, gt=0)
     webhook: str | None = None
+    max_open_per_agent: int | None = Field(default=None, gt=0)
+    """Approvals one agent may have open (pending or approved, unused); past it, refused.
+    None: ``DEFAULT_MAX_OPEN_APPROVALS`` (and ``sidecar.json`` without the field)."""
 
 
 class Governance(_Model):
@@ -218,6 +274,21 @@ class Governance(_Model):
     approvals: Approvals = Approvals()
     budgets: dict[str, int] = Field(
         default_factory=dict, description="agent or '*' -> tokens per UTC day"
+    )
+    usd_budgets: dict[str, float] | None = Field(
+        default=None, description="agent or '*' -> USD per UTC day (SPEC §14)"
+    )
+
+
+class Taint(_Model):
+    """What a request does once untrusted tool output entered it (SPEC §17)."""
+
+    mode: TaintMode = "off"
+    egress_allow: list[str] = Field(
+        default_factory=list, description="hosts (or *.suffix) any service's arguments may name"
+    )
+    service_egress_allow: dict[str, list[str]] = Field(
+        default_factory=dict, description="service -> hosts its tools' arguments may also name"
     )
 
 
@@ -234,12 +305,26 @@ SIDECAR_SERVICE = "claw-sidecar"  # the sidecar's compose service name
 DEFAULT_ALLOWED_HOSTS = (SIDECAR_SERVICE, "localhost", "127.0.0.1", "[::1]")
 
 
+class EdgeConfig(_Model):
+    """The agents' listener's bounds besides ``max_connections`` (``x-claw.edge``, SPEC §10)."""
+
+    max_connections_per_peer: int = Field(default=1024, gt=0)
+    head_timeout_ms: int = Field(default=10000, gt=0)
+    """A new connection's first request head, and every later head from its first byte."""
+    body_idle_timeout_ms: int = Field(default=30000, gt=0)
+    keepalive_timeout_ms: int = Field(default=75000, gt=0)
+
+
 class SidecarConfig(_Model):
     """``sidecar.json``."""
 
     version: Literal[1] = MANIFEST_VERSION
     pod: str
     providers: dict[str, Provider]
+    routes: dict[str, list[RouteTarget]] | None = Field(
+        default=None,
+        description="model glob -> ordered fallback targets; first matching glob wins (§14)",
+    )
     agents: list[str]
     listen: Listen = Listen()
     state_dir: str = "/var/lib/claw"
@@ -250,7 +335,11 @@ class SidecarConfig(_Model):
     """How long a failed mediated request can be resumed by an identical retry (contract §8.2)."""
     admin_listen: AdminListen = AdminListen()
     max_connections: int = Field(default=4096, gt=0)
+    edge: EdgeConfig | None = None
+    """None: every bound at its default (and ``sidecar.json`` without the block)."""
     allowed_hosts: tuple[str, ...] = DEFAULT_ALLOWED_HOSTS
+    taint: Taint | None = None
+    """None: no tool of the pod returns untrusted output and none of it applies."""
 
 
 class Digest(_Model):
@@ -274,6 +363,9 @@ class Build(_Model):
     config: SidecarConfig
     agents: dict[str, AgentBuild]
     digest_sha256: str = Field(default="", description="of digest.json: names this exact build")
+    digest_json: bytes = Field(
+        default=b"", repr=False, description="digest.json as read once: what a signature covers"
+    )
 
 
 def dump_json(model: BaseModel | dict[str, Any]) -> str:
@@ -290,13 +382,27 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def read_build_file(path: Path) -> bytes:
+    """The bytes of ``path``, which must be a regular file: a FIFO or device could answer each
+    read differently (one digest for the check, another for the signature) or block startup.
+    The type is checked on the open descriptor, so it is the file that is then read."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise BuildError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    with os.fdopen(descriptor, "rb") as file:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise BuildError(f"{path}: not a regular file")
+        return file.read()
+
+
 def _covered_files(root: Path) -> dict[str, bytes]:
     """The contents of every file the digest covers, keyed by POSIX path relative to ``root``."""
     paths = [
         root / "sidecar.json",
-        *sorted(p for p in (root / "context").rglob("*") if p.is_file()),
+        *sorted(p for p in (root / "context").rglob("*") if not p.is_dir()),
     ]
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in paths if p.exists()}
+    return {p.relative_to(root).as_posix(): read_build_file(p) for p in paths if p.exists()}
 
 
 def digest_files(root: Path) -> dict[str, str]:
@@ -304,13 +410,14 @@ def digest_files(root: Path) -> dict[str, str]:
     return {name: sha256_hex(data) for name, data in _covered_files(root).items()}
 
 
-def verify_digest(root: Path) -> dict[str, bytes]:
-    """Check the build against ``digest.json``; return the verified contents, so callers parse
-    exactly the bytes that were checked (no second read that could differ)."""
+def verify_digest(root: Path, digest_json: bytes) -> dict[str, bytes]:
+    """Check the build against ``digest_json`` (``digest.json`` as read once); return the
+    verified contents, so callers parse exactly the bytes that were checked (no second read
+    that could differ)."""
     digest_path = root / "digest.json"
     try:
-        digest = Digest.model_validate_json(digest_path.read_bytes())
-    except (OSError, ValueError) as exc:
+        digest = Digest.model_validate_json(digest_json)
+    except ValueError as exc:
         raise BuildError(f"{digest_path}: cannot read digest: {exc}") from exc
     contents = _covered_files(root)
     actual = {name: sha256_hex(data) for name, data in contents.items()}
@@ -337,8 +444,8 @@ def _parse(root: Path, contents: dict[str, bytes], name: str, model: type[_Model
 def load_build(root: Path | str) -> Build:
     """Load and verify a build directory; raise :class:`BuildError` on any problem."""
     root = Path(root)
-    contents = verify_digest(root)
-    build_digest = sha256_hex((root / "digest.json").read_bytes())
+    digest_json = read_build_file(root / "digest.json")
+    contents = verify_digest(root, digest_json)
     config: SidecarConfig = _parse(root, contents, "sidecar.json", SidecarConfig)
     agents: dict[str, AgentBuild] = {}
     for agent_id in config.agents:
@@ -353,7 +460,13 @@ def load_build(root: Path | str) -> Build:
             # Mediated mode and MCP both read tools.json; agent.json repeats it for people.
             raise BuildError(f"{root / directory}: agent.json and tools.json disagree on policy")
         agents[agent_id] = AgentBuild(agent=agent, tools=tools)
-    return Build(root=root, config=config, agents=agents, digest_sha256=build_digest)
+    return Build(
+        root=root,
+        config=config,
+        agents=agents,
+        digest_sha256=sha256_hex(digest_json),
+        digest_json=digest_json,
+    )
 
 
 def write_digest(root: Path) -> None:

@@ -12,10 +12,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def tree_packages() -> set[str]:
+    """Every folder of the tree that holds files: Python packages and data-only folders."""
     return {
-        "clawpod." + ".".join(init.parent.relative_to(REPO).parts)
+        "clawpod." + ".".join(path.parent.relative_to(REPO).parts)
         for folder in ("compiler", "sidecar")
-        for init in (REPO / folder).rglob("__init__.py")
+        for path in (REPO / folder).rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
     }
 
 
@@ -25,7 +27,7 @@ def test_pyproject_lists_every_package_of_the_tree() -> None:
 
 
 def test_the_wheel_holds_only_clawpod(tmp_path: Path) -> None:
-    subprocess.run(
+    built = subprocess.run(
         [
             sys.executable,
             "-m",
@@ -39,7 +41,10 @@ def test_the_wheel_holds_only_clawpod(tmp_path: Path) -> None:
         ],
         check=True,
         capture_output=True,
+        text=True,
     )
+    # setuptools warned that the templates folder was missing from `packages`.
+    assert "is absent from the `packages` configuration" not in built.stderr
     (wheel,) = tmp_path.glob("clawpod-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names}

@@ -27,6 +27,8 @@ from clawpod.sidecar.audit.chain import (
 from clawpod.sidecar.audit.log import MAX_UNWRITTEN, head_path, read_head
 
 MAX_PROBLEMS_PER_FILE = 20
+# Exit status of a verify that gives no verdict: the chains are keyed and no key was given.
+CANNOT_VERIFY = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +161,9 @@ def verify_command(
     key_env: str = AUDIT_KEY_ENV,
     env: Mapping[str, str] | None = None,
 ) -> int:
-    """Exit status 0 when every chain is intact, 1 when anything is wrong or nothing is found."""
+    """Exit status 0 when every chain is intact, 1 when anything is wrong or nothing is found,
+    ``CANNOT_VERIFY`` when the chains are keyed and the key is not given (no verdict: a
+    missing key is not a tampered log)."""
     audit_dir = Path(state_dir) / "audit"
     try:
         key = audit_key(os.environ if env is None else env, key_env)
@@ -168,6 +172,9 @@ def verify_command(
         out.write(f"cannot verify: {exc}\n")
         return 1
     files = _audit_files(Path(state_dir))
+    if key is None and any(_is_keyed(path) for path in files):
+        out.write(f"cannot verify: the chain is keyed; set {key_env}\n")
+        return CANNOT_VERIFY
     orphans = _orphan_heads(Path(state_dir))
     present = {path.stem for path in files}
     missing = [agent for agent in expected if agent not in present]
@@ -199,6 +206,12 @@ def verify_command(
     else:
         out.write("OK\n")
     return 1 if failed else 0
+
+
+def _is_keyed(path: Path) -> bool:
+    """The log's first record carries a MAC: its chain can be checked only with the key."""
+    first = next((line.record for line in _lines(path) if line.record is not None), None)
+    return first is not None and first.get("mac") == KEYED
 
 
 def _build_agents(build: Path) -> list[str]:
@@ -256,15 +269,25 @@ def describe(record: dict[str, Any]) -> str:
     if record.get("stream"):
         parts.append("stream")
     if usage:
+        estimated = " (estimated)" if usage.get("estimated") else ""
         parts.append(
             f"rounds={usage.get('rounds', 0)} tokens={usage.get('input_tokens', 0)}"
-            f"/{usage.get('output_tokens', 0)}"
+            f"/{usage.get('output_tokens', 0)}{estimated}"
         )
+    if record.get("cost_usd") is not None:
+        parts.append(f"cost=${record['cost_usd']:.6f}")
+    if len(record.get("providers") or ()) > 1:  # a failover or a key change: say who answered
+        parts.append("via " + " > ".join(_attempt(a) for a in record["providers"]))
     lines = ["  " + "  ".join(str(p) for p in parts if p)]
     for round_ in record.get("tool_trace") or []:
         for call in round_.get("calls") or []:
             lines.append("      " + _describe_call(round_.get("round"), call))
     return "\n".join(lines) + "\n"
+
+
+def _attempt(attempt: dict[str, Any]) -> str:
+    key = f"[{attempt['key']}]" if attempt.get("key") else ""
+    return f"{attempt.get('provider')}{key}:{attempt.get('outcome')}"
 
 
 def _model(record: dict[str, Any]) -> str:

@@ -4,12 +4,14 @@ error shapes, usage, stream end, model list)."""
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 import orjson
 
-from clawpod.sidecar.codecs.streaming import ClientStream, TurnAssembler
+from clawpod.sidecar.codecs.streaming import ClientStream, EndMarkerWatch, TurnAssembler
 from clawpod.sidecar.model.conversation import (
     CodecError,
     Conversation,
@@ -22,6 +24,17 @@ from clawpod.sidecar.model.errors import ApiError
 
 ProviderApi = Literal["openai", "anthropic"]
 MAX_PROVIDER_MESSAGE = 500
+
+
+# A title, a summary or a compaction of the conversation itself, in either order ("a thread
+# title", "summarize this conversation", "compact the session").
+_META = r"(?:title|summary|summari[sz]e|compact(?:ion)?)"
+_SUBJECT = r"(?:conversation|thread|session|chat|discussion)"
+AUXILIARY = re.compile(
+    rf"\b{_META}\b[^.\n]{{0,80}}\b{_SUBJECT}\b|\b{_SUBJECT}\b[^.\n]{{0,80}}\b{_META}\b",
+    re.IGNORECASE,
+)
+SYSTEM = ("system", "developer")
 
 
 class Codec(ABC):
@@ -54,6 +67,10 @@ class Codec(ABC):
     def stream_ends(self) -> tuple[bytes, ...]:
         """Every marker a complete stream may end with (a protocol may end in several ways)."""
         return (self.stream_end,)
+
+    def end_watch(self) -> EndMarkerWatch:
+        """A watch for this protocol's stream end, fed the stream as it passes."""
+        return EndMarkerWatch(self.stream_ends)
 
     # --- pass-through -----------------------------------------------------------------------
 
@@ -102,6 +119,20 @@ class Codec(ABC):
         """The usage object a stream event carries, if any."""
         return event.get("usage")
 
+    stores_objects: ClassVar[bool] = False
+    """Whether the provider keeps objects (responses) that later requests name by id."""
+
+    def stored_ids(self, body: Any) -> list[tuple[str, str]]:
+        """(kind, id) of every object the provider stored for this answer and may be asked
+        about later; none for protocols without stored objects."""
+        return []
+
+    def stored_references(
+        self, path_params: Mapping[str, str], body: dict[str, Any]
+    ) -> list[tuple[str, str]]:
+        """(kind, id) of every stored object a request reads, continues, cancels or deletes."""
+        return []
+
     def provider_error_message(self, body: bytes) -> str:
         """The provider's own message in an error body (both families nest it under
         ``error.message``), else the start of the body."""
@@ -130,6 +161,14 @@ class Codec(ABC):
         """A request that declares no tools of its own and asks for structured output (a title,
         a classification): it wants data, not actions, so nothing is injected (SPEC §7.3)."""
         return not body.get("tools") and self.wants_structured_output(body)
+
+    def auxiliary(self, body: dict[str, Any]) -> bool:
+        """A request that declares no tools and no ``tool_choice`` and whose system text asks
+        for something about the conversation itself (a title, a summary, a compaction:
+        opencode's title request, Claude Code's summaries): it wants text, not actions."""
+        if body.get("tools") or body.get("functions") or body.get("tool_choice") is not None:
+            return False
+        return any(map(AUXILIARY.search, _system_texts(body)))
 
     def wants_structured_output(self, body: dict[str, Any]) -> bool:
         """Whether the request asks for structured output in the protocol's own way."""
@@ -242,6 +281,41 @@ class Codec(ABC):
     def echo_fingerprint(self, conversation: Conversation, body: dict[str, Any]) -> str:
         """Fingerprint of the final answer as the runner will send it back next time."""
 
+    def chain_ids(self, conversation: Conversation) -> list[str]:
+        """Ids of provider-held state this request continues from, which the runner does not
+        send back (none in protocols whose clients send the whole conversation)."""
+        return []
+
+    def answer_ids(self, conversation: Conversation, body: dict[str, Any]) -> list[str]:
+        """Ids by which a later request may continue from this answer's provider-held state."""
+        return []
+
+    def reference_fingerprint(self, body: dict[str, Any]) -> str | None:
+        """Fingerprint of the final answer sent back by reference (its recorded item ids) where
+        the protocol has such echoes; None where it has not."""
+        return None
+
 
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _system_texts(body: dict[str, Any]) -> list[str]:
+    """The system text of a request of any of the three protocols: Messages' ``system``,
+    Responses' ``instructions``, and system or developer turns (Chat ``messages``, Responses
+    ``input``); each key means the same wherever it appears."""
+    turns = [*_as_list(body.get("messages")), *_as_list(body.get("input"))]
+    texts = [body.get("system"), body.get("instructions")]
+    texts += [t.get("content") for t in turns if isinstance(t, dict) and t.get("role") in SYSTEM]
+    return [text for value in texts for text in _strings(value)]
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    parts = [p for p in _as_list(value) if isinstance(p, dict)]
+    return [p["text"] for p in parts if isinstance(p.get("text"), str)]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -100,15 +101,14 @@ def _without_text(choice: dict[str, Any]) -> dict[str, Any]:
 def _fold_choice(states: dict[int, dict[str, Any]], choice: dict[str, Any]) -> None:
     index = choice.get("index", 0)
     state = states.setdefault(
-        index, {"index": index, "content": None, "finish_reason": None, "calls": {}}
+        index,
+        {"index": index, "content": None, "finish_reason": None, "calls": {}, "announced": {}},
     )
     delta = choice.get("delta") or {}
     if delta.get("content"):
         state["content"] = (state["content"] or "") + delta["content"]
     for fragment in delta.get("tool_calls") or []:
-        slot = state["calls"].setdefault(
-            fragment.get("index", 0), {"id": None, "name": "", "arguments": ""}
-        )
+        slot = _slot_of(state, fragment)
         # Some compatible providers repeat id and name on every fragment: keep the first.
         slot["id"] = slot["id"] or fragment.get("id")
         function = fragment.get("function") or {}
@@ -121,6 +121,26 @@ def _fold_choice(states: dict[int, dict[str, Any]], choice: dict[str, Any]) -> N
         legacy["arguments"] += function_call.get("arguments") or ""
     if choice.get("finish_reason"):
         state["finish_reason"] = choice["finish_reason"]
+
+
+def _slot_of(state: dict[str, Any], fragment: dict[str, Any]) -> dict[str, Any]:
+    """The call a tool-call fragment continues, or a new one. Servers differ: llama-cpp-python
+    repeats id and name on every fragment of a call; Ollama numbers every call ``index: 0``
+    and sends each whole with its own id; some leave ``index`` out. A fragment opens a new
+    call when its index is new, or when it names an id other than its index's current call."""
+    calls: dict[int, dict[str, Any]] = state["calls"]
+    announced: dict[Any, int] = state["announced"]  # the server's index -> our call
+    call_id = fragment.get("id")
+    index = fragment.get("index")
+    if index is None:  # no index: the call its id names, else the last one
+        named = [n for n, c in calls.items() if call_id and c["id"] == call_id]
+        if named or (call_id is None and calls):
+            return calls[named[0] if named else max(calls)]
+    current = announced.get(index)
+    if current is None or (call_id and calls[current]["id"] not in (None, call_id)):
+        current = announced[index] = len(calls)
+        calls[current] = {"id": None, "name": "", "arguments": ""}
+    return calls[current]
 
 
 def _finish_choice(state: dict[str, Any]) -> dict[str, Any]:
@@ -142,3 +162,57 @@ def _finish_choice(state: dict[str, Any]) -> dict[str, Any]:
         "tool_calls" if calls else "function_call" if "function_call" in state else "stop"
     )
     return {"index": state["index"], "message": message, "finish_reason": finish}
+
+
+_EVENT = re.compile(rb".*?(?:\r?\n\r?\n)", re.S)
+# A client stream never waits on an event longer than this: past it, bytes pass as they are.
+_MAX_PENDING_EVENT = 1 << 20
+
+
+class UsageChunkStripper:
+    """Removes the usage-only chunk (``"choices": []`` with ``usage``) from a passed-through
+    stream whose client did not ask for it: the sidecar asks for usage to charge budgets (#32).
+    Bytes go on as soon as their event is complete."""
+
+    __slots__ = ("_pending",)
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        if not self._pending and chunk.endswith(b"\n\n"):
+            complete = chunk  # the common case: whole events per chunk
+        else:
+            data = self._pending + chunk
+            cut = max(_end_after(data, b"\n\n"), _end_after(data, b"\r\n\r\n"))
+            if cut <= 0:
+                self._pending = data if len(data) <= _MAX_PENDING_EVENT else b""
+                return b"" if self._pending else data
+            complete, self._pending = data[:cut], data[cut:]
+        # Asked for usage, OpenAI writes "usage": null into every chunk: look for the one
+        # chunk without choices instead.
+        if b"[]" not in complete or (
+            b'"choices":[]' not in complete and b'"choices": []' not in complete
+        ):
+            return complete
+        return b"".join(e for e in _EVENT.findall(complete) if not _usage_only(e))
+
+    def flush(self) -> bytes:
+        rest, self._pending = self._pending, b""
+        return rest
+
+
+def _end_after(data: bytes, separator: bytes) -> int:
+    found = data.rfind(separator)
+    return found + len(separator) if found >= 0 else 0
+
+
+def _usage_only(event: bytes) -> bool:
+    for line in event.splitlines():
+        if line.startswith(b"data:") and b'"usage"' in line:
+            try:
+                payload = orjson.loads(line[5:])
+            except orjson.JSONDecodeError:
+                return False
+            return isinstance(payload, dict) and payload.get("choices") == []
+    return False

@@ -10,6 +10,7 @@ flattens them back into ``input`` with every item untouched.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from clawpod.sidecar.codecs.base import Codec
@@ -28,6 +29,7 @@ from clawpod.sidecar.model.canonical import (
     canonical_arguments,
     canonical_json,
     digest,
+    identifying_text,
     normalise_text,
 )
 from clawpod.sidecar.model.conversation import (
@@ -43,6 +45,7 @@ from clawpod.sidecar.model.errors import ApiError
 
 TEXT_PIECE = 256
 SIMPLE_CHOICES = ("auto", "none", "required")
+TEXT_PARTS = ("input_text", "output_text", "text")
 # Input items the model did not produce: everything else in ``input`` is an echoed output.
 _CLIENT_ROLES = ("user", "system", "developer")
 # Calls the client executes, and the item type that answers each (Responses names them so).
@@ -109,6 +112,31 @@ class ResponsesCodec(OpenAIShapes, Codec):
         response = event.get("response")  # the terminal events nest the usage
         return response.get("usage") if isinstance(response, dict) else event.get("usage")
 
+    # --- stored objects ---------------------------------------------------------------------
+
+    stores_objects = True
+
+    def stored_ids(self, body: Any) -> list[tuple[str, str]]:
+        if not isinstance(body, dict) or body.get("object") != "response":
+            return []
+        found = [("response", body["id"])] if isinstance(body.get("id"), str) else []
+        conversation = _conversation_id(body.get("conversation"))
+        return found + ([("conversation", conversation)] if conversation else [])
+
+    def stored_references(
+        self, path_params: Mapping[str, str], body: dict[str, Any]
+    ) -> list[tuple[str, str]]:
+        found = []
+        if "response_id" in path_params:
+            found.append(("response", path_params["response_id"]))
+        previous = body.get("previous_response_id")
+        if isinstance(previous, str):  # another type is the provider's to refuse
+            found.append(("response", previous))
+        conversation = _conversation_id(body.get("conversation"))
+        if conversation:
+            found.append(("conversation", conversation))
+        return found
+
     # --- client request ---------------------------------------------------------------------
 
     def wants_structured_output(self, body: dict[str, Any]) -> bool:
@@ -139,7 +167,12 @@ class ResponsesCodec(OpenAIShapes, Codec):
         )
 
     def fingerprint(self, group: dict[str, Any]) -> str:
-        return digest(group["role"], *map(_item_fingerprint, _identifying(group["items"])))
+        items = _identifying(group["items"])
+        if items and all(item.get("type") == "item_reference" for item in items):
+            # Echoed by reference: whether reasoning items are referenced too varies, the
+            # last one (the answer's message) is always there.
+            return _reference_fingerprint(str(items[-1].get("id")))
+        return digest(group["role"], *map(_item_fingerprint, items))
 
     # --- upstream request -------------------------------------------------------------------
 
@@ -290,6 +323,23 @@ class ResponsesCodec(OpenAIShapes, Codec):
     def echo_fingerprint(self, conversation: Conversation, body: dict[str, Any]) -> str:
         return self.fingerprint({"role": "assistant", "items": body.get("output") or []})
 
+    def chain_ids(self, conversation: Conversation) -> list[str]:
+        params = conversation.params
+        return _ids(
+            params.get("previous_response_id"), _conversation_id(params.get("conversation"))
+        )
+
+    def answer_ids(self, conversation: Conversation, body: dict[str, Any]) -> list[str]:
+        return _ids(body.get("id"), _conversation_id(conversation.params.get("conversation")))
+
+    def reference_fingerprint(self, body: dict[str, Any]) -> str | None:
+        """The answer echoed as ``item_reference`` items (the Vercel AI SDK's default with a
+        stored response): known by the id of its last message (or last item)."""
+        output = [i for i in body.get("output") or [] if isinstance(i, dict) and i.get("id")]
+        messages = [i for i in output if i.get("type", "message") == "message"]
+        last = (messages or output or [None])[-1]
+        return _reference_fingerprint(str(last["id"])) if last is not None else None
+
 
 # --- request items ----------------------------------------------------------------------------
 
@@ -305,10 +355,16 @@ def _input_items(raw: Any) -> list[dict[str, Any]]:
 
 
 def _is_model_output(item: dict[str, Any]) -> bool:
+    """Items the model produced; an ``item_reference`` stands for such an item (clients refer
+    to the model's stored output items by id)."""
     kind = item.get("type", "message")
     if kind == "message":
         return item.get("role") not in _CLIENT_ROLES
-    return not (kind.endswith("_output") or kind in ("mcp_approval_response", "item_reference"))
+    return not (kind.endswith("_output") or kind == "mcp_approval_response")
+
+
+def _reference_fingerprint(item_id: str) -> str:
+    return digest("assistant", "ref:" + item_id)
 
 
 def group_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -346,17 +402,26 @@ def _item_fingerprint(item: dict[str, Any]) -> str:
 
 
 def _content_fingerprint(content: Any) -> str:
-    """Text parts by their text alone: a string, input_text and output_text are one content."""
+    """Text parts by their text alone: a string, input_text and output_text parts are one
+    content however the text is split among them."""
     if isinstance(content, str):
-        return normalise_text(content)
+        return identifying_text([content])
     if not isinstance(content, list):
         return canonical_json(content).decode()
-    return "|".join(
-        normalise_text(str(part.get("text", "")))
-        if isinstance(part, dict) and part.get("type") in ("input_text", "output_text", "text")
-        else canonical_json(part).decode()
-        for part in content
-    )
+    texts = [p for p in content if isinstance(p, dict) and p.get("type") in TEXT_PARTS]
+    others = [canonical_json(p).decode() for p in content if p not in texts]
+    return "|".join([identifying_text([str(p.get("text", "")) for p in texts]), *others])
+
+
+def _conversation_id(value: Any) -> str | None:
+    """A ``conversation`` field: the id, or an object holding it (``{"id": "conv_…"}``)."""
+    if isinstance(value, dict):
+        value = value.get("id")
+    return value if isinstance(value, str) and value else None
+
+
+def _ids(*candidates: Any) -> list[str]:
+    return [c for c in candidates if isinstance(c, str) and c]
 
 
 def _chained_by_provider(params: dict[str, Any]) -> bool:

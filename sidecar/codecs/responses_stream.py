@@ -44,8 +44,13 @@ class Lifecycle(Protocol):
 
 
 class ResponsesAssembler(TurnAssembler):
+    """Lenient with what compatible servers leave out: ``llama-server`` sends no
+    ``output_index``, ``content_index`` or ``sequence_number`` and no id on a call's item; an
+    event without an index belongs to the item its ``item_id`` names, else to the last added."""
+
     def __init__(self) -> None:
         super().__init__()
+        self._added: dict[int, dict[str, Any]] = {}  # items as the stream opened them
         self._done_items: dict[int, dict[str, Any]] = {}
         self._response: dict[str, Any] | None = None
         self._handed = 0  # items before this one were handed out or stay for the end
@@ -62,17 +67,26 @@ class ResponsesAssembler(TurnAssembler):
             raise CodecError(f"upstream response failed: {error}")
         if kind == "response.created":
             self.head = dict(data["response"])
+        elif kind == "response.output_item.added":
+            index = data.get("output_index", len(self._added))
+            self._added[index] = data.get("item") or {}
         elif kind == "response.output_text.delta" and data.get("delta"):
-            index = data["output_index"]
+            index = self._index_of(data, data.get("item_id"))
             before: tuple[dict[str, Any], ...] = ()
             if index >= self._handed:  # the item's first text
                 earlier = (self._done_items.get(i, {}) for i in range(self._handed, index))
                 before = tuple(i for i in earlier if goes_before_text(i))
                 self._handed = index + 1
-            where = (index, data["content_index"])
-            deltas.append(TextDelta(where, data["delta"], data.get("item_id"), before))
+            where = (index, data.get("content_index", 0))
+            item_id = data.get("item_id") or _identity(self._added.get(index, {}))
+            deltas.append(TextDelta(where, data["delta"], item_id, before))
         elif kind == "response.output_item.done":
-            self._done_items[data["output_index"]] = data["item"]
+            item = data["item"]
+            if "output_index" in data or _identity(item) in map(_identity, self._added.values()):
+                index = self._index_of(data, _identity(item))
+            else:  # an item the stream never opened: the next one
+                index = max([*self._added, *self._done_items], default=-1) + 1
+            self._done_items[index] = item
         elif kind in TERMINAL_EVENTS:
             response = dict(data["response"])
             if not response.get("output"):
@@ -81,11 +95,27 @@ class ResponsesAssembler(TurnAssembler):
                 response["output"] = [done[i] for i in sorted(done)]
             self._response = response
 
+    def _index_of(self, data: dict[str, Any], item_id: str | None) -> int:
+        """The event's output index, or the position of the item it names, or the last
+        item opened (a server that neither numbers nor names its items has one at a time)."""
+        if "output_index" in data:
+            return int(data["output_index"])
+        if item_id is not None:
+            for index, item in self._added.items():
+                if _identity(item) == item_id:
+                    return index
+        return max(self._added, default=0)
+
     def _body(self) -> dict[str, Any]:
         if self._response is None:
             # A cut stream would fold into a plausible but partial answer.
             raise CodecError("upstream stream ended before response.completed")
         return self._response
+
+
+def _identity(item: dict[str, Any]) -> str | None:
+    """What names an item in other events: its id, or a call's ``call_id`` where it has none."""
+    return item.get("id") or item.get("call_id")
 
 
 class ResponsesClientStream(ClientStream):

@@ -52,6 +52,28 @@ def shown_live(
     return shown
 
 
+class EndMarkerWatch:
+    """Whether a stream, read in pieces, carried one of its protocol's end markers (a marker
+    may be split across pieces). Until it did, the stream counts as cut: its connection is not
+    pooled again, and a relay tells its client the answer is incomplete."""
+
+    __slots__ = ("_ends", "_keep", "_tail", "seen")
+
+    def __init__(self, ends: tuple[bytes, ...]) -> None:
+        self._ends = ends
+        self._keep = max(map(len, ends))
+        self._tail = b""
+        self.seen = False
+
+    def feed(self, chunk: bytes) -> bool:
+        """Read the next piece; True once an end marker has been seen."""
+        if not self.seen:
+            window = self._tail + chunk
+            self.seen = any(end in window for end in self._ends)
+            self._tail = window[-self._keep :]
+        return self.seen
+
+
 class TurnAssembler(ABC):
     """One upstream turn, read as it streams."""
 
@@ -59,17 +81,21 @@ class TurnAssembler(ABC):
         self._reader = EventReader()
         self.head: dict[str, Any] = {}
         """What the stream said about the turn before its content (ids, model)."""
+        self.events = 0
+        """Events read so far (comments are none): a stream with none said nothing at all."""
 
     def feed(self, data: bytes) -> list[TextDelta]:
         """Read the next bytes; the text deltas they complete, in order."""
         deltas: list[TextDelta] = []
         for event, payload in self._reader.feed(data):
+            self.events += 1
             self._event(event, payload, deltas)
         return deltas
 
     def finish(self) -> dict[str, Any]:
         """The whole turn as a non-streaming body; ``CodecError`` if the stream was cut."""
         for event, payload in self._reader.finish():
+            self.events += 1
             self._event(event, payload, [])
         return self._body()
 

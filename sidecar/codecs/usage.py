@@ -24,6 +24,7 @@ class StreamUsage:
         "_pending",
         "cache_creation",
         "cache_read",
+        "events",
         "input_tokens",
         "output_tokens",
     )
@@ -35,6 +36,8 @@ class StreamUsage:
         self.output_tokens = 0
         self.cache_read = 0
         self.cache_creation = 0
+        self.events = 0
+        """``data:`` events seen (the relay counts them): an answer's size when no usage came."""
 
     def feed(self, chunk: bytes) -> None:
         data = self._pending + chunk if self._pending else chunk

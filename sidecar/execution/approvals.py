@@ -29,6 +29,9 @@ Status = Literal["pending", "approved", "denied", "expired", "used"]
 Decision = Literal["approve", "deny"]
 # How long a finished approval stays listed (and refuses a second use by name) in memory.
 FINISHED_KEPT = 256
+# Arguments as listed and sent to the webhook: a preview past this (canonical JSON bytes); the
+# digest names the whole (issue 30: 4 MB arguments were listed and posted whole).
+ARGUMENTS_PREVIEW_BYTES = 64 * 1024
 
 
 class Approval(BaseModel):
@@ -52,7 +55,17 @@ class Approval(BaseModel):
     rule: str | None = None
 
     def public(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        """As listed and sent to the webhook: arguments longer than ``ARGUMENTS_PREVIEW_BYTES``
+        in canonical JSON become ``arguments_preview`` (their first bytes, as text) and
+        ``arguments_bytes``; ``args_digest`` names them whole either way."""
+        data = self.model_dump(mode="json", exclude={"arguments"})
+        text = canonical_json(self.arguments)
+        if len(text) > ARGUMENTS_PREVIEW_BYTES:
+            data["arguments_preview"] = text[:ARGUMENTS_PREVIEW_BYTES].decode("utf-8", "ignore")
+            data["arguments_bytes"] = len(text)
+        else:
+            data["arguments"] = self.arguments
+        return data
 
 
 class ApprovalError(Exception):
@@ -119,6 +132,11 @@ class ApprovalStore:
             found += self._finished.values()
         return sorted(found, key=lambda a: a.created)
 
+    def open_count(self, agent: str) -> int:
+        """The agent's approvals still open (pending, or approved and not yet used)."""
+        self._expire_due()
+        return sum(1 for approval in self._open.values() if approval.agent == agent)
+
     def find(
         self, agent: str, tool: str, digest_of_args: str, manifest_digest: str
     ) -> Approval | None:
@@ -146,7 +164,9 @@ class ApprovalStore:
         *,
         principal: str | None = None,
         rule: str | None = None,
+        reason: str | None = None,
     ) -> Approval:
+        """A pending approval; ``reason`` says why the call waits (``tainted``, SPEC §17)."""
         now = self._clock()
         approval = Approval(
             id="apr_" + secrets.token_hex(12),
@@ -159,6 +179,7 @@ class ApprovalStore:
             expires=now + timeout_s,
             principal=principal,
             rule=rule,
+            reason=reason,
         )
         self._save(approval)
         self._open[approval.id] = approval

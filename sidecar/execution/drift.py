@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from clawpod.sidecar.audit.log import AuditLog
 from clawpod.sidecar.audit.records import request_record
-from clawpod.sidecar.execution.mcp_backend import BackendKey, McpBackends
+from clawpod.sidecar.execution.mcp_backend import LIST_TIMEOUT_S, BackendKey, McpBackends
 from clawpod.sidecar.execution.quarantine import REFUSAL_CODE, Quarantine
 from clawpod.sidecar.execution.request import RequestProblem
 from clawpod.sidecar.manifest import (
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("sidecar.drift")
 
 AUDIT_ROUTE = "(tool-definitions)"
-LIST_TIMEOUT_S = 30.0
 
 
 @dataclass(slots=True)

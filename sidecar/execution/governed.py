@@ -1,12 +1,15 @@
 """The governed tool call, shared by mediated mode and MCP (SPEC §9): permission (grant) →
-rules (CEL) → rate limit → approval → timeout and dispatch (the executor). The call sites audit
-the outcome; refused calls come back as error results the model sees."""
+argument guards of a tainted request (§17) → rules (CEL) → rate limit → approval (also the
+hold of a tainted request) → timeout and dispatch (the executor) → the fence around an
+untrusted result. The call sites audit the outcome; refused calls come back as error results
+the model sees."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from clawpod.sidecar.audit.log import AuditLog
@@ -17,13 +20,33 @@ from clawpod.sidecar.execution.approvals import (
     args_digest,
 )
 from clawpod.sidecar.execution.executor import ToolExecutor
+from clawpod.sidecar.execution.policy import (
+    UNTAINTED_REQUEST,
+    Policy,
+    annotations_of,
+    tool_matches,
+)
 from clawpod.sidecar.execution.policy import Decision as RuleDecision
-from clawpod.sidecar.execution.policy import Policy, annotations_of, tool_matches
 from clawpod.sidecar.execution.quarantine import Quarantine
 from clawpod.sidecar.execution.rates import RateLimiter
+from clawpod.sidecar.execution.taint_guard import ArgumentGuard
 from clawpod.sidecar.execution.webhooks import ApprovalWebhook
-from clawpod.sidecar.manifest import AgentBuild, Approvals, Governance, ManagedTool
+from clawpod.sidecar.manifest import (
+    DEFAULT_MAX_OPEN_APPROVALS,
+    AgentBuild,
+    Approvals,
+    Governance,
+    ManagedTool,
+    Taint,
+)
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
+from clawpod.sidecar.model.taint import (
+    TAINTED,
+    UNTAINTED,
+    RequestTaint,
+    fenced,
+    held_when_tainted,
+)
 from clawpod.sidecar.observability.metrics import Metrics
 from clawpod.sidecar.tasks import ShieldedTasks
 
@@ -56,7 +79,11 @@ class GovernedExecutor:
         metrics: Metrics,
         tasks: ShieldedTasks,
         webhook: ApprovalWebhook | None = None,
+        taint: Taint | None = None,
+        credentials: tuple[str, ...] = (),
     ) -> None:
+        """``taint``: the pod's settings (SPEC §17); ``credentials``: every secret value the
+        sidecar holds, which a tainted request's arguments may not carry."""
         self.executor = executor
         self.policy = Policy(governance)
         self.rates = RateLimiter()
@@ -70,6 +97,10 @@ class GovernedExecutor:
         self._metrics = metrics
         self._tasks = tasks
         self.webhook = webhook
+        self.taint_mode = taint.mode if taint is not None else "off"
+        self.argument_guard = (
+            ArgumentGuard(taint, agents, credentials) if self.taint_mode != "off" else None
+        )
 
     @property
     def quarantine(self) -> Quarantine:
@@ -85,13 +116,28 @@ class GovernedExecutor:
         timeout_s: float,
         max_result_bytes: int,
         idempotency_key: str | None = None,
+        taint: RequestTaint = UNTAINTED,
+        deadline: float | None = None,
+        before_send: Callable[[], Awaitable[None]] | None = None,
     ) -> ToolOutcome:
+        """``taint``: the untrusted results that entered the calling request (mediated mode);
+        ``deadline`` (``time.monotonic()``): the caller's budget, which an approval's wait
+        never outlives; ``before_send``: awaited once the call is cleared to go, right before
+        it is sent (the mediated journal records it there, after any approval)."""
         if id(tool) not in self._granted.get(agent_id, ()):
             return refused("policy_denied", f"{tool.presented} is not granted to this agent")
         checked = self.executor.check_arguments(tool, arguments)
         if isinstance(checked, ToolOutcome):
             return checked
-        decision = self.policy.decide(agent_id, tool, checked)
+        guard = self.argument_guard
+        if taint.tainted and guard is not None:
+            refusal = guard.refusal(tool, checked)
+            if refusal is not None:
+                return refusal
+        # `withdraw` is the engine's: it never offers (nor runs) those tools again.
+        held = taint.tainted and self.taint_mode == "confirm" and held_when_tainted(tool)
+        request = taint.variables() if taint.tainted else UNTAINTED_REQUEST
+        decision = self.policy.decide(agent_id, tool, checked, request)
         if decision.effect == "deny":
             return refused("policy_denied", decision.reason)
         if (
@@ -104,11 +150,21 @@ class GovernedExecutor:
                 f"{tool.presented} is limited to {decision.rate.count} calls per "
                 f"{decision.rate.per} for this agent; try again later",
             )
-        if decision.effect == "confirm" or needs_approval(self.settings, tool):
-            refusal = await self._approved(agent_id, tool, dict(checked), decision)
+        if held or decision.effect == "confirm" or needs_approval(self.settings, tool):
+            # A rule cannot lift the hold of a tainted request; `taint: off` does.
+            reason = TAINTED if held else None
+            refusal = await self._approved(
+                agent_id, tool, dict(checked), decision, reason, deadline
+            )
             if refusal is not None:
                 return refusal
-        return await self.executor.execute(
+        if deadline is not None:
+            timeout_s = min(timeout_s, deadline - time.monotonic())
+            if timeout_s <= 0:
+                return refused("timeout", "the request's tool budget ran out before this call")
+        if before_send is not None:
+            await before_send()
+        outcome = await self.executor.execute(
             agent_id,
             tool,
             checked,
@@ -116,6 +172,7 @@ class GovernedExecutor:
             max_result_bytes=max_result_bytes,
             idempotency_key=idempotency_key,
         )
+        return fenced(outcome) if tool.untrusted and outcome.executed else outcome
 
     # -- approvals --------------------------------------------------------------------------
 
@@ -125,11 +182,21 @@ class GovernedExecutor:
         tool: ManagedTool,
         arguments: dict[str, Any],
         held_by: RuleDecision,
+        reason: str | None,
+        deadline: float | None,
     ) -> ToolOutcome | None:
-        """None once an operator approved this exact call; else the refusal the model sees."""
+        """None once an operator approved this exact call; else the refusal the model sees.
+        ``reason``: why a new approval is asked for (``tainted``), shown while it is pending."""
         digest_of_args = args_digest(arguments)
         approval = self.approvals.find(agent_id, tool.name, digest_of_args, self.manifest_digest)
         if approval is None:
+            limit = self.settings.max_open_per_agent or DEFAULT_MAX_OPEN_APPROVALS
+            if self.approvals.open_count(agent_id) >= limit:
+                return refused(
+                    "approval_limit",
+                    f"this agent already has {limit} approvals waiting for an operator; "
+                    "call again once some are decided",
+                )
             approval = self.approvals.create(
                 agent_id,
                 tool.name,
@@ -138,12 +205,24 @@ class GovernedExecutor:
                 self.settings.timeout_ms / 1000,
                 principal=tool.execution.auth.principal,
                 rule=self._holding_rule(held_by),
+                reason=reason,
             )
             log.info("approval %s created for %s of agent %s", approval.id, tool.name, agent_id)
             self._metrics.approvals.labels(event="created").inc()
             if self.webhook is not None:
                 self._tasks.spawn(self._notify(self.webhook, approval))
-        final = await self.approvals.wait(approval.id)
+        try:
+            wait_s = None if deadline is None else max(0.0, deadline - time.monotonic())
+            final = await asyncio.wait_for(self.approvals.wait(approval.id), wait_s)
+        except TimeoutError:
+            # The request gave up waiting: this call is not made by it, whatever is decided
+            # later. The approval stays open for the same call in a later request.
+            return refused(
+                "approval_pending",
+                f"approval {approval.id} was not decided within this request's tool budget; "
+                "the call was not executed. The same call can be made again once it is "
+                "approved",
+            )
         if final is None:
             return refused(
                 "approval_pending",

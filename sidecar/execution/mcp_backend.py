@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from clawpod.sidecar.execution.mcp_http import bounded, bounded_transport, result_bound
 from clawpod.sidecar.execution.request import credential_header
 from clawpod.sidecar.execution.result import failed
 from clawpod.sidecar.manifest import Execution, ManagedTool, ToolAuth
 from clawpod.sidecar.model.outcome import ToolOutcome, error_envelope
-from clawpod.sidecar.model.redaction import redactor_for
+from clawpod.sidecar.model.redaction import credential_secrets, redactor_for
 
 if TYPE_CHECKING:  # the SDK is imported when a build has MCP tools (it costs ~0.3 s to import)
     import mcp_types as types
@@ -34,6 +35,11 @@ log = logging.getLogger("sidecar.mcp_backend")
 # stream open for minutes, as the SDK's own client allows.
 CONNECT_TIMEOUT_S = 30.0
 READ_TIMEOUT_S = 300.0
+
+# A service's tool list (the drift check, clawc discover): pages, tools and the time for all.
+MAX_LIST_PAGES = 100
+MAX_LISTED_TOOLS = 5000
+LIST_TIMEOUT_S = 30.0
 
 # The `_meta` key that carries a call's idempotency key where no HTTP header can (§8.2).
 IDEMPOTENCY_META_KEY = "io.clawpod/idempotency-key"
@@ -70,6 +76,7 @@ class _Connection:
             headers=headers,
             timeout=httpx2.Timeout(CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S),
             trust_env=False,
+            transport=bounded_transport(),
         )
         try:
             async with (
@@ -103,6 +110,10 @@ class McpBackends:
     def key_for(self, execution: Execution, tool: ManagedTool) -> BackendKey:
         """Raises ``RequestProblem`` (credential_missing) like an HTTP tool would."""
         return BackendKey(execution.endpoint, credential_header(tool, self._env))
+
+    def _secrets(self, auth: ToolAuth) -> tuple[bytes, ...]:
+        """What a result must not echo: the credential as configured and as sent."""
+        return credential_secrets(self._env.get(auth.env or "", ""), auth.type)
 
     async def client(self, key: BackendKey) -> Client:
         connection = self._connections.get(key)
@@ -145,18 +156,23 @@ class McpBackends:
             return failed("unreachable", f"could not open an MCP session ({exc})", False, started)
         meta = {IDEMPOTENCY_META_KEY: idempotency_key} if idempotency_key else None
         try:
-            async with asyncio.timeout(timeout_s):
-                result = await client.call_tool(execution.tool or "", arguments, meta=meta)
+            with bounded(result_bound(max_result_bytes)) as bound:
+                async with asyncio.timeout(timeout_s):
+                    result = await client.call_tool(execution.tool or "", arguments, meta=meta)
         except TimeoutError:
             message = f"the service did not answer within {timeout_s:g} s"
             return failed("timeout", message, True, started)
         except MCPError as exc:
+            if bound.exceeded:  # the SDK reports the cut read as a failed request
+                message = f"the service's result is larger than {bound.limit} bytes: not read"
+                return failed("result_too_large", message, True, started)
             return _protocol_error(exc, started)
         except Exception as exc:  # transport failures surface as the client library's own types
             await self.forget(key)
             message = f"the MCP exchange with the service failed ({type(exc).__name__})"
             return failed("unreachable", message, True, started)
-        return outcome_for_result(result, max_result_bytes, _secrets(execution.auth, key), started)
+        secrets = self._secrets(execution.auth) if key.credential else ()
+        return outcome_for_result(result, max_result_bytes, secrets, started)
 
     async def close(self) -> None:
         connections, self._connections = list(self._connections.values()), {}
@@ -164,27 +180,33 @@ class McpBackends:
             await connection.close()
 
 
-def _secrets(auth: ToolAuth, key: BackendKey) -> tuple[bytes, ...]:
-    if key.credential is None:
-        return ()
-    value = key.credential[1]
-    secrets = (value.encode(),)
-    if auth.type in ("bearer", "basic"):
-        secrets += (value.split(" ", 1)[-1].encode(),)
-    return secrets
+class ListingRefused(Exception):
+    """A service's tool list broke a bound: too many pages or tools, or a cursor repeated."""
 
 
 async def all_tools(client: Client) -> list[types.Tool]:
     """Every page of a service's tool list, never from the client's response cache: a drift
-    check and ``clawc discover`` must see what is served now."""
+    check and ``clawc discover`` must see what is served now.
+
+    Bounded (issue 30: an endless pagination cost 1.34 GB and 36 s of CPU): at most
+    ``MAX_LIST_PAGES`` pages and ``MAX_LISTED_TOOLS`` tools, a cursor never twice, each page
+    held to the default answer size (``mcp_http.py``); callers bound the time
+    (``LIST_TIMEOUT_S``)."""
     tools: list[types.Tool] = []
     cursor: str | None = None
-    while True:
+    seen: set[str] = set()
+    for _ in range(MAX_LIST_PAGES):
         page = await client.list_tools(cursor=cursor, cache_mode="bypass")
         tools += page.tools
+        if len(tools) > MAX_LISTED_TOOLS:
+            raise ListingRefused(f"the service lists more than {MAX_LISTED_TOOLS} tools")
         cursor = page.next_cursor
         if not cursor:
             return tools
+        if cursor in seen:
+            raise ListingRefused("the service repeated a page cursor (an endless listing)")
+        seen.add(cursor)
+    raise ListingRefused(f"the service's tool list runs past {MAX_LIST_PAGES} pages")
 
 
 def _protocol_error(exc: MCPError, started: float) -> ToolOutcome:

@@ -1,5 +1,6 @@
 """Policy on arguments (SPEC §9.2): ordered rules per agent, each a tool glob, an optional CEL
-condition over ``args``, ``agent``, ``tool`` and ``annotations``, and an effect; the first rule
+condition over ``args``, ``agent``, ``tool``, ``annotations`` and ``request`` (its taint,
+§17), and an effect; the first rule
 that matches decides, and a call no rule matches is allowed.
 
 CEL is evaluated by ``common-expression-language`` (bindings to the Rust CEL implementation).
@@ -7,16 +8,24 @@ That library checks syntax but has no type checker, so ``clawc compile`` checks 
 evaluating it against a sample of every field the tool's input schema declares
 (:func:`condition_problem`): unknown fields, operators applied to the wrong types and
 non-boolean results are compile errors. The same functions run in the sidecar.
+
+Strings are compared as they are: ``args.symbol == "NVDA"`` does not match ``"nvda"``. Rules
+normalise explicitly with cel-go's strings extension, which the library ships
+(``cel.stdlib``): ``lowerAscii()``, ``upperAscii()``, ``trim()`` and the rest of it, so
+``args.symbol.upperAscii() == "NVDA"``. :func:`exact_string_comparisons` finds ``==``, ``!=``
+and ``in`` applied straight to a free-form string argument, for a compile warning.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import cel
+from cel.stdlib import EXTENSIONS
 
 from clawpod.sidecar.manifest import Effect, Governance, ManagedTool, Rate, ToolRule
 
@@ -27,19 +36,40 @@ MCP_DEFAULT_ANNOTATIONS = {
     "idempotentHint": False,
     "openWorldHint": True,
 }
-VARIABLES = ("args", "agent", "tool", "annotations")
+# cel-go's strings extension (lowerAscii, upperAscii, trim, ...): case-aware rules need it.
+STRING_FUNCTIONS = EXTENSIONS["strings"]
+_CALLS_A_STRING_FUNCTION = re.compile(
+    r"\b(?:" + "|".join(re.escape(name) for name in STRING_FUNCTIONS) + r")\s*\("
+)
+VARIABLES = ("args", "agent", "tool", "annotations", "request")
+# ``request`` of a call no tainted request makes (an MCP call, compile-time checks): §17.
+UNTAINTED_REQUEST: Mapping[str, Any] = {"tainted": False, "taint_sources": []}
 
 
 class ConditionError(Exception):
     """A CEL condition that does not parse, or cannot be evaluated on these arguments."""
 
 
-def compile_condition(text: str) -> Any:
+@dataclass(frozen=True, slots=True)
+class Condition:
+    program: Any
+    # The functions cost a context per evaluation (about half again): only rules that call
+    # one pay for it.
+    calls_functions: bool
+
+    def execute(self, variables: dict[str, Any]) -> Any:
+        if self.calls_functions:
+            return self.program.execute(cel.Context(variables, STRING_FUNCTIONS))
+        return self.program.execute(variables)
+
+
+def compile_condition(text: str) -> Condition:
     """The compiled CEL program of ``text``; raises :class:`ConditionError`."""
     try:
-        return cel.compile(text)
+        program = cel.compile(text)
     except (ValueError, RuntimeError, TypeError) as exc:
         raise ConditionError(str(exc)) from None
+    return Condition(program, _CALLS_A_STRING_FUNCTION.search(text) is not None)
 
 
 def annotations_of(tool: ManagedTool | Mapping[str, Any]) -> dict[str, Any]:
@@ -47,14 +77,26 @@ def annotations_of(tool: ManagedTool | Mapping[str, Any]) -> dict[str, Any]:
     return {**MCP_DEFAULT_ANNOTATIONS, **declared}
 
 
-def activation(agent: str, tool: str, annotations: dict[str, Any], args: Any) -> dict[str, Any]:
-    return {"args": args, "agent": agent, "tool": tool, "annotations": annotations}
+def activation(
+    agent: str,
+    tool: str,
+    annotations: dict[str, Any],
+    args: Any,
+    request: Mapping[str, Any] = UNTAINTED_REQUEST,
+) -> dict[str, Any]:
+    return {
+        "args": args,
+        "agent": agent,
+        "tool": tool,
+        "annotations": annotations,
+        "request": dict(request),
+    }
 
 
-def evaluate(program: Any, variables: dict[str, Any]) -> bool:
+def evaluate(condition: Condition, variables: dict[str, Any]) -> bool:
     """The condition's value; anything but a boolean is a :class:`ConditionError`."""
     try:
-        value = program.execute(variables)
+        value = condition.execute(variables)
     except (ValueError, RuntimeError, TypeError, KeyError, OverflowError) as exc:
         raise ConditionError(_message(exc)) from None
     if not isinstance(value, bool):
@@ -133,12 +175,70 @@ def condition_problem(text: str, agent: str, tool: ManagedTool | Any) -> str | N
     try:
         program = compile_condition(text)
         variables = activation(
-            agent, tool.name, annotations_of(tool.annotations), sample_of(tool.input_schema)
+            agent,
+            tool.name,
+            annotations_of(tool.annotations),
+            sample_of(tool.input_schema),
+            # Tainted, so a condition's checks behind `request.tainted &&` are evaluated too.
+            {"tainted": True, "taint_sources": [tool.name]},
         )
         evaluate(program, variables)
     except ConditionError as exc:
         return str(exc)
     return None
+
+
+# ``args.a.b == "x"``, ``args.a != 'x'``, ``args.a in [...]``, ``"x" == args.a`` and
+# ``args.a.startsWith("x")`` (endsWith, contains): an argument compared as it is, not through
+# lowerAscii() or another function first.
+_FIELD = r"args((?:\.[A-Za-z_][A-Za-z0-9_]*)+)"
+_EXACT_COMPARISON = re.compile(
+    _FIELD + r"\s*(==|!=|\bin\b)(?!\s*\()"
+    r"|(?:\"[^\"]*\"|'[^']*')\s*(==|!=)\s*" + _FIELD + r"(?![\w.(])"
+    r"|" + _FIELD + r"\.(?:startsWith|endsWith|contains)\s*\("
+)
+
+
+def exact_string_comparisons(text: str, input_schema: Any) -> list[str]:
+    """The free-form string arguments (no ``enum``, ``const`` or ``pattern``) that ``text``
+    compares exactly, as ``args.x``. A CEL expression has no type checker here, so this reads
+    the text: a comparison it cannot see (through a variable or macro) is not reported."""
+    found: list[str] = []
+    for match in _EXACT_COMPARISON.finditer(text):
+        path = next(g for g in match.group(1, 4, 5) if g).lstrip(".").split(".")
+        field = ".".join(("args", *path))
+        if field not in found and _free_form_string(input_schema, path):
+            found.append(field)
+    return found
+
+
+def _free_form_string(schema: Any, path: list[str]) -> bool:
+    node = schema
+    for name in path:
+        node = _resolved(node, schema)
+        properties = node.get("properties") if isinstance(node, dict) else None
+        if not isinstance(properties, dict) or name not in properties:
+            return False
+        node = properties[name]
+    node = _resolved(node, schema)
+    if not isinstance(node, dict):
+        return False
+    kinds = node.get("type")
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    constrained = any(key in node for key in ("enum", "const", "pattern"))
+    return "string" in kinds and not constrained
+
+
+def _resolved(node: Any, root: Any) -> Any:
+    for _ in range(32):
+        reference = node.get("$ref") if isinstance(node, dict) else None
+        if not (isinstance(reference, str) and reference.startswith("#/")):
+            return node
+        target: Any = root
+        for part in reference[2:].split("/"):
+            target = target.get(part) if isinstance(target, dict) else None
+        node = target
+    return node
 
 
 def tool_matches(pattern: str, canonical: str) -> bool:
@@ -159,7 +259,7 @@ ALLOWED = Decision("allow", "no rule matched", None)
 @dataclass(frozen=True, slots=True)
 class _CompiledRule:
     rule: ToolRule
-    program: Any  # None: the rule has no condition
+    program: Condition | None  # None: the rule has no condition
 
 
 class Policy:
@@ -175,7 +275,14 @@ class Policy:
             for agent, agent_rules in rules.items()
         }
 
-    def decide(self, agent: str, tool: ManagedTool, args: dict[str, Any]) -> Decision:
+    def decide(
+        self,
+        agent: str,
+        tool: ManagedTool,
+        args: dict[str, Any],
+        request: Mapping[str, Any] = UNTAINTED_REQUEST,
+    ) -> Decision:
+        """The first matching rule's decision; ``request`` is the calling request's taint."""
         variables: dict[str, Any] | None = None
         for index, compiled in enumerate(self._rules.get(agent, ())):
             rule = compiled.rule
@@ -184,7 +291,7 @@ class Policy:
             if compiled.program is not None:
                 if variables is None:
                     typed = as_declared(tool.input_schema, args)
-                    variables = activation(agent, tool.name, annotations_of(tool), typed)
+                    variables = activation(agent, tool.name, annotations_of(tool), typed, request)
                 try:
                     if not evaluate(compiled.program, variables):
                         continue

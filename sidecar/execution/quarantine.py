@@ -3,7 +3,7 @@ agent, and every call to them refused with ``tool_definition_changed``."""
 
 from __future__ import annotations
 
-from clawpod.sidecar.manifest import AgentBuild, ToolsManifest
+from clawpod.sidecar.manifest import AgentBuild, ManagedTool, ToolsManifest
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
 
 REFUSAL_CODE = "tool_definition_changed"
@@ -45,6 +45,16 @@ class Quarantine:
             f"was reviewed ({reason}); the operator must review and recompile"
         )
         return refused(REFUSAL_CODE, message)
+
+    def withheld(self, agent: AgentBuild) -> list[tuple[ManagedTool, ToolOutcome]]:
+        """The agent's quarantined tools, each with the refusal a call to it gets."""
+        if not self._reasons:
+            return []
+        return [
+            (tool, refusal)
+            for tool in agent.tools.tools
+            if (refusal := self.refusal(tool.name)) is not None
+        ]
 
     def offered(self, agent: AgentBuild) -> AgentBuild:
         """The agent as it may be served now: its quarantined tools left out. The same object

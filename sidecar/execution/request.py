@@ -15,6 +15,7 @@ from clawpod.sidecar.execution.arguments import invalid_arguments
 from clawpod.sidecar.manifest import ManagedTool
 from clawpod.sidecar.model.canonical import canonical_json, digest
 from clawpod.sidecar.model.outcome import ToolOutcome, error_envelope
+from clawpod.sidecar.model.redaction import credential_secrets
 
 CLAW_ID = "claw_id"
 QUERY_METHODS = frozenset({"GET", "DELETE"})
@@ -72,20 +73,27 @@ def build_request(
     secrets: tuple[bytes, ...] = ()
     if credential is not None:
         headers[credential[0]] = credential[1]
-        # A service that echoes the secret (or basic auth's base64 of it) must not hand it to
-        # the model.
-        secrets = (env.get(tool.execution.auth.env or "", "").encode(),)
-        if tool.execution.auth.type == "basic":
-            secrets += (credential[1].removeprefix("Basic ").encode(),)
+        # A service that echoes the secret (or basic auth's base64 of it, or its password) must
+        # not hand it to the model.
+        auth = tool.execution.auth
+        secrets = credential_secrets(env.get(auth.env or "", ""), auth.type)
     return ServiceRequest(tool, execution.method, url, headers, body, secrets)
 
 
 def idempotency_key(
-    pod: str, agent_id: str, tool: ManagedTool, call_id: str, arguments: dict[str, Any]
+    pod: str,
+    agent_id: str,
+    tool: ManagedTool,
+    request: str,
+    call_id: str,
+    arguments: dict[str, Any],
 ) -> str:
     """The ``Idempotency-Key`` of one logical call (IETF httpapi draft: a structured-field
-    string): the same on every resumed attempt, different for every other call."""
-    key = digest(pod, agent_id, tool.name, call_id, canonical_json(arguments).decode())
+    string). ``request`` is the identity of the request the call belongs to (the first attempt
+    of a mediated request, which its resumed attempts share; the MCP call itself), so the key is
+    the same on every resumed attempt and different for every other call, also when a model
+    reuses call ids (``call_0``) across requests."""
+    key = digest(pod, agent_id, tool.name, request, call_id, canonical_json(arguments).decode())
     return f'"{key}"'
 
 

@@ -26,7 +26,13 @@ from clawpod.sidecar.audit.log import AuditLog
 from clawpod.sidecar.audit.records import request_record, usage_record
 from clawpod.sidecar.audit.trace import trace_call
 from clawpod.sidecar.execution.governed import GovernedExecutor
-from clawpod.sidecar.manifest import DEFAULT_ALLOWED_HOSTS, AgentBuild, ManagedTool
+from clawpod.sidecar.execution.request import idempotency_key
+from clawpod.sidecar.manifest import (
+    DEFAULT_ALLOWED_HOSTS,
+    DEFAULT_MAX_BODY_BYTES,
+    AgentBuild,
+    ManagedTool,
+)
 from clawpod.sidecar.mcp.http import (
     JSON,
     SSE,
@@ -72,6 +78,8 @@ from clawpod.sidecar.mcp.stateless import (
     is_stateless,
     tools_list_result,
 )
+from clawpod.sidecar.mediation.journal import has_side_effects
+from clawpod.sidecar.model.json_cost import costs_over
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.observability.logs import log_request
@@ -104,7 +112,11 @@ class McpEndpoint:
         keepalive_s: float,
         tasks: ShieldedTasks,
         allowed_hosts: Iterable[str] = DEFAULT_ALLOWED_HOSTS,
+        pod: str = "",
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
+        self._pod = pod  # part of every Idempotency-Key, as in mediated mode
+        self._max_body_bytes = max_body_bytes
         self._allowed_hosts = frozenset(filter(None, map(hostname, allowed_hosts)))
         self._executor = executor
         self._audit = audit
@@ -151,14 +163,28 @@ class McpEndpoint:
 
     # -- POST ------------------------------------------------------------------------------------
 
+    async def _check_shape(self, raw: bytes) -> None:
+        """A batch of many tiny messages is refused before it is parsed (issue 30), counted a
+        slice per turn of the event loop."""
+        for over in costs_over(raw, self._max_body_bytes):
+            if over:
+                raise HttpError(
+                    413,
+                    INVALID_REQUEST,
+                    "Request Too Large: the body holds too many JSON items for its size",
+                )
+            await asyncio.sleep(0)
+
     async def _post(self, request: web.Request, agent: AgentBuild) -> web.StreamResponse:
         accepts_json, accepts_sse = accepts(request)
         if not (accepts_json or accepts_sse):
             raise HttpError(406, INVALID_REQUEST, f"Not Acceptable: accept {JSON} and {SSE}")
         if request.content_type != JSON:
             raise HttpError(415, INVALID_REQUEST, f"Unsupported Media Type: send {JSON}")
+        raw = await request.read()
+        await self._check_shape(raw)
         try:
-            messages, batch = parse_body(await request.read())
+            messages, batch = parse_body(raw)
         except JsonRpcError as err:
             raise HttpError(400, err.code, err.message) from None
         if is_stateless(request.headers.get(VERSION_HEADER), messages):
@@ -268,8 +294,10 @@ class McpEndpoint:
     ) -> dict[str, Any]:
         stateless = version in STATELESS_VERSIONS
         try:
-            if message.method == "ping" and not stateless:
-                return result_response(message.id, {})
+            if message.method == "ping":
+                # 2026-07-28 dropped ping, but clients of that era still send it (fastmcp's
+                # Client.ping()); an empty result costs nothing and breaks none of them.
+                return result_response(message.id, complete({}) if stateless else {})
             if message.method == "server/discover" and stateless:
                 return result_response(message.id, discover_result(instructions(agent)))
             if message.method == "tools/list":
@@ -334,14 +362,22 @@ class McpEndpoint:
         stream: bool,
     ) -> ToolOutcome:
         policy = agent.tools.policy
+        record_id = "mcp_" + uuid.uuid4().hex
         outcome = await self._executor.execute(
             agent.agent.id,
             tool,
             params.arguments,
             timeout_s=policy.timeout_per_tool_ms / 1000,
             max_result_bytes=policy.max_tool_result_bytes,
+            # Every call with side effects carries one (SPEC §8.2): this call's own, named after
+            # its audit record, never repeated by another call with the same JSON-RPC id.
+            idempotency_key=idempotency_key(
+                self._pod, agent.agent.id, tool, record_id, str(message.id), params.arguments or {}
+            )
+            if has_side_effects(tool)
+            else None,
         )
-        await self._audit_call(agent, message, params, tool, outcome, stream)
+        await self._audit_call(agent, message, params, tool, outcome, stream, record_id)
         return outcome
 
     async def _audit_call(
@@ -352,10 +388,11 @@ class McpEndpoint:
         tool: ManagedTool | None,
         outcome: ToolOutcome,
         stream: bool,
+        record_id: str | None = None,
     ) -> None:
         self._metrics.count_tool_call(tool.name if tool else UNKNOWN_TOOL_LABEL, outcome)
         call = trace_call(str(message.id), tool, params.name, params.arguments or {}, outcome)
-        record_id = "mcp_" + uuid.uuid4().hex
+        record_id = record_id or "mcp_" + uuid.uuid4().hex
         try:
             await self._audit.append(
                 agent.agent.id,

@@ -12,6 +12,7 @@ from typing import Any
 from clawpod.sidecar.manifest import ManagedTool
 from clawpod.sidecar.model.conversation import ToolCall
 from clawpod.sidecar.model.outcome import ToolOutcome
+from clawpod.sidecar.model.taint import UNTAINTED, RequestTaint
 
 # --- commands -------------------------------------------------------------------------------
 
@@ -52,6 +53,8 @@ class ExecuteTools:
     max_result_bytes: int
     budget_s: float
     """What is left of the request's tool budget: sequential calls stop once it is spent."""
+    taint: RequestTaint = UNTAINTED
+    """The untrusted results that entered the request before this round (SPEC §17)."""
 
 
 @dataclass(slots=True)
@@ -65,6 +68,8 @@ class Remember:
     whose answers are equal."""
     origin: str = ""
     """The same for every key of one answer, so its rounds go back once."""
+    taint_sources: list[str] = field(default_factory=list)
+    """Untrusted tools whose results are in these rounds or before them: restored with them."""
 
 
 @dataclass(slots=True)
@@ -92,6 +97,7 @@ class Remembered:
     messages: list[dict[str, Any]]
     context: list[str]
     origin: str
+    taint_sources: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)

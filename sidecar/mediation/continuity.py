@@ -140,9 +140,11 @@ class ContinuityStore:
         agent: str,
         context: list[str] | None = None,
         origin: str | None = None,
+        taint_sources: list[str] | None = None,
     ) -> None:
         """Store ``messages`` under ``key`` for ``agent``; raises :class:`StateWriteFailed`.
-        ``context`` and ``origin`` are kept with them (see :class:`Remembered`)."""
+        ``context``, ``origin`` and ``taint_sources`` are kept with them (see
+        :class:`Remembered`)."""
         try:
             self._open()
         except OSError as exc:
@@ -150,6 +152,8 @@ class ContinuityStore:
         self._poll_compaction()
         entry = {"key": key, "agent": agent, "messages": messages}
         entry |= {"context": context or [], "origin": origin or key}
+        if taint_sources:
+            entry["taint"] = taint_sources
         line = orjson.dumps(entry) + b"\n"
         offset = self._append(line)  # raises before the index changes
         self._index(agent, key, (offset, len(line)))
@@ -251,7 +255,12 @@ class ContinuityStore:
             if entry["key"] != key:
                 raise ValueError("index points at another entry")
             # Entries of older builds have no context: they match on their key alone.
-            return Remembered(entry["messages"], entry.get("context", []), entry.get("origin", key))
+            return Remembered(
+                entry["messages"],
+                entry.get("context", []),
+                entry.get("origin", key),
+                entry.get("taint", []),
+            )
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("continuity entry %s unreadable: %s", key, exc)
             return None

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.manifest import AgentBuild, ManagedTool
+from clawpod.sidecar.manifest import AgentBuild, ManagedTool, TaintMode
 from clawpod.sidecar.mediation.commands import (
     BeginStream,
     CallModel,
@@ -45,6 +45,7 @@ from clawpod.sidecar.model.conversation import (
 )
 from clawpod.sidecar.model.errors import upstream_failure
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
+from clawpod.sidecar.model.taint import UNTAINTED, RequestTaint, held_when_tainted, withdrawn
 from clawpod.sidecar.model.usage import Usage
 
 Validate = Callable[[ManagedTool, Any], "dict[str, Any] | ToolOutcome"]
@@ -64,6 +65,8 @@ SYSTEM_ROLES = frozenset({"system", "developer"})
 REMEMBERED = 2
 # Turns before an answer kept to tell conversations with equal answers apart.
 CONTEXT = 6
+# Content blocks (Messages) and items (Responses) that are tool calls.
+CALL_PARTS = frozenset({"tool_use", "function_call"})
 BUDGET_EXHAUSTED = (
     "not executed: the tool budget of this request is spent; answer with what you have"
 )
@@ -116,8 +119,14 @@ class MediationEngine:
         *,
         validate: Validate,
         model_timeout_s: float,
+        withheld: Sequence[tuple[ManagedTool, ToolOutcome]] = (),
+        taint_mode: TaintMode = "off",
     ) -> None:
+        """``withheld``: the agent's tools not offered now (quarantined, §11.2), each with the
+        refusal a call to it gets: a model that still calls one is refused, not handed to the
+        runner as a tool nobody knows."""
         self.codec = codec
+        self._withheld_tools = withheld
         self.agent = agent
         self.agent_id = agent.agent.id
         self.on_mixed = agent.agent.on_mixed
@@ -137,6 +146,19 @@ class MediationEngine:
         self.restored_rounds = 0
         """Hidden rounds of earlier turns put back into this request (for the audit)."""
         self._seen: dict[tuple[str, bytes], tuple[str, ToolOutcome]] = {}
+        self.taint_mode = taint_mode
+        self.taint: RequestTaint = UNTAINTED
+        """Untrusted results in this request's conversation, restored ones included (§17)."""
+        self.withdrawn: set[str] = set()
+        """Presented names of the tools taken back from the model once the request was tainted."""
+        self._parsed: tuple[Fail | None] | None = None
+
+    def prepare(self) -> Fail | None:
+        """Read the client request once: the driver needs its conversation (the retry identity)
+        before the loop starts. A malformed request gets the Fail the loop will yield."""
+        if self._parsed is None:
+            self._parsed = (self._parse(),)
+        return self._parsed[0]
 
     def _parse(self) -> Fail | None:
         """Read the client request; a malformed one is the exchange's first and last command."""
@@ -152,6 +174,12 @@ class MediationEngine:
             return Fail(400, "invalid_request", message)
         conversation = self.conversation
         self.tools = present_tools(list(self.agent.tools.tools), conversation.runner_tool_names)
+        self.withheld = {
+            tool.presented: (tool, refusal)
+            for tool, refusal in self._withheld_tools
+            if tool.presented not in self.tools
+            and tool.presented not in conversation.runner_tool_names
+        }
         self.specs = [ToolSpec(n, t.description, t.input_schema) for n, t in self.tools.items()]
         self._request_name = {t.name: n for n, t in self.tools.items()}
         self._request_name |= {t.presented: n for n, t in self.tools.items()}
@@ -160,7 +188,7 @@ class MediationEngine:
     # --- the loop ---------------------------------------------------------------------------
 
     def run(self) -> Run:
-        invalid = self._parse()
+        invalid = self.prepare()
         if invalid is not None:
             yield invalid
             return
@@ -168,6 +196,7 @@ class MediationEngine:
         if conversation.stream:
             yield BeginStream()
         history = yield from self._restore_hidden_rounds()
+        yield from self._restore_chain_taint()
         transcript: list[dict[str, Any]] = []
         choice = self._initial_choice()
         finalizing = False
@@ -184,7 +213,7 @@ class MediationEngine:
                 history + transcript,
                 previous,
                 transcript,
-                ToolChoice(mode="none") if finalizing else choice,
+                ToolChoice(mode="none") if finalizing else self._offered(choice),
             )
             asked_at = len(transcript)
             event = yield CallModel(body, self.model_timeout_s)
@@ -194,7 +223,7 @@ class MediationEngine:
                 return
             previous = (turn, asked_at)
             # Only names presented to the model for THIS agent are the sidecar's (points 4, 6).
-            managed = [c for c in turn.calls if c.name in self.tools]
+            managed = [c for c in turn.calls if c.name in self.tools or c.name in self.withheld]
             if not managed:  # an answer, or calls the runner owns: hand it back
                 yield from self._finish(turn, transcript)
                 return
@@ -222,6 +251,7 @@ class MediationEngine:
                 yield self._timed_out()
                 return
             transcript += self._answer(turn, outcomes)
+            self._taint_with(turn.calls, outcomes)
             choice = _relaxed(choice)
             # The last round allowed has run: the next call is the final one, without tools.
             finalizing = self.executed_rounds >= self.policy.max_rounds
@@ -247,11 +277,15 @@ class MediationEngine:
                 best = _best_match(context, [found[k] for k in candidates if k in found])
                 if best is not None and best.origin not in used:  # an answer's rounds go once
                     used.add(best.origin)
-                    history.extend(best.messages)
+                    self._taint_with_sources(best.taint_sources)
                     answered = _ends_in_answer(best.messages)
                     self.restored_rounds += _rounds_in(best.messages) - answered
-                    if answered:
+                    if answered and not _calls_tools(message):
+                        history.extend(best.messages)
                         continue  # the stored answer stands for the runner's echo of it
+                    # An echo with tool calls stands: the runner's results answer its ids
+                    # (OpenClaw rewrites them), so only the hidden rounds go in before it.
+                    history.extend(best.messages[:-1] if answered else best.messages)
             history.append(message)
         return history
 
@@ -296,7 +330,13 @@ class MediationEngine:
         first_in_round: dict[tuple[str, bytes], int] = {}
         repeats: dict[int, int] = {}
         for position, call in enumerate(calls):
+            if call.name in self.withheld:
+                outcomes[position] = self.withheld[call.name][1]
+                continue
             tool = self.tools[call.name]
+            if call.name in self.withdrawn:  # the model calls a tool it is no longer offered
+                outcomes[position] = withdrawn(tool)
+                continue
             checked = self.validate(tool, call.arguments)
             if isinstance(checked, ToolOutcome):
                 outcomes[position] = checked
@@ -318,10 +358,11 @@ class MediationEngine:
                 return None
             event = yield ExecuteTools(
                 executions,
-                concurrent=all(self.tools[c.name].read_only for c in calls),
+                concurrent=all(e.tool.read_only for e in executions),
                 timeout_s=min(self.policy.timeout_per_tool_ms / 1000, remaining),
                 max_result_bytes=self.policy.max_tool_result_bytes,
                 budget_s=remaining,
+                taint=self.taint,
             )
             if not isinstance(event, ToolsDone) or len(event.outcomes) != len(executions):
                 raise TypeError("ExecuteTools must be answered with one outcome per execution")
@@ -350,13 +391,67 @@ class MediationEngine:
         else:
             body = codec.render_response(conversation, turn, self.usage.fields)
             rounds = transcript
+        if self.taint.tainted and self.taint_mode != "off":
+            # A provider-held chain comes back as an id, without the rounds that tainted it.
+            sources = list(self.taint.sources)
+            for chain_id in codec.answer_ids(conversation, body):
+                key = self._taint_key(chain_id)
+                yield Remember(key, [], origin=key, taint_sources=sources)
         if transcript:
-            answer = codec.echo_fingerprint(conversation, body)
+            answers = [codec.echo_fingerprint(conversation, body)]
+            answers += filter(None, [codec.reference_fingerprint(body)])
             context = self._turns()[-CONTEXT:]
-            keys = [self._key(answer, before) for before in dict.fromkeys(context[-REMEMBERED:])]
+            befores = dict.fromkeys(context[-REMEMBERED:])
+            keys = [self._key(answer, before) for answer in answers for before in befores]
+            sources = list(self.taint.sources)
             for key in keys:
-                yield Remember(key, rounds, context, origin=keys[0])
+                yield Remember(key, rounds, context, origin=keys[0], taint_sources=sources)
         yield Respond(body)
+
+    # --- taint (§17) ------------------------------------------------------------------------
+
+    def _taint_with(self, calls: list[ToolCall], outcomes: list[ToolOutcome]) -> None:
+        """The untrusted tools whose calls reached their service taint the request from now on
+        (a refused call brought nothing in)."""
+        tools = [self.tools[call.name] for call in calls]
+        sources = [
+            t.name for t, o in zip(tools, outcomes, strict=True) if t.untrusted and o.executed
+        ]
+        if sources:
+            self._taint_with_sources(sources)
+
+    def _restore_chain_taint(self) -> Generator[Command, Event, None]:
+        """The taint of the provider-held state this request continues from (§17)."""
+        if self.taint_mode == "off":  # nothing to hold: a pod without untrusted tools
+            return
+        chain = self.codec.chain_ids(self.conversation)
+        if not chain:
+            return
+        event = yield Recall([self._taint_key(chain_id) for chain_id in chain])
+        if isinstance(event, Recalled):
+            for remembered in event.found.values():
+                self._taint_with_sources(remembered.taint_sources)
+
+    def _taint_key(self, chain_id: str) -> str:
+        return digest(self.agent_id, self.codec.api, "taint", chain_id)
+
+    def _taint_with_sources(self, sources: Iterable[str]) -> None:
+        self.taint = self.taint.with_sources(sources)
+        if self.taint.tainted and self.taint_mode == "withdraw" and not self.withdrawn:
+            self.withdrawn = {n for n, t in self.tools.items() if held_when_tainted(t)}
+            self.specs = [spec for spec in self.specs if spec.name not in self.withdrawn]
+
+    def _offered(self, choice: ToolChoice) -> ToolChoice:
+        """The choice without the withdrawn tools: a provider refuses one naming a tool it was
+        not given."""
+        if not self.withdrawn:
+            return choice
+        if choice.name in self.withdrawn:
+            choice = dataclasses.replace(choice, mode="auto", name=None)
+        if choice.allowed is not None:
+            kept = [name for name in choice.allowed if name not in self.withdrawn]
+            choice = dataclasses.replace(choice, allowed=kept)
+        return choice
 
     # --- policy helpers ---------------------------------------------------------------------
 
@@ -399,8 +494,8 @@ class MediationEngine:
         )
 
     def _mixed_message(self, calls: list[ToolCall]) -> str:
-        sidecar = [f"{c.name} ({c.id})" for c in calls if c.name in self.tools]
-        runner = [f"{c.name} ({c.id})" for c in calls if c.name not in self.tools]
+        sidecar = [f"{c.name} ({c.id})" for c in calls if self._tool_named(c.name)]
+        runner = [f"{c.name} ({c.id})" for c in calls if not self._tool_named(c.name)]
         return (
             "the model mixed sidecar tool calls [" + ", ".join(sidecar) + "] and runner tool "
             "calls [" + ", ".join(runner) + "] in one response; nothing was executed"
@@ -416,10 +511,14 @@ class MediationEngine:
             return Fail(502, "upstream_error", message, retry_after=event.retry_after)
         return Fail(event.status, "upstream_error", event.message, retry_after=event.retry_after)
 
+    def _tool_named(self, name: str) -> ManagedTool | None:
+        withheld = self.withheld.get(name)
+        return self.tools.get(name) or (withheld[0] if withheld else None)
+
     def _trace_round(self, calls: list[ToolCall], outcomes: list[ToolOutcome]) -> None:
         self.rounds.append(
             [
-                AnsweredCall(call, self.tools.get(call.name), outcome)
+                AnsweredCall(call, self._tool_named(call.name), outcome)
                 for call, outcome in zip(calls, outcomes, strict=True)
             ]
         )
@@ -493,6 +592,15 @@ def _ends_in_answer(rounds: list[dict[str, Any]]) -> bool:
     """Stored rounds end in tool results; those stored for a streamed answer end in the answer
     as the provider gave it, which takes the place of the runner's echo of what it saw."""
     return bool(rounds) and rounds[-1].get("role") == "assistant"
+
+
+def _calls_tools(message: dict[str, Any]) -> bool:
+    """A runner's echo of an answer that called the runner's tools, in any protocol's shape."""
+    if message.get("tool_calls") or message.get("function_call"):
+        return True
+    parts = message.get("content") if isinstance(message.get("content"), list) else []
+    parts = [*parts, *(message.get("items") or [])]
+    return any(isinstance(p, dict) and p.get("type") in CALL_PARTS for p in parts)
 
 
 def _relaxed(choice: ToolChoice) -> ToolChoice:

@@ -1,9 +1,14 @@
 """The per-request journal: a tool call runs once even when the client sends the request again
 (SPEC §8.2).
 
-A mediated request is identified by a digest of its agent and its canonical body. While it
-runs, its progress is appended to ``<state>/journal/<digest>.jsonl``, each line fsynced before
-the sidecar acts on it:
+A mediated request is identified by its conversation, not its bytes (:func:`request_identity`):
+the agent, the canonical turns (roles, contents, tool calls and results in order, with
+whitespace, text-block joins, id punctuation and string/parts re-serialisation normalised by
+the codecs' fingerprints) and the tools the runner declared. ``stream``, ``stream_options``,
+sampling parameters, ``max_tokens``, ``metadata``, ``user`` and headers are not part of it: a
+runner that retries with ``stream: false`` after a failed stream (Claude Code) sends the same
+request. While it runs, its progress is appended to
+``<state>/journal/<agent>/<identity>.jsonl``, each line fsynced before the sidecar acts on it:
 
 - ``{"turn": body}`` — a model reply that led to tool calls (written before they execute);
   nothing is written before the first round with a call that is neither read-only nor
@@ -18,7 +23,20 @@ a client that left, a killed process) leaves it, and an identical request within
 window resumes it: the journaled turns are replayed instead of calling the model, answered
 calls reuse their journaled outcome, and a destructive call that was sent but never answered
 is not sent again (its outcome is unknown, and the model is told so). Journals older than the
-window are pruned.
+window are pruned; a journal inside the window is never pruned for room.
+
+A rewritten retry (OpenClaw puts a new timestamp and a preamble into the last user turn): a
+failed attempt also leaves a link under the identity of its history *before its last user
+turn*. The next request of the same agent inside the window with that same history and no
+journal of its own adopts the failed attempt's journal: its executed rounds come after the new
+last user turn, so the model sees the order placed and its result and nothing is sent again.
+The link is used once. For a user who really asks twice inside the window after a failure,
+this means the model is shown the first order first; an identical second order in the same
+request is refused as a duplicate (docs/contract.md §8.2).
+
+Each agent has its own quota of journals (the pod's bound divided by its agents): an agent
+whose own failures fill it gets its destructive calls refused (``state_unavailable``) until
+its journals age out; it can never make another agent's journal go.
 
 Two identical requests at once: the second waits until the first has ended, then resumes it
 if it failed, or runs as a new request if it succeeded.
@@ -40,14 +58,25 @@ from typing import Any
 import orjson
 
 from clawpod.sidecar.manifest import ManagedTool
-from clawpod.sidecar.model.canonical import canonical_arguments, canonical_json, digest
-from clawpod.sidecar.model.conversation import ToolCall
+from clawpod.sidecar.model.canonical import (
+    canonical_arguments,
+    canonical_json,
+    digest,
+    normalise_text,
+)
+from clawpod.sidecar.model.conversation import Conversation, ToolCall
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
 
 log = logging.getLogger("sidecar.journal")
 
 DIRECTORY = "journal"
 SUFFIX = ".jsonl"
+LINK_SUFFIX = ".link"
+# How much of a failed attempt's last user turn its link keeps to compare a rewrite with.
+MAX_ASKED = 4096
+# Refusals of calls never sent that a retry may well get past (an approval still pending when
+# the sidecar stopped, or when the request's tool budget ran out): not journaled as answers.
+RETRYABLE_UNSENT = frozenset({"approval_pending"})
 DEFAULT_MAX_JOURNALS = 10000
 OUTCOME_UNKNOWN = (
     "this call was sent to the service by an earlier attempt of this request that ended "
@@ -56,8 +85,60 @@ OUTCOME_UNKNOWN = (
 
 
 def request_digest(agent: str, body: dict[str, Any]) -> str:
-    """Identical retries of one request share this: the agent and the body, canonically."""
+    """A body the codec cannot read: its bytes, canonically, are all there is to go by."""
     return digest(agent, canonical_json(body).decode())
+
+
+def request_identity(agent: str, api: str, conversation: Conversation) -> str:
+    """Retries of one request share this: the agent, the conversation's turns as the codec
+    fingerprints them, and the tools the runner declared (not sampling or transport fields)."""
+    turns = (f"{role}:{fingerprint}" for role, fingerprint in _turns(conversation))
+    tools = canonical_json(sorted(conversation.runner_tool_names)).decode()
+    return digest(agent, api, conversation.seed, tools, *turns)
+
+
+def history_identity(agent: str, api: str, conversation: Conversation) -> str | None:
+    """The identity of the conversation before its last user turn (None without one): what a
+    runner that rewrites or extends that turn keeps the same between retries."""
+    turns = _turns(conversation)
+    last_user = max((i for i, (role, _) in enumerate(turns) if role == "user"), default=None)
+    if last_user is None:
+        return None
+    tools = canonical_json(sorted(conversation.runner_tool_names)).decode()
+    before = (f"{role}:{fingerprint}" for role, fingerprint in turns[:last_user])
+    return digest("history", agent, api, conversation.seed, tools, *before)
+
+
+def last_user_text(conversation: Conversation) -> str:
+    """The text of the last user turn, whitespace normalised (at most MAX_ASKED characters):
+    a rewritten retry's last user turn contains it (OpenClaw adds a timestamp and a preamble)."""
+    turns = zip(conversation.roles, conversation.messages, strict=True)
+    for role, message in reversed(list(turns)):
+        if role == "user":
+            return normalise_text(" ".join(_texts(message)))[:MAX_ASKED]
+    return ""
+
+
+def _texts(value: Any) -> list[str]:
+    """Every text in a turn of any protocol (``content`` strings, parts' and items' ``text``)."""
+    if isinstance(value, list):
+        return [text for item in value for text in _texts(item)]
+    if not isinstance(value, dict):
+        return []
+    found: list[str] = []
+    for key in ("content", "text", "items"):
+        inner = value.get(key)
+        found += [inner] if isinstance(inner, str) else _texts(inner)
+    return found
+
+
+def _turns(conversation: Conversation) -> list[tuple[str, str]]:
+    return list(zip(conversation.roles, conversation.fingerprints, strict=True))
+
+
+def has_side_effects(tool: ManagedTool) -> bool:
+    """Neither read-only nor idempotent: running it twice is not harmless."""
+    return not (tool.read_only or tool.idempotent)
 
 
 def call_key(tool: ManagedTool, call: ToolCall) -> str:
@@ -65,18 +146,25 @@ def call_key(tool: ManagedTool, call: ToolCall) -> str:
     return digest(tool.name, call.id, canonical_arguments(call.arguments))
 
 
-def has_side_effects(tool: ManagedTool) -> bool:
-    return not (tool.read_only or tool.idempotent)
-
-
 @dataclass(slots=True)
 class _Journaled:
     """What an earlier attempt left."""
 
     attempt: str
+    origin: str
+    """The first attempt of the lineage: idempotency keys are derived from it."""
     turns: list[dict[str, Any]]
     results: dict[str, ToolOutcome]
     sent: set[str]
+    retried: set[str] = field(default_factory=set)
+    """Calls refused unsent for a reason a retry may get past: they run on the retry."""
+    data: bytes = b""
+    adopted: Path | None = None
+    """The journal of another request this one took over (a rewritten retry), else None."""
+
+
+class JournalQuotaReached(OSError):
+    """The agent's own failed attempts fill its share of journals."""
 
 
 class RequestJournal:
@@ -85,45 +173,87 @@ class RequestJournal:
         state_dir: Path,
         *,
         window_ms: int,
-        max_journals: int = DEFAULT_MAX_JOURNALS,
+        agents: int = 1,
+        max_journals: int | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """``agents``: how many agents share ``max_journals`` (each gets its own share)."""
         self.directory = Path(state_dir) / DIRECTORY
         self.window_s = window_ms / 1000
-        self.max_journals = max_journals
+        self.agents = max(1, agents)
+        self.max_journals = DEFAULT_MAX_JOURNALS if max_journals is None else max_journals
         self._clock = clock
         self._running: dict[str, asyncio.Future[None]] = {}
+        self._counts: dict[str, int] = {}  # agent directory name -> journals in it
         self._pruned_at = float("-inf")
 
-    async def begin(self, request: str, attempt: str) -> Attempt:
-        """Start attempt ``attempt`` of the request with digest ``request``: after any identical
-        attempt still running here has ended, resuming what an unsuccessful one left."""
-        while (running := self._running.get(request)) is not None:
+    @property
+    def agent_quota(self) -> int:
+        return max(1, self.max_journals // self.agents)
+
+    async def begin(
+        self,
+        agent: str,
+        request: str,
+        attempt: str,
+        history: str | None = None,
+        asked: str = "",
+    ) -> Attempt:
+        """Start attempt ``attempt`` of the request with identity ``request``: after any
+        identical attempt still running here has ended, resuming what an unsuccessful one left
+        (or, failing that, what a failed attempt with the same ``history`` left, when its last
+        user turn is contained in this one's, ``asked``)."""
+        folder = self.folder(agent)
+        running_key = f"{folder.name}/{request}"
+        while (running := self._running.get(running_key)) is not None:
             await asyncio.shield(running)
-        self._running[request] = asyncio.get_running_loop().create_future()
+        self._running[running_key] = asyncio.get_running_loop().create_future()
         try:
-            earlier = await asyncio.to_thread(self._prune_and_load, request)
+            earlier = await asyncio.to_thread(self._prune_and_load, folder, request, history, asked)
         except OSError as exc:
             # An unreadable journal resumes nothing; its writes fail too, and the driver then
             # sends no destructive call.
             log.warning("request journal unavailable: %s", exc)
             earlier = None
         except BaseException:
-            self._release(request)
+            self._release(running_key)
             raise
-        return Attempt(self, request, attempt, earlier)
+        return Attempt(self, folder, request, attempt, earlier, history, asked)
 
     # --- files ------------------------------------------------------------------------------
 
-    def path(self, request: str) -> Path:
-        return self.directory / (request + SUFFIX)
+    def folder(self, agent: str) -> Path:
+        return self.directory / digest("agent", agent)[:32]
 
-    def _prune_and_load(self, request: str) -> _Journaled | None:
+    def path(self, agent: str, request: str) -> Path:
+        return self.folder(agent) / (request + SUFFIX)
+
+    def _prune_and_load(
+        self, folder: Path, request: str, history: str | None, asked: str
+    ) -> _Journaled | None:
         self._prune_if_due()
-        return self._load(request)
+        earlier = self._load(folder / (request + SUFFIX))
+        if earlier is None and history is not None:
+            earlier = self._adopt(folder / (history + LINK_SUFFIX), asked)
+        return earlier
 
-    def _load(self, request: str) -> _Journaled | None:
-        path = self.path(request)
+    def _adopt(self, link: Path, asked: str) -> _Journaled | None:
+        """The failed attempt a link names, when this request's last user turn contains that
+        attempt's; taken over once (unlinking claims it)."""
+        try:
+            named = orjson.loads(link.read_bytes())
+            if named["asked"] not in asked:
+                return None
+            target = folder_file(link, named["request"])
+            link.unlink()
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            return None
+        earlier = self._load(target)
+        if earlier is not None:
+            earlier.adopted = target
+        return earlier
+
+    def _load(self, path: Path) -> _Journaled | None:
         try:
             age = self._clock() - path.stat().st_mtime
             data = path.read_bytes()
@@ -132,7 +262,7 @@ class RequestJournal:
         if age > self.window_s:
             path.unlink(missing_ok=True)
             return None
-        journaled = _Journaled("", [], {}, set())
+        journaled = _Journaled("", "", [], {}, set(), data=data)
         for line in data.splitlines():
             try:
                 record = orjson.loads(line)
@@ -140,44 +270,83 @@ class RequestJournal:
                 continue  # a line torn by a crash: its call was not answered
             if "attempt" in record:
                 journaled.attempt = record["attempt"]
+                journaled.origin = journaled.origin or record.get("origin") or record["attempt"]
             elif "turn" in record:
                 journaled.turns.append(record["turn"])
             elif "sent" in record:
                 journaled.sent.add(record["sent"])
+            elif "unsent" in record:
+                journaled.sent.discard(record["unsent"])
+                journaled.retried.add(record["unsent"])
             elif "result" in record:
                 journaled.results[record["result"]] = ToolOutcome(**record["outcome"])
-        if not journaled.results and not journaled.sent:
+        if not (journaled.results or journaled.sent or journaled.retried):
             return None  # nothing ran: a fresh attempt is the same thing
         return journaled
 
-    def _open(self, request: str, *, fresh: bool) -> int:
+    def _open(self, path: Path, *, fresh: bool) -> int:
         """The journal's descriptor for appending (a fresh attempt starts a new file)."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | (os.O_TRUNC if fresh else 0)
-        fd = os.open(self.path(request), flags, 0o600)
-        _fsync_directory(self.directory)  # the file itself survives a crash
+        fd = os.open(path, flags, 0o600)
+        _fsync_directory(path.parent)  # the file itself survives a crash
         return fd
 
+    def _admit(self, folder: Path) -> None:
+        """Count a new journal against its agent's quota (raises JournalQuotaReached)."""
+        count = self._counts.get(folder.name)
+        if count is None:
+            count = _count_journals(folder)
+        if count >= self.agent_quota:
+            self._counts[folder.name] = count
+            raise JournalQuotaReached(
+                f"the agent's {self.agent_quota} journals of failed requests are all in use"
+            )
+        self._counts[folder.name] = count + 1
+
+    def _forget(self, folder: Path) -> None:
+        if folder.name in self._counts:
+            self._counts[folder.name] = max(0, self._counts[folder.name] - 1)
+
     def _prune_if_due(self) -> None:
-        """Drop journals older than the window; keep at most ``max_journals`` (the newest)."""
+        """Drop journals (and links) older than the window; nothing inside it goes for room:
+        the per-agent quota bounds them instead."""
         now = self._clock()
         if now - self._pruned_at < self.window_s / 10:
             return
         self._pruned_at = now
         try:
-            entries = [(e.stat().st_mtime, e) for e in os.scandir(self.directory)]
+            folders = [e for e in os.scandir(self.directory) if e.is_dir()]
         except FileNotFoundError:
             return
-        entries.sort(key=lambda entry: entry[0], reverse=True)
-        for position, (mtime, entry) in enumerate(entries):
-            if position >= self.max_journals or now - mtime > self.window_s:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(entry.path)
+        for folder in folders:
+            kept = 0
+            for entry in os.scandir(folder.path):
+                if now - entry.stat().st_mtime > self.window_s:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(entry.path)
+                elif entry.name.endswith(SUFFIX):
+                    kept += 1
+            self._counts[folder.name] = kept
 
-    def _release(self, request: str) -> None:
-        running = self._running.pop(request, None)
+    def _release(self, running_key: str) -> None:
+        running = self._running.pop(running_key, None)
         if running is not None and not running.done():
             running.set_result(None)
+
+
+def folder_file(link: Path, name: Any) -> Path:
+    """The journal a link names: a bare identity in the link's own folder, nothing else."""
+    if not (isinstance(name, str) and name.isalnum()):
+        raise ValueError(f"link {link.name} does not name a journal")
+    return link.parent / (name + SUFFIX)
+
+
+def _count_journals(folder: Path) -> int:
+    try:
+        return sum(1 for entry in os.scandir(folder) if entry.name.endswith(SUFFIX))
+    except FileNotFoundError:
+        return 0
 
 
 @dataclass(slots=True)
@@ -190,9 +359,12 @@ class Attempt:
     A result lost in between leaves its call ``sent`` and unanswered: not sent again."""
 
     journal: RequestJournal
+    folder: Path
     request: str
     attempt: str
     earlier: _Journaled | None
+    history: str | None = None
+    asked: str = ""
     _replayed: int = 0
     _pending_turns: list[dict[str, Any]] = field(default_factory=list)
     _buffer: list[bytes] = field(default_factory=list)
@@ -200,9 +372,24 @@ class Attempt:
     _started: bool = False
     _ended: bool = False
 
+    def __post_init__(self) -> None:
+        if self.earlier is not None and self.earlier.adopted is not None:
+            # The adopted journal's records become this request's own: a second failure and
+            # its retry still know every call the first attempt made.
+            self._buffer.append(self.earlier.data.rstrip(b"\n") + b"\n")
+
+    @property
+    def path(self) -> Path:
+        return self.folder / (self.request + SUFFIX)
+
     @property
     def resumed_from(self) -> str | None:
         return self.earlier.attempt if self.earlier is not None else None
+
+    @property
+    def lineage(self) -> str:
+        """The first attempt of this request: the same on every retry that resumes it."""
+        return self.earlier.origin if self.earlier is not None else self.attempt
 
     def replayed_turn(self) -> dict[str, Any] | None:
         """The model reply an earlier attempt got at this point, if it journaled one."""
@@ -223,7 +410,7 @@ class Attempt:
             return
         if not self._started:
             self._started = True
-            self._queue({"attempt": self.attempt})
+            self._queue({"attempt": self.attempt, "origin": self.lineage})
         for body in self._pending_turns:
             self._queue({"turn": body})
         self._pending_turns.clear()
@@ -245,40 +432,77 @@ class Attempt:
         await self.flush()
 
     def answered(self, key: str, outcome: ToolOutcome) -> None:
-        if self._started:  # a read-only round before any side effect: see before_execution
-            self._queue({"result": key, "outcome": dataclasses.asdict(outcome)})
+        if not self._started:  # a read-only round before any side effect: see before_execution
+            return
+        if outcome.error_code in RETRYABLE_UNSENT:
+            # Never sent, and a retry may well send it (an approval still pending when the
+            # sidecar stopped): a retry runs it instead of reusing this answer.
+            self._queue({"unsent": key})
+            return
+        self._queue({"result": key, "outcome": dataclasses.asdict(outcome)})
 
     async def flush(self) -> None:
         if not self._buffer:
             return
+        if self._fd is None:
+            self._claim_quota()
         data, self._buffer = b"".join(self._buffer), []
         await asyncio.to_thread(self._write, data)
 
+    def _claim_quota(self) -> None:
+        """A new journal counts against its agent's quota (an adopted one's place passes to
+        the journal that takes its records over)."""
+        if self.earlier is None:
+            try:
+                self.journal._admit(self.folder)
+            except JournalQuotaReached:
+                self._buffer.clear()
+                raise
+
     async def end(self, *, succeeded: bool) -> None:
         """A successful attempt is never replayed; one that executed nothing has nothing to
-        resume. Either way its journal goes; otherwise it stays for the retry window."""
+        resume. Either way its journal goes; otherwise it stays for the retry window, with a
+        link from its history for a rewritten retry."""
         if self._ended:
             return
         self._ended = True
         try:
+            adopted = self.earlier.adopted if self.earlier is not None else None
             if succeeded or not (self._started or self.earlier is not None):
                 self._buffer.clear()
-                if self._started or self.earlier is not None:
-                    await asyncio.to_thread(self.journal.path(self.request).unlink, True)
+                own = self._fd is not None or (self.earlier is not None and adopted is None)
+                doomed = [path for path in (self.path if own else None, adopted) if path]
+                for path in doomed:
+                    await asyncio.to_thread(path.unlink, True)
+                if doomed:  # one place in the quota, whichever file held it
+                    self.journal._forget(self.folder)
             else:
-                await self.flush()
+                await self.flush()  # a failed write leaves an adopted journal where it was
+                if adopted is not None and self._fd is not None:
+                    # Its records live on in this request's journal, which took its place.
+                    await asyncio.to_thread(adopted.unlink, True)
+                if self.history is not None and self._fd is not None:
+                    await asyncio.to_thread(self._link)
         finally:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
-            self.journal._release(self.request)
+            self.journal._release(f"{self.folder.name}/{self.request}")
 
     def _queue(self, record: dict[str, Any]) -> None:
         self._buffer.append(orjson.dumps(record) + b"\n")
 
+    def _link(self) -> None:
+        assert self.history is not None
+        link = self.folder / (self.history + LINK_SUFFIX)
+        temporary = link.with_suffix(".tmp")
+        temporary.write_bytes(orjson.dumps({"request": self.request, "asked": self.asked}))
+        os.replace(temporary, link)
+
     def _write(self, data: bytes) -> None:
         if self._fd is None:
-            self._fd = self.journal._open(self.request, fresh=self.earlier is None)
+            fresh = self.earlier is None or self.earlier.adopted is not None
+            self._fd = self.journal._open(self.path, fresh=fresh)
         view = memoryview(data)
         while view:
             view = view[os.write(self._fd, view) :]

@@ -47,9 +47,10 @@ def normalise_id(value: object) -> str:
 
 
 def identifying_text(texts: list[str]) -> str:
-    """The text of a turn however it is split into parts, whitespace and placeholders aside."""
-    kept = (normalise_text(t) for t in texts if not _PLACEHOLDER.match(t.strip()))
-    return " ".join(t for t in kept if t)
+    """The text of a turn however it is split into parts and however they were joined again
+    (litellm joins text blocks with nothing between them, others with a space or a newline):
+    placeholders and every whitespace aside."""
+    return "".join("".join(t.split()) for t in texts if not _PLACEHOLDER.match(t.strip()))
 
 
 def digest(*parts: str) -> str:

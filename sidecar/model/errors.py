@@ -20,12 +20,21 @@ _TYPE_BY_STATUS = {
 class ApiError(Exception):
     """An error the client is told about, in its protocol's shape."""
 
-    def __init__(self, status: int, code: str, message: str, type: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        type: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.type = type or _TYPE_BY_STATUS.get(status, "api_error")
+        self.headers = headers or {}
+        """Response headers that go with it (``retry-after``, ``x-should-retry``)."""
 
 
 # How a provider call that got no HTTP answer is told to the client, in both modes.
@@ -33,6 +42,8 @@ _UPSTREAM_FAILURES = {
     "timeout": (504, "upstream_timeout"),
     "unreachable": (502, "upstream_unreachable"),
     "protocol": (502, "upstream_protocol_error"),
+    # The provider has no route for the caller's protocol (server/unserved.py).
+    "not_served": (400, "protocol_not_served"),
 }
 
 

@@ -2,10 +2,12 @@
 echo can take (contract §10).
 
 A service that echoes its ``Authorization`` header may send the secret raw, JSON-escaped (all
-of it ``\\u``-escaped, or only some characters, as PHP and Go encoders do), URL-encoded, or
-base64-encoded, standard or URL-safe, at any alignment inside a longer base64 text. One regular
-expression per set of secrets matches all of those forms. No library does this: redaction
-libraries look for patterns of known token formats, not for given values in their encodings.
+of it ``\\u``-escaped, or only some characters, as PHP and Go encoders do), URL-encoded,
+hex-encoded (either case), or base64-encoded, standard or URL-safe, at any alignment inside a
+longer base64 text, unwrapped or wrapped into lines (MIME's 76 columns, PEM's 64, any width,
+LF or CRLF). One regular expression per set of secrets matches all of those forms. No library
+does this: redaction libraries look for patterns of known token formats, not for given values
+in their encodings.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ _JSON_SHORT_ESCAPES = {ord('"'): rb'\\"', ord("\\"): rb"\\\\", ord("/"): rb"\\/"
 class Redactor:
     """Replaces every encoded form of a fixed set of secrets with ``[redacted]``."""
 
-    __slots__ = ("_pattern",)
+    __slots__ = ("_pattern", "longest_match")
 
     def __init__(self, secrets: Iterable[bytes]) -> None:
         usable = [secret for secret in secrets if len(secret) >= MIN_SECRET_BYTES]
@@ -33,11 +35,29 @@ class Redactor:
         # Longest first: a raw secret must not pre-empt the longer encoded form it sits in.
         ordered = sorted(forms, key=len, reverse=True)
         self._pattern = re.compile(b"|".join(ordered)) if ordered else None
+        # The most bytes one echo can take: every byte as a \u00XX escape, or base64 (4 per 3
+        # bytes) with an escaped CRLF (4 more) after each character.
+        self.longest_match = max((8 * len(secret) for secret in usable), default=0)
+
+    def safe_cut(self, data: bytes, at: int) -> int:
+        """``at``, or the start of a match that reaches past it: cutting there splits no echo."""
+        if self._pattern is None:
+            return at
+        for match in self._pattern.finditer(data):
+            if match.start() < at < match.end():
+                return match.start()
+            if match.start() >= at:
+                break
+        return at
 
     def __call__(self, data: bytes) -> bytes:
         if self._pattern is None or not data:
             return data
         return self._pattern.sub(REDACTED, data)
+
+    def found_in(self, data: bytes) -> bool:
+        """Whether any form of any of the secrets occurs in ``data``."""
+        return self._pattern is not None and self._pattern.search(data) is not None
 
     def text(self, text: str) -> str:
         """The same for a message built from provider or service text."""
@@ -52,9 +72,86 @@ def redactor_for(secrets: tuple[bytes, ...]) -> Redactor:
     return Redactor(secrets)
 
 
+def credential_secrets(secret: str, auth_type: str) -> tuple[bytes, ...]:
+    """The values to redact for a service credential: the secret, and for basic auth
+    (``user:password``) also the password alone and the base64 the header carries."""
+    values = [secret.encode()]
+    if auth_type == "basic":
+        values.append(secret.partition(":")[2].encode())
+        values.append(base64.b64encode(secret.encode()))
+    return tuple(values)
+
+
+class StreamRedactor:
+    """Redaction of the error events of a stream of server-sent events whose chunks may split
+    a secret.
+
+    Events are released whole: what ``feed`` returns ends at an event boundary and the rest
+    waits for its end (an upstream sends whole events, so nothing is held back in practice). An
+    event larger than ``max_pending`` is released early, all but a window as long as the
+    longest echo, never cutting through a match. Only text that names an ``error`` is searched:
+    a provider echoes a key in an error message, never in a model's tokens, and searching every
+    token event would cost about 5 µs each.
+    """
+
+    __slots__ = ("_in_event", "_pending", "_redact", "_window", "max_pending")
+
+    def __init__(self, redact: Redactor, max_pending: int = 64 * 1024) -> None:
+        self._redact = redact
+        self._window = redact.longest_match
+        self._pending = b""
+        self._in_event = False  # part of the current event went out early: search the rest too
+        self.max_pending = max(max_pending, 2 * self._window)
+
+    def feed(self, chunk: bytes) -> bytes:
+        if not self._pending and chunk.endswith((b"\n\n", b"\r\n\r\n")):
+            return self._released(chunk)  # the usual chunk: whole events, nothing held
+        data = self._pending + chunk
+        cut = _last_event_end(data)
+        if cut == 0:
+            if len(data) <= self.max_pending:
+                self._pending = data
+                return b""
+            cut = self._redact.safe_cut(data, len(data) - self._window)
+            self._pending, self._in_event = data[cut:], True
+            return self._redact(data[:cut])
+        self._pending = data[cut:]
+        return self._released(data[:cut])
+
+    def flush(self) -> bytes:
+        """What is still held back (the stream ended)."""
+        data, self._pending = self._pending, b""
+        return self._released(data)
+
+    def _released(self, data: bytes) -> bytes:
+        searched = self._in_event or b"error" in data
+        self._in_event = False
+        return self._redact(data) if searched else data
+
+
+_EVENT_SEPARATORS = (b"\r\n\r\n", b"\n\n", b"\r\r")
+
+
+def _last_event_end(data: bytes) -> int:
+    """The index just after the last blank line in ``data``; 0 when there is none."""
+    return max(
+        (
+            found + len(separator)
+            for separator in _EVENT_SEPARATORS
+            if (found := data.rfind(separator)) >= 0
+        ),
+        default=0,
+    )
+
+
 def _forms(secret: bytes) -> list[bytes]:
-    """Patterns for the secret raw or JSON-escaped (any mix), URL-encoded (any mix) and base64."""
-    return [_escaped(secret), _url_encoded(secret), *_base64_cores(secret)]
+    """Patterns for the secret raw or JSON-escaped (any mix), URL-encoded (any mix), hex and
+    base64 (wrapped or not)."""
+    return [_escaped(secret), _url_encoded(secret), _hex(secret), *_base64_cores(secret)]
+
+
+def _hex(secret: bytes) -> bytes:
+    return b"".join(_hex_either_case(byte) for byte in secret)
 
 
 def _escaped(secret: bytes) -> bytes:
@@ -99,9 +196,21 @@ def _base64_cores(secret: bytes) -> list[bytes]:
         end = ((offset + len(secret)) * 8) // 6
         core = encoded[start:end]
         if len(core) >= MIN_SECRET_BYTES:
-            cores.append(re.escape(core))
-            cores.append(re.escape(core.translate(_URL_SAFE)))
+            cores.append(_wrappable(core))
+            cores.append(_wrappable(core.translate(_URL_SAFE)))
     return cores
+
+
+def _wrappable(core: bytes) -> bytes:
+    """``core`` with a line break (LF or CRLF, raw or JSON-escaped) allowed between any two
+    characters: MIME wraps base64 at 76 columns, PEM at 64, and the secret may sit anywhere in
+    a line."""
+    return _LINE_BREAK.join(re.escape(bytes([c])) for c in core)
+
+
+# A real line break, or one JSON-escaped: a service that puts wrapped base64 in a JSON string
+# sends its line breaks as ``\r\n`` escapes.
+_LINE_BREAK = rb"(?:\r?\n|(?:\\r)?\\n)?"
 
 
 _URL_SAFE = bytes.maketrans(b"+/", b"-_")

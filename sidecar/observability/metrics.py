@@ -60,6 +60,7 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self._tool_children: dict[tuple[str, str], tuple[Any, Any]] = {}
+        self.cost_usd: collections.Counter[tuple[str, str]] = collections.Counter()
         r = self.registry
         self.requests: collections.Counter[tuple[str, str, str]] = collections.Counter()
         self.inflight: collections.Counter[str] = collections.Counter()
@@ -103,6 +104,24 @@ class Metrics:
             ["agent"],
             registry=r,
         )
+        self.budget_usd = Counter(
+            "claw_budget_usd",
+            "USD counted against a daily budget",
+            ["agent"],
+            registry=r,
+        )
+        self.key_events = Counter(
+            "claw_provider_key_events",
+            "Provider keys rested (rate_limited) or taken out (key_refused), by key label",
+            ["provider", "key", "event"],
+            registry=r,
+        )
+        self.failovers = Counter(
+            "claw_provider_failovers",
+            "Model calls that left a target for the route's next one, by why",
+            ["provider", "outcome"],
+            registry=r,
+        )
         self.definition_drift = Counter(
             "claw_tool_definition_drift",
             "Tools quarantined because their live definition left the build's pin",
@@ -139,6 +158,16 @@ class Metrics:
         """``tool`` is a canonical name from the manifest."""
         self.definition_drift.labels(tool=tool).inc()
         self.quarantined_tools.set(quarantined_now)
+
+    def count_key_event(self, provider: str, key: str, event: str) -> None:
+        """``key`` is the label of a key (the variable holding it), never its value."""
+        self.key_events.labels(provider=provider, key=key, event=event).inc()
+
+    def count_failover(self, provider: str, outcome: str) -> None:
+        self.failovers.labels(provider=provider, outcome=outcome).inc()
+
+    def count_cost(self, agent: str, provider: str, usd: float) -> None:
+        self.cost_usd[agent, provider] += usd
 
     def count_request(self, agent: str, route: str, status: int) -> None:
         self.requests[agent, route, str(status)] += 1
@@ -193,7 +222,14 @@ class _RequestPathCollector(Collector):
         )
         for provider, latencies in sorted(metrics.upstream_latency.items()):
             latency.add_metric([provider], latencies.buckets(), latencies.total)
-        yield from (requests, inflight, connections, latency)
+        cost = CounterMetricFamily(
+            "claw_cost_usd",
+            "What model calls cost in USD at the pod's prices (SPEC §14)",
+            labels=["agent", "provider"],
+        )
+        for labels, usd in sorted(metrics.cost_usd.items()):
+            cost.add_metric(labels, usd)
+        yield from (requests, inflight, connections, latency, cost)
 
 
 class _Latencies:

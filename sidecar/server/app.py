@@ -16,11 +16,13 @@ from clawpod.sidecar.execution.budgets import TokenBudgets
 from clawpod.sidecar.execution.drift import DriftChecker
 from clawpod.sidecar.execution.executor import ToolExecutor
 from clawpod.sidecar.execution.governed import GovernedExecutor
+from clawpod.sidecar.execution.taint_guard import held_credentials
 from clawpod.sidecar.execution.webhooks import ApprovalWebhook, webhook_signer
 from clawpod.sidecar.manifest import Build
 from clawpod.sidecar.mcp.endpoint import McpEndpoint
 from clawpod.sidecar.mediation.continuity import ContinuityStore
 from clawpod.sidecar.mediation.journal import RequestJournal
+from clawpod.sidecar.model.prices import PriceBook
 from clawpod.sidecar.observability.metrics import Metrics
 from clawpod.sidecar.server.auth import TokenVerifier
 from clawpod.sidecar.server.context import STATE_KEY, SidecarState
@@ -29,6 +31,8 @@ from clawpod.sidecar.server.operator import OPERATOR_TOKEN_ENV
 from clawpod.sidecar.server.protocol_errors import protocol_errors
 from clawpod.sidecar.server.routes import healthz, mcp, model, models
 from clawpod.sidecar.server.routing import ModelRouter
+from clawpod.sidecar.server.stored_objects import StoredObjects
+from clawpod.sidecar.server.stream_tools import StreamToolsSupport
 from clawpod.sidecar.server.upstream import UpstreamClient
 from clawpod.sidecar.state_lock import StateLock, instance_name
 from clawpod.sidecar.tasks import ShieldedTasks
@@ -69,6 +73,8 @@ def create_app(
         metrics=metrics,
         tasks=tasks,
         webhook=webhook,
+        taint=config.taint,
+        credentials=(*held_credentials(build, env), env.get(OPERATOR_TOKEN_ENV, "")),
     )
     state = SidecarState(
         config=config,
@@ -80,8 +86,16 @@ def create_app(
         continuity=ContinuityStore(state_dir, agents=len(build.agents)),  # per-agent quotas
         verifier=TokenVerifier(build),
         router=ModelRouter(config),
+        prices=PriceBook(config.providers),
         mcp=McpEndpoint(
-            governed, audit, metrics, keepalive_s, tasks, allowed_hosts=config.allowed_hosts
+            governed,
+            audit,
+            metrics,
+            keepalive_s,
+            tasks,
+            allowed_hosts=config.allowed_hosts,
+            pod=config.pod,
+            max_body_bytes=config.max_body_bytes,
         ),
         sse_keepalive_s=keepalive_s,
         tasks=tasks,
@@ -91,18 +105,30 @@ def create_app(
         drift=DriftChecker(
             build.agents, executor.mcp, executor.quarantine, audit, metrics, state_dir
         ),
-        journal=RequestJournal(state_dir, window_ms=config.retry_window_ms),
+        journal=RequestJournal(
+            state_dir, window_ms=config.retry_window_ms, agents=len(build.agents)
+        ),  # per-agent quotas
         state_lock=state_lock,
+        objects=StoredObjects(state_dir),
+        stream_tools=StreamToolsSupport(config.providers),
     )
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[protocol_errors])
     app[STATE_KEY] = state
     app.cleanup_ctx.append(_lifecycle)
+    app.on_shutdown.append(_end_waiting_approvals)
     add_llm_routes(app.router)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/v1/models/{model_id:.+}", model)  # ids may hold a provider/ prefix
     app.router.add_route("*", "/mcp", mcp)
     app.router.add_get("/healthz", healthz)  # /readyz, /metrics, /operator/*: server/admin.py
     return app
+
+
+async def _end_waiting_approvals(app: web.Application) -> None:
+    """First thing on shutdown, before requests in progress are waited for: calls waiting for
+    an operator are answered now (``approval_pending``, in the caller's protocol), so they
+    neither hold the shutdown until its timeout nor end as cut streams (issue 30)."""
+    app[STATE_KEY].governed.approvals.stop()
 
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
@@ -123,4 +149,5 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         await state.tasks.drain()  # tool calls already sent finish and are audited
         await state.executor.close()
         await state.continuity.close()
+        state.objects.close()
         await state.audit.close()  # flushes pending audit records to disk

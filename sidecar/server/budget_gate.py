@@ -1,33 +1,101 @@
-"""Where token budgets meet LLM requests: refused up front once spent, charged at the end."""
+"""Where daily budgets meet LLM requests: an estimate is held while a request runs, a spent
+budget refuses up front, and what the request really spent is charged at the end."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from clawpod.sidecar.execution.budgets import seconds_to_next_day
 from clawpod.sidecar.model.errors import ApiError
+from clawpod.sidecar.model.prices import TOKENS_PER_PRICE_UNIT
+from clawpod.sidecar.server.key_pool import retry_after_header
 
 if TYPE_CHECKING:
     from clawpod.sidecar.server.context import RequestContext, SidecarState
 
-BUDGET_SPENT = ApiError(
-    429,
-    "budget_exhausted",
-    "this agent's token budget for today is spent; it renews at midnight UTC",
-    "rate_limit_error",
-)
+# A rough count of tokens in JSON text: about four bytes each for English (OpenAI's own rule
+# of thumb); exact counts need each model's tokenizer, which the sidecar does not carry.
+BYTES_PER_TOKEN = 4
+# The fields that cap a request's output in the three protocols.
+_OUTPUT_CAPS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
 
 
-def within_budget(ctx: RequestContext) -> bool:
+def budget_spent() -> ApiError:
+    """429 that SDKs must not retry (they would only be refused again) until the day ends."""
+    return ApiError(
+        429,
+        "budget_exhausted",
+        "this agent's budget for today is spent; it renews at midnight UTC",
+        "rate_limit_error",
+        headers={
+            "x-should-retry": "false",
+            "retry-after": retry_after_header(seconds_to_next_day()),
+        },
+    )
+
+
+def background_refused() -> ApiError:
+    return ApiError(
+        400,
+        "background_under_budget",
+        "background responses are not allowed for an agent with a budget: what they spend "
+        "could not be charged; send the request without 'background'",
+        headers={"x-should-retry": "false"},
+    )
+
+
+def estimate_tokens(request_bytes: int, body: dict[str, Any]) -> tuple[int, int]:
+    """(input, output) a request may spend: its size, and its output cap or as much again."""
+    input_tokens = max(1, request_bytes // BYTES_PER_TOKEN)
+    for field in _OUTPUT_CAPS:
+        cap = body.get(field)
+        if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0:
+            return input_tokens, cap
+    return input_tokens, input_tokens
+
+
+def admit(ctx: RequestContext, body: dict[str, Any]) -> ApiError | None:
+    """Hold the request's estimated spending against the agent's budgets, or say why not."""
+    budgets = ctx.state.budgets
     agent = ctx.agent.agent.id
-    remaining = ctx.state.budgets.remaining(agent)
-    if remaining is None or remaining > 0:
-        return True
-    ctx.state.metrics.budget_refusals.labels(agent=agent).inc()
-    return False
+    if not budgets.governs(agent):
+        return None
+    if body.get("background") is True:
+        return background_refused()
+    input_tokens, output_tokens = estimate_tokens(ctx.request_bytes, body)
+    usd = 0.0
+    if ctx.targets:
+        name, _, model = ctx.targets[0]
+        price = ctx.state.prices.price(name, model)
+        if price is not None:
+            usd = (input_tokens * price.input + output_tokens * price.output) / (
+                TOKENS_PER_PRICE_UNIT
+            )
+    tokens = input_tokens + output_tokens
+    if not budgets.admit(agent, tokens, usd):
+        ctx.state.metrics.budget_refusals.labels(agent=agent).inc()
+        return budget_spent()
+    ctx.reserved = (tokens, usd)
+    return None
 
 
-def spend_budget(state: SidecarState, agent: str, usage: dict[str, int]) -> None:
+def release(ctx: RequestContext) -> None:
+    """Give back the request's hold; its real spending was charged by ``spend_budget``."""
+    if ctx.reserved != (0, 0.0):
+        ctx.state.budgets.release(ctx.agent.agent.id, *ctx.reserved)
+        ctx.reserved = (0, 0.0)
+
+
+def spend_budget(
+    state: SidecarState, agent: str, usage: dict[str, int], cost: float | None
+) -> None:
+    budgets = state.budgets
+    if not budgets.governs(agent):
+        return
     tokens = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
-    if tokens > 0 and agent in state.budgets.limits:
-        state.budgets.spend(agent, tokens)
+    usd = cost or 0.0
+    budgets.spend(agent, tokens, usd)
+    if tokens > 0 and agent in budgets.limits:
         state.metrics.budget_tokens.labels(agent=agent).inc(tokens)
+    if usd > 0 and agent in budgets.usd_limits:
+        state.metrics.budget_usd.labels(agent=agent).inc(usd)

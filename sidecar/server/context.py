@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.manifest import AgentBuild, SidecarConfig
+from clawpod.sidecar.manifest import AgentBuild, Provider, SidecarConfig
+from clawpod.sidecar.server.body_bounds import BodyBytesInFlight
+from clawpod.sidecar.server.stored_objects import StoredRef
 from clawpod.sidecar.server.upstream import UpstreamTarget
 from clawpod.sidecar.tasks import ShieldedTasks
 
@@ -22,9 +24,12 @@ if TYPE_CHECKING:
     from clawpod.sidecar.mcp.endpoint import McpEndpoint
     from clawpod.sidecar.mediation.continuity import ContinuityStore
     from clawpod.sidecar.mediation.journal import RequestJournal
+    from clawpod.sidecar.model.prices import PriceBook
     from clawpod.sidecar.observability.metrics import Metrics
     from clawpod.sidecar.server.auth import TokenVerifier
     from clawpod.sidecar.server.routing import ModelRouter
+    from clawpod.sidecar.server.stored_objects import StoredObjects
+    from clawpod.sidecar.server.stream_tools import StreamToolsSupport
     from clawpod.sidecar.server.upstream import UpstreamClient
     from clawpod.sidecar.state_lock import StateLock
 
@@ -50,7 +55,14 @@ class SidecarState:
     operator_token: str | None  # CLAW_OPERATOR_TOKEN: the operator API is closed without it
     drift: DriftChecker  # pins of MCP backends' tool definitions (§11.2)
     journal: RequestJournal  # mediated requests' progress, for resuming a retry (contract §8.2)
+    objects: StoredObjects  # provider-stored objects (Responses ids) and the agent holding each
+    prices: PriceBook  # USD per million tokens of each provider's models (SPEC §14)
+    stream_tools: StreamToolsSupport  # which providers answer streamed tool requests (§7.4)
     state_lock: StateLock | None = None  # held by a started sidecar (SPEC §13.1); /readyz checks it
+    body_bytes: BodyBytesInFlight = field(init=False)  # each agent's request bodies at once
+
+    def __post_init__(self) -> None:
+        self.body_bytes = BodyBytesInFlight(self.config.max_body_bytes)
 
 
 STATE_KEY: web.AppKey[SidecarState] = web.AppKey("claw_state", SidecarState)
@@ -73,6 +85,27 @@ class RequestContext:
     model: str | None = None  # upstream model, "provider/" prefix stripped
     method: str = "POST"
     upstream_path: str | None = None  # a resource route's concrete path (and query) upstream
+    # Stored objects this request used, made or was refused (for its audit record).
+    objects: list[dict[str, str]] = field(default_factory=list)
+
+    def note_objects(self, use: str, refs: list[StoredRef]) -> None:
+        self.objects += [{"kind": ref.kind, "id": ref.id, "use": use} for ref in refs]
+
+    def record_objects(self, refs: list[StoredRef]) -> None:
+        """Bind objects the provider stored for this request to its agent."""
+        if refs:
+            self.note_objects("created", self.state.objects.record(self.agent.agent.id, refs))
+
+    audit_extra: dict[str, Any] | None = None  # fields the request's audit record adds
+    targets: list[tuple[str, Provider, str | None]] = field(default_factory=list)
+    """(provider, its settings, upstream model) in failover order (SPEC §14)."""
+    attempts: list[dict[str, str | None]] = field(default_factory=list)
+    """Each upstream attempt: provider, key label, outcome; the audit record's ``providers``."""
+    reserved: tuple[int, float] = (0, 0.0)
+    """Tokens and USD held against the agent's budgets while the request runs (#32)."""
+    strip_usage: bool = False
+    """Chat Completions usage was asked upstream for the budget; the client did not ask."""
+    request_bytes: int = 0
 
     def target(self) -> UpstreamTarget:
         """Where this request goes upstream (once routed)."""

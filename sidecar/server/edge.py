@@ -3,15 +3,19 @@
 aiohttp parses every request (line, field and header-count limits, chunked framing, pipelining
 with a bounded queue and backpressure). This module adds, per connection:
 
-- a request-head deadline: once a byte of a head has arrived, the whole head must arrive within
-  ``head_timeout_s`` (and an over-capacity connection must send its head that fast after
-  connecting), else the connection is closed;
+- a request-head deadline: a new connection must send its first whole head within
+  ``head_timeout_s`` of connecting, and a kept-alive one each further head within as long of
+  its first byte, else the connection is closed (a socket that never sends a byte holds its
+  slot no longer than that);
 - a head-size bound over all its fields together (aiohttp bounds each field, not their sum):
   while a head arrives (close) and once it is parsed (431);
 - a body-idle deadline: a request body that stops arriving for ``body_idle_timeout_s`` closes
   the connection (time the sidecar itself stopped reading, for backpressure, does not count);
-- a cap on open connections: past it, a connection's first request is answered 503 in the
-  caller's protocol with ``Connection: close`` (see ``refuse_over_capacity``);
+- a cap on open connections, and a lower one per peer address: at the cap, the connection
+  idle longest that never carried an authenticated request is closed to make room; when
+  there is none (or the peer is at its own cap), the new connection's first request is
+  answered 503 in the caller's protocol with ``Connection: close`` (see
+  ``refuse_at_the_edge``);
 - parse failures answered as JSON, not aiohttp's text page with a logged traceback.
 Nothing here parses HTTP: it counts bytes and watches aiohttp's own queue of parsed requests.
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,12 +34,18 @@ from aiohttp import web
 from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 
+from clawpod.sidecar.manifest import EdgeConfig, SidecarConfig
+
 log = logging.getLogger("sidecar.edge")
+# Connections looked at, oldest first, for one to close at the cap: a flood of new connections
+# costs a bounded scan each, even when the oldest are all busy.
+EVICTION_SCAN = 64
 
 
 @dataclass(frozen=True)
 class EdgeLimits:
     max_connections: int = 4096
+    max_connections_per_peer: int = 1024
     head_timeout_s: float = 10.0
     body_idle_timeout_s: float = 30.0
     keepalive_timeout_s: float = 75.0
@@ -43,6 +54,18 @@ class EdgeLimits:
     max_field_bytes: int = 8190  # one header line; aiohttp's default
     max_headers: int = 128
     lingering_s: float = 10.0  # an unread body is read and dropped this long before the close
+
+    @classmethod
+    def from_config(cls, config: SidecarConfig) -> EdgeLimits:
+        """The limits a build sets (``x-claw.edge`` in the pod file)."""
+        edge = config.edge or EdgeConfig()
+        return cls(
+            max_connections=config.max_connections,
+            max_connections_per_peer=edge.max_connections_per_peer,
+            head_timeout_s=edge.head_timeout_ms / 1000,
+            body_idle_timeout_s=edge.body_idle_timeout_ms / 1000,
+            keepalive_timeout_s=edge.keepalive_timeout_ms / 1000,
+        )
 
     def handler_options(self) -> dict[str, Any]:
         """aiohttp's own per-connection limits."""
@@ -56,23 +79,60 @@ class EdgeLimits:
 
 
 class EdgeServer(web.Server):
-    """aiohttp's low-level server whose connections are ``EdgeConnection``s, counted."""
+    """aiohttp's low-level server whose connections are ``EdgeConnection``s, counted in all
+    and per peer address."""
 
     def __init__(self, *args: Any, limits: EdgeLimits, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs, **limits.handler_options())
         self.limits = limits
-        self.open_connections = 0
+        self.open_connections = 0  # not counting those closed to make room, already gone
+        self._per_peer: Counter[str] = Counter()
+        # Connections that never carried an authenticated request, least recently active first.
+        self._strangers: OrderedDict[EdgeConnection, None] = OrderedDict()
 
     def __call__(self) -> EdgeConnection:
         return EdgeConnection(self, loop=self._loop, **self._kwargs)
 
-    def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
+    def admit(self, connection: EdgeConnection) -> bool:
+        """Count a new connection in; whether it is over capacity (all, or its peer's)."""
+        limits = self.limits
+        peer = connection.peer or ""
+        over = self._per_peer[peer] >= limits.max_connections_per_peer or (
+            self.open_connections >= limits.max_connections and not self._make_room()
+        )
         self.open_connections += 1
-        super().connection_made(handler, transport)
+        self._per_peer[peer] += 1
+        self._strangers[connection] = None
+        return over
 
-    def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
-        self.open_connections -= 1
-        super().connection_lost(handler, exc)
+    def active(self, connection: EdgeConnection) -> None:
+        """A stranger began a request: the last to be closed to make room."""
+        if connection in self._strangers:
+            self._strangers.move_to_end(connection)
+
+    def trusted(self, connection: EdgeConnection) -> None:
+        """The connection carried an authenticated request: never closed to make room."""
+        self._strangers.pop(connection, None)
+
+    def forget(self, connection: EdgeConnection, peer: str) -> None:
+        self._strangers.pop(connection, None)
+        if not connection.evicted:
+            self.open_connections -= 1
+        self._per_peer[peer] -= 1
+        if not self._per_peer[peer]:
+            del self._per_peer[peer]
+
+    def _make_room(self) -> bool:
+        """Close the stranger idle longest (sent no head yet, or between requests)."""
+        for scanned, connection in enumerate(self._strangers):
+            if scanned >= EVICTION_SCAN:
+                break
+            if connection.idle:
+                del self._strangers[connection]
+                connection.evict()
+                self.open_connections -= 1
+                return True
+        return False
 
 
 class EdgeConnection(RequestHandler):
@@ -82,20 +142,38 @@ class EdgeConnection(RequestHandler):
         super().__init__(manager, **kwargs)
         self.limits = manager.limits
         self.over_capacity = False
+        self.evicted = False
+        self.peer: str | None = None  # the client's address while the connection is counted
         self._head_bytes = 0
         self._head_timer: asyncio.TimerHandle | None = None
         self._body: StreamReader | None = None  # the request body still arriving, if any
         self._body_seen = 0.0  # loop time of the body's last bytes
         self._body_timer: asyncio.TimerHandle | None = None
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+    @property
+    def server(self) -> EdgeServer:
         manager = self._manager
         assert isinstance(manager, EdgeServer)
-        # Counted before this one registers: the (cap + 1)th connection is over capacity.
-        self.over_capacity = manager.open_connections >= self.limits.max_connections
+        return manager
+
+    @property
+    def idle(self) -> bool:
+        """No request is being read or answered: closing it loses nothing."""
+        return not (self._request_in_progress or self._messages or self._body is not None)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        address = transport.get_extra_info("peername")
+        self.peer = str(address[0]) if isinstance(address, tuple) else ""
+        self.over_capacity = self.server.admit(self)
         super().connection_made(transport)
-        if self.over_capacity:
-            self._arm_head_timer()  # it gets no keep-alive idle time: a head, now, or nothing
+        # A head within the head deadline, or the slot is freed: no keep-alive idle time for
+        # a connection that has asked nothing yet.
+        self._arm_head_timer()
+
+    def evict(self) -> None:
+        """Closed to make room for a new connection at the cap."""
+        self.evicted = True
+        self.force_close()
 
     def data_received(self, data: bytes) -> None:
         reading_head = self._body is None
@@ -105,6 +183,7 @@ class EdgeConnection(RequestHandler):
             return
         if self._request_count > parsed_before:  # aiohttp completed a head (or more)
             self._head_done()
+            self.server.active(self)
             payload = self._messages[-1][1] if self._messages else None
             if isinstance(payload, StreamReader) and not payload.is_eof():
                 self._watch_body(payload)
@@ -123,6 +202,9 @@ class EdgeConnection(RequestHandler):
     def connection_lost(self, exc: BaseException | None) -> None:
         self._head_done()
         self._body_done()
+        if self.peer is not None:
+            self.server.forget(self, self.peer)
+            self.peer = None  # counted out once
         super().connection_lost(exc)
 
     def handle_error(
@@ -233,6 +315,13 @@ CLOSING_STATUSES = frozenset({413, 431})  # the rest of the request will not be 
 
 def over_capacity(request: web.BaseRequest) -> bool:
     return getattr(request.protocol, "over_capacity", False)
+
+
+def mark_authenticated(request: web.BaseRequest) -> None:
+    """The request's token matched an agent: its connection is never closed to make room."""
+    connection = request.protocol
+    if isinstance(connection, EdgeConnection) and connection.transport is not None:
+        connection.server.trusted(connection)
 
 
 @web.middleware

@@ -27,4 +27,6 @@ async def reply_error(
             await exchange.end()
         else:
             headers = FINAL_HEADERS if final else JSON_HEADERS
+            if err.headers:
+                headers = {**headers, **err.headers}
             await exchange.respond(err.status, codec.error_json(err), headers)

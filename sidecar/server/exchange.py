@@ -10,13 +10,18 @@ end the body in-band.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from aiohttp import web
 
 from clawpod.sidecar.model.errors import ApiError
+from clawpod.sidecar.server.edge import mark_authenticated
 
 ResponseHeaders = Mapping[str, str]
+
+
+def _nothing(size: int) -> None:
+    """A ``take`` that accounts nothing."""
 
 
 class Exchange(ABC):
@@ -36,8 +41,15 @@ class Exchange(ABC):
         """True once the response head has been sent."""
 
     @abstractmethod
-    async def read_body(self, limit: int) -> bytes:
-        """The whole request body; ``ApiError`` 413 when it is over ``limit`` bytes."""
+    async def read_body(
+        self, limit: int, take: Callable[[int], None] = _nothing
+    ) -> bytes | bytearray:
+        """The whole request body; ``ApiError`` 413 when it is over ``limit`` bytes. ``take``
+        is told each size of memory the body is given before it is (it may refuse)."""
+
+    @abstractmethod
+    def authenticated(self) -> None:
+        """The request's token matched an agent (the edge keeps its connection at the cap)."""
 
     @abstractmethod
     def client_gone(self) -> bool:
@@ -82,14 +94,35 @@ class AiohttpExchange(Exchange):
     def started(self) -> bool:
         return self.response is not None and self.response.prepared
 
-    async def read_body(self, limit: int) -> bytes:
+    async def read_body(
+        self, limit: int, take: Callable[[int], None] = _nothing
+    ) -> bytes | bytearray:
+        """Read into one buffer (aiohttp's ``read`` joins the chunks, then copies them: twice
+        the body at its peak): sized once from Content-Length, else grown as chunks come."""
         request = self._request
-        if request.content_length is not None and request.content_length > limit:
+        length = request.content_length
+        if length is not None and length > limit:
             raise too_large(limit)
-        try:
-            return await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise too_large(limit) from None
+        if length is not None:
+            take(length)
+            body = bytearray(length)
+            view = memoryview(body)
+            filled = 0
+            async for chunk in request.content.iter_any():
+                view[filled : filled + len(chunk)] = chunk
+                filled += len(chunk)
+            view.release()
+            return body
+        body = bytearray()
+        async for chunk in request.content.iter_any():
+            if len(body) + len(chunk) > limit:
+                raise too_large(limit)
+            take(len(chunk))
+            body += chunk
+        return body
+
+    def authenticated(self) -> None:
+        mark_authenticated(self._request)
 
     def client_gone(self) -> bool:
         transport = self._request.transport

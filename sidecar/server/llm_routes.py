@@ -24,13 +24,15 @@ from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.observability.logs import log_request
 from clawpod.sidecar.server.accounting import record_request
 from clawpod.sidecar.server.auth import AuthError
-from clawpod.sidecar.server.budget_gate import BUDGET_SPENT, within_budget
+from clawpod.sidecar.server.body_bounds import check_shape
+from clawpod.sidecar.server.budget_gate import admit, release
 from clawpod.sidecar.server.context import STATE_KEY, RequestContext, SidecarState
 from clawpod.sidecar.server.counting import with_managed_tools
 from clawpod.sidecar.server.errors import reply_error
 from clawpod.sidecar.server.exchange import AiohttpExchange, Exchange
 from clawpod.sidecar.server.mediated import CLIENT_CLOSED, handle_mediated
 from clawpod.sidecar.server.passthrough import pass_through
+from clawpod.sidecar.server.stored_objects import refs
 
 log = logging.getLogger("sidecar.server")
 
@@ -103,6 +105,7 @@ async def _llm_request(exchange: Exchange, state: SidecarState, route: LlmRoute)
     started = time.monotonic()
     codec = route.codec
     agent = state.verifier.authenticate(exchange.headers)
+    exchange.authenticated()
     tracing.name_agent(agent.agent.id)
     ctx = RequestContext(
         state=state,
@@ -113,49 +116,118 @@ async def _llm_request(exchange: Exchange, state: SidecarState, route: LlmRoute)
         started=started,
         forward_headers=_forward_headers(exchange.headers, codec),
     )
+    with state.body_bytes.holding(agent.agent.id) as take:
+        await _read_and_serve(exchange, state, route, ctx, take)
+
+
+async def _read_and_serve(
+    exchange: Exchange,
+    state: SidecarState,
+    route: LlmRoute,
+    ctx: RequestContext,
+    take: Callable[[int], None],
+) -> None:
+    codec, agent = ctx.codec, ctx.agent
     inflight = state.metrics.inflight
     inflight[route.path] += 1
     body: dict[str, Any] = {}
     try:
         try:
-            raw = await exchange.read_body(state.config.max_body_bytes)
+            limit = state.config.max_body_bytes
+            raw = await exchange.read_body(limit, take)
+            await check_shape(raw, limit)
             body = _parse_body(raw) if raw or route.upstream is None else {}
             ctx.stream = body.get("stream") is True or _query_streams(exchange.query)
             if route.upstream is not None:
                 _address_resource(ctx, exchange, route.upstream)
+            _check_stored_objects(ctx, exchange, body)
+            ctx.request_bytes = len(raw)
             if route.upstream is None or "model" in body:
-                ctx.provider_name, _, ctx.model = state.router.resolve(codec.api, body.get("model"))
+                ctx.targets = state.router.route(codec.api, body.get("model"))  # type: ignore[assignment]
+                ctx.provider_name, _, ctx.model = ctx.targets[0]
             else:
                 ctx.provider_name = state.router.first_provider(codec.api)
+                ctx.targets = [(ctx.provider_name, state.config.providers[ctx.provider_name], None)]
         except ApiError as err:
             requested = body.get("model")
             ctx.model = requested if isinstance(requested, str) else None
             await reply_error(exchange, codec, err, final=True)  # the body or its routing
             await record_request(ctx, http_status=err.status, error_code=err.code)
             return
-        if not within_budget(ctx):
-            await reply_error(exchange, codec, BUDGET_SPENT)
-            await record_request(ctx, http_status=BUDGET_SPENT.status, error_code=BUDGET_SPENT.code)
+        refusal = admit(ctx, body)
+        if refusal is not None:
+            await reply_error(exchange, codec, refusal)
+            await record_request(ctx, http_status=refusal.status, error_code=refusal.code)
             return
         if ctx.model is not None and ctx.model != body["model"]:
             body["model"] = ctx.model
             raw = orjson.dumps(body)
+        withheld = _withheld(agent, codec, body)
+        if withheld is not None:
+            ctx.audit_extra = {"tools_injected": False, "reason": withheld}
         if route.mediate and _injects(agent, codec, body):
             await handle_mediated(exchange, ctx, body)
         elif route.path in codec.side_routes and _injects(agent, codec, body):
             counted = orjson.dumps(with_managed_tools(codec, agent, body))
             await pass_through(exchange, ctx, counted)
         else:
+            if route.mediate and codec.name == "chat" and ctx.stream:
+                raw = _ask_stream_usage(ctx, body, raw)
             await pass_through(exchange, ctx, raw if raw or route.method == "POST" else None)
     finally:
         inflight[route.path] -= 1
+        release(ctx)
+
+
+def _ask_stream_usage(ctx: RequestContext, body: dict[str, Any], raw: bytes) -> bytes:
+    """A Chat Completions stream reports usage only when asked: the sidecar always asks, so
+    every stream is charged (#32), and strips the usage chunk from a client that did not."""
+    options = body.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage") is True:
+        return raw
+    ctx.strip_usage = True
+    extended = options if isinstance(options, dict) else {}
+    return orjson.dumps({**body, "stream_options": {**extended, "include_usage": True}})
 
 
 def _injects(agent: AgentBuild, codec: Codec, body: dict[str, Any]) -> bool:
     """Whether this request gets the agent's managed tools (mediated), or goes through as is."""
     if agent.agent.mode != "mediated" or not agent.tools.tools:
         return False
-    return agent.agent.tool_injection == "always" or not codec.data_only(body)
+    return _withheld(agent, codec, body) is None
+
+
+def _withheld(agent: AgentBuild, codec: Codec, body: dict[str, Any]) -> str | None:
+    """Why a mediated agent's request gets no tools under ``tool-injection: auto`` (audited as
+    ``tools_injected: false``), or None: it asks for data (structured output), or it is an
+    auxiliary request about the conversation (a title, a summary, a compaction: SPEC §7.3)."""
+    if agent.agent.mode != "mediated" or agent.agent.tool_injection == "always":
+        return None
+    if codec.data_only(body):
+        return "data_only"
+    if codec.auxiliary(body):
+        return "auxiliary"
+    return None
+
+
+def _check_stored_objects(ctx: RequestContext, exchange: Exchange, body: dict[str, Any]) -> None:
+    """Refuse a request that names a stored object this agent does not hold: every agent
+    shares the provider key, so the provider cannot refuse it (see ``stored_objects``)."""
+    referenced = refs(ctx.codec.stored_references(exchange.path_params, body))
+    if not referenced:
+        return
+    agent = ctx.agent.agent.id
+    for ref in referenced:
+        why = ctx.state.objects.refusal(agent, ref)
+        if why is not None:
+            ctx.note_objects(f"refused ({why})", [ref])
+            raise ApiError(
+                404,
+                f"{ref.kind}_not_found",
+                f"no {ref.kind} with id {ref.id!r} was stored for this agent",
+                "invalid_request_error",
+            )
+    ctx.note_objects("referenced", referenced)
 
 
 def _address_resource(ctx: RequestContext, exchange: Exchange, upstream: str) -> None:
@@ -172,7 +244,7 @@ def _query_streams(query: str) -> bool:
     return "stream=true" in query.split("&")
 
 
-def _parse_body(raw: bytes) -> dict[str, Any]:
+def _parse_body(raw: bytes | bytearray) -> dict[str, Any]:
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

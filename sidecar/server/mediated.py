@@ -39,15 +39,35 @@ from clawpod.sidecar.mediation.commands import (
 )
 from clawpod.sidecar.mediation.continuity import StateWriteFailed
 from clawpod.sidecar.mediation.engine import MediationEngine
-from clawpod.sidecar.mediation.journal import Attempt, call_key, has_side_effects, request_digest
+from clawpod.sidecar.mediation.journal import (
+    Attempt,
+    call_key,
+    has_side_effects,
+    history_identity,
+    last_user_text,
+    request_digest,
+    request_identity,
+)
 from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
+from clawpod.sidecar.model.taint import TAINTED_ARGUMENT
 from clawpod.sidecar.observability import tracing
-from clawpod.sidecar.server.accounting import record_request
+from clawpod.sidecar.server.accounting import call_cost, record_request
+from clawpod.sidecar.server.budget_gate import BYTES_PER_TOKEN
 from clawpod.sidecar.server.errors import FINAL_HEADERS, JSON_HEADERS
 from clawpod.sidecar.server.exchange import Exchange
-from clawpod.sidecar.server.live_call import call_model_streaming
-from clawpod.sidecar.server.upstream import UpstreamError
+from clawpod.sidecar.server.failover import open_upstream
+from clawpod.sidecar.server.live_call import (
+    Show,
+    StreamUnanswered,
+    call_model_streaming,
+    show_whole,
+)
+from clawpod.sidecar.server.stored_objects import refs
+from clawpod.sidecar.server.stream_tools import offers_tools
+from clawpod.sidecar.server.unserved import NOT_SERVED, not_served_message
+from clawpod.sidecar.server.upstream import UpstreamError, UpstreamTarget, read_whole
+from clawpod.sidecar.transport import Response
 from clawpod.sidecar.transport.keepalive import with_keepalives
 
 if TYPE_CHECKING:
@@ -63,7 +83,13 @@ RUNNER_TOOL_LABEL = "(runner)"
 CLIENT_CLOSED = 499
 # Failures the sidecar decides itself: the same request fails the same way (SPEC 7.2).
 SIDECAR_DECIDED = frozenset(
-    {"mixed_executor_response", "tool_budget_exhausted", "invalid_request", "timeout"}
+    {
+        "mixed_executor_response",
+        "tool_budget_exhausted",
+        "invalid_request",
+        "timeout",
+        "protocol_not_served",
+    }
 )
 SSE_HEADERS = {
     "Content-Type": "text/event-stream; charset=utf-8",
@@ -74,15 +100,26 @@ SSE_HEADERS = {
 
 async def handle_mediated(exchange: Exchange, ctx: RequestContext, body: dict[str, Any]) -> None:
     state = ctx.state
+    quarantine = state.executor.quarantine
     engine = MediationEngine(
         ctx.codec,
-        state.executor.quarantine.offered(ctx.agent),  # tools whose definition drifted: not offered
+        quarantine.offered(ctx.agent),  # tools whose definition drifted: not offered
         body,
         validate=state.executor.check_arguments,
         model_timeout_s=_model_timeout_ms(ctx) / 1000,
+        withheld=quarantine.withheld(ctx.agent),
+        taint_mode=state.config.taint.mode if state.config.taint is not None else "off",
     )
     # An identical request still running waits here; a failed one is resumed (SPEC 8.2).
-    attempt = await state.journal.begin(request_digest(ctx.agent.agent.id, body), ctx.request_id)
+    agent = ctx.agent.agent.id
+    if engine.prepare() is None:
+        conversation, api = engine.conversation, ctx.codec.api
+        request = request_identity(agent, api, conversation)
+        history = history_identity(agent, api, conversation)
+        asked = last_user_text(conversation)
+    else:
+        request, history, asked = request_digest(agent, body), None, ""
+    attempt = await state.journal.begin(agent, request, ctx.request_id, history, asked)
     # Its own task: a cancelled handler must not cut a loop (and its audit) short.
     await state.tasks.run(_Driver(exchange, ctx, ctx.codec, engine, attempt).run())
 
@@ -92,6 +129,10 @@ def _model_timeout_ms(ctx: RequestContext) -> int:
     assert ctx.provider_name is not None
     provider = ctx.state.config.providers[ctx.provider_name]
     return min(provider.timeout_ms, ctx.state.config.upstream_timeout_ms)
+
+
+class _NotJournaled(Exception):
+    """The journal could not record a call about to be sent: it is not sent."""
 
 
 class _Driver:
@@ -116,6 +157,10 @@ class _Driver:
         self.client_gone = False
         self.http_status = 200
         self.error_code: str | None = None
+        self.replayed_calls: set[str] = set()
+        """Ids of calls answered from the journal of the attempt this one resumes."""
+        self.cost: float | None = None  # USD of the model calls answered so far
+        self.estimated = (0, 0)  # input, output tokens of calls whose provider counted none
 
     async def run(self) -> None:
         steps = self.engine.run()
@@ -152,10 +197,11 @@ class _Driver:
                 agent = self.ctx.agent.agent.id
                 self.state.continuity.remember(
                     command.key,
-                    command.messages,
+                    self._scrubbed(command.messages),
                     agent=agent,
                     context=command.context,
                     origin=command.origin,
+                    taint_sources=command.taint_sources,
                 )
             except StateWriteFailed as exc:
                 await self._state_write_failed(exc)
@@ -196,7 +242,26 @@ class _Driver:
             event = await self._keeping_alive(self._call_model(command))
         if isinstance(event, ModelReplied):
             self.attempt.model_replied(event.body)
+            self.ctx.record_objects(refs(self.codec.stored_ids(event.body)))
+            self._charge(command.body, event.body)
         return event
+
+    def _charge(self, request: dict[str, Any], reply: dict[str, Any]) -> None:
+        """One model call's cost at the price of the provider that answered it; a provider
+        that reported no usage is charged an estimate (#32), kept for the audit record."""
+        usage = reply.get("usage")
+        read, creation = self.codec.cache_counts(usage)
+        tokens = self.codec.usage_counts(usage)
+        if not any(tokens):
+            tokens = (
+                len(orjson.dumps(request)) // BYTES_PER_TOKEN,
+                len(orjson.dumps(reply)) // BYTES_PER_TOKEN,
+            )
+            self.estimated = (self.estimated[0] + tokens[0], self.estimated[1] + tokens[1])
+        call = usage_record(*tokens, cache_read=read, cache_creation=creation)
+        cost = call_cost(self.ctx, self.ctx.provider_name, self.ctx.model, call)
+        if cost is not None:
+            self.cost = (self.cost or 0.0) + cost
 
     async def _call_model(self, command: CallModel) -> Event:
         with tracing.model_span(self.codec.api, self.ctx.model) as span:
@@ -211,18 +276,34 @@ class _Driver:
 
     async def _call_model_once(self, command: CallModel) -> Event:
         started = time.perf_counter()
-        try:
-            reply = await self.state.upstream.post_json(
-                self.ctx.target(), command.body, timeout_s=command.timeout_s
+        upstream = self.state.upstream
+
+        def send(target: UpstreamTarget, model: str | None) -> Awaitable[Response]:
+            body = command.body
+            if model is not None and model != body.get("model"):  # a fallback's own id
+                body = {**body, "model": model}
+            return upstream.send(
+                target,
+                orjson.dumps(body),
+                timeout_s=command.timeout_s,
+                max_body_bytes=upstream.max_response_bytes,
             )
+
+        try:
+            reply = await read_whole(await open_upstream(self.ctx, send), self.ctx.provider_name)
         except UpstreamError as exc:
             return ModelFailed(exc.kind, exc.message)
+        except ApiError as err:  # every key rests
+            return ModelFailed("status", err.message, err.status, err.headers.get("retry-after"))
         finally:
             self.state.metrics.observe_upstream(
                 self.ctx.provider_name, time.perf_counter() - started
             )
         if reply.status != 200:
             body = self.state.upstream.redact(self.ctx.provider_name, reply.body)
+            unserved = not_served_message(self.codec, self.ctx.provider_name, reply.status, body)
+            if unserved:
+                return ModelFailed(NOT_SERVED, unserved)
             return ModelFailed(
                 "status",
                 self.codec.provider_error_message(body),
@@ -241,22 +322,52 @@ class _Driver:
         return ModelReplied(body)
 
     async def _call_model_live(self, command: CallModel, live: ClientStream) -> Event:
-        """The upstream streams too; text reaches the client as it arrives (SPEC §8.1)."""
+        """The upstream streams too; text reaches the client as it arrives (SPEC §8.1). A
+        provider that cannot stream with tools is called whole, its text re-streamed."""
 
         async def show(head: dict[str, Any], deltas: list[TextDelta]) -> None:
             await self._write(live.text(head, deltas))
 
+        support = self.state.stream_tools
+        provider = self.ctx.provider_name
+        assert provider is not None
+        if not support.streams(provider, command.body):
+            event = await self._call_model_restreamed(command, show)
+        else:
+            may_fall_back = support.may_fall_back(provider) and offers_tools(command.body)
+            streamed = await self._stream_model(command, show, may_fall_back)
+            if isinstance(streamed, StreamUnanswered):
+                # Nothing was shown and no call was made: this round is asked again, whole.
+                event = await self._call_model_restreamed(command, show)
+                if streamed.definitive or isinstance(event, ModelReplied):
+                    support.learn_cannot(provider, streamed.why)
+            else:
+                event = streamed
+        if isinstance(event, ModelReplied):
+            await self._write(live.end_turn(event.body))
+        return event
+
+    async def _call_model_restreamed(self, command: CallModel, show: Show) -> Event:
+        """A whole call; a streaming client still gets its text, in one piece."""
+        event = await self._call_model(command)
+        if isinstance(event, ModelReplied):
+            await show_whole(self.codec, self.engine.conversation, event.body, show)
+        return event
+
+    async def _stream_model(
+        self, command: CallModel, show: Show, may_fall_back: bool
+    ) -> Event | StreamUnanswered:
         started = time.perf_counter()
         with tracing.model_span(self.codec.api, self.ctx.model) as span:
             try:
                 event = await call_model_streaming(
-                    self.state.upstream,
-                    self.ctx.target(),
+                    self.ctx,
                     self.codec,
                     self.engine.conversation,
                     command.body,
                     command.timeout_s,
                     show,
+                    may_fall_back=may_fall_back,
                 )
             finally:
                 self.state.metrics.observe_upstream(
@@ -264,8 +375,6 @@ class _Driver:
                 )
             if isinstance(event, ModelReplied):
                 tracing.record_usage(span, *self.codec.usage_of_body(event.body))
-        if isinstance(event, ModelReplied):
-            await self._write(live.end_turn(event.body))
         return event
 
     async def _execute(self, command: ExecuteTools) -> ToolsDone:
@@ -287,19 +396,24 @@ class _Driver:
         key = call_key(execution.tool, execution.call)
         known = self.attempt.known_outcome(key)
         if known is not None:  # answered (or sent) by the attempt this one resumes
+            self.replayed_calls.add(execution.call.id)
             return known
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return refused("timeout", "the request's total time budget ran out before this call")
         agent = self.ctx.agent.agent.id
         side_effects = has_side_effects(execution.tool)
-        if side_effects:
+        unjournaled: list[OSError] = []
+
+        async def journal_sending() -> None:
+            """After policy and approval, before the call goes: without this record a retry
+            could send it again, so a failed write stops it."""
             try:
                 await self.attempt.sending(key)
             except OSError as exc:
-                # Without the record a retry could send it again: it is not sent at all.
-                await self._state_write_failed(StateWriteFailed(str(exc)), "journal")
-                return refused("state_unavailable", "the sidecar could not journal this call")
+                unjournaled.append(exc)
+                raise _NotJournaled from exc
+
         try:
             outcome = await self.state.governed.execute(
                 agent,
@@ -307,16 +421,23 @@ class _Driver:
                 execution.arguments,
                 timeout_s=min(command.timeout_s, remaining),
                 max_result_bytes=command.max_result_bytes,
+                taint=command.taint,
                 idempotency_key=idempotency_key(
                     self.state.config.pod,
                     agent,
                     execution.tool,
+                    self.attempt.lineage,
                     execution.call.id,
                     execution.arguments,
                 )
                 if side_effects
                 else None,
+                deadline=deadline,
+                before_send=journal_sending if side_effects else None,
             )
+        except _NotJournaled:
+            await self._state_write_failed(StateWriteFailed(str(unjournaled[0])), "journal")
+            return refused("state_unavailable", "the sidecar could not journal this call")
         except Exception:
             log.exception("tool %s failed in the executor", execution.tool.name)
             return refused("execution_failed", "the sidecar could not execute this call")
@@ -407,40 +528,64 @@ class _Driver:
             metrics.count_tool_call(label, answered.outcome)
         cache_read, cache_creation = self.codec.cache_counts(engine.usage.fields)
         usage = usage_record(
-            engine.usage.input_tokens,
-            engine.usage.output_tokens,
+            engine.usage.input_tokens + self.estimated[0],
+            engine.usage.output_tokens + self.estimated[1],
             engine.executed_rounds,
             cache_read=cache_read,
             cache_creation=cache_creation,
         )
+        if any(self.estimated):
+            usage["estimated"] = True
         try:
             await record_request(
                 self.ctx,
                 http_status=self.http_status,
                 error_code=self.error_code,
                 usage=usage,
-                tool_trace=_tool_trace(engine),
+                tool_trace=self._scrubbed(_tool_trace(engine, self.replayed_calls)),
                 extra=self._resume_record(),
+                cost=self.cost,
             )
         except Exception:
             log.exception("audit of mediated request %s failed", self.ctx.request_id)
+
+    def _scrubbed(self, value: Any) -> Any:
+        """What is kept of the request, without the credentials or tokens a call of it was
+        refused for carrying (SPEC §17): the model sent them, the sidecar does not store them."""
+        guard = self.state.governed.argument_guard
+        refused = any(
+            answered.outcome.error_code == TAINTED_ARGUMENT
+            for calls in self.engine.rounds
+            for answered in calls
+        )
+        return guard.scrubbed(value) if guard is not None and refused else value
 
     def _resume_record(self) -> dict[str, Any]:
         record: dict[str, Any] = {"hidden_rounds_restored": self.engine.restored_rounds}
         if self.attempt.resumed_from:
             record["resumed_from"] = self.attempt.resumed_from
+        if self.engine.taint.tainted:
+            record["taint_sources"] = list(self.engine.taint.sources)
         return record
 
 
-def _tool_trace(engine: MediationEngine) -> list[dict[str, Any]]:
-    """The audit record's rounds: every call answered, rendered as MCP calls are."""
+def _tool_trace(engine: MediationEngine, replayed: set[str]) -> list[dict[str, Any]]:
+    """The audit record's rounds: every call answered, rendered as MCP calls are. A call whose
+    answer came from the journal of an earlier attempt is ``replayed``, not executed again (its
+    latency is that attempt's)."""
     return [
         {
             "round": number,
             "calls": [
-                trace_call(a.call.id, a.tool, a.call.name, a.call.arguments, a.outcome)
+                _replayed(trace_call(a.call.id, a.tool, a.call.name, a.call.arguments, a.outcome))
+                if a.call.id in replayed
+                else trace_call(a.call.id, a.tool, a.call.name, a.call.arguments, a.outcome)
                 for a in calls
             ],
         }
         for number, calls in enumerate(engine.rounds, 1)
     ]
+
+
+def _replayed(call: dict[str, Any]) -> dict[str, Any]:
+    return call | {"executed": False, "replayed": True, "latency_ms": 0.0}

@@ -6,19 +6,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 import orjson
 
 from clawpod.sidecar.audit.records import usage_record
+from clawpod.sidecar.codecs.openai_stream import UsageChunkStripper
 from clawpod.sidecar.codecs.usage import StreamUsage
 from clawpod.sidecar.model.errors import ApiError, upstream_failure
 from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.server.accounting import record_request
+from clawpod.sidecar.server.budget_gate import BYTES_PER_TOKEN
 from clawpod.sidecar.server.context import RequestContext
 from clawpod.sidecar.server.errors import reply_error
 from clawpod.sidecar.server.exchange import Exchange
-from clawpod.sidecar.server.upstream import UpstreamError, response_headers, translate_error
+from clawpod.sidecar.server.failover import open_upstream
+from clawpod.sidecar.server.stored_objects import StoredRef, StreamedIds, refs
+from clawpod.sidecar.server.unserved import NOT_SERVED, not_served_message
+from clawpod.sidecar.server.upstream import (
+    UpstreamError,
+    UpstreamTarget,
+    translate_error,
+)
 from clawpod.sidecar.transport import Response, TransportError
 
 
@@ -26,17 +36,29 @@ def upstream_api_error(exc: UpstreamError) -> ApiError:
     return upstream_failure(exc.kind, exc.message)
 
 
-async def pass_through(exchange: Exchange, ctx: RequestContext, raw: bytes | None) -> None:
+async def pass_through(
+    exchange: Exchange, ctx: RequestContext, raw: bytes | bytearray | None
+) -> None:
     with tracing.model_span(ctx.codec.api, ctx.model):
         await _pass_through(exchange, ctx, raw)
 
 
-async def _pass_through(exchange: Exchange, ctx: RequestContext, raw: bytes | None) -> None:
+async def _pass_through(
+    exchange: Exchange, ctx: RequestContext, raw: bytes | bytearray | None
+) -> None:
     sent = time.monotonic()
+    client = ctx.state.upstream
+
+    def send(target: UpstreamTarget, model: str | None) -> Awaitable[Response]:
+        same = model is None or model == ctx.model
+        return client.send(target, raw if same else _with_model(raw, model))
+
     try:
-        upstream = await ctx.state.upstream.send(ctx.target(), raw)
+        upstream = await open_upstream(ctx, send)
     except UpstreamError as exc:
         return await _fail(exchange, ctx, upstream_api_error(exc))
+    except ApiError as err:  # every key rests
+        return await _fail(exchange, ctx, err)
     try:
         ctx.state.metrics.observe_upstream(ctx.provider_name, time.monotonic() - sent)
         if upstream.status == 200 and upstream.content_type == "text/event-stream":
@@ -60,6 +82,11 @@ async def _relay_body(exchange: Exchange, ctx: RequestContext, upstream: Respons
     status = upstream.status
     if status >= 400:
         data = ctx.state.upstream.redact(ctx.provider_name, data)
+    unserved = ctx.upstream_path is None and not_served_message(
+        ctx.codec, ctx.provider_name or "", status, data
+    )
+    if unserved:
+        return await _fail(exchange, ctx, upstream_failure(NOT_SERVED, unserved))
     parsed = _json_or_none(data)
     if status >= 400:
         if not _is_protocol_error(parsed):
@@ -77,17 +104,22 @@ async def _relay_body(exchange: Exchange, ctx: RequestContext, upstream: Respons
         error_code = None
         usage = usage_record(rounds=1)
         if not ctx.upstream_path:  # a stored object's usage was spent when it was made
-            usage = _body_usage(ctx, parsed)
-    await _send(exchange, status, data, response_headers(upstream.headers))
+            usage = _body_usage(ctx, parsed, len(data))
+        _track_stored_objects(ctx, status, parsed)
+    headers = ctx.state.upstream.relayed_headers(ctx.provider_name, upstream.headers)
+    await _send(exchange, status, data, headers)
     await record_request(ctx, http_status=status, error_code=error_code, usage=usage)
 
 
 async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Response) -> None:
-    await exchange.start_stream(200, response_headers(upstream.headers))
+    await exchange.start_stream(
+        200, ctx.state.upstream.relayed_headers(ctx.provider_name, upstream.headers)
+    )
+    redactor = ctx.state.upstream.stream_redactor(ctx.provider_name)
+    stored = StreamedIds(ctx.codec) if ctx.codec.stores_objects else None
     usage = StreamUsage(ctx.codec)
-    ends = ctx.codec.stream_ends
-    keep = max(map(len, ends))
-    tail = b""  # enough of the last bytes to spot an end marker split across chunks
+    stripper = UsageChunkStripper() if ctx.strip_usage else None
+    end = ctx.codec.end_watch()
     finished = False
     error_code: str | None = None
     try:
@@ -100,6 +132,11 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
                 await exchange.write(ctx.codec.stream_error(err))
                 break
             if not chunk:
+                if rest := redactor.flush():
+                    await exchange.write(rest if stripper is None else stripper.feed(rest))
+                if stripper is not None:
+                    await exchange.write(stripper.flush())
+                finished = end.seen
                 if not finished:
                     # A cut stream must not look like a complete answer to the client.
                     message = f"provider {ctx.provider_name!r} ended the stream before its end"
@@ -108,10 +145,15 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
                     await exchange.write(ctx.codec.stream_error(err))
                 break
             usage.feed(chunk)
-            tail = tail[-keep:] + chunk
-            await exchange.write(chunk)
-            # Finished once the end marker has reached the client.
-            finished = finished or any(end in tail for end in ends)
+            usage.events += chunk.count(b"data:")
+            if stored is not None and stored.feed(chunk):
+                ctx.record_objects(stored.found)  # at once: a client may leave after it
+            whole = end.feed(chunk)  # the provider's end marker, read before any redaction
+            chunk = redactor.feed(chunk)
+            if not chunk:
+                continue  # the rest of an event: it goes out with its end
+            await exchange.write(chunk if stripper is None else stripper.feed(chunk))
+            finished = whole  # once the end marker has reached the client
         await exchange.end()
     except ConnectionError:
         # A client that closes once the answer is complete (SDKs stop at the end event) got it.
@@ -119,11 +161,15 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
     except asyncio.CancelledError:
         _record_later(ctx, None if finished else "client_disconnected", usage)
         raise
+    finally:
+        # Whatever the HTTP framing said, a stream cut short leaves the connection's state
+        # unknown: it is closed, never handed to the next request (of any agent).
+        upstream.release(reuse=end.seen)
     await record_request(
         ctx,
         http_status=200,
         error_code=error_code,
-        usage=_stream_usage(usage),
+        usage=_stream_usage(ctx, usage),
     )
 
 
@@ -135,6 +181,18 @@ async def _fail(exchange: Exchange, ctx: RequestContext, err: ApiError) -> None:
     )
 
 
+def _track_stored_objects(ctx: RequestContext, status: int, parsed: Any) -> None:
+    """Bind what the provider stored to the agent; forget what it deleted."""
+    if status != 200:
+        return
+    if ctx.method == "DELETE":
+        for ref in ctx.objects:
+            if ref["use"] == "referenced":
+                ctx.state.objects.forget(ctx.agent.agent.id, StoredRef(ref["kind"], ref["id"]))
+        return
+    ctx.record_objects(refs(ctx.codec.stored_ids(parsed)))
+
+
 async def _send(exchange: Exchange, status: int, body: bytes, headers: dict[str, str]) -> None:
     """Send the whole response now, so the audit write that follows adds no client latency."""
     with contextlib.suppress(ConnectionError):  # a client that left is still audited
@@ -142,18 +200,23 @@ async def _send(exchange: Exchange, status: int, body: bytes, headers: dict[str,
 
 
 def _record_later(ctx: RequestContext, code: str | None, usage: StreamUsage) -> None:
-    usage_now = _stream_usage(usage)
+    usage_now = _stream_usage(ctx, usage)
     ctx.state.tasks.spawn(record_request(ctx, http_status=200, error_code=code, usage=usage_now))
 
 
-def _body_usage(ctx: RequestContext, body: Any) -> dict[str, int]:
+def _body_usage(ctx: RequestContext, body: Any, answer_bytes: int) -> dict[str, int]:
     usage = body.get("usage") if isinstance(body, dict) else None
     read, creation = ctx.codec.cache_counts(usage)
     tokens = ctx.codec.usage_counts(usage)
+    if not any(tokens) and ctx.route == ctx.codec.route:  # side routes spend nothing
+        return _estimated(ctx, answer_bytes // BYTES_PER_TOKEN)
     return usage_record(*tokens, rounds=1, cache_read=read, cache_creation=creation)
 
 
-def _stream_usage(usage: StreamUsage) -> dict[str, int]:
+def _stream_usage(ctx: RequestContext, usage: StreamUsage) -> dict[str, int]:
+    if not (usage.input_tokens or usage.output_tokens):
+        # Local servers often stream one token per event.
+        return _estimated(ctx, usage.events)
     return usage_record(
         usage.input_tokens,
         usage.output_tokens,
@@ -161,6 +224,21 @@ def _stream_usage(usage: StreamUsage) -> dict[str, int]:
         cache_read=usage.cache_read,
         cache_creation=usage.cache_creation,
     )
+
+
+def _estimated(ctx: RequestContext, output_tokens: int) -> dict[str, int]:
+    """Usage of an answer the provider did not count: the request's size in tokens and the
+    answer's estimate, marked so the audit tells it from a provider's count (#32)."""
+    usage = usage_record(ctx.request_bytes // BYTES_PER_TOKEN, output_tokens, rounds=1)
+    usage["estimated"] = True
+    return usage
+
+
+def _with_model(raw: bytes | None, model: str | None) -> bytes | None:
+    """The request for a fallback target that knows the model by another id."""
+    if raw is None:
+        return None
+    return orjson.dumps({**orjson.loads(raw), "model": model})
 
 
 def _json_or_none(data: bytes) -> Any:

@@ -15,6 +15,7 @@ from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.server.auth import AuthError
 from clawpod.sidecar.server.context import STATE_KEY
+from clawpod.sidecar.server.edge import mark_authenticated
 
 JSONRPC_UNAUTHORIZED = -32001
 
@@ -24,6 +25,7 @@ async def models(request: web.Request) -> web.Response:
     for Anthropic clients (they send ``anthropic-version``), OpenAI's for the others."""
     state = request.app[STATE_KEY]
     state.verifier.authenticate(request.headers)
+    mark_authenticated(request)
     codec = _caller_models_codec(request)
     body = codec.models_list(state.router.exact_models(codec.api))
     return web.Response(body=orjson.dumps(body), content_type="application/json")
@@ -33,6 +35,7 @@ async def model(request: web.Request) -> web.Response:
     """One model the agent may use, by its id (an exact id or one its globs allow)."""
     state = request.app[STATE_KEY]
     state.verifier.authenticate(request.headers)
+    mark_authenticated(request)
     codec = _caller_models_codec(request)
     model_id = request.match_info["model_id"]
     if not state.router.allows(codec.api, model_id):
@@ -52,6 +55,7 @@ async def mcp(request: web.Request) -> web.StreamResponse:
         agent: AgentBuild = state.verifier.authenticate(request.headers)
     except AuthError as err:
         return jsonrpc_error(err.status, JSONRPC_UNAUTHORIZED, err.message)
+    mark_authenticated(request)
     with tracing.agent_span("/mcp", request.headers):
         tracing.name_agent(agent.agent.id)
         return await state.mcp.handle(request, agent)

@@ -1,4 +1,5 @@
-"""Model routing: ``provider/model`` or the first provider of the route's API whose globs match."""
+"""Model routing: ``provider/model``, else the first fallback route (``routes``) whose glob
+matches, else the first provider of the route's API whose globs match (SPEC §4.1, §14)."""
 
 from __future__ import annotations
 
@@ -6,24 +7,41 @@ from fnmatch import fnmatchcase
 
 from clawpod.sidecar.codecs import CODECS, codec_for_api
 from clawpod.sidecar.codecs.base import ProviderApi
-from clawpod.sidecar.manifest import Provider, SidecarConfig, is_model_glob
+from clawpod.sidecar.manifest import MODEL_GLOB_CHARACTERS, Provider, SidecarConfig, is_model_glob
 from clawpod.sidecar.model.errors import ApiError
+from clawpod.sidecar.model.known_models import KNOWN_MODELS
 
 Api = ProviderApi
 _CACHE_LIMIT = 4096
+# A request's upstream candidates in order: (provider name, provider, upstream model).
+Target = tuple[str, Provider, str]
 
 
 class ModelRouter:
-    """Resolves a requested model to (provider name, provider, upstream model), memoised."""
+    """Resolves a requested model to its targets (provider name, provider, upstream model),
+    memoised."""
 
     def __init__(self, config: SidecarConfig) -> None:
         self._providers = config.providers
         self._by_api: dict[str, list[tuple[str, Provider]]] = {"openai": [], "anthropic": []}
         for name, provider in config.providers.items():
             self._by_api[provider.api].append((name, provider))
-        self._cache: dict[tuple[str, str], tuple[str, Provider, str]] = {}
+        # The compiler checked that every target of a route speaks one API.
+        self._routes: dict[str, list[tuple[str, list[tuple[str, str | None]]]]] = {
+            "openai": [],
+            "anthropic": [],
+        }
+        for glob, targets in (config.routes or {}).items():
+            api = config.providers[targets[0].provider].api
+            self._routes[api].append((glob, [(t.provider, t.model) for t in targets]))
+        self._cache: dict[tuple[str, str], list[Target]] = {}
 
     def resolve(self, api: Api, model: object) -> tuple[str, Provider, str]:
+        """The first target of ``model``."""
+        return self.route(api, model)[0]
+
+    def route(self, api: Api, model: object) -> list[Target]:
+        """Every target of ``model`` in failover order (one, unless a fallback route matches)."""
         if not isinstance(model, str) or not model:
             raise ApiError(400, "model_required", "the request must name a model")
         if is_model_glob(model):
@@ -43,7 +61,15 @@ class ModelRouter:
             self._cache[key] = found
         return found
 
-    def _resolve(self, api: Api, model: str) -> tuple[str, Provider, str]:
+    def _resolve(self, api: Api, model: str) -> list[Target]:
+        prefix, slash, _ = model.partition("/")
+        if not (slash and prefix in self._providers):
+            for glob, targets in self._routes[api]:
+                if fnmatchcase(model, glob):
+                    return [(name, self._providers[name], own or model) for name, own in targets]
+        return [self._resolve_provider(api, model)]
+
+    def _resolve_provider(self, api: Api, model: str) -> Target:
         prefix, slash, rest = model.partition("/")
         if slash and prefix in self._providers:
             provider = self._providers[prefix]
@@ -77,7 +103,10 @@ class ModelRouter:
         return True
 
     def exact_models(self, api: Api) -> list[tuple[str, str]]:
-        """(provider name, model id) of every exact id the providers of ``api`` list."""
+        """(provider name, model id) of every exact id the providers of ``api`` list, then of
+        every known id (``model/known_models.py``) their globs route, each under the provider
+        a request for it would reach. A glob that matches anything (``*``) adds none: it names
+        no family, so the table cannot say what the server behind it serves."""
         seen: set[str] = set()
         listed = []
         for name, provider in self._by_api[api]:
@@ -85,6 +114,15 @@ class ModelRouter:
                 if model not in seen:
                     seen.add(model)
                     listed.append((name, model))
+        for model in KNOWN_MODELS:
+            if model in seen or not any(
+                _names_a_family(glob) and fnmatchcase(model, glob)
+                for _, provider in self._by_api[api]
+                for glob in provider.models
+            ):
+                continue
+            seen.add(model)
+            listed.append((self.resolve(api, model)[0], model))
         return listed
 
     def allowed(self, api: Api) -> list[str]:
@@ -109,3 +147,8 @@ class ModelRouter:
 
 def _matches(provider: Provider, model: str) -> bool:
     return any(fnmatchcase(model, glob) for glob in provider.models)
+
+
+def _names_a_family(glob: str) -> bool:
+    """A glob with a literal prefix (``gpt-*``, ``o3*``), not one that matches anything."""
+    return is_model_glob(glob) and glob[0] not in MODEL_GLOB_CHARACTERS

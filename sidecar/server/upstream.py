@@ -6,14 +6,13 @@ import functools
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
-
-import orjson
+from typing import Literal
 
 from clawpod.sidecar.codecs import CODECS
 from clawpod.sidecar.manifest import Provider, SidecarConfig
-from clawpod.sidecar.model.redaction import redactor_for
+from clawpod.sidecar.model.redaction import StreamRedactor, redactor_for
 from clawpod.sidecar.observability.metrics import Metrics, connection_counts
+from clawpod.sidecar.server.key_pool import KeyPool
 from clawpod.sidecar.transport import (
     BodyTooLarge,
     ConnectError,
@@ -66,6 +65,8 @@ class UpstreamTarget:
     method: str = "POST"
     path: str | None = None
     """The concrete upstream path (and query) of a resource route; None for the route's own."""
+    key: str | None = None
+    """The label of the pooled key to send with; None: the provider's first key."""
 
 
 @dataclass(slots=True)
@@ -90,10 +91,12 @@ def _passed_on(name: str) -> bool:
 class _ProviderChannel:
     """One provider's requests, rendered once per route: URL, key and default headers."""
 
-    def __init__(self, provider: Provider, key: str | None, client: HttpClient) -> None:
+    def __init__(
+        self, provider: Provider, key: str | None, client: HttpClient, every_key: tuple[bytes, ...]
+    ) -> None:
         base_url = provider.base_url.rstrip("/")
-        self.key = key.encode() if key else b""
-        self.redact = redactor_for((self.key,))
+        # Any of the provider's keys may come back in an answer of this one's.
+        self.redact = redactor_for(every_key)
         self._base_url = base_url
         self._client = client
         # Keyed by (route, client sent its own anthropic-version): the client's replaces ours.
@@ -139,18 +142,29 @@ class UpstreamClient:
             counts=connection_counts(metrics, "upstream"),
         )
         self._channels: dict[str, _ProviderChannel] = {}
+        self._key_channels: dict[tuple[str, str], _ProviderChannel] = {}
+        self.pools: dict[str, KeyPool] = {}
         for name, provider in config.providers.items():
-            key = env.get(provider.key_env) or None
-            if key is None:
-                log.warning(
-                    "provider %s: %s is not set; requests go upstream without a key",
-                    name,
-                    provider.key_env,
-                )
-            self._channels[name] = _ProviderChannel(provider, key, self._client)
+            pool = self.pools[name] = KeyPool(provider.key_envs, env)
+            every_key = tuple(k.value.encode() for k in pool.keys if k.value)
+            for key in pool.keys:
+                if key.value is None:
+                    log.warning(
+                        "provider %s: %s is not set; requests go upstream without a key",
+                        name,
+                        key.label,
+                    )
+                channel = _ProviderChannel(provider, key.value, self._client, every_key)
+                self._key_channels[name, key.label] = channel
+                self._channels.setdefault(name, channel)
 
     async def close(self) -> None:
         await self._client.close()
+
+    def _channel(self, target: UpstreamTarget) -> _ProviderChannel:
+        if target.key is None:
+            return self._channels[target.provider]
+        return self._key_channels[target.provider, target.key]
 
     @property
     def http(self) -> HttpClient:
@@ -161,6 +175,16 @@ class UpstreamClient:
         rejected key in their error message, and it must not reach an agent."""
         return self._channels[provider_name].redact(data)
 
+    def relayed_headers(self, provider_name: str, headers: Headers) -> dict[str, str]:
+        """The response headers handed back to the client, without the provider's key (a
+        provider or a proxy in front of it may echo the request's key in a header)."""
+        redact = self._channels[provider_name].redact.text
+        return {name: redact(value) for name, value in response_headers(headers).items()}
+
+    def stream_redactor(self, provider_name: str) -> StreamRedactor:
+        """Removes the provider's key from a relayed stream's error events."""
+        return StreamRedactor(self._channels[provider_name].redact)
+
     def redact_text(self, provider_name: str | None, text: str) -> str:
         """A message built from provider text, without the provider's key."""
         if provider_name is None:
@@ -170,23 +194,30 @@ class UpstreamClient:
     async def send(
         self,
         target: UpstreamTarget,
-        body: bytes | None,
+        body: bytes | bytearray | None,
         *,
         timeout_s: float | None = None,
+        read_timeout_s: float | None = None,
         max_body_bytes: int | None = None,
     ) -> Response:
         """Send raw JSON bytes (None: no body) to the target's provider; the caller must
         release the response.
 
-        Without ``timeout_s``, ``upstream_timeout_ms`` bounds each wait for bytes of a streamed
-        answer and the whole of any other.
+        ``read_timeout_s`` bounds each wait for bytes of a streamed answer, ``timeout_s`` the
+        whole of any other; without either, ``upstream_timeout_ms`` bounds one or the other as
+        the client asked for a stream or not.
         """
         forward = target.forward_headers
-        prepared = self._channels[target.provider].request_for(target)
+        prepared = self._channel(target).request_for(target)
         try:
-            if timeout_s is None and target.stream:
+            if read_timeout_s is not None or (timeout_s is None and target.stream):
                 return await self._client.send(
-                    prepared, body, extra_headers=forward, read_timeout_s=self.timeout_s
+                    prepared,
+                    body,
+                    extra_headers=forward,
+                    read_timeout_s=read_timeout_s or self.timeout_s,
+                    max_body_bytes=max_body_bytes,
+                    retry_unanswered=True,
                 )
             return await self._client.send(
                 prepared,
@@ -194,47 +225,24 @@ class UpstreamClient:
                 extra_headers=forward,
                 timeout_s=timeout_s or self.timeout_s,
                 max_body_bytes=max_body_bytes,
-            )
-        except TransportError as exc:
-            raise translate_error(exc, target.provider) from exc
-
-    async def post_json(
-        self, target: UpstreamTarget, body: dict[str, Any], *, timeout_s: float
-    ) -> UpstreamResponse:
-        """One non-streaming call with a total deadline; the whole body is read."""
-        response = await self.send(
-            target,
-            orjson.dumps(body),
-            timeout_s=timeout_s,
-            max_body_bytes=self.max_response_bytes,
-        )
-        try:
-            data = await response.read()
-        except TransportError as exc:
-            raise translate_error(exc, target.provider) from exc
-        finally:
-            response.release()
-        return UpstreamResponse(status=response.status, headers=response.headers, body=data)
-
-    async def post_stream(
-        self, target: UpstreamTarget, body: dict[str, Any], read_timeout_s: float
-    ) -> Response:
-        """One streaming call: each wait for bytes is bounded, the whole answer is held to the
-        body limit; the caller reads it and releases it."""
-        prepared = self._channels[target.provider].request_for(target)
-        try:
-            return await self._client.send(
-                prepared,
-                orjson.dumps(body),
-                extra_headers=target.forward_headers,
-                read_timeout_s=read_timeout_s,
-                max_body_bytes=self.max_response_bytes,
+                retry_unanswered=True,
             )
         except TransportError as exc:
             raise translate_error(exc, target.provider) from exc
 
 
-def translate_error(exc: TransportError, provider: str) -> UpstreamError:
+async def read_whole(response: Response, provider: str | None) -> UpstreamResponse:
+    """The whole answer; the response is released."""
+    try:
+        data = await response.read()
+    except TransportError as exc:
+        raise translate_error(exc, provider) from exc
+    finally:
+        response.release()
+    return UpstreamResponse(status=response.status, headers=response.headers, body=data)
+
+
+def translate_error(exc: TransportError, provider: str | None) -> UpstreamError:
     if isinstance(exc, Timeout):
         return UpstreamError("timeout", f"provider {provider!r} did not answer in time")
     if isinstance(exc, ConnectError):

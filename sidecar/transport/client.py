@@ -18,6 +18,7 @@ from clawpod.sidecar.transport.pool import ConnectionCounts, ConnectionPool, Ori
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _FORBIDDEN_IN_HEADERS = frozenset("\r\n\0")
+_JOINED_BELOW = 64 * 1024  # request bodies up to this go out with their head in one write
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +87,7 @@ class HttpClient:
         timeout_s: float | None = None,
         read_timeout_s: float | None = None,
         max_body_bytes: int | None = None,
+        retry_unanswered: bool = False,
     ) -> Response:
         return await self.send(
             self.prepare(method, url, headers),
@@ -93,24 +95,28 @@ class HttpClient:
             timeout_s=timeout_s,
             read_timeout_s=read_timeout_s,
             max_body_bytes=max_body_bytes,
+            retry_unanswered=retry_unanswered,
         )
 
     async def send(
         self,
         prepared: PreparedRequest,
-        body: bytes | None = None,
+        body: bytes | bytearray | None = None,
         *,
         extra_headers: Mapping[str, str] | None = None,
         timeout_s: float | None = None,
         read_timeout_s: float | None = None,
         max_body_bytes: int | None = None,
+        retry_unanswered: bool = False,
     ) -> Response:
         """Send and wait for the response head; the caller reads the body, then releases.
 
         ``timeout_s`` bounds the whole exchange (connect, head and body); ``read_timeout_s``
         bounds each wait for more bytes (a stream's gap between chunks); ``max_body_bytes``
         bounds the body as the caller reads it (decoded): past it, reading raises
-        ``BodyTooLarge``.
+        ``BodyTooLarge``. ``retry_unanswered`` sends a request of any method once more on a new
+        connection when a reused one ended before any byte of the answer: for a caller whose
+        request has no side effect a repeat could double (a model call; never a tool call).
         """
         if self._closed:
             raise RuntimeError("the HTTP client is closed")
@@ -120,15 +126,24 @@ class HttpClient:
             data += "".join(_header_lines(extra_headers.items())).encode()
         if body is not None or prepared.sends_length:
             body = body or b""
-            data += b"Content-Length: %d\r\n\r\n" % len(body) + body
+            data += b"Content-Length: %d\r\n\r\n" % len(body)
+            if len(body) <= _JOINED_BELOW:  # one write; a large body is not copied to join it
+                data += body
+                body = b""
         else:
             data += b"\r\n"
+            body = b""
         limits = _Limits(deadline, read_timeout_s, max_body_bytes)
-        response, reused = await self._exchange(prepared.pool, data, limits)
-        if reused and response is None and prepared.method in IDEMPOTENT_METHODS:
+        request = (data, body)
+        response, reused = await self._exchange(prepared.pool, request, limits)
+        if (
+            reused
+            and response is None
+            and (retry_unanswered or prepared.method in IDEMPOTENT_METHODS)
+        ):
             # The server closed the kept-alive connection without answering: once more, on a
             # new connection (another idle one may be as stale).
-            response, _ = await self._exchange(prepared.pool, data, limits, fresh=True)
+            response, _ = await self._exchange(prepared.pool, request, limits, fresh=True)
         if response is None:
             raise ConnectionClosed(
                 "the server closed the connection before answering", request_sent=True
@@ -147,7 +162,12 @@ class HttpClient:
         self._pools.clear()
 
     async def _exchange(
-        self, pool: ConnectionPool, data: bytes, limits: _Limits, *, fresh: bool = False
+        self,
+        pool: ConnectionPool,
+        request: tuple[bytes, bytes | bytearray],
+        limits: _Limits,
+        *,
+        fresh: bool = False,
     ) -> tuple[Response | None, bool]:
         """The response, or None if a reused connection was found closed before any answer."""
         connection = None if fresh else pool.reuse()
@@ -162,7 +182,7 @@ class HttpClient:
             read_timeout_s=limits.read_timeout_s,
             max_body_bytes=limits.max_body_bytes,
         )
-        connection.send(response, data)
+        connection.send(response, *request)
         try:
             await response.wait_head()
         except ConnectionClosed:

@@ -165,15 +165,19 @@ class Response:
             await self._wait()
         return self._take()
 
-    def release(self) -> None:
-        """Return the connection to its pool if the response was read whole, else close it."""
+    def release(self, *, reuse: bool = True) -> None:
+        """Return the connection to its pool if the response was read whole, else close it.
+
+        ``reuse=False`` closes it even then: the caller, which knows the protocol inside the
+        body, saw it end abnormally (a stream without its end marker), and a server that cut
+        its answer may drop the connection just after the next request was written on it."""
         if self._released:
             return
         self._released = True
         self._cancel_timer()
         connection = self._connection
         connection.response = None
-        self._on_release(connection, self.complete and connection.reusable)
+        self._on_release(connection, reuse and self.complete and connection.reusable)
 
     async def wait_head(self) -> None:
         while not self._head_received:
@@ -390,11 +394,14 @@ class Connection(asyncio.Protocol):
         self._silent_bytes = 0  # bytes received since the last read that carried body bytes
         self._refusal: TransportError | None = None
 
-    def send(self, response: Response, data: bytes) -> None:
+    def send(self, response: Response, data: bytes, body: bytes | bytearray = b"") -> None:
+        """Write a request: ``data`` (its head, or all of it), then any ``body`` sent apart."""
         assert self.transport is not None
         self.response = response
         self._start_exchange()
         self.transport.write(data)
+        if body:
+            self.transport.write(body)
 
     def close(self) -> None:
         self.reusable = False

@@ -39,7 +39,11 @@ EXPECTED_FILES = {
     "compose.yml",
     "sidecar.json",
     "digest.json",
-    *(f"agents/{a}.{f}" for a in ("analyst", "trader") for f in ("env", "mcp.json", "codex.toml")),
+    *(
+        f"agents/{a}.{f}"
+        for a in ("analyst", "trader")
+        for f in ("env", "mcp.json", "codex.toml", "langchain.json")
+    ),
     *(
         f"context/{a}/{f}"
         for a in ("analyst", "trader")
@@ -269,7 +273,7 @@ def test_rotate_tokens_changes_only_token_files(tmp_path: Path) -> None:
         *(
             f"agents/{a}.{f}"
             for a in ("analyst", "trader")
-            for f in ("env", "mcp.json", "codex.toml")
+            for f in ("env", "mcp.json", "codex.toml", "langchain.json")
         ),
         "context/analyst/agent.json",
         "context/trader/agent.json",

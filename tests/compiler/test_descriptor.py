@@ -297,3 +297,35 @@ def test_image_label_without_engine_is_a_clear_error(
     assert "no Docker engine is reachable to read the 'claw.describe' label" in str(error)
     assert "example/labelled:1" in str(error)
     assert "set x-claw.describe" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("path", "reason"),
+    [
+        ("/mcp?token=1", "'?' is not allowed"),
+        ("/mcp#frag", "'#' is not allowed"),
+        ("/a/../admin", "'..' segments are not allowed"),
+        ("/mcp\r\nX-Injected: 1", "control character"),
+        ("/mcp @evil", "spaces are not allowed"),
+        ("/{tenant}/mcp", "placeholders are not allowed"),
+    ],
+)
+def test_a_hostile_mcp_path_is_refused_where_it_stands(
+    tmp_path: Path, path: str, reason: str
+) -> None:
+    text = (
+        f"version: 2\nmcp: {{path: {json.dumps(path)}}}\ntools:\n"
+        "  - name: a\n    description: A\n    inputSchema: {type: object}\n"
+    )
+    caught = error(tmp_path, text, "svc.yaml")
+    assert caught.pointer == "/mcp/path"
+    assert caught.line == 2
+    assert f"invalid mcp.path {path!r}: {reason}" in caught.reason
+
+
+def test_a_plain_mcp_path_compiles(tmp_path: Path) -> None:
+    text = (
+        "version: 2\nmcp: {path: /v1/mcp-endpoint}\ntools:\n"
+        "  - name: a\n    description: A\n    inputSchema: {type: object}\n"
+    )
+    assert load(tmp_path, text, "svc.yaml").tools[0].path == "/v1/mcp-endpoint"

@@ -10,6 +10,7 @@ import pytest
 
 from clawpod.compiler.build import write_build
 from clawpod.compiler.inspect import inspect_command
+from clawpod.sidecar.execution.policy import activation, compile_condition, evaluate
 from clawpod.sidecar.manifest import Rate, load_build
 from tests.compiler.conftest import PodDir, descriptor, tool
 
@@ -206,3 +207,35 @@ def test_an_agent_rule_is_checked_against_its_own_grants(desk: PodDir) -> None:
 def test_a_pod_without_governance_keeps_its_manifest_unchanged(desk: PodDir) -> None:
     pod = desk.compile(desk_pod())
     assert pod.governance is None
+
+
+@pytest.mark.parametrize(
+    ("when", "warned"),
+    [
+        ('args.symbol == "GME"', ["args.symbol"]),
+        ('"GME" != args.symbol', ["args.symbol"]),
+        ('args.symbol in ["GME", "AMC"]', ["args.symbol"]),
+        ('args.symbol.startsWith("GM")', ["args.symbol"]),
+        ('args.symbol.lowerAscii().startsWith("gm")', []),
+        ('args.symbol.trim().upperAscii() == "GME"', []),
+        ('args.side == "buy"', []),  # an enum: the schema already refuses "BUY"
+        ("args.quantity > 100.0", []),
+    ],
+)
+def test_an_exact_comparison_of_a_free_form_string_is_a_warning(
+    desk: PodDir, when: str, warned: list[str]
+) -> None:
+    rules = f"  tool-rules:\n    - {{tool: desk.execute_trade, when: '{when}', effect: confirm}}\n"
+    pod = desk.compile(desk_pod(rules))
+    assert len(pod.warnings) == len(warned)
+    for field, warning in zip(warned, pod.warnings, strict=True):
+        assert f"pod.yml:{desk.line_of('effect: confirm')}:" in warning
+        assert f"{field} is a free-form string compared exactly" in warning
+        assert f"{field}.upperAscii()" in warning
+
+
+def test_case_aware_string_functions_work_at_run_time() -> None:
+    condition = compile_condition('args.symbol.trim().lowerAscii() == "nvda"')
+    for symbol, expected in (("NVDA", True), (" nvda ", True), ("Nvda", True), ("AMD", False)):
+        variables = activation("a", "desk.execute_trade", {}, {"symbol": symbol})
+        assert evaluate(condition, variables) is expected

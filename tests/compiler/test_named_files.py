@@ -150,7 +150,9 @@ def test_root_widens_the_tree_to_a_parent_directory(tmp_path: Path) -> None:
     services = (
         "services:\n  svc:\n    image: x\n    x-claw: {describe: ../../descriptors/svc.json}\n"
     )
-    assert "leaves the pod directory tree" in pods.error(services + AGENT).reason
+    reason = pods.error(services + AGENT).reason
+    # The refusal names the rule and the setting that changes it.
+    assert "leaves the pod directory tree" in reason and "x-claw.root" in reason
     pod = pods.compile("x-claw: {root: ../..}\n" + services + AGENT)
     assert pod.tool_services["svc"].loaded.skill_text == "Shared skill."
 

@@ -37,6 +37,8 @@ def test_pod_level_settings(pod_dir: PodDir) -> None:
           {api: openai, base-url: "http://llm:8000/v1", key-env: LOCAL_KEY, models: ["llama-*"]}
         slow:
           {api: anthropic, base-url: "http://big", key-env: K, models: [x], timeout-ms: 900000}
+        llama:
+          {api: openai, base-url: "http://llama", key-env: K, models: [y], stream-tools: false}
     services:
       bot:
         image: example/agent
@@ -48,10 +50,12 @@ def test_pod_level_settings(pod_dir: PodDir) -> None:
     pod = pod_dir.compile(text)
     assert pod.name == "desk"
     assert pod.claw.on_mixed == "retry"
-    assert list(pod.providers) == ["local", "slow"]
+    assert list(pod.providers) == ["local", "slow", "llama"]
     assert pod.providers["local"].key_env == "LOCAL_KEY"
     assert pod.providers["local"].timeout_ms == 600000  # the default
     assert pod.providers["slow"].timeout_ms == 900000
+    assert pod.providers["local"].stream_tools == "auto"  # the default: learned
+    assert pod.providers["llama"].stream_tools is False
     assert [(a.id, a.mode) for a in pod.agents] == [("bot", "native"), ("other-bot", "mediated")]
 
 
@@ -155,6 +159,12 @@ def test_pod_policy_defaults_are_validated_too(pod_dir: PodDir) -> None:
             "timeout-ms: 0}}",
             "/x-claw/providers/p/timeout-ms",
             "greater than 0",
+        ),
+        (
+            "providers: {p: {api: openai, base-url: 'https://x', key-env: K, models: ['*'], "
+            "stream-tools: sometimes}}",
+            "/x-claw/providers/p/stream-tools",
+            "Input should be 'auto', True or False",
         ),
         (
             "providers: {p: {api: openai, base-url: 'ftp://x', key-env: K, models: ['*']}}",
@@ -279,6 +289,8 @@ def test_agents_cannot_choose_their_network_mode(pod_dir: PodDir) -> None:
         ),
         ("environment: [OTHER_TOKEN]", "OTHER_TOKEN", "the credential of service 'other'"),
         ("environment: {OPENAI_BASE_URL: 'http://elsewhere'}", "OPENAI_BASE_URL", "set by clawc"),
+        ("environment: {CLAW_OPERATOR_TOKEN: op}", "CLAW_OPERATOR_TOKEN", "the operator token"),
+        ("environment: [CLAW_AUDIT_KEY=k]", "CLAW_AUDIT_KEY", "the audit key"),
     ],
 )
 def test_credential_starvation_in_environment(

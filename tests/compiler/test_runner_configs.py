@@ -31,11 +31,28 @@ def test_the_mcp_config_holds_the_literal_token(out: Path, agent: str) -> None:
     path = out / "agents" / f"{agent}.mcp.json"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     server = json.loads(path.read_text())["mcpServers"]["clawpod"]
+    # One transport key: langchain-mcp-adapters passes any key it does not know (here "type")
+    # on to its transport and fails, so its family gets a file of its own (below).
     assert server == {
         "type": "http",
-        "transport": "http",
         "url": MCP_URL,
         "headers": {"Authorization": f"Bearer {token}"},
+    }
+
+
+@pytest.mark.parametrize("agent", ["analyst", "trader"])
+def test_the_langchain_config_is_multiserver_connections_with_the_literal_token(
+    out: Path, agent: str
+) -> None:
+    token = read_token(out / "agents" / f"{agent}.env")
+    path = out / "agents" / f"{agent}.langchain.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert json.loads(path.read_text()) == {
+        "clawpod": {
+            "transport": "http",
+            "url": MCP_URL,
+            "headers": {"Authorization": f"Bearer {token}"},
+        }
     }
 
 

@@ -27,7 +27,7 @@ def test_no_credential_value_reaches_any_build_file(
     assert main(["inspect", str(out)]) == 0
     printed = capsys.readouterr()
     files = [p for p in out.rglob("*") if p.is_file()]
-    assert len(files) == 17
+    assert len(files) == 19
     for path in files:
         data = path.read_bytes()
         for name, value in SECRETS.items():

@@ -65,8 +65,8 @@ async def test_past_the_connection_cap_a_request_gets_503_and_a_close(
     pod = await make_edge_pod(EdgeLimits(max_connections=2))
     address = pod.sidecar.listening.address
     held = [await RawClient.open(address) for _ in range(2)]
-    for client in held:
-        await client.send(get_request("/healthz"))
+    for client in held:  # authenticated: not closed to make room (test_connection_flood.py)
+        await client.send(chat_request(pod.token))
         assert (await client.answer()).status == 200
     extra = await RawClient.open(address)
     await extra.send(
@@ -99,7 +99,7 @@ async def test_an_over_capacity_connection_that_sends_nothing_is_closed(
     pod = await make_edge_pod(EdgeLimits(max_connections=1, head_timeout_s=0.5))
     address = pod.sidecar.listening.address
     first = await RawClient.open(address)
-    await first.send(get_request("/healthz"))
+    await first.send(chat_request(pod.token))
     assert (await first.answer()).status == 200
     silent = await RawClient.open(address)
     assert await silent.closed_by_server()
@@ -120,5 +120,6 @@ def test_production_limits_are_the_specs() -> None:
     limits = EdgeLimits()
     assert (limits.head_timeout_s, limits.body_idle_timeout_s) == (10, 30)
     assert (limits.keepalive_timeout_s, limits.max_connections) == (75, 4096)
+    assert limits.max_connections_per_peer == 1024
     assert (limits.max_head_bytes, limits.max_headers) == (64 * 1024, 128)
     assert SHORT.max_connections == limits.max_connections

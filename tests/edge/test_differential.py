@@ -139,6 +139,9 @@ CASES: dict[str, Case] = {
         head(t, "Transfer-Encoding: chunked") + b"5\r\nhello\r\n"
     ],
     "a head that never ends": lambda t: [head(t)[:-4]],
+    # issue 30: a connection that asks nothing holds its slot only until the head deadline
+    "a connection that never sends a byte": lambda t: [],
+    "one byte, then silence": lambda t: [b"P"],
     "a head a byte at a time": lambda t: [bytes([b]) for b in head(t)[:30]],
 }
 

@@ -6,7 +6,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from clawpod.sidecar.mediation.journal import RequestJournal, call_key, request_digest
+import pytest
+
+from clawpod.sidecar.mediation.journal import (
+    JournalQuotaReached,
+    RequestJournal,
+    call_key,
+    request_digest,
+)
 from clawpod.sidecar.model.conversation import ToolCall
 from clawpod.sidecar.model.outcome import ToolOutcome
 from tests.mediation.scripted import TRADE
@@ -24,13 +31,19 @@ class Clock:
         return self.now
 
 
-async def failed_attempt(journal: RequestJournal, request: str, attempt: str) -> None:
+async def failed_attempt(
+    journal: RequestJournal, request: str, attempt: str, agent: str = "a", **rewrite: str
+) -> None:
     """An attempt that journaled one turn and one answered destructive call, then failed."""
-    running = await journal.begin(request, attempt)
+    running = await journal.begin(agent, request, attempt, **rewrite)
     running.model_replied({"turn": 1})
     running.before_execution(side_effects=True)
     key = call_key(TRADE, CALL)
-    await running.sending(key)
+    try:
+        await running.sending(key)
+    except OSError:
+        await running.end(succeeded=False)
+        raise
     running.answered(key, DONE)
     await running.end(succeeded=False)
 
@@ -45,14 +58,14 @@ async def test_a_failed_attempt_is_resumed_with_its_turns_and_results(tmp_path: 
     journal = RequestJournal(tmp_path, window_ms=60000)
     request = request_digest("a", BODY)
     await failed_attempt(journal, request, "req_1")
-    resumed = await journal.begin(request, "req_2")
+    resumed = await journal.begin("a", request, "req_2")
     assert resumed.resumed_from == "req_1"
     assert resumed.replayed_turn() == {"turn": 1}
     assert resumed.replayed_turn() is None
     assert resumed.known_outcome(call_key(TRADE, CALL)) == DONE
     await resumed.end(succeeded=True)
-    assert not journal.path(request).exists()  # a successful attempt is never replayed
-    fresh = await journal.begin(request, "req_3")
+    assert not journal.path("a", request).exists()  # a successful attempt is never replayed
+    fresh = await journal.begin("a", request, "req_3")
     assert fresh.resumed_from is None
     await fresh.end(succeeded=True)
 
@@ -60,20 +73,20 @@ async def test_a_failed_attempt_is_resumed_with_its_turns_and_results(tmp_path: 
 async def test_an_attempt_that_ran_nothing_leaves_nothing(tmp_path: Path) -> None:
     journal = RequestJournal(tmp_path, window_ms=60000)
     request = request_digest("a", BODY)
-    attempt = await journal.begin(request, "req_1")
+    attempt = await journal.begin("a", request, "req_1")
     attempt.model_replied({"turn": 1})
     await attempt.end(succeeded=False)
-    assert not journal.path(request).exists()
-    assert (await journal.begin(request, "req_2")).resumed_from is None
+    assert not journal.path("a", request).exists()
+    assert (await journal.begin("a", request, "req_2")).resumed_from is None
 
 
 async def test_a_torn_last_line_is_a_call_not_answered(tmp_path: Path) -> None:
     journal = RequestJournal(tmp_path, window_ms=60000)
     request = request_digest("a", BODY)
     await failed_attempt(journal, request, "req_1")
-    with open(journal.path(request), "ab") as file:
+    with open(journal.path("a", request), "ab") as file:
         file.write(b'{"result": "other", "outco')  # killed mid-write
-    resumed = await journal.begin(request, "req_2")
+    resumed = await journal.begin("a", request, "req_2")
     assert resumed.known_outcome(call_key(TRADE, CALL)) == DONE
     assert resumed.known_outcome("other") is None
 
@@ -83,42 +96,77 @@ async def test_journals_older_than_the_window_are_pruned(tmp_path: Path) -> None
     journal = RequestJournal(tmp_path, window_ms=1000, clock=clock)
     old, recent = request_digest("a", BODY), request_digest("b", BODY)
     await failed_attempt(journal, old, "req_1")
-    os.utime(journal.path(old), (clock.now - 5, clock.now - 5))
+    os.utime(journal.path("a", old), (clock.now - 5, clock.now - 5))
     await failed_attempt(journal, recent, "req_2")
-    os.utime(journal.path(recent), (clock.now, clock.now))
+    os.utime(journal.path("a", recent), (clock.now, clock.now))
     clock.now += 0.5
-    attempt = await journal.begin(old, "req_3")
+    attempt = await journal.begin("a", old, "req_3")
     assert attempt.resumed_from is None  # beyond the window: a new request
-    assert not journal.path(old).exists()
-    assert journal.path(recent).exists()
+    assert not journal.path("a", old).exists()
+    assert journal.path("a", recent).exists()
 
 
-async def test_the_number_of_journals_is_bounded(tmp_path: Path) -> None:
+async def test_each_agent_has_its_own_quota_and_nothing_in_the_window_goes_for_room(
+    tmp_path: Path,
+) -> None:
+    """Another agent's failures cannot push a journal out (the bound once was pod-wide and
+    evicted the oldest): an agent over its own share gets its new journals refused."""
     clock = Clock()
-    journal = RequestJournal(tmp_path, window_ms=60000, max_journals=3, clock=clock)
-    requests = [request_digest(str(n), BODY) for n in range(5)]
-    for age, request in enumerate(reversed(requests)):
-        await failed_attempt(journal, request, f"req_{age}")
-        os.utime(journal.path(request), (clock.now - age, clock.now - age))
+    journal = RequestJournal(tmp_path, window_ms=60000, agents=2, max_journals=6, clock=clock)
+    victim = request_digest("victim", BODY)
+    await failed_attempt(journal, victim, "req_v", agent="victim")
+    for n in range(3):
+        await failed_attempt(journal, request_digest(str(n), BODY), f"req_{n}", agent="flood")
+    with pytest.raises(JournalQuotaReached):
+        await failed_attempt(journal, request_digest("4", BODY), "req_4", agent="flood")
     clock.now += 10  # within the window; the next begin prunes
-    await (await journal.begin(request_digest("x", BODY), "req_x")).end(succeeded=True)
-    assert sorted(p.name for p in journal.directory.iterdir()) == sorted(
-        journal.path(r).name for r in requests[2:]
-    )
+    assert journal.path("victim", victim).exists()
+    resumed = await journal.begin("victim", victim, "req_v2")
+    assert resumed.known_outcome(call_key(TRADE, CALL)) == DONE
+    await resumed.end(succeeded=True)
+    # A journal that goes (a success) gives its place back.
+    again = await journal.begin("flood", request_digest("0", BODY), "req_0b")
+    await again.end(succeeded=True)
+    await failed_attempt(journal, request_digest("5", BODY), "req_5", agent="flood")
 
 
 async def test_a_request_that_only_reads_writes_nothing(tmp_path: Path) -> None:
     journal = RequestJournal(tmp_path, window_ms=60000)
     request = request_digest("a", BODY)
-    attempt = await journal.begin(request, "req_1")
+    attempt = await journal.begin("a", request, "req_1")
     attempt.model_replied({"turn": 1})
     attempt.before_execution(side_effects=False)
     attempt.answered("read", DONE)
-    assert not journal.path(request).exists()
+    assert not journal.path("a", request).exists()
     # The first call with side effects writes every turn that led to it.
     attempt.model_replied({"turn": 2})
     attempt.before_execution(side_effects=True)
     await attempt.sending("trade")
     await attempt.end(succeeded=False)
-    resumed = await journal.begin(request, "req_2")
+    resumed = await journal.begin("a", request, "req_2")
     assert [resumed.replayed_turn(), resumed.replayed_turn()] == [{"turn": 1}, {"turn": 2}]
+
+
+async def test_a_rewritten_retry_takes_the_journal_over_once(tmp_path: Path) -> None:
+    """The adopting request's journal holds the failed attempt's records: if it fails too, its
+    own retry still knows the order; the original journal and its link are gone."""
+    journal = RequestJournal(tmp_path, window_ms=60000)
+    first, rewritten = request_digest("a", BODY), request_digest("b", BODY)
+    await failed_attempt(journal, first, "req_1", history="h", asked="buy one")
+    other = await journal.begin("a", rewritten, "req_x", history="h", asked="sell two")
+    assert other.resumed_from is None  # its last turn does not contain the failed one's
+    await other.end(succeeded=True)
+    adopting = await journal.begin("a", rewritten, "req_2", history="h", asked="[10:00] buy one")
+    assert adopting.resumed_from == "req_1" and adopting.lineage == "req_1"
+    assert adopting.replayed_turn() == {"turn": 1}
+    await adopting.end(succeeded=False)
+    assert not journal.path("a", first).exists()
+    retry = await journal.begin("a", rewritten, "req_3")
+    assert retry.known_outcome(call_key(TRADE, CALL)) == DONE and retry.lineage == "req_1"
+    await retry.end(succeeded=True)
+    assert not list(journal.folder("a").glob("*.jsonl"))
+    # The link the second failure left names a journal that is gone: it adopts nothing.
+    late = await journal.begin(
+        "a", request_digest("c", BODY), "req_4", history="h", asked="buy one"
+    )
+    assert late.resumed_from is None

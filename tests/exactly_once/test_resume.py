@@ -39,8 +39,10 @@ async def post_openai(pod: MediatedPod, body: dict[str, Any]) -> tuple[int, dict
         return response.status, await response.json()
 
 
-def expected_key(pod: str, tool: str, call_id: str, arguments: dict[str, Any]) -> str:
-    return '"' + digest(pod, "analyst", tool, call_id, canonical_json(arguments).decode()) + '"'
+def expected_key(pod: str, tool: str, request: str, call_id: str, arguments: dict[str, Any]) -> str:
+    """``request``: the first attempt of the request (its resumed attempts share it)."""
+    text = canonical_json(arguments).decode()
+    return '"' + digest(pod, "analyst", tool, request, call_id, text) + '"'
 
 
 async def test_a_retry_after_a_provider_failure_resumes_without_running_the_trade_again(
@@ -70,12 +72,14 @@ async def test_a_retry_after_a_provider_failure_resumes_without_running_the_trad
     records = await pod.wait_for_audit(2)
     assert records[1]["resumed_from"] == records[0]["id"]
     assert "resumed_from" not in records[0]
-    # Every request for a destructive tool carries the call's stable Idempotency-Key.
+    # Every request for a destructive tool carries the call's stable Idempotency-Key, the
+    # resumed attempt's calls included.
+    first = records[0]["id"]
     assert trades(pod)[0].headers["Idempotency-Key"] == expected_key(
-        "test-pod", "desk.trade", "t1", BUY
+        "test-pod", "desk.trade", first, "t1", BUY
     )
     assert trades(pod)[1].headers["Idempotency-Key"] == expected_key(
-        "test-pod", "desk.trade", "t2", SELL
+        "test-pod", "desk.trade", first, "t2", SELL
     )
 
 

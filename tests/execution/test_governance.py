@@ -68,7 +68,7 @@ x-claw:
     desk-trader: {{service: desk, env: DESK_RW_TOKEN}}
   tool-rules:
     - {{tool: desk.execute_trade, when: "args.quantity > 100.0", effect: deny, reason: too big}}
-    - {{tool: desk.get_quote, when: 'args.symbol == "GME"', effect: confirm}}
+    - {{tool: desk.get_quote, when: 'args.symbol.trim().upperAscii() == "GME"', effect: confirm}}
     - {{tool: desk.get_quote, when: 'args.symbol == "HOT"', rate: 2/minute}}
   approvals: {{require: [desk.execute_trade], timeout-ms: {timeout_ms}}}
   budgets: {{analyst: {{tokens-per-day: 20}}}}
@@ -221,6 +221,23 @@ async def test_confirm_rule_waits_for_the_operator_in_mediated_mode(desk: Desk) 
     results = await asking
     assert results[0]["ok"] is True
     assert [r.path for r in desk.service.requests] == ["/quotes/GME"]
+
+
+@pytest.mark.parametrize("symbol", ["gme", "Gme ", " GME"])
+async def test_a_confirm_rule_holds_whatever_the_case_or_spacing_of_the_value(
+    desk: Desk, symbol: str
+) -> None:
+    # With the documented `args.symbol == "GME"`, "gme" skipped the confirm rule and ran.
+    asking = asyncio.ensure_future(ask_analyst(desk, ("c1", "desk_get_quote", {"symbol": symbol})))
+    [approval] = await desk.pending()
+    assert approval["arguments"] == {"symbol": symbol}
+    status, _ = await desk.operator(
+        "POST", f"/operator/approvals/{approval['id']}", decision="deny", reason="no meme stocks"
+    )
+    assert status == 200
+    results = await asking
+    assert results[0]["ok"] is False
+    assert desk.service.requests == []
 
 
 async def test_rate_limits_per_agent_and_tool(desk: Desk) -> None:

@@ -244,3 +244,22 @@ async def test_connections_are_kept_alive_and_reused(
         assert (await call(executor, tool, {})).ok
     assert executor.connections.created == 1
     assert executor.connections.reused == 19
+
+
+@pytest.mark.parametrize(
+    "echo",
+    [
+        "wrong password: pa55-secret",  # the password alone, as a service's error may name it
+        b"alice:pa55-secret".hex(),
+        b"alice:pa55-secret".hex().upper(),
+    ],
+)
+async def test_a_service_echoing_its_basic_credential_in_any_form_is_redacted(
+    executor: ToolExecutor, service: ToolService, echo: str
+) -> None:
+    service.reply(json={"detail": echo})
+    tool = http_tool("svc", "secure", service.url, auth=ToolAuth(type="basic", env="SVC_BASIC"))
+    outcome = await call(executor, tool, {})
+    assert "[redacted]" in outcome.envelope_json()
+    assert "pa55" not in outcome.envelope_json()
+    assert echo.removeprefix("wrong password: ") not in outcome.envelope_json()

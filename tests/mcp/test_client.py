@@ -17,13 +17,13 @@ from tests.mcp.conftest import SERVICE_TOKEN, NativePod, mcp_client
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_handshake_negotiates_a_version(pod: NativePod, mode: str) -> None:
     """``legacy`` clients initialize a session; ``auto`` clients find the stateless era
-    through ``server/discover`` (§11.3)."""
+    through ``server/discover`` (§11.3); either may ping."""
     async with mcp_client(pod.mcp_url, pod.tokens["trader"], mode=mode) as client:
         assert client.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
         assert client.server_info is not None and client.server_info.name == "clawpod-sidecar"
         assert client.server_capabilities.tools is not None
-        if mode == "legacy":
-            await client.send_ping()
+        # Both eras answer ping: fastmcp's Client.ping() sends it in the stateless one too.
+        await client.send_ping()
 
 
 async def test_tools_list_is_exactly_the_granted_tools(pod: NativePod) -> None:

@@ -80,3 +80,24 @@ async def test_the_example_runner_completes_a_native_task_over_mcp(
         ("POST", "/api/v1/trades"),
     ]
     assert verify_command(desk["state"], io.StringIO()) == 0
+
+
+async def test_a_failed_model_call_in_the_native_loop_is_one_line(
+    desk: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """A failed model call inside the MCP session ended in a 40-line traceback (an exception
+    group around the SDK's error)."""
+    upstream: StubUpstream = desk["upstream"]
+    upstream.enqueue("openai", Reply.error("openai", 500, "the model server crashed"))
+    sidecar_url = desk["sidecar"].url
+    for key, value in agent_env(desk["build"], "trader", sidecar_url).items():
+        monkeypatch.setenv(key, value)
+    runner = load_runner()
+    monkeypatch.setattr(
+        runner, "MCP_CONFIG", in_pod_config(desk["build"], "trader", sidecar_url, tmp_path)
+    )
+    assert await runner.main() == 1
+    err = capsys.readouterr().err  # the in-process sidecar logs there too: JSON lines
+    assert "Traceback" not in err
+    said = [line for line in err.splitlines() if not line.startswith("{")]
+    assert said == ["agent: the model request failed: HTTP 500: the model server crashed"]

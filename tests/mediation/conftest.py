@@ -13,8 +13,9 @@ import anthropic
 import openai
 import pytest
 
-from clawpod.sidecar.manifest import ManagedTool, ToolAuth, ToolPolicy
+from clawpod.sidecar.manifest import ManagedTool, Provider, StreamTools, ToolAuth, ToolPolicy
 from tests.support.builds import TRADE_SCHEMA, AgentSpec, http_tool, providers_for, write_build
+from tests.support.local_servers import LocalServer
 from tests.support.services import ToolService
 from tests.support.sidecar import (
     TEST_PROVIDER_KEYS,
@@ -168,3 +169,36 @@ async def make_pod(
 @pytest.fixture
 async def pod(make_pod: PodFactory) -> MediatedPod:
     return await make_pod()
+
+
+Sidecar = Callable[..., Awaitable[tuple[RunningSidecar, str]]]
+
+
+@pytest.fixture
+async def sidecar_for(tmp_path: Path, service: ToolService) -> AsyncIterator[Sidecar]:
+    """A sidecar whose one provider is ``server``, with ``stream-tools`` as given."""
+    running: list[RunningSidecar] = []
+
+    async def start(
+        server: LocalServer, stream_tools: StreamTools = "auto", *, tools: bool = True
+    ) -> tuple[RunningSidecar, str]:
+        """``tools=False``: the agent has nothing to inject, so its requests pass through."""
+        root = tmp_path / f"build{len(running)}"
+        provider = Provider(
+            api="openai",
+            base_url=server.url,
+            key_env="OPENAI_API_KEY",
+            models=["local-*"],
+            stream_tools=stream_tools,
+        )
+        policy = ToolPolicy(timeout_per_tool_ms=2000, total_timeout_ms=20000)
+        agent = AgentSpec("analyst", desk_tools(service.url) if tools else [], policy=policy)
+        tokens = write_build(root, [agent], {"local": provider})
+        env = {**TEST_PROVIDER_KEYS, "TRADING_TOKEN": TRADING_TOKEN}
+        sidecar = await start_sidecar(root, tmp_path / f"state{len(running)}", env=env)
+        running.append(sidecar)
+        return sidecar, tokens["analyst"]
+
+    yield start
+    for sidecar in running:
+        await sidecar.close()

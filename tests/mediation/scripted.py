@@ -185,6 +185,7 @@ def drive(
                     agent=engine.agent_id,
                     context=command.context,
                     origin=command.origin,
+                    taint_sources=command.taint_sources,
                 )
             event = Done()
         elif isinstance(command, CallModel):

@@ -77,7 +77,9 @@ def test_hidden_round_is_remembered_and_answer_keeps_the_final_id() -> None:
     final = r.response(r.message("AAPL is up."), response_id="resp_2")
     transcript = run(request(store=False), r.response(QUOTE), final)
     assert transcript.response.body["id"] == "resp_2"
-    (remember,) = transcript.of(Remember)
+    # Under its echo and under its item reference (the id of its message), once each.
+    remember, by_reference = transcript.of(Remember)
+    assert by_reference.messages == remember.messages and by_reference.origin == remember.key
     assert [g["role"] for g in remember.messages] == ["assistant", "tool"]
     assert remember.messages[0]["items"] == [QUOTE]
 

@@ -188,11 +188,14 @@ async def test_reasoning_and_unknown_items_replayed_in_order(pod: MediatedPod) -
 async def test_store_true_chains_hidden_calls_on_the_provider(pod: MediatedPod) -> None:
     script(
         pod,
+        r.response(r.message("AAPL is up."), response_id="resp_earlier"),
         r.response(r.call("call_1", "desk_quote", {"symbol": "AAPL"}), response_id="resp_h1"),
         r.response(r.call("call_2", "desk_quote", {"symbol": "MSFT"}), response_id="resp_h2"),
         r.response(r.message("Both up."), response_id="resp_final", previous_response_id="resp_h2"),
     )
     client = pod.openai()
+    # The earlier turn this one continues: its id is this agent's (stored objects are bound).
+    await client.responses.create(model="gpt-4o", input="AAPL?", store=True)
     answer = await client.responses.create(
         model="gpt-4o",
         input="and MSFT?",
@@ -202,7 +205,7 @@ async def test_store_true_chains_hidden_calls_on_the_provider(pod: MediatedPod) 
     )
     assert answer.id == "resp_final"
     assert answer.previous_response_id == "resp_earlier"
-    first, second, third = sent(pod)
+    first, second, third = sent(pod)[1:]
     assert first["previous_response_id"] == "resp_earlier"
     assert first["input"] == [{"role": "user", "content": "and MSFT?"}]
     assert second["previous_response_id"] == "resp_h1"
@@ -289,3 +292,30 @@ async def test_upstream_failure_mid_request_is_openai_shaped(pod: MediatedPod) -
         await client.responses.create(model="gpt-4o", input=ASK)
     assert caught.value.status_code == 502
     assert caught.value.body["code"] == "upstream_error"
+
+
+@pytest.mark.parametrize("stream_upstream", [False, True])
+async def test_a_mediated_agent_cannot_continue_anothers_stored_responses(
+    pod: MediatedPod, stream_upstream: bool
+) -> None:
+    script(
+        pod,
+        r.response(r.call("call_1", "desk_quote", {"symbol": "AAPL"}), response_id="resp_h1"),
+        r.response(r.message("AAPL is up."), response_id="resp_final"),
+        stream=stream_upstream,
+    )
+    answer = await pod.openai().responses.create(model="gpt-4o", input=ASK, store=True)
+    assert answer.id == "resp_final"
+    ops = pod.openai(agent="ops")
+    for stolen in ("resp_final", "resp_h1"):  # the answer, and a hidden round's id
+        with pytest.raises(openai.NotFoundError) as caught:
+            await ops.responses.create(
+                model="gpt-4o", input="and now?", previous_response_id=stolen, store=True
+            )
+        assert caught.value.body["code"] == "response_not_found"
+    assert len(sent(pod)) == 2  # nothing of ops' reached the provider
+    script(pod, r.response(r.message("Still up."), response_id="resp_next"))
+    more = await pod.openai().responses.create(
+        model="gpt-4o", input="and now?", previous_response_id="resp_final", store=True
+    )
+    assert more.id == "resp_next"

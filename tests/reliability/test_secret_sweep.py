@@ -10,18 +10,20 @@ was given; a hit fails the session.
 from __future__ import annotations
 
 import base64
+import json
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import quote
 
+import orjson
 import pytest
 
 from tests.reliability.harness import ENV, SERVICE_TOKEN, Pod, start_pod, stop_pod
 from tests.reliability.wire import Api, ask, text, tool_call
 from tests.support import secret_sweep
 from tests.support.sidecar import TEST_PROVIDER_KEYS
-from tests.support.upstream import Reply
+from tests.support.upstream import Reply, anthropic_message, openai_completion
 
 KEY_OF: dict[Api, str] = {
     "openai": TEST_PROVIDER_KEYS["OPENAI_API_KEY"],
@@ -39,6 +41,20 @@ def test_the_sweep_finds_a_planted_credential(tmp_path: Path) -> None:
     leaks = secret_sweep.find_leaks({secret}, [("log x", f"oops {secret}".encode())], set())
     assert leaks and leaks[0].startswith("log x")
     assert secret not in leaks[0]  # the report itself does not repeat the value
+
+
+def test_the_sweep_finds_hex_and_wrapped_base64() -> None:
+    secret = "planted-credential-0a1b2c3d-and-some-more-length"
+    wrapped = base64.encodebytes(b"x" * 50 + secret.encode())
+    assert b"\n" in wrapped[: len(wrapped) - 1]
+    texts = [
+        ("hex", secret.encode().hex().upper().encode()),
+        ("mime", wrapped),
+        ("json", json.dumps(wrapped.decode()).encode()),
+    ]
+    leaks = secret_sweep.find_leaks({secret}, texts, set())
+    assert [leak.split(":")[0] for leak in leaks] == ["hex", "mime", "json"]
+    assert "wrapped into lines" in leaks[1]
 
 
 def test_the_log_collector_keeps_messages_and_tracebacks() -> None:
@@ -119,6 +135,16 @@ def _echo_in(form: str, secret: str) -> str:
         return "".join(f"\\u{ord(c):04x}" for c in secret)
     if form == "url-encoded":
         return quote(secret, safe="")
+    if form in ("hex", "HEX"):
+        encoded = secret.encode().hex()
+        return encoded.upper() if form == "HEX" else encoded
+    if form == "base64 MIME lines":  # 76 columns, CRLF; the line break falls inside the secret
+        encoded = base64.b64encode(b"x" * 40 + secret.encode()).decode()
+        return json.dumps("\r\n".join(encoded[i : i + 76] for i in range(0, len(encoded), 76)))[
+            1:-1
+        ]
+    if form == "base64 PEM lines":  # 64 columns, LF
+        return json.dumps(base64.encodebytes(b"y" * 30 + secret.encode()).decode())[1:-1]
     if form.startswith("base64"):
         offset = int(form[-1])
         encoded = base64.b64encode(b"x" * offset + secret.encode() + b"yz")
@@ -130,7 +156,17 @@ def _echo_in(form: str, secret: str) -> str:
     return secret
 
 
-ECHO_FORMS = ["json \\u-escaped", "url-encoded", "base64@0", "base64@1", "base64url@2"]
+ECHO_FORMS = [
+    "json \\u-escaped",
+    "url-encoded",
+    "base64@0",
+    "base64@1",
+    "base64url@2",
+    "hex",
+    "HEX",
+    "base64 MIME lines",
+    "base64 PEM lines",
+]
 
 
 @pytest.mark.parametrize("form", ECHO_FORMS)
@@ -180,3 +216,77 @@ async def test_a_provider_dump_is_cut_before_it_reaches_the_client(pod: Pod) -> 
     seen = await ask(pod, "openai", "analyst", "hello", stream=False)
     assert seen.answer is None
     assert len(seen.message) < 800 and seen.message.endswith("(cut)")
+
+
+def _error_event(api: Api, message: str) -> bytes:
+    if api == "anthropic":
+        error = {"type": "error", "error": {"type": "authentication_error", "message": message}}
+        return b"event: error\ndata: " + orjson.dumps(error) + b"\n\n"
+    error = {"error": {"message": message, "type": "invalid_request_error", "code": None}}
+    return b"data: " + orjson.dumps(error) + b"\n\n"
+
+
+def _first_event(api: Api) -> bytes:
+    if api == "anthropic":
+        start = {"type": "message_start", "message": {**anthropic_message(""), "content": []}}
+        return b"event: message_start\ndata: " + orjson.dumps(start) + b"\n\n"
+    chunk = {
+        "id": "chatcmpl-stub",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "gpt-4o",
+        "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}],
+    }
+    return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("split", ["whole", "inside the key", "byte by byte"])
+async def test_a_provider_echoing_its_key_in_a_stream_error_event_does_not_reach_the_client(
+    pod: Pod, api: Api, split: str
+) -> None:
+    # A 200 stream is relayed chunk by chunk; its error event once reached the client unredacted,
+    # and an echo split across two chunks escapes any per-chunk redaction.
+    event = _error_event(api, f"Incorrect API key provided: {KEY_OF[api]}")
+    if split == "whole":
+        pieces = [event]
+    elif split == "inside the key":
+        cut = event.index(KEY_OF[api].encode()) + 7
+        pieces = [event[:cut], event[cut:]]
+    else:
+        pieces = [event[i : i + 1] for i in range(len(event))]
+    pod.upstream.enqueue(api, Reply.sse([_first_event(api), *pieces]))
+    seen = await ask(pod, api, "plain", "hello", stream=True)
+    assert seen.answer is None
+    assert "Incorrect API key provided: [redacted]" in seen.message
+    for name, needle in secret_sweep.encodings(KEY_OF[api]).items():
+        assert needle.decode() not in seen.message, name
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_provider_echoing_its_key_in_a_relayed_header_does_not_reach_the_client(
+    pod: Pod, stream: bool
+) -> None:
+    key = KEY_OF["openai"]
+    echo = {
+        "x-ratelimit-debug": f"key={key}",
+        "request-id": base64.b64encode(key.encode()).decode(),
+    }
+    if stream:
+        done = b"data: [DONE]\n\n"
+        pod.upstream.enqueue("openai", Reply.sse([_first_event("openai"), done], headers=echo))
+    else:
+        pod.upstream.enqueue("openai", Reply.json(openai_completion("hi"), headers=echo))
+    client = pod.openai("plain")
+    messages = [{"role": "user", "content": "hello"}]
+    async with client.chat.completions.with_streaming_response.create(
+        model="gpt-4o", messages=messages, stream=stream
+    ) as raw:
+        headers = dict(raw.headers)
+        body = await raw.read()
+    secret_sweep.collect("relayed headers", orjson.dumps(headers))
+    secret_sweep.collect("relayed body", body)
+    assert headers["x-ratelimit-debug"] == "key=[redacted]"
+    assert "[redacted]" in headers["request-id"]
+    for name, needle in secret_sweep.encodings(key).items():
+        assert needle.decode() not in str(headers), name

@@ -5,6 +5,10 @@ given; conversations have two turns, so the second turn relies on continuity. To
 random. Afterwards: zero wrong answers, one audit record per request, every tool call that
 reached the service audited, the hash chains verify, and the sidecar's RSS stays flat.
 
+Meanwhile a stranger holds idle sockets open (reopening each one the sidecar closes at its
+head deadline) and another agent posts bodies of many tiny items (issue 30): neither may cost
+the conversations a single error.
+
 The CI variant runs ~20 s (``.ci/run`` runs it by name, outside the fast suite); the full soak
 (``-m slow``) runs several minutes. Set CLAW_SOAK_REPORT=path to get the figures and the RSS
 curve as JSON.
@@ -161,6 +165,8 @@ class Figures:
     errors: list[str] = field(default_factory=list)
     expected_calls: int = 0
     rss_mb: list[tuple[float, float]] = field(default_factory=list)  # (seconds, MB)
+    idle_sockets_closed: int = 0  # by the sidecar, at the head deadline
+    bodies_refused: Counter[int] = field(default_factory=Counter)  # status -> count
 
 
 async def converse(client: openai.AsyncOpenAI, agent: str, conv: str, figures: Figures) -> None:
@@ -212,6 +218,39 @@ async def worker(
             secret_sweep.collect("soak error", str(exc))
 
 
+IDLE_SOCKETS = 300
+HOSTILE = "soak-hostile"
+TINY_ITEMS = orjson.dumps(
+    {"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}] * 150_000}
+)  # 4.5 MB of one-character messages
+
+
+async def hold_idle_socket(address: tuple[str, int], stop: asyncio.Event, figures: Figures) -> None:
+    """One socket that never sends a byte, reopened each time the sidecar closes it."""
+    stopped = asyncio.ensure_future(stop.wait())
+    while not stop.is_set():
+        reader, writer = await asyncio.open_connection(*address)
+        reading = asyncio.ensure_future(reader.read(1))
+        await asyncio.wait({reading, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        if reading.done():
+            figures.idle_sockets_closed += 1
+        reading.cancel()
+        writer.close()
+
+
+async def post_tiny_items(url: str, token: str, stop: asyncio.Event, figures: Figures) -> None:
+    async with httpx2.AsyncClient(timeout=60) as http:
+        while not stop.is_set():
+            response = await http.post(
+                url + "/v1/chat/completions",
+                content=TINY_ITEMS,
+                headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+            )
+            figures.bodies_refused[response.status_code] += 1
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+
+
 async def sample_rss(
     sidecar: SidecarProcess, started: float, stop: asyncio.Event, figures: Figures
 ) -> None:
@@ -245,6 +284,7 @@ async def soak(tmp_path: Path, seconds: float) -> Figures:
     )
     policy = ToolPolicy(timeout_per_tool_ms=5000, total_timeout_ms=60000)
     specs = [AgentSpec(agent, [quote], policy=policy) for agent in AGENTS]
+    specs.append(AgentSpec(HOSTILE, [quote], policy=policy))
     build, state = tmp_path / "build", tmp_path / "state"
     tokens = write_build(build, specs, providers_for(model_url + "/v1"))
     secret_sweep.register(SOAK_TOOL_TOKEN, *TEST_PROVIDER_KEYS.values())
@@ -263,11 +303,18 @@ async def soak(tmp_path: Path, seconds: float) -> Figures:
         started = time.monotonic()
         stop = asyncio.Event()
         sampler = asyncio.ensure_future(sample_rss(sidecar, started, stop, figures))
+        address = ("127.0.0.1", int(sidecar.url.rsplit(":", 1)[1]))
+        hostile = [
+            *(hold_idle_socket(address, stop, figures) for _ in range(IDLE_SOCKETS)),
+            post_tiny_items(sidecar.url, tokens[HOSTILE], stop, figures),
+        ]
+        attacks = asyncio.gather(*hostile)
         deadline = started + seconds
         await asyncio.gather(*(worker(n, clients, deadline, figures) for n in range(CONCURRENCY)))
         figures.seconds = round(time.monotonic() - started, 1)
         stop.set()
         await sampler
+        await attacks
     finally:
         await http.aclose()
         sidecar.stop()
@@ -279,6 +326,9 @@ async def soak(tmp_path: Path, seconds: float) -> Figures:
 
 def check(figures: Figures, state: Path, hits: Counter) -> None:
     assert figures.errors == [], figures.errors[:5]
+    assert set(figures.bodies_refused) == {413}, figures.bodies_refused  # each, cheaply
+    if figures.seconds > 15:  # past the 10 s head deadline: the idle sockets were let go
+        assert figures.idle_sockets_closed >= IDLE_SOCKETS
     assert figures.wrong == [], figures.wrong[:5]
     assert figures.conversations >= CONCURRENCY
     executed = 0
@@ -319,6 +369,8 @@ def report(figures: Figures) -> dict[str, Any]:
         "tool_calls": figures.expected_calls,
         "wrong_answers": len(figures.wrong),
         "errors": len(figures.errors),
+        "idle_sockets_closed": figures.idle_sockets_closed,
+        "tiny_item_bodies": dict(figures.bodies_refused),
         "rss_mb_start_peak_end": [
             figures.rss_mb[0][1],
             max(mb for _, mb in figures.rss_mb),

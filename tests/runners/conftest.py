@@ -49,6 +49,9 @@ class RunnerPod:
     def quote_calls(self) -> list[RecordedRequest]:
         return [r for r in self.service.requests if r.path.startswith("/quotes/")]
 
+    def orders(self) -> list[RecordedRequest]:
+        return [r for r in self.service.requests if r.path == "/trades"]
+
     def env(self, agent: str, **extra: str) -> dict[str, str]:
         """The agent's env file (SPEC §3) in a clean home, nothing else of this machine's."""
         token = self.tokens[agent]
@@ -86,9 +89,12 @@ class RunnerPod:
 @pytest.fixture
 async def runner_pod(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[RunnerPod]:
     """Agents ``mediated`` and ``native`` with the desk tools; ``@pytest.mark.plan(...)`` sets
-    the provider's plan of tool calls."""
+    the provider's plan of tool calls, ``@pytest.mark.failures(n)`` its failures after them."""
     marker = request.node.get_closest_marker("plan")
-    provider = await ScriptedProvider(plan=marker.args if marker else (QUOTE,)).start()
+    failures = request.node.get_closest_marker("failures")
+    provider = await ScriptedProvider(
+        plan=marker.args if marker else (QUOTE,), failures=failures.args[0] if failures else 0
+    ).start()
     service = await ToolService().start()
     service.require_header("Authorization", f"Bearer {TRADING_TOKEN}")
     root = tmp_path / "build"

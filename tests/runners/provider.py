@@ -25,13 +25,21 @@ from tests.support.upstream import Received
 
 PLAIN = "Nothing to look up."
 QUOTE = "desk_quote"
+TRADE = "desk_trade"  # a destructive tool: the retry cases count its orders
 NOTE = "record_note"  # the runner's own tool in the cases that have one
-ARGUMENTS = {QUOTE: {"symbol": "AAPL"}, NOTE: {"text": "AAPL checked"}}
+ARGUMENTS = {
+    QUOTE: {"symbol": "AAPL"},
+    TRADE: {"symbol": "AAPL", "side": "buy", "quantity": 1},
+    NOTE: {"text": "AAPL checked"},
+}
 
 
 @dataclass
 class ScriptedProvider:
     plan: tuple[str, ...] | list[str] = (QUOTE,)
+    failures: int = 0
+    """How many requests that carry every planned result (the model call after the tools ran)
+    are answered 500 before one is answered: a provider failing after the order."""
     received: list[Received] = field(default_factory=list)
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
     _runner: web.AppRunner | None = None
@@ -65,10 +73,15 @@ class ScriptedProvider:
             if match is None:
                 return "answer", PLAIN
             return "call", match
+        if self.failures > 0:
+            self.failures -= 1
+            return "fail", None
         quote = next((text for name, text in results.items() if _base(name) == QUOTE), "")
-        answer = f"QUOTE-OK {_seen_by_service(quote)}"
+        answer = f"QUOTE-OK {_seen_by_service(quote)}" if quote else "DONE"
         if any(_base(name) == NOTE for name in results):
             answer += " NOTE-OK"
+        if any(_base(name) == TRADE for name in results):
+            answer += " TRADE-OK"
         return "answer", answer
 
     # --- shared -----------------------------------------------------------------------------
@@ -97,6 +110,8 @@ class ScriptedProvider:
         body = await self._record(request)
         messages = body.get("messages") or []
         kind, value = self._decide(_offered(body.get("tools")), _anthropic_results(messages))
+        if kind == "fail":
+            return _failure({"type": "error", "error": {"type": "api_error", "message": "down"}})
         if kind == "call":
             block = {"type": "tool_use", "id": self._next_id("toolu"), "name": value}
             content = [{**block, "input": ARGUMENTS[_base(value)]}]
@@ -124,6 +139,8 @@ class ScriptedProvider:
         body = await self._record(request)
         items = body.get("input") if isinstance(body.get("input"), list) else []
         kind, value = self._decide(_offered(body.get("tools")), _responses_results(items))
+        if kind == "fail":
+            return _failure({"error": {"message": "down", "type": "server_error"}})
         if kind == "call":
             namespace, _, name = value.rpartition(".")
             call = {
@@ -166,6 +183,8 @@ class ScriptedProvider:
         body = await self._record(request)
         messages = body.get("messages") or []
         kind, value = self._decide(_offered(body.get("tools")), _chat_results(messages))
+        if kind == "fail":
+            return _failure({"error": {"message": "down", "type": "server_error"}})
         message: dict[str, Any] = {"role": "assistant", "content": None}
         if kind == "call":
             arguments = orjson.dumps(ARGUMENTS[_base(value)]).decode()
@@ -193,12 +212,16 @@ class ScriptedProvider:
         return await _sse(request, _chat_events(completion))
 
 
+def _failure(body: dict[str, Any]) -> web.Response:
+    return web.json_response(body, status=500)
+
+
 # --- reading requests -------------------------------------------------------------------------
 
 
 def _base(name: str) -> str:
     """A tool's base name: MCP runners prefix it (``mcp__clawpod__``, ``namespace.``)."""
-    for known in (QUOTE, NOTE):
+    for known in (QUOTE, TRADE, NOTE):
         if name.endswith(known):
             return known
     return name

@@ -10,6 +10,7 @@ import pytest
 from clawpod.compiler.runner_configs import mcp_config
 from tests.mediation.conftest import TRADING_TOKEN
 from tests.runners.conftest import RunnerPod, runner_binary
+from tests.runners.provider import TRADE
 
 pytestmark = pytest.mark.runners
 PROMPT = "What is AAPL at? Use the quote tool."
@@ -71,3 +72,19 @@ async def test_mediated_a_follow_up_turn_keeps_the_hidden_round(runner_pod: Runn
     # answers from it and nothing runs twice.
     assert "QUOTE-OK /quotes/AAPL" in out
     assert len(runner_pod.quote_calls()) == 1
+
+
+@pytest.mark.plan(TRADE)
+@pytest.mark.failures(1)
+async def test_mediated_a_retry_after_the_order_places_it_once(runner_pod: RunnerPod) -> None:
+    """The provider fails on the model call after the order: Claude Code's streamed attempt
+    gets 200 and an in-stream error, and it retries with ``stream: false`` (the journal once
+    keyed on ``stream``: 2 orders per prompt). The retry resumes the journaled order."""
+    claude = runner_binary("claude")
+    code, out, err = await runner_pod.run(
+        [str(claude), "-p", "Buy one AAPL.", "--model", "claude-sonnet-4-6"],
+        runner_pod.env("mediated", **QUIET),
+    )
+    assert code == 0, (out + err)[-2000:]
+    assert "TRADE-OK" in out
+    assert len(runner_pod.orders()) == 1

@@ -10,6 +10,7 @@ import pytest
 from clawpod.compiler.runner_configs import codex_config
 from tests.mediation.conftest import TRADING_TOKEN
 from tests.runners.conftest import RunnerPod, runner_binary
+from tests.runners.provider import TRADE
 
 pytestmark = pytest.mark.runners
 PROMPT = "What is AAPL at? Use the quote tool."
@@ -67,3 +68,25 @@ async def test_native_with_the_compiled_codex_config(runner_pod: RunnerPod, tmp_
     assert "QUOTE-OK /quotes/AAPL" in out
     (call,) = runner_pod.quote_calls()  # exactly one execution, through MCP
     assert call.headers["Authorization"] == f"Bearer {TRADING_TOKEN}"
+
+
+@pytest.mark.plan(TRADE)
+@pytest.mark.failures(1)
+async def test_mediated_a_retry_after_the_order_places_it_once(runner_pod: RunnerPod) -> None:
+    """The provider fails on the model call after the order; Codex's own retries run and the
+    trading service sees one order."""
+    codex = runner_binary("codex")
+    env = runner_pod.env("mediated")
+    argv = [
+        str(codex),
+        "exec",
+        "--skip-git-repo-check",
+        *provider_flags(env["OPENAI_BASE_URL"]),
+        "-m",
+        "gpt-5-codex",
+        "Buy one AAPL.",
+    ]
+    code, out, err = await runner_pod.run(argv, env)
+    assert code == 0, (out + err)[-3000:]
+    assert "TRADE-OK" in out
+    assert len(runner_pod.orders()) == 1

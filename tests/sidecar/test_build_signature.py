@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import errno
 import io
 import os
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,7 @@ from tests.support.builds import AgentSpec, providers_for, write_build
 from tests.support.sidecar import TEST_PROVIDER_KEYS
 
 STARTUP_GUARD_S = 30  # a deadlock guard for the child process, not a timing assertion
+ANSWER_GAP_S = 0.2
 
 
 def keypair() -> tuple[str, str]:
@@ -112,3 +115,69 @@ def test_signing_without_the_key_set_is_an_input_error(tmp_path: Path) -> None:
     out = io.StringIO()
     code = clawc(["compile", str(pod), "--sign-key-env", "NOT_SET_ANYWHERE"], out, out)
     assert code == 1 and "NOT_SET_ANYWHERE is not set" in out.getvalue()
+
+
+class _SwappingFifo(threading.Thread):
+    """A writer behind a FIFO that answers the n-th open with ``answers[n]`` (the last one
+    thereafter): what an attacker with write access to the build uses to show one digest to the
+    digest check and another to the signature check."""
+
+    def __init__(self, path: Path, answers: list[bytes]) -> None:
+        super().__init__(daemon=True)
+        self.path, self.answers, self.opens = path, answers, 0
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            try:  # non-blocking: ENXIO until a reader has the FIFO open, so the thread can stop
+                descriptor = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:
+                    raise
+                self.stopped.wait(0.005)
+                continue
+            os.set_blocking(descriptor, True)
+            try:
+                os.write(descriptor, self.answers[min(self.opens, len(self.answers) - 1)])
+            except BrokenPipeError:
+                pass  # the reader looked at the file's type and left
+            finally:
+                os.close(descriptor)
+                self.opens += 1
+            # A reader that has seen EOF may not have closed yet; opening again now would append
+            # the next answer to this read. The next reader's open blocks until ours, so waiting
+            # changes no outcome, it only keeps answers apart.
+            self.stopped.wait(ANSWER_GAP_S)
+
+
+async def test_a_digest_served_by_a_fifo_cannot_swap_between_the_checks(
+    signed: tuple[Path, str], tmp_path: Path
+) -> None:
+    root, public = signed
+    signed_digest = (root / "digest.json").read_bytes()
+    tools = root / "context" / "bot" / "tools.json"
+    tools.write_text(tools.read_text().replace('"tools": []', '"tools": [ ]'))
+    write_digest(root)
+    tampered_digest = (root / "digest.json").read_bytes()
+    (root / "digest.json").unlink()
+    os.mkfifo(root / "digest.json")
+    # before the fix: the file check read the tampered digest, the signature check the signed one
+    writer = _SwappingFifo(root / "digest.json", [tampered_digest, tampered_digest, signed_digest])
+    writer.start()
+    try:
+        code, stderr = await start(root, tmp_path / "state", public)
+    finally:
+        writer.stopped.set()
+        writer.join()
+    assert code == 1, "a tampered build started"
+    assert b"digest.json: not a regular file" in stderr and b"Traceback" not in stderr
+
+
+async def test_a_fifo_among_the_covered_files_is_refused_without_blocking(
+    signed: tuple[Path, str], tmp_path: Path
+) -> None:
+    root, public = signed
+    (root / "sidecar.json").unlink()
+    os.mkfifo(root / "sidecar.json")  # no writer: a blocking read would hang startup
+    code, stderr = await start(root, tmp_path / "state", public)
+    assert code == 1 and b"sidecar.json: not a regular file" in stderr

@@ -7,12 +7,15 @@ import asyncio
 import os
 import re
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
 import aiohttp
 import orjson
 
+from clawpod.compiler.reserved import ADMIN_HOST
+from clawpod.sidecar.manifest import AdminListen
 from tests.support.builds import AgentSpec, providers_for, write_build
 from tests.support.sidecar import TEST_PROVIDER_KEYS
 from tests.support.upstream import Reply, StubUpstream, openai_completion
@@ -111,3 +114,57 @@ async def test_usage_error_exits_2(tmp_path: Path) -> None:
     _, stderr = await asyncio.wait_for(process.communicate(), STARTUP_GUARD_S)
     assert process.returncode == 2
     assert b"--build" in stderr
+
+
+def _pod_build(tmp_path: Path) -> Path:
+    """A build as clawc writes it: its operator listener on the pod's admin alias."""
+    write_build(
+        tmp_path / "build",
+        [AgentSpec("agent", mode="native")],
+        providers_for("http://127.0.0.1:9/v1"),
+        admin_listen=AdminListen(host=ADMIN_HOST, port=9090),
+    )
+    return tmp_path / "build"
+
+
+async def test_outside_a_pod_the_operator_listener_takes_the_host_address(
+    tmp_path: Path,
+) -> None:
+    process = await _spawn(
+        "--build", str(_pod_build(tmp_path)), "--host", "127.0.0.1", "--port", "0",
+        "--admin-port", "0", "--state-dir", str(tmp_path / "state"),
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        await asyncio.wait_for(process.stdout.readline(), STARTUP_GUARD_S)
+        line = await asyncio.wait_for(process.stdout.readline(), STARTUP_GUARD_S)
+        assert line.startswith(b"operator listener on http://127.0.0.1:"), line
+    finally:
+        process.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(process.wait(), STARTUP_GUARD_S)
+
+
+async def test_an_operator_address_that_does_not_resolve_names_the_option(
+    tmp_path: Path,
+) -> None:
+    process = await _spawn(
+        "--build", str(_pod_build(tmp_path)), "--host", "127.0.0.1", "--port", "0",
+        "--admin-host", "claw-sidecar-admin.invalid", "--admin-port", "0",
+        "--state-dir", str(tmp_path / "state"),
+    )  # fmt: skip
+    _, stderr = await asyncio.wait_for(process.communicate(), STARTUP_GUARD_S)
+    assert process.returncode == 1
+    assert b"(the operator listener)" in stderr
+    assert b"set its address with --admin-host" in stderr
+
+
+def test_help_is_written_for_people() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "clawpod.sidecar", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "``" not in done.stdout  # no reST markup from a docstring
+    assert "Serve a build made by `clawc compile`" in done.stdout
+    assert "CLAW_AUDIT_KEY" in done.stdout

@@ -49,23 +49,23 @@ async def _get(pod: Pod, path: str, **headers: str) -> tuple[int, dict]:
         return response.status, await response.json()
 
 
-async def test_openai_clients_list_only_exact_openai_ids(pod: Pod) -> None:
+async def test_openai_clients_list_exact_ids_then_known_ids_their_globs_route(pod: Pod) -> None:
     models = await pod.openai().models.list()
-    assert [(m.id, m.owned_by) for m in models.data] == [
-        ("gpt-4o", "openai"),
-        ("o3-mini", "openai"),
-        ("llama-3.1-8b", "local"),
-    ]
+    listed = [(m.id, m.owned_by) for m in models.data]
+    assert listed[:3] == [("gpt-4o", "openai"), ("o3-mini", "openai"), ("llama-3.1-8b", "local")]
+    known = listed[3:]
+    assert ("gpt-4o-mini", "openai") in known and ("o3", "openai") in known
+    assert all(m.startswith(("gpt-", "o3")) for m, _ in known)  # no claude-, no o1 or o4
+    assert len({m for m, _ in listed}) == len(listed)
 
 
-async def test_anthropic_clients_list_only_exact_anthropic_ids(pod: Pod) -> None:
+async def test_anthropic_clients_list_only_anthropic_ids(pod: Pod) -> None:
     page = await pod.anthropic().models.list()
-    assert [m.id for m in page.data] == ["claude-sonnet-4-6"]
-    assert (page.first_id, page.last_id, page.has_more) == (
-        "claude-sonnet-4-6",
-        "claude-sonnet-4-6",
-        False,
-    )
+    ids = [m.id for m in page.data]
+    assert ids[0] == "claude-sonnet-4-6"
+    assert "claude-haiku-4-5" in ids
+    assert all(i.startswith("claude-") for i in ids)
+    assert (page.first_id, page.last_id, page.has_more) == (ids[0], ids[-1], False)
 
 
 async def test_one_model_by_id_in_each_shape(pod: Pod) -> None:
@@ -116,3 +116,25 @@ async def test_a_gpt_model_on_messages_is_sent_to_the_openai_routes(pod: Pod) ->
     assert "/v1/chat/completions" in str(raised.value)
     assert "/v1/responses" in str(raised.value)
     assert raised.value.body["error"]["type"] == "invalid_request_error"
+
+
+async def test_a_glob_only_pod_lists_the_known_models_of_its_families(
+    make_pod: PodFactory, upstream: StubUpstream
+) -> None:
+    """The example pods name only globs (the default providers); they listed nothing."""
+    providers = {
+        "openai": Provider(
+            api="openai", base_url=upstream.openai_url, key_env="OPENAI_API_KEY", models=["gpt-*"]
+        ),
+        "local": Provider(
+            api="openai", base_url=upstream.openai_url, key_env="OPENAI_API_KEY", models=["*"]
+        ),
+    }
+    pod = await make_pod(providers=providers)
+    models = await pod.openai().models.list()
+    listed = [(m.id, m.owned_by) for m in models.data]
+    assert ("gpt-4o-mini", "openai") in listed
+    # '*' names no family: the table says nothing about what that server serves.
+    assert all(owner == "openai" and m.startswith("gpt-") for m, owner in listed)
+    for model_id, _ in listed:  # each listed id is one a request may name
+        assert (await _get(pod, f"/v1/models/{model_id}"))[0] == 200

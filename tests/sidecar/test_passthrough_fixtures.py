@@ -41,6 +41,10 @@ def _request_body(exchange: Recorded) -> dict[str, Any]:
         if exchange.api == "anthropic":
             body["max_tokens"] = 256
     body["stream"] = exchange.stream
+    if exchange.api == "openai" and exchange.stream:
+        # A client that asks for usage gets the stream as it came; one that does not is asked
+        # for it anyway and has the usage chunk taken out (tests/sidecar/test_stream_usage.py).
+        body["stream_options"] = {**body.get("stream_options", {}), "include_usage": True}
     return body
 
 
@@ -101,7 +105,13 @@ async def _check_openai(pod: Pod, exchange: Recorded, sync: bool) -> None:
         chunks = await asyncio.to_thread(lambda: list(create(**kwargs, stream=True)))
     else:
         chunks = [chunk async for chunk in await create(**kwargs, stream=True)]
-    assert [c.id for c in chunks] == [e["id"] for e in _sse_data_events(exchange.body)]
+    # The SDK did not ask for usage: the usage-only chunk the sidecar asked for is not shown.
+    shown = [e for e in _sse_data_events(exchange.body) if not _usage_only(e)]
+    assert [c.id for c in chunks] == [e["id"] for e in shown]
+
+
+def _usage_only(event: Any) -> bool:
+    return event.get("choices") == [] and "usage" in event
 
 
 async def _check_anthropic(pod: Pod, exchange: Recorded, sync: bool) -> None:

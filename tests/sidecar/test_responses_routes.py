@@ -80,6 +80,11 @@ async def test_cut_stream_ends_with_an_error_event(pod: Pod) -> None:
 async def test_stored_response_routes_are_passed_through_and_audited(pod: Pod) -> None:
     stored = r.response(r.message("stored"), response_id="resp/../x")
     upstream = pod.upstream
+    client = pod.openai()
+    for made in (stored, r.response(r.message("other"), response_id="resp_1")):
+        upstream.enqueue("responses", r.reply(made))  # objects this agent made: it may use them
+        await client.responses.create(model="gpt-4o", input="hi")
+    upstream.received.clear()
     upstream.enqueue("/v1/responses/resp/../x", Reply.json(stored))
     upstream.enqueue(
         "/v1/responses/resp_1", Reply.json({"id": "resp_1", "object": "response", "deleted": True})
@@ -91,33 +96,32 @@ async def test_stored_response_routes_are_passed_through_and_audited(pod: Pod) -
         "/v1/responses/input_tokens",
         Reply.json({"object": "response.input_tokens", "input_tokens": 42}),
     )
-    client = pod.openai()
     got = await client.responses.retrieve("resp/../x")
     assert got.output_text == "stored"
-    await client.responses.delete("resp_1")
     page = await client.responses.input_items.list("resp_1", limit=5, order="asc")
     assert page.data == []
     cancelled = await client.responses.cancel("resp_1")
     assert cancelled.id == "resp_1"
+    await client.responses.delete("resp_1")
     counted = await client.responses.input_tokens.count(model="gpt-4o", input="hi")
     assert counted.input_tokens == 42
     methods = [(x.method, x.raw_path) for x in upstream.received]
     assert methods == [
         ("GET", "/v1/responses/resp%2F..%2Fx"),  # the id stays one path segment
-        ("DELETE", "/v1/responses/resp_1"),
         ("GET", "/v1/responses/resp_1/input_items?limit=5&order=asc"),
         ("POST", "/v1/responses/resp_1/cancel"),
+        ("DELETE", "/v1/responses/resp_1"),
         ("POST", "/v1/responses/input_tokens"),
     ]
     listed = next(x for x in upstream.received if x.path.endswith("input_items"))
     assert listed.headers["Authorization"] == PROVIDER_KEY
     assert all(x.headers["Authorization"] == PROVIDER_KEY for x in upstream.received)
-    records = await audit(pod)
+    records = (await audit(pod, 7))[2:]
     assert [rec["route"] for rec in records] == [
-        "/v1/responses/{response_id}",
         "/v1/responses/{response_id}",
         "/v1/responses/{response_id}/input_items",
         "/v1/responses/{response_id}/cancel",
+        "/v1/responses/{response_id}",
         "/v1/responses/input_tokens",
     ]
     assert all(rec["provider"] == "openai" for rec in records)
@@ -144,11 +148,16 @@ async def test_a_model_in_the_body_picks_the_provider(make_pod: PodFactory, upst
         ),
     }
     pod = await make_pod(providers=providers)
+    upstream.enqueue("/second/responses", r.reply(r.response(response_id="resp_1")))
+    upstream.enqueue("/first/responses", r.reply(r.response(response_id="resp_2")))
     upstream.enqueue(
         "/second/responses/resp_1/cancel", Reply.json(r.response(response_id="resp_1"))
     )
     upstream.enqueue("/first/responses/resp_2", Reply.json(r.response(response_id="resp_2")))
     client = pod.openai()
+    await client.responses.create(model="o3-mini", input="hi")
+    await client.responses.create(model="gpt-4o", input="hi")
+    upstream.received.clear()
     await client.responses.cancel("resp_1", extra_body={"model": "o3-mini"})
     await client.responses.retrieve("resp_2")
     assert [x.path for x in upstream.received] == [

@@ -47,12 +47,20 @@ def register(*values: str | None) -> None:
 
 def register_build_env(build: Build, env: Mapping[str, str]) -> None:
     """Register every credential value the sidecar of ``build`` can read from ``env``."""
-    names = {provider.key_env for provider in build.config.providers.values()}
+    names = {key for provider in build.config.providers.values() for key in provider.key_envs}
     names.add("CLAW_OPERATOR_TOKEN")  # the operator API's token (docs/governance.md)
     names.add("CLAW_WEBHOOK_SECRET")  # signs approval webhooks (docs/operators.md)
+    basic: set[str] = set()
     for agent in build.agents.values():
         names.update(t.execution.auth.env for t in agent.tools.tools if t.execution.auth.env)
+        basic.update(
+            t.execution.auth.env
+            for t in agent.tools.tools
+            if t.execution.auth.type == "basic" and t.execution.auth.env
+        )
     register(*(env.get(name) for name in names))
+    # basic auth's user:password: the password alone is a secret too
+    register(*(env.get(name, "").partition(":")[2] for name in basic))
 
 
 def collect(where: str, content: str | bytes | None) -> None:
@@ -95,9 +103,12 @@ def find_leaks(
     found: list[str] = []
 
     def search(where: str, data: bytes) -> None:
+        unwrapped = unwrap(data)
         for secret, form, needle in needles:
             if needle in data:
                 found.append(f"{where}: contains {mask(secret)} ({form})")
+            elif form.startswith("base64") and needle in unwrapped:
+                found.append(f"{where}: contains {mask(secret)} ({form}, wrapped into lines)")
 
     for where, data in texts:
         search(where, data)
@@ -119,6 +130,8 @@ def encodings(secret: str) -> dict[str, bytes]:
         "json-escaped": json.dumps(secret)[1:-1].encode(),
         "json \\u-escaped": "".join(f"\\u{ord(c):04x}" for c in secret).encode(),
         "url-encoded": quote(secret, safe="").encode(),
+        "hex": raw.hex().encode(),
+        "HEX": raw.hex().upper().encode(),
     }
     for offset in range(3):  # the secret's alignment inside a longer base64 text
         encoded = base64.b64encode(b"\0" * offset + raw)
@@ -129,6 +142,14 @@ def encodings(secret: str) -> dict[str, bytes]:
     for name, needle in forms.items():
         distinct.setdefault(needle, name)  # one name per form: "raw" where they coincide
     return {name: needle for needle, name in distinct.items()}
+
+
+def unwrap(data: bytes) -> bytes:
+    """``data`` without line breaks, raw or JSON-escaped: base64 wrapped at any width (MIME 76,
+    PEM 64, LF or CRLF) becomes one line again."""
+    for line_break in (b"\r", b"\n", b"\\r", b"\\n"):
+        data = data.replace(line_break, b"")
+    return data
 
 
 def files_under(trees: Iterable[Path]) -> list[Path]:

@@ -77,12 +77,14 @@ async def start_sidecar(
     limits: EdgeLimits | None = None,
 ) -> RunningSidecar:
     """Load ``build_root`` (digest-checked) and serve it; ``env`` defaults to test provider keys,
-    and the test audit key is added unless ``env`` names one; ``limits`` are the edge's."""
+    and the test audit key is added unless ``env`` names one; ``limits`` are the edge's (by
+    default the build's)."""
     build = load_build(build_root)
     env = {AUDIT_KEY_ENV: TEST_AUDIT_KEY, **(TEST_PROVIDER_KEYS if env is None else env)}
     secret_sweep.register_build_env(build, env)  # the suite-wide credential sweep checks these
     secret_sweep.register(env[AUDIT_KEY_ENV])
     app = create_app(build, state_dir=state_dir, env=env)
+    limits = limits or EdgeLimits.from_config(build.config)
     listening = await listen(app, "127.0.0.1", 0, shutdown_timeout_s=1.0, limits=limits)
     admin = await listen(create_admin_app(app[STATE_KEY]), "127.0.0.1", 0, shutdown_timeout_s=1.0)
     port = listening.address[1]

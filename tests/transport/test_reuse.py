@@ -10,7 +10,7 @@ import struct
 import pytest
 
 from clawpod.sidecar.transport import ConnectionClosed, HttpClient
-from tests.transport.raw_server import RawServer, Script, answer
+from tests.transport.raw_server import RawServer, Script, answer, keep_answering
 
 SSE_HEAD = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -130,3 +130,34 @@ async def test_a_post_reset_after_it_was_written_is_not_retried(
         await client.request("POST", server.url(), body=b"{}", timeout_s=5)
     assert raised.value.request_sent is True
     assert server.connections == 1
+
+
+async def test_a_post_marked_retry_unanswered_is_sent_again_on_a_fresh_connection(
+    servers, client: HttpClient
+) -> None:
+    """A model call (no side effect a repeat could double) on a reused connection that ends
+    before any answer byte: once more on a new connection."""
+    server = await servers(_answers_then_resets_the_next_request())
+    response = await client.request("POST", server.url(), body=b"{}", timeout_s=5)
+    await response.read()
+    response.release()
+    response = await client.request(
+        "POST", server.url(), body=b"{}", timeout_s=5, retry_unanswered=True
+    )
+    assert (response.status, await response.read()) == (200, b"answered")
+    response.release()
+    assert server.connections == 2
+
+
+async def test_a_response_released_without_reuse_closes_its_connection(
+    servers, client: HttpClient
+) -> None:
+    """The caller saw the protocol inside the body end abnormally (a stream without its end
+    marker): complete in HTTP, the connection is still not pooled."""
+    stream = SSE_HEAD + _chunk(EVENT) + b"0\r\n\r\n"
+    server = await servers(keep_answering(stream))
+    response = await client.request("POST", server.url(), body=b"{}", read_timeout_s=5)
+    assert await response.read() == EVENT
+    response.release(reuse=False)
+    assert client.usage() == (0, 0)
+    assert await server.hung_up()

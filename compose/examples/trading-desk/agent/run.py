@@ -97,11 +97,21 @@ async def main() -> int:
                 answer = await native_loop(llm, model, MCP_CONFIG)
             else:
                 answer = await ask(llm, model)
-        except APIError as exc:
-            print(f"agent: the model request failed: {describe(exc)}", file=sys.stderr)
+        except Exception as exc:  # one line for whoever reads the agent's log, no traceback
+            print(f"agent: {failure(exc)}", file=sys.stderr)
             return 1
     print(answer)
     return 0
+
+
+def failure(exc: BaseException) -> str:
+    """What went wrong, in one line. The MCP client runs in a task group, so an error inside
+    the native loop arrives wrapped in an exception group: its first leaf is the cause."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, APIError):
+        return f"the model request failed: {describe(exc)}"
+    return f"{type(exc).__name__}: {exc}".splitlines()[0]
 
 
 def describe(exc: APIError) -> str:

@@ -21,7 +21,7 @@ Routes (no authentication; the sidecar sends its provider key, which is ignored)
   GET  /v1/models
   POST /v1/chat/completions           streaming (``"stream": true``) and not
 
-Run: ``python app.py`` (listens on 0.0.0.0:8000, or $PORT).
+Run: ``python app.py`` (listens on 0.0.0.0:8000, or $HOST:$PORT).
 Tests and scripts/demo.sh import :func:`create_app` and read ``app[RECEIVED]`` (each request
 body the model was sent).
 """
@@ -244,7 +244,8 @@ def create_app() -> web.Application:
 
 
 def main() -> None:
-    web.run_app(create_app(), host="0.0.0.0", port=int(os.environ.get("PORT", "8000")))
+    host, port = os.environ.get("HOST", "0.0.0.0"), int(os.environ.get("PORT", "8000"))
+    web.run_app(create_app(), host=host, port=port)
 
 
 if __name__ == "__main__":

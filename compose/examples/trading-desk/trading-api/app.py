@@ -10,7 +10,7 @@ token opens every route. Routes (all but /healthz need ``Authorization: Bearer <
   DELETE /api/v1/trades/{trade_id}        cancel a trade that has not settled
 
 Run: ``TRADING_RO_TOKEN=... TRADING_RW_TOKEN=... python app.py`` (listens on 0.0.0.0:4000, or
-$PORT). Tests import :func:`create_app` and read ``app[RECEIVED]`` to see what the service was
+$HOST:$PORT). Tests import :func:`create_app` and read ``app[RECEIVED]`` to see what the service was
 sent, including which of its tokens each request carried (``"token": "read-only"|"trading"``).
 """
 
@@ -194,7 +194,9 @@ def main() -> None:
     if not read_token or not trading_token:
         raise SystemExit("set TRADING_RO_TOKEN (read-only) and TRADING_RW_TOKEN (trading)")
     app = create_app(read_token, trading_token)
-    web.run_app(app, host="0.0.0.0", port=int(os.environ.get("PORT", "4000")))
+    web.run_app(
+        app, host=os.environ.get("HOST", "0.0.0.0"), port=int(os.environ.get("PORT", "4000"))
+    )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,200 @@
+"""One model call over a request's targets and each target's keys (SPEC §14).
+
+The next key of the same provider is tried after a 429 (the key rests) or a 401/402/403 (the
+key is out until restart); the next target after a connection failure, a 5xx, a 429 with no key
+left, or no first byte within the provider's ``first-byte-timeout-ms``. All of that happens
+before anything reaches the client: what is returned is the one answer the caller relays, and
+a stream's first chunk is already read when a first-byte timeout applies. Each attempt is
+recorded (provider, key label, outcome) for the audit record and counted for the metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from clawpod.sidecar.model.errors import ApiError
+from clawpod.sidecar.server.key_pool import (
+    KEY_REFUSED,
+    KeyPool,
+    PoolKey,
+    retry_after_header,
+    retry_after_s,
+)
+from clawpod.sidecar.server.upstream import UpstreamError, UpstreamTarget, translate_error
+from clawpod.sidecar.transport import Response, TransportError
+
+if TYPE_CHECKING:
+    from clawpod.sidecar.manifest import Provider
+    from clawpod.sidecar.server.context import RequestContext
+
+# Sends the request to one target with the model id that target knows it by.
+Send = Callable[[UpstreamTarget, str | None], Awaitable[Response]]
+
+
+class FirstByteTimeout(UpstreamError):
+    """The provider sent nothing within its ``first-byte-timeout-ms``."""
+
+
+class FirstChunk:
+    """A streamed answer whose first chunk was read to see a first byte in time; it reads
+    like the response it wraps."""
+
+    __slots__ = ("_first", "_response")
+
+    def __init__(self, response: Response, first: bytes) -> None:
+        self._response = response
+        self._first = first
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._response, name)
+
+    async def read_chunk(self) -> bytes:
+        if self._first:
+            first, self._first = self._first, b""
+            return first
+        return await self._response.read_chunk()
+
+    async def read(self) -> bytes:
+        first, self._first = self._first, b""
+        return first + await self._response.read()
+
+
+async def open_upstream(ctx: RequestContext, send: Send) -> Response:
+    """The first usable answer among the request's targets; sets ``ctx.provider_name`` and
+    ``ctx.model`` to the target that gave it. Raises ``UpstreamError`` when the last target
+    could not be reached, ``ApiError`` 429 when every key rests. Attempts are recorded in
+    ``ctx.attempts`` when there was a choice (a route, a key pool, a first-byte bound)."""
+    targets = ctx.targets
+    upstream = ctx.state.upstream
+    if len(targets) == 1:
+        name, provider, model = targets[0]
+        pool = upstream.pools[name]
+        if not pool.pooled and provider.first_byte_timeout_ms is None:
+            # One provider, one key, no first-byte bound: the plain path, and nothing to record
+            # that the audit record's ``provider`` does not say.
+            return await send(_target(ctx, name, None), model)
+    return await _walk(ctx, send)
+
+
+async def _walk(ctx: RequestContext, send: Send) -> Response:
+    upstream = ctx.state.upstream
+    metrics = ctx.state.metrics
+    last = len(ctx.targets) - 1
+    for index, (name, provider, model) in enumerate(ctx.targets):
+        pool = upstream.pools[name]
+        final = index == last
+        while True:
+            key = pool.take() if pool.pooled else pool.keys[0]
+            if key is None:
+                ctx.attempts.append(_attempt(name, None, "no_key_ready"))
+                break
+            target = _target(ctx, name, key.label if pool.pooled else None)
+            try:
+                response = await _first_byte(provider, name, send(target, model))
+            except UpstreamError as exc:
+                outcome = "first_byte_timeout" if isinstance(exc, FirstByteTimeout) else exc.kind
+                ctx.attempts.append(_attempt(name, key.label, outcome))
+                if final:
+                    raise
+                metrics.count_failover(name, outcome)
+                break
+            status = response.status
+            if pool.pooled and (status == 429 or status in KEY_REFUSED):
+                exhausted = _key_failed(ctx, pool, key, name, response)
+                if exhausted and final and status != 429:
+                    return _served(ctx, name, model, response)  # its answer says why
+                response.release()
+                continue
+            if not final and (status >= 500 or status == 429):
+                ctx.attempts.append(_attempt(name, key.label, f"http_{status}"))
+                metrics.count_failover(name, f"http_{status}")
+                response.release()
+                break
+            ctx.attempts.append(_attempt(name, key.label, _status_outcome(response)))
+            return _served(ctx, name, model, response)
+    raise _keys_resting(ctx)
+
+
+def _key_failed(
+    ctx: RequestContext, pool: KeyPool, key: PoolKey, provider: str, response: Response
+) -> bool:
+    """Rest or retire a key its provider refused; True when the pool has no usable key left."""
+    if response.status == 429:
+        pool.rest(key, retry_after_s(response.headers))
+        event = "rate_limited"
+    else:
+        pool.retire(key)
+        event = "key_refused"
+    ctx.attempts.append(_attempt(provider, key.label, event))
+    ctx.state.metrics.count_key_event(provider, key.label, event)
+    return not pool.usable()
+
+
+def _served(ctx: RequestContext, name: str, model: str | None, response: Response) -> Response:
+    ctx.provider_name, ctx.model = name, model
+    return response
+
+
+async def _first_byte(provider: Provider, name: str, sending: Awaitable[Response]) -> Response:
+    """The answer's head, and for a stream its first chunk, within the provider's bound."""
+    if provider.first_byte_timeout_ms is None:
+        return await sending
+    response: Response | None = None
+    try:
+        async with asyncio.timeout(provider.first_byte_timeout_ms / 1000):
+            response = await sending
+            if response.status == 200 and response.content_type == "text/event-stream":
+                return FirstChunk(response, await response.read_chunk())  # type: ignore[return-value]
+            return response
+    except TimeoutError:
+        if response is not None:
+            response.release()
+        message = f"provider {name!r} sent no first byte within its first-byte-timeout-ms"
+        raise FirstByteTimeout("timeout", message) from None
+    except TransportError as exc:
+        assert response is not None
+        response.release()
+        raise translate_error(exc, name) from exc
+
+
+def _keys_resting(ctx: RequestContext) -> ApiError:
+    """Every key of every target rests (or is out): a 429 that says when to come back."""
+    pools = [ctx.state.upstream.pools[name] for name, _, _ in ctx.targets]
+    waits = [w for w in (p.seconds_until_ready() for p in pools) if w is not None]
+    names = ", ".join(dict.fromkeys(name for name, _, _ in ctx.targets))
+    if not waits:
+        return ApiError(
+            502,
+            "no_usable_key",
+            f"every key of {names} was refused by its provider; the operator must replace them",
+            headers={"x-should-retry": "false"},
+        )
+    return ApiError(
+        429,
+        "provider_keys_resting",
+        f"every key of {names} is rate-limited; try again later",
+        "rate_limit_error",
+        headers={"retry-after": retry_after_header(min(waits))},
+    )
+
+
+def _target(ctx: RequestContext, provider: str, key: str | None) -> UpstreamTarget:
+    return UpstreamTarget(
+        provider,
+        ctx.route,
+        ctx.forward_headers,
+        ctx.stream,
+        ctx.method,
+        ctx.upstream_path,
+        key,
+    )
+
+
+def _status_outcome(response: Response) -> str:
+    return "ok" if response.status < 400 else f"http_{response.status}"
+
+
+def _attempt(provider: str, key: str | None, outcome: str) -> dict[str, str | None]:
+    return {"provider": provider, "key": key, "outcome": outcome}

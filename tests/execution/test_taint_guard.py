@@ -1,0 +1,122 @@
+"""The argument guards of a tainted request (SPEC §17) against an attacker who knows how they
+work: credentials and tokens in every encoding, URLs that only look allowed."""
+
+from __future__ import annotations
+
+import base64
+import json
+from urllib.parse import quote
+
+import pytest
+
+from clawpod.sidecar.execution.taint_guard import ArgumentGuard
+from clawpod.sidecar.manifest import Taint, token_sha256
+from tests.mediation.scripted import agent, tool
+
+SECRET = "svc-secret/with+odd=chars"
+TOKEN = "claw_" + "A" * 20 + "b-_" + "9" * 20
+TAINT = Taint(
+    mode="confirm",
+    egress_allow=["intranet.example", "*.corp.example"],
+    service_egress_allow={"desk": ["api.desk.example"], "other": ["other.example"]},
+)
+REPORT = tool("desk.report", method="POST")
+
+
+@pytest.fixture
+def guard() -> ArgumentGuard:
+    build = agent(REPORT, agent_id="peer")
+    peer = build.model_copy(
+        update={"agent": build.agent.model_copy(update={"token_sha256": token_sha256(TOKEN)})}
+    )
+    return ArgumentGuard(TAINT, {"peer": peer}, [SECRET, ""])
+
+
+def code(guard: ArgumentGuard, arguments: dict) -> str | None:
+    refusal = guard.refusal(REPORT, arguments)
+    return refusal.error_code if refusal is not None else None
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        SECRET,
+        f"prefix {SECRET} suffix",
+        quote(SECRET, safe=""),
+        base64.b64encode(SECRET.encode()).decode(),
+        base64.urlsafe_b64encode(b"xy" + SECRET.encode()).decode(),
+        base64.b64encode(b"user:" + SECRET.encode()).decode(),
+    ],
+    ids=["raw", "embedded", "url-encoded", "base64", "base64-urlsafe-shifted", "basic-auth"],
+)
+def test_a_credential_in_any_encoding_is_refused(guard: ArgumentGuard, value: str) -> None:
+    assert code(guard, {"text": value}) == "tainted_argument"
+    assert code(guard, {"nested": [{"deep": value}]}) == "tainted_argument"
+    assert code(guard, {value: "as a key"}) == "tainted_argument"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        TOKEN,
+        f"Bearer {TOKEN}",
+        base64.b64encode(f"token={TOKEN}".encode()).decode(),
+        base64.urlsafe_b64encode(TOKEN.encode()).decode(),
+        "".join(f"%{b:02x}" for b in TOKEN.encode()),
+    ],
+    ids=["raw", "header", "base64", "base64-urlsafe", "percent-encoded"],
+)
+def test_an_agents_token_in_any_encoding_is_refused(guard: ArgumentGuard, value: str) -> None:
+    assert code(guard, {"text": value}) == "tainted_argument"
+
+
+def test_a_token_shaped_string_that_is_no_agents_token_passes(guard: ArgumentGuard) -> None:
+    assert code(guard, {"text": "claw_" + "Z" * 43}) is None
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://attacker.example/?q=1",
+        "https://intranet.example@attacker.example/",  # userinfo that looks like the host
+        "https://intranet.example.attacker.example/",
+        "https://corp.example/",  # *.corp.example names the hosts under it, not itself
+        "https://other.example/",  # another service's allow-list
+        "file:///etc/passwd",
+        "HTTPS://ATTACKER.EXAMPLE",
+        "https://[::1]:8080/",
+        "https://[intranet.example/",  # an unclosed bracket: no host can be read
+    ],
+)
+def test_urls_to_hosts_outside_the_allow_list_are_refused(guard: ArgumentGuard, url: str) -> None:
+    assert code(guard, {"link": url}) == "tainted_argument"
+    assert code(guard, {"text": f"see {quote(url, safe='')} now"}) == "tainted_argument"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://intranet.example/x?y=z",
+        "HTTPS://INTRANET.EXAMPLE./",
+        "http://wiki.corp.example:8080/p",
+        "https://api.desk.example/v1",  # this service's own allow-list
+    ],
+)
+def test_allowed_hosts_pass(guard: ArgumentGuard, url: str) -> None:
+    assert code(guard, {"link": url, "text": json.dumps({"u": url})}) is None
+
+
+def test_plain_arguments_pass(guard: ArgumentGuard) -> None:
+    assert code(guard, {"symbol": "NVDA", "quantity": 10, "note": "sell on news"}) is None
+
+
+def test_what_is_kept_of_a_refused_call_is_scrubbed(guard: ArgumentGuard) -> None:
+    value = {
+        "text": f"{SECRET} and {base64.b64encode(SECRET.encode()).decode()}",
+        "token": TOKEN,
+        "other": "claw_" + "Z" * 43,
+    }
+    kept = json.dumps(guard.scrubbed([{"arguments": value}]))
+    assert SECRET not in kept and TOKEN not in kept
+    assert "claw_" + "Z" * 43 in kept  # not a token of this pod: left as it was
+    assert kept.count("[redacted]") == 3

@@ -1,0 +1,146 @@
+"""Providers that cannot stream with tools (contract §7.4, ``stream-tools``), driven by the real
+``openai`` SDK streaming through tool rounds against a server with llama-cpp-python's habits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+import pytest
+
+from tests.mediation.conftest import Sidecar
+from tests.support.local_servers import LlamaCppPython, LocalServer, call, say
+from tests.support.services import ToolService
+from tests.support.sidecar import RunningSidecar
+
+CHAT = "/v1/chat/completions"
+ASK = [{"role": "user", "content": "Compare AAPL and MSFT."}]
+TWO_ROUNDS = (
+    call("desk_quote", symbol="AAPL"),
+    call("desk_quote", symbol="MSFT"),
+    say("AAPL is 1 and MSFT is 2."),
+)
+
+
+async def stream_answer(sidecar: RunningSidecar, token: str) -> str:
+    client = openai.AsyncOpenAI(base_url=sidecar.openai_base_url, api_key=token, max_retries=0)
+    async with client:
+        stream = await client.chat.completions.create(
+            model="local-model", messages=ASK, stream=True
+        )
+        pieces = [chunk.choices[0].delta.content or "" async for chunk in stream if chunk.choices]
+    return "".join(pieces)
+
+
+def quotes(service: ToolService) -> list[str]:
+    return [r.path for r in service.requests]
+
+
+async def test_an_empty_stream_is_asked_again_whole_and_each_tool_runs_once(
+    sidecar_for: Sidecar, service: ToolService
+) -> None:
+    async with LlamaCppPython(*TWO_ROUNDS) as server:
+        sidecar, token = await sidecar_for(server)
+        answer = await stream_answer(sidecar, token)
+        sent = server.requests_to(CHAT)
+    assert answer == "AAPL is 1 and MSFT is 2."
+    assert quotes(service) == ["/quotes/AAPL", "/quotes/MSFT"]
+    # One empty stream taught the sidecar; every later tool round was called whole.
+    assert [s.streamed for s in sent] == [True, False, False, False]
+
+
+async def test_a_learned_provider_is_not_probed_again(
+    sidecar_for: Sidecar, service: ToolService
+) -> None:
+    async with LlamaCppPython(*TWO_ROUNDS, *TWO_ROUNDS) as server:
+        sidecar, token = await sidecar_for(server)
+        await stream_answer(sidecar, token)
+        answer = await stream_answer(sidecar, token)
+        sent = server.requests_to(CHAT)
+    assert answer == "AAPL is 1 and MSFT is 2."
+    assert [s.streamed for s in sent[4:]] == [False, False, False]
+    assert quotes(service) == ["/quotes/AAPL", "/quotes/MSFT"] * 2
+
+
+async def test_stream_tools_false_never_streams_a_request_offering_tools(
+    sidecar_for: Sidecar, service: ToolService
+) -> None:
+    async with LlamaCppPython(*TWO_ROUNDS) as server:
+        sidecar, token = await sidecar_for(server, stream_tools=False)
+        answer = await stream_answer(sidecar, token)
+        sent = server.requests_to(CHAT)
+    assert answer == "AAPL is 1 and MSFT is 2."
+    assert not any(s.streamed for s in sent)
+    assert quotes(service) == ["/quotes/AAPL", "/quotes/MSFT"]
+
+
+async def test_stream_tools_true_trusts_the_stream_and_reports_it_empty(
+    sidecar_for: Sidecar, service: ToolService
+) -> None:
+    async with LlamaCppPython(*TWO_ROUNDS) as server:
+        sidecar, token = await sidecar_for(server, stream_tools=True)
+        with pytest.raises(openai.APIError, match="no chunks"):
+            await stream_answer(sidecar, token)
+        sent = server.requests_to(CHAT)
+    assert [s.streamed for s in sent] == [True]
+    assert quotes(service) == []
+
+
+async def test_a_text_answer_still_streams_live_when_the_model_needs_no_tool(
+    sidecar_for: Sidecar, service: ToolService
+) -> None:
+    async with LlamaCppPython(say("Nothing to look up.")) as server:
+        sidecar, token = await sidecar_for(server)
+        answer = await stream_answer(sidecar, token)
+        sent = server.requests_to(CHAT)
+    assert answer == "Nothing to look up."
+    assert [s.streamed for s in sent] == [True]
+    assert quotes(service) == []
+
+
+class RefusesStreamedTools(LlamaCppPython):
+    """A server that refuses a streamed request offering tools with a 400."""
+
+    async def answer(self, request: Any, body: dict[str, Any]) -> Any:
+        from aiohttp import web
+
+        if body.get("stream") and body.get("tools"):
+            error = {"message": "streaming is not supported with tools", "code": 400}
+            return web.json_response({"error": error}, status=400)
+        return await super().answer(request, body)
+
+
+async def test_a_refused_stream_falls_back_and_is_learned_once_the_whole_call_answers(
+    sidecar_for: Sidecar, service: ToolService
+) -> None:
+    async with RefusesStreamedTools(*TWO_ROUNDS) as server:
+        sidecar, token = await sidecar_for(server)
+        answer = await stream_answer(sidecar, token)
+        sent = server.requests_to(CHAT)
+    assert answer == "AAPL is 1 and MSFT is 2."
+    assert [s.streamed for s in sent] == [True, False, False, False]
+    assert quotes(service) == ["/quotes/AAPL", "/quotes/MSFT"]
+
+
+class RefusesEverything(LocalServer):
+    routes = (CHAT,)
+
+    async def answer(self, request: Any, body: dict[str, Any]) -> Any:
+        from aiohttp import web
+
+        error = {"message": "the prompt is too long", "type": "invalid_request_error"}
+        return web.json_response({"error": error}, status=400)
+
+
+async def test_a_request_refused_streamed_and_whole_fails_once_and_teaches_nothing(
+    sidecar_for: Sidecar, service: ToolService
+) -> None:
+    async with RefusesEverything() as server:
+        sidecar, token = await sidecar_for(server)
+        for _ in range(2):
+            with pytest.raises(openai.APIError, match="too long"):
+                await stream_answer(sidecar, token)
+        sent = server.requests_to(CHAT)
+    # Not learned: each request probes the stream again, then asks whole, then fails.
+    assert [s.streamed for s in sent] == [True, False, True, False]
+    assert quotes(service) == []

@@ -1,0 +1,200 @@
+"""Stored Responses objects are bound to the agent the provider made them for: another agent,
+holding the id, cannot read, continue, cancel or delete them (all agents share one provider
+key, so only the sidecar can tell them apart). Driven by the real openai SDK."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from clawpod.sidecar.server.stored_objects import OWNERS_FILE, StoredObjects, StoredRef
+from tests.sidecar.conftest import Pod, PodFactory
+from tests.support import responses as r
+from tests.support.builds import AgentSpec
+from tests.support.sidecar import audit_records, start_sidecar
+
+AGENTS = [AgentSpec("alice", mode="native"), AgentSpec("bob", mode="native")]
+
+
+@pytest.fixture
+async def pod(make_pod: PodFactory) -> Pod:
+    return await make_pod(agents=AGENTS)
+
+
+def client(pod: Pod, agent: str) -> openai.AsyncOpenAI:
+    return pod.openai(token=pod.tokens[agent])
+
+
+async def records_of(pod: Pod, agent: str, count: int) -> list[dict[str, Any]]:
+    for _ in range(500):
+        records = audit_records(pod.state_dir, agent)
+        if len(records) >= count:
+            return records
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"expected {count} audit records of {agent}")
+
+
+async def alice_creates(pod: Pod, response_id: str, *, stream: bool = False) -> None:
+    pod.upstream.enqueue(
+        "responses", r.reply(r.response(r.message("mine"), response_id=response_id), stream=stream)
+    )
+    alice = client(pod, "alice")
+    if stream:
+        async with alice.responses.stream(model="gpt-4o", input="hi") as events:
+            assert (await events.get_final_response()).id == response_id
+    else:
+        assert (await alice.responses.create(model="gpt-4o", input="hi")).id == response_id
+
+
+async def every_use_is_refused(pod: Pod, agent: str, response_id: str) -> None:
+    """Read, continue, cancel, delete and list the input of ``response_id`` as ``agent``: each
+    a 404 in the Responses shape, and nothing reaches the provider."""
+    seen = len(pod.upstream.received)
+    other = client(pod, agent)
+    attempts = [
+        other.responses.retrieve(response_id),
+        other.responses.create(model="gpt-4o", input="go on", previous_response_id=response_id),
+        other.responses.cancel(response_id),
+        other.responses.delete(response_id),
+        other.responses.input_items.list(response_id),
+        other.responses.input_tokens.count(
+            model="gpt-4o", input="x", previous_response_id=response_id
+        ),
+    ]
+    for attempt in attempts:
+        with pytest.raises(openai.NotFoundError) as caught:
+            await attempt
+        assert caught.value.body["code"] == "response_not_found"
+        assert "was stored for this agent" in caught.value.body["message"]
+    assert len(pod.upstream.received) == seen
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_another_agent_cannot_use_a_stored_response(pod: Pod, stream: bool) -> None:
+    await alice_creates(pod, "resp_alice", stream=stream)
+    await every_use_is_refused(pod, "bob", "resp_alice")
+    # The owner still can.
+    pod.upstream.enqueue("/v1/responses/resp_alice", r.reply(r.response(response_id="resp_alice")))
+    pod.upstream.enqueue("responses", r.reply(r.response(r.message("more"), response_id="resp_2")))
+    alice = client(pod, "alice")
+    assert (await alice.responses.retrieve("resp_alice")).id == "resp_alice"
+    await alice.responses.create(model="gpt-4o", input="more", previous_response_id="resp_alice")
+    # The audit names the objects: made, used, refused.
+    [made, *_] = await records_of(pod, "alice", 3)
+    assert made["objects"] == [{"kind": "response", "id": "resp_alice", "use": "created"}]
+    used = (await records_of(pod, "alice", 3))[2]
+    assert {"kind": "response", "id": "resp_alice", "use": "referenced"} in used["objects"]
+    refused = await records_of(pod, "bob", 6)
+    assert all(
+        rec["objects"] == [{"kind": "response", "id": "resp_alice", "use": "refused (foreign)"}]
+        for rec in refused
+    )
+    assert all(rec["outcome"]["code"] == "response_not_found" for rec in refused)
+
+
+async def test_an_id_nobody_was_given_is_refused_too(pod: Pod) -> None:
+    await every_use_is_refused(pod, "alice", "resp_guessed")
+    [first, *_] = await records_of(pod, "alice", 1)
+    assert first["objects"][0]["use"] == "refused (unknown)"
+
+
+async def test_a_deleted_response_is_forgotten(pod: Pod) -> None:
+    await alice_creates(pod, "resp_gone")
+    deleted = {"id": "resp_gone", "object": "response", "deleted": True}
+    pod.upstream.enqueue("/v1/responses/resp_gone", r.Reply.json(deleted))
+    alice = client(pod, "alice")
+    await alice.responses.delete("resp_gone")
+    with pytest.raises(openai.NotFoundError):
+        await alice.responses.retrieve("resp_gone")
+
+
+async def test_a_conversation_belongs_to_the_first_agent_that_uses_it(pod: Pod) -> None:
+    conversation = {"id": "conv_alice"}
+    body = r.response(r.message("hi"), response_id="resp_c1", conversation=conversation)
+    pod.upstream.enqueue("responses", r.reply(body))
+    alice, bob = client(pod, "alice"), client(pod, "bob")
+    await alice.responses.create(model="gpt-4o", input="hi", conversation="conv_alice")
+    for reference in ("conv_alice", {"id": "conv_alice"}):
+        with pytest.raises(openai.NotFoundError) as caught:
+            await bob.responses.create(model="gpt-4o", input="hi", conversation=reference)
+        assert caught.value.body["code"] == "conversation_not_found"
+    assert len(pod.upstream.received) == 1
+    # A conversation the provider names in an answer is bound too.
+    named = r.response(r.message("x"), response_id="resp_c2", conversation={"id": "conv_new"})
+    pod.upstream.enqueue("responses", r.reply(named, stream=True))
+    async with alice.responses.stream(model="gpt-4o", input="x") as events:
+        await events.get_final_response()
+    with pytest.raises(openai.NotFoundError):
+        await bob.responses.create(model="gpt-4o", input="x", conversation="conv_new")
+
+
+async def test_ownership_survives_a_restart(make_pod: PodFactory, tmp_path: Path) -> None:
+    pod = await make_pod(agents=AGENTS)
+    await alice_creates(pod, "resp_before_restart")
+    await pod.sidecar.close()
+    pod.sidecar = await start_sidecar(tmp_path / "build0", pod.state_dir)
+    await every_use_is_refused(pod, "bob", "resp_before_restart")
+    pod.upstream.enqueue(
+        "/v1/responses/resp_before_restart", r.reply(r.response(response_id="resp_before_restart"))
+    )
+    retrieved = await client(pod, "alice").responses.retrieve("resp_before_restart")
+    assert retrieved.id == "resp_before_restart"
+
+
+def test_one_agents_flood_never_evicts_anothers_ids(tmp_path: Path) -> None:
+    store = StoredObjects(tmp_path, max_per_agent=50)
+    store.record("alice", [StoredRef("response", "resp_alice")])
+    for n in range(500):  # bob claims conversations by the hundred
+        assert store.refusal("bob", StoredRef("conversation", f"conv_{n}")) is None
+    assert store.owner(StoredRef("response", "resp_alice")) == "alice"
+    assert store.owner(StoredRef("conversation", "conv_0")) is None  # bob's oldest went
+    assert store.owner(StoredRef("conversation", "conv_499")) == "bob"
+    assert store.refusal("bob", StoredRef("response", "resp_alice")) == "foreign"
+    store.close()
+    again = StoredObjects(tmp_path, max_per_agent=50)
+    assert again.owner(StoredRef("response", "resp_alice")) == "alice"
+    assert again.owner(StoredRef("conversation", "conv_499")) == "bob"
+    again.close()
+
+
+def test_the_file_is_compacted_and_a_torn_line_is_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("clawpod.sidecar.server.stored_objects.STALE_LINES", 20)
+    store = StoredObjects(tmp_path, max_per_agent=5)
+    for n in range(100):
+        store.record("alice", [StoredRef("response", f"resp_{n}")])
+    store.close()
+    path = tmp_path / OWNERS_FILE
+    assert len(path.read_text().splitlines()) < 40
+    with path.open("ab") as file:
+        file.write(b'{"a": "alice", "k": "resp')  # a crash mid-line
+    again = StoredObjects(tmp_path, max_per_agent=5)
+    assert again.owner(StoredRef("response", "resp_99")) == "alice"
+    assert again.owner(StoredRef("response", "resp_90")) is None
+    again.close()
+
+
+def test_a_state_dir_that_cannot_be_written_fails_closed_after_restart(tmp_path: Path) -> None:
+    (tmp_path / "objects").write_text("not a directory")  # every write fails (like a full disk)
+    store = StoredObjects(tmp_path)
+    store.record("alice", [StoredRef("response", "resp_1")])
+    assert store.owner(StoredRef("response", "resp_1")) == "alice"  # held in memory
+    store.close()
+    assert StoredObjects(tmp_path).refusal("alice", StoredRef("response", "resp_1")) == "unknown"
+
+
+def test_a_hostile_provider_cannot_hand_one_agents_id_to_another(tmp_path: Path) -> None:
+    store = StoredObjects(tmp_path)
+    store.record("alice", [StoredRef("response", "resp_shared")])
+    # A provider (or a proxy before it) answering bob with alice's id does not give it to him.
+    assert store.record("bob", [StoredRef("response", "resp_shared")]) == []
+    assert store.refusal("bob", StoredRef("response", "resp_shared")) == "foreign"
+    # Nor does an id too long to be one, which would only fill the file.
+    assert store.record("bob", [StoredRef("response", "r" * 10_000)]) == []
+    assert store.refusal("bob", StoredRef("conversation", "c" * 10_000)) == "unknown"
+    store.close()
