@@ -324,3 +324,19 @@ async def test_over_tls_the_session_cookie_is_secure(desk: Desk, tmp_path: Path)
                 assert "Secure" in session_cookie and "HttpOnly" in session_cookie
     finally:
         await runner.cleanup()
+
+
+async def test_budgets_in_tokens_and_dollars(tmp_path: Path, service: ToolService) -> None:
+    budgets = "{{analyst: {{usd-per-day: 2.5}}, trader: {{tokens-per-day: 500, usd-per-day: 1.0}}}}"
+    async with StubUpstream() as upstream:
+        desk = await start_desk(tmp_path, service, upstream, budgets=budgets)
+        try:
+            async with ConsoleClient(desk.sidecar.admin_url) as console:
+                await console.sign_in(OPERATOR_TOKEN)
+                _, page, _ = await console.get("/console/limits")
+        finally:
+            await desk.sidecar.close()
+    analyst = page[page.index("<td>analyst</td>") :].split("</tr>")[0]
+    trader = page[page.index("<td>trader</td>") :].split("</tr>")[0]
+    assert "no token budget" in analyst and "$2.5" in analyst
+    assert "<td>500</td>" in trader and "$1.0" in trader
