@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from clawpod.sidecar.execution.approvals import ARGUMENTS_PREVIEW_BYTES
 from clawpod.sidecar.server.admin import create_admin_app
 from clawpod.sidecar.server.console import CHECKS_KEY, SESSIONS_KEY
 from clawpod.sidecar.server.console_session import SESSION_IDLE_S
@@ -340,3 +341,19 @@ async def test_budgets_in_tokens_and_dollars(tmp_path: Path, service: ToolServic
     trader = page[page.index("<td>trader</td>") :].split("</tr>")[0]
     assert "no token budget" in analyst and "$2.5" in analyst
     assert "<td>500</td>" in trader and "$1.0" in trader
+
+
+async def test_huge_arguments_show_as_a_preview_with_size_and_digest(
+    desk: Desk, console: ConsoleClient
+) -> None:
+    huge = {**TRADE, "symbol": "<b>" + "X" * (ARGUMENTS_PREVIEW_BYTES + 1000)}
+    waiting = asyncio.create_task(trade(desk, huge))
+    [item] = await _pending_in_console(console)
+    assert "bytes (canonical JSON, digest" in item["html"] and "&lt;b&gt;XXX" in item["html"]
+    assert len(item["html"]) < 2 * ARGUMENTS_PREVIEW_BYTES
+    _, page, _ = await console.get("/console/approvals")
+    assert item["id"] in page
+    await console.post(
+        f"/console/approvals/{item['id']}", {"decision": "deny", "csrf": console.csrf}
+    )
+    await waiting
