@@ -24,7 +24,7 @@ class CredentialFileError(Exception):
 
 def credential_names(build: Build, extra: Iterable[str] = ()) -> set[str]:
     """Every environment variable ``build`` reads a credential from, plus ``extra``."""
-    names = {provider.key_env for provider in build.config.providers.values()}
+    names = {name for provider in build.config.providers.values() for name in provider.key_envs}
     for agent in build.agents.values():
         for tool in agent.tools.tools:
             if tool.execution.auth and tool.execution.auth.env:

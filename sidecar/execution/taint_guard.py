@@ -15,6 +15,7 @@ from urllib.parse import unquote, urlsplit
 
 import orjson
 
+from clawpod.sidecar.credential_files import credential_names
 from clawpod.sidecar.manifest import AgentBuild, Build, ManagedTool, Taint
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from clawpod.sidecar.model.redaction import REDACTED, Redactor
@@ -68,14 +69,7 @@ class ArgumentGuard:
 
 def held_credentials(build: Build, env: Mapping[str, str]) -> list[str]:
     """Every provider key and service credential the build has the sidecar read from ``env``."""
-    names = {provider.key_env for provider in build.config.providers.values()}
-    names |= {
-        tool.execution.auth.env
-        for agent in build.agents.values()
-        for tool in agent.tools.tools
-        if tool.execution.auth.env
-    }
-    return [env[name] for name in sorted(names) if env.get(name)]
+    return [env[name] for name in sorted(credential_names(build)) if env.get(name)]
 
 
 def _refused(tool: ManagedTool, what: str) -> ToolOutcome:
