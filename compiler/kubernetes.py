@@ -621,6 +621,11 @@ class KubernetesTarget:
                 items.append(self.service(workload))
             objects[f"{workload.role}-{workload.name}.yaml"] = items
         objects["network-policies.yaml"] = self.network_policies()
+        self.warnings.append(
+            "kubernetes: agents are kept from tool services, the operator port and the "
+            "internet by NetworkPolicies only: the cluster's network plugin must enforce them "
+            "(Calico, Cilium and most others do; flannel alone ignores them)"
+        )
         if self.rootless_unknown:
             self.warnings.append(
                 "kubernetes: the restricted Pod Security profile runs nothing as root; these "

@@ -45,7 +45,7 @@ DESCRIPTION = (
 )
 SHUTDOWN_TIMEOUT_S = 10.0
 ADMIN_LIMITS = EdgeLimits(max_connections=64)  # a scraper or two and an operator
-ADMIN_RESOLVE_WAIT_S = 30.0
+ADMIN_RESOLVE_WAIT_S = 10.0  # Swarm registers an alias within a second or two
 # The sidecar's own secrets, readable from NAME_FILE like the build's credentials (SPEC §13.2);
 # CLAW_WEBHOOK_SECRET signs approval webhooks (SPEC §15).
 SIDECAR_SECRETS = (AUDIT_KEY_ENV, OPERATOR_TOKEN_ENV, "CLAW_WEBHOOK_SECRET")

@@ -201,13 +201,13 @@ class Provider(_Model):
         default=None, description="model glob -> price, before the built-in table"
     )
 
+    stream_tools: StreamTools = "auto"
+    """Whether a streamed request that offers tools gets an answer from it (contract §7.4)."""
+
     @property
     def key_envs(self) -> list[str]:
         """The variables of the provider's keys, in rotation order."""
         return [self.key_env] if isinstance(self.key_env, str) else list(self.key_env)
-
-    stream_tools: StreamTools = "auto"
-    """Whether a streamed request that offers tools gets an answer from it (contract §7.4)."""
 
     @property
     def exact_models(self) -> list[str]:

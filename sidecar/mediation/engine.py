@@ -412,10 +412,13 @@ class MediationEngine:
 
     def _taint_with(self, calls: list[ToolCall], outcomes: list[ToolOutcome]) -> None:
         """The untrusted tools whose calls reached their service taint the request from now on
-        (a refused call brought nothing in)."""
-        tools = [self.tools[call.name] for call in calls]
+        (a refused call brought nothing in, nor does a call of a tool this request no longer
+        has, such as a quarantined one)."""
+        tools = [self.tools.get(call.name) for call in calls]
         sources = [
-            t.name for t, o in zip(tools, outcomes, strict=True) if t.untrusted and o.executed
+            t.name
+            for t, o in zip(tools, outcomes, strict=True)
+            if t is not None and t.untrusted and o.executed
         ]
         if sources:
             self._taint_with_sources(sources)

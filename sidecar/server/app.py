@@ -9,7 +9,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from clawpod.sidecar.audit.chain import audit_key
+from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV, audit_key
 from clawpod.sidecar.audit.log import AuditLog
 from clawpod.sidecar.execution.approvals import ApprovalStore
 from clawpod.sidecar.execution.budgets import TokenBudgets
@@ -17,7 +17,7 @@ from clawpod.sidecar.execution.drift import DriftChecker
 from clawpod.sidecar.execution.executor import ToolExecutor
 from clawpod.sidecar.execution.governed import GovernedExecutor
 from clawpod.sidecar.execution.taint_guard import held_credentials
-from clawpod.sidecar.execution.webhooks import ApprovalWebhook, webhook_signer
+from clawpod.sidecar.execution.webhooks import WEBHOOK_SECRET_ENV, ApprovalWebhook, webhook_signer
 from clawpod.sidecar.manifest import Build
 from clawpod.sidecar.mcp.endpoint import McpEndpoint
 from clawpod.sidecar.mediation.continuity import ContinuityStore
@@ -74,7 +74,13 @@ def create_app(
         tasks=tasks,
         webhook=webhook,
         taint=config.taint,
-        credentials=(*held_credentials(build, env), env.get(OPERATOR_TOKEN_ENV, "")),
+        credentials=(
+            *held_credentials(build, env),
+            *(
+                env.get(name, "")
+                for name in (OPERATOR_TOKEN_ENV, WEBHOOK_SECRET_ENV, AUDIT_KEY_ENV)
+            ),
+        ),
     )
     state = SidecarState(
         config=config,

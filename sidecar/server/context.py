@@ -12,7 +12,6 @@ from clawpod.sidecar.codecs.base import Codec
 from clawpod.sidecar.manifest import AgentBuild, Provider, SidecarConfig
 from clawpod.sidecar.server.body_bounds import BodyBytesInFlight
 from clawpod.sidecar.server.stored_objects import StoredRef
-from clawpod.sidecar.server.upstream import UpstreamTarget
 from clawpod.sidecar.tasks import ShieldedTasks
 
 if TYPE_CHECKING:
@@ -106,15 +105,4 @@ class RequestContext:
     strip_usage: bool = False
     """Chat Completions usage was asked upstream for the budget; the client did not ask."""
     request_bytes: int = 0
-
-    def target(self) -> UpstreamTarget:
-        """Where this request goes upstream (once routed)."""
-        assert self.provider_name is not None
-        return UpstreamTarget(
-            self.provider_name,
-            self.route,
-            self.forward_headers,
-            self.stream,
-            self.method,
-            self.upstream_path,
-        )
+    """Size of the client's body, where budget estimates start (#32)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.server.key_pool import (
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from clawpod.sidecar.manifest import Provider
     from clawpod.sidecar.server.context import RequestContext
 
+R = TypeVar("R", Response, None)
 # Sends the request to one target with the model id that target knows it by.
 Send = Callable[[UpstreamTarget, str | None], Awaitable[Response]]
 
@@ -97,6 +98,7 @@ async def _walk(ctx: RequestContext, send: Send) -> Response:
                 outcome = "first_byte_timeout" if isinstance(exc, FirstByteTimeout) else exc.kind
                 ctx.attempts.append(_attempt(name, key.label, outcome))
                 if final:
+                    _served(ctx, name, model, None)  # the record names who failed last
                     raise
                 metrics.count_failover(name, outcome)
                 break
@@ -132,7 +134,7 @@ def _key_failed(
     return not pool.usable()
 
 
-def _served(ctx: RequestContext, name: str, model: str | None, response: Response) -> Response:
+def _served(ctx: RequestContext, name: str, model: str | None, response: R) -> R:
     ctx.provider_name, ctx.model = name, model
     return response
 

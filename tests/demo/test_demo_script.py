@@ -81,7 +81,7 @@ def test_the_demo_runs_the_main_job_and_verifies_the_audit() -> None:
     orders = re.findall(r"POST http://127\.0\.0\.1:\d+/api/v1/trades\n(?:.*\n){1,4}", trader)
     assert len(orders) == 1, trader
     assert "Authorization: Bearer <$TRADING_RW_TOKEN: masked>" in orders[0]
-    assert "Idempotency-Key: " in orders[0]  # native calls carry one too (SPEC 8.2)
+    assert "Idempotency-Key: " in orders[0]  # native calls carry one too (SPEC §8.2)
     assert '-> 201 {"id": "T0001", "symbol": "NVDA", "side": "buy"' in orders[0]
     assert "- trading-api_execute_trade: id T0001, symbol NVDA, side buy" in trader
     # The audit: both agents' calls and the approval's decision, then verified chains.

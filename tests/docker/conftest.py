@@ -73,9 +73,8 @@ def _build(tag: str, context: Path, base_image: str) -> None:
         subprocess.run(["docker", "image", "rm", previous], capture_output=True, check=False)
 
 
-@pytest.fixture(scope="session")
-def images(docker_engine: None) -> dict[str, str]:
-    """Build every image the pod runs, once; returns role -> tag."""
+def build_images(tags: dict[str, str]) -> dict[str, str]:
+    """Build every image the pod runs under ``tags`` (role -> tag); returns ``tags``."""
     base_image = os.environ.get("CLAW_BASE_IMAGE", "python:3.11-slim")
     # The agent image may start from a base that already has its SDKs (provision-docker.sh).
     agent_base_image = os.environ.get("CLAW_AGENT_BASE_IMAGE", base_image)
@@ -89,8 +88,14 @@ def images(docker_engine: None) -> dict[str, str]:
         "research-mcp": example / "research-mcp",
     }
     for role, context in contexts.items():
-        _build(IMAGES[role], context, agent_base_image if role == "agent" else base_image)
-    return IMAGES
+        _build(tags[role], context, agent_base_image if role == "agent" else base_image)
+    return tags
+
+
+@pytest.fixture(scope="session")
+def images(docker_engine: None) -> dict[str, str]:
+    """Build every image the pod runs, once; returns role -> tag."""
+    return build_images(IMAGES)
 
 
 @pytest.fixture(scope="session")

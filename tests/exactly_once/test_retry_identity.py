@@ -46,7 +46,8 @@ def script(pod: MediatedPod, api: str, *, answered: bool = True) -> None:
             r.reply(r.response(r.call("call_0", "desk_trade", BUY))),
             r.reply(r.response(r.message("Ok."), response_id="resp_2")),
         ]
-    failure = Reply.error("anthropic" if api == "anthropic" else "openai", 500, "provider down")
+    # 503: a status a streamed call with tools is not retried whole for (stream-tools, §7.4).
+    failure = Reply.error("anthropic" if api == "anthropic" else "openai", 503, "provider down")
     pod.upstream.enqueue(api, replies[0], failure, *replies[1:] if answered else [])
 
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 
-from clawpod.sidecar.execution.taint_guard import ArgumentGuard
-from clawpod.sidecar.manifest import Taint, token_sha256
+from clawpod.sidecar.execution.taint_guard import ArgumentGuard, held_credentials
+from clawpod.sidecar.manifest import Provider, Taint, load_build, token_sha256
 from tests.mediation.scripted import agent, tool
+from tests.support.builds import AgentSpec, write_build
 
 SECRET = "svc-secret/with+odd=chars"
 TOKEN = "claw_" + "A" * 20 + "b-_" + "9" * 20
@@ -120,3 +122,13 @@ def test_what_is_kept_of_a_refused_call_is_scrubbed(guard: ArgumentGuard) -> Non
     assert SECRET not in kept and TOKEN not in kept
     assert "claw_" + "Z" * 43 in kept  # not a token of this pod: left as it was
     assert kept.count("[redacted]") == 3
+
+
+def test_every_key_of_a_provider_pool_is_a_held_credential(tmp_path: Path) -> None:
+    pool = Provider(
+        api="openai", base_url="http://127.0.0.1:9", key_env=["KEY_A", "KEY_B"], models=["gpt-*"]
+    )
+    write_build(tmp_path, [AgentSpec("analyst", [REPORT])], {"openai": pool})
+    env = {"KEY_A": "sk-first-pool-key", "KEY_B": "sk-second-pool-key", "UNRELATED": "x" * 20}
+    held = held_credentials(load_build(tmp_path), env)
+    assert sorted(held) == ["sk-first-pool-key", "sk-second-pool-key"]

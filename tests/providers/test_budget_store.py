@@ -45,5 +45,7 @@ def test_one_agents_running_requests_hold_nothing_of_anothers(tmp_path: Path) ->
     budgets = _budgets(tmp_path, ["2026-11-25"])
     assert budgets.admit("a", 900, 0.9)
     assert budgets.admit("b", 900, 0.0)  # b's budget is its own
-    budgets.spend("a", 1000, 0.0)
-    assert budgets.admit("b", 10, 0.0) is False  # b still holds 900: 10 more does not fit
+    budgets.spend("a", 1000, 0.0)  # a's day is spent; b's is not
+    assert not budgets.admit("a", 1, 0.0)
+    assert budgets.admit("b", 50, 0.0)  # 950 of b's 1000 held
+    assert not budgets.admit("b", 100, 0.0)  # 1,050 would not fit

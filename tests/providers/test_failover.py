@@ -77,8 +77,19 @@ async def test_a_refused_connection_is_answered_by_the_next_target(
 ) -> None:
     pod = await make_pod(primary_url=closed_port_url())
     pod.upstreams.secondary.enqueue("openai", _answer("openai", stream, "still here"))
+    await _ask_openai(pod, stream)  # azure-east: the record names the fallback
+    # Now the fallback fails too (twice: a model call is sent once more on a fresh connection
+    # when a kept-alive one closes unanswered).
+    pod.upstreams.secondary.enqueue("openai", Reply.dropped(), Reply.dropped())
+    with pytest.raises(openai.APIStatusError) as raised:
+        await _ask_openai(pod, stream)
+    assert raised.value.status_code == 502
+    records = await pod.audit(2)
+    assert records[-1]["provider"] == "azure-east"
+    assert [a["outcome"] for a in records[-1]["providers"]] == ["unreachable", "protocol"]
+    pod.upstreams.secondary.enqueue("openai", _answer("openai", stream, "still here"))
     assert (await _ask_openai(pod, stream)).strip() == "still here"
-    (record,) = await pod.audit()
+    record = (await pod.audit(3))[-1]
     assert [a["outcome"] for a in record["providers"]] == ["unreachable", "ok"]
 
 

@@ -39,7 +39,7 @@ class ScriptedProvider:
     plan: tuple[str, ...] | list[str] = (QUOTE,)
     failures: int = 0
     """How many requests that carry every planned result (the model call after the tools ran)
-    are answered 500 before one is answered: a provider failing after the order."""
+    are answered 503 before one is answered: a provider failing after the order."""
     received: list[Received] = field(default_factory=list)
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
     _runner: web.AppRunner | None = None
@@ -213,7 +213,9 @@ class ScriptedProvider:
 
 
 def _failure(body: dict[str, Any]) -> web.Response:
-    return web.json_response(body, status=500)
+    # 503, not 500: the sidecar retries a streamed call with tools that a provider answers 500
+    # as a whole call (stream-tools, §7.4), and the runner's own retry would not be exercised.
+    return web.json_response(body, status=503)
 
 
 # --- reading requests -------------------------------------------------------------------------

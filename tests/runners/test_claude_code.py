@@ -11,6 +11,7 @@ from clawpod.compiler.runner_configs import mcp_config
 from tests.mediation.conftest import TRADING_TOKEN
 from tests.runners.conftest import RunnerPod, runner_binary
 from tests.runners.provider import TRADE
+from tests.support.sidecar import audit_records
 
 pytestmark = pytest.mark.runners
 PROMPT = "What is AAPL at? Use the quote tool."
@@ -88,3 +89,6 @@ async def test_mediated_a_retry_after_the_order_places_it_once(runner_pod: Runne
     assert code == 0, (out + err)[-2000:]
     assert "TRADE-OK" in out
     assert len(runner_pod.orders()) == 1
+    assert runner_pod.provider.failures == 0  # the provider did fail after the order
+    records = audit_records(runner_pod.sidecar.state.state_dir, "mediated")
+    assert any(r.get("resumed_from") for r in records)  # and the runner's retry resumed it

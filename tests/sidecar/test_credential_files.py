@@ -11,15 +11,14 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import aiohttp
 import pytest
 
 from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
 from clawpod.sidecar.credential_files import CredentialFileError, with_credential_files
-from tests.sidecar.test_state_lock import GUARD_S, Sidecar
+from tests.sidecar.test_state_lock import GUARD_S, Sidecar, chat
 from tests.support.builds import AgentSpec, providers_for, write_build
 from tests.support.sidecar import TEST_AUDIT_KEY, TEST_PROVIDER_KEYS
-from tests.support.upstream import Reply, StubUpstream, openai_completion
+from tests.support.upstream import StubUpstream
 
 
 @pytest.fixture
@@ -56,16 +55,7 @@ async def test_keys_come_from_files(tmp_path: Path, mounted: Path, upstream: Stu
     sidecar = Sidecar(await _spawn(build, tmp_path / "state", env))
     await sidecar.wait_listening()
     try:
-        upstream.enqueue("openai", Reply.json(openai_completion("hi")))
-        async with (
-            aiohttp.ClientSession() as session,
-            session.post(
-                sidecar.url + "/v1/chat/completions",
-                json={"model": "gpt-4o", "messages": []},
-                headers={"Authorization": f"Bearer {tokens['agent']}"},
-            ) as response,
-        ):
-            assert response.status == 200
+        await chat(sidecar, upstream, tokens["agent"])
     finally:
         assert await sidecar.stop() == 0
     # The value from the file, without the file's trailing newline.

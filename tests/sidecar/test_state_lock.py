@@ -14,6 +14,7 @@ from pathlib import Path
 
 import aiohttp
 import orjson
+import pytest
 
 from clawpod.sidecar.state_lock import INSTANCE_ENV
 from tests.support.builds import AgentSpec, providers_for, write_build
@@ -61,6 +62,28 @@ async def spawn(build: Path, state_dir: Path, instance: str | None = None) -> Si
     return Sidecar(process)
 
 
+@pytest.fixture
+def build(tmp_path: Path) -> Path:
+    """A build whose provider is never reached (these tests send no model request)."""
+    root = tmp_path / "build"
+    write_build(root, [AgentSpec("agent")], providers_for("http://127.0.0.1:9"))
+    return root
+
+
+async def chat(sidecar: Sidecar, upstream: StubUpstream, token: str) -> None:
+    """One chat completion through a sidecar process, answered 200."""
+    upstream.enqueue("openai", Reply.json(openai_completion("hi")))
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            sidecar.url + "/v1/chat/completions",
+            json={"model": "gpt-4o", "messages": []},
+            headers={"Authorization": f"Bearer {token}"},
+        ) as response,
+    ):
+        assert response.status == 200
+
+
 def snapshot(directory: Path) -> dict[str, tuple[bytes, int]]:
     """Every file under ``directory`` with its bytes and modification time."""
     return {
@@ -71,10 +94,8 @@ def snapshot(directory: Path) -> dict[str, tuple[bytes, int]]:
 
 
 async def test_a_second_sidecar_on_one_directory_refuses_naming_the_holder(
-    tmp_path: Path,
+    tmp_path: Path, build: Path
 ) -> None:
-    build = tmp_path / "build"
-    write_build(build, [AgentSpec("agent")], providers_for("http://127.0.0.1:9"))
     state = tmp_path / "state"
     first = await spawn(build, state, instance="desk-a")
     await first.wait_listening()
@@ -93,9 +114,7 @@ async def test_a_second_sidecar_on_one_directory_refuses_naming_the_holder(
         assert await first.stop() == 0
 
 
-async def test_kill_9_frees_the_directory_for_the_next_sidecar(tmp_path: Path) -> None:
-    build = tmp_path / "build"
-    write_build(build, [AgentSpec("agent")], providers_for("http://127.0.0.1:9"))
+async def test_kill_9_frees_the_directory_for_the_next_sidecar(tmp_path: Path, build: Path) -> None:
     state = tmp_path / "state"
     first = await spawn(build, state)
     await first.wait_listening()
@@ -114,9 +133,9 @@ async def test_kill_9_frees_the_directory_for_the_next_sidecar(tmp_path: Path) -
         assert await second.stop() == 0
 
 
-async def test_a_replaced_state_directory_makes_the_sidecar_unready(tmp_path: Path) -> None:
-    build = tmp_path / "build"
-    write_build(build, [AgentSpec("agent")], providers_for("http://127.0.0.1:9"))
+async def test_a_replaced_state_directory_makes_the_sidecar_unready(
+    tmp_path: Path, build: Path
+) -> None:
     state = tmp_path / "state"
     sidecar = await spawn(build, state)
     await sidecar.wait_listening()
@@ -144,16 +163,7 @@ async def test_audit_records_name_the_instance(tmp_path: Path, upstream: StubUps
     sidecar = await spawn(build, state, instance="desk-7")
     await sidecar.wait_listening()
     try:
-        upstream.enqueue("openai", Reply.json(openai_completion("hi")))
-        async with (
-            aiohttp.ClientSession() as session,
-            session.post(
-                sidecar.url + "/v1/chat/completions",
-                json={"model": "gpt-4o", "messages": []},
-                headers={"Authorization": f"Bearer {tokens['agent']}"},
-            ) as response,
-        ):
-            assert response.status == 200
+        await chat(sidecar, upstream, tokens["agent"])
     finally:
         assert await sidecar.stop() == 0
     records = [
@@ -164,11 +174,11 @@ async def test_audit_records_name_the_instance(tmp_path: Path, upstream: StubUps
     assert records and all(record["instance"] == "desk-7" for record in records)
 
 
-async def test_a_hostile_lock_file_still_names_a_printable_holder(tmp_path: Path) -> None:
+async def test_a_hostile_lock_file_still_names_a_printable_holder(
+    tmp_path: Path, build: Path
+) -> None:
     """The holder's lock file is the other process's word: its bytes reach the terminal only
     as printable text, and the refusal stays a refusal."""
-    build = tmp_path / "build"
-    write_build(build, [AgentSpec("agent")], providers_for("http://127.0.0.1:9"))
     state = tmp_path / "state"
     first = await spawn(build, state, instance="desk-a")
     await first.wait_listening()

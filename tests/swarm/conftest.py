@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docker.conftest import _build, _engine_problem
+from tests.docker.conftest import _engine_problem, build_images
 from tests.swarm.stack import IMAGES, Stack, SwarmEngine
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,20 +33,8 @@ def swarm_node() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def swarm_images(swarm_node: str) -> dict[str, str]:
-    base_image = os.environ.get("CLAW_BASE_IMAGE", "python:3.11-slim")
-    agent_base_image = os.environ.get("CLAW_AGENT_BASE_IMAGE", base_image)
-    example = REPO / "compose" / "examples" / "trading-desk"
-    contexts = {
-        "sidecar": REPO,
-        "upstream": REPO / "tests" / "docker" / "upstream",
-        "agent": REPO / "tests" / "docker" / "agent",
-        "trading-api": example / "trading-api",
-        "market-news": example / "market-news",
-        "research-mcp": example / "research-mcp",
-    }
-    for role, context in contexts.items():
-        _build(IMAGES[role], context, agent_base_image if role == "agent" else base_image)
-    return IMAGES
+    """The compose tests' images under tags of their own (a docker session may run beside)."""
+    return build_images(IMAGES)
 
 
 @pytest.fixture(scope="session")

@@ -39,7 +39,7 @@ def test_native_order_is_held_then_approved_by_the_operator(stack: Stack) -> Non
     def call() -> None:
         outcome.update(
             stack.probe(
-                NATIVE_AGENT, "mcp_call", "/claw/mcp.json", "execute_trade", json.dumps(order)
+                NATIVE_AGENT, "mcp_native", "/claw/mcp.json", "execute_trade", json.dumps(order)
             )
         )
 
