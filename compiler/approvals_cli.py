@@ -19,6 +19,7 @@ from clawpod.compiler.operator_client import (
 
 APPROVALS = "/operator/approvals"
 NOT_HERE = " answered 404: "
+PREVIEW_CHARS = 200  # of arguments too large to list whole
 
 
 def _when(stamp: float) -> str:
@@ -26,7 +27,11 @@ def _when(stamp: float) -> str:
 
 
 def _row(pod: str, approval: dict[str, Any]) -> str:
-    arguments = json.dumps(approval["arguments"], sort_keys=True)
+    if "arguments" in approval:
+        arguments = json.dumps(approval["arguments"], sort_keys=True)
+    else:  # too large to list whole: the sidecar sent its first bytes
+        arguments = f"{approval['arguments_preview'][:PREVIEW_CHARS]}... "
+        arguments += f"({approval['arguments_bytes']} bytes, digest {approval['args_digest']})"
     return (
         f"{pod}  {approval['id']}  {approval['status']}  {approval['agent']}  "
         f"{approval['tool']}  {arguments}  expires {_when(approval['expires'])}\n"

@@ -122,6 +122,14 @@ class TokenBudgets:
         self._roll()
         return max(0, limit - self._spent.get(agent, 0))
 
+    def remaining_usd(self, agent: str) -> float | None:
+        """Dollars left today; None when the agent has no USD budget (the console shows it)."""
+        limit = self.usd_limits.get(agent)
+        if limit is None:
+            return None
+        self._roll()
+        return max(0.0, limit - self._spent_usd.get(agent, 0.0))
+
     def spend(self, agent: str, tokens: int, usd: float = 0.0) -> None:
         tokens = tokens if agent in self.limits and tokens > 0 else 0
         usd = usd if agent in self.usd_limits and usd > 0 else 0.0

@@ -178,11 +178,24 @@ class ChainChecks:
 
 
 def budgets(state: SidecarState) -> list[dict[str, Any]]:
+    """Per agent with a budget: tokens and dollars, each as limit, spent today and left
+    (None where the agent has no such budget)."""
+    ledger = state.budgets
     rows = []
-    for agent, limit in sorted(state.budgets.limits.items()):
-        remaining = state.budgets.remaining(agent)
-        spent = limit - remaining if remaining is not None else None
-        rows.append({"agent": agent, "limit": limit, "spent": spent, "remaining": remaining})
+    for agent in sorted({*ledger.limits, *ledger.usd_limits}):
+        tokens, usd = ledger.limits.get(agent), ledger.usd_limits.get(agent)
+        tokens_left, usd_left = ledger.remaining(agent), ledger.remaining_usd(agent)
+        rows.append(
+            {
+                "agent": agent,
+                "limit": tokens,
+                "spent": None if tokens is None or tokens_left is None else tokens - tokens_left,
+                "remaining": tokens_left,
+                "usd_limit": usd,
+                "usd_spent": None if usd is None or usd_left is None else round(usd - usd_left, 6),
+                "usd_remaining": None if usd_left is None else round(usd_left, 6),
+            }
+        )
     return rows
 
 

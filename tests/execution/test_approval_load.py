@@ -24,17 +24,14 @@ from clawpod.sidecar.execution.approvals import ARGUMENTS_PREVIEW_BYTES, args_di
 from tests.execution.test_governance import DESCRIPTOR, ENV, OPERATOR_TOKEN, POD, Desk
 from tests.mcp.conftest import mcp_client
 from tests.mediation.scripted import oa_calls, oa_text
+from tests.operators.desk import WEBHOOK_SECRET
 from tests.sidecar.test_main import LISTENING, OPERATOR_LISTENER, STARTUP_GUARD_S
 from tests.support.services import ToolService
 from tests.support.sidecar import start_sidecar
 from tests.support.upstream import Reply, StubUpstream
 
 CAP = 3
-# The webhook is signed (docs/operators.md): base64 of a test-only key.
-ENV_WITH_WEBHOOK = {
-    **ENV,
-    "CLAW_WEBHOOK_SECRET": "whsec_" + "aG9zdGlsZS1sb2FkLXdlYmhvb2sta2V5LXRlc3Q=",
-}
+HOOK_ENV = {**ENV, "CLAW_WEBHOOK_SECRET": WEBHOOK_SECRET}  # the webhook is signed (SPEC §15)
 DOCKER_GRACE_S = 10.0  # what `docker stop` waits before SIGKILL: the bound the issue sets
 WAITERS_GUARD_S = 30.0  # against a hang, never a timing assertion
 
@@ -77,7 +74,7 @@ async def test_an_approval_flood_is_refused_past_the_cap(
 ) -> None:
     async with StubUpstream() as upstream:
         out, tokens = _compile(tmp_path, service, upstream)
-        sidecar = await start_sidecar(out, tmp_path / "state", env=ENV_WITH_WEBHOOK)
+        sidecar = await start_sidecar(out, tmp_path / "state", env=HOOK_ENV)
         desk = Desk(sidecar, service, upstream, tokens, out, tmp_path / "state")
         try:
             waiting = [
@@ -103,7 +100,7 @@ async def test_huge_arguments_are_listed_and_posted_as_a_preview_and_a_digest(
 ) -> None:
     async with StubUpstream() as upstream:
         out, tokens = _compile(tmp_path, service, upstream)
-        sidecar = await start_sidecar(out, tmp_path / "state", env=ENV_WITH_WEBHOOK)
+        sidecar = await start_sidecar(out, tmp_path / "state", env=HOOK_ENV)
         desk = Desk(sidecar, service, upstream, tokens, out, tmp_path / "state")
         symbol = "X" * (1024 * 1024)
         try:
@@ -163,7 +160,7 @@ async def test_sigterm_answers_every_waiter_and_exits_in_time(
             "--host", "127.0.0.1", "--port", "0", "--admin-host", "127.0.0.1", "--admin-port", "0",
             "--state-dir", str(tmp_path / "state"),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, **ENV_WITH_WEBHOOK},
+            env={**os.environ, **HOOK_ENV},
         )  # fmt: skip
         try:
             assert process.stdout is not None

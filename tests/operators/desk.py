@@ -26,6 +26,7 @@ async def start_desk(
     webhook: str | None = None,
     timeout_ms: int = 60000,
     env: dict[str, str] | None = None,
+    budgets: str | None = None,
 ) -> Desk:
     """Compile the desk (named ``pod_name``) under ``tmp_path`` and start its sidecar."""
     tmp_path.mkdir(parents=True, exist_ok=True)
@@ -34,6 +35,8 @@ async def start_desk(
     extra = f', webhook: "{webhook}"' if webhook else ""
     text = POD.replace(approvals + "}}", approvals + extra + "}}")
     text = text.replace("x-claw:\n", f"x-claw:\n  pod: {pod_name}\n", 1)
+    if budgets is not None:  # in the pod file's own (format-escaped) braces
+        text = text.replace("budgets: {{analyst: {{tokens-per-day: 20}}}}", f"budgets: {budgets}")
     pod = tmp_path / "pod.yml"
     pod.write_text(
         textwrap.dedent(text).format(

@@ -6,20 +6,26 @@ from __future__ import annotations
 import asyncio
 import html
 import re
+import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
 import pytest
+from aiohttp import web
 
+from clawpod.sidecar.execution.approvals import ARGUMENTS_PREVIEW_BYTES
+from clawpod.sidecar.server.admin import create_admin_app
 from clawpod.sidecar.server.console import CHECKS_KEY, SESSIONS_KEY
 from clawpod.sidecar.server.console_session import SESSION_IDLE_S
 from clawpod.sidecar.server.context import STATE_KEY
 from tests.execution.test_governance import OPERATOR_TOKEN, TRADE, Desk, ask_analyst, trade
-from tests.operators.console_client import ConsoleClient
+from tests.operators.console_client import ConsoleClient, csrf_of
 from tests.operators.desk import start_desk
 from tests.support.services import ToolService
 from tests.support.sidecar import audit_records
 from tests.support.upstream import StubUpstream
+from tests.transport.test_client import _certificate as certificate
 
 HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>'
 
@@ -290,3 +296,64 @@ async def test_a_restart_signs_everyone_out(desk: Desk, console: ConsoleClient) 
         assert (await restarted.get("/console/approvals"))[0] == 303
         status, _, _ = await restarted.post("/console/sign-out", {"csrf": console.csrf})
         assert status == 403
+
+
+async def test_over_tls_the_session_cookie_is_secure(desk: Desk, tmp_path: Path) -> None:
+    """The operator app served over TLS (as behind a TLS-terminating listener of its own): the
+    session cookie is marked Secure so it never travels in the clear."""
+    cert, key = certificate(tmp_path)
+    server_side = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_side.load_cert_chain(cert, key)
+    client_side = ssl.create_default_context(cafile=str(cert))
+    runner = web.AppRunner(create_admin_app(desk.sidecar.app[STATE_KEY]))
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_side).start()
+    base = f"https://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        connector = aiohttp.TCPConnector(ssl=client_side)
+        jar = aiohttp.CookieJar(unsafe=True)  # keep cookies of an IP address host
+        async with aiohttp.ClientSession(connector=connector, cookie_jar=jar) as session:
+            async with session.get(base + "/console/sign-in") as response:
+                form = {"token": OPERATOR_TOKEN, "csrf": csrf_of(await response.text())}
+                assert "Secure" in response.headers["Set-Cookie"]
+            async with session.post(
+                base + "/console/sign-in", data=form, allow_redirects=False
+            ) as response:
+                assert response.status == 303
+                cookie = response.headers.getall("Set-Cookie")
+                [session_cookie] = [c for c in cookie if c.startswith("claw_console=")]
+                assert "Secure" in session_cookie and "HttpOnly" in session_cookie
+    finally:
+        await runner.cleanup()
+
+
+async def test_budgets_in_tokens_and_dollars(tmp_path: Path, service: ToolService) -> None:
+    budgets = "{{analyst: {{usd-per-day: 2.5}}, trader: {{tokens-per-day: 500, usd-per-day: 1.0}}}}"
+    async with StubUpstream() as upstream:
+        desk = await start_desk(tmp_path, service, upstream, budgets=budgets)
+        try:
+            async with ConsoleClient(desk.sidecar.admin_url) as console:
+                await console.sign_in(OPERATOR_TOKEN)
+                _, page, _ = await console.get("/console/limits")
+        finally:
+            await desk.sidecar.close()
+    analyst = page[page.index("<td>analyst</td>") :].split("</tr>")[0]
+    trader = page[page.index("<td>trader</td>") :].split("</tr>")[0]
+    assert "no token budget" in analyst and "$2.5" in analyst
+    assert "<td>500</td>" in trader and "$1.0" in trader
+
+
+async def test_huge_arguments_show_as_a_preview_with_size_and_digest(
+    desk: Desk, console: ConsoleClient
+) -> None:
+    huge = {**TRADE, "symbol": "<b>" + "X" * (ARGUMENTS_PREVIEW_BYTES + 1000)}
+    waiting = asyncio.create_task(trade(desk, huge))
+    [item] = await _pending_in_console(console)
+    assert "bytes (canonical JSON, digest" in item["html"] and "&lt;b&gt;XXX" in item["html"]
+    assert len(item["html"]) < 2 * ARGUMENTS_PREVIEW_BYTES
+    _, page, _ = await console.get("/console/approvals")
+    assert item["id"] in page
+    await console.post(
+        f"/console/approvals/{item['id']}", {"decision": "deny", "csrf": console.csrf}
+    )
+    await waiting

@@ -12,6 +12,7 @@ import pytest
 
 from clawpod.compiler.cli import main as clawc
 from clawpod.compiler.remote_audit import remote_show_command
+from clawpod.sidecar.execution.approvals import ARGUMENTS_PREVIEW_BYTES
 from tests.execution.test_governance import OPERATOR_TOKEN, TRADE, Desk, ask_analyst, trade
 from tests.operators.desk import start_desk
 from tests.support.services import ToolService
@@ -110,3 +111,17 @@ async def test_audit_show_over_two_pods(pods: tuple[Desk, Desk]) -> None:
         env={"CLAW_OPERATOR_TOKEN": north.tokens["analyst"]},
     )
     assert code == 1 and "agent tokens cannot use the operator API" in err_out.getvalue()
+
+
+async def test_arguments_too_large_to_list_show_their_start_size_and_digest(
+    pods: tuple[Desk, Desk],
+) -> None:
+    north, _ = pods
+    huge = {**TRADE, "symbol": "X" * (ARGUMENTS_PREVIEW_BYTES + 10)}
+    waiting = asyncio.create_task(trade(north, huge))
+    [approval] = await north.pending()
+    code, listed, err = await _clawc("approvals", "list", *_sidecars(north))
+    assert code == 0, err
+    assert f"bytes, digest {approval['args_digest']})" in listed and len(listed) < 1000
+    await north.operator("POST", f"/operator/approvals/{approval['id']}", decision="deny")
+    await waiting
