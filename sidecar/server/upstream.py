@@ -209,23 +209,17 @@ class UpstreamClient:
         """
         forward = target.forward_headers
         prepared = self._channel(target).request_for(target)
+        streamed = read_timeout_s is not None or (timeout_s is None and target.stream)
         try:
-            if read_timeout_s is not None or (timeout_s is None and target.stream):
-                return await self._client.send(
-                    prepared,
-                    body,
-                    extra_headers=forward,
-                    read_timeout_s=read_timeout_s or self.timeout_s,
-                    max_body_bytes=max_body_bytes,
-                    retry_unanswered=True,
-                )
             return await self._client.send(
                 prepared,
                 body,
                 extra_headers=forward,
-                timeout_s=timeout_s or self.timeout_s,
+                # A stream is bounded between its chunks, any other answer as a whole.
+                read_timeout_s=(read_timeout_s or self.timeout_s) if streamed else None,
+                timeout_s=None if streamed else (timeout_s or self.timeout_s),
                 max_body_bytes=max_body_bytes,
-                retry_unanswered=True,
+                retry_unanswered=True,  # a provider call, never a tool call (SPEC 8.2)
             )
         except TransportError as exc:
             raise translate_error(exc, target.provider) from exc
