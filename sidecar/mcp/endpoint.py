@@ -84,6 +84,7 @@ from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.observability.logs import log_request
 from clawpod.sidecar.observability.metrics import Metrics
+from clawpod.sidecar.request_body import read_body_once
 from clawpod.sidecar.tasks import ShieldedTasks
 from clawpod.sidecar.transport.keepalive import with_keepalives
 
@@ -181,7 +182,9 @@ class McpEndpoint:
             raise HttpError(406, INVALID_REQUEST, f"Not Acceptable: accept {JSON} and {SSE}")
         if request.content_type != JSON:
             raise HttpError(415, INVALID_REQUEST, f"Unsupported Media Type: send {JSON}")
-        raw = await request.read()
+        raw = await read_body_once(request, self._max_body_bytes)
+        if raw is None:
+            raise HttpError(413, INVALID_REQUEST, "Request Too Large: the body is over the limit")
         await self._check_shape(raw)
         try:
             messages, batch = parse_body(raw)

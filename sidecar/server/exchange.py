@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from aiohttp import web
 
 from clawpod.sidecar.model.errors import ApiError
+from clawpod.sidecar.request_body import read_body_once
 from clawpod.sidecar.server.edge import mark_authenticated
 
 ResponseHeaders = Mapping[str, str]
@@ -97,28 +98,9 @@ class AiohttpExchange(Exchange):
     async def read_body(
         self, limit: int, take: Callable[[int], None] = _nothing
     ) -> bytes | bytearray:
-        """Read into one buffer (aiohttp's ``read`` joins the chunks, then copies them: twice
-        the body at its peak): sized once from Content-Length, else grown as chunks come."""
-        request = self._request
-        length = request.content_length
-        if length is not None and length > limit:
+        body = await read_body_once(self._request, limit, take)
+        if body is None:
             raise too_large(limit)
-        if length is not None:
-            take(length)
-            body = bytearray(length)
-            view = memoryview(body)
-            filled = 0
-            async for chunk in request.content.iter_any():
-                view[filled : filled + len(chunk)] = chunk
-                filled += len(chunk)
-            view.release()
-            return body
-        body = bytearray()
-        async for chunk in request.content.iter_any():
-            if len(body) + len(chunk) > limit:
-                raise too_large(limit)
-            take(len(chunk))
-            body += chunk
         return body
 
     def authenticated(self) -> None:
