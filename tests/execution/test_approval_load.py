@@ -6,8 +6,6 @@ within Docker's 10 s grace (a real sidecar process)."""
 from __future__ import annotations
 
 import asyncio
-import io
-import json
 import os
 import signal
 import sys
@@ -19,9 +17,8 @@ from typing import Any
 import openai
 import orjson
 
-from clawpod.compiler.cli import main as clawc
 from clawpod.sidecar.execution.approvals import ARGUMENTS_PREVIEW_BYTES, args_digest
-from tests.execution.test_governance import DESCRIPTOR, ENV, OPERATOR_TOKEN, POD, Desk
+from tests.execution.test_governance import ENV, OPERATOR_TOKEN, POD, Desk, compile_desk
 from tests.mcp.conftest import mcp_client
 from tests.mediation.scripted import oa_calls, oa_text
 from tests.operators.desk import WEBHOOK_SECRET
@@ -43,22 +40,7 @@ def _compile(tmp_path: Path, service: ToolService, upstream: StubUpstream) -> tu
         "timeout-ms: {timeout_ms}}}",
         f'timeout-ms: {{timeout_ms}}, max-open-per-agent: {CAP}, webhook: "{{desk}}/hook"}}}}',
     )
-    (tmp_path / "desk.json").write_text(json.dumps(DESCRIPTOR))
-    pod = tmp_path / "pod.yml"
-    pod.write_text(
-        pod_text.format(upstream=upstream.openai_url, desk=service.url, timeout_ms=60000)
-    )
-    out = tmp_path / "out"
-    quiet = io.StringIO()
-    assert clawc(["compile", str(pod), "-o", str(out)], quiet, quiet) == 0, quiet.getvalue()
-    tokens = {
-        agent: (out / "agents" / f"{agent}.env")
-        .read_text()
-        .split("CLAW_AGENT_TOKEN=")[1]
-        .split()[0]
-        for agent in ("analyst", "trader")
-    }
-    return out, tokens
+    return compile_desk(tmp_path, service, upstream, pod_text=pod_text, timeout_ms=60000)
 
 
 async def _trade(url: str, token: str, quantity: float, symbol: str = "NVDA") -> dict[str, Any]:

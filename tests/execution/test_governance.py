@@ -135,13 +135,20 @@ ENV = {
 }
 
 
-async def compile_and_start(
-    tmp_path: Path, service: ToolService, upstream: StubUpstream, timeout_ms: int
-) -> Desk:
+def compile_desk(
+    tmp_path: Path,
+    service: ToolService,
+    upstream: StubUpstream,
+    *,
+    pod_text: str = POD,
+    timeout_ms: int,
+) -> tuple[Path, dict[str, str]]:
+    """The desk's pod file (``pod_text``, a variant of ``POD``) compiled under ``tmp_path``:
+    the build and each agent's token."""
     (tmp_path / "desk.json").write_text(json.dumps(DESCRIPTOR))
     pod = tmp_path / "pod.yml"
     pod.write_text(
-        textwrap.dedent(POD).format(
+        textwrap.dedent(pod_text).format(
             upstream=upstream.openai_url, desk=service.url, timeout_ms=timeout_ms
         )
     )
@@ -155,6 +162,13 @@ async def compile_and_start(
         .split()[0]
         for agent in ("analyst", "trader")
     }
+    return out, tokens
+
+
+async def compile_and_start(
+    tmp_path: Path, service: ToolService, upstream: StubUpstream, timeout_ms: int
+) -> Desk:
+    out, tokens = compile_desk(tmp_path, service, upstream, timeout_ms=timeout_ms)
     sidecar = await start_sidecar(out, tmp_path / "state", env=ENV)
     return Desk(sidecar, service, upstream, tokens, out, tmp_path / "state")
 

@@ -3,13 +3,9 @@
 
 from __future__ import annotations
 
-import io
-import json
-import textwrap
 from pathlib import Path
 
-from clawpod.compiler.cli import main as clawc
-from tests.execution.test_governance import DESCRIPTOR, ENV, POD, Desk
+from tests.execution.test_governance import ENV, POD, Desk, compile_desk
 from tests.support.services import ToolService
 from tests.support.sidecar import start_sidecar
 from tests.support.upstream import StubUpstream
@@ -30,29 +26,13 @@ async def start_desk(
 ) -> Desk:
     """Compile the desk (named ``pod_name``) under ``tmp_path`` and start its sidecar."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "desk.json").write_text(json.dumps(DESCRIPTOR))
     approvals = "approvals: {{require: [desk.execute_trade], timeout-ms: {timeout_ms}"
     extra = f', webhook: "{webhook}"' if webhook else ""
     text = POD.replace(approvals + "}}", approvals + extra + "}}")
     text = text.replace("x-claw:\n", f"x-claw:\n  pod: {pod_name}\n", 1)
     if budgets is not None:  # in the pod file's own (format-escaped) braces
         text = text.replace("budgets: {{analyst: {{tokens-per-day: 20}}}}", f"budgets: {budgets}")
-    pod = tmp_path / "pod.yml"
-    pod.write_text(
-        textwrap.dedent(text).format(
-            upstream=upstream.openai_url, desk=service.url, timeout_ms=timeout_ms
-        )
-    )
-    out = tmp_path / "out"
-    quiet = io.StringIO()
-    assert clawc(["compile", str(pod), "-o", str(out)], quiet, quiet) == 0, quiet.getvalue()
-    tokens = {
-        agent: (out / "agents" / f"{agent}.env")
-        .read_text()
-        .split("CLAW_AGENT_TOKEN=")[1]
-        .split()[0]
-        for agent in ("analyst", "trader")
-    }
+    out, tokens = compile_desk(tmp_path, service, upstream, pod_text=text, timeout_ms=timeout_ms)
     sidecar_env = {**ENV, "CLAW_WEBHOOK_SECRET": WEBHOOK_SECRET, **(env or {})}
     sidecar = await start_sidecar(out, tmp_path / "state", env=sidecar_env)
     return Desk(sidecar, service, upstream, tokens, out, tmp_path / "state")
