@@ -10,12 +10,12 @@ from collections.abc import Callable
 from aiohttp import web
 
 
-def _nothing(size: int) -> None:
+def no_accounting(size: int) -> None:
     """A ``take`` that accounts nothing."""
 
 
 async def read_body_once(
-    request: web.Request, limit: int, take: Callable[[int], None] = _nothing
+    request: web.Request, limit: int, take: Callable[[int], None] = no_accounting
 ) -> bytearray | None:
     """The whole body, or None when it is over ``limit`` bytes. ``take`` is told each size of
     memory the body is given before it is (it may refuse by raising)."""

@@ -15,14 +15,10 @@ from collections.abc import Callable, Mapping
 from aiohttp import web
 
 from clawpod.sidecar.model.errors import ApiError
-from clawpod.sidecar.request_body import read_body_once
+from clawpod.sidecar.request_body import no_accounting, read_body_once
 from clawpod.sidecar.server.edge import mark_authenticated
 
 ResponseHeaders = Mapping[str, str]
-
-
-def _nothing(size: int) -> None:
-    """A ``take`` that accounts nothing."""
 
 
 class Exchange(ABC):
@@ -43,7 +39,7 @@ class Exchange(ABC):
 
     @abstractmethod
     async def read_body(
-        self, limit: int, take: Callable[[int], None] = _nothing
+        self, limit: int, take: Callable[[int], None] = no_accounting
     ) -> bytes | bytearray:
         """The whole request body; ``ApiError`` 413 when it is over ``limit`` bytes. ``take``
         is told each size of memory the body is given before it is (it may refuse)."""
@@ -96,7 +92,7 @@ class AiohttpExchange(Exchange):
         return self.response is not None and self.response.prepared
 
     async def read_body(
-        self, limit: int, take: Callable[[int], None] = _nothing
+        self, limit: int, take: Callable[[int], None] = no_accounting
     ) -> bytes | bytearray:
         body = await read_body_once(self._request, limit, take)
         if body is None:
