@@ -22,7 +22,7 @@ from clawpod.compiler.reserved import (
     STATE_VOLUME,
 )
 from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
-from clawpod.sidecar.execution.webhooks import WEBHOOK_SECRET_ENV
+from clawpod.sidecar.governance.webhooks import WEBHOOK_SECRET_ENV
 
 BUILD_MOUNT = "/claw/build"
 STATE_DIR = "/var/lib/claw"

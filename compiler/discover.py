@@ -23,8 +23,8 @@ async def _list_tools(url: str, headers: dict[str, str]) -> list[Any]:
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    from clawpod.sidecar.execution.mcp_backend import all_tools
-    from clawpod.sidecar.execution.mcp_http import bounded_transport
+    from clawpod.sidecar.backends.mcp import all_tools
+    from clawpod.sidecar.backends.mcp_http import bounded_transport
 
     # The sidecar's bounded client: the same page, tool and answer-size bounds as its drift
     # check (a hostile service's endless listing costs clawc as little as the sidecar).

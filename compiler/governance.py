@@ -14,7 +14,7 @@ from clawpod.compiler.naming import canonical_name
 from clawpod.compiler.pod_reader import PodReader, Where
 from clawpod.compiler.pod_spec import PodClaw, ServiceClaw
 from clawpod.compiler.tool_services import ToolService, ToolServices
-from clawpod.sidecar.execution.policy import (
+from clawpod.sidecar.governance.policy import (
     condition_problem,
     exact_string_comparisons,
     tool_matches,

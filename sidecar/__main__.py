@@ -22,7 +22,7 @@ from clawpod.sidecar.credential_files import (
     credential_names,
     with_credential_files,
 )
-from clawpod.sidecar.execution.webhooks import WebhookSecretError
+from clawpod.sidecar.governance.webhooks import WebhookSecretError
 from clawpod.sidecar.manifest import Build, BuildError, load_build
 from clawpod.sidecar.observability.logs import configure_logging
 from clawpod.sidecar.observability.tracing import configure_tracing
@@ -32,7 +32,7 @@ from clawpod.sidecar.server.context import STATE_KEY
 from clawpod.sidecar.server.edge import EdgeLimits
 from clawpod.sidecar.server.operator import OPERATOR_TOKEN_ENV
 from clawpod.sidecar.server.serving import listen
-from clawpod.sidecar.state_lock import StateLock, StateLockError, instance_name
+from clawpod.sidecar.state.lock import StateLock, StateLockError, instance_name
 
 log = logging.getLogger("sidecar")
 DESCRIPTION = (

@@ -3,7 +3,6 @@ input schema, with messages that tell the model what to fix."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import orjson
@@ -11,7 +10,6 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from clawpod.sidecar.manifest import ManagedTool
-from clawpod.sidecar.model.outcome import ToolOutcome, error_envelope
 
 MAX_REPORTED_SCHEMA_ERRORS = 8
 MAX_ERROR_TEXT = 300
@@ -85,13 +83,3 @@ def error_sort_key(error: ValidationError) -> tuple[str, str]:
 
 def cut_text(text: str, limit: int = MAX_ERROR_TEXT) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def invalid_arguments(message: str, started: float | None = None) -> ToolOutcome:
-    return ToolOutcome(
-        envelope=error_envelope("invalid_arguments", message),
-        error_code="invalid_arguments",
-        status=None,
-        executed=False,
-        latency_ms=0.0 if started is None else (time.perf_counter() - started) * 1000,
-    )

@@ -15,19 +15,18 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from clawpod.sidecar.backends.http_request import RequestProblem, build_request
+from clawpod.sidecar.backends.http_result import send
+from clawpod.sidecar.backends.mcp import McpBackends
+from clawpod.sidecar.backends.quarantine import Quarantine
 from clawpod.sidecar.execution.arguments import (
     CheckedArguments,
-    invalid_arguments,
     memoizable,
     parse_arguments,
     schema_problems,
 )
-from clawpod.sidecar.execution.mcp_backend import McpBackends
-from clawpod.sidecar.execution.quarantine import Quarantine
-from clawpod.sidecar.execution.request import RequestProblem, build_request
-from clawpod.sidecar.execution.result import send
 from clawpod.sidecar.manifest import ManagedTool
-from clawpod.sidecar.model.outcome import ToolOutcome
+from clawpod.sidecar.model.outcome import ToolOutcome, invalid_arguments
 from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.observability.metrics import Metrics, connection_counts
 from clawpod.sidecar.path_template import split_path_template

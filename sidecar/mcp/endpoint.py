@@ -25,8 +25,8 @@ from aiohttp import web
 from clawpod.sidecar.audit.log import AuditLog
 from clawpod.sidecar.audit.records import request_record, usage_record
 from clawpod.sidecar.audit.trace import trace_call
-from clawpod.sidecar.execution.governed import GovernedExecutor
-from clawpod.sidecar.execution.request import idempotency_key
+from clawpod.sidecar.backends.http_request import idempotency_key
+from clawpod.sidecar.governance.gate import GovernedExecutor
 from clawpod.sidecar.manifest import (
     DEFAULT_ALLOWED_HOSTS,
     DEFAULT_MAX_BODY_BYTES,
@@ -78,13 +78,13 @@ from clawpod.sidecar.mcp.stateless import (
     is_stateless,
     tools_list_result,
 )
-from clawpod.sidecar.mediation.journal import has_side_effects
 from clawpod.sidecar.model.json_cost import costs_over
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.observability.logs import log_request
 from clawpod.sidecar.observability.metrics import Metrics
 from clawpod.sidecar.request_body import read_body_once
+from clawpod.sidecar.state.journal import has_side_effects
 from clawpod.sidecar.tasks import ShieldedTasks
 from clawpod.sidecar.transport.keepalive import with_keepalives
 

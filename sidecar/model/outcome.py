@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,4 +44,14 @@ def refused(code: str, message: str) -> ToolOutcome:
         status=None,
         executed=False,
         latency_ms=0.0,
+    )
+
+
+def invalid_arguments(message: str, started: float | None = None) -> ToolOutcome:
+    return ToolOutcome(
+        envelope=error_envelope("invalid_arguments", message),
+        error_code="invalid_arguments",
+        status=None,
+        executed=False,
+        latency_ms=0.0 if started is None else (time.perf_counter() - started) * 1000,
     )

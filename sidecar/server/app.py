@@ -11,17 +11,15 @@ from aiohttp import web
 
 from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV, audit_key
 from clawpod.sidecar.audit.log import AuditLog
-from clawpod.sidecar.execution.approvals import ApprovalStore
-from clawpod.sidecar.execution.budgets import TokenBudgets
-from clawpod.sidecar.execution.drift import DriftChecker
+from clawpod.sidecar.backends.drift import DriftChecker
 from clawpod.sidecar.execution.executor import ToolExecutor
-from clawpod.sidecar.execution.governed import GovernedExecutor
-from clawpod.sidecar.execution.taint_guard import held_credentials
-from clawpod.sidecar.execution.webhooks import WEBHOOK_SECRET_ENV, ApprovalWebhook, webhook_signer
+from clawpod.sidecar.governance.approvals import ApprovalStore
+from clawpod.sidecar.governance.budgets import TokenBudgets
+from clawpod.sidecar.governance.gate import GovernedExecutor
+from clawpod.sidecar.governance.taint_guard import held_credentials
+from clawpod.sidecar.governance.webhooks import WEBHOOK_SECRET_ENV, ApprovalWebhook, webhook_signer
 from clawpod.sidecar.manifest import Build
 from clawpod.sidecar.mcp.endpoint import McpEndpoint
-from clawpod.sidecar.mediation.continuity import ContinuityStore
-from clawpod.sidecar.mediation.journal import RequestJournal
 from clawpod.sidecar.model.prices import PriceBook
 from clawpod.sidecar.observability.metrics import Metrics
 from clawpod.sidecar.server.auth import TokenVerifier
@@ -31,10 +29,12 @@ from clawpod.sidecar.server.operator import OPERATOR_TOKEN_ENV
 from clawpod.sidecar.server.protocol_errors import protocol_errors
 from clawpod.sidecar.server.routes import healthz, mcp, model, models
 from clawpod.sidecar.server.routing import ModelRouter
-from clawpod.sidecar.server.stored_objects import StoredObjects
 from clawpod.sidecar.server.stream_tools import StreamToolsSupport
 from clawpod.sidecar.server.upstream import UpstreamClient
-from clawpod.sidecar.state_lock import StateLock, instance_name
+from clawpod.sidecar.state.continuity import ContinuityStore
+from clawpod.sidecar.state.journal import RequestJournal
+from clawpod.sidecar.state.lock import StateLock, instance_name
+from clawpod.sidecar.state.stored_objects import StoredObjects
 from clawpod.sidecar.tasks import ShieldedTasks
 from clawpod.sidecar.transport.keepalive import keepalive_interval
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from clawpod.sidecar.execution.budgets import seconds_to_next_day
+from clawpod.sidecar.governance.budgets import seconds_to_next_day
 from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.model.prices import TOKENS_PER_PRICE_UNIT
 from clawpod.sidecar.server.key_pool import retry_after_header

@@ -22,7 +22,7 @@ import jinja2
 import orjson
 from aiohttp import web
 
-from clawpod.sidecar.execution.approvals import Approval, ApprovalError
+from clawpod.sidecar.governance.approvals import Approval, ApprovalError
 from clawpod.sidecar.server import console_data
 from clawpod.sidecar.server.auth import AuthError
 from clawpod.sidecar.server.console_session import (

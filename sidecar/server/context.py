@@ -11,26 +11,26 @@ from aiohttp import web
 from clawpod.sidecar.codecs.base import Codec
 from clawpod.sidecar.manifest import AgentBuild, Provider, SidecarConfig
 from clawpod.sidecar.server.body_bounds import BodyBytesInFlight
-from clawpod.sidecar.server.stored_objects import StoredRef
+from clawpod.sidecar.state.stored_objects import StoredRef
 from clawpod.sidecar.tasks import ShieldedTasks
 
 if TYPE_CHECKING:
     from clawpod.sidecar.audit.log import AuditLog
-    from clawpod.sidecar.execution.budgets import TokenBudgets
-    from clawpod.sidecar.execution.drift import DriftChecker
+    from clawpod.sidecar.backends.drift import DriftChecker
     from clawpod.sidecar.execution.executor import ToolExecutor
-    from clawpod.sidecar.execution.governed import GovernedExecutor
+    from clawpod.sidecar.governance.budgets import TokenBudgets
+    from clawpod.sidecar.governance.gate import GovernedExecutor
     from clawpod.sidecar.mcp.endpoint import McpEndpoint
-    from clawpod.sidecar.mediation.continuity import ContinuityStore
-    from clawpod.sidecar.mediation.journal import RequestJournal
     from clawpod.sidecar.model.prices import PriceBook
     from clawpod.sidecar.observability.metrics import Metrics
     from clawpod.sidecar.server.auth import TokenVerifier
     from clawpod.sidecar.server.routing import ModelRouter
-    from clawpod.sidecar.server.stored_objects import StoredObjects
     from clawpod.sidecar.server.stream_tools import StreamToolsSupport
     from clawpod.sidecar.server.upstream import UpstreamClient
-    from clawpod.sidecar.state_lock import StateLock
+    from clawpod.sidecar.state.continuity import ContinuityStore
+    from clawpod.sidecar.state.journal import RequestJournal
+    from clawpod.sidecar.state.lock import StateLock
+    from clawpod.sidecar.state.stored_objects import StoredObjects
 
 
 @dataclass

@@ -32,7 +32,7 @@ from clawpod.sidecar.server.errors import reply_error
 from clawpod.sidecar.server.exchange import AiohttpExchange, Exchange
 from clawpod.sidecar.server.mediated import CLIENT_CLOSED, handle_mediated
 from clawpod.sidecar.server.passthrough import pass_through
-from clawpod.sidecar.server.stored_objects import refs
+from clawpod.sidecar.state.stored_objects import refs
 
 log = logging.getLogger("sidecar.server")
 

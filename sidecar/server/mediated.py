@@ -17,9 +17,9 @@ import orjson
 
 from clawpod.sidecar.audit.records import usage_record
 from clawpod.sidecar.audit.trace import trace_call
+from clawpod.sidecar.backends.http_request import idempotency_key
 from clawpod.sidecar.codecs.base import Codec
 from clawpod.sidecar.codecs.streaming import ClientStream, TextDelta
-from clawpod.sidecar.execution.request import idempotency_key
 from clawpod.sidecar.mediation.commands import (
     BeginStream,
     CallModel,
@@ -37,17 +37,7 @@ from clawpod.sidecar.mediation.commands import (
     Respond,
     ToolsDone,
 )
-from clawpod.sidecar.mediation.continuity import StateWriteFailed
 from clawpod.sidecar.mediation.engine import MediationEngine
-from clawpod.sidecar.mediation.journal import (
-    Attempt,
-    call_key,
-    has_side_effects,
-    history_identity,
-    last_user_text,
-    request_digest,
-    request_identity,
-)
 from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from clawpod.sidecar.model.taint import TAINTED_ARGUMENT
@@ -63,10 +53,20 @@ from clawpod.sidecar.server.live_call import (
     call_model_streaming,
     show_whole,
 )
-from clawpod.sidecar.server.stored_objects import refs
 from clawpod.sidecar.server.stream_tools import offers_tools
 from clawpod.sidecar.server.unserved import NOT_SERVED, not_served_message
 from clawpod.sidecar.server.upstream import UpstreamError, UpstreamTarget, read_whole
+from clawpod.sidecar.state.continuity import StateWriteFailed
+from clawpod.sidecar.state.journal import (
+    Attempt,
+    call_key,
+    has_side_effects,
+    history_identity,
+    last_user_text,
+    request_digest,
+    request_identity,
+)
+from clawpod.sidecar.state.stored_objects import refs
 from clawpod.sidecar.transport import Response
 from clawpod.sidecar.transport.keepalive import with_keepalives
 

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from clawpod.sidecar.execution.approvals import ApprovalError
+from clawpod.sidecar.governance.approvals import ApprovalError
 from clawpod.sidecar.server.auth import AuthError, presented_token
 from clawpod.sidecar.server.console_data import AuditFilter, recent_records
 from clawpod.sidecar.server.context import STATE_KEY, SidecarState

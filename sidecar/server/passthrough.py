@@ -22,13 +22,13 @@ from clawpod.sidecar.server.context import RequestContext
 from clawpod.sidecar.server.errors import reply_error
 from clawpod.sidecar.server.exchange import Exchange
 from clawpod.sidecar.server.failover import open_upstream
-from clawpod.sidecar.server.stored_objects import StoredRef, StreamedIds, refs
 from clawpod.sidecar.server.unserved import NOT_SERVED, not_served_message
 from clawpod.sidecar.server.upstream import (
     UpstreamError,
     UpstreamTarget,
     translate_error,
 )
+from clawpod.sidecar.state.stored_objects import StoredRef, StreamedIds, refs
 from clawpod.sidecar.transport import Response, TransportError
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from clawpod.compiler.build import write_build
 from clawpod.compiler.inspect import inspect_command
-from clawpod.sidecar.execution.policy import activation, compile_condition, evaluate
+from clawpod.sidecar.governance.policy import activation, compile_condition, evaluate
 from clawpod.sidecar.manifest import Rate, load_build
 from tests.compiler.conftest import PodDir, descriptor, tool
 

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from clawpod.sidecar.mediation.journal import (
+from clawpod.sidecar.model.conversation import ToolCall
+from clawpod.sidecar.model.outcome import ToolOutcome
+from clawpod.sidecar.state.journal import (
     JournalQuotaReached,
     RequestJournal,
     call_key,
     request_digest,
 )
-from clawpod.sidecar.model.conversation import ToolCall
-from clawpod.sidecar.model.outcome import ToolOutcome
 from tests.mediation.scripted import TRADE
 
 BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Buy."}]}

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from yarl import URL
 
+from clawpod.sidecar.backends.http_request import build_request
 from clawpod.sidecar.execution.executor import ToolExecutor
-from clawpod.sidecar.execution.request import build_request
 from clawpod.sidecar.manifest import ToolAuth
 from tests.support.builds import http_tool
 from tests.support.services import ToolService

@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 import pytest
 
-from clawpod.sidecar.execution.taint_guard import ArgumentGuard, held_credentials
+from clawpod.sidecar.governance.taint_guard import ArgumentGuard, held_credentials
 from clawpod.sidecar.manifest import Provider, Taint, load_build, token_sha256
 from tests.mediation.scripted import agent, tool
 from tests.support.builds import AgentSpec, write_build

@@ -16,7 +16,7 @@ from openai import AsyncOpenAI
 
 from clawpod.compiler.cli import main as clawc
 from clawpod.compiler.discover import fetch_descriptor
-from clawpod.sidecar.execution.mcp_backend import McpBackends
+from clawpod.sidecar.backends.mcp import McpBackends
 from clawpod.sidecar.manifest import Execution, ManagedTool, ToolAuth, definition_pin
 from tests.mcp.conftest import mcp_client
 from tests.support.builds import AgentSpec, providers_for, write_build

@@ -12,12 +12,12 @@ import pytest
 
 from clawpod.compiler.discover import fetch_descriptor
 from clawpod.compiler.errors import CompileError
-from clawpod.sidecar.execution.mcp_backend import (
+from clawpod.sidecar.backends.mcp import (
     MAX_LIST_PAGES,
     ListingRefused,
     McpBackends,
 )
-from clawpod.sidecar.execution.mcp_http import result_bound
+from clawpod.sidecar.backends.mcp_http import result_bound
 from clawpod.sidecar.manifest import Execution, ManagedTool, ToolAuth
 from tests.support.hostile_mcp import HUGE_RESULT_BYTES, running_hostile_mcp
 

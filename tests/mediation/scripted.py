@@ -33,9 +33,9 @@ from clawpod.sidecar.mediation.commands import (
     Respond,
     ToolsDone,
 )
-from clawpod.sidecar.mediation.continuity import ContinuityStore
 from clawpod.sidecar.mediation.engine import MediationEngine
 from clawpod.sidecar.model.outcome import ToolOutcome
+from clawpod.sidecar.state.continuity import ContinuityStore
 from tests.support.builds import http_tool
 from tests.support.codecs import codec_of
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clawpod.sidecar.mediation.commands import Recall, Remember
-from clawpod.sidecar.mediation.continuity import ContinuityStore
+from clawpod.sidecar.state.continuity import ContinuityStore
 from tests.mediation.scripted import agent, calls, drive, engine_for, request, text
 from tests.support.codecs import codec_of
 

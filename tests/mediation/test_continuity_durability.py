@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from clawpod.sidecar.mediation import continuity
-from clawpod.sidecar.mediation.continuity import ContinuityStore, StateWriteFailed
+from clawpod.sidecar.state import continuity
+from clawpod.sidecar.state.continuity import ContinuityStore, StateWriteFailed
 from tests.mediation.conftest import MediatedPod, PodFactory
 from tests.mediation.scripted import oa_calls, oa_text
 from tests.support.upstream import Reply

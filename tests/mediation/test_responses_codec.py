@@ -10,9 +10,9 @@ import pytest
 
 from clawpod.sidecar.codecs.sse import parse_events
 from clawpod.sidecar.mediation.commands import Remember
-from clawpod.sidecar.mediation.continuity import ContinuityStore
 from clawpod.sidecar.model.conversation import CodecError
 from clawpod.sidecar.model.errors import ApiError
+from clawpod.sidecar.state.continuity import ContinuityStore
 from tests.mediation.scripted import agent, drive, engine_for
 from tests.support import responses as r
 from tests.support.codecs import codec_of

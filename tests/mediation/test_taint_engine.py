@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from clawpod.sidecar.mediation.commands import ExecuteTools, Remember
-from clawpod.sidecar.mediation.continuity import ContinuityStore
 from clawpod.sidecar.mediation.engine import MediationEngine
 from clawpod.sidecar.model.taint import RequestTaint
+from clawpod.sidecar.state.continuity import ContinuityStore
 from tests.mediation.scripted import (
     LOOKUP,
     MODEL_TIMEOUT_S,

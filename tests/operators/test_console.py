@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from clawpod.sidecar.execution.approvals import ARGUMENTS_PREVIEW_BYTES
+from clawpod.sidecar.governance.approvals import ARGUMENTS_PREVIEW_BYTES
 from clawpod.sidecar.server.admin import create_admin_app
 from clawpod.sidecar.server.console import CHECKS_KEY, SESSIONS_KEY
 from clawpod.sidecar.server.console_session import SESSION_IDLE_S

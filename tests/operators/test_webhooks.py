@@ -15,7 +15,7 @@ import yaml
 from aiohttp import web
 from standardwebhooks import Webhook, WebhookVerificationError
 
-from clawpod.sidecar.execution.webhooks import ApprovalWebhook, WebhookSecretError
+from clawpod.sidecar.governance.webhooks import ApprovalWebhook, WebhookSecretError
 from clawpod.sidecar.manifest import load_build
 from clawpod.sidecar.server.app import create_app
 from clawpod.sidecar.server.context import STATE_KEY

@@ -1,10 +1,10 @@
-"""The daily budget store (execution/budgets.py): USD beside tokens, held estimates, restarts."""
+"""The daily budget store (governance/budgets.py): USD beside tokens, held estimates, restarts."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from clawpod.sidecar.execution.budgets import TokenBudgets
+from clawpod.sidecar.governance.budgets import TokenBudgets
 from clawpod.sidecar.manifest import Governance
 
 

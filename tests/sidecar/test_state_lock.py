@@ -16,7 +16,7 @@ import aiohttp
 import orjson
 import pytest
 
-from clawpod.sidecar.state_lock import INSTANCE_ENV
+from clawpod.sidecar.state.lock import INSTANCE_ENV
 from tests.support.builds import AgentSpec, providers_for, write_build
 from tests.support.sidecar import TEST_PROVIDER_KEYS
 from tests.support.upstream import Reply, StubUpstream, openai_completion

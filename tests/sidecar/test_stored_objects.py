@@ -11,7 +11,7 @@ from typing import Any
 import openai
 import pytest
 
-from clawpod.sidecar.server.stored_objects import OWNERS_FILE, StoredObjects, StoredRef
+from clawpod.sidecar.state.stored_objects import OWNERS_FILE, StoredObjects, StoredRef
 from tests.sidecar.conftest import Pod, PodFactory
 from tests.support import responses as r
 from tests.support.builds import AgentSpec
@@ -164,7 +164,7 @@ def test_one_agents_flood_never_evicts_anothers_ids(tmp_path: Path) -> None:
 def test_the_file_is_compacted_and_a_torn_line_is_skipped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("clawpod.sidecar.server.stored_objects.STALE_LINES", 20)
+    monkeypatch.setattr("clawpod.sidecar.state.stored_objects.STALE_LINES", 20)
     store = StoredObjects(tmp_path, max_per_agent=5)
     for n in range(100):
         store.record("alice", [StoredRef("response", f"resp_{n}")])

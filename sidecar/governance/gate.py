@@ -13,24 +13,24 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from clawpod.sidecar.audit.log import AuditLog
-from clawpod.sidecar.execution.approvals import (
+from clawpod.sidecar.backends.quarantine import Quarantine
+from clawpod.sidecar.execution.executor import ToolExecutor
+from clawpod.sidecar.governance.approvals import (
     Approval,
     ApprovalStore,
     Decision,
     args_digest,
 )
-from clawpod.sidecar.execution.executor import ToolExecutor
-from clawpod.sidecar.execution.policy import (
+from clawpod.sidecar.governance.policy import (
     UNTAINTED_REQUEST,
     Policy,
     annotations_of,
     tool_matches,
 )
-from clawpod.sidecar.execution.policy import Decision as RuleDecision
-from clawpod.sidecar.execution.quarantine import Quarantine
-from clawpod.sidecar.execution.rates import RateLimiter
-from clawpod.sidecar.execution.taint_guard import ArgumentGuard
-from clawpod.sidecar.execution.webhooks import ApprovalWebhook
+from clawpod.sidecar.governance.policy import Decision as RuleDecision
+from clawpod.sidecar.governance.rates import RateLimiter
+from clawpod.sidecar.governance.taint_guard import ArgumentGuard
+from clawpod.sidecar.governance.webhooks import ApprovalWebhook
 from clawpod.sidecar.manifest import (
     DEFAULT_MAX_OPEN_APPROVALS,
     AgentBuild,

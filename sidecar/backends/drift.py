@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from clawpod.sidecar.audit.log import AuditLog
 from clawpod.sidecar.audit.records import request_record
-from clawpod.sidecar.execution.mcp_backend import LIST_TIMEOUT_S, BackendKey, McpBackends
-from clawpod.sidecar.execution.quarantine import REFUSAL_CODE, Quarantine
-from clawpod.sidecar.execution.request import RequestProblem
+from clawpod.sidecar.backends.http_request import RequestProblem
+from clawpod.sidecar.backends.mcp import LIST_TIMEOUT_S, BackendKey, McpBackends
+from clawpod.sidecar.backends.quarantine import REFUSAL_CODE, Quarantine
 from clawpod.sidecar.manifest import (
     DEFAULT_MCP_TTL_MS,
     QUARANTINE_FILE,

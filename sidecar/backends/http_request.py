@@ -11,10 +11,9 @@ from urllib.parse import quote, urlencode
 
 import orjson
 
-from clawpod.sidecar.execution.arguments import invalid_arguments
 from clawpod.sidecar.manifest import ManagedTool
 from clawpod.sidecar.model.canonical import canonical_json, digest
-from clawpod.sidecar.model.outcome import ToolOutcome, error_envelope
+from clawpod.sidecar.model.outcome import ToolOutcome, error_envelope, invalid_arguments
 from clawpod.sidecar.model.redaction import credential_secrets
 
 CLAW_ID = "claw_id"

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from clawpod.sidecar.execution.request import ServiceRequest
+from clawpod.sidecar.backends.http_request import ServiceRequest
 from clawpod.sidecar.model.outcome import ToolOutcome, error_envelope
 from clawpod.sidecar.model.redaction import redactor_for
 from clawpod.sidecar.transport import (

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from clawpod.sidecar.execution.mcp_http import bounded, bounded_transport, result_bound
-from clawpod.sidecar.execution.request import credential_header
-from clawpod.sidecar.execution.result import failed
+from clawpod.sidecar.backends.http_request import credential_header
+from clawpod.sidecar.backends.http_result import failed
+from clawpod.sidecar.backends.mcp_http import bounded, bounded_transport, result_bound
 from clawpod.sidecar.manifest import Execution, ManagedTool, ToolAuth
 from clawpod.sidecar.model.outcome import ToolOutcome, error_envelope
 from clawpod.sidecar.model.redaction import credential_secrets, redactor_for
