@@ -124,6 +124,7 @@ def _rule(
         effect=spec.effect,
         reason=spec.reason,
         rate=parse_rate(spec.rate) if spec.rate else None,
+        approver=spec.approver or "operator",
         source=f"{reader.file.name}:{line}" if line else reader.file.name,
     )
 

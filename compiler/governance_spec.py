@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
-from clawpod.sidecar.manifest import ApprovalRequirement, Effect, Rate
+from clawpod.sidecar.manifest import ApprovalRequirement, Approver, Effect, Rate
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 RATE = re.compile(r"^\s*(\d+)\s*/\s*(second|minute|hour)\s*$")
@@ -33,6 +33,17 @@ class RuleSpec(_Spec):
     effect: Effect = "allow"
     reason: str | None = Field(default=None, max_length=1000)
     rate: str | None = Field(default=None, description="N/second, N/minute or N/hour")
+    approver: Approver | None = Field(
+        default=None, description="who approves a confirm rule's call: operator (default), client"
+    )
+
+    @model_validator(mode="after")
+    def _approver_confirms(self) -> RuleSpec:
+        if self.approver is not None and self.effect != "confirm":
+            raise ValueError(
+                f"approver: {self.approver} needs effect: confirm (only a held call is approved)"
+            )
+        return self
 
     @field_validator("rate")
     @classmethod

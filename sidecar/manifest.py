@@ -230,6 +230,9 @@ class Listen(_Model):
 RateUnit = Literal["second", "minute", "hour"]
 RATE_PERIOD_S: dict[str, int] = {"second": 1, "minute": 60, "hour": 3600}
 Effect = Literal["allow", "deny", "confirm"]
+# Who decides a ``confirm`` rule's call: the pod's operator, or the agent's own user in the
+# client's protocol where it has an approval item (SPEC §16, docs/approvals.md).
+Approver = Literal["operator", "client"]
 ApprovalRequirement = Literal["none", "destructive", "non-read-only"]
 
 
@@ -250,6 +253,7 @@ class ToolRule(_Model):
     effect: Effect = "allow"
     reason: str | None = None
     rate: Rate | None = None
+    approver: Approver = "operator"
     source: str = Field(description="pod file and line of the rule, for messages")
 
 
