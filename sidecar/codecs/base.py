@@ -62,6 +62,9 @@ class Codec(ABC):
     """What a complete stream carries last; its absence means the stream was cut."""
     input_key: ClassVar[str]
     output_key: ClassVar[str]
+    client_approvals: ClassVar[bool] = False
+    """The protocol carries approval requests and answers, so the client can approve a call
+    itself (SPEC §16)."""
 
     @property
     def stream_ends(self) -> tuple[bytes, ...]:

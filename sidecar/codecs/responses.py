@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from clawpod.sidecar.codecs.approval_items import is_sidecar_tool
 from clawpod.sidecar.codecs.base import Codec
 from clawpod.sidecar.codecs.openai_shapes import STRUCTURED_FORMATS, OpenAIShapes
 from clawpod.sidecar.codecs.responses_stream import (
@@ -75,6 +76,7 @@ class ResponsesCodec(OpenAIShapes, Codec):
     stream_end = b"response.completed"
     input_key = "input_tokens"
     output_key = "output_tokens"
+    client_approvals = True  # approval items (codecs/approval_items.py, SPEC §16)
 
     @property
     def stream_ends(self) -> tuple[bytes, ...]:
@@ -150,6 +152,7 @@ class ResponsesCodec(OpenAIShapes, Codec):
         tools = params.pop("tools", None) or []
         if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
             raise CodecError("tools: must be an array of objects")
+        tools = [t for t in tools if not is_sidecar_tool(t)]  # stands for the sidecar's own
         groups = group_items(items)
         params.pop("stream_options", None)  # upstream calls do not stream
         instructions = params.get("instructions")

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from clawpod.sidecar.manifest import Approver
 from clawpod.sidecar.model.canonical import canonical_json, digest
 
 log = logging.getLogger("sidecar.approvals")
@@ -53,6 +54,10 @@ class Approval(BaseModel):
     # what held it (a confirm rule's source and reason, or the pod's approvals.require).
     principal: str | None = None
     rule: str | None = None
+    # Who answers it (SPEC §16): the operator, or the agent's user in the client's protocol;
+    # a client's approval also names the call it holds (a Responses call id; None over MCP).
+    approver: Approver = "operator"
+    call_id: str | None = None
 
     def public(self) -> dict[str, Any]:
         """As listed and sent to the webhook: arguments longer than ``ARGUMENTS_PREVIEW_BYTES``
@@ -140,15 +145,13 @@ class ApprovalStore:
     def find(
         self, agent: str, tool: str, digest_of_args: str, manifest_digest: str
     ) -> Approval | None:
-        """An open (pending or approved, unexpired) approval of exactly this call."""
+        """An open (pending or approved, unexpired) operator's approval of exactly this call
+        (a client's approval is answered by its own request id, never shared)."""
         self._expire_due()
+        wanted = (agent, tool, digest_of_args, manifest_digest)
         for approval in self._open.values():
-            if (approval.agent, approval.tool, approval.args_digest, approval.manifest_digest) == (
-                agent,
-                tool,
-                digest_of_args,
-                manifest_digest,
-            ):
+            bound = (approval.agent, approval.tool, approval.args_digest, approval.manifest_digest)
+            if approval.approver == "operator" and bound == wanted:
                 return approval
         return None
 
@@ -165,6 +168,8 @@ class ApprovalStore:
         principal: str | None = None,
         rule: str | None = None,
         reason: str | None = None,
+        approver: Approver = "operator",
+        call_id: str | None = None,
     ) -> Approval:
         """A pending approval; ``reason`` says why the call waits (``tainted``, SPEC §17)."""
         now = self._clock()
@@ -180,18 +185,30 @@ class ApprovalStore:
             principal=principal,
             rule=rule,
             reason=reason,
+            approver=approver,
+            call_id=call_id,
         )
         self._save(approval)
         self._open[approval.id] = approval
         return approval
 
     def decide(
-        self, approval_id: str, decision: Decision, reason: str | None, who: str
+        self,
+        approval_id: str,
+        decision: Decision,
+        reason: str | None,
+        who: str,
+        approver: Approver = "operator",
     ) -> Approval:
-        """Record an operator's decision; raises :class:`ApprovalError` if it cannot be."""
+        """Record a decision of ``approver`` (the operator unless said otherwise); raises
+        :class:`ApprovalError` if it cannot be."""
         approval = self.get(approval_id)
         if approval is None:
             raise ApprovalError(404, f"no approval {approval_id}")
+        if approval.approver != approver:
+            raise ApprovalError(
+                409, f"approval {approval_id} is for the {approval.approver} to answer"
+            )
         if approval.status != "pending":
             raise ApprovalError(409, f"approval {approval_id} is already {approval.status}")
         decided = approval.model_copy(

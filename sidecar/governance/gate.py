@@ -21,6 +21,7 @@ from clawpod.sidecar.governance.approvals import (
     Decision,
     args_digest,
 )
+from clawpod.sidecar.governance.client_approvals import ClientApprovals, asks_client
 from clawpod.sidecar.governance.policy import (
     UNTAINTED_REQUEST,
     Policy,
@@ -39,6 +40,7 @@ from clawpod.sidecar.manifest import (
     ManagedTool,
     Taint,
 )
+from clawpod.sidecar.model.client_approval import ClientApproval
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from clawpod.sidecar.model.taint import (
     TAINTED,
@@ -90,6 +92,9 @@ class GovernedExecutor:
         self.approvals = approvals
         self.settings = governance.approvals if governance is not None else Approvals()
         self.manifest_digest = manifest_digest
+        self.client_approvals = ClientApprovals(
+            approvals, self.settings, manifest_digest=manifest_digest, audit=audit, metrics=metrics
+        )
         self._granted = {
             agent_id: {id(tool) for tool in build.tools.tools} for agent_id, build in agents.items()
         }
@@ -119,11 +124,13 @@ class GovernedExecutor:
         taint: RequestTaint = UNTAINTED,
         deadline: float | None = None,
         before_send: Callable[[], Awaitable[None]] | None = None,
+        client: ClientApproval | None = None,
     ) -> ToolOutcome:
         """``taint``: the untrusted results that entered the calling request (mediated mode);
         ``deadline`` (``time.monotonic()``): the caller's budget, which an approval's wait
         never outlives; ``before_send``: awaited once the call is cleared to go, right before
-        it is sent (the mediated journal records it there, after any approval)."""
+        it is sent (the mediated journal records it there, after any approval); ``client``:
+        given when the caller's client can answer approvals itself (SPEC §16)."""
         if id(tool) not in self._granted.get(agent_id, ()):
             return refused("policy_denied", f"{tool.presented} is not granted to this agent")
         checked = self.executor.check_arguments(tool, arguments)
@@ -153,9 +160,14 @@ class GovernedExecutor:
         if held or decision.effect == "confirm" or needs_approval(self.settings, tool):
             # A rule cannot lift the hold of a tainted request; `taint: off` does.
             reason = TAINTED if held else None
-            refusal = await self._approved(
-                agent_id, tool, dict(checked), decision, reason, deadline
-            )
+            if client is not None and self._client_decides(decision, held, tool):
+                refusal = await self.client_approvals.settle(
+                    agent_id, tool, dict(checked), client, decision
+                )
+            else:
+                refusal = await self._approved(
+                    agent_id, tool, dict(checked), decision, reason, deadline
+                )
             if refusal is not None:
                 return refusal
         if deadline is not None:
@@ -175,6 +187,11 @@ class GovernedExecutor:
         return fenced(outcome) if tool.untrusted and outcome.executed else outcome
 
     # -- approvals --------------------------------------------------------------------------
+
+    def _client_decides(self, decision: RuleDecision, held: bool, tool: ManagedTool) -> bool:
+        """Only a confirm rule naming the client hands the call to the user: a tainted hold or
+        the pod's ``approvals.require`` stay with the operator."""
+        return asks_client(decision) and not held and not needs_approval(self.settings, tool)
 
     async def _approved(
         self,

@@ -27,7 +27,7 @@ from typing import Any
 import cel
 from cel.stdlib import EXTENSIONS
 
-from clawpod.sidecar.manifest import Effect, Governance, ManagedTool, Rate, ToolRule
+from clawpod.sidecar.manifest import Approver, Effect, Governance, ManagedTool, Rate, ToolRule
 
 # MCP's defaults for hints a tool does not declare (SPEC §9.3): rules see all four.
 MCP_DEFAULT_ANNOTATIONS = {
@@ -251,6 +251,7 @@ class Decision:
     reason: str
     rule: int | None  # index in the agent's rules; None when no rule matched
     rate: Rate | None = None
+    approver: Approver = "operator"  # who approves a confirm (SPEC §16)
 
 
 ALLOWED = Decision("allow", "no rule matched", None)
@@ -301,5 +302,5 @@ class Policy:
                         "deny", f"the rule at {rule.source} could not be evaluated: {exc}", index
                     )
             reason = rule.reason or f"{rule.effect} by the rule at {rule.source}"
-            return Decision(rule.effect, reason, index, rule.rate)
+            return Decision(rule.effect, reason, index, rule.rate, rule.approver)
         return ALLOWED

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clawpod.sidecar.manifest import ManagedTool
+from clawpod.sidecar.model.client_approval import ClientApproval
 from clawpod.sidecar.model.conversation import ToolCall
 from clawpod.sidecar.model.outcome import ToolOutcome
 from clawpod.sidecar.model.taint import UNTAINTED, RequestTaint
@@ -40,6 +41,8 @@ class PlannedExecution:
     call: ToolCall
     tool: ManagedTool
     arguments: dict[str, Any]
+    client: ClientApproval | None = None
+    """Set when the client can answer approvals itself (SPEC §16), with its answer if any."""
 
 
 @dataclass(slots=True)

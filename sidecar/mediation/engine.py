@@ -15,8 +15,19 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from clawpod.sidecar.codecs.approval_items import asking_turn
 from clawpod.sidecar.codecs.base import Codec
 from clawpod.sidecar.manifest import AgentBuild, ManagedTool, TaintMode
+from clawpod.sidecar.mediation.client_approvals import (
+    ANSWERED,
+    ASKED,
+    PendingRound,
+    StoppedRound,
+    asked_in,
+    mentioned,
+    record_key,
+    settle,
+)
 from clawpod.sidecar.mediation.commands import (
     BeginStream,
     CallModel,
@@ -35,6 +46,7 @@ from clawpod.sidecar.mediation.commands import (
     ToolsDone,
 )
 from clawpod.sidecar.model.canonical import canonical_json, digest
+from clawpod.sidecar.model.client_approval import ClientAnswer, ClientApproval
 from clawpod.sidecar.model.conversation import (
     CodecError,
     ModelTurn,
@@ -152,6 +164,8 @@ class MediationEngine:
         self.withdrawn: set[str] = set()
         """Presented names of the tools taken back from the model once the request was tainted."""
         self._parsed: tuple[Fail | None] | None = None
+        self.refused_answers: list[ClientAnswer] = []
+        """Approval answers naming nothing asked of this agent in this conversation (§16)."""
 
     def prepare(self) -> Fail | None:
         """Read the client request once: the driver needs its conversation (the retry identity)
@@ -197,6 +211,7 @@ class MediationEngine:
             yield BeginStream()
         history = yield from self._restore_hidden_rounds()
         yield from self._restore_chain_taint()
+        history = yield from self._settle_approvals(history)
         transcript: list[dict[str, Any]] = []
         choice = self._initial_choice()
         finalizing = False
@@ -249,6 +264,10 @@ class MediationEngine:
             outcomes = yield from self._execute_round(turn.calls)
             if outcomes is None:
                 yield self._timed_out()
+                return
+            asked = asked_in(turn.calls, outcomes)
+            if asked:  # the client approves these calls: the response asks it (§16)
+                yield from self._ask_client(turn, outcomes, transcript, asked)
                 return
             transcript += self._answer(turn, outcomes)
             self._taint_with(turn.calls, outcomes)
@@ -319,9 +338,10 @@ class MediationEngine:
         return turn
 
     def _execute_round(
-        self, calls: list[ToolCall]
+        self, calls: list[ToolCall], answers: dict[str, ClientAnswer] | None = None
     ) -> Generator[Command, Event, list[ToolOutcome] | None]:
-        """Validate, de-duplicate and execute one round; outcomes keep call order."""
+        """Validate, de-duplicate and execute one round; outcomes keep call order.
+        ``answers``: the client's approval answers to calls of a resumed round (§16)."""
         self.executed_rounds += 1
         outcomes: list[ToolOutcome | None] = [None] * len(calls)
         executions: list[PlannedExecution] = []
@@ -349,7 +369,10 @@ class MediationEngine:
                 repeats[position] = first_in_round[key]
             else:
                 first_in_round[key] = position
-                executions.append(PlannedExecution(call, tool, checked))
+                client = None
+                if self.codec.client_approvals:
+                    client = ClientApproval(call.id, (answers or {}).get(call.id))
+                executions.append(PlannedExecution(call, tool, checked, client))
                 positions.append(position)
                 keys.append(key)
         if executions:
@@ -407,6 +430,91 @@ class MediationEngine:
             for key in keys:
                 yield Remember(key, rounds, context, origin=keys[0], taint_sources=sources)
         yield Respond(body)
+
+    # --- approvals the client answers (§16, mediation/client_approvals.py) ------------------
+
+    def _ask_client(
+        self,
+        turn: ModelTurn,
+        outcomes: list[ToolOutcome],
+        transcript: list[dict[str, Any]],
+        asked: dict[str, str],
+    ) -> Run:
+        """Stop the round: remember it under each approval and answer with the requests."""
+        self._trace_round(turn.calls, outcomes)
+        answered = [
+            ToolResult(c, o) for c, o in zip(turn.calls, outcomes, strict=True) if c.id not in asked
+        ]
+        turn_group, outputs = self.codec.round_messages(turn, answered)
+        stopped = StoppedRound(turn_group, outputs["items"], asked)
+        keys = [self._approval_key(ASKED, approval_id) for approval_id in asked.values()]
+        sources = list(self.taint.sources)
+        for key in keys:
+            yield Remember(key, stopped.messages(), origin=keys[0], taint_sources=sources)
+        self.shown_turns.pop()  # it is shown as the turn that asks
+        names = {c.id: (asked[c.id], c.name) for c in turn.calls if c.id in asked}
+        yield from self._finish(asking_turn(turn, names), transcript)
+
+    def _settle_approvals(
+        self, history: list[dict[str, Any]]
+    ) -> Generator[Command, Event, list[dict[str, Any]]]:
+        """Put back the rounds the input's approval items stand for; run the calls its new
+        answers approve."""
+        if not self.codec.client_approvals:
+            return history
+        asked, answers = mentioned(history)
+        ids = list(dict.fromkeys([*asked, *(answer.approval_id for answer in answers)]))
+        if not ids:
+            return history
+        keys = {kind: {self._approval_key(kind, i): i for i in ids} for kind in (ASKED, ANSWERED)}
+        event = yield Recall([key for by_key in keys.values() for key in by_key])
+        found = event.found if isinstance(event, Recalled) else {}
+        records = {
+            kind: {i: found[key] for key, i in by_key.items() if key in found}
+            for kind, by_key in keys.items()
+        }
+        chained = bool(self.codec.chain_ids(self.conversation))
+        settlement = settle(history, records[ASKED], records[ANSWERED], chained=chained)
+        self.refused_answers = settlement.refused
+        for remembered in settlement.restored:
+            self._taint_with_sources(remembered.taint_sources)
+        settled: list[dict[str, Any]] = []
+        for part in settlement.history:
+            if isinstance(part, PendingRound):
+                settled += yield from self._resume_round(part)
+            else:
+                settled.append(part)
+        return settled
+
+    def _resume_round(self, pending: PendingRound) -> Generator[Command, Event, list[dict]]:
+        """The stopped round's waiting calls, run or refused with the client's answers."""
+        self._taint_with_sources(pending.taint_sources)
+        stopped = pending.stopped
+        turn = self.codec.parse_response({"output": stopped.turn["items"]})
+        waiting = [call for call in turn.calls if call.id in stopped.asked]
+        runnable = [
+            c
+            for c in waiting
+            if c.id in pending.answers and (c.name in self.tools or c.name in self.withheld)
+        ]
+        ran = (yield from self._execute_round(runnable, pending.answers)) if runnable else []
+        by_id = dict(zip((c.id for c in runnable), ran or [], strict=False))
+        outcomes = [by_id.get(c.id) or _unanswered(stopped.asked[c.id]) for c in waiting]
+        self._trace_round(waiting, outcomes)
+        self._taint_with(waiting, outcomes)
+        results = [ToolResult(c, o) for c, o in zip(waiting, outcomes, strict=True)]
+        order = [call.id for call in turn.calls]
+        outputs = [*stopped.outputs, *self.codec.round_messages(turn, results)[1]["items"]]
+        outputs.sort(key=lambda item: order.index(item.get("call_id")))
+        round_ = [stopped.turn, {"role": "tool", "items": outputs}]
+        keys = [self._approval_key(ANSWERED, approval_id) for approval_id in stopped.asked.values()]
+        for key in keys:
+            yield Remember(key, round_, origin=keys[0], taint_sources=list(self.taint.sources))
+        # A provider holding the chain (previous_response_id) has the turn: only outputs go.
+        return round_[1:] if self.codec.chain_ids(self.conversation) else round_
+
+    def _approval_key(self, kind: str, approval_id: str) -> str:
+        return record_key(self.agent_id, self.codec.api, kind, approval_id)
 
     # --- taint (§17) ------------------------------------------------------------------------
 
@@ -620,6 +728,13 @@ def _repeat(tool: ManagedTool, earlier_id: str, earlier: ToolOutcome) -> ToolOut
         "duplicate_call",
         f"identical call already made in this request (call {earlier_id}); "
         "it is not executed twice",
+    )
+
+
+def _unanswered(approval_id: str) -> ToolOutcome:
+    return refused(
+        "approval_unanswered",
+        f"the user did not answer approval {approval_id}; the call was not executed",
     )
 
 

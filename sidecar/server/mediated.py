@@ -434,6 +434,7 @@ class _Driver:
                 else None,
                 deadline=deadline,
                 before_send=journal_sending if side_effects else None,
+                client=execution.client,
             )
         except _NotJournaled:
             await self._state_write_failed(StateWriteFailed(str(unjournaled[0])), "journal")
@@ -566,6 +567,10 @@ class _Driver:
             record["resumed_from"] = self.attempt.resumed_from
         if self.engine.taint.tainted:
             record["taint_sources"] = list(self.engine.taint.sources)
+        if self.engine.refused_answers:  # SPEC §16: answers naming nothing asked here
+            record["approval_answers_refused"] = [
+                a.approval_id[:100] for a in self.engine.refused_answers
+            ]
         return record
 
 

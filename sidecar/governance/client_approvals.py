@@ -1,0 +1,199 @@
+"""Approvals the agent's own user answers in the client's protocol (SPEC §16).
+
+They live in the one approval store (``approvals.py``) with ``approver: client``: bound, like an
+operator's, to the agent, the tool, the digest of the arguments and the build, and usable once
+before they expire. An answer runs the call only if it names a pending client approval of
+exactly this call; anything else (a forged or reused id, another agent's, another build's, other
+arguments, an expired one, an operator's) is refused with an error result, not executed, and
+audited in the asking agent's chain.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from clawpod.sidecar.audit.log import AuditLog
+from clawpod.sidecar.governance.approvals import Approval, ApprovalStore, args_digest
+from clawpod.sidecar.governance.policy import Decision
+from clawpod.sidecar.manifest import DEFAULT_MAX_OPEN_APPROVALS, Approvals, ManagedTool
+from clawpod.sidecar.model.client_approval import (
+    ClientAnswer,
+    ClientApproval,
+    approval_requested,
+)
+from clawpod.sidecar.model.outcome import ToolOutcome, refused
+from clawpod.sidecar.observability.metrics import Metrics
+
+log = logging.getLogger("sidecar.approvals")
+
+APPROVAL_INVALID = "approval_invalid"
+WHO = "client"
+
+
+def asks_client(decision: Decision) -> bool:
+    """A confirm rule that names the client as its approver held the call."""
+    return decision.effect == "confirm" and decision.approver == "client"
+
+
+class ClientApprovals:
+    def __init__(
+        self,
+        store: ApprovalStore,
+        settings: Approvals,
+        *,
+        manifest_digest: str,
+        audit: AuditLog,
+        metrics: Metrics,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.manifest_digest = manifest_digest
+        self._audit = audit
+        self._metrics = metrics
+
+    async def settle(
+        self,
+        agent: str,
+        tool: ManagedTool,
+        arguments: dict[str, Any],
+        client: ClientApproval,
+        held_by: Decision,
+    ) -> ToolOutcome | None:
+        """None when the client approved exactly this call; else what the caller gets: the
+        request for an approval (no answer yet) or the refusal the model sees."""
+        if client.answer is None:
+            return self._ask(agent, tool, arguments, client, held_by)
+        return await self._answered(agent, tool, arguments, client.call_id, client.answer)
+
+    def _ask(
+        self,
+        agent: str,
+        tool: ManagedTool,
+        arguments: dict[str, Any],
+        client: ClientApproval,
+        held_by: Decision,
+    ) -> ToolOutcome:
+        limit = self.settings.max_open_per_agent or DEFAULT_MAX_OPEN_APPROVALS
+        if self.store.open_count(agent) >= limit:
+            return refused(
+                "approval_limit",
+                f"this agent already has {limit} approvals waiting for an answer; "
+                "call again once some are answered or expired",
+            )
+        approval = self.store.create(
+            agent,
+            tool.name,
+            arguments,
+            self.manifest_digest,
+            self.settings.timeout_ms / 1000,
+            principal=tool.execution.auth.principal,
+            rule=held_by.reason,
+            approver="client",
+            call_id=client.call_id,
+        )
+        log.info("client approval %s asked for %s of agent %s", approval.id, tool.name, agent)
+        self._metrics.approvals.labels(event="created").inc()
+        return approval_requested(approval.id)
+
+    async def _answered(
+        self,
+        agent: str,
+        tool: ManagedTool,
+        arguments: dict[str, Any],
+        call_id: str | None,
+        answer: ClientAnswer,
+    ) -> ToolOutcome | None:
+        approval = self.store.get(answer.approval_id)
+        problem = self._mismatch(approval, agent, tool, arguments, call_id)
+        if problem is not None or approval is None:
+            await self._refuse(agent, tool, arguments, answer, problem or "unknown")
+            return refused(
+                APPROVAL_INVALID,
+                f"the approval answer {answer.approval_id!r} was refused ({problem}); "
+                "the call was not executed",
+            )
+        if approval.status == "expired":
+            await self._record(approval, "expired", None)
+            return refused("approval_expired", f"approval {approval.id} expired before the answer")
+        decision = "approve" if answer.approve else "deny"
+        decided = self.store.decide(approval.id, decision, answer.reason, WHO, approver="client")
+        await self._record(decided, "approved" if answer.approve else "denied", answer.reason)
+        if not answer.approve:
+            because = f": {answer.reason}" if answer.reason else ""
+            return refused("approval_denied", f"the call was rejected by the user{because}")
+        if not self.store.use(approval.id):  # expired between the two steps
+            return refused("approval_expired", f"approval {approval.id} expired before the answer")
+        return None
+
+    def _mismatch(
+        self,
+        approval: Approval | None,
+        agent: str,
+        tool: ManagedTool,
+        arguments: dict[str, Any],
+        call_id: str | None,
+    ) -> str | None:
+        """Why this answer cannot approve this call; None when it names a pending (or just
+        expired) client approval of exactly it."""
+        if approval is None:
+            return "no such approval"
+        if approval.agent != agent:
+            return "no such approval"  # another agent's: its existence is not confirmed
+        if approval.approver != "client":
+            return "it is an operator's approval"
+        if approval.manifest_digest != self.manifest_digest:
+            return "it was asked by another build"
+        if (approval.tool, approval.args_digest) != (tool.name, args_digest(arguments)):
+            return "it approves another call"
+        if approval.call_id != call_id:
+            return "it approves another call"
+        if approval.status not in ("pending", "expired"):
+            return f"it is already {approval.status}"
+        return None
+
+    async def _refuse(
+        self,
+        agent: str,
+        tool: ManagedTool,
+        arguments: dict[str, Any],
+        answer: ClientAnswer,
+        problem: str,
+    ) -> None:
+        log.warning("approval answer of agent %s refused: %s", agent, problem)
+        self._metrics.approvals.labels(event="refused").inc()
+        await self._append(
+            agent,
+            {
+                "event": "approval_answer_refused",
+                "approval": answer.approval_id[:100],
+                "tool": tool.name,
+                "args_digest": args_digest(arguments),
+                "approve": answer.approve,
+                "problem": problem,
+                "who": WHO,
+            },
+        )
+
+    async def _record(self, approval: Approval, decision: str, reason: str | None) -> None:
+        self._metrics.approvals.labels(event=decision).inc()
+        await self._append(
+            approval.agent,
+            {
+                "event": "approval_decided",
+                "approval": approval.id,
+                "tool": approval.tool,
+                "args_digest": approval.args_digest,
+                "decision": decision,
+                "reason": reason,
+                "who": WHO,
+                "latency_ms": round((time.time() - approval.created) * 1000, 3),
+            },
+        )
+
+    async def _append(self, agent: str, record: dict[str, Any]) -> None:
+        try:
+            await self._audit.append(agent, record)
+        except Exception:
+            log.exception("audit of a client approval answer of agent %s failed", agent)
