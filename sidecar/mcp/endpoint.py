@@ -13,6 +13,8 @@ Everything else answers as plain JSON.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import logging
 import time
 import uuid
@@ -32,6 +34,15 @@ from clawpod.sidecar.manifest import (
     DEFAULT_MAX_BODY_BYTES,
     AgentBuild,
     ManagedTool,
+)
+from clawpod.sidecar.mcp.client_approvals import (
+    ApprovalChannel,
+    Elicitations,
+    answer_of,
+    can_elicit,
+    elicitation_params,
+    input_required,
+    retry_answer,
 )
 from clawpod.sidecar.mcp.http import (
     JSON,
@@ -69,6 +80,7 @@ from clawpod.sidecar.mcp.protocol import (
 )
 from clawpod.sidecar.mcp.sessions import Session, SessionStore
 from clawpod.sidecar.mcp.stateless import (
+    CAPABILITIES_META_KEY,
     ERROR_STATUS,
     STATELESS_VERSIONS,
     Rejected,
@@ -78,6 +90,7 @@ from clawpod.sidecar.mcp.stateless import (
     is_stateless,
     tools_list_result,
 )
+from clawpod.sidecar.model.client_approval import ClientApproval, requested_approval
 from clawpod.sidecar.model.json_cost import costs_over
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from clawpod.sidecar.observability import tracing
@@ -126,6 +139,7 @@ class McpEndpoint:
         self.keepalive_s = keepalive_s
         self._agent_tools: dict[tuple[str, int], _AgentTools] = {}
         self._tasks = tasks
+        self.elicitations = Elicitations()  # approvals asked of session clients (SPEC §16)
 
     async def handle(self, request: web.Request, agent: AgentBuild) -> web.StreamResponse:
         started = time.perf_counter()
@@ -205,15 +219,20 @@ class McpEndpoint:
                 INVALID_REQUEST,
                 f"Invalid Request: JSON-RPC batches are not part of MCP {session.protocol_version}",
             )
-        # Notifications (initialized, cancelled) and responses need no action: calls already
-        # sent complete anyway, and this server sends no requests of its own.
+        # Notifications (initialized, cancelled) need no action: calls already sent complete
+        # anyway. Responses answer this server's approval questions (SPEC §16).
+        for response in (m for m in messages if m.kind == "response"):
+            self.elicitations.deliver(session.id, response)
         requests = [m for m in messages if m.kind == "request"]
         if not requests:
             return web.Response(status=202)
         version = session.protocol_version
         calls = any(m.method == "tools/call" for m in requests)
         if accepts_sse and (calls or not accepts_json):
-            return await self._answer_sse(request, agent, version, requests)
+            approvals = None
+            if can_elicit(session.capabilities):
+                approvals = ApprovalChannel(stateless=False, session_id=session.id)
+            return await self._answer_sse(request, agent, version, requests, approvals)
         answers = [await self._answer(agent, version, m, stream=False) for m in requests]
         return json_response(answers if batch else answers[0])
 
@@ -242,7 +261,10 @@ class McpEndpoint:
             answer = error_response(message.id, err.code, err.message, err.data)
             return json_response(answer, status=err.status)
         if message.method == "tools/call" or not accepts_json:
-            return await self._answer_sse(request, agent, version, [message])
+            meta = message.params.get("_meta") if isinstance(message.params, dict) else None
+            capabilities = meta.get(CAPABILITIES_META_KEY) if isinstance(meta, dict) else None
+            approvals = ApprovalChannel(stateless=True) if can_elicit(capabilities) else None
+            return await self._answer_sse(request, agent, version, [message], approvals)
         answer = await self._answer(agent, version, message, stream=False)
         status = ERROR_STATUS.get(answer["error"]["code"], 200) if "error" in answer else 200
         return json_response(answer, status=status)
@@ -257,7 +279,7 @@ class McpEndpoint:
         except JsonRpcError as err:
             return json_response(err.response(), status=400)
         version = negotiate_version(params.protocol_version)
-        session = self.sessions.create(agent.agent.id, version)
+        session = self.sessions.create(agent.agent.id, version, params.capabilities)
         answer = result_response(message.id, initialize_result(version, agent))
         body = orjson.dumps(answer)
         if accepts_json:
@@ -293,7 +315,13 @@ class McpEndpoint:
         return session
 
     async def _answer(
-        self, agent: AgentBuild, version: str, message: Message, *, stream: bool
+        self,
+        agent: AgentBuild,
+        version: str,
+        message: Message,
+        *,
+        stream: bool,
+        approvals: ApprovalChannel | None = None,
     ) -> dict[str, Any]:
         stateless = version in STATELESS_VERSIONS
         try:
@@ -316,7 +344,12 @@ class McpEndpoint:
                 return result_response(message.id, listing)
             if message.method == "tools/call":
                 params = parse_params(CallToolParams, message)
-                outcome = await self._call(agent, message, params, stream=stream)
+                outcome = await self._call(agent, message, params, stream, approvals)
+                asked = requested_approval(outcome)
+                if asked is not None:  # stateless: the client retries with its answer
+                    tool = self._tools_of(agent)[1][params.name]
+                    asking = input_required(asked, tool, params.arguments or {})
+                    return result_response(message.id, asking)
                 result = tool_result(outcome, version)
                 return result_response(message.id, complete(result) if stateless else result)
             raise JsonRpcError(METHOD_NOT_FOUND, f"Method not found: {message.method}", message.id)
@@ -344,8 +377,8 @@ class McpEndpoint:
         agent: AgentBuild,
         message: Message,
         params: CallToolParams,
-        *,
         stream: bool,
+        approvals: ApprovalChannel | None,
     ) -> ToolOutcome:
         tool = self._tools_of(agent)[1].get(params.name)
         if tool is None:
@@ -354,7 +387,7 @@ class McpEndpoint:
             raise JsonRpcError(INVALID_PARAMS, f"Unknown tool: {params.name}", message.id)
         # The call and its audit record run as one task: a client that goes away does not
         # cancel a call already sent, and the record is still written.
-        return await self._tasks.run(self._run(agent, message, params, tool, stream))
+        return await self._tasks.run(self._run(agent, message, params, tool, stream, approvals))
 
     async def _run(
         self,
@@ -363,10 +396,12 @@ class McpEndpoint:
         params: CallToolParams,
         tool: ManagedTool,
         stream: bool,
+        approvals: ApprovalChannel | None = None,
     ) -> ToolOutcome:
         policy = agent.tools.policy
         record_id = "mcp_" + uuid.uuid4().hex
-        outcome = await self._executor.execute(
+        execute = functools.partial(
+            self._executor.execute,
             agent.agent.id,
             tool,
             params.arguments,
@@ -380,6 +415,18 @@ class McpEndpoint:
             if has_side_effects(tool)
             else None,
         )
+        if approvals is None:
+            outcome = await execute()
+        elif approvals.stateless:
+            outcome = await execute(client=ClientApproval(None, retry_answer(params)))
+        else:
+            outcome = await execute(client=ClientApproval(None))
+            asked = requested_approval(outcome)
+            if asked is not None:  # session era: ask on this call's stream, then go on
+                question = elicitation_params(tool, params.arguments or {})
+                timeout_s = self._executor.settings.timeout_ms / 1000
+                result = await self.elicitations.ask(approvals, question, timeout_s)
+                outcome = await execute(client=ClientApproval(None, answer_of(asked, result)))
         await self._audit_call(agent, message, params, tool, outcome, stream, record_id)
         return outcome
 
@@ -425,6 +472,7 @@ class McpEndpoint:
         agent: AgentBuild,
         version: str,
         requests: list[Message],
+        approvals: ApprovalChannel | None = None,
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": SSE, "Cache-Control": "no-cache"})
         await response.prepare(request)
@@ -434,7 +482,13 @@ class McpEndpoint:
             nonlocal connected
             connected = connected and await write(response, data)
 
-        work = self._answer_all(agent, version, requests)
+        async def send(data: bytes) -> bool:
+            await keepalive(data)
+            return connected
+
+        if approvals is not None and not approvals.stateless:
+            approvals = dataclasses.replace(approvals, send=send)
+        work = self._answer_all(agent, version, requests, approvals)
         answers = await with_keepalives(work, keepalive, self.keepalive_s)
         if connected:
             for answer in answers:
@@ -445,17 +499,27 @@ class McpEndpoint:
         return response
 
     async def _answer_all(
-        self, agent: AgentBuild, version: str, requests: list[Message]
+        self,
+        agent: AgentBuild,
+        version: str,
+        requests: list[Message],
+        approvals: ApprovalChannel | None = None,
     ) -> list[dict[str, Any]]:
         """A batch's answers, in order. As in mediated mode (§4.2.9), its calls run at once
         only when every one is read-only; otherwise one by one, in the batch's order."""
         if self._all_read_only(agent, requests):
             return list(
                 await asyncio.gather(
-                    *(self._answer(agent, version, m, stream=True) for m in requests)
+                    *(
+                        self._answer(agent, version, m, stream=True, approvals=approvals)
+                        for m in requests
+                    )
                 )
             )
-        return [await self._answer(agent, version, m, stream=True) for m in requests]
+        return [
+            await self._answer(agent, version, m, stream=True, approvals=approvals)
+            for m in requests
+        ]
 
     def _all_read_only(self, agent: AgentBuild, requests: list[Message]) -> bool:
         by_name = self._tools_of(agent)[1]

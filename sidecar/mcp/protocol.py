@@ -45,6 +45,8 @@ class Message:
     id: Any
     method: str | None
     params: Any
+    result: Any = None
+    """A response's result (the client answering a request of this server)."""
 
 
 def parse_body(raw: bytes) -> tuple[list[Message], bool]:
@@ -74,7 +76,7 @@ def _message(value: Any) -> Message:
     method = value.get("method")
     if method is None:
         if has_id and ("result" in value or "error" in value):
-            return Message("response", request_id, None, None)
+            return Message("response", request_id, None, None, value.get("result"))
         raise JsonRpcError(INVALID_REQUEST, "Invalid Request: no method", request_id)
     if not isinstance(method, str):
         raise JsonRpcError(INVALID_REQUEST, "Invalid Request: method must be a string", request_id)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import secrets
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 MAX_SESSIONS = 4096
 MAX_SESSIONS_PER_AGENT = 64
@@ -15,6 +16,8 @@ class Session:
     id: str
     agent_id: str
     protocol_version: str
+    capabilities: dict[str, Any] = field(default_factory=dict)
+    """What the client declared at initialize (elicitation: SPEC §16)."""
 
 
 class SessionStore:
@@ -31,9 +34,13 @@ class SessionStore:
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def create(self, agent_id: str, protocol_version: str) -> Session:
+    def create(
+        self, agent_id: str, protocol_version: str, capabilities: dict[str, Any] | None = None
+    ) -> Session:
         # Visible ASCII only, unguessable (the transport spec's requirements for session ids).
-        session = Session(secrets.token_urlsafe(24), agent_id, protocol_version)
+        session = Session(
+            secrets.token_urlsafe(24), agent_id, protocol_version, dict(capabilities or {})
+        )
         if sum(1 for s in self._sessions.values() if s.agent_id == agent_id) >= self._max_per_agent:
             oldest = next(s.id for s in self._sessions.values() if s.agent_id == agent_id)
             del self._sessions[oldest]

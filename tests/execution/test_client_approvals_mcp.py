@@ -1,0 +1,240 @@
+"""Approvals the native agent's user answers in MCP itself (SPEC §16), through the official MCP
+Python client: ``elicitation/create`` in the 2025-11-25 session era, ``input_required`` in the
+2026-07-28 stateless era, the operator's approval for clients that can do neither."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import mcp_types as types
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from tests.execution.client_desk import TRADE, ClientDesk, start_client_desk
+from tests.execution.test_client_approvals_responses import (
+    PROMPT,
+    approval_request,
+    ask,
+    script_trade,
+)
+from tests.execution.test_governance import OPERATOR_TOKEN
+from tests.support.services import ToolService
+from tests.support.upstream import StubUpstream
+
+Answer = types.ElicitResult | types.ErrorData
+MODES = ["legacy", "auto"]  # the session era, the stateless era (found by server/discover)
+
+
+@pytest.fixture
+async def desk(tmp_path: Path, service: ToolService) -> AsyncIterator[ClientDesk]:
+    async with StubUpstream() as upstream:
+        running = await start_client_desk(tmp_path, service, upstream, 60000)
+        try:
+            yield running
+        finally:
+            await running.sidecar.close()
+
+
+class User:
+    """The person behind the client's elicitation callback."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+        self.asked: list[types.ElicitRequestParams] = []
+
+    async def __call__(self, context: Any, params: types.ElicitRequestParams) -> Answer:
+        self.asked.append(params)
+        return self.answer
+
+
+@asynccontextmanager
+async def trader(desk: ClientDesk, mode: str, user: User | None) -> AsyncIterator[Client]:
+    headers = {"Authorization": f"Bearer {desk.tokens['trader']}"}
+    async with (
+        create_mcp_http_client(headers=headers) as http,
+        Client(
+            streamable_http_client(desk.sidecar.url + "/mcp", http_client=http),
+            mode=mode,
+            elicitation_callback=user,
+        ) as client,
+    ):
+        yield client
+
+
+def accept(approve: bool = True) -> types.ElicitResult:
+    return types.ElicitResult(action="accept", content={"approve": approve})
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_the_user_approves_in_the_client_and_the_call_runs(
+    desk: ClientDesk, mode: str
+) -> None:
+    user = User(accept())
+    async with trader(desk, mode, user) as client:
+        result = await client.call_tool("desk_execute_trade", TRADE)
+    assert result.is_error is False
+    assert [(q.method, q.path) for q in desk.service.requests] == [("POST", "/trades")]
+    [question] = user.asked
+    assert "desk_execute_trade" in question.message and '"quantity":10' in question.message
+    schema = question.requested_schema
+    assert schema["properties"]["approve"]["type"] == "boolean"
+    assert schema["required"] == ["approve"]
+    [decided] = desk.events("approval_decided", "trader")
+    assert (decided["decision"], decided["who"]) == ("approved", "client")
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    "answer",
+    [accept(False), types.ElicitResult(action="decline"), types.ElicitResult(action="cancel")],
+    ids=["approve-false", "decline", "cancel"],
+)
+async def test_anything_but_an_approval_rejects_the_call(
+    desk: ClientDesk, mode: str, answer: types.ElicitResult
+) -> None:
+    async with trader(desk, mode, User(answer)) as client:
+        result = await client.call_tool("desk_execute_trade", TRADE)
+    assert result.is_error is True
+    error = result.structured_content["error"]
+    assert error["code"] == "approval_denied" and "rejected by the user" in error["message"]
+    assert desk.service.requests == []
+
+
+async def test_the_stateless_retry_shape(desk: ClientDesk) -> None:
+    """What a 2026-07-28 client gets and sends back, driven by hand."""
+    async with trader(desk, "auto", User(accept())) as client:
+        asking = await client.session.call_tool(
+            "desk_execute_trade", TRADE, allow_input_required=True
+        )
+        assert isinstance(asking, types.InputRequiredResult)
+        [(key, request)] = asking.input_requests.items()
+        assert key == asking.request_state and key.startswith("apr_")
+        assert request.method == "elicitation/create"
+        assert desk.service.requests == []
+        done = await client.session.call_tool(
+            "desk_execute_trade",
+            TRADE,
+            input_responses={key: accept()},
+            request_state=asking.request_state,
+        )
+    assert done.is_error is False
+    assert len(desk.service.requests) == 1
+
+
+# --- the attacker's answers: refused, not executed, audited ----------------------------------
+
+
+async def ask_stateless(desk: ClientDesk, arguments: dict[str, Any] = TRADE) -> str:
+    async with trader(desk, "auto", User(accept())) as client:
+        asking = await client.session.call_tool(
+            "desk_execute_trade", arguments, allow_input_required=True
+        )
+    assert isinstance(asking, types.InputRequiredResult) and asking.request_state
+    return asking.request_state
+
+
+async def retry(
+    desk: ClientDesk, state: str, arguments: dict[str, Any] = TRADE
+) -> types.CallToolResult:
+    async with trader(desk, "auto", User(accept())) as client:
+        return await client.session.call_tool(
+            "desk_execute_trade", arguments, input_responses={state: accept()}, request_state=state
+        )
+
+
+def refused(result: types.CallToolResult, code: str = "approval_invalid") -> str:
+    assert result.is_error is True
+    error = result.structured_content["error"]
+    assert error["code"] == code
+    return error["message"]
+
+
+async def test_an_approval_for_other_arguments_is_refused(desk: ClientDesk) -> None:
+    state = await ask_stateless(desk)
+    message = refused(await retry(desk, state, {**TRADE, "quantity": 9000}))
+    assert "approves another call" in message
+    assert desk.service.requests == []
+    [refusal] = desk.events("approval_answer_refused", "trader")
+    assert refusal["approval"] == state and refusal["problem"] == "it approves another call"
+
+
+async def test_a_used_approval_is_refused_the_second_time(desk: ClientDesk) -> None:
+    state = await ask_stateless(desk)
+    assert (await retry(desk, state)).is_error is False
+    assert "already used" in refused(await retry(desk, state))
+    assert len(desk.service.requests) == 1
+
+
+async def test_a_forged_approval_is_refused(desk: ClientDesk) -> None:
+    assert "no such approval" in refused(await retry(desk, "apr_" + "0" * 24))
+    assert desk.service.requests == []
+
+
+async def test_an_approval_asked_by_a_mediated_agent_is_refused(desk: ClientDesk) -> None:
+    """Another agent's approval (a Responses one of the analyst) answered over MCP."""
+    script_trade(desk)
+    analysts = approval_request(await ask(desk, [PROMPT]))["id"]
+    assert "no such approval" in refused(await retry(desk, analysts))
+    assert desk.service.requests == []
+
+
+async def test_an_operator_approval_cannot_be_answered_by_the_client(desk: ClientDesk) -> None:
+    """A call held for the operator (a client without elicitation) stays the operator's."""
+    async with trader(desk, "legacy", None) as client:
+        waiting = asyncio.ensure_future(client.call_tool("desk_execute_trade", TRADE))
+        approval = await pending_for_operator(desk)
+        assert approval["approver"] == "operator"
+        assert "operator" in refused(await retry(desk, approval["id"]))
+        assert desk.service.requests == []
+        await decide(desk, approval["id"], "approve")
+        result = await waiting
+    assert result.is_error is False
+    assert len(desk.service.requests) == 1
+
+
+async def pending_for_operator(desk: ClientDesk) -> dict[str, Any]:
+    while True:
+        status, body = await operator(desk, "GET", "/operator/approvals")
+        assert status == 200
+        if body["approvals"]:
+            return body["approvals"][0]
+        await asyncio.sleep(0.02)
+
+
+async def decide(desk: ClientDesk, approval_id: str, decision: str) -> None:
+    path = f"/operator/approvals/{approval_id}"
+    assert (await operator(desk, "POST", path, decision=decision))[0] == 200
+
+
+async def operator(desk: ClientDesk, method: str, path: str, **body: Any) -> tuple[int, Any]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.request(
+            method,
+            desk.sidecar.admin_url + path,
+            json=body or None,
+            headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"},
+        ) as response,
+    ):
+        return response.status, await response.json()
+
+
+async def test_the_operator_cannot_decide_a_client_approval(desk: ClientDesk) -> None:
+    state = await ask_stateless(desk)
+    status, body = await operator(desk, "POST", f"/operator/approvals/{state}", decision="approve")
+    assert status == 409 and "client" in body["error"]["message"]
+    assert desk.service.requests == []
+
+
+async def test_a_restart_between_question_and_answer_keeps_the_approval(desk: ClientDesk) -> None:
+    state = await ask_stateless(desk)
+    await desk.restart()
+    assert (await retry(desk, state)).is_error is False
+    assert len(desk.service.requests) == 1
