@@ -147,9 +147,12 @@ class GovernedExecutor:
         decision = self.policy.decide(agent_id, tool, checked, request)
         if decision.effect == "deny":
             return refused("policy_denied", decision.reason)
+        # A client's answer resumes a call its question already admitted (SPEC §16).
+        answering = client is not None and client.answer is not None
         if (
             decision.rate is not None
             and decision.rule is not None
+            and not (answering and self._client_decides(decision, held, tool))
             and not self.rates.admit(agent_id, tool.name, decision.rule, decision.rate)
         ):
             return refused(

@@ -26,7 +26,8 @@ x-claw:
   providers:
     stub: {{api: openai, base-url: "{upstream}", key-env: OPENAI_API_KEY, models: ["*"]}}
   tool-rules:
-    - {{tool: desk.execute_trade, effect: confirm, approver: client, reason: "{reason}"}}
+    - {{tool: desk.execute_trade, effect: confirm, approver: client, reason: "{reason}",
+       rate: 3/minute}}
   approvals: {{timeout-ms: {timeout_ms}}}
 services:
   desk:

@@ -238,3 +238,13 @@ async def test_a_restart_between_question_and_answer_keeps_the_approval(desk: Cl
     await desk.restart()
     assert (await retry(desk, state)).is_error is False
     assert len(desk.service.requests) == 1
+
+
+async def test_an_answered_call_counts_once_against_its_rate(desk: ClientDesk) -> None:
+    """The rule allows 3 trades a minute: asking and answering are one call, not two."""
+    async with trader(desk, "auto", User(accept())) as client:
+        results = [await client.call_tool("desk_execute_trade", TRADE) for _ in range(3)]
+        over = await client.call_tool("desk_execute_trade", TRADE)
+    assert [result.is_error for result in results] == [False] * 3
+    assert len(desk.service.requests) == 3
+    assert over.structured_content["error"]["code"] == "rate_limited"
