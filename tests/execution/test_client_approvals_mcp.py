@@ -10,7 +10,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import mcp_types as types
 import pytest
 from mcp import Client
@@ -18,13 +17,13 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from tests.execution.client_desk import TRADE, ClientDesk, start_client_desk
+from tests.execution.operator_calls import decide, operator, pending_for_operator
 from tests.execution.test_client_approvals_responses import (
     PROMPT,
     approval_request,
     ask,
     script_trade,
 )
-from tests.execution.test_governance import OPERATOR_TOKEN
 from tests.support.services import ToolService
 from tests.support.upstream import StubUpstream
 
@@ -197,33 +196,6 @@ async def test_an_operator_approval_cannot_be_answered_by_the_client(desk: Clien
         result = await waiting
     assert result.is_error is False
     assert len(desk.service.requests) == 1
-
-
-async def pending_for_operator(desk: ClientDesk) -> dict[str, Any]:
-    while True:
-        status, body = await operator(desk, "GET", "/operator/approvals")
-        assert status == 200
-        if body["approvals"]:
-            return body["approvals"][0]
-        await asyncio.sleep(0.02)
-
-
-async def decide(desk: ClientDesk, approval_id: str, decision: str) -> None:
-    path = f"/operator/approvals/{approval_id}"
-    assert (await operator(desk, "POST", path, decision=decision))[0] == 200
-
-
-async def operator(desk: ClientDesk, method: str, path: str, **body: Any) -> tuple[int, Any]:
-    async with (
-        aiohttp.ClientSession() as session,
-        session.request(
-            method,
-            desk.sidecar.admin_url + path,
-            json=body or None,
-            headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"},
-        ) as response,
-    ):
-        return response.status, await response.json()
 
 
 async def test_the_operator_cannot_decide_a_client_approval(desk: ClientDesk) -> None:

@@ -5,6 +5,7 @@ an answer bound to this agent, tool, arguments and build, once, before it expire
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,10 +13,12 @@ from typing import Any
 
 import pytest
 
-from tests.execution.client_desk import TRADE, ClientDesk, start_client_desk
+from tests.execution.client_desk import REASON, TRADE, ClientDesk, start_client_desk
+from tests.execution.operator_calls import decide, pending_for_operator
+from tests.mediation.scripted import oa_calls, oa_text
 from tests.support import responses as r
 from tests.support.services import ToolService
-from tests.support.upstream import StubUpstream
+from tests.support.upstream import Reply, StubUpstream
 
 PROMPT = {"role": "user", "content": "Buy 10 NVDA."}
 
@@ -254,3 +257,89 @@ async def test_an_answer_for_another_build_is_refused(desk: ClientDesk) -> None:
     assert desk.service.requests == []
     error = refusal_seen(desk)
     assert error["code"] == "approval_invalid" and "another build" in error["message"]
+
+
+async def test_each_call_of_a_round_gets_its_own_approval(desk: ClientDesk) -> None:
+    """A read-only call runs at once; two trades wait, one approved and one rejected."""
+    small, large = TRADE, {**TRADE, "quantity": 20}
+    desk.upstream.enqueue(
+        "responses",
+        r.reply(
+            r.response(
+                r.call("call_q", "desk_get_quote", {"symbol": "NVDA"}),
+                r.call("call_s", "desk_execute_trade", small),
+                r.call("call_l", "desk_execute_trade", large),
+            )
+        ),
+        r.reply(r.response(r.message("One of two."), response_id="resp_2")),
+    )
+    asked = await ask(desk, [PROMPT])
+    requests = {json.loads(i["arguments"])["quantity"]: i["id"] for i in asked["output"]}
+    assert [i["type"] for i in asked["output"]] == ["mcp_approval_request"] * 2
+    assert [q.path for q in desk.service.requests] == ["/quotes/NVDA"]
+    answers = [
+        {"type": "mcp_approval_response", "approval_request_id": requests[10], "approve": True},
+        {"type": "mcp_approval_response", "approval_request_id": requests[20], "approve": False},
+    ]
+    await ask(desk, [PROMPT, *asked["output"], *answers])
+    assert [q.path for q in desk.service.requests] == ["/quotes/NVDA", "/trades"]
+    assert desk.service.requests[1].json() == small
+    second = desk.sent_inputs()[1]
+    outputs = [i["call_id"] for i in second if i.get("type") == "function_call_output"]
+    assert outputs == ["call_q", "call_s", "call_l"]  # the round's order, whole
+    assert desk.results_seen("call_l")[0]["error"]["code"] == "approval_denied"
+    assert desk.results_seen("call_q")[0]["ok"] is True
+
+
+async def test_a_chained_conversation_answers_by_previous_response_id(desk: ClientDesk) -> None:
+    """``store: true``: the provider holds the turn, the client sends only its answer."""
+    desk.upstream.enqueue(
+        "responses",
+        r.reply(r.response(r.call("call_t", "desk_execute_trade", TRADE), response_id="resp_a")),
+        r.reply(r.response(r.message("Done."), response_id="resp_b")),
+    )
+    client = desk.openai()
+    try:
+        asked = await client.responses.create(model="gpt-4o", input="Buy 10 NVDA.", store=True)
+        request = approval_request(asked.model_dump(exclude_none=True))
+        done = await client.responses.create(
+            model="gpt-4o",
+            previous_response_id=asked.id,
+            input=[
+                {
+                    "type": "mcp_approval_response",
+                    "approval_request_id": request["id"],
+                    "approve": True,
+                }
+            ],
+        )
+    finally:
+        await client.close()
+    assert done.output_text == "Done."
+    assert [q.path for q in desk.service.requests] == ["/trades"]
+    second = desk.upstream.requests_to("responses")[1].json
+    assert second["previous_response_id"] == "resp_a"
+    assert [i["type"] for i in second["input"]] == ["function_call_output"]  # turn: provider's
+
+
+async def test_chat_completions_keeps_the_operator_path(desk: ClientDesk) -> None:
+    """Chat Completions has no approval item: the same rule waits for the operator."""
+    desk.upstream.enqueue(
+        "openai",
+        Reply.json(oa_calls(("c1", "desk_execute_trade", TRADE))),
+        Reply.json(oa_text("done", 1)),
+    )
+    client = desk.openai()
+    try:
+        asking = asyncio.ensure_future(
+            client.chat.completions.create(
+                model="gpt-4o", messages=[{"role": "user", "content": "Buy 10 NVDA."}]
+            )
+        )
+        approval = await pending_for_operator(desk)
+        assert approval["approver"] == "operator" and approval["rule"] == REASON
+        await decide(desk, approval["id"], "approve")
+        await asking
+    finally:
+        await client.close()
+    assert [q.path for q in desk.service.requests] == ["/trades"]
