@@ -12,8 +12,9 @@
   official Python client does this itself.
 
 The question is a form with one boolean, ``approve``; the call runs only when the user accepts
-with ``approve: true``. Any other answer (decline, cancel, ``false``, an error) rejects it.
-Clients that declare neither get the operator's approval.
+with ``approve: true``. Any other answer (decline, cancel, ``false``, an error) rejects it; no
+answer (in time, or before the sidecar stops) leaves it unanswered. Clients that declare
+neither get the operator's approval.
 """
 
 from __future__ import annotations
@@ -118,13 +119,14 @@ class Elicitations:
     """Questions sent to session clients, waiting for the responses they POST."""
 
     _waiting: dict[tuple[str, str], asyncio.Future[Any]] = field(default_factory=dict)
+    _stopping: bool = False
 
     async def ask(
         self, channel: ApprovalChannel, params: dict[str, Any], timeout_s: float
     ) -> Any | None:
-        """The client's result (an error response counts as none); None when it does not
-        answer in time or its stream is gone."""
-        if channel.session_id is None or channel.send is None:
+        """The client's result (an error response is a result without content); None when it
+        does not answer in time, its stream is gone or the sidecar is stopping."""
+        if channel.session_id is None or channel.send is None or self._stopping:
             return None
         request_id = ASK_ID_PREFIX + secrets.token_urlsafe(12)
         key = (channel.session_id, request_id)
@@ -139,6 +141,13 @@ class Elicitations:
             return None
         finally:
             self._waiting.pop(key, None)
+
+    def stop(self) -> None:
+        """Release every question: a sidecar shutting down does not wait for users."""
+        self._stopping = True
+        for future in self._waiting.values():
+            if not future.done():
+                future.set_result(None)
 
     def deliver(self, session_id: str, message: Message) -> None:
         """A response POSTed on a session: it answers only that session's own question."""

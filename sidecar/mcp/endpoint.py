@@ -90,7 +90,11 @@ from clawpod.sidecar.mcp.stateless import (
     is_stateless,
     tools_list_result,
 )
-from clawpod.sidecar.model.client_approval import ClientApproval, requested_approval
+from clawpod.sidecar.model.client_approval import (
+    ClientApproval,
+    requested_approval,
+    unanswered,
+)
 from clawpod.sidecar.model.json_cost import costs_over
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from clawpod.sidecar.observability import tracing
@@ -426,7 +430,10 @@ class McpEndpoint:
                 question = elicitation_params(tool, params.arguments or {})
                 timeout_s = self._executor.settings.timeout_ms / 1000
                 result = await self.elicitations.ask(approvals, question, timeout_s)
-                outcome = await execute(client=ClientApproval(None, answer_of(asked, result)))
+                if result is None:
+                    outcome = unanswered(asked)
+                else:
+                    outcome = await execute(client=ClientApproval(None, answer_of(asked, result)))
         await self._audit_call(agent, message, params, tool, outcome, stream, record_id)
         return outcome
 

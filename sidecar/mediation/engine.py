@@ -46,7 +46,7 @@ from clawpod.sidecar.mediation.commands import (
     ToolsDone,
 )
 from clawpod.sidecar.model.canonical import canonical_json, digest
-from clawpod.sidecar.model.client_approval import ClientAnswer, ClientApproval
+from clawpod.sidecar.model.client_approval import ClientAnswer, ClientApproval, unanswered
 from clawpod.sidecar.model.conversation import (
     CodecError,
     ModelTurn,
@@ -499,7 +499,7 @@ class MediationEngine:
         ]
         ran = (yield from self._execute_round(runnable, pending.answers)) if runnable else []
         by_id = dict(zip((c.id for c in runnable), ran or [], strict=False))
-        outcomes = [by_id.get(c.id) or _unanswered(stopped.asked[c.id]) for c in waiting]
+        outcomes = [by_id.get(c.id) or unanswered(stopped.asked[c.id]) for c in waiting]
         self._trace_round(waiting, outcomes)
         self._taint_with(waiting, outcomes)
         results = [ToolResult(c, o) for c, o in zip(waiting, outcomes, strict=True)]
@@ -728,13 +728,6 @@ def _repeat(tool: ManagedTool, earlier_id: str, earlier: ToolOutcome) -> ToolOut
         "duplicate_call",
         f"identical call already made in this request (call {earlier_id}); "
         "it is not executed twice",
-    )
-
-
-def _unanswered(approval_id: str) -> ToolOutcome:
-    return refused(
-        "approval_unanswered",
-        f"the user did not answer approval {approval_id}; the call was not executed",
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from clawpod.sidecar.model.outcome import ToolOutcome, error_envelope
+from clawpod.sidecar.model.outcome import ToolOutcome, error_envelope, refused
 
 APPROVAL_REQUESTED = "approval_requested"
 # The label a client sees on the sidecar's approval items (``server_label``).
@@ -43,6 +43,15 @@ def approval_requested(approval_id: str) -> ToolOutcome:
     )
     envelope["error"]["approval"] = approval_id
     return ToolOutcome(envelope, APPROVAL_REQUESTED, None, executed=False, latency_ms=0.0)
+
+
+def unanswered(approval_id: str) -> ToolOutcome:
+    """The client gave no answer to ``approval_id`` (none sent, none in time, the sidecar
+    stopping): the call is not run, and the approval expires by itself."""
+    return refused(
+        "approval_unanswered",
+        f"the user did not answer approval {approval_id}; the call was not executed",
+    )
 
 
 def requested_approval(outcome: ToolOutcome) -> str | None:

@@ -133,8 +133,10 @@ def create_app(
 async def _end_waiting_approvals(app: web.Application) -> None:
     """First thing on shutdown, before requests in progress are waited for: calls waiting for
     an operator are answered now (``approval_pending``, in the caller's protocol), so they
-    neither hold the shutdown until its timeout nor end as cut streams (issue 30)."""
+    neither hold the shutdown until its timeout nor end as cut streams (issue 30). So are
+    calls waiting for an MCP client's answer (SPEC §16)."""
     app[STATE_KEY].governed.approvals.stop()
+    app[STATE_KEY].mcp.elicitations.stop()
 
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:

@@ -220,3 +220,28 @@ async def test_an_answered_call_counts_once_against_its_rate(desk: ClientDesk) -
     assert [result.is_error for result in results] == [False] * 3
     assert len(desk.service.requests) == 3
     assert over.structured_content["error"]["code"] == "rate_limited"
+
+
+async def test_a_session_client_that_never_answers_holds_neither_the_call_nor_the_shutdown(
+    desk: ClientDesk,
+) -> None:
+    asked = asyncio.Event()
+    never = asyncio.Event()
+
+    async def silent_user(context: Any, params: types.ElicitRequestParams) -> Answer:
+        asked.set()
+        await never.wait()  # the user walked away
+        return accept()
+
+    async with trader(desk, "legacy", silent_user) as client:  # type: ignore[arg-type]
+        calling = asyncio.ensure_future(client.call_tool("desk_execute_trade", TRADE))
+        await asked.wait()
+        await desk.sidecar.close()  # SIGTERM's path: the question is released at once
+        try:
+            result = await calling
+        finally:
+            never.set()
+    assert result.structured_content["error"]["code"] == "approval_unanswered"
+    assert desk.service.requests == []
+    [approval] = desk.state_dir.joinpath("approvals").glob("*.json")  # left to expire
+    assert '"status":"pending"' in approval.read_text()
