@@ -46,21 +46,28 @@ def requested_id(item: dict[str, Any]) -> str | None:
     return None
 
 
+def check_answers(items: list[dict[str, Any]]) -> None:
+    """Every ``mcp_approval_response`` of a request's input has the API's required fields."""
+    for item in items:
+        if item.get("type") != RESPONSE:
+            continue
+        if not isinstance(item.get("approval_request_id"), str):
+            raise CodecError("input: mcp_approval_response needs an 'approval_request_id' string")
+        if not isinstance(item.get("approve"), bool):
+            raise CodecError("input: mcp_approval_response needs 'approve': true or false")
+
+
 def answer_of(item: dict[str, Any], asked: set[str]) -> ClientAnswer | None:
-    """The answer an ``mcp_approval_response`` item gives to one of the sidecar's approvals
-    (``asked``: the ids its requests in this input carry); None for any other item."""
+    """The answer an ``mcp_approval_response`` item (checked by :func:`check_answers`) gives
+    to one of the sidecar's approvals (``asked``: the ids its requests in this input carry);
+    None for any other item."""
     if item.get("type") != RESPONSE:
         return None
-    approval_id = item.get("approval_request_id")
-    if not isinstance(approval_id, str):
-        raise CodecError("input: mcp_approval_response needs an 'approval_request_id' string")
+    approval_id = str(item["approval_request_id"])
     if approval_id not in asked and not approval_id.startswith(APPROVAL_ID_PREFIX):
         return None
-    approve = item.get("approve")
-    if not isinstance(approve, bool):
-        raise CodecError("input: mcp_approval_response needs 'approve': true or false")
     reason = item.get("reason")
-    return ClientAnswer(approval_id, approve, reason if isinstance(reason, str) else None)
+    return ClientAnswer(approval_id, item["approve"], reason if isinstance(reason, str) else None)
 
 
 def asking_turn(turn: ModelTurn, asked: dict[str, tuple[str, str]]) -> ModelTurn:

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from clawpod.sidecar.codecs.approval_items import is_sidecar_tool
+from clawpod.sidecar.codecs.approval_items import check_answers, is_sidecar_tool
 from clawpod.sidecar.codecs.base import Codec
 from clawpod.sidecar.codecs.openai_shapes import STRUCTURED_FORMATS, OpenAIShapes
 from clawpod.sidecar.codecs.responses_stream import (
@@ -149,6 +149,7 @@ class ResponsesCodec(OpenAIShapes, Codec):
     def parse_request(self, body: dict[str, Any]) -> Conversation:
         params = dict(body)
         items = _input_items(params.pop("input", None))
+        check_answers(items)
         tools = params.pop("tools", None) or []
         if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
             raise CodecError("tools: must be an array of objects")

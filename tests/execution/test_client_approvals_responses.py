@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 
 from tests.execution.client_desk import REASON, TRADE, ClientDesk, start_client_desk
@@ -343,3 +344,20 @@ async def test_chat_completions_keeps_the_operator_path(desk: ClientDesk) -> Non
     finally:
         await client.close()
     assert [q.path for q in desk.service.requests] == ["/trades"]
+
+
+@pytest.mark.parametrize(
+    ("answer_item", "message"),
+    [
+        ({"approve": True}, "approval_request_id"),
+        ({"approval_request_id": "apr_x", "approve": "yes"}, "'approve': true or false"),
+    ],
+)
+async def test_a_malformed_answer_is_a_clear_400(
+    desk: ClientDesk, answer_item: dict[str, Any], message: str
+) -> None:
+    item = {"type": "mcp_approval_response", **answer_item}
+    with pytest.raises(openai.BadRequestError) as raised:
+        await ask(desk, [PROMPT, item])
+    assert raised.value.status_code == 400 and message in raised.value.message
+    assert desk.upstream.requests_to("responses") == [] and desk.service.requests == []
