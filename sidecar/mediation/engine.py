@@ -476,6 +476,7 @@ class MediationEngine:
         chained = bool(self.codec.chain_ids(self.conversation))
         settlement = settle(history, records[ASKED], records[ANSWERED], chained=chained)
         self.refused_answers = settlement.refused
+        self.restored_rounds += len(settlement.restored) + len(settlement.pending)
         for remembered in settlement.restored:
             self._taint_with_sources(remembered.taint_sources)
         settled: list[dict[str, Any]] = []

@@ -361,3 +361,33 @@ async def test_a_malformed_answer_is_a_clear_400(
         await ask(desk, [PROMPT, item])
     assert raised.value.status_code == 400 and message in raised.value.message
     assert desk.upstream.requests_to("responses") == [] and desk.service.requests == []
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_hidden_rounds_before_the_approval_come_back_around_it(
+    desk: ClientDesk, stream: bool
+) -> None:
+    """A quote ran in a hidden round, then the trade waited: the model later sees both."""
+    desk.upstream.enqueue(
+        "responses",
+        r.reply(r.response(r.call("call_q", "desk_get_quote", {"symbol": "NVDA"})), stream=stream),
+        r.reply(
+            r.response(r.message("Quote is fine."), r.call("call_t", "desk_execute_trade", TRADE)),
+            stream=stream,
+        ),
+        r.reply(r.response(r.message("Done."), response_id="resp_3"), stream=stream),
+    )
+    asked = await ask(desk, [PROMPT], stream=stream)
+    await ask(desk, answer(asked), stream=stream)
+    third = desk.sent_inputs()[2]
+    assert [(i.get("type", "message"), i.get("call_id")) for i in third] == [
+        ("message", None),
+        ("function_call", "call_q"),
+        ("function_call_output", "call_q"),
+        ("message", None),
+        ("function_call", "call_t"),
+        ("function_call_output", "call_t"),
+    ]
+    assert [q.path for q in desk.service.requests] == ["/quotes/NVDA", "/trades"]
+    [record] = [x for x in desk.audit() if x.get("route") == "/v1/responses"][-1:]
+    assert record["hidden_rounds_restored"] == 2  # the quote's, and the trade's own
