@@ -24,6 +24,8 @@ from tests.execution.test_client_approvals_responses import (
     ask,
     script_trade,
 )
+from tests.execution.test_governance import OPERATOR_TOKEN
+from tests.operators.console_client import ConsoleClient
 from tests.support.services import ToolService
 from tests.support.upstream import StubUpstream
 
@@ -245,3 +247,12 @@ async def test_a_session_client_that_never_answers_holds_neither_the_call_nor_th
     assert desk.service.requests == []
     [approval] = desk.state_dir.joinpath("approvals").glob("*.json")  # left to expire
     assert '"status":"pending"' in approval.read_text()
+
+
+async def test_the_console_lists_a_client_approval_without_deciding_it(desk: ClientDesk) -> None:
+    state = await ask_stateless(desk)
+    async with ConsoleClient(desk.sidecar.admin_url) as console:
+        assert (await console.sign_in(OPERATOR_TOKEN))[0] == 303
+        [listed] = await console.pending()
+    assert listed["id"] == state
+    assert "agent's user" in listed["html"] and 'value="approve"' not in listed["html"]
