@@ -21,8 +21,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from clawpod.sidecar.manifest import Approver
+from clawpod.sidecar.manifest import DEFAULT_MAX_OPEN_APPROVALS, Approvals, Approver, ManagedTool
 from clawpod.sidecar.model.canonical import canonical_json, digest
+from clawpod.sidecar.model.outcome import ToolOutcome, refused
 
 log = logging.getLogger("sidecar.approvals")
 
@@ -83,6 +84,35 @@ class ApprovalError(Exception):
 
 def args_digest(arguments: dict[str, Any]) -> str:
     return digest(canonical_json(arguments).decode())
+
+
+def open_approval(
+    store: ApprovalStore,
+    settings: Approvals,
+    agent: str,
+    tool: ManagedTool,
+    arguments: dict[str, Any],
+    manifest_digest: str,
+    **fields: Any,
+) -> Approval | ToolOutcome:
+    """A new pending approval of this call (``fields``: ``rule``, ``reason``, ``approver``,
+    ``call_id``), or the refusal the model sees once the agent has its limit open."""
+    limit = settings.max_open_per_agent or DEFAULT_MAX_OPEN_APPROVALS
+    if store.open_count(agent) >= limit:
+        return refused(
+            "approval_limit",
+            f"this agent already has {limit} approvals waiting for a decision; "
+            "call again once some are decided",
+        )
+    return store.create(
+        agent,
+        tool.name,
+        arguments,
+        manifest_digest,
+        settings.timeout_ms / 1000,
+        principal=tool.execution.auth.principal,
+        **fields,
+    )
 
 
 class ApprovalStore:

@@ -11,13 +11,18 @@ audited in the asking agent's chain.
 from __future__ import annotations
 
 import logging
-import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from clawpod.sidecar.audit.log import AuditLog
-from clawpod.sidecar.governance.approvals import Approval, ApprovalStore, args_digest
+from clawpod.sidecar.governance.approvals import (
+    Approval,
+    ApprovalStore,
+    args_digest,
+    open_approval,
+)
 from clawpod.sidecar.governance.policy import Decision
-from clawpod.sidecar.manifest import DEFAULT_MAX_OPEN_APPROVALS, Approvals, ManagedTool
+from clawpod.sidecar.manifest import Approvals, ManagedTool
 from clawpod.sidecar.model.client_approval import (
     ClientAnswer,
     ClientApproval,
@@ -30,6 +35,7 @@ log = logging.getLogger("sidecar.approvals")
 
 APPROVAL_INVALID = "approval_invalid"
 WHO = "client"
+Record = Callable[[Approval, str, str | None, str], Awaitable[None]]
 
 
 def asks_client(decision: Decision) -> bool:
@@ -46,8 +52,11 @@ class ClientApprovals:
         manifest_digest: str,
         audit: AuditLog,
         metrics: Metrics,
+        record: Record,
     ) -> None:
+        """``record``: audits and counts a decision, as the operator's are."""
         self.store = store
+        self._record_decision = record
         self.settings = settings
         self.manifest_digest = manifest_digest
         self._audit = audit
@@ -75,24 +84,19 @@ class ClientApprovals:
         client: ClientApproval,
         held_by: Decision,
     ) -> ToolOutcome:
-        limit = self.settings.max_open_per_agent or DEFAULT_MAX_OPEN_APPROVALS
-        if self.store.open_count(agent) >= limit:
-            return refused(
-                "approval_limit",
-                f"this agent already has {limit} approvals waiting for an answer; "
-                "call again once some are answered or expired",
-            )
-        approval = self.store.create(
+        approval = open_approval(
+            self.store,
+            self.settings,
             agent,
-            tool.name,
+            tool,
             arguments,
             self.manifest_digest,
-            self.settings.timeout_ms / 1000,
-            principal=tool.execution.auth.principal,
             rule=held_by.reason,
             approver="client",
             call_id=client.call_id,
         )
+        if isinstance(approval, ToolOutcome):
+            return approval
         log.info("client approval %s asked for %s of agent %s", approval.id, tool.name, agent)
         self._metrics.approvals.labels(event="created").inc()
         return approval_requested(approval.id)
@@ -115,11 +119,12 @@ class ClientApprovals:
                 "the call was not executed",
             )
         if approval.status == "expired":
-            await self._record(approval, "expired", None)
+            await self._record_decision(approval, "expired", None, WHO)
             return refused("approval_expired", f"approval {approval.id} expired before the answer")
         decision = "approve" if answer.approve else "deny"
         decided = self.store.decide(approval.id, decision, answer.reason, WHO, approver="client")
-        await self._record(decided, "approved" if answer.approve else "denied", answer.reason)
+        decision_made = "approved" if answer.approve else "denied"
+        await self._record_decision(decided, decision_made, answer.reason, WHO)
         if not answer.approve:
             because = f": {answer.reason}" if answer.reason else ""
             return refused("approval_denied", f"the call was rejected by the user{because}")
@@ -173,22 +178,6 @@ class ClientApprovals:
                 "approve": answer.approve,
                 "problem": problem,
                 "who": WHO,
-            },
-        )
-
-    async def _record(self, approval: Approval, decision: str, reason: str | None) -> None:
-        self._metrics.approvals.labels(event=decision).inc()
-        await self._append(
-            approval.agent,
-            {
-                "event": "approval_decided",
-                "approval": approval.id,
-                "tool": approval.tool,
-                "args_digest": approval.args_digest,
-                "decision": decision,
-                "reason": reason,
-                "who": WHO,
-                "latency_ms": round((time.time() - approval.created) * 1000, 3),
             },
         )
 

@@ -20,6 +20,7 @@ from clawpod.sidecar.governance.approvals import (
     ApprovalStore,
     Decision,
     args_digest,
+    open_approval,
 )
 from clawpod.sidecar.governance.client_approvals import ClientApprovals, asks_client
 from clawpod.sidecar.governance.policy import (
@@ -33,7 +34,6 @@ from clawpod.sidecar.governance.rates import RateLimiter
 from clawpod.sidecar.governance.taint_guard import ArgumentGuard
 from clawpod.sidecar.governance.webhooks import ApprovalWebhook
 from clawpod.sidecar.manifest import (
-    DEFAULT_MAX_OPEN_APPROVALS,
     AgentBuild,
     Approvals,
     Governance,
@@ -93,7 +93,12 @@ class GovernedExecutor:
         self.settings = governance.approvals if governance is not None else Approvals()
         self.manifest_digest = manifest_digest
         self.client_approvals = ClientApprovals(
-            approvals, self.settings, manifest_digest=manifest_digest, audit=audit, metrics=metrics
+            approvals,
+            self.settings,
+            manifest_digest=manifest_digest,
+            audit=audit,
+            metrics=metrics,
+            record=self._record,
         )
         self._granted = {
             agent_id: {id(tool) for tool in build.tools.tools} for agent_id, build in agents.items()
@@ -210,23 +215,18 @@ class GovernedExecutor:
         digest_of_args = args_digest(arguments)
         approval = self.approvals.find(agent_id, tool.name, digest_of_args, self.manifest_digest)
         if approval is None:
-            limit = self.settings.max_open_per_agent or DEFAULT_MAX_OPEN_APPROVALS
-            if self.approvals.open_count(agent_id) >= limit:
-                return refused(
-                    "approval_limit",
-                    f"this agent already has {limit} approvals waiting for an operator; "
-                    "call again once some are decided",
-                )
-            approval = self.approvals.create(
+            approval = open_approval(
+                self.approvals,
+                self.settings,
                 agent_id,
-                tool.name,
+                tool,
                 arguments,
                 self.manifest_digest,
-                self.settings.timeout_ms / 1000,
-                principal=tool.execution.auth.principal,
                 rule=self._holding_rule(held_by),
                 reason=reason,
             )
+            if isinstance(approval, ToolOutcome):
+                return approval
             log.info("approval %s created for %s of agent %s", approval.id, tool.name, agent_id)
             self._metrics.approvals.labels(event="created").inc()
             if self.webhook is not None:

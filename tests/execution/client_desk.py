@@ -1,32 +1,32 @@
-"""A compiled pod whose trades the agent's own user approves (``approver: client``, SPEC §16):
-two mediated agents and a native one, a real tool service, a scripted Responses upstream."""
+"""The governance desk (``test_governance.py``) with trades the agent's own user approves
+(``approver: client``, SPEC §16): two mediated agents and a native one, a real tool service, a
+scripted Responses upstream, the operator's API beside them."""
 
 from __future__ import annotations
 
-import io
+import asyncio
 import json
-import textwrap
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import openai
+import pytest
 
-from clawpod.compiler.cli import main as clawc
-from tests.execution.test_governance import DESCRIPTOR, ENV
+from tests.execution.test_governance import ENV, Desk, compile_desk
 from tests.support.services import ToolService
-from tests.support.sidecar import RunningSidecar, audit_records, start_sidecar
+from tests.support.sidecar import audit_records, start_sidecar
 from tests.support.upstream import StubUpstream
 
-DESK_TOKEN = "desk-service-secret-4"
-CLIENT_ENV = {**ENV, "DESK_TOKEN": DESK_TOKEN}
-AGENTS = ("analyst", "helper", "trader")
 POD = """\
 x-claw:
   providers:
     stub: {{api: openai, base-url: "{upstream}", key-env: OPENAI_API_KEY, models: ["*"]}}
+  principals:
+    desk-trader: {{service: desk, env: DESK_RW_TOKEN}}
   tool-rules:
-    - {{tool: desk.execute_trade, effect: confirm, approver: client, reason: "{reason}",
+    - {{tool: desk.execute_trade, effect: confirm, approver: client, reason: "REASON",
        rate: 3/minute}}
   approvals: {{timeout-ms: {timeout_ms}}}
 services:
@@ -35,33 +35,29 @@ services:
     x-claw: {{describe: desk.json, url: "{desk}"}}
   analyst:
     image: example/agent
-    x-claw: {{agent: {{}}, tools: [{{service: desk, allow: [get_quote, execute_trade]}}]}}
+    x-claw:
+      agent: {{}}
+      tools: [{{service: desk, allow: [get_quote, execute_trade], principal: desk-trader}}]
   helper:
     image: example/agent
-    x-claw: {{agent: {{}}, tools: [{{service: desk, allow: [get_quote, execute_trade]}}]}}
+    x-claw:
+      agent: {{}}
+      tools: [{{service: desk, allow: [get_quote, execute_trade], principal: desk-trader}}]
   trader:
     image: example/agent
     x-claw:
       agent: {{}}
       mode: native
-      tools: [{{service: desk, allow: [get_quote, execute_trade]}}]
+      tools: [{{service: desk, allow: [get_quote, execute_trade], principal: desk-trader}}]
 """
 TRADE = {"symbol": "NVDA", "side": "buy", "quantity": 10}
 REASON = "the user confirms trades"
 
 
 @dataclass
-class ClientDesk:
-    sidecar: RunningSidecar
-    service: ToolService
-    upstream: StubUpstream
-    tokens: dict[str, str]
-    tmp_path: Path
-    timeout_ms: int
-
-    @property
-    def state_dir(self) -> Path:
-        return self.tmp_path / "state"
+class ClientDesk(Desk):
+    tmp_path: Path = Path()
+    timeout_ms: int = 60000
 
     def openai(self, agent: str = "analyst") -> openai.AsyncOpenAI:
         return openai.AsyncOpenAI(
@@ -70,6 +66,13 @@ class ClientDesk:
 
     def audit(self, agent: str = "analyst") -> list[dict[str, Any]]:
         return audit_records(self.state_dir, agent)
+
+    async def requests_audited(self, count: int, agent: str = "analyst") -> list[dict[str, Any]]:
+        """The agent's request records once there are ``count`` (each is written after its
+        answer went out)."""
+        while len(records := [r for r in self.audit(agent) if "route" in r]) < count:
+            await asyncio.sleep(0.02)
+        return records
 
     def events(self, event: str, agent: str = "analyst") -> list[dict[str, Any]]:
         return [r for r in self.audit(agent) if r.get("event") == event]
@@ -91,40 +94,30 @@ class ClientDesk:
         """The sidecar stops and starts again on the same state; another ``reason`` makes
         another build."""
         await self.sidecar.close()
-        out = compile_client_desk(self.tmp_path, self.service, self.upstream, reason=reason)[0]
-        self.sidecar = await start_sidecar(out, self.state_dir, env=CLIENT_ENV)
+        self.out = compile_client_desk(
+            self.tmp_path, self.service, self.upstream, self.timeout_ms, reason
+        )[0]
+        self.sidecar = await start_sidecar(self.out, self.state_dir, env=ENV)
 
 
 def compile_client_desk(
-    tmp_path: Path,
-    service: ToolService,
-    upstream: StubUpstream,
-    *,
-    timeout_ms: int = 60000,
-    reason: str = REASON,
+    tmp_path: Path, service: ToolService, upstream: StubUpstream, timeout_ms: int, reason: str
 ) -> tuple[Path, dict[str, str]]:
-    (tmp_path / "desk.json").write_text(json.dumps(DESCRIPTOR))
-    pod = tmp_path / "pod.yml"
-    text = POD.format(
-        upstream=upstream.openai_url, desk=service.url, timeout_ms=timeout_ms, reason=reason
-    )
-    pod.write_text(textwrap.dedent(text))
-    out = tmp_path / "out"
-    quiet = io.StringIO()
-    assert clawc(["compile", str(pod), "-o", str(out)], quiet, quiet) == 0, quiet.getvalue()
-    tokens = {
-        agent: (out / "agents" / f"{agent}.env")
-        .read_text()
-        .split("CLAW_AGENT_TOKEN=")[1]
-        .split()[0]
-        for agent in AGENTS
-    }
-    return out, tokens
+    text = POD.replace("REASON", reason)
+    return compile_desk(tmp_path, service, upstream, pod_text=text, timeout_ms=timeout_ms)
 
 
-async def start_client_desk(
-    tmp_path: Path, service: ToolService, upstream: StubUpstream, timeout_ms: int
-) -> ClientDesk:
-    out, tokens = compile_client_desk(tmp_path, service, upstream, timeout_ms=timeout_ms)
-    sidecar = await start_sidecar(out, tmp_path / "state", env=CLIENT_ENV)
-    return ClientDesk(sidecar, service, upstream, tokens, tmp_path, timeout_ms)
+@pytest.fixture
+async def desk(tmp_path: Path, service: ToolService, request: Any) -> AsyncIterator[ClientDesk]:
+    """``timeout-ms`` of approvals: the test's indirect parameter, else a minute."""
+    timeout_ms = getattr(request, "param", 60000)
+    async with StubUpstream() as upstream:
+        out, tokens = compile_client_desk(tmp_path, service, upstream, timeout_ms, REASON)
+        sidecar = await start_sidecar(out, tmp_path / "state", env=ENV)
+        running = ClientDesk(
+            sidecar, service, upstream, tokens, out, tmp_path / "state", tmp_path, timeout_ms
+        )
+        try:
+            yield running
+        finally:
+            await running.sidecar.close()

@@ -4,28 +4,16 @@ asks the user (SPEC §16)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.execution.client_desk import TRADE, ClientDesk, start_client_desk
+from tests.execution.client_desk import TRADE, ClientDesk, desk
 from tests.support import responses as r
-from tests.support.services import ToolService
-from tests.support.upstream import StubUpstream
+
+__all__ = ["desk"]  # the fixture
 
 agents = pytest.importorskip("agents", reason="the openai-agents package is not installed")
-
-
-@pytest.fixture
-async def desk(tmp_path: Path, service: ToolService) -> AsyncIterator[ClientDesk]:
-    async with StubUpstream() as upstream:
-        running = await start_client_desk(tmp_path, service, upstream, 60000)
-        try:
-            yield running
-        finally:
-            await running.sidecar.close()
 
 
 @pytest.mark.parametrize("approve", [True, False], ids=["approved", "rejected"])

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import mcp_types as types
@@ -16,8 +15,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from tests.execution.client_desk import TRADE, ClientDesk, start_client_desk
-from tests.execution.operator_calls import decide, operator, pending_for_operator
+from tests.execution.client_desk import TRADE, ClientDesk, desk
 from tests.execution.test_client_approvals_responses import (
     PROMPT,
     approval_request,
@@ -26,21 +24,12 @@ from tests.execution.test_client_approvals_responses import (
 )
 from tests.execution.test_governance import OPERATOR_TOKEN
 from tests.operators.console_client import ConsoleClient
-from tests.support.services import ToolService
-from tests.support.upstream import StubUpstream
 
 Answer = types.ElicitResult | types.ErrorData
 MODES = ["legacy", "auto"]  # the session era, the stateless era (found by server/discover)
 
 
-@pytest.fixture
-async def desk(tmp_path: Path, service: ToolService) -> AsyncIterator[ClientDesk]:
-    async with StubUpstream() as upstream:
-        running = await start_client_desk(tmp_path, service, upstream, 60000)
-        try:
-            yield running
-        finally:
-            await running.sidecar.close()
+__all__ = ["desk"]  # the fixture
 
 
 class User:
@@ -190,11 +179,11 @@ async def test_an_operator_approval_cannot_be_answered_by_the_client(desk: Clien
     """A call held for the operator (a client without elicitation) stays the operator's."""
     async with trader(desk, "legacy", None) as client:
         waiting = asyncio.ensure_future(client.call_tool("desk_execute_trade", TRADE))
-        approval = await pending_for_operator(desk)
+        approval = (await desk.pending())[0]
         assert approval["approver"] == "operator"
         assert "operator" in refused(await retry(desk, approval["id"]))
         assert desk.service.requests == []
-        await decide(desk, approval["id"], "approve")
+        await desk.operator("POST", f"/operator/approvals/{approval['id']}", decision="approve")
         result = await waiting
     assert result.is_error is False
     assert len(desk.service.requests) == 1
@@ -202,7 +191,7 @@ async def test_an_operator_approval_cannot_be_answered_by_the_client(desk: Clien
 
 async def test_the_operator_cannot_decide_a_client_approval(desk: ClientDesk) -> None:
     state = await ask_stateless(desk)
-    status, body = await operator(desk, "POST", f"/operator/approvals/{state}", decision="approve")
+    status, body = await desk.operator("POST", f"/operator/approvals/{state}", decision="approve")
     assert status == 409 and "client" in body["error"]["message"]
     assert desk.service.requests == []
 

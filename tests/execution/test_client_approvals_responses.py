@@ -7,32 +7,19 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 
-from tests.execution.client_desk import REASON, TRADE, ClientDesk, start_client_desk
-from tests.execution.operator_calls import decide, pending_for_operator
+from tests.execution.client_desk import REASON, TRADE, ClientDesk, desk
 from tests.mediation.scripted import oa_calls, oa_text
 from tests.support import responses as r
-from tests.support.services import ToolService
-from tests.support.upstream import Reply, StubUpstream
+from tests.support.upstream import Reply
+
+__all__ = ["desk"]  # the fixture
 
 PROMPT = {"role": "user", "content": "Buy 10 NVDA."}
-
-
-@pytest.fixture
-async def desk(tmp_path: Path, service: ToolService, request: Any) -> AsyncIterator[ClientDesk]:
-    timeout_ms = getattr(request, "param", 60000)
-    async with StubUpstream() as upstream:
-        running = await start_client_desk(tmp_path, service, upstream, timeout_ms)
-        try:
-            yield running
-        finally:
-            await running.sidecar.close()
 
 
 def script_trade(
@@ -196,7 +183,7 @@ async def test_an_approval_from_another_conversation_is_refused(desk: ClientDesk
     await ask(desk, answer(mine, approval_id=approval_request(other)["id"]))
     assert desk.service.requests == []
     assert refusal_seen(desk)["code"] == "approval_unanswered"
-    record = desk.audit()[-1]
+    record = (await desk.requests_audited(3))[-1]
     assert record["approval_answers_refused"] == [approval_request(other)["id"]]
 
 
@@ -208,7 +195,7 @@ async def test_an_approval_of_another_agent_is_refused(desk: ClientDesk) -> None
     assert desk.service.requests == []
     # The helper's model never sees the analyst's round.
     assert not any(i.get("type") == "function_call" for i in desk.sent_inputs()[-1])
-    record = desk.audit("helper")[-1]
+    [record] = await desk.requests_audited(1, "helper")
     assert record["approval_answers_refused"] == [approval_request(asked)["id"]]
 
 
@@ -226,7 +213,8 @@ async def test_a_forged_approval_id_is_refused(desk: ClientDesk) -> None:
     await ask(desk, [PROMPT, request, reply])
     assert desk.service.requests == []
     assert desk.sent_inputs()[-1] == [{"role": "user", "content": "Buy 10 NVDA."}]
-    assert desk.audit()[-1]["approval_answers_refused"] == [forged]
+    [record] = await desk.requests_audited(1)
+    assert record["approval_answers_refused"] == [forged]
 
 
 @pytest.mark.parametrize("desk", [300], indirect=True)
@@ -337,9 +325,9 @@ async def test_chat_completions_keeps_the_operator_path(desk: ClientDesk) -> Non
                 model="gpt-4o", messages=[{"role": "user", "content": "Buy 10 NVDA."}]
             )
         )
-        approval = await pending_for_operator(desk)
+        approval = (await desk.pending())[0]
         assert approval["approver"] == "operator" and approval["rule"] == REASON
-        await decide(desk, approval["id"], "approve")
+        await desk.operator("POST", f"/operator/approvals/{approval['id']}", decision="approve")
         await asking
     finally:
         await client.close()
@@ -389,5 +377,5 @@ async def test_hidden_rounds_before_the_approval_come_back_around_it(
         ("function_call_output", "call_t"),
     ]
     assert [q.path for q in desk.service.requests] == ["/quotes/NVDA", "/trades"]
-    [record] = [x for x in desk.audit() if x.get("route") == "/v1/responses"][-1:]
+    record = (await desk.requests_audited(2))[-1]
     assert record["hidden_rounds_restored"] == 2  # the quote's, and the trade's own

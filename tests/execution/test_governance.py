@@ -156,11 +156,8 @@ def compile_desk(
     quiet = io.StringIO()
     assert clawc(["compile", str(pod), "-o", str(out)], quiet, quiet) == 0, quiet.getvalue()
     tokens = {
-        agent: (out / "agents" / f"{agent}.env")
-        .read_text()
-        .split("CLAW_AGENT_TOKEN=")[1]
-        .split()[0]
-        for agent in ("analyst", "trader")
+        env.stem: env.read_text().split("CLAW_AGENT_TOKEN=")[1].split()[0]
+        for env in (out / "agents").glob("*.env")
     }
     return out, tokens
 
