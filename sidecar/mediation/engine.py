@@ -493,14 +493,12 @@ class MediationEngine:
         stopped = pending.stopped
         turn = self.codec.parse_response({"output": stopped.turn["items"]})
         waiting = [call for call in turn.calls if call.id in stopped.asked]
-        runnable = [
-            c
-            for c in waiting
-            if c.id in pending.answers and (c.name in self.tools or c.name in self.withheld)
-        ]
+        runnable = [c for c in waiting if c.id in pending.answers and self._tool_named(c.name)]
         ran = (yield from self._execute_round(runnable, pending.answers)) if runnable else []
-        by_id = dict(zip((c.id for c in runnable), ran or [], strict=False))
-        outcomes = [by_id.get(c.id) or unanswered(stopped.asked[c.id]) for c in waiting]
+        if ran is None:  # the request's tool budget is spent
+            ran = [self._budget_outcome()] * len(runnable)
+        by_id = dict(zip((c.id for c in runnable), ran, strict=True))
+        outcomes = [by_id.get(c.id) or self._not_run(c, stopped.asked[c.id]) for c in waiting]
         self._trace_round(waiting, outcomes)
         self._taint_with(waiting, outcomes)
         results = [ToolResult(c, o) for c, o in zip(waiting, outcomes, strict=True)]
@@ -513,6 +511,12 @@ class MediationEngine:
             yield Remember(key, round_, origin=keys[0], taint_sources=list(self.taint.sources))
         # A provider holding the chain (previous_response_id) has the turn: only outputs go.
         return round_[1:] if self.codec.chain_ids(self.conversation) else round_
+
+    def _not_run(self, call: ToolCall, approval_id: str) -> ToolOutcome:
+        """A held call the answers do not run: unanswered, or no longer a tool of this agent."""
+        if self._tool_named(call.name) is None:
+            return refused("unknown_tool", f"{call.name} is not a tool of this agent any more")
+        return unanswered(approval_id)
 
     def _approval_key(self, kind: str, approval_id: str) -> str:
         return record_key(self.agent_id, self.codec.api, kind, approval_id)
