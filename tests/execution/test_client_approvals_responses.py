@@ -379,3 +379,21 @@ async def test_hidden_rounds_before_the_approval_come_back_around_it(
     assert [q.path for q in desk.service.requests] == ["/quotes/NVDA", "/trades"]
     record = (await desk.requests_audited(2))[-1]
     assert record["hidden_rounds_restored"] == 2  # the quote's, and the trade's own
+
+
+async def test_a_request_left_unanswered_is_closed_for_the_model(desk: ClientDesk) -> None:
+    """The user moved on without answering: the held call is not run, and the model still gets
+    a call with its result (a provider refuses a call left without one)."""
+    script_trade(desk)
+    asked = await ask(desk, [PROMPT])
+    await ask(desk, [PROMPT, *asked["output"], {"role": "user", "content": "Never mind."}])
+    assert desk.service.requests == []
+    second = desk.sent_inputs()[1]
+    assert [(i.get("type", "message"), i.get("call_id")) for i in second] == [
+        ("message", None),
+        ("message", None),
+        ("function_call", "call_t"),
+        ("function_call_output", "call_t"),
+        ("message", None),
+    ]
+    assert refusal_seen(desk)["code"] == "approval_unanswered"
