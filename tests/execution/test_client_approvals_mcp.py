@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import aiohttp
 import mcp_types as types
 import pytest
 from mcp import Client
@@ -245,3 +246,50 @@ async def test_the_console_lists_a_client_approval_without_deciding_it(desk: Cli
         [listed] = await console.pending()
     assert listed["id"] == state
     assert "agent's user" in listed["html"] and 'value="approve"' not in listed["html"]
+
+
+async def test_another_session_cannot_answer_the_question(desk: ClientDesk) -> None:
+    """A forged "accept" POSTed on another session (even of the same agent) is not the answer:
+    the user's own decline is."""
+    forged: list[int] = []
+
+    async def user(context: Any, params: types.ElicitRequestParams) -> Answer:
+        forged.append(await post_on_a_new_session(desk, accepting=context.request_id))
+        return types.ElicitResult(action="decline")
+
+    async with trader(desk, "legacy", user) as client:  # type: ignore[arg-type]
+        result = await client.call_tool("desk_execute_trade", TRADE)
+    assert forged == [202]  # taken as a response, and answers nothing there
+    assert result.structured_content["error"]["code"] == "approval_denied"
+    assert desk.service.requests == []
+
+
+async def post_on_a_new_session(desk: ClientDesk, accepting: Any) -> int:
+    """Initialize a session of the same agent and POST an accepting answer to ``accepting``."""
+    headers = {
+        "Authorization": f"Bearer {desk.tokens['trader']}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+    }
+    url = desk.sidecar.url + "/mcp"
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"elicitation": {"form": {}}},
+            "clientInfo": {"name": "attacker", "version": "1"},
+        },
+    }
+    answer = {
+        "jsonrpc": "2.0",
+        "id": accepting,
+        "result": {"action": "accept", "content": {"approve": True}},
+    }
+    async with aiohttp.ClientSession(headers=headers) as http:
+        async with http.post(url, json=initialize) as response:
+            session = response.headers["Mcp-Session-Id"]
+        more = {"Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"}
+        async with http.post(url, json=answer, headers=more) as response:
+            return response.status
