@@ -293,3 +293,19 @@ async def post_on_a_new_session(desk: ClientDesk, accepting: Any) -> int:
         more = {"Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"}
         async with http.post(url, json=answer, headers=more) as response:
             return response.status
+
+
+@pytest.mark.parametrize("desk", [300], indirect=True)
+async def test_an_expired_approval_is_refused(desk: ClientDesk) -> None:
+    state = await ask_stateless(desk)
+    await asyncio.sleep(0.5)  # past timeout-ms (300 ms)
+    refused(await retry(desk, state), "approval_expired")
+    assert desk.service.requests == []
+    assert [e["decision"] for e in desk.events("approval_decided", "trader")] == ["expired"]
+
+
+async def test_an_answer_for_another_build_is_refused(desk: ClientDesk) -> None:
+    state = await ask_stateless(desk)
+    await desk.restart(reason="a new rule text makes a new build")
+    assert "another build" in refused(await retry(desk, state))
+    assert desk.service.requests == []
