@@ -16,8 +16,11 @@ __all__ = ["desk"]  # the fixture
 agents = pytest.importorskip("agents", reason="the openai-agents package is not installed")
 
 
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
 @pytest.mark.parametrize("approve", [True, False], ids=["approved", "rejected"])
-async def test_the_agents_sdk_hook_answers_the_approval(desk: ClientDesk, approve: bool) -> None:
+async def test_the_agents_sdk_hook_answers_the_approval(
+    desk: ClientDesk, approve: bool, streamed: bool
+) -> None:
     asked: list[dict[str, Any]] = []
 
     def on_approval_request(request: Any) -> dict[str, Any]:
@@ -35,15 +38,23 @@ async def test_the_agents_sdk_hook_answers_the_approval(desk: ClientDesk, approv
     )
     desk.upstream.enqueue(
         "responses",
-        r.reply(r.response(r.call("call_t", "desk_execute_trade", TRADE))),
-        r.reply(r.response(r.message("Done." if approve else "Not done."), response_id="resp_2")),
+        r.reply(r.response(r.call("call_t", "desk_execute_trade", TRADE)), stream=streamed),
+        r.reply(
+            r.response(r.message("Done." if approve else "Not done."), response_id="resp_2"),
+            stream=streamed,
+        ),
     )
     agent = agents.Agent(name="desk", model="gpt-4o", tools=[sidecar_tools])
     client = desk.openai()
     provider = agents.OpenAIProvider(openai_client=client)
     config = agents.RunConfig(model_provider=provider, tracing_disabled=True)
     try:
-        result = await agents.Runner.run(agent, "Buy 10 NVDA.", run_config=config)
+        if streamed:
+            result = agents.Runner.run_streamed(agent, "Buy 10 NVDA.", run_config=config)
+            async for _ in result.stream_events():
+                pass
+        else:
+            result = await agents.Runner.run(agent, "Buy 10 NVDA.", run_config=config)
     finally:
         await client.close()
 
@@ -52,6 +63,7 @@ async def test_the_agents_sdk_hook_answers_the_approval(desk: ClientDesk, approv
     assert (request["name"], request["server_label"]) == ("desk_execute_trade", "clawpod")
     assert request["id"].startswith("apr_")
     first, second = (received.json for received in desk.upstream.requests_to("responses"))
+    assert first.get("stream", False) is streamed  # the client's streaming goes upstream too
     # The hosted-server declaration never reaches the provider; the pod's tools do.
     assert [t.get("name") for t in first["tools"]] == ["desk_get_quote", "desk_execute_trade"]
     assert not any(i.get("type", "").startswith("mcp_") for i in second["input"])
