@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from clawpod.sidecar.codecs.approval_items import answer_of, requested_id
+from clawpod.sidecar.codecs.approval_items import REQUEST, RESPONSE, answer_of, requested_id
 from clawpod.sidecar.mediation.commands import Remembered
 from clawpod.sidecar.model.canonical import digest
 from clawpod.sidecar.model.client_approval import ClientAnswer, requested_approval
@@ -29,6 +29,7 @@ from clawpod.sidecar.model.outcome import ToolOutcome
 ASKED = "approval-asked"
 ANSWERED = "approval-answered"
 _ASKED_ROLE = "approvals"
+_KINDS = (REQUEST, RESPONSE)
 
 
 def record_key(agent: str, api: str, kind: str, approval_id: str) -> str:
@@ -91,19 +92,13 @@ def asked_in(calls: list[ToolCall], outcomes: list[ToolOutcome]) -> dict[str, st
 
 def mentioned(history: list[dict[str, Any]]) -> tuple[set[str], list[ClientAnswer]]:
     """The sidecar's approval ids the input asks about, and every answer it gives."""
-    asked = {
-        approval_id
-        for group in history
-        if group.get("role") == "assistant"
-        for item in group.get("items", ())
-        if (approval_id := requested_id(item))
-    }
-    answers = [
-        answer
-        for group in history
-        for item in group.get("items", ())
-        if (answer := answer_of(item, asked)) is not None
+    items = [
+        item for group in history for item in group.get("items", ()) if item.get("type") in _KINDS
     ]
+    if not items:  # every request reads this: the common case stops here
+        return set(), []
+    asked = {approval_id for item in items if (approval_id := requested_id(item))}
+    answers = [answer for item in items if (answer := answer_of(item, asked)) is not None]
     return asked, answers
 
 
