@@ -30,8 +30,14 @@ import orjson
 
 from clawpod.sidecar.manifest import ManagedTool
 from clawpod.sidecar.mcp.http import sse_event
-from clawpod.sidecar.mcp.protocol import Message
-from clawpod.sidecar.model.client_approval import ClientAnswer
+from clawpod.sidecar.mcp.protocol import CallToolParams, Message
+from clawpod.sidecar.model.client_approval import (
+    ClientAnswer,
+    ClientApproval,
+    requested_approval,
+    unanswered,
+)
+from clawpod.sidecar.model.outcome import ToolOutcome
 
 ELICIT = "elicitation/create"
 APPROVE = "approve"
@@ -90,7 +96,7 @@ def input_required(approval_id: str, tool: ManagedTool, arguments: dict[str, Any
     }
 
 
-def retry_answer(params: Any) -> ClientAnswer | None:
+def retry_answer(params: CallToolParams) -> ClientAnswer | None:
     """The answer a retried ``tools/call`` carries (``inputResponses`` under the echoed
     ``requestState``); None for a first call."""
     extra = params.model_extra or {}
@@ -141,6 +147,31 @@ class Elicitations:
             return None
         finally:
             self._waiting.pop(key, None)
+
+    async def run(
+        self,
+        execute: Callable[[ClientApproval | None], Awaitable[ToolOutcome]],
+        channel: ApprovalChannel | None,
+        tool: ManagedTool,
+        params: CallToolParams,
+        timeout_s: float,
+    ) -> ToolOutcome:
+        """One governed ``tools/call`` (``execute``, given what the client can answer): a
+        stateless retry brings its answer; a session client is asked on its stream and the
+        call is made again with the answer (or not at all without one)."""
+        if channel is None:
+            return await execute(None)
+        if channel.stateless:
+            return await execute(ClientApproval(None, retry_answer(params)))
+        outcome = await execute(ClientApproval(None))
+        asked = requested_approval(outcome)
+        if asked is None:
+            return outcome
+        question = elicitation_params(tool, params.arguments or {})
+        result = await self.ask(channel, question, timeout_s)
+        if result is None:
+            return unanswered(asked)
+        return await execute(ClientApproval(None, answer_of(asked, result)))
 
     def stop(self) -> None:
         """Release every question: a sidecar shutting down does not wait for users."""

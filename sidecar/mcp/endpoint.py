@@ -38,11 +38,8 @@ from clawpod.sidecar.manifest import (
 from clawpod.sidecar.mcp.client_approvals import (
     ApprovalChannel,
     Elicitations,
-    answer_of,
     can_elicit,
-    elicitation_params,
     input_required,
-    retry_answer,
 )
 from clawpod.sidecar.mcp.http import (
     JSON,
@@ -91,9 +88,7 @@ from clawpod.sidecar.mcp.stateless import (
     tools_list_result,
 )
 from clawpod.sidecar.model.client_approval import (
-    ClientApproval,
     requested_approval,
-    unanswered,
 )
 from clawpod.sidecar.model.json_cost import costs_over
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
@@ -419,21 +414,13 @@ class McpEndpoint:
             if has_side_effects(tool)
             else None,
         )
-        if approvals is None:
-            outcome = await execute()
-        elif approvals.stateless:
-            outcome = await execute(client=ClientApproval(None, retry_answer(params)))
-        else:
-            outcome = await execute(client=ClientApproval(None))
-            asked = requested_approval(outcome)
-            if asked is not None:  # session era: ask on this call's stream, then go on
-                question = elicitation_params(tool, params.arguments or {})
-                timeout_s = self._executor.settings.timeout_ms / 1000
-                result = await self.elicitations.ask(approvals, question, timeout_s)
-                if result is None:
-                    outcome = unanswered(asked)
-                else:
-                    outcome = await execute(client=ClientApproval(None, answer_of(asked, result)))
+        outcome = await self.elicitations.run(
+            lambda client: execute(client=client),
+            approvals,
+            tool,
+            params,
+            self._executor.settings.timeout_ms / 1000,
+        )
         await self._audit_call(agent, message, params, tool, outcome, stream, record_id)
         return outcome
 
