@@ -397,3 +397,24 @@ async def test_a_request_left_unanswered_is_closed_for_the_model(desk: ClientDes
         ("message", None),
     ]
     assert refusal_seen(desk)["code"] == "approval_unanswered"
+
+
+async def test_a_retry_after_a_failed_answer_reuses_the_approved_call(desk: ClientDesk) -> None:
+    """The call ran on its approval, then the provider failed: the client's retry of the same
+    request resumes (SPEC §8.2), so the call neither runs again nor is refused as used."""
+    desk.upstream.enqueue(
+        "responses",
+        r.reply(r.response(r.call("call_t", "desk_execute_trade", TRADE))),
+        Reply.error("openai", 500, "the model is down"),
+        r.reply(r.response(r.message("Done."), response_id="resp_3")),
+    )
+    asked = await ask(desk, [PROMPT])
+    with pytest.raises(openai.InternalServerError):
+        await ask(desk, answer(asked))
+    done = await ask(desk, answer(asked))
+    assert done["output"][-1]["content"][0]["text"] == "Done."
+    assert len(desk.service.requests) == 1
+    assert desk.results_seen("call_t")[-1]["ok"] is True
+    assert desk.events("approval_answer_refused") == []
+    retried = (await desk.requests_audited(3))[-1]
+    assert retried["resumed_from"] and retried["tool_trace"][0]["calls"][0]["replayed"] is True
