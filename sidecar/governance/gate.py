@@ -24,7 +24,6 @@ from clawpod.sidecar.governance.approvals import (
 from clawpod.sidecar.governance.policy import (
     UNTAINTED_REQUEST,
     Policy,
-    annotations_of,
     tool_matches,
 )
 from clawpod.sidecar.governance.policy import Decision as RuleDecision
@@ -35,6 +34,7 @@ from clawpod.sidecar.manifest import (
     DEFAULT_MAX_OPEN_APPROVALS,
     AgentBuild,
     Approvals,
+    Effect,
     Governance,
     ManagedTool,
     Taint,
@@ -54,15 +54,14 @@ log = logging.getLogger("sidecar.governance")
 
 
 def needs_approval(approvals: Approvals, tool: ManagedTool) -> bool:
-    """The pod's ``approvals.require`` (hints absent count as MCP's defaults)."""
+    """The pod's ``approvals.require``, by the tool's effect."""
     require = approvals.require
     if isinstance(require, list):
         return any(tool_matches(pattern, tool.name) for pattern in require)
-    hints = annotations_of(tool)
     if require == "destructive":
-        return bool(hints["destructiveHint"]) and not hints["readOnlyHint"]
+        return tool.effect is Effect.DESTRUCTIVE
     if require == "non-read-only":
-        return not hints["readOnlyHint"]
+        return tool.effect is not Effect.READ_ONLY
     return False
 
 

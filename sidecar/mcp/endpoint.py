@@ -31,6 +31,7 @@ from clawpod.sidecar.manifest import (
     DEFAULT_ALLOWED_HOSTS,
     DEFAULT_MAX_BODY_BYTES,
     AgentBuild,
+    Effect,
     ManagedTool,
 )
 from clawpod.sidecar.mcp.http import (
@@ -464,7 +465,7 @@ class McpEndpoint:
                 continue
             name = message.params.get("name") if isinstance(message.params, dict) else None
             tool = by_name.get(name) if isinstance(name, str) else None
-            if tool is None or not tool.read_only:
+            if tool is None or tool.effect is not Effect.READ_ONLY:
                 return False
         return True
 

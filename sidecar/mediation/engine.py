@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.manifest import AgentBuild, ManagedTool, TaintMode
+from clawpod.sidecar.manifest import AgentBuild, Effect, ManagedTool, TaintMode
 from clawpod.sidecar.mediation.commands import (
     BeginStream,
     CallModel,
@@ -358,7 +358,7 @@ class MediationEngine:
                 return None
             event = yield ExecuteTools(
                 executions,
-                concurrent=all(e.tool.read_only for e in executions),
+                concurrent=all(e.tool.effect is Effect.READ_ONLY for e in executions),
                 timeout_s=min(self.policy.timeout_per_tool_ms / 1000, remaining),
                 max_result_bytes=self.policy.max_tool_result_bytes,
                 budget_s=remaining,
@@ -614,7 +614,7 @@ def _relaxed(choice: ToolChoice) -> ToolChoice:
 
 
 def _repeat(tool: ManagedTool, earlier_id: str, earlier: ToolOutcome) -> ToolOutcome:
-    if tool.read_only or tool.idempotent:
+    if tool.effect.repeatable:
         return dataclasses.replace(earlier, executed=False, latency_ms=0.0)
     return refused(
         "duplicate_call",

@@ -493,7 +493,7 @@ class _Driver:
         return any(
             answered.outcome.executed
             and answered.tool is not None
-            and not (answered.tool.read_only or answered.tool.idempotent)
+            and has_side_effects(answered.tool)
             for calls in self.engine.rounds
             for answered in calls
         )

@@ -66,7 +66,9 @@ TRADE = tool(
     },
     annotations={"destructiveHint": True},
 )
-CANCEL = tool("desk.cancel", method="POST", annotations={"idempotentHint": True})
+CANCEL = tool(
+    "desk.cancel", method="POST", annotations={"destructiveHint": False, "idempotentHint": True}
+)
 
 
 def agent(

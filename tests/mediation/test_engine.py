@@ -7,6 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
+from clawpod.sidecar.manifest import Effect
 from clawpod.sidecar.mediation.commands import (
     BeginStream,
     CallModel,
@@ -400,7 +401,7 @@ def test_identical_idempotent_calls_reuse_the_result() -> None:
     )
     assert [e.call.id for e in run.executions] == ["a"]
     assert results_of("openai", run.upstream_bodies[2])[0]["ok"] is True
-    assert CANCEL.idempotent
+    assert CANCEL.effect is Effect.IDEMPOTENT
 
 
 # --- point 11: budgets ----------------------------------------------------------------------
