@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clawpod.sidecar.manifest import ManagedTool
+from clawpod.sidecar.model.checked_call import CheckedCall
 from clawpod.sidecar.model.conversation import ToolCall
 from clawpod.sidecar.model.outcome import ToolOutcome
 from clawpod.sidecar.model.taint import UNTAINTED, RequestTaint
@@ -38,8 +39,16 @@ class CallModel:
 @dataclass(slots=True)
 class PlannedExecution:
     call: ToolCall
-    tool: ManagedTool
-    arguments: dict[str, Any]
+    checked: CheckedCall
+    """The call as the argument check made it: the gate and the executor take it as it is."""
+
+    @property
+    def tool(self) -> ManagedTool:
+        return self.checked.tool
+
+    @property
+    def arguments(self) -> dict[str, Any]:
+        return self.checked.arguments
 
 
 @dataclass(slots=True)

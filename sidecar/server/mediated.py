@@ -20,6 +20,7 @@ from clawpod.sidecar.audit.trace import trace_call
 from clawpod.sidecar.backends.http_request import idempotency_key
 from clawpod.sidecar.codecs.base import Codec
 from clawpod.sidecar.codecs.streaming import ClientStream, TextDelta
+from clawpod.sidecar.execution.runner import CallLimits
 from clawpod.sidecar.mediation.commands import (
     BeginStream,
     CallModel,
@@ -105,7 +106,7 @@ async def handle_mediated(exchange: Exchange, ctx: RequestContext, body: dict[st
         ctx.codec,
         quarantine.offered(ctx.agent),  # tools whose definition drifted: not offered
         body,
-        validate=state.executor.check_arguments,
+        check=state.executor.check,
         model_timeout_s=_model_timeout_ms(ctx) / 1000,
         withheld=quarantine.withheld(ctx.agent),
         taint_mode=state.config.taint.mode if state.config.taint is not None else "off",
@@ -415,23 +416,20 @@ class _Driver:
                 raise _NotJournaled from exc
 
         try:
-            outcome = await self.state.governed.execute(
-                agent,
-                execution.tool,
-                execution.arguments,
+            limits = CallLimits(
                 timeout_s=min(command.timeout_s, remaining),
                 max_result_bytes=command.max_result_bytes,
-                taint=command.taint,
                 idempotency_key=idempotency_key(
-                    self.state.config.pod,
-                    agent,
-                    execution.tool,
-                    self.attempt.lineage,
-                    execution.call.id,
-                    execution.arguments,
+                    self.state.config.pod, agent, execution.checked, self.attempt.lineage
                 )
                 if side_effects
                 else None,
+            )
+            outcome = await self.state.governed.execute(
+                agent,
+                execution.checked,
+                limits,
+                taint=command.taint,
                 deadline=deadline,
                 before_send=journal_sending if side_effects else None,
             )

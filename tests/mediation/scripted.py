@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from clawpod.sidecar.execution.executor import ToolExecutor
+from clawpod.sidecar.execution.arguments import ArgumentCheck
 from clawpod.sidecar.manifest import (
     AgentBuild,
     AgentManifest,
@@ -39,7 +39,7 @@ from clawpod.sidecar.state.continuity import ContinuityStore
 from tests.support.builds import http_tool
 from tests.support.codecs import codec_of
 
-VALIDATOR = ToolExecutor(env={})
+CHECK = ArgumentCheck()
 
 
 def tool(name: str, **kwargs: Any) -> ManagedTool:
@@ -120,7 +120,7 @@ def engine_for(
         codec_of(api),
         agent_build or agent(),
         body,
-        validate=VALIDATOR.check_arguments,
+        check=CHECK,
         model_timeout_s=MODEL_TIMEOUT_S,
     )
 
