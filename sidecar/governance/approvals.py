@@ -1,229 +1,36 @@
-"""Approvals bound to the exact call (SPEC §9.3): the store, its files, and waiting on them.
-
-An approval names one call: agent, tool, the digest of its arguments and the digest of the build
-that asked. It is approved or denied once by an operator, expires unanswered, and authorises
-exactly one execution. Every approval that is not finished lives in
-``<state_dir>/approvals/<id>.json`` (written atomically), so a pending one survives a restart and
-an approved one can still be used by the client's retry.
-"""
+"""Approvals' rules and waiting (SPEC §9.3): which calls need an operator, and the calls waiting
+for one's decision. The approvals themselves are kept by ``state/approvals.py``."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-import os
-import secrets
-import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-
-from clawpod.sidecar.model.canonical import canonical_json, digest
-
-log = logging.getLogger("sidecar.approvals")
-
-Status = Literal["pending", "approved", "denied", "expired", "used"]
-Decision = Literal["approve", "deny"]
-# How long a finished approval stays listed (and refuses a second use by name) in memory.
-FINISHED_KEPT = 256
-# Arguments as listed and sent to the webhook: a preview past this (canonical JSON bytes); the
-# digest names the whole (issue 30: 4 MB arguments were listed and posted whole).
-ARGUMENTS_PREVIEW_BYTES = 64 * 1024
+from clawpod.sidecar.governance.policy import tool_matches
+from clawpod.sidecar.manifest import Approvals, Effect, ManagedTool
+from clawpod.sidecar.state.approvals import Approval, ApprovalStore
 
 
-class Approval(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    id: str
-    agent: str
-    tool: str
-    arguments: dict[str, Any]
-    args_digest: str
-    manifest_digest: str
-    created: float
-    expires: float
-    status: Status = "pending"
-    reason: str | None = None
-    decided_by: str | None = None
-    decided_at: float | None = None
-    # What an operator needs to judge it (SPEC §15): whose credential the call would use, and
-    # what held it (a confirm rule's source and reason, or the pod's approvals.require).
-    principal: str | None = None
-    rule: str | None = None
-
-    def public(self) -> dict[str, Any]:
-        """As listed and sent to the webhook: arguments longer than ``ARGUMENTS_PREVIEW_BYTES``
-        in canonical JSON become ``arguments_preview`` (their first bytes, as text) and
-        ``arguments_bytes``; ``args_digest`` names them whole either way."""
-        data = self.model_dump(mode="json", exclude={"arguments"})
-        text = canonical_json(self.arguments)
-        if len(text) > ARGUMENTS_PREVIEW_BYTES:
-            data["arguments_preview"] = text[:ARGUMENTS_PREVIEW_BYTES].decode("utf-8", "ignore")
-            data["arguments_bytes"] = len(text)
-        else:
-            data["arguments"] = self.arguments
-        return data
+def needs_approval(approvals: Approvals, tool: ManagedTool) -> bool:
+    """The pod's ``approvals.require``, by the tool's effect."""
+    require = approvals.require
+    if isinstance(require, list):
+        return any(tool_matches(pattern, tool.name) for pattern in require)
+    if require == "destructive":
+        return tool.effect is Effect.DESTRUCTIVE
+    if require == "non-read-only":
+        return tool.effect is not Effect.READ_ONLY
+    return False
 
 
-class ApprovalError(Exception):
-    """No such approval, or it was already decided."""
+class ApprovalWaits:
+    """Calls waiting for the decision on an approval of ``store``; woken when it settles."""
 
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-def args_digest(arguments: dict[str, Any]) -> str:
-    return digest(canonical_json(arguments).decode())
-
-
-class ApprovalStore:
-    def __init__(self, state_dir: Path, clock: Callable[[], float] = time.time) -> None:
-        self._dir = Path(state_dir) / "approvals"
-        self._clock = clock
-        self._open: dict[str, Approval] = {}
-        self._finished: dict[str, Approval] = {}
+    def __init__(self, store: ApprovalStore) -> None:
+        self._store = store
         self._decided: dict[str, asyncio.Event] = {}
         self._stopping = False
-        self._load()
-
-    # -- files ------------------------------------------------------------------------------
-
-    def _load(self) -> None:
-        if not self._dir.is_dir():
-            return
-        for path in sorted(self._dir.glob("*.json")):
-            try:
-                approval = Approval.model_validate_json(path.read_bytes())
-            except (OSError, ValidationError) as exc:
-                log.warning("approval file %s is unreadable and is ignored: %s", path.name, exc)
-                continue
-            self._open[approval.id] = approval
-
-    def _save(self, approval: Approval) -> None:
-        self._dir.mkdir(parents=True, exist_ok=True)
-        path = self._dir / f"{approval.id}.json"
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(approval.model_dump_json())
-        os.replace(temporary, path)
-
-    def _finish(self, approval: Approval, status: Status) -> Approval:
-        finished = approval.model_copy(update={"status": status})
-        self._open.pop(approval.id, None)
-        self._finished[approval.id] = finished
-        if len(self._finished) > FINISHED_KEPT:
-            self._finished.pop(next(iter(self._finished)))
-        (self._dir / f"{approval.id}.json").unlink(missing_ok=True)
-        return finished
-
-    # -- queries ----------------------------------------------------------------------------
-
-    def get(self, approval_id: str) -> Approval | None:
-        self._expire_due()
-        return self._open.get(approval_id) or self._finished.get(approval_id)
-
-    def listing(self, include_finished: bool = False) -> list[Approval]:
-        self._expire_due()
-        found = list(self._open.values())
-        if include_finished:
-            found += self._finished.values()
-        return sorted(found, key=lambda a: a.created)
-
-    def open_count(self, agent: str) -> int:
-        """The agent's approvals still open (pending, or approved and not yet used)."""
-        self._expire_due()
-        return sum(1 for approval in self._open.values() if approval.agent == agent)
-
-    def find(
-        self, agent: str, tool: str, digest_of_args: str, manifest_digest: str
-    ) -> Approval | None:
-        """An open (pending or approved, unexpired) approval of exactly this call."""
-        self._expire_due()
-        for approval in self._open.values():
-            if (approval.agent, approval.tool, approval.args_digest, approval.manifest_digest) == (
-                agent,
-                tool,
-                digest_of_args,
-                manifest_digest,
-            ):
-                return approval
-        return None
-
-    # -- changes ----------------------------------------------------------------------------
-
-    def create(
-        self,
-        agent: str,
-        tool: str,
-        arguments: dict[str, Any],
-        manifest_digest: str,
-        timeout_s: float,
-        *,
-        principal: str | None = None,
-        rule: str | None = None,
-        reason: str | None = None,
-    ) -> Approval:
-        """A pending approval; ``reason`` says why the call waits (``tainted``, SPEC §17)."""
-        now = self._clock()
-        approval = Approval(
-            id="apr_" + secrets.token_hex(12),
-            agent=agent,
-            tool=tool,
-            arguments=arguments,
-            args_digest=args_digest(arguments),
-            manifest_digest=manifest_digest,
-            created=now,
-            expires=now + timeout_s,
-            principal=principal,
-            rule=rule,
-            reason=reason,
-        )
-        self._save(approval)
-        self._open[approval.id] = approval
-        return approval
-
-    def decide(
-        self, approval_id: str, decision: Decision, reason: str | None, who: str
-    ) -> Approval:
-        """Record an operator's decision; raises :class:`ApprovalError` if it cannot be."""
-        approval = self.get(approval_id)
-        if approval is None:
-            raise ApprovalError(404, f"no approval {approval_id}")
-        if approval.status != "pending":
-            raise ApprovalError(409, f"approval {approval_id} is already {approval.status}")
-        decided = approval.model_copy(
-            update={"reason": reason, "decided_by": who, "decided_at": self._clock()}
-        )
-        if decision == "approve":
-            decided = decided.model_copy(update={"status": "approved"})
-            self._save(decided)
-            self._open[approval_id] = decided
-        else:
-            decided = self._finish(decided, "denied")
-        self._wake(approval_id)
-        return decided
-
-    def use(self, approval_id: str) -> bool:
-        """Spend an approved approval on its one call; False if it is not approved (any more)."""
-        approval = self._open.get(approval_id)
-        if approval is None or approval.status != "approved" or self._due(approval):
-            return False
-        self._finish(approval, "used")
-        return True
-
-    def _due(self, approval: Approval) -> bool:
-        return approval.expires <= self._clock()
-
-    def _expire_due(self) -> list[Approval]:
-        expired = [self._finish(a, "expired") for a in list(self._open.values()) if self._due(a)]
-        for approval in expired:
-            self._wake(approval.id)
-        return expired
-
-    # -- waiting ----------------------------------------------------------------------------
+        store.on_settled = self._wake
 
     def _wake(self, approval_id: str) -> None:
         event = self._decided.pop(approval_id, None)
@@ -233,13 +40,14 @@ class ApprovalStore:
     async def wait(self, approval_id: str) -> Approval | None:
         """Wait until the approval is decided or expires; None when the sidecar is stopping
         (the approval stays as it is on disk)."""
+        store = self._store
         while not self._stopping:
-            approval = self.get(approval_id)
+            approval = store.get(approval_id)
             if approval is None or approval.status != "pending":
                 return approval
             event = self._decided.setdefault(approval_id, asyncio.Event())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), max(0.0, approval.expires - self._clock()))
+                await asyncio.wait_for(event.wait(), max(0.0, approval.expires - store.clock()))
         return None
 
     def stop(self) -> None:

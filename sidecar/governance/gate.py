@@ -18,15 +18,10 @@ from clawpod.sidecar.backends.quarantine import Quarantine
 from clawpod.sidecar.execution.arguments import ArgumentCheck
 from clawpod.sidecar.execution.executor import ToolExecutor
 from clawpod.sidecar.execution.runner import CallLimits, ToolRunner
-from clawpod.sidecar.governance.approvals import (
-    Approval,
-    ApprovalStore,
-    Decision,
-)
+from clawpod.sidecar.governance.approvals import ApprovalWaits, needs_approval
 from clawpod.sidecar.governance.policy import (
     UNTAINTED_REQUEST,
     Policy,
-    tool_matches,
 )
 from clawpod.sidecar.governance.policy import Decision as RuleDecision
 from clawpod.sidecar.governance.rates import RateLimiter
@@ -36,9 +31,7 @@ from clawpod.sidecar.manifest import (
     DEFAULT_MAX_OPEN_APPROVALS,
     AgentBuild,
     Approvals,
-    Effect,
     Governance,
-    ManagedTool,
     Taint,
 )
 from clawpod.sidecar.model.checked_call import CheckedCall
@@ -51,21 +44,10 @@ from clawpod.sidecar.model.taint import (
     held_when_tainted,
 )
 from clawpod.sidecar.observability.metrics import Metrics
+from clawpod.sidecar.state.approvals import Approval, ApprovalStore, Decision
 from clawpod.sidecar.tasks import ShieldedTasks
 
 log = logging.getLogger("sidecar.governance")
-
-
-def needs_approval(approvals: Approvals, tool: ManagedTool) -> bool:
-    """The pod's ``approvals.require``, by the tool's effect."""
-    require = approvals.require
-    if isinstance(require, list):
-        return any(tool_matches(pattern, tool.name) for pattern in require)
-    if require == "destructive":
-        return tool.effect is Effect.DESTRUCTIVE
-    if require == "non-read-only":
-        return tool.effect is not Effect.READ_ONLY
-    return False
 
 
 class GovernedExecutor(ToolRunner):
@@ -90,6 +72,7 @@ class GovernedExecutor(ToolRunner):
         self.policy = Policy(governance)
         self.rates = RateLimiter()
         self.approvals = approvals
+        self.waits = ApprovalWaits(approvals)
         self.settings = governance.approvals if governance is not None else Approvals()
         self.manifest_digest = manifest_digest
         self._granted = {
@@ -216,7 +199,7 @@ class GovernedExecutor(ToolRunner):
                 self._tasks.spawn(self._notify(self.webhook, approval))
         try:
             wait_s = None if deadline is None else max(0.0, deadline - time.monotonic())
-            final = await asyncio.wait_for(self.approvals.wait(approval.id), wait_s)
+            final = await asyncio.wait_for(self.waits.wait(approval.id), wait_s)
         except TimeoutError:
             # The request gave up waiting: this call is not made by it, whatever is decided
             # later. The approval stays open for the same call in a later request.
