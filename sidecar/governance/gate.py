@@ -18,10 +18,11 @@ from clawpod.sidecar.backends.quarantine import Quarantine
 from clawpod.sidecar.execution.arguments import ArgumentCheck
 from clawpod.sidecar.execution.executor import ToolExecutor
 from clawpod.sidecar.execution.runner import CallLimits, ToolRunner
-from clawpod.sidecar.governance.approvals import ApprovalWaits, needs_approval
+from clawpod.sidecar.governance.approval_waits import ApprovalWaits
 from clawpod.sidecar.governance.policy import (
     UNTAINTED_REQUEST,
     Policy,
+    tool_matches,
 )
 from clawpod.sidecar.governance.policy import Decision as RuleDecision
 from clawpod.sidecar.governance.rates import RateLimiter
@@ -31,7 +32,9 @@ from clawpod.sidecar.manifest import (
     DEFAULT_MAX_OPEN_APPROVALS,
     AgentBuild,
     Approvals,
+    Effect,
     Governance,
+    ManagedTool,
     Taint,
 )
 from clawpod.sidecar.model.checked_call import CheckedCall
@@ -48,6 +51,18 @@ from clawpod.sidecar.state.approvals import Approval, ApprovalStore, Decision
 from clawpod.sidecar.tasks import ShieldedTasks
 
 log = logging.getLogger("sidecar.governance")
+
+
+def needs_approval(approvals: Approvals, tool: ManagedTool) -> bool:
+    """The pod's ``approvals.require``, by the tool's effect."""
+    require = approvals.require
+    if isinstance(require, list):
+        return any(tool_matches(pattern, tool.name) for pattern in require)
+    if require == "destructive":
+        return tool.effect is Effect.DESTRUCTIVE
+    if require == "non-read-only":
+        return tool.effect is not Effect.READ_ONLY
+    return False
 
 
 class GovernedExecutor(ToolRunner):

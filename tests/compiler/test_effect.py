@@ -12,7 +12,7 @@ import pytest
 
 from clawpod.compiler.build import write_build
 from clawpod.compiler.inspect import inspect_command
-from clawpod.sidecar.governance.approvals import needs_approval
+from clawpod.sidecar.governance.gate import needs_approval
 from clawpod.sidecar.manifest import Approvals, Effect, ManagedTool, effect_of, load_build
 from clawpod.sidecar.model.taint import held_when_tainted
 from clawpod.sidecar.state.journal import has_side_effects

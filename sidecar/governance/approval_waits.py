@@ -1,26 +1,12 @@
-"""Approvals' rules and waiting (SPEC §9.3): which calls need an operator, and the calls waiting
-for one's decision. The approvals themselves are kept by ``state/approvals.py``."""
+"""Calls waiting for an operator's decision on an approval (SPEC §9.3). The approvals
+themselves are kept by ``state/approvals.py``; the gate decides which calls need one."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 
-from clawpod.sidecar.governance.policy import tool_matches
-from clawpod.sidecar.manifest import Approvals, Effect, ManagedTool
 from clawpod.sidecar.state.approvals import Approval, ApprovalStore
-
-
-def needs_approval(approvals: Approvals, tool: ManagedTool) -> bool:
-    """The pod's ``approvals.require``, by the tool's effect."""
-    require = approvals.require
-    if isinstance(require, list):
-        return any(tool_matches(pattern, tool.name) for pattern in require)
-    if require == "destructive":
-        return tool.effect is Effect.DESTRUCTIVE
-    if require == "non-read-only":
-        return tool.effect is not Effect.READ_ONLY
-    return False
 
 
 class ApprovalWaits:
