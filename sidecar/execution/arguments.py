@@ -48,7 +48,7 @@ class ArgumentCheck:
             known = self._valid_texts.get(memo_key)
             if known is not None and known[0] is tool:
                 # Each call gets its own dict: a caller changing it changes nothing remembered.
-                return CheckedCall(tool, dict(known[1]), known[2], call_id)
+                return CheckedCall(tool, dict(known[1]), known[2], tool.effect, call_id)
         parsed = parse_arguments(arguments)
         if isinstance(parsed, str):
             return invalid_arguments(parsed, started)
@@ -57,7 +57,7 @@ class ArgumentCheck:
             return invalid_arguments(
                 f"arguments do not match the input schema of {tool.presented}: {problems}", started
             )
-        checked = CheckedCall(tool, parsed, canonical_json(parsed), call_id)
+        checked = CheckedCall(tool, parsed, canonical_json(parsed), tool.effect, call_id)
         if memo_key is not None:
             self._remember(memo_key, (tool, dict(parsed), checked.canonical))
         return checked

@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from clawpod.sidecar.manifest import ManagedTool
 from clawpod.sidecar.model.checked_call import CheckedCall
 from clawpod.sidecar.model.conversation import ToolCall
 from clawpod.sidecar.model.outcome import ToolOutcome
@@ -41,14 +40,6 @@ class PlannedExecution:
     call: ToolCall
     checked: CheckedCall
     """The call as the argument check made it: the gate and the executor take it as it is."""
-
-    @property
-    def tool(self) -> ManagedTool:
-        return self.checked.tool
-
-    @property
-    def arguments(self) -> dict[str, Any]:
-        return self.checked.arguments
 
 
 @dataclass(slots=True)

@@ -361,7 +361,7 @@ class MediationEngine:
                 return None
             event = yield ExecuteTools(
                 executions,
-                concurrent=all(e.tool.effect is Effect.READ_ONLY for e in executions),
+                concurrent=all(e.checked.effect is Effect.READ_ONLY for e in executions),
                 timeout_s=min(self.policy.timeout_per_tool_ms / 1000, remaining),
                 max_result_bytes=self.policy.max_tool_result_bytes,
                 budget_s=remaining,

@@ -18,12 +18,10 @@ class CheckedCall:
     """Parsed and checked against ``tool.input_schema``; read-only from here on."""
     canonical: bytes
     """Canonical JSON of ``arguments``: the key of duplicates, approvals and Idempotency-Key."""
+    effect: Effect
+    """``tool.effect``: what running it does (the build's, decided by clawc)."""
     call_id: str = ""
     """The model's call id (mediated) or the JSON-RPC id (MCP)."""
-
-    @property
-    def effect(self) -> Effect:
-        return self.tool.effect
 
     @property
     def args_digest(self) -> str:

@@ -211,7 +211,9 @@ class _Driver:
             return await self._model_turn(command)
         if isinstance(command, ExecuteTools):
             # The turns asking for it go with the first call with side effects (_run_one).
-            self.attempt.before_execution(any(has_side_effects(e.tool) for e in command.executions))
+            self.attempt.before_execution(
+                any(has_side_effects(e.checked.tool) for e in command.executions)
+            )
             return await self._keeping_alive(self._execute(command))
         raise TypeError(f"unknown command {type(command).__name__}")
 
@@ -394,7 +396,7 @@ class _Driver:
     async def _run_one(
         self, command: ExecuteTools, execution: PlannedExecution, deadline: float
     ) -> ToolOutcome:
-        key = call_key(execution.tool, execution.call)
+        key = call_key(execution.checked.tool, execution.call)
         known = self.attempt.known_outcome(key)
         if known is not None:  # answered (or sent) by the attempt this one resumes
             self.replayed_calls.add(execution.call.id)
@@ -403,7 +405,7 @@ class _Driver:
         if remaining <= 0:
             return refused("timeout", "the request's total time budget ran out before this call")
         agent = self.ctx.agent.agent.id
-        side_effects = has_side_effects(execution.tool)
+        side_effects = has_side_effects(execution.checked.tool)
         unjournaled: list[OSError] = []
 
         async def journal_sending() -> None:
@@ -437,7 +439,7 @@ class _Driver:
             await self._state_write_failed(StateWriteFailed(str(unjournaled[0])), "journal")
             return refused("state_unavailable", "the sidecar could not journal this call")
         except Exception:
-            log.exception("tool %s failed in the executor", execution.tool.name)
+            log.exception("tool %s failed in the executor", execution.checked.tool.name)
             return refused("execution_failed", "the sidecar could not execute this call")
         self.attempt.answered(key, outcome)  # durable before the next model call uses it
         return outcome

@@ -158,7 +158,7 @@ class Transcript:
 def drive(
     engine: MediationEngine,
     replies: Iterable[dict[str, Any] | ModelFailed],
-    tools: Callable[[PlannedExecution], ToolOutcome] = lambda e: ok(e.arguments),
+    tools: Callable[[PlannedExecution], ToolOutcome] = lambda e: ok(e.checked.arguments),
     store: ContinuityStore | None = None,
     clock: Clock | None = None,
 ) -> Transcript:
