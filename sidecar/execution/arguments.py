@@ -29,13 +29,15 @@ class ArgumentCheck:
     """Parse (raw JSON text from the model, or a dict) and validate against the tool's schema.
 
     A pure function of tool and arguments; the instance only remembers work: each tool's
-    compiled validator, and the outcome of short argument texts agents repeat (context,
-    quotes), since validation costs more than the rest of a call's preparation.
+    compiled validator, and which short argument texts agents repeat (context, quotes) were
+    valid, since validation costs more than the rest of a call's preparation. A remembered
+    text is parsed again, so every call's arguments are its own objects, whoever made the same
+    call before.
     """
 
     def __init__(self) -> None:
         self._validators: dict[int, tuple[ManagedTool, Draft202012Validator]] = {}
-        self._valid_texts: dict[tuple[int, str], tuple[ManagedTool, dict[str, Any], bytes]] = {}
+        self._valid_texts: dict[tuple[int, str], tuple[ManagedTool, bytes]] = {}
 
     def __call__(
         self, tool: ManagedTool, arguments: str | dict[str, Any] | None, call_id: str = ""
@@ -44,14 +46,12 @@ class ArgumentCheck:
         what to fix."""
         started = time.perf_counter()
         memo_key = (id(tool), arguments) if memoizable(arguments) else None
-        if memo_key is not None:
-            known = self._valid_texts.get(memo_key)
-            if known is not None and known[0] is tool:
-                # Each call gets its own dict: a caller changing it changes nothing remembered.
-                return CheckedCall(tool, dict(known[1]), known[2], tool.effect, call_id)
         parsed = parse_arguments(arguments)
         if isinstance(parsed, str):
             return invalid_arguments(parsed, started)
+        known = self._valid_texts.get(memo_key) if memo_key is not None else None
+        if known is not None and known[0] is tool:
+            return CheckedCall(tool, parsed, known[1], tool.effect, call_id)
         problems = schema_problems(self._validator(tool), parsed)
         if problems:
             return invalid_arguments(
@@ -59,12 +59,10 @@ class ArgumentCheck:
             )
         checked = CheckedCall(tool, parsed, canonical_json(parsed), tool.effect, call_id)
         if memo_key is not None:
-            self._remember(memo_key, (tool, dict(parsed), checked.canonical))
+            self._remember(memo_key, (tool, checked.canonical))
         return checked
 
-    def _remember(
-        self, key: tuple[int, str], known: tuple[ManagedTool, dict[str, Any], bytes]
-    ) -> None:
+    def _remember(self, key: tuple[int, str], known: tuple[ManagedTool, bytes]) -> None:
         if len(self._valid_texts) >= MAX_REMEMBERED_ARGUMENTS:
             self._valid_texts.pop(next(iter(self._valid_texts)))
         self._valid_texts[key] = known

@@ -301,6 +301,20 @@ def test_repeated_argument_text_gives_independent_results(executor: ToolExecutor
     assert isinstance(refusal, ToolOutcome) and refusal.error_code == "invalid_arguments"
 
 
+def test_one_callers_change_to_nested_arguments_never_reaches_the_next_caller(
+    executor: ToolExecutor,
+) -> None:
+    """The check remembers valid texts; a caller (another agent's request) that changes what it
+    got, nested values too, must not change what the next identical call is given."""
+    tool = http_tool("svc", "trade", "http://svc", method="POST", schema=TRADE_SCHEMA)
+    text = '{"symbol": "A", "side": "buy", "quantity": 1, "legs": [{"price": 1}]}'
+    first = arguments_of(executor.check(tool, text, "a"))
+    first["legs"][0]["price"] = 1_000_000
+    first["legs"].append({"price": 2})
+    again = arguments_of(executor.check(tool, text, "b"))
+    assert again["legs"] == [{"price": 1}]
+
+
 async def test_a_dropped_connection_after_sending_counts_as_executed(
     executor: ToolExecutor, service: ToolService
 ) -> None:
