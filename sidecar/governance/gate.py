@@ -1,9 +1,9 @@
 """The governed tool call, shared by mediated mode and MCP (SPEC §9): permission (grant) →
-quarantine (a tool whose definition drifted since the caller was offered it, §11.2) → argument
-guards of a tainted request (§17) → rules (CEL) → rate limit → approval (also the
-hold of a tainted request) → timeout and dispatch (the executor) → the fence around an
-untrusted result. The call sites audit the outcome; refused calls come back as error results
-the model sees."""
+argument guards of a tainted request (§17) → rules (CEL) → rate limit → approval (also the
+hold of a tainted request) → quarantine (a tool whose definition drifted since it was offered,
+§11.2) → timeout and dispatch (the executor) → the fence around an untrusted result. The
+arguments come checked (:class:`CheckedCall`). The call sites audit the outcome; refused
+calls come back as error results the model sees."""
 
 from __future__ import annotations
 
