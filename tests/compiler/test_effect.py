@@ -17,6 +17,7 @@ from clawpod.sidecar.manifest import Approvals, Effect, ManagedTool, effect_of, 
 from clawpod.sidecar.model.taint import held_when_tainted
 from clawpod.sidecar.state.journal import has_side_effects
 from tests.compiler.conftest import PodDir, descriptor, tool
+from tests.mediation.scripted import agent, calls, drive, engine_for, request, text
 
 # The tool's annotations -> its effect, MCP's defaults for what it does not state.
 CASES = {
@@ -107,3 +108,21 @@ def test_a_build_from_before_the_effect_field_loads_with_the_same_answer(build: 
     for name, (hints, effect) in CASES.items():
         stated = loaded_tools(build)[name].model_dump(by_alias=True, exclude={"effect"})
         assert ManagedTool.model_validate(stated).effect is effect, (name, hints)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_the_engine_serves_a_repeated_call_again_only_for_a_repeatable_effect(
+    build: Path, name: str
+) -> None:
+    """Two identical calls in one round: one execution; the second gets the first's result
+    when the effect is read-only or idempotent, else ``duplicate_call``."""
+    managed = loaded_tools(build)[name]
+    engine = engine_for("openai", request("openai"), agent(managed))
+    twice = calls("openai", ("a", managed.presented, {}), ("b", managed.presented, {}))
+    run = drive(engine, [twice, text("openai", "ok")])
+    assert [e.call.id for e in run.executions] == ["a"]
+    second = json.loads(run.upstream_bodies[1]["messages"][-1]["content"])
+    repeatable = CASES[name][1] in (Effect.READ_ONLY, Effect.IDEMPOTENT)
+    assert second["ok"] is repeatable
+    if not repeatable:
+        assert second["error"]["code"] == "duplicate_call"
