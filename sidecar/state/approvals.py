@@ -5,7 +5,7 @@ that asked. It is approved or denied once by an operator, expires unanswered, an
 exactly one execution. Every approval that is not finished lives in
 ``<state_dir>/approvals/<id>.json`` (written atomically), so a pending one survives a restart and
 an approved one can still be used by the client's retry. Calls waiting on a decision are
-governance's (``governance/approvals.py``); the store tells it when an approval settles.
+governance's (``governance/approval_waits.py``); the store tells it when one settles.
 """
 
 from __future__ import annotations
