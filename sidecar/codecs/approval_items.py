@@ -19,7 +19,7 @@ from clawpod.sidecar.model.conversation import CodecError, ModelTurn
 
 REQUEST = "mcp_approval_request"
 RESPONSE = "mcp_approval_response"
-# The sidecar's approval ids (governance/approvals.py): an answer naming one is the sidecar's,
+# The sidecar's approval ids (state/approvals.py): an answer naming one is the sidecar's,
 # whatever the client echoed before it; other answers belong to the provider's MCP servers.
 APPROVAL_ID_PREFIX = "apr_"
 

@@ -15,14 +15,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from clawpod.sidecar.audit.log import AuditLog
-from clawpod.sidecar.governance.approvals import (
-    Approval,
-    ApprovalStore,
-    args_digest,
-    open_approval,
-)
 from clawpod.sidecar.governance.policy import Decision
-from clawpod.sidecar.manifest import Approvals, ManagedTool
+from clawpod.sidecar.manifest import Approvals
+from clawpod.sidecar.model.checked_call import CheckedCall
 from clawpod.sidecar.model.client_approval import (
     ClientAnswer,
     ClientApproval,
@@ -30,6 +25,11 @@ from clawpod.sidecar.model.client_approval import (
 )
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from clawpod.sidecar.observability.metrics import Metrics
+from clawpod.sidecar.state.approvals import (
+    Approval,
+    ApprovalStore,
+    open_approval,
+)
 
 log = logging.getLogger("sidecar.approvals")
 
@@ -63,33 +63,24 @@ class ClientApprovals:
         self._metrics = metrics
 
     async def settle(
-        self,
-        agent: str,
-        tool: ManagedTool,
-        arguments: dict[str, Any],
-        client: ClientApproval,
-        held_by: Decision,
+        self, agent: str, call: CheckedCall, client: ClientApproval, held_by: Decision
     ) -> ToolOutcome | None:
         """None when the client approved exactly this call; else what the caller gets: the
         request for an approval (no answer yet) or the refusal the model sees."""
         if client.answer is None:
-            return self._ask(agent, tool, arguments, client, held_by)
-        return await self._answered(agent, tool, arguments, client.call_id, client.answer)
+            return self._ask(agent, call, client, held_by)
+        return await self._answered(agent, call, client.call_id, client.answer)
 
     def _ask(
-        self,
-        agent: str,
-        tool: ManagedTool,
-        arguments: dict[str, Any],
-        client: ClientApproval,
-        held_by: Decision,
+        self, agent: str, call: CheckedCall, client: ClientApproval, held_by: Decision
     ) -> ToolOutcome:
+        tool = call.tool
         approval = open_approval(
             self.store,
             self.settings,
             agent,
             tool,
-            arguments,
+            dict(call.arguments),
             self.manifest_digest,
             rule=held_by.reason,
             approver="client",
@@ -102,17 +93,12 @@ class ClientApprovals:
         return approval_requested(approval.id)
 
     async def _answered(
-        self,
-        agent: str,
-        tool: ManagedTool,
-        arguments: dict[str, Any],
-        call_id: str | None,
-        answer: ClientAnswer,
+        self, agent: str, call: CheckedCall, call_id: str | None, answer: ClientAnswer
     ) -> ToolOutcome | None:
         approval = self.store.get(answer.approval_id)
-        problem = self._mismatch(approval, agent, tool, arguments, call_id)
+        problem = self._mismatch(approval, agent, call, call_id)
         if problem is not None or approval is None:
-            await self._refuse(agent, tool, arguments, answer, problem or "unknown")
+            await self._refuse(agent, call, answer, problem or "unknown")
             return refused(
                 APPROVAL_INVALID,
                 f"the approval answer {answer.approval_id!r} was refused ({problem}); "
@@ -136,8 +122,7 @@ class ClientApprovals:
         self,
         approval: Approval | None,
         agent: str,
-        tool: ManagedTool,
-        arguments: dict[str, Any],
+        call: CheckedCall,
         call_id: str | None,
     ) -> str | None:
         """Why this answer cannot approve this call; None when it names a pending (or just
@@ -150,7 +135,7 @@ class ClientApprovals:
             return "it is an operator's approval"
         if approval.manifest_digest != self.manifest_digest:
             return "it was asked by another build"
-        if (approval.tool, approval.args_digest) != (tool.name, args_digest(arguments)):
+        if (approval.tool, approval.args_digest) != (call.tool.name, call.args_digest):
             return "it approves another call"
         if approval.call_id != call_id:
             return "it approves another call"
@@ -161,8 +146,7 @@ class ClientApprovals:
     async def _refuse(
         self,
         agent: str,
-        tool: ManagedTool,
-        arguments: dict[str, Any],
+        call: CheckedCall,
         answer: ClientAnswer,
         problem: str,
     ) -> None:
@@ -173,8 +157,8 @@ class ClientApprovals:
             {
                 "event": "approval_answer_refused",
                 "approval": answer.approval_id[:100],
-                "tool": tool.name,
-                "args_digest": args_digest(arguments),
+                "tool": call.tool.name,
+                "args_digest": call.args_digest,
                 "approve": answer.approve,
                 "problem": problem,
                 "who": WHO,

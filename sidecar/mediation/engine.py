@@ -17,7 +17,7 @@ from typing import Any
 
 from clawpod.sidecar.codecs.approval_items import asking_turn
 from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.manifest import AgentBuild, ManagedTool, TaintMode
+from clawpod.sidecar.manifest import AgentBuild, Effect, ManagedTool, TaintMode
 from clawpod.sidecar.mediation.client_approvals import (
     ANSWERED,
     ASKED,
@@ -45,7 +45,8 @@ from clawpod.sidecar.mediation.commands import (
     Respond,
     ToolsDone,
 )
-from clawpod.sidecar.model.canonical import canonical_json, digest
+from clawpod.sidecar.model.canonical import digest
+from clawpod.sidecar.model.checked_call import CheckedCall
 from clawpod.sidecar.model.client_approval import ClientAnswer, ClientApproval, unanswered
 from clawpod.sidecar.model.conversation import (
     CodecError,
@@ -60,7 +61,9 @@ from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from clawpod.sidecar.model.taint import UNTAINTED, RequestTaint, held_when_tainted, withdrawn
 from clawpod.sidecar.model.usage import Usage
 
-Validate = Callable[[ManagedTool, Any], "dict[str, Any] | ToolOutcome"]
+CheckArguments = Callable[[ManagedTool, Any, str], "CheckedCall | ToolOutcome"]
+"""The one argument check (execution/arguments.py), given by the driver: the engine stays
+sans-IO and never loads a schema validator itself."""
 Run = Generator[Command, Event, None]
 
 # Tools are withdrawn once this share of total_timeout_ms is spent (docs/contract.md §4.2
@@ -129,7 +132,7 @@ class MediationEngine:
         agent: AgentBuild,
         body: dict[str, Any],
         *,
-        validate: Validate,
+        check: CheckArguments,
         model_timeout_s: float,
         withheld: Sequence[tuple[ManagedTool, ToolOutcome]] = (),
         taint_mode: TaintMode = "off",
@@ -144,7 +147,7 @@ class MediationEngine:
         self.on_mixed = agent.agent.on_mixed
         self.policy = agent.tools.policy
         self.body = body
-        self.validate = validate
+        self.check = check
         self.model_timeout_s = model_timeout_s
         self.tool_budget_s = self.policy.total_timeout_ms / 1000
         self.tool_time_s = 0.0
@@ -357,11 +360,11 @@ class MediationEngine:
             if call.name in self.withdrawn:  # the model calls a tool it is no longer offered
                 outcomes[position] = withdrawn(tool)
                 continue
-            checked = self.validate(tool, call.arguments)
+            checked = self.check(tool, call.arguments, call.id)
             if isinstance(checked, ToolOutcome):
                 outcomes[position] = checked
                 continue
-            key = (tool.name, canonical_json(checked))
+            key = (tool.name, checked.canonical)
             if key in self._seen:
                 earlier_id, earlier = self._seen[key]
                 outcomes[position] = _repeat(tool, earlier_id, earlier)
@@ -372,7 +375,7 @@ class MediationEngine:
                 client = None
                 if self.codec.client_approvals:
                     client = ClientApproval(call.id, (answers or {}).get(call.id))
-                executions.append(PlannedExecution(call, tool, checked, client))
+                executions.append(PlannedExecution(call, checked, client))
                 positions.append(position)
                 keys.append(key)
         if executions:
@@ -381,7 +384,7 @@ class MediationEngine:
                 return None
             event = yield ExecuteTools(
                 executions,
-                concurrent=all(e.tool.read_only for e in executions),
+                concurrent=all(e.checked.effect is Effect.READ_ONLY for e in executions),
                 timeout_s=min(self.policy.timeout_per_tool_ms / 1000, remaining),
                 max_result_bytes=self.policy.max_tool_result_bytes,
                 budget_s=remaining,
@@ -727,7 +730,7 @@ def _relaxed(choice: ToolChoice) -> ToolChoice:
 
 
 def _repeat(tool: ManagedTool, earlier_id: str, earlier: ToolOutcome) -> ToolOutcome:
-    if tool.read_only or tool.idempotent:
+    if tool.effect.repeatable:
         return dataclasses.replace(earlier, executed=False, latency_ms=0.0)
     return refused(
         "duplicate_call",
