@@ -152,12 +152,13 @@ class GovernedExecutor(ToolRunner):
         decision = self.policy.decide(agent_id, tool, checked, request)
         if decision.effect == "deny":
             return refused("policy_denied", decision.reason)
-        # A client's answer resumes a call its question already admitted (SPEC §16).
-        answering = client is not None and client.answer is not None
+        # The user answers a call held by a client rule where the client can (SPEC §16); the
+        # answer resumes a call its question already admitted.
+        asks = client if self._client_decides(decision, held, tool) else None
         if (
             decision.rate is not None
             and decision.rule is not None
-            and not (answering and self._client_decides(decision, held, tool))
+            and not (asks is not None and asks.answer is not None)
             and not self.rates.admit(agent_id, tool.name, decision.rule, decision.rate)
         ):
             return refused(
@@ -170,7 +171,6 @@ class GovernedExecutor(ToolRunner):
             reason = TAINTED if held else None
             # No operator (nor user) is asked about a call that could not be made.
             refusal = self.quarantine.refusal(tool.name)
-            asks = client if self._client_decides(decision, held, tool) else None
             if refusal is None and asks is not None:
                 refusal = await self.client_approvals.settle(agent_id, call, asks, decision)
             elif refusal is None:
