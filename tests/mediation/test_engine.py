@@ -7,6 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
+from clawpod.sidecar.codecs import CODECS
 from clawpod.sidecar.mediation.commands import (
     BeginStream,
     CallModel,
@@ -79,6 +80,10 @@ def as_answered(api: str, reply: dict[str, Any], body: dict[str, Any], usage: An
     if api == "responses":
         answered["tools"] = body.get("tools", [])
     return answered
+
+
+def test_the_engine_tests_run_every_codec() -> None:
+    assert [codec_of(api) for api in APIS] == list(CODECS)
 
 
 # --- point 1: injection ---------------------------------------------------------------------
@@ -169,6 +174,14 @@ CHOICES = [
         {"type": "auto", "disable_parallel_tool_use": True},
         {"type": "auto", "disable_parallel_tool_use": True},
     ),
+    ("responses", "none", "none"),
+    ("responses", "required", "required"),
+    ("responses", {"type": "web_search_preview"}, {"type": "web_search_preview"}),
+    (
+        "responses",
+        {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "x"}]},
+        {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "x"}]},
+    ),
 ]
 
 
@@ -202,9 +215,10 @@ def test_a_choice_naming_a_managed_tool_is_rewritten_then_relaxed(api: str, name
         assert second == {"type": "auto"}
 
 
-def test_parallel_tool_calls_is_preserved() -> None:
-    body = request("openai", parallel_tool_calls=False)
-    run = drive(engine_for("openai", body), [text("openai", "ok")])
+@pytest.mark.parametrize("api", ["openai", "responses"])
+def test_parallel_tool_calls_is_preserved(api: str) -> None:
+    body = request(api, parallel_tool_calls=False)
+    run = drive(engine_for(api, body), [text(api, "ok")])
     assert run.upstream_bodies[0]["parallel_tool_calls"] is False
 
 
