@@ -1,17 +1,16 @@
-"""A codec owns one wire protocol: what the mediation engine needs from it (request, response
-and stream parse and render) and what the server needs to pass it through (routes, headers,
-error shapes, usage, stream end, model list)."""
+"""A codec owns one wire protocol. What pass-through needs of it is
+:class:`clawpod.sidecar.codecs.wire.WireCodec`; :class:`Codec` adds what the mediation engine
+and its driver need: request, response and stream parse and render, tool definitions and
+choices, continuation, and the fingerprints and ids that continuity keys on."""
 
 from __future__ import annotations
 
 import re
-from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from typing import Any, ClassVar, Literal
+from abc import abstractmethod
+from typing import Any, ClassVar
 
-import orjson
-
-from clawpod.sidecar.codecs.streaming import ClientStream, EndMarkerWatch, TurnAssembler
+from clawpod.sidecar.codecs.streaming import ClientStream, TurnAssembler
+from clawpod.sidecar.codecs.wire import WireCodec
 from clawpod.sidecar.model.conversation import (
     CodecError,
     Conversation,
@@ -21,10 +20,6 @@ from clawpod.sidecar.model.conversation import (
     ToolSpec,
 )
 from clawpod.sidecar.model.errors import ApiError
-
-ProviderApi = Literal["openai", "anthropic"]
-MAX_PROVIDER_MESSAGE = 500
-
 
 # A title, a summary or a compaction of the conversation itself, in either order ("a thread
 # title", "summarize this conversation", "compact the session").
@@ -37,123 +32,13 @@ AUXILIARY = re.compile(
 SYSTEM = ("system", "developer")
 
 
-class Codec(ABC):
-    name: ClassVar[str]
-    """The protocol's short name."""
-    title: ClassVar[str]
-    """The protocol's name in messages to people."""
-    api: ClassVar[ProviderApi]
-    """Which providers speak it (a provider's ``api`` in sidecar.json)."""
+class Codec(WireCodec):
     messages_field: ClassVar[str] = "messages"
     """The request field that carries the conversation."""
-    route: ClassVar[str]
-    """The client route that the sidecar mediates."""
-    upstream_path: ClassVar[str]
-    """Where ``route`` goes under the provider's base URL."""
-    side_routes: ClassVar[dict[str, str]] = {}
-    """Further client routes of the protocol (always passed through) -> upstream path."""
-    resource_routes: ClassVar[dict[tuple[str, str], str]] = {}
-    """(method, client route with ``{parameters}``) -> upstream path with the same parameters:
-    provider-held objects (a stored response), passed through to the API's first provider
-    unless the body names a model."""
-    forwarded_headers: ClassVar[tuple[str, ...]]
-    """Client headers with API meaning that go upstream; never authentication."""
-    stream_end: ClassVar[bytes]
-    """What a complete stream carries last; its absence means the stream was cut."""
-    input_key: ClassVar[str]
-    output_key: ClassVar[str]
-
-    @property
-    def stream_ends(self) -> tuple[bytes, ...]:
-        """Every marker a complete stream may end with (a protocol may end in several ways)."""
-        return (self.stream_end,)
-
-    def end_watch(self) -> EndMarkerWatch:
-        """A watch for this protocol's stream end, fed the stream as it passes."""
-        return EndMarkerWatch(self.stream_ends)
-
-    # --- pass-through -----------------------------------------------------------------------
-
-    @abstractmethod
-    def auth_headers(self, key: str) -> dict[str, str]:
-        """The provider key attached the way the provider's API expects it."""
-
-    @abstractmethod
-    def error_body(self, err: ApiError) -> dict[str, Any]:
-        """An error in the protocol's JSON shape."""
-
-    def error_json(self, err: ApiError) -> bytes:
-        return orjson.dumps(self.error_body(err))
-
-    @abstractmethod
-    def stream_error(self, err: ApiError) -> bytes:
-        """The in-band SSE event that ends a stream whose response head is already sent."""
 
     def stream_failure(self, conversation: Conversation, err: ApiError) -> bytes:
         """How a mediated stream that sent nothing but its head yet ends in failure."""
         return self.stream_error(err)
-
-    def usage_counts(self, usage: Any) -> tuple[int, int]:
-        """(input, output) tokens of a usage object; zeros when absent."""
-        if not isinstance(usage, dict):
-            return 0, 0
-        return _int(usage.get(self.input_key)), _int(usage.get(self.output_key))
-
-    def cache_counts(self, usage: Any) -> tuple[int, int]:
-        """(cache read, cache creation) input tokens of a usage object: Anthropic's two fields,
-        or OpenAI's ``cached_tokens`` in the prompt/input token details."""
-        if not isinstance(usage, dict):
-            return 0, 0
-        read = _int(usage.get("cache_read_input_tokens"))
-        for details_key in ("prompt_tokens_details", "input_tokens_details"):
-            details = usage.get(details_key)
-            if isinstance(details, dict):
-                read += _int(details.get("cached_tokens"))
-        return read, _int(usage.get("cache_creation_input_tokens"))
-
-    def usage_of_body(self, body: Any) -> tuple[int, int]:
-        """(input, output) tokens of a non-streaming response body."""
-        return self.usage_counts(body.get("usage") if isinstance(body, dict) else None)
-
-    def usage_of_event(self, event: dict[str, Any]) -> Any:
-        """The usage object a stream event carries, if any."""
-        return event.get("usage")
-
-    stores_objects: ClassVar[bool] = False
-    """Whether the provider keeps objects (responses) that later requests name by id."""
-
-    def stored_ids(self, body: Any) -> list[tuple[str, str]]:
-        """(kind, id) of every object the provider stored for this answer and may be asked
-        about later; none for protocols without stored objects."""
-        return []
-
-    def stored_references(
-        self, path_params: Mapping[str, str], body: dict[str, Any]
-    ) -> list[tuple[str, str]]:
-        """(kind, id) of every stored object a request reads, continues, cancels or deletes."""
-        return []
-
-    def provider_error_message(self, body: bytes) -> str:
-        """The provider's own message in an error body (both families nest it under
-        ``error.message``), else the start of the body."""
-        try:
-            error = orjson.loads(body).get("error")
-            message = error.get("message") if isinstance(error, dict) else None
-        except (ValueError, AttributeError):
-            message = None
-        text = str(message) if message else body[:200].decode("utf-8", "replace") or "no body"
-        # A provider's dump (stack traces, file paths) is not the client's to read whole.
-        if len(text) > MAX_PROVIDER_MESSAGE:
-            return text[:MAX_PROVIDER_MESSAGE] + "… (cut)"
-        return text
-
-    @abstractmethod
-    def models_list(self, models: list[tuple[str, str]]) -> dict[str, Any]:
-        """(provider name, model id) pairs in the protocol's model-list shape."""
-
-    @abstractmethod
-    def model_entry(self, provider: str, model: str) -> dict[str, Any]:
-        """One model in the protocol's shape (an entry of the list, ``GET /v1/models/{id}``)."""
 
     # --- mediation --------------------------------------------------------------------------
 
@@ -294,10 +179,6 @@ class Codec(ABC):
         """Fingerprint of the final answer sent back by reference (its recorded item ids) where
         the protocol has such echoes; None where it has not."""
         return None
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _system_texts(body: dict[str, Any]) -> list[str]:

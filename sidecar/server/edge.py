@@ -33,6 +33,7 @@ import orjson
 from aiohttp import StreamReader, web
 
 from clawpod.sidecar.manifest import EdgeConfig, SidecarConfig
+from clawpod.sidecar.model.errors import ApiError, internal_error
 from clawpod.sidecar.server.aiohttp_compat import HandlerBase, RunnerBase, ServerBase, check
 
 log = logging.getLogger("sidecar.edge")
@@ -222,12 +223,13 @@ class EdgeConnection(HandlerBase):
         reason = type(exc).__name__ if exc is not None else "error"
         if status >= 500:
             log.error("unhandled failure on a request: %s", reason)
-            code, text = "internal_error", "the sidecar failed on this request"
+            err = internal_error()
         else:
             log.info("refused a malformed request: %s", reason)
-            code, text = "bad_request", f"malformed HTTP request ({reason})"
-        error_type = "api_error" if status >= 500 else "invalid_request_error"
-        body = {"type": "error", "error": {"type": error_type, "code": code, "message": text}}
+            message = f"malformed HTTP request ({reason})"
+            err = ApiError(status, "bad_request", message, "invalid_request_error")
+        error = {"type": err.type, "code": err.code, "message": err.message}
+        body = {"type": "error", "error": error}
         response = web.Response(
             status=status, body=orjson.dumps(body), content_type="application/json"
         )

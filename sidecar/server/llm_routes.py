@@ -16,10 +16,10 @@ from urllib.parse import quote
 import orjson
 from aiohttp import web
 
-from clawpod.sidecar.codecs import CODECS
+from clawpod.sidecar.codecs import CODECS, V1
 from clawpod.sidecar.codecs.base import Codec
 from clawpod.sidecar.manifest import AgentBuild
-from clawpod.sidecar.model.errors import ApiError
+from clawpod.sidecar.model.errors import ApiError, internal_error
 from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.observability.logs import log_request
 from clawpod.sidecar.server.accounting import record_request
@@ -64,7 +64,6 @@ LLM_ROUTES = [
         ),
     )
 ]
-V1 = "/v1"
 
 
 def aliases(path: str) -> tuple[str, ...]:
@@ -87,8 +86,7 @@ async def serve_llm(exchange: Exchange, route: LlmRoute, state: SidecarState) ->
         pass  # the client left before its request could be read: nothing to answer
     except Exception:
         log.exception("unhandled error on %s %s", route.method, route.path)
-        err = ApiError(500, "internal_error", "the sidecar failed on this request", "api_error")
-        await reply_error(exchange, route.codec, err)
+        await reply_error(exchange, route.codec, internal_error())
 
 
 def _aiohttp_llm_handler(route: LlmRoute) -> Handler:

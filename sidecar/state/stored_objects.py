@@ -27,7 +27,7 @@ from typing import IO, TYPE_CHECKING, Literal
 import orjson
 
 if TYPE_CHECKING:
-    from clawpod.sidecar.codecs.base import Codec
+    from clawpod.sidecar.codecs.wire import WireCodec
 
 log = logging.getLogger("sidecar.objects")
 
@@ -183,7 +183,7 @@ class StreamedIds:
 
     __slots__ = ("_codec", "_pending", "found")
 
-    def __init__(self, codec: Codec) -> None:
+    def __init__(self, codec: WireCodec) -> None:
         self._codec = codec
         self._pending = b""
         self.found: list[StoredRef] = []
