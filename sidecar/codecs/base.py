@@ -9,6 +9,8 @@ import re
 from abc import abstractmethod
 from typing import Any, ClassVar
 
+import orjson
+
 from clawpod.sidecar.codecs.streaming import ClientStream, TurnAssembler
 from clawpod.sidecar.codecs.wire import WireCodec
 from clawpod.sidecar.model.conversation import (
@@ -30,6 +32,7 @@ AUXILIARY = re.compile(
     re.IGNORECASE,
 )
 SYSTEM = ("system", "developer")
+MAX_PROVIDER_MESSAGE = 500
 
 
 class Codec(WireCodec):
@@ -39,6 +42,20 @@ class Codec(WireCodec):
     def stream_failure(self, conversation: Conversation, err: ApiError) -> bytes:
         """How a mediated stream that sent nothing but its head yet ends in failure."""
         return self.stream_error(err)
+
+    def provider_error_message(self, body: bytes) -> str:
+        """The provider's own message in an error body (both families nest it under
+        ``error.message``), else the start of the body."""
+        try:
+            error = orjson.loads(body).get("error")
+            message = error.get("message") if isinstance(error, dict) else None
+        except (ValueError, AttributeError):
+            message = None
+        text = str(message) if message else body[:200].decode("utf-8", "replace") or "no body"
+        # A provider's dump (stack traces, file paths) is not the client's to read whole.
+        if len(text) > MAX_PROVIDER_MESSAGE:
+            return text[:MAX_PROVIDER_MESSAGE] + "… (cut)"
+        return text
 
     # --- mediation --------------------------------------------------------------------------
 

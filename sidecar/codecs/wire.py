@@ -16,7 +16,6 @@ from clawpod.sidecar.codecs.streaming import EndMarkerWatch
 from clawpod.sidecar.model.errors import ApiError
 
 ProviderApi = Literal["openai", "anthropic"]
-MAX_PROVIDER_MESSAGE = 500
 
 
 class WireCodec(ABC):
@@ -112,20 +111,6 @@ class WireCodec(ABC):
     ) -> list[tuple[str, str]]:
         """(kind, id) of every stored object a request reads, continues, cancels or deletes."""
         return []
-
-    def provider_error_message(self, body: bytes) -> str:
-        """The provider's own message in an error body (both families nest it under
-        ``error.message``), else the start of the body."""
-        try:
-            error = orjson.loads(body).get("error")
-            message = error.get("message") if isinstance(error, dict) else None
-        except (ValueError, AttributeError):
-            message = None
-        text = str(message) if message else body[:200].decode("utf-8", "replace") or "no body"
-        # A provider's dump (stack traces, file paths) is not the client's to read whole.
-        if len(text) > MAX_PROVIDER_MESSAGE:
-            return text[:MAX_PROVIDER_MESSAGE] + "… (cut)"
-        return text
 
     @abstractmethod
     def models_list(self, models: list[tuple[str, str]]) -> dict[str, Any]:

@@ -1,0 +1,36 @@
+"""The codec's two parts: code that only passes requests through, answers errors or lists
+models depends on the wire part (``WireCodec``), never on what mediation adds (``Codec``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from clawpod.sidecar.codecs import CODECS
+from clawpod.sidecar.codecs.base import Codec
+from clawpod.sidecar.codecs.wire import WireCodec
+
+SIDECAR = Path(__file__).resolve().parents[2] / "sidecar"
+WIRE_ONLY = [
+    "server/passthrough.py",
+    "server/errors.py",
+    "server/protocol_errors.py",
+    "server/routes.py",
+    "server/upstream.py",
+    "server/unserved.py",
+    "state/stored_objects.py",
+    "codecs/usage.py",
+]
+
+
+@pytest.mark.parametrize("module", WIRE_ONLY)
+def test_pass_through_code_knows_only_the_wire_part(module: str) -> None:
+    assert "codecs.base" not in (SIDECAR / module).read_text()
+
+
+def test_the_mediation_part_is_built_on_the_wire_part() -> None:
+    assert issubclass(Codec, WireCodec)
+    assert all(isinstance(codec, Codec) for codec in CODECS)
+    mediation = {"parse_request", "render_request", "parse_response", "client_stream"}
+    assert not mediation & set(dir(WireCodec))
