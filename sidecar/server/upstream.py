@@ -116,7 +116,7 @@ class _ProviderChannel:
 
     def request_for(self, target: UpstreamTarget) -> PreparedRequest:
         """The prepared request of a fixed route, or one rendered now for a resource path."""
-        client_defaults = any(name in target.forward_headers for name in self._default_names)
+        client_defaults = not self._default_names.isdisjoint(target.forward_headers)
         if target.path is None:
             return self.requests[target.route, client_defaults]
         url = self._base_url + target.path
