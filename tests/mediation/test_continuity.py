@@ -211,13 +211,15 @@ def test_a_changed_system_prompt_is_the_same_conversation(tmp_path: Path) -> Non
         assert hidden_ids("anthropic", back.upstream_bodies[0]["messages"]) == expected
 
 
-def test_a_first_turn_looks_nothing_up() -> None:
-    run = drive(engine_for("openai", request("openai")), [text("openai", "hi")])
+@pytest.mark.parametrize("api", APIS)
+def test_a_first_turn_looks_nothing_up(api: str) -> None:
+    run = drive(engine_for(api, own_history(api)), [text(api, "hi")])
     assert run.of(Recall) == []
 
 
-def test_only_requests_with_hidden_rounds_are_remembered(tmp_path: Path) -> None:
-    run = drive(engine_for("openai", request("openai")), [text("openai", "plain")])
+@pytest.mark.parametrize("api", APIS)
+def test_only_requests_with_hidden_rounds_are_remembered(api: str) -> None:
+    run = drive(engine_for(api, own_history(api)), [text(api, "plain")])
     assert run.of(Remember) == []
 
 

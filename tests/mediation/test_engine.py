@@ -548,12 +548,13 @@ def test_usage_is_summed_over_every_upstream_call(api: str) -> None:
         (ModelFailed("protocol", "garbage"), 502, "upstream_protocol_error"),
     ],
 )
+@pytest.mark.parametrize("api", APIS)
 def test_upstream_failures_mid_loop_map_to_client_errors(
-    failure: ModelFailed, status: int, code: str
+    api: str, failure: ModelFailed, status: int, code: str
 ) -> None:
     run = drive(
-        engine_for("openai", request("openai")),
-        [calls("openai", ("a", "desk_lookup", {"symbol": "A"})), failure],
+        engine_for(api, request(api)),
+        [calls(api, ("a", "desk_lookup", {"symbol": "A"})), failure],
     )
     assert (run.failure.status, run.failure.code) == (status, code)
 
