@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 import orjson
 
@@ -16,6 +16,14 @@ from clawpod.sidecar.codecs.streaming import EndMarkerWatch
 from clawpod.sidecar.model.errors import ApiError
 
 ProviderApi = Literal["openai", "anthropic"]
+
+
+class StreamFilter(Protocol):
+    """Rewrites a passing stream: each chunk as it comes, then what it still holds."""
+
+    def feed(self, chunk: bytes) -> bytes: ...
+
+    def flush(self) -> bytes: ...
 
 
 class WireCodec(ABC):
@@ -111,6 +119,17 @@ class WireCodec(ABC):
     ) -> list[tuple[str, str]]:
         """(kind, id) of every stored object a request reads, continues, cancels or deletes."""
         return []
+
+    def asking_stream_usage(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """A streamed request to pass through, rewritten to ask the provider for the usage
+        that charges budgets (#32), where the protocol reports it only when asked and the
+        client did not ask; None where it goes as it is. The client's stream then passes
+        through :meth:`usage_stripper`."""
+        return None
+
+    def usage_stripper(self) -> StreamFilter:
+        """Takes the usage the client did not ask for out of its stream (see above)."""
+        raise NotImplementedError(f"{self.title} streams are never asked for their usage")
 
     @abstractmethod
     def models_list(self, models: list[tuple[str, str]]) -> dict[str, Any]:

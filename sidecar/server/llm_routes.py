@@ -169,23 +169,22 @@ async def _read_and_serve(
             counted = orjson.dumps(with_managed_tools(codec, agent, body))
             await pass_through(exchange, ctx, counted)
         else:
-            if route.mediate and codec.name == "chat" and ctx.stream:
-                raw = _ask_stream_usage(ctx, body, raw)
+            if route.mediate and ctx.stream:
+                raw = _ask_stream_usage(ctx, codec, body, raw)
             await pass_through(exchange, ctx, raw if raw or route.method == "POST" else None)
     finally:
         inflight[route.path] -= 1
         release(ctx)
 
 
-def _ask_stream_usage(ctx: RequestContext, body: dict[str, Any], raw: bytes) -> bytes:
-    """A Chat Completions stream reports usage only when asked: the sidecar always asks, so
-    every stream is charged (#32), and strips the usage chunk from a client that did not."""
-    options = body.get("stream_options")
-    if isinstance(options, dict) and options.get("include_usage") is True:
+def _ask_stream_usage(ctx: RequestContext, codec: Codec, body: dict[str, Any], raw: bytes) -> bytes:
+    """Every stream is charged (#32): where the protocol reports usage only when asked, the
+    sidecar asks, and strips that usage from a client that did not."""
+    asking = codec.asking_stream_usage(body)
+    if asking is None:
         return raw
     ctx.strip_usage = True
-    extended = options if isinstance(options, dict) else {}
-    return orjson.dumps({**body, "stream_options": {**extended, "include_usage": True}})
+    return orjson.dumps(asking)
 
 
 def _injects(agent: AgentBuild, codec: Codec, body: dict[str, Any]) -> bool:
