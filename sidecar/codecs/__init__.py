@@ -6,10 +6,9 @@ A new protocol is one module with a ``Codec`` subclass and one line in ``CODECS`
 from collections.abc import Mapping
 
 from clawpod.sidecar.codecs.anthropic import AnthropicCodec
-from clawpod.sidecar.codecs.base import Codec
+from clawpod.sidecar.codecs.base import Codec, WireCodec
 from clawpod.sidecar.codecs.openai import OpenAICodec
 from clawpod.sidecar.codecs.responses import ResponsesCodec
-from clawpod.sidecar.codecs.wire import WireCodec
 
 # Codecs hold no state: one instance serves every request.
 CODECS: tuple[Codec, ...] = (OpenAICodec(), AnthropicCodec(), ResponsesCodec())

@@ -11,8 +11,7 @@ aiohttp to the minor versions the edge suite ran on.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
-from typing import Any, TypeVar
+from operator import attrgetter
 
 import aiohttp
 from aiohttp import web
@@ -64,48 +63,32 @@ async def _no_handler(request: web.BaseRequest) -> web.StreamResponse:
     raise NotImplementedError  # never called: the server only shows its attributes
 
 
-Connection = TypeVar("Connection", bound="HandlerBase")
+# The public names below read aiohttp's private ones with C-level getters: no call into this
+# module on the hot path (every chunk a connection receives), and none on a request's trip.
 
 
 class ServerBase(web.Server):
-    """aiohttp's low-level server, able to make connections of a subclass of ours."""
+    """aiohttp's low-level server, its state read through public names."""
 
-    def make_connection(self, connection_class: type[Connection]) -> Connection:
-        """A connection as ``web.Server.__call__`` makes one, of ``connection_class``."""
-        return connection_class(self, loop=self._loop, **self._kwargs)
+    event_loop = property(attrgetter("_loop"))
+    connection_options = property(attrgetter("_kwargs"))
+    """The keyword arguments of each connection it makes (``web.Server.__call__``)."""
 
 
 class HandlerBase(RequestHandler):
     """aiohttp's per-connection request handler, its state read through public names."""
 
-    @property
-    def event_loop(self) -> asyncio.AbstractEventLoop:
-        return self._loop
-
-    @property
-    def manager(self) -> web.Server | None:
-        """The server that made this connection; None once the connection is lost."""
-        return self._manager
-
-    @property
-    def queued_requests(self) -> deque[tuple[Any, Any]]:
-        """Parsed requests (message, payload) waiting for their turn to be answered."""
-        return self._messages
-
-    @property
-    def requests_parsed(self) -> int:
-        """Request heads parsed on this connection so far."""
-        return self._request_count
-
-    @property
-    def request_in_progress(self) -> bool:
-        """A request is being answered now."""
-        return self._request_in_progress
-
-    @property
-    def reading_paused(self) -> bool:
-        """aiohttp stopped reading the socket (backpressure), either way it does."""
-        return self._reading_paused or self._buffer_paused
+    event_loop = property(attrgetter("_loop"))
+    manager = property(attrgetter("_manager"))
+    """The server that made this connection; None once the connection is lost."""
+    queued_requests = property(attrgetter("_messages"))
+    """Parsed requests (message, payload) waiting for their turn to be answered."""
+    requests_parsed = property(attrgetter("_request_count"))
+    """Request heads parsed on this connection so far."""
+    request_in_progress = property(attrgetter("_request_in_progress"))
+    """A request is being answered now."""
+    pause_flags = property(attrgetter("_reading_paused", "_buffer_paused"))
+    """aiohttp stopped reading the socket (backpressure), in either of its two ways."""
 
 
 class RunnerBase(web.AppRunner):

@@ -91,7 +91,7 @@ class EdgeServer(ServerBase):
         self._strangers: OrderedDict[EdgeConnection, None] = OrderedDict()
 
     def __call__(self) -> EdgeConnection:
-        return self.make_connection(EdgeConnection)
+        return EdgeConnection(self, loop=self.event_loop, **self.connection_options)
 
     def admit(self, connection: EdgeConnection) -> bool:
         """Count a new connection in; whether it is over capacity (all, or its peer's)."""
@@ -270,7 +270,7 @@ class EdgeConnection(HandlerBase):
         if body is None or body.is_eof():
             self._body = None
             return
-        if self.reading_paused:
+        if any(self.pause_flags):
             self._body_seen = self.event_loop.time()  # the sidecar stopped reading, not the client
         elif self.event_loop.time() - self._body_seen >= self.limits.body_idle_timeout_s:
             self.force_close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
-from clawpod.sidecar.codecs.wire import WireCodec
+from clawpod.sidecar.codecs.base import WireCodec
 from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.server.exchange import Exchange
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from fnmatch import fnmatchcase
 
 from clawpod.sidecar.codecs import CODECS, codec_for_api
-from clawpod.sidecar.codecs.wire import ProviderApi
+from clawpod.sidecar.codecs.base import ProviderApi
 from clawpod.sidecar.manifest import MODEL_GLOB_CHARACTERS, Provider, SidecarConfig, is_model_glob
 from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.model.known_models import KNOWN_MODELS

@@ -27,7 +27,7 @@ from typing import IO, TYPE_CHECKING, Literal
 import orjson
 
 if TYPE_CHECKING:
-    from clawpod.sidecar.codecs.wire import WireCodec
+    from clawpod.sidecar.codecs.base import WireCodec
 
 log = logging.getLogger("sidecar.objects")
 
