@@ -23,8 +23,9 @@ from clawpod.sidecar.audit.log import AuditLog
 from clawpod.sidecar.audit.records import request_record, usage_record
 from clawpod.sidecar.audit.trace import trace_call
 from clawpod.sidecar.backends.http_request import idempotency_key
+from clawpod.sidecar.execution.runner import CallLimits
 from clawpod.sidecar.governance.gate import GovernedExecutor
-from clawpod.sidecar.manifest import AgentBuild, ManagedTool
+from clawpod.sidecar.manifest import AgentBuild, Effect, ManagedTool
 from clawpod.sidecar.mcp.protocol import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -177,7 +178,7 @@ class McpDispatch:
                 continue
             name = message.params.get("name") if isinstance(message.params, dict) else None
             tool = by_name.get(name) if isinstance(name, str) else None
-            if tool is None or not tool.read_only:
+            if tool is None or tool.effect is not Effect.READ_ONLY:
                 return False
         return True
 
@@ -199,25 +200,21 @@ class McpDispatch:
         agent = request.agent
         policy = agent.tools.policy
         record_id = "mcp_" + uuid.uuid4().hex
-        outcome = await self._executor.execute(
-            agent.agent.id,
-            tool,
-            params.arguments,
-            timeout_s=policy.timeout_per_tool_ms / 1000,
-            max_result_bytes=policy.max_tool_result_bytes,
-            # Every call with side effects carries one (SPEC §8.2): this call's own, named after
-            # its audit record, never repeated by another call with the same JSON-RPC id.
-            idempotency_key=idempotency_key(
-                self._pod,
-                agent.agent.id,
-                tool,
-                record_id,
-                str(request.message.id),
-                params.arguments or {},
+        checked = self._executor.check(tool, params.arguments, str(request.message.id))
+        if isinstance(checked, ToolOutcome):
+            outcome = checked
+        else:
+            limits = CallLimits(
+                timeout_s=policy.timeout_per_tool_ms / 1000,
+                max_result_bytes=policy.max_tool_result_bytes,
+                # Every call with side effects carries one (SPEC §8.2): this call's own, named
+                # after its audit record, never repeated by another call with the same
+                # JSON-RPC id.
+                idempotency_key=idempotency_key(self._pod, agent.agent.id, checked, record_id)
+                if has_side_effects(tool)
+                else None,
             )
-            if has_side_effects(tool)
-            else None,
-        )
+            outcome = await self._executor.execute(agent.agent.id, checked, limits)
         await self._audit_call(request, params, tool, outcome, record_id)
         return outcome
 

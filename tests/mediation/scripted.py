@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from clawpod.sidecar.execution.executor import ToolExecutor
+from clawpod.sidecar.execution.arguments import ArgumentCheck
 from clawpod.sidecar.manifest import (
     AgentBuild,
     AgentManifest,
@@ -40,7 +40,7 @@ from tests.support import responses as rs
 from tests.support.builds import http_tool
 from tests.support.codecs import codec_of
 
-VALIDATOR = ToolExecutor(env={})
+CHECK = ArgumentCheck()
 
 
 def tool(name: str, **kwargs: Any) -> ManagedTool:
@@ -67,7 +67,9 @@ TRADE = tool(
     },
     annotations={"destructiveHint": True},
 )
-CANCEL = tool("desk.cancel", method="POST", annotations={"idempotentHint": True})
+CANCEL = tool(
+    "desk.cancel", method="POST", annotations={"destructiveHint": False, "idempotentHint": True}
+)
 
 
 def agent(
@@ -119,7 +121,7 @@ def engine_for(
         codec_of(api),
         agent_build or agent(),
         body,
-        validate=VALIDATOR.check_arguments,
+        check=CHECK,
         model_timeout_s=MODEL_TIMEOUT_S,
     )
 
@@ -157,7 +159,7 @@ class Transcript:
 def drive(
     engine: MediationEngine,
     replies: Iterable[dict[str, Any] | ModelFailed],
-    tools: Callable[[PlannedExecution], ToolOutcome] = lambda e: ok(e.arguments),
+    tools: Callable[[PlannedExecution], ToolOutcome] = lambda e: ok(e.checked.arguments),
     store: ContinuityStore | None = None,
     clock: Clock | None = None,
 ) -> Transcript:
