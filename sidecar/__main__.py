@@ -18,11 +18,12 @@ from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV, AuditKeyError
 from clawpod.sidecar.audit.log import AuditStateError
 from clawpod.sidecar.build_signature import SignatureError, verify_signature
 from clawpod.sidecar.credential_files import (
+    OPERATOR_TOKEN_ENV,
     CredentialFileError,
     credential_names,
     with_credential_files,
 )
-from clawpod.sidecar.governance.webhooks import WebhookSecretError
+from clawpod.sidecar.governance.webhooks import WEBHOOK_SECRET_ENV, WebhookSecretError
 from clawpod.sidecar.manifest import Build, BuildError, load_build
 from clawpod.sidecar.observability.logs import configure_logging
 from clawpod.sidecar.observability.tracing import configure_tracing
@@ -30,7 +31,6 @@ from clawpod.sidecar.server.admin import create_admin_app
 from clawpod.sidecar.server.app import create_app
 from clawpod.sidecar.server.context import STATE_KEY
 from clawpod.sidecar.server.edge import EdgeLimits
-from clawpod.sidecar.server.operator import OPERATOR_TOKEN_ENV
 from clawpod.sidecar.server.serving import listen
 from clawpod.sidecar.state.lock import StateLock, StateLockError, instance_name
 
@@ -47,8 +47,8 @@ SHUTDOWN_TIMEOUT_S = 10.0
 ADMIN_LIMITS = EdgeLimits(max_connections=64)  # a scraper or two and an operator
 ADMIN_RESOLVE_WAIT_S = 10.0  # Swarm registers an alias within a second or two
 # The sidecar's own secrets, readable from NAME_FILE like the build's credentials (SPEC §13.2);
-# CLAW_WEBHOOK_SECRET signs approval webhooks (SPEC §15).
-SIDECAR_SECRETS = (AUDIT_KEY_ENV, OPERATOR_TOKEN_ENV, "CLAW_WEBHOOK_SECRET")
+# the webhook secret signs approval webhooks (SPEC §15).
+SIDECAR_SECRETS = (AUDIT_KEY_ENV, OPERATOR_TOKEN_ENV, WEBHOOK_SECRET_ENV)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -47,7 +47,7 @@ def test_the_sidecar_and_clawc_audit_run_without_compile_time_packages(tmp_path:
         "import clawpod.sidecar\n"
         "for module in pkgutil.walk_packages(clawpod.sidecar.__path__, 'clawpod.sidecar.'):\n"
         "    importlib.import_module(module.name)\n"
-        "from clawpod.compiler.cli import main\n"
+        "from clawpod.cli.clawc import main\n"
         "sys.exit(main(['audit', 'verify', sys.argv[1]]))\n"
     )
     done = subprocess.run(

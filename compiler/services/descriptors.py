@@ -19,9 +19,9 @@ from pydantic import (
 )
 
 from clawpod.compiler.errors import CompileError, pointer
-from clawpod.compiler.schemas import SchemaProblem, normalise_schema, schema_key
-from clawpod.compiler.sources import DescriptorSource
-from clawpod.compiler.yamlload import Lines, parse_document
+from clawpod.compiler.pod_file.documents import Lines, parse_document, validation_error
+from clawpod.compiler.services.schemas import SchemaProblem, normalise_schema, schema_key
+from clawpod.compiler.services.sources import DescriptorSource
 from clawpod.sidecar.manifest import DEFAULT_MCP_TTL_MS, HttpMethod, ToolAuth, definition_pin
 from clawpod.sidecar.path_template import (
     PathTemplateError,
@@ -172,27 +172,6 @@ class LoadedDescriptor:
 
     def __post_init__(self) -> None:
         self.tools_by_name = {tool.name: tool for tool in self.tools}
-
-
-def _pydantic_reason(error: dict[str, Any]) -> str:
-    if error["type"] == "extra_forbidden":
-        return f"unknown field '{error['loc'][-1]}'"
-    if error["type"] == "missing":
-        return f"missing required field '{error['loc'][-1]}'"
-    return str(error["msg"]).removeprefix("Value error, ")
-
-
-def validation_error(
-    exc: ValidationError, file: str, lines: Lines, prefix: tuple = ()
-) -> CompileError:
-    """The first pydantic error as a located :class:`CompileError`."""
-    first = exc.errors()[0]
-    loc = (*prefix, *first["loc"])
-    if first["type"] == "missing":
-        loc = loc[:-1]
-    return CompileError(
-        _pydantic_reason(first), file=file, pointer=pointer(*loc), line=lines.line(loc)
-    )
 
 
 _checked_schemas: dict[str, tuple[dict[str, Any] | None, SchemaError | SchemaProblem | None]] = {}

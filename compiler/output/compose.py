@@ -11,10 +11,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from clawpod.compiler.host_isolation import isolated_internal_network
-from clawpod.compiler.operator_client import OPERATOR_TOKEN_ENV
+from clawpod.compiler.output.host_isolation import isolated_internal_network
 from clawpod.compiler.pod import CompiledPod
-from clawpod.compiler.reserved import (
+from clawpod.compiler.pod_file.reserved import (
     ADMIN_HOST,
     ADMIN_NETWORK,
     NETWORKS,
@@ -22,6 +21,7 @@ from clawpod.compiler.reserved import (
     STATE_VOLUME,
 )
 from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
+from clawpod.sidecar.credential_files import OPERATOR_TOKEN_ENV
 from clawpod.sidecar.governance.webhooks import WEBHOOK_SECRET_ENV
 
 BUILD_MOUNT = "/claw/build"

@@ -1,6 +1,7 @@
-"""Governance resolved at compile time (SPEC §9): principals checked against their services,
-tool rules matched to the tools they govern and their CEL conditions checked against each
-tool's input schema, approvals and budgets resolved to agent ids."""
+"""Governance resolved at compile time (SPEC §9): tool rules matched to the tools they govern and
+their CEL conditions checked against each tool's input schema, approvals and budgets resolved to
+agent ids; and untrusted tool output (SPEC §17): the pod's taint mode (default ``confirm`` once
+any granted tool returns untrusted output) and the egress allow-lists."""
 
 from __future__ import annotations
 
@@ -8,18 +9,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from clawpod.compiler.agent_plan import AgentPlan
-from clawpod.compiler.governance_spec import PrincipalSpec, RuleSpec, parse_rate
-from clawpod.compiler.naming import canonical_name
-from clawpod.compiler.pod_reader import PodReader, Where
-from clawpod.compiler.pod_spec import PodClaw, ServiceClaw
-from clawpod.compiler.tool_services import ToolService, ToolServices
+from clawpod.compiler.agents import AgentPlan
+from clawpod.compiler.governance.grammar import RuleSpec, parse_rate
+from clawpod.compiler.pod_file.reader import PodReader, Where
+from clawpod.compiler.pod_file.spec import PodClaw, ServiceClaw
+from clawpod.compiler.services.tool_names import canonical_name
+from clawpod.compiler.services.tool_services import ToolService
 from clawpod.sidecar.governance.policy import (
     condition_problem,
     exact_string_comparisons,
     tool_matches,
 )
-from clawpod.sidecar.manifest import Approvals, Governance, ToolRule
+from clawpod.sidecar.manifest import Approvals, Governance, Taint, ToolRule
 
 EVERY_AGENT = "*"
 
@@ -31,55 +32,6 @@ class _RuleTarget:
     name: str
     input_schema: dict[str, Any]
     annotations: dict[str, Any]
-
-
-def check_principals(
-    reader: PodReader,
-    claw: PodClaw,
-    tool_services: ToolServices,
-    claws: dict[str, ServiceClaw | None],
-    agent_services: set[str],
-) -> dict[str, PrincipalSpec]:
-    """Every principal names a tool service that takes a credential."""
-    principals = claw.principals or {}
-    for name, spec in principals.items():
-        where = ("x-claw", "principals", name, "service")
-        if spec.service not in reader.services or spec.service in agent_services:
-            raise reader.fail(f"principal '{name}': no tool service '{spec.service}'", where)
-        service = tool_services.get(spec.service, claws.get(spec.service))
-        if service.loaded.descriptor.auth.type == "none":
-            raise reader.fail(
-                f"principal '{name}': service '{spec.service}' takes no credential (auth: none)",
-                where,
-            )
-    return principals
-
-
-def with_principal(
-    reader: PodReader,
-    service: ToolService,
-    principal: str | None,
-    where: Where,
-    principals: dict[str, PrincipalSpec],
-    agent_service: str | None,
-) -> ToolService:
-    """The service as a grant naming ``principal`` calls it."""
-    if principal is None:
-        return service
-    spec = principals.get(principal)
-    if spec is None:
-        known = ", ".join(sorted(principals)) or "none declared"
-        raise reader.fail(
-            f"unknown principal '{principal}' (x-claw.principals: {known})", where, agent_service
-        )
-    if spec.service != service.name:
-        raise reader.fail(
-            f"principal '{principal}' is a credential of service '{spec.service}', "
-            f"not of '{service.name}'",
-            where,
-            agent_service,
-        )
-    return service.as_principal(principal, spec.env)
 
 
 def _targets(tools: Iterable[tuple[ToolService, Any]]) -> dict[str, _RuleTarget]:
@@ -232,3 +184,42 @@ def _budgets(
         if spec.usd_per_day is not None:
             usd.update(dict.fromkeys(holders, spec.usd_per_day))
     return tokens, usd
+
+
+def resolve_taint(
+    reader: PodReader,
+    claw: PodClaw,
+    claws: dict[str, ServiceClaw | None],
+    agents: list[AgentPlan],
+) -> Taint | None:
+    """The sidecar's taint settings; None when no tool of the pod is untrusted and the pod
+    sets no mode (nothing can taint a request then)."""
+    tool_services = {service.name for agent in agents for service, _ in agent.tools}
+    agent_services = {agent.service for agent in agents}
+    service_allow: dict[str, list[str]] = {}
+    for name, service_claw in claws.items():
+        if service_claw is None or service_claw.egress_allow is None:
+            continue
+        where = ("services", name, "x-claw", "egress-allow")
+        if name in agent_services:
+            raise reader.fail("egress-allow belongs to a tool service, not an agent", where, name)
+        if name not in tool_services:
+            reader.warn("egress-allow of a service no agent is granted tools of", where, name)
+        service_allow[name] = _hosts(service_claw.egress_allow)
+    untrusted = any(tool.untrusted_output for agent in agents for _, tool in agent.tools)
+    if not untrusted and claw.taint is None:
+        return None
+    if not untrusted:
+        reader.warn(
+            "taint is set but no granted tool returns untrusted output", ("x-claw", "taint")
+        )
+    return Taint(
+        mode=claw.taint or "confirm",
+        egress_allow=_hosts(claw.egress_allow or []),
+        service_egress_allow=service_allow,
+    )
+
+
+def _hosts(hosts: list[str]) -> list[str]:
+    """Host names compare case-insensitively: kept lower-case, duplicates dropped."""
+    return list(dict.fromkeys(host.lower() for host in hosts))

@@ -14,18 +14,23 @@ from typing import Any
 import jinja2
 import yaml
 
-from clawpod.compiler.agent_plan import AgentPlan
-from clawpod.compiler.compose import STATE_DIR, generate_compose
-from clawpod.compiler.descriptor import CompiledTool
+from clawpod.compiler.agents import AgentPlan
 from clawpod.compiler.errors import CompileError
-from clawpod.compiler.kubernetes import kubernetes_files
-from clawpod.compiler.naming import canonical_name, present
+from clawpod.compiler.output.compose import STATE_DIR, generate_compose
+from clawpod.compiler.output.kubernetes import kubernetes_files
+from clawpod.compiler.output.runner_configs import codex_config, langchain_config, mcp_config
+from clawpod.compiler.output.swarm import swarm_files
 from clawpod.compiler.pod import CompiledPod
-from clawpod.compiler.pod_spec import EdgeSpec
-from clawpod.compiler.reserved import ADMIN_HOST, ADMIN_PORT, SIDECAR_HOST_URL
-from clawpod.compiler.runner_configs import codex_config, langchain_config, mcp_config
-from clawpod.compiler.swarm import swarm_files
-from clawpod.compiler.tool_services import ToolService
+from clawpod.compiler.pod_file.reserved import (
+    ADMIN_HOST,
+    ADMIN_PORT,
+    AGENT_TOKEN_ENV,
+    SIDECAR_HOST_URL,
+)
+from clawpod.compiler.pod_file.spec import EdgeSpec
+from clawpod.compiler.services.descriptors import CompiledTool
+from clawpod.compiler.services.tool_names import canonical_name, present
+from clawpod.compiler.services.tool_services import ToolService
 from clawpod.sidecar.manifest import (
     AdminListen,
     AgentManifest,
@@ -43,7 +48,7 @@ TOKEN_PREFIX = "claw_"
 TOKEN_PATTERN = re.compile(r"^claw_[A-Za-z0-9_-]{32,}$")
 MCP_URL = f"{SIDECAR_HOST_URL}/mcp"
 _ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("clawpod.compiler", "templates"),
+    loader=jinja2.PackageLoader("clawpod.compiler.output", "templates"),
     autoescape=False,
     keep_trailing_newline=True,
     trim_blocks=True,
@@ -61,7 +66,7 @@ def version() -> str:
 
 def source_root() -> Path | None:
     """The repository that holds the sidecar's Dockerfile, when clawc runs from a source tree."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     return root if (root / "pyproject.toml").is_file() and (root / "sidecar").is_dir() else None
 
 
@@ -77,7 +82,7 @@ def read_token(env_file: Path) -> str | None:
         return None
     for line in text.splitlines():
         name, _, value = line.partition("=")
-        if name.strip() == "CLAW_AGENT_TOKEN" and TOKEN_PATTERN.match(value.strip()):
+        if name.strip() == AGENT_TOKEN_ENV and TOKEN_PATTERN.match(value.strip()):
             return value.strip()
     return None
 
@@ -224,7 +229,7 @@ def _render_context(
 def _env_file(agent_id: str, token: str) -> str:
     return (
         f"# Token of agent '{agent_id}' (secret): --rotate-tokens replaces it.\n"
-        f"CLAW_AGENT_TOKEN={token}\n"
+        f"{AGENT_TOKEN_ENV}={token}\n"
         f"CLAW_MCP_URL={MCP_URL}\n"
         f"OPENAI_BASE_URL={SIDECAR_HOST_URL}/v1\n"
         f"OPENAI_API_KEY={token}\n"

@@ -12,13 +12,13 @@ import tarfile
 from pathlib import Path
 from typing import Any, Protocol
 
-from clawpod.compiler.confined_files import (
+from clawpod.compiler.errors import CompileError
+from clawpod.compiler.pod_file.confined_files import (
     MAX_NAMED_FILE_BYTES,
     ConfinementError,
     read_limited,
     resolve_confined,
 )
-from clawpod.compiler.errors import CompileError
 
 DESCRIBE_LABEL = "claw.describe"
 

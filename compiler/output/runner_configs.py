@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from clawpod.compiler.pod_file.reserved import AGENT_TOKEN_ENV
+
 SERVER_NAME = "clawpod"
 # "http" is Streamable HTTP to both families below, under a different key: mcpServers readers
 # take "type", langchain-mcp-adapters takes "transport" and passes every other key on to its
 # transport (so a "type" there fails), hence one file per family.
 MCP_TRANSPORT = "http"
-TOKEN_REFERENCE = "${CLAW_AGENT_TOKEN}"
+TOKEN_REFERENCE = f"${{{AGENT_TOKEN_ENV}}}"
 
 
 def mcp_config(url: str, token: str = TOKEN_REFERENCE) -> dict[str, Any]:

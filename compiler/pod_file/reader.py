@@ -1,8 +1,57 @@
-"""Compose values clawc reads or rewrites must have a shape it understands, checked first."""
+"""One pod file read into memory, with located errors and warnings for everything in it, and the
+compose values clawc reads or rewrites checked first for a shape it understands."""
 
 from __future__ import annotations
 
-from clawpod.compiler.pod_reader import PodReader
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from clawpod.compiler.errors import CompileError, pointer
+from clawpod.compiler.pod_file.documents import Lines, load_file
+
+Where = tuple[str | int, ...]
+Fail = Callable[[str, Where], CompileError]
+
+
+class PodReader:
+    """The parsed pod file; every failure is a :class:`CompileError` naming file, service, line."""
+
+    def __init__(self, path: Path) -> None:
+        self.file = path
+        data, lines = load_file(path, "pod file")
+        self.lines: Lines = lines
+        if not isinstance(data, dict):
+            raise CompileError("a pod file must be a compose mapping", file=path, line=1)
+        self.data: dict[str, Any] = data
+        services = data.get("services")
+        if not isinstance(services, dict) or not services:
+            raise CompileError(
+                "a pod file needs a 'services' mapping", file=path, pointer="/services"
+            )
+        self.services: dict[str, Any] = services
+        self.warnings: list[str] = []
+
+    @property
+    def directory(self) -> Path:
+        return self.file.parent
+
+    def fail(self, reason: str, path: Where, service: str | None = None) -> CompileError:
+        return CompileError(
+            reason,
+            file=self.file,
+            pointer=pointer(*path),
+            service=service,
+            line=self.lines.line(path),
+        )
+
+    def failer(self, service: str | None) -> Fail:
+        return lambda reason, path: self.fail(reason, path, service)
+
+    def warn(self, reason: str, path: Where, service: str | None = None) -> None:
+        """Record a warning, located like an error; the caller shows it and carries on."""
+        self.warnings.append(str(self.fail(reason, path, service)))
+
 
 # key: (accepted container types, accepted item types when it is a list)
 _SERVICE_SHAPES: dict[str, tuple[tuple[type, ...], tuple[type, ...]]] = {

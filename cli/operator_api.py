@@ -12,7 +12,8 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-OPERATOR_TOKEN_ENV = "CLAW_OPERATOR_TOKEN"
+from clawpod.sidecar.credential_files import OPERATOR_TOKEN_ENV
+
 TIMEOUT_S = 30
 
 

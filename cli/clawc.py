@@ -1,4 +1,5 @@
-"""``clawc``: compile pod files into runnable builds, and look inside them."""
+"""``clawc``: compile pod files into runnable builds, look inside them, and operate running
+sidecars (approvals, audit, discover)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from clawpod.compiler.errors import CompileError, display_path
+from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
+from clawpod.sidecar.credential_files import OPERATOR_TOKEN_ENV
 
 TARGETS = ("compose", "kubernetes", "swarm")
 
@@ -161,16 +164,16 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         metavar="URL",
         help="show: read running sidecars' operator listeners instead (repeat for many pods; "
-        "the token from CLAW_OPERATOR_TOKEN)",
+        f"the token from {OPERATOR_TOKEN_ENV})",
     )
     audit.add_argument(
         "--build", type=Path, metavar="OUT", help="verify: every agent of this build has a log"
     )
     audit.add_argument(
         "--key-env",
-        default="CLAW_AUDIT_KEY",
+        default=AUDIT_KEY_ENV,
         metavar="VAR",
-        help="verify: the environment variable holding the audit key (default CLAW_AUDIT_KEY)",
+        help=f"verify: the environment variable holding the audit key (default {AUDIT_KEY_ENV})",
     )
     audit.add_argument("--agent", metavar="ID", help="show: only this agent")
     audit.add_argument("--limit", type=int, metavar="N", help="show: only the last N records")
@@ -185,7 +188,7 @@ def _add_approvals(commands: Any) -> None:
         epilog="examples:\n  clawc approvals list --sidecar http://localhost:9090\n"
         "  clawc approvals list --sidecar http://pod-a:9090 --sidecar http://pod-b:9090\n"
         "  clawc approvals approve apr_0123 --sidecar URL --reason 'checked'\n"
-        "the operator token is read from CLAW_OPERATOR_TOKEN",
+        f"the operator token is read from {OPERATOR_TOKEN_ENV}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     approvals.add_argument("action", choices=["list", "approve", "deny"])
@@ -217,12 +220,12 @@ def _warn(warnings: list[str], err: TextIO) -> None:
 
 
 def _compile(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from clawpod.compiler.build import write_build
-    from clawpod.compiler.host_isolation import engine_warning, local_engine_version
+    from clawpod.compiler.output.build import write_build
+    from clawpod.compiler.output.host_isolation import engine_warning, local_engine_version
     from clawpod.compiler.pod import compile_pod
 
     if args.discover:
-        from clawpod.compiler.discover import refresh_pod_descriptors
+        from clawpod.cli.discover import refresh_pod_descriptors
 
         for path in refresh_pod_descriptors(args.pod):
             out.write(f"discovered the tools of {display_path(path)}\n")
@@ -253,7 +256,7 @@ def _run_line(target_kind: str, out: Path, pod: Any) -> str:
     if target_kind == "kubernetes":
         return f"kubectl apply -k {display_path(out / 'k8s')} (docs/kubernetes.md)"
     if target_kind == "swarm":
-        from clawpod.compiler.compose import project_name
+        from clawpod.compiler.output.compose import project_name
 
         stack = display_path(out / "stack.yml")
         return f"docker stack deploy -c {stack} {project_name(pod.name)} (docs/swarm.md)"
@@ -273,7 +276,7 @@ def _sign(build: Path, key_env: str) -> None:
 
 
 def _validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from clawpod.compiler.build import render_build
+    from clawpod.compiler.output.build import render_build
     from clawpod.compiler.pod import compile_pod
 
     pod = compile_pod(args.pod)
@@ -314,7 +317,7 @@ def _not_a_build(path: Path) -> str | None:
 
 
 def _inspect(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from clawpod.compiler.inspect import inspect_command
+    from clawpod.cli.inspect import inspect_command
 
     if problem := _not_a_build(args.out):
         raise CompileError(problem)
@@ -323,7 +326,7 @@ def _inspect(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _discover(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from clawpod.compiler.discover import discover_descriptor, write_descriptor
+    from clawpod.cli.discover import discover_descriptor, write_descriptor
 
     descriptor = discover_descriptor(args.url, args.token_env)
     if args.out is None:
@@ -335,7 +338,7 @@ def _discover(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _schema(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from clawpod.compiler.jsonschemas import descriptor_schema, pod_schema
+    from clawpod.cli.editor_schemas import descriptor_schema, pod_schema
 
     schema = descriptor_schema() if args.kind == "descriptor" else pod_schema()
     out.write(json.dumps(schema, indent=2) + "\n")
@@ -343,11 +346,9 @@ def _schema(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _audit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from clawpod.sidecar.audit.cli import show_command, verify_command
+    from clawpod.cli.audit import remote_show_command, show_command, verify_command
 
     if args.action == "show" and args.sidecar:
-        from clawpod.compiler.remote_audit import remote_show_command
-
         return remote_show_command(args.sidecar, out, err, agent=args.agent, limit=args.limit)
     if args.state_dir is None:
         err.write(f"clawc: error: audit {args.action} needs STATE_DIR (or show --sidecar URL)\n")
@@ -358,7 +359,7 @@ def _audit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _approvals(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from clawpod.compiler.approvals_cli import approvals_command
+    from clawpod.cli.approvals import approvals_command
 
     return approvals_command(args.action, args.sidecar, args.approval_id, args.reason, out, err)
 

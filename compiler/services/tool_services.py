@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from clawpod.compiler.confined_files import ConfinementError, resolve_confined
-from clawpod.compiler.descriptor import LoadedDescriptor, load_descriptor
-from clawpod.compiler.pod_reader import PodReader
-from clawpod.compiler.pod_spec import ServiceClaw
-from clawpod.compiler.sources import DescriptorSource, FileSource, ImageSource
+from clawpod.compiler.pod_file.confined_files import ConfinementError, resolve_confined
+from clawpod.compiler.pod_file.reader import PodReader
+from clawpod.compiler.pod_file.spec import ServiceClaw
+from clawpod.compiler.services.descriptors import LoadedDescriptor, load_descriptor
+from clawpod.compiler.services.sources import DescriptorSource, FileSource, ImageSource
 from clawpod.sidecar.manifest import ToolAuth
 
 # Cloud instance metadata services answer here; a tool pointed at one leaks the host's role.

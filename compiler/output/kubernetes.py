@@ -11,15 +11,22 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from clawpod.compiler.compose import BUILD_MOUNT, CONTEXT_MOUNT, MCP_MOUNT, STATE_DIR
 from clawpod.compiler.errors import CompileError
+from clawpod.compiler.output.compose import BUILD_MOUNT, CONTEXT_MOUNT, MCP_MOUNT, STATE_DIR
+from clawpod.compiler.output.workloads import (
+    Workload,
+    interpolated,
+    pod_networks,
+    substitute,
+    workloads,
+)
 from clawpod.compiler.pod import CompiledPod
-from clawpod.compiler.reserved import (
+from clawpod.compiler.pod_file.reserved import (
     ADMIN_HOST,
     ADMIN_PORT,
+    AGENT_TOKEN_ENV,
     SIDECAR_SERVICE,
 )
-from clawpod.compiler.workloads import Workload, interpolated, pod_networks, substitute, workloads
 
 AGENT_PORT = 8080
 CREDENTIALS_SECRET = "claw-credentials"
@@ -190,17 +197,17 @@ class KubernetesTarget:
         entries: list[dict[str, Any]] = []
         lines = self.build_files[f"agents/{agent_id}.env"].splitlines()
         token = next(
-            line.partition("=")[2] for line in lines if line.startswith("CLAW_AGENT_TOKEN=")
+            line.partition("=")[2] for line in lines if line.startswith(f"{AGENT_TOKEN_ENV}=")
         )
         for line in lines:
             name, sep, value = line.partition("=")
             if not sep or name.startswith("#"):
                 continue
             if value == token:
-                entries.append({"name": name, **self.secret_ref(secret, "CLAW_AGENT_TOKEN")})
+                entries.append({"name": name, **self.secret_ref(secret, AGENT_TOKEN_ENV)})
             else:
                 entries.append({"name": name, "value": value})
-        self.agent_secrets[secret] = ["CLAW_AGENT_TOKEN"]
+        self.agent_secrets[secret] = [AGENT_TOKEN_ENV]
         return entries
 
     # -- workloads --------------------------------------------------------------------------

@@ -7,9 +7,9 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
+from clawpod.compiler.services.descriptors import ENV_NAME
 from clawpod.sidecar.manifest import ApprovalRequirement, Effect, Rate
 
-ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 RATE = re.compile(r"^\s*(\d+)\s*/\s*(second|minute|hour)\s*$")
 Positive = Annotated[int, Strict(), Field(gt=0)]
 
@@ -22,7 +22,7 @@ class PrincipalSpec(_Spec):
     """``principals: {<name>: {service, env}}``: a credential of one tool service."""
 
     service: str = Field(min_length=1)
-    env: str = Field(pattern=ENV_NAME, description="the variable holding the credential")
+    env: str = Field(pattern=ENV_NAME.pattern, description="the variable holding the credential")
 
 
 class RuleSpec(_Spec):

@@ -1,22 +1,33 @@
-"""The ``x-claw`` blocks of a pod file (SPEC section 2): the pod's, a tool service's, an agent's."""
+"""The ``x-claw`` blocks of a pod file (SPEC section 2): the pod's, a tool service's, an agent's,
+their tool policy, and each block read from the pod file."""
 
 from __future__ import annotations
 
 import re
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from clawpod.compiler.governance_spec import (
+from clawpod.compiler.errors import CompileError
+from clawpod.compiler.governance.grammar import (
     ApprovalsSpec,
     BudgetSpec,
     PrincipalSpec,
     RuleSpec,
 )
-from clawpod.compiler.grants import GrantItem
-from clawpod.compiler.policy import PolicySpec
+from clawpod.compiler.grants import Grant, GrantItem
+from clawpod.compiler.pod_file.documents import validation_error
+from clawpod.compiler.pod_file.reader import PodReader, Where
 from clawpod.compiler.providers import ModelEntry, ProviderSpec, RouteTargetSpec
-from clawpod.sidecar.manifest import Mode, OnMixed, TaintMode, ToolInjection
+from clawpod.sidecar.manifest import Mode, OnMixed, TaintMode, ToolInjection, ToolPolicy
 
 AGENT_ID = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
 SURFACE = re.compile(r"^service://(.+)$")
@@ -43,6 +54,45 @@ TOOL_INJECTION_HELP = (
     "tools and no tool_choice and ask for a title, summary or compaction of the conversation, "
     "get none injected; always: every request of a mediated agent gets its tools"
 )
+_Positive = Annotated[int, Strict(), Field(gt=0)]
+_DEFAULTS = ToolPolicy()
+
+
+class PolicySpec(BaseModel):
+    """``tool-policy`` / ``tool-policy-defaults``: every value > 0, total >= per tool."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    max_rounds: _Positive = Field(default=_DEFAULTS.max_rounds, alias="max-rounds")
+    timeout_per_tool_ms: _Positive = Field(
+        default=_DEFAULTS.timeout_per_tool_ms, alias="timeout-per-tool-ms"
+    )
+    total_timeout_ms: _Positive = Field(
+        default=_DEFAULTS.total_timeout_ms, alias="total-timeout-ms"
+    )
+    max_tool_result_bytes: _Positive = Field(
+        default=_DEFAULTS.max_tool_result_bytes, alias="max-tool-result-bytes"
+    )
+
+    @model_validator(mode="after")
+    def _total_covers_one_tool(self) -> PolicySpec:
+        if self.total_timeout_ms < self.timeout_per_tool_ms:
+            raise ValueError(
+                f"total-timeout-ms ({self.total_timeout_ms}) must be >= "
+                f"timeout-per-tool-ms ({self.timeout_per_tool_ms})"
+            )
+        return self
+
+    def to_policy(self) -> ToolPolicy:
+        return ToolPolicy(**self.model_dump())
+
+
+def effective_policy(
+    pod_default: PolicySpec | None, service_policy: PolicySpec | None, service_declares: bool
+) -> ToolPolicy:
+    """A service's ``tool-policy`` replaces the pod default wholesale; ``null`` suppresses it."""
+    chosen = service_policy if service_declares else pod_default
+    return chosen.to_policy() if chosen is not None else ToolPolicy()
 
 
 class _Spec(BaseModel):
@@ -70,9 +120,6 @@ class OperatorPeer(_Spec):
         if not self.namespace_labels and not self.pod_labels:
             raise ValueError("name namespace-labels, pod-labels or both")
         return self
-
-
-_Positive = Annotated[int, Strict(), Field(gt=0)]
 
 
 class EdgeSpec(_Spec):
@@ -184,3 +231,60 @@ class ServiceClaw(_Spec):
     @property
     def is_agent(self) -> bool:
         return "agent" in self.model_fields_set
+
+
+def _located(
+    reader: PodReader, exc: ValidationError, prefix: Where, service: str | None
+) -> CompileError:
+    located = validation_error(exc, str(reader.file), reader.lines, prefix)
+    located.service = service
+    return located
+
+
+def read_pod_claw(reader: PodReader) -> PodClaw:
+    """The pod's own ``x-claw`` block, validated."""
+    raw = reader.data.get("x-claw") or {}
+    if not isinstance(raw, dict):
+        raise reader.fail("x-claw must be a mapping", ("x-claw",))
+    try:
+        claw = PodClaw.model_validate(raw)
+    except ValidationError as exc:
+        raise _located(reader, exc, ("x-claw",), None) from None
+    for index, item in enumerate(claw.tools_defaults or []):
+        if not isinstance(item, Grant):
+            raise reader.fail(
+                "'...' cannot be used inside tools-defaults",
+                ("x-claw", "tools-defaults", index),
+            )
+    return claw
+
+
+def read_service_claw(reader: PodReader, name: str) -> ServiceClaw | None:
+    """Service ``name``'s ``x-claw`` block, validated; None when it has none."""
+    definition = reader.services[name]
+    if not isinstance(definition, dict):
+        raise reader.fail("a service must be a mapping", ("services", name), name)
+    if "x-claw" not in definition:
+        return None
+    prefix = ("services", name, "x-claw")
+    raw = definition["x-claw"]
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise reader.fail("x-claw must be a mapping", prefix, name)
+    try:
+        claw = ServiceClaw.model_validate(raw)
+    except ValidationError as exc:
+        raise _located(reader, exc, prefix, name) from None
+    if claw.is_agent and claw.agent is None:
+        claw.agent = AgentMarker()
+    if not claw.is_agent:
+        for attr, key in AGENT_ONLY_FIELDS.items():
+            if attr in claw.model_fields_set:
+                raise reader.fail(
+                    f"'{key}' applies to agents only (add 'agent: {{}}')", (*prefix, key), name
+                )
+    elif claw.describe or claw.url:
+        key = "describe" if claw.describe else "url"
+        raise reader.fail("an agent cannot also be a tool service", (*prefix, key), name)
+    return claw

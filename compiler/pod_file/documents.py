@@ -1,4 +1,5 @@
-"""YAML/JSON loading that remembers where each value came from, so errors can cite lines."""
+"""YAML/JSON loading that remembers where each value came from, so errors (ours and pydantic's)
+can cite lines."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
-from clawpod.compiler.errors import CompileError
+from clawpod.compiler.errors import CompileError, pointer
 
 try:  # the C loader is much faster on big pod files; fall back when libyaml is absent
     _Loader: type[yaml.SafeLoader] = yaml.CSafeLoader  # type: ignore[assignment]
@@ -187,3 +189,24 @@ def parse_document(text: str, source: Path | str, *, json_first: bool) -> tuple[
 def load_file(path: Path, what: str) -> tuple[Any, Lines]:
     """Load a ``.json`` file as JSON and anything else as YAML."""
     return parse_document(_read_text(path, what), path, json_first=path.suffix.lower() == ".json")
+
+
+def _pydantic_reason(error: dict[str, Any]) -> str:
+    if error["type"] == "extra_forbidden":
+        return f"unknown field '{error['loc'][-1]}'"
+    if error["type"] == "missing":
+        return f"missing required field '{error['loc'][-1]}'"
+    return str(error["msg"]).removeprefix("Value error, ")
+
+
+def validation_error(
+    exc: ValidationError, file: str, lines: Lines, prefix: tuple = ()
+) -> CompileError:
+    """The first pydantic error as a located :class:`CompileError`."""
+    first = exc.errors()[0]
+    loc = (*prefix, *first["loc"])
+    if first["type"] == "missing":
+        loc = loc[:-1]
+    return CompileError(
+        _pydantic_reason(first), file=file, pointer=pointer(*loc), line=lines.line(loc)
+    )

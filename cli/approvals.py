@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from clawpod.compiler.operator_client import (
+from clawpod.cli.operator_api import (
     OperatorApiError,
     call,
     endpoint,

@@ -1,8 +1,9 @@
-"""The compose names clawc adds to every pod, which a pod file therefore cannot use."""
+"""The compose names clawc adds to every pod, which a pod file therefore cannot use, and the
+variables clawc gives every agent."""
 
 from __future__ import annotations
 
-from clawpod.compiler.pod_reader import PodReader
+from clawpod.compiler.pod_file.reader import PodReader
 
 SIDECAR_SERVICE = "claw-sidecar"
 SIDECAR_HOST_URL = f"http://{SIDECAR_SERVICE}:8080"
@@ -13,6 +14,16 @@ ADMIN_HOST = "claw-sidecar-admin"
 ADMIN_PORT = 9090
 NETWORKS = ("claw-agents", "claw-tools", "claw-egress", ADMIN_NETWORK)
 STATE_VOLUME = "claw-state"
+# Variables clawc writes into agents/<id>.env; an agent's own environment must not override them.
+AGENT_TOKEN_ENV = "CLAW_AGENT_TOKEN"
+AGENT_ENV_NAMES = (
+    AGENT_TOKEN_ENV,
+    "CLAW_MCP_URL",
+    "OPENAI_BASE_URL",
+    "OPENAI_API_KEY",
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_API_KEY",
+)
 
 
 def check_reserved(reader: PodReader) -> None:
