@@ -12,9 +12,9 @@ import copy
 import json
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import unquote
 
 from clawpod.compiler.errors import pointer
+from clawpod.sidecar.model.schema_refs import ref_parts, resolve_local_ref
 
 # Keywords whose value is a schema, a list of schemas, or a map of name -> schema.
 _SCHEMA_VALUED = (
@@ -77,24 +77,15 @@ def _has_refs(schema: Any) -> bool:
     return any(_has_refs(child) for _, child in _children(schema))
 
 
-def _ref_parts(ref: str) -> list[str]:
-    return [unquote(raw).replace("~1", "/").replace("~0", "~") for raw in ref[1:].split("/")[1:]]
-
-
 def _resolve(root: dict[str, Any], ref: str, where: str) -> Any:
     if not ref.startswith("#"):
         raise SchemaProblem(
             where, f"$ref {ref!r} is not local; only '#/...' references can be inlined"
         )
-    target: Any = root
-    for part in _ref_parts(ref):
-        if isinstance(target, dict) and part in target:
-            target = target[part]
-        elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
-            target = target[int(part)]
-        else:
-            raise SchemaProblem(where, f"$ref {ref!r} points to nothing")
-    return target
+    try:
+        return resolve_local_ref(root, ref)
+    except LookupError as exc:
+        raise SchemaProblem(where, str(exc)) from None
 
 
 def _inline(
@@ -125,7 +116,7 @@ def _inline(
     if ref in active:
         raise SchemaProblem(where, f"$ref {ref!r} is recursive and cannot be inlined")
     target = _resolve(root, ref, where)
-    target = _inline(root, target, tuple(_ref_parts(ref)), (*active, ref))
+    target = _inline(root, target, tuple(ref_parts(ref)), (*active, ref))
     if not result:
         return copy.deepcopy(target)
     # 2020-12 lets $ref sit beside other keywords: both apply, which allOf expresses.
