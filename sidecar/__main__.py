@@ -34,7 +34,7 @@ from clawpod.sidecar.server.edge import EdgeLimits
 from clawpod.sidecar.server.serving import listen
 from clawpod.sidecar.state.lock import StateLock, StateLockError, instance_name
 
-log = logging.getLogger("sidecar")
+log = logging.getLogger("clawpod.sidecar")  # run as __main__: named after the package
 DESCRIPTION = (
     "Serve a build made by `clawc compile`: the agents' one endpoint to their LLM providers "
     "(tools injected and run for mediated agents, MCP at /mcp for native ones) and, on a "

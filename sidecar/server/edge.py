@@ -36,7 +36,7 @@ from aiohttp.web_protocol import RequestHandler
 
 from clawpod.sidecar.manifest import EdgeConfig, SidecarConfig
 
-log = logging.getLogger("sidecar.edge")
+log = logging.getLogger(__name__)
 # Connections looked at, oldest first, for one to close at the cap: a flood of new connections
 # costs a bounded scan each, even when the oldest are all busy.
 EVICTION_SCAN = 64

@@ -18,7 +18,7 @@ from clawpod.sidecar.server.auth import AuthError
 from clawpod.sidecar.server.errors import JSON_HEADERS
 from clawpod.sidecar.server.llm_routes import V1
 
-log = logging.getLogger("sidecar.server")
+log = logging.getLogger(__name__)
 JSONRPC_INTERNAL_ERROR = -32603
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -24,7 +24,7 @@ from clawpod.sidecar.transport import (
     TransportError,
 )
 
-log = logging.getLogger("sidecar.upstream")
+log = logging.getLogger(__name__)
 
 ANTHROPIC_DEFAULT_VERSION = "2023-06-01"
 # Upstream response headers worth returning to the client (SDK retry hints, request ids,
