@@ -42,7 +42,6 @@ STRING_FUNCTIONS = EXTENSIONS["strings"]
 _CALLS_A_STRING_FUNCTION = re.compile(
     r"\b(?:" + "|".join(re.escape(name) for name in STRING_FUNCTIONS) + r")\s*\("
 )
-VARIABLES = ("args", "agent", "tool", "annotations", "request")
 # ``request`` of a call no tainted request makes (an MCP call, compile-time checks): §17.
 UNTAINTED_REQUEST: Mapping[str, Any] = {"tainted": False, "taint_sources": []}
 
