@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from clawpod.compiler.governance.credentials import with_principal
-from clawpod.compiler.governance.grammar import PrincipalSpec
-from clawpod.compiler.grants import ServiceGrant
-from clawpod.compiler.pod_file.reader import PodReader
+from clawpod.compiler.pod_file.governance_spec import PrincipalSpec
+from clawpod.compiler.pod_file.grants import ServiceGrant
+from clawpod.compiler.pod_file.reader import PodReader, Where
 from clawpod.compiler.pod_file.spec import AGENT_ID, SURFACE, AgentMarker, ServiceClaw
 from clawpod.compiler.services.descriptors import CompiledTool
 from clawpod.compiler.services.tool_services import ToolService, ToolServices
@@ -76,6 +75,33 @@ def check_agent_definition(reader: PodReader, name: str, marker: AgentMarker) ->
         raise reader.fail(
             "container_name cannot be combined with agent count", ("services", name), name
         )
+
+
+def with_principal(
+    reader: PodReader,
+    service: ToolService,
+    principal: str | None,
+    where: Where,
+    principals: dict[str, PrincipalSpec],
+    agent_service: str | None,
+) -> ToolService:
+    """The service as a grant naming ``principal`` calls it."""
+    if principal is None:
+        return service
+    spec = principals.get(principal)
+    if spec is None:
+        known = ", ".join(sorted(principals)) or "none declared"
+        raise reader.fail(
+            f"unknown principal '{principal}' (x-claw.principals: {known})", where, agent_service
+        )
+    if spec.service != service.name:
+        raise reader.fail(
+            f"principal '{principal}' is a credential of service '{spec.service}', "
+            f"not of '{service.name}'",
+            where,
+            agent_service,
+        )
+    return service.as_principal(principal, spec.env)
 
 
 @dataclass(frozen=True)

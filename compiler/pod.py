@@ -20,9 +20,10 @@ from clawpod.compiler.governance.credentials import (
     forbidden_variables,
     warn_unset_credentials,
 )
-from clawpod.compiler.governance.grammar import PrincipalSpec
 from clawpod.compiler.governance.resolution import resolve_governance, resolve_taint
-from clawpod.compiler.grants import expand, union
+from clawpod.compiler.pod_file.governance_spec import PrincipalSpec
+from clawpod.compiler.pod_file.grants import expand, union
+from clawpod.compiler.pod_file.providers import pod_providers, pod_routes
 from clawpod.compiler.pod_file.reader import PodReader, check_shapes
 from clawpod.compiler.pod_file.reserved import check_reserved
 from clawpod.compiler.pod_file.spec import (
@@ -32,7 +33,6 @@ from clawpod.compiler.pod_file.spec import (
     read_pod_claw,
     read_service_claw,
 )
-from clawpod.compiler.providers import pod_providers, pod_routes
 from clawpod.compiler.services.tool_services import ToolService, ToolServices
 from clawpod.sidecar.manifest import Governance, Provider, RouteTarget, Taint
 

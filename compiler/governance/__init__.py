@@ -1,2 +1,2 @@
-"""Governance at compile time: its grammar, credentials and principals, rules, approvals, budgets
+"""Governance at compile time: credentials and principals checked, rules, approvals, budgets
 and taint resolved for the manifest."""

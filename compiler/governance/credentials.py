@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from clawpod.compiler.governance.grammar import PrincipalSpec
-from clawpod.compiler.pod_file.reader import PodReader, Where
+from clawpod.compiler.pod_file.governance_spec import PrincipalSpec
+from clawpod.compiler.pod_file.reader import PodReader
 from clawpod.compiler.pod_file.reserved import AGENT_ENV_NAMES
 from clawpod.compiler.pod_file.spec import PodClaw, ServiceClaw
 from clawpod.compiler.services.tool_services import ToolService, ToolServices
@@ -46,33 +46,6 @@ def check_principals(
                 where,
             )
     return principals
-
-
-def with_principal(
-    reader: PodReader,
-    service: ToolService,
-    principal: str | None,
-    where: Where,
-    principals: dict[str, PrincipalSpec],
-    agent_service: str | None,
-) -> ToolService:
-    """The service as a grant naming ``principal`` calls it."""
-    if principal is None:
-        return service
-    spec = principals.get(principal)
-    if spec is None:
-        known = ", ".join(sorted(principals)) or "none declared"
-        raise reader.fail(
-            f"unknown principal '{principal}' (x-claw.principals: {known})", where, agent_service
-        )
-    if spec.service != service.name:
-        raise reader.fail(
-            f"principal '{principal}' is a credential of service '{spec.service}', "
-            f"not of '{service.name}'",
-            where,
-            agent_service,
-        )
-    return service.as_principal(principal, spec.env)
 
 
 def forbidden_variables(

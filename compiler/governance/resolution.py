@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from clawpod.compiler.agents import AgentPlan
-from clawpod.compiler.governance.grammar import RuleSpec, parse_rate
+from clawpod.compiler.pod_file.governance_spec import RuleSpec, parse_rate
 from clawpod.compiler.pod_file.reader import PodReader, Where
 from clawpod.compiler.pod_file.spec import PodClaw, ServiceClaw
 from clawpod.compiler.services.tool_names import canonical_name

@@ -1,2 +1,2 @@
-"""Reading a pod file: its documents with line numbers, the files it may name, its x-claw blocks
-and the names clawc reserves."""
+"""The pod file as written: its documents with line numbers, the files it may name, the names
+clawc reserves, and the grammars of its x-claw blocks (grants, providers, governance)."""

@@ -1,7 +1,9 @@
-"""The compose names clawc adds to every pod, which a pod file therefore cannot use, and the
-variables clawc gives every agent."""
+"""The compose names clawc adds to every pod, which a pod file therefore cannot use, the
+variables clawc gives every agent, and what a variable name may be."""
 
 from __future__ import annotations
+
+import re
 
 from clawpod.compiler.pod_file.reader import PodReader
 
@@ -14,6 +16,8 @@ ADMIN_HOST = "claw-sidecar-admin"
 ADMIN_PORT = 9090
 NETWORKS = ("claw-agents", "claw-tools", "claw-egress", ADMIN_NETWORK)
 STATE_VOLUME = "claw-state"
+# A variable a descriptor's auth.env, a provider's key-env or a principal's env names.
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Variables clawc writes into agents/<id>.env; an agent's own environment must not override them.
 AGENT_TOKEN_ENV = "CLAW_AGENT_TOKEN"
 AGENT_ENV_NAMES = (

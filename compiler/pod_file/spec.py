@@ -17,16 +17,16 @@ from pydantic import (
 )
 
 from clawpod.compiler.errors import CompileError
-from clawpod.compiler.governance.grammar import (
+from clawpod.compiler.pod_file.documents import validation_error
+from clawpod.compiler.pod_file.governance_spec import (
     ApprovalsSpec,
     BudgetSpec,
     PrincipalSpec,
     RuleSpec,
 )
-from clawpod.compiler.grants import Grant, GrantItem
-from clawpod.compiler.pod_file.documents import validation_error
+from clawpod.compiler.pod_file.grants import Grant, GrantItem
+from clawpod.compiler.pod_file.providers import ModelEntry, ProviderSpec, RouteTargetSpec
 from clawpod.compiler.pod_file.reader import PodReader, Where
-from clawpod.compiler.providers import ModelEntry, ProviderSpec, RouteTargetSpec
 from clawpod.sidecar.manifest import Mode, OnMixed, TaintMode, ToolInjection, ToolPolicy
 
 AGENT_ID = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")

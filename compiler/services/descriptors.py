@@ -20,6 +20,7 @@ from pydantic import (
 
 from clawpod.compiler.errors import CompileError, pointer
 from clawpod.compiler.pod_file.documents import Lines, parse_document, validation_error
+from clawpod.compiler.pod_file.reserved import ENV_NAME
 from clawpod.compiler.services.schemas import SchemaProblem, normalise_schema, schema_key
 from clawpod.compiler.services.sources import DescriptorSource
 from clawpod.sidecar.manifest import DEFAULT_MCP_TTL_MS, HttpMethod, ToolAuth, definition_pin
@@ -29,7 +30,6 @@ from clawpod.sidecar.path_template import (
     placeholder_names,
 )
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 TOOL_NAME = r"^[A-Za-z0-9_.-]{1,128}$"
 CLAW_ID = "claw_id"

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
-from clawpod.compiler.services.descriptors import ENV_NAME
+from clawpod.compiler.pod_file.reserved import ENV_NAME
 from clawpod.sidecar.manifest import ApprovalRequirement, Effect, Rate
 
 RATE = re.compile(r"^\s*(\d+)\s*/\s*(second|minute|hour)\s*$")

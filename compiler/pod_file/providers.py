@@ -16,7 +16,7 @@ from pydantic import (
 )
 
 from clawpod.compiler.pod_file.reader import PodReader
-from clawpod.compiler.services.descriptors import ENV_NAME
+from clawpod.compiler.pod_file.reserved import ENV_NAME
 from clawpod.sidecar.manifest import Price, Provider, RouteTarget, StreamTools, is_model_glob
 
 # An exact id or a glob: letters, digits and the punctuation of real ids (`provider/model`,
