@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from clawpod.compiler.pod_file.governance_spec import PrincipalSpec
 from clawpod.compiler.pod_file.grants import ServiceGrant
-from clawpod.compiler.pod_file.reader import PodReader, Where
+from clawpod.compiler.pod_file.reader import PodReader
 from clawpod.compiler.pod_file.spec import AGENT_ID, SURFACE, AgentMarker, ServiceClaw
 from clawpod.compiler.services.descriptors import CompiledTool
 from clawpod.compiler.services.tool_services import ToolService, ToolServices
@@ -77,33 +77,6 @@ def check_agent_definition(reader: PodReader, name: str, marker: AgentMarker) ->
         )
 
 
-def with_principal(
-    reader: PodReader,
-    service: ToolService,
-    principal: str | None,
-    where: Where,
-    principals: dict[str, PrincipalSpec],
-    agent_service: str | None,
-) -> ToolService:
-    """The service as a grant naming ``principal`` calls it."""
-    if principal is None:
-        return service
-    spec = principals.get(principal)
-    if spec is None:
-        known = ", ".join(sorted(principals)) or "none declared"
-        raise reader.fail(
-            f"unknown principal '{principal}' (x-claw.principals: {known})", where, agent_service
-        )
-    if spec.service != service.name:
-        raise reader.fail(
-            f"principal '{principal}' is a credential of service '{spec.service}', "
-            f"not of '{service.name}'",
-            where,
-            agent_service,
-        )
-    return service.as_principal(principal, spec.env)
-
-
 @dataclass(frozen=True)
 class GrantScope:
     """What every agent's grants are resolved against: the pod file, its tool services, the
@@ -135,10 +108,7 @@ def resolve_grants(
             )
         target = scope.tool_services.get(grant.service, scope.claws.get(grant.service))
         if grant.principal is not None:
-            assert grant.principal_path is not None
-            target = with_principal(
-                reader, target, grant.principal, grant.principal_path, scope.principals, service
-            )
+            target = _with_principal(scope, target, grant, service)
         available = target.loaded.tools_by_name
         if not available:
             raise reader.fail(f"service '{grant.service}' declares no tools", grant.path, service)
@@ -155,3 +125,26 @@ def resolve_grants(
                 )
             tools.append((target, available[name]))
     return tools
+
+
+def _with_principal(
+    scope: GrantScope, target: ToolService, grant: ServiceGrant, agent_service: str | None
+) -> ToolService:
+    """The service as ``grant``, which names a principal, calls it."""
+    assert grant.principal is not None and grant.principal_path is not None
+    spec = scope.principals.get(grant.principal)
+    if spec is None:
+        known = ", ".join(sorted(scope.principals)) or "none declared"
+        raise scope.reader.fail(
+            f"unknown principal '{grant.principal}' (x-claw.principals: {known})",
+            grant.principal_path,
+            agent_service,
+        )
+    if spec.service != target.name:
+        raise scope.reader.fail(
+            f"principal '{grant.principal}' is a credential of service '{spec.service}', "
+            f"not of '{target.name}'",
+            grant.principal_path,
+            agent_service,
+        )
+    return target.as_principal(grant.principal, spec.env)
