@@ -23,9 +23,10 @@ from clawpod.compiler.governance.credentials import (
 from clawpod.compiler.governance.resolution import resolve_governance, resolve_taint
 from clawpod.compiler.pod_file.governance_spec import PrincipalSpec
 from clawpod.compiler.pod_file.grants import expand, union
-from clawpod.compiler.pod_file.providers import pod_providers, pod_routes
+from clawpod.compiler.pod_file.providers import pod_providers
 from clawpod.compiler.pod_file.reader import PodReader, check_shapes
 from clawpod.compiler.pod_file.reserved import check_reserved
+from clawpod.compiler.pod_file.routes import pod_routes
 from clawpod.compiler.pod_file.spec import (
     PodClaw,
     ServiceClaw,
