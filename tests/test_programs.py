@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.import_graph import assert_no_circles
+
 REPO = Path(__file__).resolve().parents[1]
 PROGRAMS = ("cli", "compiler", "sidecar")  # top to bottom
 
@@ -44,24 +46,6 @@ def test_no_program_imports_one_above_it(module: str) -> None:
     rank = PROGRAMS.index(program_of(module))
     upward = sorted(i for i in GRAPH[module] if PROGRAMS.index(program_of(i)) < rank)
     assert not upward, f"{module} imports from a program above it: {upward}"
-
-
-def assert_no_circles(graph: dict[str, set[str]]) -> None:
-    visiting: list[str] = []
-    done: set[str] = set()
-
-    def visit(node: str) -> None:
-        if node in done:
-            return
-        assert node not in visiting, " -> ".join([*visiting[visiting.index(node) :], node])
-        visiting.append(node)
-        for dependency in sorted(graph[node] - {node}):
-            visit(dependency)
-        visiting.pop()
-        done.add(node)
-
-    for node in sorted(graph):
-        visit(node)
 
 
 COMPILER = {m: {i for i in GRAPH[m] if program_of(i) == "compiler"} for m in GRAPH}
