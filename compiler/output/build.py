@@ -25,7 +25,8 @@ from clawpod.compiler.pod_file.reserved import (
     ADMIN_HOST,
     ADMIN_PORT,
     AGENT_TOKEN_ENV,
-    SIDECAR_HOST_URL,
+    MCP_URL,
+    agent_environment,
 )
 from clawpod.compiler.pod_file.spec import EdgeSpec
 from clawpod.compiler.services.descriptors import CompiledTool
@@ -46,7 +47,6 @@ from clawpod.sidecar.manifest import (
 
 TOKEN_PREFIX = "claw_"
 TOKEN_PATTERN = re.compile(r"^claw_[A-Za-z0-9_-]{32,}$")
-MCP_URL = f"{SIDECAR_HOST_URL}/mcp"
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("clawpod.compiler.output", "templates"),
     autoescape=False,
@@ -227,15 +227,8 @@ def _render_context(
 
 
 def _env_file(agent_id: str, token: str) -> str:
-    return (
-        f"# Token of agent '{agent_id}' (secret): --rotate-tokens replaces it.\n"
-        f"{AGENT_TOKEN_ENV}={token}\n"
-        f"CLAW_MCP_URL={MCP_URL}\n"
-        f"OPENAI_BASE_URL={SIDECAR_HOST_URL}/v1\n"
-        f"OPENAI_API_KEY={token}\n"
-        f"ANTHROPIC_BASE_URL={SIDECAR_HOST_URL}\n"
-        f"ANTHROPIC_API_KEY={token}\n"
-    )
+    entries = "".join(f"{name}={value}\n" for name, value in agent_environment(token).items())
+    return f"# Token of agent '{agent_id}' (secret): --rotate-tokens replaces it.\n" + entries
 
 
 def _tools_json(agent: AgentPlan, entries: list[_ToolEntry], names: dict[str, str]) -> str:

@@ -18,16 +18,25 @@ NETWORKS = ("claw-agents", "claw-tools", "claw-egress", ADMIN_NETWORK)
 STATE_VOLUME = "claw-state"
 # A variable a descriptor's auth.env, a provider's key-env or a principal's env names.
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Variables clawc writes into agents/<id>.env; an agent's own environment must not override them.
+MCP_URL = f"{SIDECAR_HOST_URL}/mcp"
 AGENT_TOKEN_ENV = "CLAW_AGENT_TOKEN"
-AGENT_ENV_NAMES = (
-    AGENT_TOKEN_ENV,
-    "CLAW_MCP_URL",
-    "OPENAI_BASE_URL",
-    "OPENAI_API_KEY",
-    "ANTHROPIC_BASE_URL",
-    "ANTHROPIC_API_KEY",
-)
+
+
+def agent_environment(token: str) -> dict[str, str]:
+    """What clawc writes into agents/<id>.env: the agent's token under each name a client reads
+    it from, and the sidecar's URLs."""
+    return {
+        AGENT_TOKEN_ENV: token,
+        "CLAW_MCP_URL": MCP_URL,
+        "OPENAI_BASE_URL": f"{SIDECAR_HOST_URL}/v1",
+        "OPENAI_API_KEY": token,
+        "ANTHROPIC_BASE_URL": SIDECAR_HOST_URL,
+        "ANTHROPIC_API_KEY": token,
+    }
+
+
+# An agent's own environment must not override them.
+AGENT_ENV_NAMES = tuple(agent_environment(""))
 
 
 def check_reserved(reader: PodReader) -> None:
