@@ -38,7 +38,7 @@ log = logging.getLogger("clawpod.sidecar")  # run as __main__: named after the p
 DESCRIPTION = (
     "Serve a build made by `clawc compile`: the agents' one endpoint to their LLM providers "
     "(tools injected and run for mediated agents, MCP at /mcp for native ones) and, on a "
-    "second listener, the operator API (/metrics, /readyz, /operator). Needs CLAW_AUDIT_KEY "
+    f"second listener, the operator API (/metrics, /readyz, /operator). Needs {AUDIT_KEY_ENV} "
     "(at least 16 bytes) for the audit chain. Outside a pod, pass --host and --state-dir: the "
     "operator listener then listens on the --host address too, unless --admin-host says "
     "otherwise."
