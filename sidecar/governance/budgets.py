@@ -22,7 +22,7 @@ from typing import TypeVar
 
 from clawpod.sidecar.manifest import Governance
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("sidecar.budgets")
 EVERY_AGENT = "*"
 T = TypeVar("T", int, float)
 

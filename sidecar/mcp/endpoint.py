@@ -88,7 +88,7 @@ from clawpod.sidecar.state.journal import has_side_effects
 from clawpod.sidecar.tasks import ShieldedTasks
 from clawpod.sidecar.transport.keepalive import with_keepalives
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("sidecar.mcp")
 
 ROUTE = "/mcp"
 SESSION_HEADER = "Mcp-Session-Id"
