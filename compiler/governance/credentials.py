@@ -1,6 +1,6 @@
-"""Credentials of a pod: principals (named credentials of tool services, SPEC §9.1) checked and
-bound to grants; credential starvation (an agent's own environment must not hold any credential
-of the pod); and credentials no service is given.
+"""Credentials of a pod: principals (named credentials of tool services, SPEC §9.1) checked
+against their services (``agents.py`` binds them to grants); credential starvation (an agent's
+own environment must not hold any credential of the pod); and credentials no service is given.
 
 A credential no service is given is a warning, not an error: the sidecar presents the variable
 a descriptor or principal names, so a service started without that variable (one renamed on
