@@ -6,14 +6,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from clawpod.compiler.pod_file.governance_spec import PrincipalSpec
-from clawpod.compiler.pod_file.grants import ServiceGrant
+from clawpod.compiler.pod_file.grants import ServiceGrant, expand, union
 from clawpod.compiler.pod_file.reader import PodReader
-from clawpod.compiler.pod_file.spec import AGENT_ID, SURFACE, AgentMarker, ServiceClaw
+from clawpod.compiler.pod_file.spec import (
+    AGENT_ID,
+    SURFACE,
+    AgentMarker,
+    PodClaw,
+    ServiceClaw,
+    effective_policy,
+)
 from clawpod.compiler.services.descriptors import CompiledTool
 from clawpod.compiler.services.tool_services import ToolService, ToolServices
 from clawpod.sidecar.manifest import Mode, ToolInjection, ToolPolicy
 
 GrantedTools = list[tuple[ToolService, CompiledTool]]
+DEFAULTS_PATH = ("x-claw", "tools-defaults")
 
 
 @dataclass
@@ -148,3 +156,47 @@ def _with_principal(
             agent_service,
         )
     return target.as_principal(grant.principal, spec.env)
+
+
+def plan_agents(scope: GrantScope, claw: PodClaw) -> tuple[list[AgentPlan], dict[str, list[str]]]:
+    """Every agent's plan, and each agent service's ids, in pod file order. The pod's default
+    grants are resolved first, so a wrong default fails even when no agent inherits it."""
+    reader = scope.reader
+    defaults = expand(None, (), claw.tools_defaults, DEFAULTS_PATH, reader.failer(None))
+    resolve_grants(scope, union(defaults, reader.failer(None)), None)
+    agents: list[AgentPlan] = []
+    agent_ids: dict[str, list[str]] = {}
+    taken = set(reader.services)
+    for name in sorted(scope.agent_services, key=list(reader.services).index):
+        service_claw = scope.claws[name]
+        assert service_claw is not None and service_claw.agent is not None
+        ids = claim_agent_ids(reader, name, service_claw.agent, taken)
+        agents += _plans(scope, claw, name, service_claw, ids)
+        agent_ids[name] = ids
+    return agents, agent_ids
+
+
+def _plans(
+    scope: GrantScope, claw: PodClaw, name: str, service_claw: ServiceClaw, ids: list[str]
+) -> list[AgentPlan]:
+    """The plan of each id of agent service ``name``: its tools, policy, surfaces and mode."""
+    reader = scope.reader
+    prefix = ("services", name, "x-claw")
+    declared = service_claw.tools if "tools" in service_claw.model_fields_set else None
+    if "tools" in service_claw.model_fields_set and declared is None:
+        raise reader.fail("tools must be a list ([] for no tools)", (*prefix, "tools"), name)
+    grants = expand(
+        declared, (*prefix, "tools"), claw.tools_defaults, DEFAULTS_PATH, reader.failer(name)
+    )
+    tools = resolve_grants(scope, union(grants, reader.failer(name)), name)
+    policy = effective_policy(
+        claw.tool_policy_defaults,
+        service_claw.tool_policy,
+        "tool_policy" in service_claw.model_fields_set,
+    )
+    surfaces = agent_surfaces(reader, name, service_claw, scope.agent_services)
+    assert service_claw.agent is not None
+    check_agent_definition(reader, name, service_claw.agent)
+    mode = service_claw.mode or claw.mode
+    injection = service_claw.tool_injection or claw.tool_injection
+    return [AgentPlan(i, name, mode, policy, tools, surfaces, injection) for i in ids]

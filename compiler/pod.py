@@ -6,14 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clawpod.compiler.agents import (
-    AgentPlan,
-    GrantScope,
-    agent_surfaces,
-    check_agent_definition,
-    claim_agent_ids,
-    resolve_grants,
-)
+from clawpod.compiler.agents import AgentPlan, GrantScope, plan_agents
 from clawpod.compiler.governance.credentials import (
     check_principals,
     check_starvation,
@@ -22,7 +15,6 @@ from clawpod.compiler.governance.credentials import (
 )
 from clawpod.compiler.governance.resolution import resolve_governance, resolve_taint
 from clawpod.compiler.pod_file.governance_spec import PrincipalSpec
-from clawpod.compiler.pod_file.grants import expand, union
 from clawpod.compiler.pod_file.providers import pod_providers
 from clawpod.compiler.pod_file.reader import PodReader, check_shapes
 from clawpod.compiler.pod_file.reserved import check_reserved
@@ -30,7 +22,6 @@ from clawpod.compiler.pod_file.routes import pod_routes
 from clawpod.compiler.pod_file.spec import (
     PodClaw,
     ServiceClaw,
-    effective_policy,
     read_pod_claw,
     read_service_claw,
 )
@@ -94,36 +85,8 @@ def compile_pod(path: Path | str) -> CompiledPod:
     principals = check_principals(reader, claw, tool_services, claws, agent_services)
     auth_envs = {n: s.loaded.descriptor.auth.env for n, s in tool_services.by_name.items()}
     warn_unset_credentials(reader, claws, principals, auth_envs)
-    defaults_path = ("x-claw", "tools-defaults")
-    defaults = claw.tools_defaults
-    default_grants = expand(None, (), defaults, defaults_path, reader.failer(None))
     scope = GrantScope(reader, tool_services, claws, agent_services, principals)
-    resolve_grants(scope, union(default_grants, reader.failer(None)), None)
-
-    agents: list[AgentPlan] = []
-    agent_ids: dict[str, list[str]] = {}
-    taken = set(reader.services)
-    for name in sorted(agent_services, key=list(reader.services).index):
-        service_claw = claws[name]
-        assert service_claw is not None and service_claw.agent is not None
-        prefix = ("services", name, "x-claw")
-        ids = claim_agent_ids(reader, name, service_claw.agent, taken)
-        declared = service_claw.tools if "tools" in service_claw.model_fields_set else None
-        if "tools" in service_claw.model_fields_set and declared is None:
-            raise reader.fail("tools must be a list ([] for no tools)", (*prefix, "tools"), name)
-        grants = expand(declared, (*prefix, "tools"), defaults, defaults_path, reader.failer(name))
-        tools = resolve_grants(scope, union(grants, reader.failer(name)), name)
-        policy = effective_policy(
-            claw.tool_policy_defaults,
-            service_claw.tool_policy,
-            "tool_policy" in service_claw.model_fields_set,
-        )
-        surfaces = agent_surfaces(reader, name, service_claw, agent_services)
-        check_agent_definition(reader, name, service_claw.agent)
-        mode = service_claw.mode or claw.mode
-        agent_ids[name] = ids
-        injection = service_claw.tool_injection or claw.tool_injection
-        agents += [AgentPlan(i, name, mode, policy, tools, surfaces, injection) for i in ids]
+    agents, agent_ids = plan_agents(scope, claw)
     if not agents:
         reader.warn("no agent found: mark an agent service with 'x-claw: {agent: {}}'", ())
 
