@@ -36,7 +36,7 @@ from clawpod.sidecar.manifest import EdgeConfig, SidecarConfig
 from clawpod.sidecar.model.errors import ApiError, internal_error
 from clawpod.sidecar.server.aiohttp_compat import HandlerBase, RunnerBase, ServerBase, check
 
-log = logging.getLogger("sidecar.edge")
+log = logging.getLogger(__name__)
 # Connections looked at, oldest first, for one to close at the cap: a flood of new connections
 # costs a bounded scan each, even when the oldest are all busy.
 EVICTION_SCAN = 64

@@ -34,7 +34,7 @@ from clawpod.sidecar.server.mediated import CLIENT_CLOSED, handle_mediated
 from clawpod.sidecar.server.passthrough import pass_through
 from clawpod.sidecar.state.stored_objects import refs
 
-log = logging.getLogger("sidecar.server")
+log = logging.getLogger(__name__)
 
 # Unique across restarts (random prefix) without a syscall per request (counter).
 _REQUEST_ID_PREFIX = "req_" + os.urandom(6).hex()

@@ -16,7 +16,7 @@ from clawpod.sidecar.observability.logs import log_request
 from clawpod.sidecar.server.auth import AuthError
 from clawpod.sidecar.server.errors import JSON_HEADERS
 
-log = logging.getLogger("sidecar.server")
+log = logging.getLogger(__name__)
 JSONRPC_INTERNAL_ERROR = -32603
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -24,7 +24,7 @@ from clawpod.sidecar.transport import (
     TransportError,
 )
 
-log = logging.getLogger("sidecar.upstream")
+log = logging.getLogger(__name__)
 
 # Upstream response headers worth returning to the client: the SDKs' retry hints, and each
 # protocol's own (request ids, rate limits). Transport headers (length, encoding, connection)

@@ -29,7 +29,7 @@ import orjson
 if TYPE_CHECKING:
     from clawpod.sidecar.codecs.base import WireCodec
 
-log = logging.getLogger("sidecar.objects")
+log = logging.getLogger(__name__)
 
 Kind = Literal["response", "conversation"]
 KINDS = ("response", "conversation")
