@@ -51,7 +51,7 @@ from clawpod.sidecar.observability.metrics import Metrics
 from clawpod.sidecar.state.approvals import Approval, ApprovalStore, Decision, open_approval
 from clawpod.sidecar.tasks import ShieldedTasks
 
-log = logging.getLogger("sidecar.governance")
+log = logging.getLogger(__name__)
 
 
 def needs_approval(approvals: Approvals, tool: ManagedTool) -> bool:

@@ -24,7 +24,7 @@ from clawpod.sidecar.manifest import DEFAULT_MAX_OPEN_APPROVALS, Approvals, Appr
 from clawpod.sidecar.model.canonical import canonical_json, digest
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
 
-log = logging.getLogger("sidecar.approvals")
+log = logging.getLogger(__name__)
 
 Status = Literal["pending", "approved", "denied", "expired", "used"]
 Decision = Literal["approve", "deny"]
