@@ -30,7 +30,8 @@ from clawpod.sidecar.server.context import STATE_KEY, RequestContext, SidecarSta
 from clawpod.sidecar.server.counting import with_managed_tools
 from clawpod.sidecar.server.errors import reply_error
 from clawpod.sidecar.server.exchange import AiohttpExchange, Exchange
-from clawpod.sidecar.server.mediated import CLIENT_CLOSED, handle_mediated
+from clawpod.sidecar.server.mediated import handle_mediated
+from clawpod.sidecar.server.mediated_client import CLIENT_CLOSED
 from clawpod.sidecar.server.passthrough import pass_through
 from clawpod.sidecar.state.stored_objects import refs
 
