@@ -40,6 +40,10 @@ its journals age out; it can never make another agent's journal go.
 
 Two identical requests at once: the second waits until the first has ended, then resumes it
 if it failed, or runs as a new request if it succeeded.
+
+This process is the state directory's only writer (``state/lock.py``), so the journal counts
+each agent's files itself: a request of an agent that has none begins without a disk read or a
+thread hop (pruning still runs when due).
 """
 
 from __future__ import annotations
@@ -185,6 +189,7 @@ class RequestJournal:
         self._clock = clock
         self._running: dict[str, asyncio.Future[None]] = {}
         self._counts: dict[str, int] = {}  # agent directory name -> journals in it
+        self._folders: dict[str, Path] = {}  # agent -> its directory
         self._pruned_at = float("-inf")
 
     @property
@@ -209,7 +214,14 @@ class RequestJournal:
             await asyncio.shield(running)
         self._running[running_key] = asyncio.get_running_loop().create_future()
         try:
-            earlier = await asyncio.to_thread(self._prune_and_load, folder, request, history, asked)
+            if self._counts.get(folder.name) == 0 and not self._prune_due():
+                # The agent has no journal to resume (this process is the state directory's
+                # only writer): no disk read, no thread hop; the common case.
+                earlier = None
+            else:
+                earlier = await asyncio.to_thread(
+                    self._prune_and_load, folder, request, history, asked
+                )
         except OSError as exc:
             # An unreadable journal resumes nothing; its writes fail too, and the driver then
             # sends no destructive call.
@@ -223,7 +235,10 @@ class RequestJournal:
     # --- files ------------------------------------------------------------------------------
 
     def folder(self, agent: str) -> Path:
-        return self.directory / digest("agent", agent)[:32]
+        folder = self._folders.get(agent)
+        if folder is None:  # one digest per agent, not per request
+            folder = self._folders[agent] = self.directory / digest("agent", agent)[:32]
+        return folder
 
     def path(self, agent: str, request: str) -> Path:
         return self.folder(agent) / (request + SUFFIX)
@@ -232,6 +247,7 @@ class RequestJournal:
         self, folder: Path, request: str, history: str | None, asked: str
     ) -> _Journaled | None:
         self._prune_if_due()
+        self._counts.setdefault(folder.name, _count_journals(folder))
         earlier = self._load(folder / (request + SUFFIX))
         if earlier is None and history is not None:
             earlier = self._adopt(folder / (history + LINK_SUFFIX), asked)
@@ -311,9 +327,9 @@ class RequestJournal:
     def _prune_if_due(self) -> None:
         """Drop journals (and links) older than the window; nothing inside it goes for room:
         the per-agent quota bounds them instead."""
-        now = self._clock()
-        if now - self._pruned_at < self.window_s / 10:
+        if not self._prune_due():
             return
+        now = self._clock()
         self._pruned_at = now
         try:
             folders = [e for e in os.scandir(self.directory) if e.is_dir()]
@@ -328,6 +344,9 @@ class RequestJournal:
                 elif entry.name.endswith(SUFFIX):
                     kept += 1
             self._counts[folder.name] = kept
+
+    def _prune_due(self) -> bool:
+        return self._clock() - self._pruned_at >= self.window_s / 10
 
     def _release(self, running_key: str) -> None:
         running = self._running.pop(running_key, None)
