@@ -166,9 +166,9 @@ async def _read_and_serve(
         withheld = _withheld(agent, codec, body)
         if withheld is not None:
             ctx.audit_extra = {"tools_injected": False, "reason": withheld}
-        if route.mediate and _injects(agent, codec, body):
+        if route.mediate and _injects(agent, withheld):
             await handle_mediated(exchange, ctx, body)
-        elif route.path in codec.side_routes and _injects(agent, codec, body):
+        elif route.path in codec.side_routes and _injects(agent, withheld):
             counted = orjson.dumps(with_managed_tools(codec, agent, body))
             await pass_through(exchange, ctx, counted)
         else:
@@ -191,11 +191,10 @@ def _ask_stream_usage(ctx: RequestContext, body: dict[str, Any], raw: bytes) -> 
     return orjson.dumps({**body, "stream_options": {**extended, "include_usage": True}})
 
 
-def _injects(agent: AgentBuild, codec: Codec, body: dict[str, Any]) -> bool:
-    """Whether this request gets the agent's managed tools (mediated), or goes through as is."""
-    if agent.agent.mode != "mediated" or not agent.tools.tools:
-        return False
-    return _withheld(agent, codec, body) is None
+def _injects(agent: AgentBuild, withheld: str | None) -> bool:
+    """Whether this request gets the agent's managed tools (mediated), or goes through as is
+    (``withheld``: why not, from ``_withheld``)."""
+    return agent.agent.mode == "mediated" and bool(agent.tools.tools) and withheld is None
 
 
 def _withheld(agent: AgentBuild, codec: Codec, body: dict[str, Any]) -> str | None:
