@@ -3,6 +3,7 @@
     .venv/bin/python -m bench.trip                 # one OpenAI request, one read-only tool round
     .venv/bin/python -m bench.trip --rounds 0      # no tool round
     .venv/bin/python -m bench.trip --profile 2000  # cProfile over 2000 requests: the fixed cost
+    .venv/bin/python -m bench.trip --cpu 2000      # CPU per request, client and stubs included
 
 Everything runs in this process on 127.0.0.1: the bench's scripted upstream and tool service and
 a real sidecar serving the bench build. A first request warms every cache; the second is traced
@@ -21,6 +22,7 @@ import pstats
 import sys
 import tempfile
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 from types import FrameType
@@ -70,7 +72,7 @@ async def _serve(app: web.Application) -> tuple[web.AppRunner, str]:
     return runner, f"http://127.0.0.1:{port}"
 
 
-async def run(rounds: int, agent: str, profile: int, stream: bool) -> str:
+async def run(rounds: int, agent: str, profile: int, stream: bool, cpu: int = 0) -> str:
     from tests.support.sidecar import start_sidecar
 
     stubs = [await _serve(upstream.make_app()), await _serve(toolservice.make_app())]
@@ -92,6 +94,8 @@ async def run(rounds: int, agent: str, profile: int, stream: bool) -> str:
                 await ask()  # warm: imports, pools, caches
                 if profile:
                     return await _profiled(ask, profile)
+                if cpu:
+                    return await _cpu(ask, cpu)
                 trip = Trip()
                 threading.setprofile(trip)
                 sys.setprofile(trip)
@@ -118,6 +122,16 @@ async def _profiled(ask: Any, requests: int) -> str:
     return f"profiled {requests} requests (client and stubs included)"
 
 
+async def _cpu(ask: Any, requests: int) -> str:
+    """Process CPU per request: sidecar, client and stubs share this process, so compare two
+    kinds of request (mediated with pass-through), never the figure with the bench's."""
+    started = time.process_time()
+    for _ in range(requests):
+        await ask()
+    spent = time.process_time() - started
+    return f"{1000 * spent / requests:.3f} ms CPU per request ({requests}, in-process)"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=1, help="scripted tool rounds")
@@ -128,8 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--stream", action="store_true", help="the client streams")
     parser.add_argument("--profile", type=int, default=0, help="cProfile over N requests")
+    parser.add_argument("--cpu", type=int, default=0, help="CPU per request over N requests")
     args = parser.parse_args(argv)
-    print(asyncio.run(run(args.rounds, args.agent, args.profile, args.stream)))
+    print(asyncio.run(run(args.rounds, args.agent, args.profile, args.stream, args.cpu)))
     return 0
 
 

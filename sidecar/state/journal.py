@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import os
 import time
@@ -458,7 +457,9 @@ class Attempt:
             # sidecar stopped): a retry runs it instead of reusing this answer.
             self._queue({"unsent": key})
             return
-        self._queue({"result": key, "outcome": dataclasses.asdict(outcome)})
+        # orjson writes the dataclass's fields as dataclasses.asdict would, without its deep
+        # copy of the result (a tenth of the cost).
+        self._queue({"result": key, "outcome": outcome})
 
     async def flush(self) -> None:
         if not self._buffer:
