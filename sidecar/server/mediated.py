@@ -103,7 +103,8 @@ class _Driver:
 
     async def _perform(self, command: Command) -> Event:
         if isinstance(command, CallModel | ExecuteTools):
-            return await self.client.keeping_alive(self.once.perform(command, self._ask_model))
+            performing = self.once.perform(command, self._ask_model)
+            return await (self.client.keeping_alive(performing) if self.client.live else performing)
         if isinstance(command, BeginStream):
             await self.client.begin_stream(self.ctx.codec.client_stream(self.engine.conversation))
         elif isinstance(command, Recall):

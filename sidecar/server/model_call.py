@@ -84,18 +84,21 @@ async def call_model(
 
 
 async def _traced(ctx: RequestContext, codec: Codec, calling: Awaitable[E]) -> E:
-    """The call's span and its upstream latency."""
+    """The call's upstream latency, and its span when tracing is on."""
     started = time.perf_counter()
-    with tracing.model_span(codec.api, ctx.model) as span:
-        try:
+    try:
+        if not tracing.active():
+            return await calling
+        with tracing.model_span(codec.api, ctx.model) as span:
             event = await calling
-        finally:
-            ctx.state.metrics.observe_upstream(ctx.provider_name, time.perf_counter() - started)
-        if isinstance(event, ModelReplied):
-            tracing.record_usage(span, *codec.usage_of_body(event.body))
-        elif isinstance(event, ModelFailed):
-            tracing.record_error(span, event.kind if event.status is None else str(event.status))
-        return event
+            if isinstance(event, ModelReplied):
+                tracing.record_usage(span, *codec.usage_of_body(event.body))
+            elif isinstance(event, ModelFailed):
+                status = event.status
+                tracing.record_error(span, event.kind if status is None else str(status))
+            return event
+    finally:
+        ctx.state.metrics.observe_upstream(ctx.provider_name, time.perf_counter() - started)
 
 
 async def _open(
