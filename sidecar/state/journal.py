@@ -493,7 +493,8 @@ class Attempt:
                 own = self._fd is not None or (self.earlier is not None and adopted is None)
                 doomed = [path for path in (self.path if own else None, adopted) if path]
                 for path in doomed:
-                    await asyncio.to_thread(path.unlink, True)
+                    # One metadata operation: cheaper here than a thread hop (~60 µs of CPU).
+                    path.unlink(missing_ok=True)
                 if doomed:  # one place in the quota, whichever file held it
                     self.journal._forget(self.folder)
             else:
