@@ -26,7 +26,7 @@ from clawpod.sidecar.server.budget_gate import BYTES_PER_TOKEN, spend_budget
 if TYPE_CHECKING:
     from clawpod.sidecar.server.context import RequestContext
 
-log = logging.getLogger("sidecar.server")
+log = logging.getLogger(__name__)
 
 # The metric label of a runner-owned call in a refused mixed round: names runners choose never
 # become label values.

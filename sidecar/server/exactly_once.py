@@ -43,7 +43,7 @@ from clawpod.sidecar.state.journal import (
 if TYPE_CHECKING:
     from clawpod.sidecar.server.context import RequestContext
 
-log = logging.getLogger("sidecar.mediation")
+log = logging.getLogger(__name__)
 
 AskModel = Callable[[CallModel], Awaitable[Event]]
 

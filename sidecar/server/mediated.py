@@ -42,7 +42,7 @@ from clawpod.sidecar.state.stored_objects import refs
 if TYPE_CHECKING:
     from clawpod.sidecar.server.context import RequestContext
 
-log = logging.getLogger("sidecar.mediation")
+log = logging.getLogger(__name__)
 
 
 async def handle_mediated(exchange: Exchange, ctx: RequestContext, body: dict[str, Any]) -> None:

@@ -24,7 +24,7 @@ from clawpod.sidecar.transport.keepalive import with_keepalives
 if TYPE_CHECKING:
     from clawpod.sidecar.server.context import RequestContext
 
-log = logging.getLogger("sidecar.mediation")
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 # Status recorded when the client left before the answer (nginx's convention).
