@@ -84,7 +84,7 @@ class _Driver:
         try:
             command: Command = next(steps)
             while not isinstance(command, Respond | Fail):
-                if self.client.left() and isinstance(command, CallModel | ExecuteTools):
+                if isinstance(command, CallModel | ExecuteTools) and self.client.left():
                     self.http_status, self.error_code = CLIENT_CLOSED, "client_disconnected"
                     break
                 command = steps.send(await self._perform(command))
@@ -122,7 +122,8 @@ class _Driver:
         if isinstance(event, ModelReplied):
             if live is not None:
                 await self.client.write(live.end_turn(event.body))
-            self.ctx.record_objects(refs(self.codec.stored_ids(event.body)))
+            if stored := self.codec.stored_ids(event.body):
+                self.ctx.record_objects(refs(stored))
             self.charges.charge(self.ctx, self.codec, command.body, event.body)
         return event
 

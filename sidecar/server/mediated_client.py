@@ -94,7 +94,7 @@ class MediatedClient:
         else:
             body = orjson.dumps(command.body)
         if self.live is not None:
-            if not self.gone:
+            if not self.left():
                 await self._guard(self.exchange.end())
         elif not self.left():
             # Send now, so the audit after it never delays the client.
