@@ -30,15 +30,7 @@ from clawpod.sidecar.mediation.engine import MediationEngine
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from clawpod.sidecar.server.accounting import report_state_write_failure
 from clawpod.sidecar.state.continuity import StateWriteFailed
-from clawpod.sidecar.state.journal import (
-    Attempt,
-    call_key,
-    has_side_effects,
-    history_identity,
-    last_user_text,
-    request_digest,
-    request_identity,
-)
+from clawpod.sidecar.state.journal import Attempt, call_key, has_side_effects, identities
 
 if TYPE_CHECKING:
     from clawpod.sidecar.server.context import RequestContext
@@ -58,13 +50,8 @@ async def begin_attempt(
     """An identical request still running waits here; a failed one is resumed. A request is
     identified by its conversation; one the codec cannot read, by its bytes."""
     agent = ctx.agent.agent.id
-    if engine.prepare() is None:
-        conversation, api = engine.conversation, ctx.codec.api
-        request = request_identity(agent, api, conversation)
-        history = history_identity(agent, api, conversation)
-        asked = last_user_text(conversation)
-    else:
-        request, history, asked = request_digest(agent, body), None, ""
+    conversation = engine.conversation if engine.prepare() is None else None
+    request, history, asked = identities(agent, ctx.codec.api, conversation, body)
     attempt = await ctx.state.journal.begin(agent, request, ctx.request_id, history, asked)
     return ExactlyOnce(ctx, attempt)
 

@@ -87,6 +87,21 @@ OUTCOME_UNKNOWN = (
 )
 
 
+def identities(
+    agent: str, api: str, conversation: Conversation | None, body: dict[str, Any]
+) -> tuple[str, str | None, str]:
+    """What :meth:`RequestJournal.begin` takes of a request: its identity, its history's (None
+    without one) and its last user text. A body the codec could not read (``conversation``
+    None) is identified by its bytes alone."""
+    if conversation is None:
+        return request_digest(agent, body), None, ""
+    return (
+        request_identity(agent, api, conversation),
+        history_identity(agent, api, conversation),
+        last_user_text(conversation),
+    )
+
+
 def request_digest(agent: str, body: dict[str, Any]) -> str:
     """A body the codec cannot read: its bytes, canonically, are all there is to go by."""
     return digest(agent, canonical_json(body).decode())
