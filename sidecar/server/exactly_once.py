@@ -67,6 +67,8 @@ def side_effect_ran(engine: MediationEngine) -> bool:
 
 
 class ExactlyOnce:
+    """One attempt of a mediated request, around the commands that call out."""
+
     def __init__(self, ctx: RequestContext, attempt: Attempt) -> None:
         self.ctx = ctx
         self.attempt = attempt
