@@ -41,9 +41,8 @@ its journals age out; it can never make another agent's journal go.
 Two identical requests at once: the second waits until the first has ended, then resumes it
 if it failed, or runs as a new request if it succeeded.
 
-This process is the state directory's only writer (``state/lock.py``), so the journal counts
-each agent's files itself: a request of an agent that has none begins without a disk read or a
-thread hop (pruning still runs when due).
+A request with no journal and no link of its own (the common case) begins with a ``stat`` or
+two on the event loop, without a thread hop; reading and pruning run off the loop.
 """
 
 from __future__ import annotations
@@ -228,10 +227,8 @@ class RequestJournal:
             await asyncio.shield(running)
         self._running[running_key] = asyncio.get_running_loop().create_future()
         try:
-            if self._counts.get(folder.name) == 0 and not self._prune_due():
-                # The agent has no journal to resume (this process is the state directory's
-                # only writer): no disk read, no thread hop; the common case.
-                earlier = None
+            if not (self._prune_due() or self._may_resume(folder, request, history)):
+                earlier = None  # the common case: nothing to read, no thread hop
             else:
                 earlier = await asyncio.to_thread(
                     self._prune_and_load, folder, request, history, asked
@@ -261,7 +258,6 @@ class RequestJournal:
         self, folder: Path, request: str, history: str | None, asked: str
     ) -> _Journaled | None:
         self._prune_if_due()
-        self._counts.setdefault(folder.name, _count_journals(folder))
         earlier = self._load(folder / (request + SUFFIX))
         if earlier is None and history is not None:
             earlier = self._adopt(folder / (history + LINK_SUFFIX), asked)
@@ -358,6 +354,13 @@ class RequestJournal:
                 elif entry.name.endswith(SUFFIX):
                     kept += 1
             self._counts[folder.name] = kept
+
+    @staticmethod
+    def _may_resume(folder: Path, request: str, history: str | None) -> bool:
+        """Whether a journal or link ``begin`` would read exists: one or two ``stat`` calls of
+        names the kernel has cached, cheaper than a thread hop (~60 µs of CPU)."""
+        names = [request + SUFFIX, *([history + LINK_SUFFIX] if history else [])]
+        return any(os.path.exists(os.path.join(folder, name)) for name in names)
 
     def _prune_due(self) -> bool:
         return self._clock() - self._pruned_at >= self.window_s / 10

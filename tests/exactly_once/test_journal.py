@@ -172,9 +172,9 @@ async def test_a_rewritten_retry_takes_the_journal_over_once(tmp_path: Path) -> 
     assert late.resumed_from is None
 
 
-async def test_an_agent_with_no_journal_begins_without_reading_the_disk(tmp_path: Path) -> None:
-    """The common request (nothing failed) costs no disk read and no thread hop; as soon as the
-    agent has a journal, beginning reads it again (and resumes)."""
+async def test_a_request_with_no_journal_begins_without_reading_the_disk(tmp_path: Path) -> None:
+    """The common request (nothing failed) costs no read and no thread hop; a request that has a
+    journal reads it (and resumes)."""
     clock = Clock()
     journal = RequestJournal(tmp_path, window_ms=60000, clock=clock)
     reads: list[str] = []
@@ -186,7 +186,7 @@ async def test_an_agent_with_no_journal_begins_without_reading_the_disk(tmp_path
 
     journal._prune_and_load = counted  # type: ignore[method-assign]
     first, second = request_digest("a", BODY), request_digest("a", {"other": 1})
-    await (await journal.begin("a", first, "req_1")).end(succeeded=True)  # counts the folder
+    await (await journal.begin("a", first, "req_1")).end(succeeded=True)  # the first prunes
     await (await journal.begin("a", second, "req_2")).end(succeeded=True)
     assert reads == [first]
     await failed_attempt(journal, first, "req_3")
