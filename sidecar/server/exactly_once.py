@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from clawpod.sidecar.backends.http_request import idempotency_key
+from clawpod.sidecar.execution.runner import CallLimits
 from clawpod.sidecar.mediation.commands import (
     CallModel,
     Event,
@@ -83,7 +84,9 @@ class ExactlyOnce:
         if isinstance(command, CallModel):
             return await self._model_turn(command, ask_model)
         # The turns asking for it go with the first call with side effects (_run_one).
-        self.attempt.before_execution(any(has_side_effects(e.tool) for e in command.executions))
+        self.attempt.before_execution(
+            any(has_side_effects(e.checked.tool) for e in command.executions)
+        )
         return await self._execute(command)
 
     async def end(self, *, succeeded: bool) -> None:
@@ -121,7 +124,7 @@ class ExactlyOnce:
     async def _run_one(
         self, command: ExecuteTools, execution: PlannedExecution, deadline: float
     ) -> ToolOutcome:
-        key = call_key(execution.tool, execution.call)
+        key = call_key(execution.checked.tool, execution.call)
         known = self.attempt.known_outcome(key)
         if known is not None:  # answered (or sent) by the attempt this one resumes
             self.replayed_calls.add(execution.call.id)
@@ -130,7 +133,7 @@ class ExactlyOnce:
         if remaining <= 0:
             return refused("timeout", "the request's total time budget ran out before this call")
         state, agent = self.ctx.state, self.ctx.agent.agent.id
-        side_effects = has_side_effects(execution.tool)
+        side_effects = has_side_effects(execution.checked.tool)
         unjournaled: list[OSError] = []
 
         async def journal_sending() -> None:
@@ -143,23 +146,20 @@ class ExactlyOnce:
                 raise _NotJournaled from exc
 
         try:
-            outcome = await state.governed.execute(
-                agent,
-                execution.tool,
-                execution.arguments,
+            limits = CallLimits(
                 timeout_s=min(command.timeout_s, remaining),
                 max_result_bytes=command.max_result_bytes,
-                taint=command.taint,
                 idempotency_key=idempotency_key(
-                    state.config.pod,
-                    agent,
-                    execution.tool,
-                    self.attempt.lineage,
-                    execution.call.id,
-                    execution.arguments,
+                    state.config.pod, agent, execution.checked, self.attempt.lineage
                 )
                 if side_effects
                 else None,
+            )
+            outcome = await state.governed.execute(
+                agent,
+                execution.checked,
+                limits,
+                taint=command.taint,
                 deadline=deadline,
                 before_send=journal_sending if side_effects else None,
             )
@@ -168,7 +168,7 @@ class ExactlyOnce:
             await report_state_write_failure(self.ctx, failure, "journal")
             return refused("state_unavailable", "the sidecar could not journal this call")
         except Exception:
-            log.exception("tool %s failed in the executor", execution.tool.name)
+            log.exception("tool %s failed in the executor", execution.checked.tool.name)
             return refused("execution_failed", "the sidecar could not execute this call")
         self.attempt.answered(key, outcome)  # durable before the next model call uses it
         return outcome

@@ -54,7 +54,7 @@ async def handle_mediated(exchange: Exchange, ctx: RequestContext, body: dict[st
         ctx.codec,
         quarantine.offered(ctx.agent),  # tools whose definition drifted: not offered
         body,
-        validate=state.executor.check_arguments,
+        check=state.executor.check,
         # Each model call: its provider's timeout-ms, within the sidecar's upstream bound.
         model_timeout_s=min(provider.timeout_ms, state.config.upstream_timeout_ms) / 1000,
         withheld=quarantine.withheld(ctx.agent),
