@@ -32,7 +32,7 @@ import orjson
 from bench import interleaved, loadgen, streamclient, workloads
 from bench.processes import Server, cpu_seconds, free_port, rss_bytes, start_server
 from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
-from clawpod.sidecar.manifest import ToolPolicy
+from clawpod.sidecar.manifest import ToolPolicy, effect_of
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH_DIR = REPO / "bench"
@@ -575,7 +575,8 @@ def write_bench_build(root: Path, upstream_url: str, tools_url: str) -> dict[str
     )
     # Generous budgets: the bench measures cost, not the budget logic.
     policy = ToolPolicy(max_rounds=16, timeout_per_tool_ms=30000, total_timeout_ms=120000)
-    write = lookup.model_copy(update={"annotations": {}})
+    # model_copy runs no validator: the effect of no hints (MCP's defaults) is stated with them.
+    write = lookup.model_copy(update={"annotations": {}, "effect": effect_of({})})
     agents = [
         AgentSpec("bench-native", mode="native"),
         AgentSpec("bench-mediated", tools=[lookup], policy=policy),
