@@ -3,8 +3,9 @@ journal is met in one module, the one that wraps performing model calls and tool
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
+
+from tests.support.import_graph import imported_from as imports
 
 SERVER = Path(__file__).resolve().parents[2] / "sidecar" / "server"
 JOURNAL = "clawpod.sidecar.state.journal"
@@ -13,13 +14,7 @@ HOLDERS = {"app.py", "context.py"}
 
 
 def imported_from(path: Path, module: str) -> set[str]:
-    tree = ast.parse(path.read_text())
-    return {
-        alias.name
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.module == module
-        for alias in node.names
-    }
+    return {name for source, names in imports(path) if source == module for name in names}
 
 
 def test_only_the_exactly_once_wrapper_meets_the_journal() -> None:
