@@ -92,7 +92,7 @@ class _Driver:
                 await self._reply(command)
         except Exception:
             log.exception("mediated request %s failed", self.ctx.request_id)
-            await self._reply(Fail(500, "internal_error", "the sidecar failed on this request"))
+            await self._reply(Fail.internal())
         finally:
             steps.close()
         await self.once.end(succeeded=self.error_code is None)
