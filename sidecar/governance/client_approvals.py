@@ -1,11 +1,11 @@
 """Approvals the agent's own user answers in the client's protocol (SPEC §16).
 
-They live in the one approval store (``approvals.py``) with ``approver: client``: bound, like an
-operator's, to the agent, the tool, the digest of the arguments and the build, and usable once
-before they expire. An answer runs the call only if it names a pending client approval of
-exactly this call; anything else (a forged or reused id, another agent's, another build's, other
-arguments, an expired one, an operator's) is refused with an error result, not executed, and
-audited in the asking agent's chain.
+They live in the one approval store (``state/approvals.py``) with ``approver: client``: bound,
+like an operator's, to the agent, the tool, the digest of the arguments and the build, and
+usable once before they expire. An answer runs the call only if it names a pending client
+approval of exactly this call; anything else (a forged or reused id, another agent's, another
+build's, other arguments, an expired one, an operator's) is refused with an error result, not
+executed, and audited in the asking agent's chain.
 """
 
 from __future__ import annotations
