@@ -104,10 +104,12 @@ def read_request(body: dict[str, Any]) -> tuple[Request, list[str]]:
     dropped = _check_fields(body)
     messages: list[Message] = []
     system: list[Part] = []
+    system_role = "system"
     for position, raw in enumerate(as_list(body.get("messages"), "messages")):
         message = as_dict(raw, f"messages[{position}]")
         role = message.get("role")
         if role in _SYSTEM_ROLES:
+            system_role = role if not (system or messages) else system_role
             parts = _user_parts(message.get("content"), position)
             if messages:
                 messages.append(Message("system", parts))
@@ -143,6 +145,7 @@ def read_request(body: dict[str, Any]) -> tuple[Request, list[str]]:
             json_schema=_json_schema(body.get("response_format")),
             reasoning_effort=body.get("reasoning_effort"),
             legacy_functions=functions is not None or body.get("function_call") is not None,
+            system_role=system_role,
         ),
         dropped,
     )
@@ -298,7 +301,7 @@ def _json_schema(response_format: Any) -> dict[str, Any] | None:
 def write_request(request: Request) -> dict[str, Any]:
     messages: list[dict[str, Any]] = []
     if request.system:
-        messages.append({"role": "system", "content": text_of(request.system)})
+        messages.append({"role": request.system_role, "content": text_of(request.system)})
     for message in request.messages:
         messages += _wire_messages(message)
     body: dict[str, Any] = {"model": request.model, "messages": messages}

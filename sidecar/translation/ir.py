@@ -70,6 +70,9 @@ class Request:
     reasoning_effort: str | None = None
     legacy_functions: bool = False
     """A Chat caller that used ``functions``: its answer carries ``function_call``."""
+    system_role: str = "system"
+    """``system`` or ``developer``: the OpenAI protocols tell them apart, Messages does not."""
+    """A Chat caller that used ``functions``: its answer carries ``function_call``."""
 
 
 @dataclass(slots=True)

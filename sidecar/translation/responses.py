@@ -89,6 +89,10 @@ def read_request(body: dict[str, Any]) -> tuple[Request, list[str]]:
         _read_item(as_dict(raw, f"input[{position}]"), position, messages)
     instructions = body.get("instructions")
     system = [{"type": "text", "text": instructions}] if isinstance(instructions, str) else []
+    first = items[0] if items and isinstance(items[0], dict) else {}
+    system_role = "developer" if first.get("role") == "developer" and not system else "system"
+    if not system and messages and messages[0].role == "system":
+        system = messages.pop(0).parts
     reasoning = body.get("reasoning")
     return (
         Request(
@@ -104,6 +108,7 @@ def read_request(body: dict[str, Any]) -> tuple[Request, list[str]]:
             stream=body.get("stream") is True,
             json_schema=_json_schema(body.get("text")),
             reasoning_effort=reasoning.get("effort") if isinstance(reasoning, dict) else None,
+            system_role=system_role,
         ),
         dropped,
     )
@@ -242,7 +247,12 @@ def write_request(request: Request) -> dict[str, Any]:
         items += _wire_items(message, reply=False)
     # The provider keeps nothing of a translated conversation: the caller sends it whole.
     body: dict[str, Any] = {"model": request.model, "input": items, "store": False}
-    if request.system:
+    if request.system and request.system_role == "developer":
+        # Kept a developer message (reasoning models tell it from a system prompt).
+        items.insert(
+            0, {"type": "message", "role": "developer", "content": text_of(request.system)}
+        )
+    elif request.system:
         body["instructions"] = text_of(request.system)
     if request.tools:
         body["tools"] = [_wire_tool(t) for t in request.tools]
