@@ -6,7 +6,7 @@ requests alike. The translating itself is sans-IO, in ``translation/``."""
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -76,16 +76,20 @@ def plan(ctx: RequestContext, body: dict[str, Any]) -> None:
     if caller.name == "responses":
         # Nothing is stored upstream: the engine must not chain calls by response id.
         body["store"] = False
-    dropped = sorted({name for t in found.values() for name in t.dropped})
-    extra = {"translation": {"from": caller.name, "to": sorted(found), "dropped": dropped}}
-    ctx.audit_extra = (ctx.audit_extra or {}) | extra
+    record: dict[str, Any] = {"from": caller.name, "to": list(found)}
+    dropped = {name for t in found.values() for name in t.dropped}
+    if dropped:
+        record["dropped"] = sorted(dropped)
+    ctx.audit_extra = {**(ctx.audit_extra or {}), "translation": record}
 
 
 def retarget(ctx: RequestContext, target: UpstreamTarget, protocol: str) -> UpstreamTarget:
     """``target`` on the route of ``protocol``, with only the client headers it understands."""
     codec = _CODECS[protocol]
-    headers = {k: v for k, v in target.forward_headers.items() if k in codec.forwarded_headers}
-    return replace(target, route=codec.route, forward_headers=headers, stream=False)
+    forwarded = target.forward_headers
+    headers = {k: v for k, v in forwarded.items() if k in codec.forwarded_headers}
+    # Built, not ``dataclasses.replace``d: this runs on every translated call.
+    return UpstreamTarget(target.provider, codec.route, headers, False, key=target.key)
 
 
 def _with_model(body: dict[str, Any], model: str | None) -> dict[str, Any]:

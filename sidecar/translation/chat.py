@@ -106,7 +106,7 @@ def read_request(body: dict[str, Any]) -> tuple[Request, list[str]]:
     system: list[Part] = []
     system_role = "system"
     for position, raw in enumerate(as_list(body.get("messages"), "messages")):
-        message = as_dict(raw, f"messages[{position}]")
+        message = as_dict(raw, "a message")
         role = message.get("role")
         if role in _SYSTEM_ROLES:
             system_role = role if not (system or messages) else system_role
@@ -152,8 +152,8 @@ def read_request(body: dict[str, Any]) -> tuple[Request, list[str]]:
 
 
 def _check_fields(body: dict[str, Any]) -> list[str]:
-    for name, refused in REFUSED.items():
-        if refused(body.get(name)):
+    for name in REFUSED.keys() & body.keys():
+        if REFUSED[name](body[name]):
             raise Untranslatable(f"{name}: {body[name]!r}")
     return [name for name in body if name not in MAPPED]
 
@@ -164,8 +164,8 @@ def _user_parts(content: Any, position: int) -> list[Part]:
     if content is None:
         return []
     parts: list[Part] = []
-    for raw in as_list(content, f"messages[{position}].content"):
-        part = as_dict(raw, f"messages[{position}].content[]")
+    for raw in as_list(content, "a message's content"):
+        part = as_dict(raw, "a content part")
         kind = part.get("type")
         if kind == "text":
             parts.append({"type": "text", "text": string(part.get("text"), "a text part")})
@@ -357,6 +357,10 @@ def _wire_format(json_schema: dict[str, Any]) -> dict[str, Any]:
 def _wire_messages(message: Message) -> list[dict[str, Any]]:
     if message.role == "assistant":
         return [_wire_assistant(message.parts)]
+    parts = message.parts
+    role = "system" if message.role == "system" else "user"
+    if len(parts) == 1 and parts[0]["type"] == "text":  # most turns: one text
+        return [{"role": role, "content": parts[0]["text"]}]
     results = [p for p in message.parts if p["type"] == "tool_result"]
     others = [p for p in message.parts if p["type"] != "tool_result"]
     wire = [
@@ -364,7 +368,6 @@ def _wire_messages(message: Message) -> list[dict[str, Any]]:
         for r in results
     ]
     if others or not results:
-        role = "system" if message.role == "system" else "user"
         wire.append({"role": role, "content": _wire_content(others)})
     return wire
 

@@ -99,7 +99,9 @@ class Reply:
 
 
 def text_of(parts: list[Part]) -> str:
-    return "".join(p["text"] for p in parts if p["type"] == "text")
+    if len(parts) == 1:
+        return parts[0]["text"] if parts[0]["type"] == "text" else ""
+    return "".join([p["text"] for p in parts if p["type"] == "text"])
 
 
 def as_int(value: Any) -> int:

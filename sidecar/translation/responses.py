@@ -78,15 +78,15 @@ _TEXT_PARTS = ("input_text", "output_text", "text")
 
 
 def read_request(body: dict[str, Any]) -> tuple[Request, list[str]]:
-    for name, refused in REFUSED.items():
-        if refused(body.get(name)):
+    for name in REFUSED.keys() & body.keys():
+        if REFUSED[name](body[name]):
             raise Untranslatable(name)
     dropped = [name for name in body if name not in MAPPED]
     raw_input = body.get("input")
     items = [{"role": "user", "content": raw_input}] if isinstance(raw_input, str) else raw_input
     messages: list[Message] = []
     for position, raw in enumerate(as_list(items, "input")):
-        _read_item(as_dict(raw, f"input[{position}]"), position, messages)
+        _read_item(as_dict(raw, "an input item"), position, messages)
     instructions = body.get("instructions")
     system = [{"type": "text", "text": instructions}] if isinstance(instructions, str) else []
     first = items[0] if items and isinstance(items[0], dict) else {}
@@ -177,7 +177,7 @@ def _parts(content: Any, position: int) -> list[Part]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
     parts: list[Part] = []
-    for raw in as_list(content, f"input[{position}].content"):
+    for raw in as_list(content, "an item's content"):
         part = as_dict(raw, "a content part")
         kind = part.get("type")
         if kind in _TEXT_PARTS:
