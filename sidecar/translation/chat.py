@@ -417,24 +417,24 @@ def _wire_assistant(parts: list[Part]) -> dict[str, Any]:
 
 
 def read_reply(body: dict[str, Any]) -> Reply:
-    choices = as_list(body.get("choices"), "choices")
-    if not choices:
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise Untranslatable("a reply without choices")
-    choice = as_dict(choices[0], "choices[0]")
-    message = as_dict(choice.get("message"), "choices[0].message")
+    choice = choices[0]
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise Untranslatable("a choice without a message")
     parts = _assistant_parts(message)
-    finish = choice.get("finish_reason")
-    stop = FINISH_TO_STOP.get(finish, "end")
-    if any(p["type"] == "tool_call" for p in parts):
-        # Some servers never say tool_calls (OpenRouter streams finish_reason null).
-        stop = "tool_calls"
+    # Some servers never say tool_calls (OpenRouter streams finish_reason null).
+    calls = message.get("tool_calls") or message.get("function_call")
+    stop = "tool_calls" if calls else FINISH_TO_STOP.get(choice.get("finish_reason"), "end")
     return Reply(
-        id=str(body.get("id") or ""),
-        model=body.get("model"),
-        parts=parts,
-        stop=stop,
-        usage=read_usage(body.get("usage")),
-        created=as_int(body.get("created")),
+        str(body.get("id") or ""),
+        body.get("model"),
+        parts,
+        stop,
+        read_usage(body.get("usage")),
+        as_int(body.get("created")),
     )
 
 

@@ -382,7 +382,15 @@ def write_usage(usage: Usage) -> dict[str, Any]:
 
 
 def write_reply(reply: Reply, request: Request) -> dict[str, Any]:
-    content = [b for b in (_wire_block(p, reply=True) for p in reply.parts) if b is not None]
+    content = []
+    for part in reply.parts:
+        if part["type"] == "text":  # the common case, without a call
+            if part["text"]:
+                content.append({"type": "text", "text": part["text"]})
+            continue
+        block = _wire_block(part, reply=True)
+        if block is not None:
+            content.append(block)
     return {
         "id": reply.id if reply.id.startswith("msg_") else f"msg_{tool_id(reply.id)}",
         "type": "message",
