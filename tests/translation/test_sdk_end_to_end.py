@@ -148,12 +148,13 @@ async def test_provider_error_in_the_callers_shape_naming_the_provider(
     ],
     ids=["not-json", "wrong-types", "array", "bad-call", "html-500"],
 )
+@pytest.mark.parametrize("agent", ["plain", "analyst"])
 async def test_a_hostile_upstream_body_is_a_clear_error_in_the_callers_protocol(
-    translating_pod: TranslatingPod, caller: str, target: str, hostile: Reply
+    translating_pod: TranslatingPod, caller: str, target: str, hostile: Reply, agent: str
 ) -> None:
     pod = translating_pod
     pod.script(target, hostile)
-    status, body = await _refused(pod, caller, "plain", MODEL[target])
+    status, body = await _refused(pod, caller, agent, MODEL[target])
     assert status in (500, 502)
     assert "provider" in _message(caller, body)
     if caller == "messages":
