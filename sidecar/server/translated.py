@@ -45,7 +45,7 @@ _CODECS = {codec.name: codec for codec in CODECS}
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
 JSON_HEADERS = {"Content-Type": "application/json"}
 # Provider answer headers that keep their meaning whatever the protocol.
-_KEPT_HEADERS = ("retry-after", "retry-after-ms", "x-request-id", "request-id")
+_KEPT_HEADERS = frozenset({"retry-after", "retry-after-ms", "x-request-id", "request-id"})
 
 
 def spoken(caller: Codec, provider: Provider) -> Codec:
@@ -160,7 +160,7 @@ async def _fail(ctx: RequestContext, exchange: Exchange, err: ApiError) -> None:
 
 
 def _kept_headers(upstream: Response) -> dict[str, str]:
-    return {name: upstream.headers[name] for name in _KEPT_HEADERS if name in upstream.headers}
+    return {k: v for k, v in upstream.headers.items() if k.lower() in _KEPT_HEADERS}
 
 
 def _usage(target: Codec, request: dict[str, Any], usage: Any) -> dict[str, int]:
