@@ -22,10 +22,13 @@ from clawpod.sidecar.translation.parts import (
     as_list,
     data_url,
     from_url,
+    json_format,
+    read_openai_usage,
     result_text,
     string,
     unwrap_carried,
     wrap_carried,
+    write_openai_usage,
 )
 
 PROTOCOL = "responses"
@@ -228,17 +231,9 @@ def _choice(raw: Any) -> Choice | None:
 
 def _json_schema(text: Any) -> dict[str, Any] | None:
     wanted = text.get("format") if isinstance(text, dict) else None
-    if not isinstance(wanted, dict) or wanted.get("type") == "text":
+    if not isinstance(wanted, dict):
         return None
-    if wanted.get("type") == "json_object":
-        return {}
-    if wanted.get("type") == "json_schema":
-        return {
-            "name": wanted.get("name", "answer"),
-            "schema": wanted.get("schema") or {},
-            "strict": wanted.get("strict"),
-        }
-    raise Untranslatable(f"text.format {wanted.get('type')!r}")
+    return json_format(wanted.get("type"), wanted, "text.format")
 
 
 def write_request(request: Request) -> dict[str, Any]:
@@ -433,26 +428,11 @@ def read_reply(body: dict[str, Any]) -> Reply:
 
 
 def read_usage(raw: Any) -> Usage | None:
-    if not isinstance(raw, dict):
-        return None
-    details = raw.get("input_tokens_details")
-    output = raw.get("output_tokens_details")
-    return Usage(
-        input=as_int(raw.get("input_tokens")),
-        output=as_int(raw.get("output_tokens")),
-        cache_read=as_int(details.get("cached_tokens")) if isinstance(details, dict) else 0,
-        reasoning=as_int(output.get("reasoning_tokens")) if isinstance(output, dict) else 0,
-    )
+    return read_openai_usage(raw, "input_tokens", "output_tokens")
 
 
 def write_usage(usage: Usage) -> dict[str, Any]:
-    return {
-        "input_tokens": usage.input,
-        "input_tokens_details": {"cached_tokens": usage.cache_read},
-        "output_tokens": usage.output,
-        "output_tokens_details": {"reasoning_tokens": usage.reasoning},
-        "total_tokens": usage.input + usage.output,
-    }
+    return write_openai_usage(usage, "input_tokens", "output_tokens")
 
 
 def write_reply(reply: Reply, request: Request) -> dict[str, Any]:

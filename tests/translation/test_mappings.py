@@ -234,3 +234,28 @@ def test_a_provider_error_names_the_provider_and_keeps_status_and_code() -> None
 def test_a_malformed_or_uncarriable_request_is_untranslatable(body: dict) -> None:
     with pytest.raises(Untranslatable):
         translate_request(body, "chat", "messages")
+
+
+def test_structured_output_crosses_and_plain_json_mode_is_refused_for_messages() -> None:
+    schema = {"type": "object", "properties": {"title": {"type": "string"}}}
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "title this"}],
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "title", "schema": schema, "strict": True},
+        },
+    }
+    responses = translate_request(body, "chat", "responses").body
+    assert responses["text"]["format"] == {
+        "type": "json_schema",
+        "name": "title",
+        "schema": schema,
+        "strict": True,
+    }
+    back = translate_request(responses, "responses", "chat").body
+    assert back["response_format"] == body["response_format"]
+    messages = translate_request(body, "chat", "messages").body
+    assert messages["output_config"] == {"format": {"type": "json_schema", "schema": schema}}
+    with pytest.raises(Untranslatable, match="JSON mode"):
+        translate_request({**body, "response_format": {"type": "json_object"}}, "chat", "messages")
