@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import orjson
+
 from clawpod.sidecar.translation.ir import (
     Choice,
     FunctionTool,
@@ -73,6 +75,11 @@ REFUSED = {
     "prompt": lambda v: v is not None,
     "top_logprobs": lambda v: bool(v),
 }
+FREEFORM_PARAMETERS = {
+    "type": "object",
+    "properties": {"input": {"type": "string", "description": "the tool's whole input"}},
+    "required": ["input"],
+}
 _CLIENT_ROLES = {"user": "user", "system": "system", "developer": "system"}
 _TEXT_PARTS = ("input_text", "output_text", "text")
 
@@ -139,14 +146,22 @@ def _read_item(item: dict[str, Any], position: int, messages: list[Message]) -> 
             "arguments": string(item.get("arguments", ""), "a function_call's arguments"),
         }
         _append(messages, "assistant", [call])
-    elif kind == "function_call_output":
+    elif kind == "custom_tool_call":
+        call = {
+            "type": "tool_call",
+            "id": string(item.get("call_id"), "a custom_tool_call's call_id"),
+            "name": string(item.get("name"), "a custom_tool_call's name"),
+            "arguments": orjson.dumps({"input": str(item.get("input", ""))}).decode(),
+        }
+        _append(messages, "assistant", [call])
+    elif kind in ("function_call_output", "custom_tool_call_output"):
         output = item.get("output")
         content = (
             [{"type": "text", "text": output}] if isinstance(output, str) else _parts(output, -1)
         )
         result = {
             "type": "tool_result",
-            "id": string(item.get("call_id"), "a function_call_output's call_id"),
+            "id": string(item.get("call_id"), "a call output's call_id"),
             "content": [p for p in content if p["type"] in ("text", "image")],
             "is_error": False,
         }
@@ -209,6 +224,8 @@ def _file(part: dict[str, Any]) -> Part:
 
 def _tool(raw: Any) -> FunctionTool:
     tool = as_dict(raw, "a tool")
+    if tool.get("type") == "custom":
+        return _freeform(tool)
     if tool.get("type") != "function":
         raise Untranslatable(f"a tool of type {tool.get('type')!r} (only functions translate)")
     return FunctionTool(
@@ -216,6 +233,22 @@ def _tool(raw: Any) -> FunctionTool:
         description=tool.get("description"),
         parameters=tool.get("parameters") or {"type": "object", "properties": {}},
         strict=tool.get("strict"),
+    )
+
+
+def _freeform(tool: dict[str, Any]) -> FunctionTool:
+    """A custom tool as a function of one string; its grammar, which no other protocol can
+    enforce, joins the description so the model still knows the format."""
+    description = str(tool.get("description") or "")
+    fmt = tool.get("format")
+    if isinstance(fmt, dict) and isinstance(fmt.get("definition"), str):
+        description += f"\n\nThe input follows this {fmt.get('syntax', '')} grammar:\n"
+        description += fmt["definition"]
+    return FunctionTool(
+        name=string(tool.get("name"), "a custom tool's name"),
+        description=description,
+        parameters=FREEFORM_PARAMETERS,
+        freeform=True,
     )
 
 
@@ -290,7 +323,9 @@ def _wire_format(json_schema: dict[str, Any]) -> dict[str, Any]:
     return wire
 
 
-def _wire_items(message: Message, reply: bool) -> list[dict[str, Any]]:
+def _wire_items(
+    message: Message, reply: bool, freeform: frozenset[str] = frozenset()
+) -> list[dict[str, Any]]:
     if message.role != "assistant":
         results = [p for p in message.parts if p["type"] == "tool_result"]
         others = [p for p in message.parts if p["type"] != "tool_result"]
@@ -311,7 +346,7 @@ def _wire_items(message: Message, reply: bool) -> list[dict[str, Any]]:
         if texts:
             items.append(_assistant_message(texts, reply))
             texts = []
-        item = _wire_output(part, reply)
+        item = _wire_output(part, reply, freeform)
         if item is not None:
             items.append(item)
     if texts:
@@ -355,7 +390,9 @@ def _assistant_message(parts: list[Part], reply: bool) -> dict[str, Any]:
     return item
 
 
-def _wire_output(part: Part, reply: bool) -> dict[str, Any] | None:
+def _wire_output(part: Part, reply: bool, freeform: frozenset[str]) -> dict[str, Any] | None:
+    if part["type"] == "tool_call" and part["name"] in freeform:
+        return _custom_call(part)
     if part["type"] == "tool_call":
         item = {
             "type": "function_call",
@@ -383,6 +420,23 @@ def _wire_output(part: Part, reply: bool) -> dict[str, Any] | None:
     raise Untranslatable(f"an assistant part of type {part['type']!r}")
 
 
+def _custom_call(part: Part) -> dict[str, Any]:
+    """A call of a custom tool, as the client offered it: its input is the one string."""
+    try:
+        arguments = orjson.loads(part["arguments"])
+    except orjson.JSONDecodeError:
+        arguments = None
+    text = arguments.get("input") if isinstance(arguments, dict) else None
+    return {
+        "type": "custom_tool_call",
+        "id": f"ctc_{part['id']}",
+        "status": "completed",
+        "call_id": part["id"],
+        "name": part["name"],
+        "input": text if isinstance(text, str) else part["arguments"],
+    }
+
+
 # --- reply ------------------------------------------------------------------------------------
 
 
@@ -402,6 +456,15 @@ def read_reply(body: dict[str, Any]) -> Reply:
                     "id": string(item.get("call_id"), "a function_call's call_id"),
                     "name": string(item.get("name"), "a function_call's name"),
                     "arguments": string(item.get("arguments", ""), "arguments"),
+                }
+            )
+        elif kind == "custom_tool_call":
+            parts.append(
+                {
+                    "type": "tool_call",
+                    "id": string(item.get("call_id"), "a custom_tool_call's call_id"),
+                    "name": string(item.get("name"), "a custom_tool_call's name"),
+                    "arguments": orjson.dumps({"input": str(item.get("input", ""))}).decode(),
                 }
             )
         elif kind == "reasoning" and (item.get("encrypted_content") or item.get("summary")):
@@ -436,7 +499,8 @@ def write_usage(usage: Usage) -> dict[str, Any]:
 
 
 def write_reply(reply: Reply, request: Request) -> dict[str, Any]:
-    output = _wire_items(Message("assistant", reply.parts), reply=True)
+    freeform = frozenset(t.name for t in request.tools if t.freeform)
+    output = _wire_items(Message("assistant", reply.parts), reply=True, freeform=freeform)
     incomplete = reply.stop in ("max_tokens", "content_filter")
     reason = "content_filter" if reply.stop == "content_filter" else "max_output_tokens"
     return {
