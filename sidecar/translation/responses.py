@@ -101,8 +101,11 @@ def read_request(body: dict[str, Any]) -> tuple[Request, list[str]]:
     system = [{"type": "text", "text": instructions}] if isinstance(instructions, str) else []
     first = items[0] if items and isinstance(items[0], dict) else {}
     system_role = "developer" if first.get("role") == "developer" and not system else "system"
-    if not system and messages and messages[0].role == "system":
-        system = messages.pop(0).parts
+    # Leading system and developer items join the instructions: many local chat templates
+    # take one system message, first (Codex sends instructions and a developer message).
+    while messages and messages[0].role == "system":
+        separator = [{"type": "text", "text": "\n\n"}] if system else []
+        system = [*system, *separator, *messages.pop(0).parts]
     reasoning = body.get("reasoning")
     return (
         Request(

@@ -259,3 +259,30 @@ def test_structured_output_crosses_and_plain_json_mode_is_refused_for_messages()
     assert messages["output_config"] == {"format": {"type": "json_schema", "schema": schema}}
     with pytest.raises(Untranslatable, match="JSON mode"):
         translate_request({**body, "response_format": {"type": "json_object"}}, "chat", "messages")
+
+
+def test_codex_instructions_and_developer_message_are_one_leading_system_message() -> None:
+    """Local chat templates take one system message, first; Codex sends instructions and a
+    developer message before the user's turn."""
+    body = {
+        "model": "local",
+        "instructions": "You are Codex.",
+        "input": [
+            {
+                "type": "message",
+                "role": "developer",
+                "content": [{"type": "input_text", "text": "Sandbox: read-only."}],
+            },
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+        ],
+        "reasoning": {"effort": "medium", "summary": "auto"},
+        "include": ["reasoning.encrypted_content"],
+        "prompt_cache_key": "abc",
+        "store": False,
+    }
+    translated = translate_request(body, "responses", "chat")
+    assert translated.body["messages"] == [
+        {"role": "system", "content": "You are Codex.\n\nSandbox: read-only."},
+        {"role": "user", "content": "hi"},
+    ]
+    assert set(translated.dropped) == {"include", "prompt_cache_key", "store"}
