@@ -117,7 +117,7 @@ def read_request(body: dict[str, Any]) -> tuple[Request, list[str]]:
             if messages:
                 messages.append(Message("system", parts))
             else:
-                system += parts
+                system += [{"type": "text", "text": "\n\n"}, *parts] if system else parts
         elif role == "user":
             messages.append(Message("user", _user_parts(message.get("content"), position)))
         elif role == "assistant":
