@@ -286,3 +286,18 @@ def test_codex_instructions_and_developer_message_are_one_leading_system_message
         {"role": "user", "content": "hi"},
     ]
     assert set(translated.dropped) == {"include", "prompt_cache_key", "store"}
+
+
+def test_a_deeply_nested_tool_result_does_not_recurse() -> None:
+    """A hostile Messages body nests results inside results as deep as the JSON parser allows
+    (1024 levels: two a result)."""
+    content: object = "x"
+    for _ in range(505):
+        content = [{"type": "tool_result", "tool_use_id": "t", "content": content}]
+    body = {
+        "model": "m",
+        "max_tokens": 5,
+        "messages": [{"role": "user", "content": content}],
+    }
+    sent = translate_request(orjson.loads(orjson.dumps(body)), "messages", "chat").body
+    assert sent["messages"][0] == {"role": "tool", "tool_call_id": "t", "content": ""}
