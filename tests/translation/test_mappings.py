@@ -289,15 +289,11 @@ def test_codex_instructions_and_developer_message_are_one_leading_system_message
 
 
 def test_a_deeply_nested_tool_result_does_not_recurse() -> None:
-    """A hostile Messages body nests results inside results as deep as the JSON parser allows
-    (1024 levels: two a result)."""
-    content: object = "x"
-    for _ in range(505):
-        content = [{"type": "tool_result", "tool_use_id": "t", "content": content}]
-    body = {
-        "model": "m",
-        "max_tokens": 5,
-        "messages": [{"role": "user", "content": content}],
-    }
-    sent = translate_request(orjson.loads(orjson.dumps(body)), "messages", "chat").body
+    """A hostile Messages body nests results inside results as deep as the server's JSON
+    parser allows (1024 levels: two a result)."""
+    depth = 505
+    nested = '[{"type": "tool_result", "tool_use_id": "t", "content": ' * depth
+    text = '{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": '
+    text += nested + '"x"' + "}]" * depth + "}]}"
+    sent = translate_request(orjson.loads(text), "messages", "chat").body
     assert sent["messages"][0] == {"role": "tool", "tool_call_id": "t", "content": ""}
