@@ -21,6 +21,7 @@ from clawpod.sidecar.model.conversation import Conversation, ToolChoice
 from clawpod.sidecar.model.errors import ApiError, upstream_failure
 from clawpod.sidecar.server.accounting import record_request
 from clawpod.sidecar.server.budget_gate import BYTES_PER_TOKEN
+from clawpod.sidecar.server.counting import with_managed_tools
 from clawpod.sidecar.server.errors import reply_error
 from clawpod.sidecar.server.failover import open_upstream
 from clawpod.sidecar.server.translation_plan import Translations
@@ -288,6 +289,9 @@ def counts_here(ctx: RequestContext) -> bool:
 
 
 async def answer_count(exchange: Exchange, ctx: RequestContext, body: dict[str, Any]) -> None:
+    agent = ctx.agent
+    if agent.agent.mode == "mediated" and agent.tools.tools:
+        body = with_managed_tools(ctx.codec, agent, body)  # the model will see them too
     tokens = max(len(orjson.dumps(body)) // BYTES_PER_TOKEN, 1)
     answer: dict[str, Any] = {"input_tokens": tokens}
     if ctx.codec.name == "responses":
