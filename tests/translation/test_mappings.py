@@ -217,6 +217,11 @@ def test_a_provider_error_names_the_provider_and_keeps_status_and_code() -> None
     err = translate_error(529, body, "claude", "messages")
     assert (err.status, err.code, err.type) == (529, "overloaded_error", "overloaded_error")
     assert err.message == "provider 'claude' (Messages) answered 529: busy"
+    openai_429 = {
+        "error": {"message": "slow down", "type": "requests", "code": "rate_limit_exceeded"}
+    }
+    limited = translate_error(429, orjson.dumps(openai_429), "local", "chat")
+    assert (limited.code, limited.type) == ("rate_limit_exceeded", "rate_limit_error")
     assert translate_error(404, b'{"detail":"Not Found"}', "local", "chat").message.startswith(
         "provider 'local' (Chat Completions) answered 404"
     )
