@@ -149,7 +149,8 @@ async def relay_translated(
         failure = translate_error(exc, provider)
         return await _fail(ctx, exchange, upstream_failure(failure.kind, failure.message))
     reply = UpstreamResponse(upstream.status, upstream.headers, data)
-    event = _reply_event(ctx, reply, translated, ctx.codec)
+    streamed = upstream.content_type == "text/event-stream"
+    event = _reply_event(ctx, reply, streamed, translated, ctx.codec)
     if isinstance(event, ApiError):
         return await _fail(ctx, exchange, event)
     body = event.body
@@ -236,7 +237,9 @@ async def call_model(ctx: RequestContext, command: CallModel) -> Event:
         return upstream.send(target, data, **bounds)
 
     try:
-        reply = await read_whole(await open_upstream(ctx, send), ctx.provider_name)
+        response = await open_upstream(ctx, send)
+        streamed = response.content_type == "text/event-stream"
+        reply = await read_whole(response, ctx.provider_name)
     except UpstreamError as exc:
         return ModelFailed(exc.kind, exc.message)
     except ApiError as err:  # every key rests
@@ -245,7 +248,8 @@ async def call_model(ctx: RequestContext, command: CallModel) -> Event:
         return ModelFailed("status", str(exc), 400)
     finally:
         ctx.state.metrics.observe_upstream(ctx.provider_name, time.perf_counter() - started)
-    event = _reply_event(ctx, reply, spoken.get(ctx.provider_name or ""), translations.caller)
+    translated = spoken.get(ctx.provider_name or "")
+    event = _reply_event(ctx, reply, streamed, translated, translations.caller)
     if isinstance(event, _Replied):
         return ModelReplied(event.body)
     if event.code == "upstream_protocol_error":
@@ -260,7 +264,11 @@ class _Replied:
 
 
 def _reply_event(
-    ctx: RequestContext, reply: UpstreamResponse, translated: Translated | None, caller: Codec
+    ctx: RequestContext,
+    reply: UpstreamResponse,
+    streamed: bool,
+    translated: Translated | None,
+    caller: Codec,
 ) -> _Replied | ApiError:
     """The provider's answer in the caller's protocol (``translated`` None: it speaks it), or
     the error to tell the caller."""
@@ -275,10 +283,7 @@ def _reply_event(
             err.headers["retry-after"] = retry_after
         return err
     try:
-        if "text/event-stream" in reply.headers.get("Content-Type", ""):
-            answer = codec.assemble_stream(reply.body)
-        else:
-            answer = orjson.loads(reply.body)
+        answer = codec.assemble_stream(reply.body) if streamed else orjson.loads(reply.body)
         if translated is None:
             if not isinstance(answer, dict):
                 raise Untranslatable("the answer is not a JSON object")
