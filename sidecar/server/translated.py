@@ -150,7 +150,7 @@ async def relay_translated(
         return await _fail(ctx, exchange, upstream_failure(failure.kind, failure.message))
     reply = UpstreamResponse(upstream.status, upstream.headers, data)
     streamed = upstream.content_type == "text/event-stream"
-    event = _reply_event(ctx, reply, streamed, translated, ctx.codec)
+    event = _reply_event(ctx, reply, translated, ctx.codec, streamed=streamed)
     if isinstance(event, ApiError):
         return await _fail(ctx, exchange, event)
     body = event.body
@@ -237,9 +237,7 @@ async def call_model(ctx: RequestContext, command: CallModel) -> Event:
         return upstream.send(target, data, **bounds)
 
     try:
-        response = await open_upstream(ctx, send)
-        streamed = response.content_type == "text/event-stream"
-        reply = await read_whole(response, ctx.provider_name)
+        reply = await read_whole(await open_upstream(ctx, send), ctx.provider_name)
     except UpstreamError as exc:
         return ModelFailed(exc.kind, exc.message)
     except ApiError as err:  # every key rests
@@ -248,8 +246,7 @@ async def call_model(ctx: RequestContext, command: CallModel) -> Event:
         return ModelFailed("status", str(exc), 400)
     finally:
         ctx.state.metrics.observe_upstream(ctx.provider_name, time.perf_counter() - started)
-    translated = spoken.get(ctx.provider_name or "")
-    event = _reply_event(ctx, reply, streamed, translated, translations.caller)
+    event = _reply_event(ctx, reply, spoken.get(ctx.provider_name or ""), translations.caller)
     if isinstance(event, _Replied):
         return ModelReplied(event.body)
     if event.code == "upstream_protocol_error":
@@ -266,12 +263,16 @@ class _Replied:
 def _reply_event(
     ctx: RequestContext,
     reply: UpstreamResponse,
-    streamed: bool,
     translated: Translated | None,
     caller: Codec,
+    *,
+    streamed: bool | None = None,
 ) -> _Replied | ApiError:
     """The provider's answer in the caller's protocol (``translated`` None: it speaks it), or
-    the error to tell the caller."""
+    the error to tell the caller. ``streamed``: whether the answer is a stream, when the caller
+    knows it already (else its headers say)."""
+    if streamed is None:
+        streamed = "text/event-stream" in reply.headers.get("Content-Type", "")
     provider = ctx.provider_name or ""
     protocol = translated.target if translated is not None else caller.name
     codec = _CODECS[protocol]
