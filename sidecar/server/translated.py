@@ -6,7 +6,6 @@ requests alike. The translating itself is sans-IO, in ``translation/``."""
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -214,10 +213,10 @@ def _stream_conversation(ctx: RequestContext, body: dict[str, Any]) -> Conversat
 async def call_model(ctx: RequestContext, command: CallModel) -> Event:
     """One mediated model call of a request some of whose targets speak another protocol:
     whole, on the targets in turn (``failover.py``), each spoken to in its own protocol, the
-    answer or error as the engine's event in the caller's."""
+    answer or error as the engine's event in the caller's. ``model_call.call_model`` asks it
+    (and times it) instead of its own when ``ctx.translations`` is set."""
     translations = ctx.translations
     assert translations is not None
-    started = time.perf_counter()
     upstream = ctx.state.upstream
     spoken: dict[str, Translated | None] = {}
 
@@ -244,8 +243,6 @@ async def call_model(ctx: RequestContext, command: CallModel) -> Event:
         return ModelFailed("status", err.message, err.status, err.headers.get("retry-after"))
     except Untranslatable as exc:
         return ModelFailed("status", str(exc), 400)
-    finally:
-        ctx.state.metrics.observe_upstream(ctx.provider_name, time.perf_counter() - started)
     event = _reply_event(ctx, reply, spoken.get(ctx.provider_name or ""), translations.caller)
     if isinstance(event, _Replied):
         return ModelReplied(event.body)
