@@ -28,6 +28,7 @@ from clawpod.sidecar.mediation.commands import CallModel, Event, ModelFailed, Mo
 from clawpod.sidecar.model.conversation import CodecError, Conversation
 from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.observability import tracing
+from clawpod.sidecar.server import translated
 from clawpod.sidecar.server.failover import open_upstream
 from clawpod.sidecar.server.stream_tools import REFUSAL_STATUSES, offers_tools
 from clawpod.sidecar.server.unserved import NOT_SERVED, not_served_message
@@ -62,6 +63,11 @@ async def call_model(
 ) -> Event:
     """Ask the model ``command.body`` in ``codec``'s protocol; with ``show``, streamed, each
     piece of text shown as it arrives."""
+    if ctx.translations is not None:  # a target of another protocol (contract §18)
+        event = await _traced(ctx, codec, translated.call_model(ctx, command))
+        if show is not None and isinstance(event, ModelReplied):
+            await show_whole(codec, conversation, event.body, show)
+        return event
     if show is None:
         return await _traced(ctx, codec, _whole(ctx, codec, command))
     support = ctx.state.stream_tools

@@ -1,0 +1,318 @@
+"""The server's side of protocol translation (contract §18, docs/translation.md): which
+targets of a request speak another protocol than its caller, the request each of them gets,
+and their answers and errors back in the caller's protocol, for pass-through and mediated
+requests alike. The translating itself is sans-IO, in ``translation/``."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from clawpod.sidecar.audit.records import usage_record
+from clawpod.sidecar.codecs import CODECS
+from clawpod.sidecar.codecs.base import Codec
+from clawpod.sidecar.mediation.commands import CallModel, Event, ModelFailed, ModelReplied
+from clawpod.sidecar.model.conversation import Conversation, ToolChoice
+from clawpod.sidecar.model.errors import ApiError, upstream_failure
+from clawpod.sidecar.server.accounting import record_request
+from clawpod.sidecar.server.budget_gate import BYTES_PER_TOKEN
+from clawpod.sidecar.server.counting import with_managed_tools
+from clawpod.sidecar.server.errors import reply_error
+from clawpod.sidecar.server.failover import open_upstream
+from clawpod.sidecar.server.translation_plan import Translations
+from clawpod.sidecar.server.upstream import (
+    UpstreamError,
+    UpstreamResponse,
+    UpstreamTarget,
+    read_whole,
+    translate_error,
+)
+from clawpod.sidecar.translation import (
+    Translated,
+    Untranslatable,
+    target_protocol,
+    translate_reply,
+    translate_request,
+    untranslatable_error,
+    unusable_reply,
+)
+from clawpod.sidecar.translation import (
+    translate_error as translate_provider_error,
+)
+from clawpod.sidecar.transport import Response, TransportError
+
+if TYPE_CHECKING:
+    from clawpod.sidecar.manifest import Provider
+    from clawpod.sidecar.server.context import RequestContext
+    from clawpod.sidecar.server.exchange import Exchange
+
+_CODECS = {codec.name: codec for codec in CODECS}
+SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+JSON_HEADERS = {"Content-Type": "application/json"}
+# Provider answer headers that keep their meaning whatever the protocol.
+_KEPT_HEADERS = frozenset({"retry-after", "retry-after-ms", "x-request-id", "request-id"})
+
+
+def plan(ctx: RequestContext, body: dict[str, Any]) -> None:
+    """Translate the client's body for every target of another protocol, up front, so what
+    cannot be carried is refused before anything goes upstream (``ApiError`` 400, naming the
+    provider and what is missing). Sets ``ctx.translations`` when any target needs one."""
+    caller = ctx.codec
+    found: dict[str, Translated] = {}
+    for name, provider, _ in ctx.targets:
+        protocol = target_protocol(caller.name, provider.served)
+        if protocol == caller.name or protocol in found:
+            continue
+        try:
+            found[protocol] = translate_request(body, caller.name, protocol)
+        except Untranslatable as exc:
+            raise untranslatable_error(exc, name, caller.name, protocol) from None
+    if not found:
+        return
+    options = body.get("stream_options")
+    ctx.translations = Translations(
+        caller, found, isinstance(options, dict) and options.get("include_usage") is True
+    )
+    if caller.name == "responses":
+        # Nothing is stored upstream: the engine must not chain calls by response id.
+        body["store"] = False
+    record: dict[str, Any] = {"from": caller.name, "to": list(found)}
+    dropped = {name for t in found.values() for name in t.dropped}
+    if dropped:
+        record["dropped"] = sorted(dropped)
+    ctx.audit_extra = {**(ctx.audit_extra or {}), "translation": record}
+
+
+def retarget(target: UpstreamTarget, protocol: str) -> UpstreamTarget:
+    """``target`` on the route of ``protocol``, with only the client headers it understands."""
+    codec = _CODECS[protocol]
+    forwarded = target.forward_headers
+    headers = {k: v for k, v in forwarded.items() if k in codec.forwarded_headers}
+    # Built, not ``dataclasses.replace``d: this runs on every translated call.
+    return UpstreamTarget(target.provider, codec.route, headers, False, key=target.key)
+
+
+def _for_provider(body: dict[str, Any], model: str | None, provider: Provider) -> dict[str, Any]:
+    """A translated body as its target takes it: the model id it knows the model by, and for
+    an OpenAI-compatible server (a provider declared ``chat-completions``) the output limit
+    under ``max_tokens``, the field such servers read (OpenAI's own reasoning models refuse
+    it, so the OpenAI API gets ``max_completion_tokens``)."""
+    if model is not None and model != body.get("model"):
+        body = {**body, "model": model}
+    if provider.protocols and "max_completion_tokens" in body:
+        limit = body["max_completion_tokens"]
+        body = {k: v for k, v in body.items() if k != "max_completion_tokens"}
+        body["max_tokens"] = limit
+    return body
+
+
+# --- pass-through -----------------------------------------------------------------------------
+
+
+def passthrough_send(
+    ctx: RequestContext, target: UpstreamTarget, model: str | None
+) -> tuple[UpstreamTarget, bytes] | None:
+    """The target and body of a pass-through to a provider of another protocol; None when
+    the provider speaks the caller's."""
+    translations = ctx.translations
+    provider = _provider(ctx, target.provider)
+    protocol = translations and translations.protocol_of(provider)
+    if not protocol:
+        return None
+    body = _for_provider(translations.by_protocol[protocol].body, model, provider)
+    return retarget(target, protocol), orjson.dumps(body)
+
+
+def answered_in(ctx: RequestContext) -> Translated | None:
+    """The translation of the target that answered, if it speaks another protocol."""
+    translations = ctx.translations
+    if translations is None or ctx.provider_name is None:
+        return None
+    protocol = translations.protocol_of(_provider(ctx, ctx.provider_name))
+    return translations.by_protocol[protocol] if protocol else None
+
+
+async def relay_translated(
+    exchange: Exchange, ctx: RequestContext, upstream: Response, translated: Translated
+) -> None:
+    """The provider's whole answer, in the caller's protocol (a streaming caller gets it as
+    one stream rendered by its own codec)."""
+    provider = ctx.provider_name or ""
+    try:
+        data = await upstream.read()
+    except TransportError as exc:
+        failure = translate_error(exc, provider)
+        return await _fail(ctx, exchange, upstream_failure(failure.kind, failure.message))
+    reply = UpstreamResponse(upstream.status, upstream.headers, data)
+    streamed = upstream.content_type == "text/event-stream"
+    event = _reply_event(ctx, reply, translated, ctx.codec, streamed=streamed)
+    if isinstance(event, ApiError):
+        return await _fail(ctx, exchange, event)
+    body = event.body
+    target = _CODECS[translated.target]
+    usage = _usage(target, translated.body, event.upstream_usage)
+    headers = _kept_headers(upstream)
+    with contextlib.suppress(ConnectionError):  # a client that left is still audited
+        if ctx.stream:
+            await exchange.start_stream(200, {**SSE_HEADERS, **headers})
+            frames = ctx.codec.render_stream(_stream_conversation(ctx, body), body)
+            await exchange.write(b"".join(frames))
+            await exchange.end()
+        else:
+            await exchange.respond(200, orjson.dumps(body), {**JSON_HEADERS, **headers})
+    await record_request(ctx, http_status=200, usage=usage)
+
+
+async def _fail(ctx: RequestContext, exchange: Exchange, err: ApiError) -> None:
+    await reply_error(exchange, ctx.codec, err)
+    await record_request(
+        ctx, http_status=err.status, error_code=err.code, usage=usage_record(rounds=1)
+    )
+
+
+def _kept_headers(upstream: Response) -> dict[str, str]:
+    return {k: v for k, v in upstream.headers.items() if k.lower() in _KEPT_HEADERS}
+
+
+def _usage(target: Codec, request: dict[str, Any], usage: Any) -> dict[str, int]:
+    """The call's usage as its provider counted it (prices know each provider's sense of
+    input tokens), an estimate marked as such where it counted none."""
+    tokens = target.usage_counts(usage)
+    if not any(tokens):
+        estimate = usage_record(len(orjson.dumps(request)) // BYTES_PER_TOKEN, 0, rounds=1)
+        estimate["estimated"] = True
+        return estimate
+    read, creation = target.cache_counts(usage)
+    return usage_record(*tokens, rounds=1, cache_read=read, cache_creation=creation)
+
+
+def _stream_conversation(ctx: RequestContext, body: dict[str, Any]) -> Conversation:
+    """What the caller codec's stream rendering reads of a request."""
+    assert ctx.translations is not None
+    return Conversation(
+        params={"model": body.get("model")},
+        messages=[],
+        fingerprints=[],
+        seed="",
+        roles=[],
+        tools=[],
+        runner_tool_names=set(),
+        tool_choice=ToolChoice(mode=None),
+        stream=True,
+        include_usage=ctx.translations.include_usage,
+    )
+
+
+# --- model calls (mediated) -------------------------------------------------------------------
+
+
+async def call_model(ctx: RequestContext, command: CallModel) -> Event:
+    """One mediated model call of a request some of whose targets speak another protocol:
+    whole, on the targets in turn (``failover.py``), each spoken to in its own protocol, the
+    answer or error as the engine's event in the caller's. ``model_call.call_model`` asks it
+    (and times it) instead of its own when ``ctx.translations`` is set."""
+    translations = ctx.translations
+    assert translations is not None
+    upstream = ctx.state.upstream
+    spoken: dict[str, Translated | None] = {}
+
+    def send(target: UpstreamTarget, model: str | None) -> Awaitable[Response]:
+        provider = _provider(ctx, target.provider)
+        protocol = translations.protocol_of(provider)
+        body, translated = command.body, None
+        if protocol is not None:
+            translated = translate_request(body, translations.caller.name, protocol)
+            target = retarget(target, protocol)
+            body = _for_provider(translated.body, model, provider)
+        elif model is not None and model != body.get("model"):  # a fallback's own id
+            body = {**body, "model": model}
+        spoken[target.provider] = translated
+        data = orjson.dumps(body)
+        bounds = {"timeout_s": command.timeout_s, "max_body_bytes": upstream.max_response_bytes}
+        return upstream.send(target, data, **bounds)
+
+    try:
+        reply = await read_whole(await open_upstream(ctx, send), ctx.provider_name)
+    except UpstreamError as exc:
+        return ModelFailed(exc.kind, exc.message)
+    except ApiError as err:  # every key rests
+        return ModelFailed("status", err.message, err.status, err.headers.get("retry-after"))
+    except Untranslatable as exc:
+        return ModelFailed("status", str(exc), 400)
+    event = _reply_event(ctx, reply, spoken.get(ctx.provider_name or ""), translations.caller)
+    if isinstance(event, _Replied):
+        return ModelReplied(event.body)
+    if event.code == "upstream_protocol_error":
+        return ModelFailed("protocol", event.message)
+    return ModelFailed("status", event.message, event.status, event.headers.get("retry-after"))
+
+
+@dataclass(slots=True)
+class _Replied:
+    body: dict[str, Any]
+    upstream_usage: Any
+
+
+def _reply_event(
+    ctx: RequestContext,
+    reply: UpstreamResponse,
+    translated: Translated | None,
+    caller: Codec,
+    *,
+    streamed: bool | None = None,
+) -> _Replied | ApiError:
+    """The provider's answer in the caller's protocol (``translated`` None: it speaks it), or
+    the error to tell the caller. ``streamed``: whether the answer is a stream, when the caller
+    knows it already (else its headers say)."""
+    if streamed is None:
+        streamed = "text/event-stream" in reply.headers.get("Content-Type", "")
+    provider = ctx.provider_name or ""
+    protocol = translated.target if translated is not None else caller.name
+    codec = _CODECS[protocol]
+    if not 200 <= reply.status < 300:
+        data = ctx.state.upstream.redact(provider, reply.body)
+        err = translate_provider_error(reply.status, data, provider, protocol)
+        retry_after = reply.headers.get("Retry-After")
+        if retry_after:
+            err.headers["retry-after"] = retry_after
+        return err
+    try:
+        answer = codec.assemble_stream(reply.body) if streamed else orjson.loads(reply.body)
+        if translated is None:
+            if not isinstance(answer, dict):
+                raise Untranslatable("the answer is not a JSON object")
+            return _Replied(answer, answer.get("usage"))
+        return _Replied(translate_reply(answer, translated), answer.get("usage"))
+    except (Untranslatable, ValueError, KeyError, TypeError, IndexError) as exc:
+        return unusable_reply(Untranslatable(str(exc)), provider, protocol)
+
+
+# --- side routes ------------------------------------------------------------------------------
+
+
+def counts_here(ctx: RequestContext) -> bool:
+    """A token count (``count_tokens``, ``input_tokens``) for a provider of another protocol,
+    which has no such route: the sidecar estimates it."""
+    return ctx.route in ctx.codec.side_routes and ctx.translations is not None
+
+
+async def answer_count(exchange: Exchange, ctx: RequestContext, body: dict[str, Any]) -> None:
+    agent = ctx.agent
+    if agent.agent.mode == "mediated" and agent.tools.tools:
+        body = with_managed_tools(ctx.codec, agent, body)  # the model will see them too
+    tokens = max(len(orjson.dumps(body)) // BYTES_PER_TOKEN, 1)
+    answer: dict[str, Any] = {"input_tokens": tokens}
+    if ctx.codec.name == "responses":
+        answer["object"] = "response.input_tokens"
+    with contextlib.suppress(ConnectionError):
+        await exchange.respond(200, orjson.dumps(answer), JSON_HEADERS)
+    usage = usage_record(rounds=0)
+    await record_request(ctx, http_status=200, usage=usage, extra={"estimated_count": True})
+
+
+def _provider(ctx: RequestContext, name: str) -> Provider:
+    return ctx.state.config.providers[name]
