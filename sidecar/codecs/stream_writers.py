@@ -1,0 +1,421 @@
+"""Neutral stream events written out as the caller's SSE, one writer per protocol: the other
+half of stream translation (``stream_readers.py``).
+
+Each writer owns one well-formed lifecycle: it opens it once, puts text and call arguments out
+as they come, closes each part before the next one opens (the order every provider streams
+in), and ends with the protocol's end marker — also when the stream fails, after the failure
+in the protocol's own in-band shape. Nothing is written after the end.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+from clawpod.sidecar.codecs.sse import DONE, data_frame, event_frame
+from clawpod.sidecar.model.errors import ApiError
+from clawpod.sidecar.model.stream_events import (
+    CallArguments,
+    CallStarted,
+    Ended,
+    Failed,
+    Started,
+    Stopped,
+    StopReason,
+    StreamEvent,
+    Text,
+    TokenUsage,
+)
+
+_CHAT_FINISH: dict[StopReason, str] = {
+    "end": "stop",
+    "length": "length",
+    "tool_calls": "tool_calls",
+    "stop_sequence": "stop",
+    "content_filter": "content_filter",
+}
+_MESSAGES_STOP: dict[StopReason, str] = {
+    "end": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "stop_sequence": "stop_sequence",
+    "content_filter": "refusal",
+}
+
+
+class StreamWriter(ABC):
+    """The caller's one stream lifecycle, written from neutral events."""
+
+    def __init__(self, model: str | None) -> None:
+        self._model = model
+        self._head = Started(None, model)
+        self.opened = False
+        self.closed = False
+        self._usage = TokenUsage()
+        self._stop: StopReason | None = None
+
+    def write(self, events: list[StreamEvent]) -> bytes:
+        frames: list[bytes] = []
+        for event in events:
+            if self.closed:
+                break
+            if isinstance(event, Started):
+                self._head = Started(event.id, event.model or self._model, event.created)
+                continue  # the lifecycle opens with its first content, or at the end
+            if isinstance(event, TokenUsage):
+                self._usage = _merged(self._usage, event)
+            elif isinstance(event, Stopped):
+                self._stop = event.reason
+            elif isinstance(event, Failed):
+                err = ApiError(502, event.code, event.message, event.type)
+                frames.append(self.fail(err))
+            elif isinstance(event, Ended):
+                frames.append(self._open_once() + self._end())
+                self.closed = True
+            else:
+                frames.append(self._open_once() + self._content(event))
+        return b"".join(frames)
+
+    def fail(self, err: ApiError) -> bytes:
+        """End the lifecycle with ``err`` in the protocol's in-band shape, then its end."""
+        if self.closed:
+            return b""
+        self.closed = True
+        return self._open_once() + self._failure(err)
+
+    def _open_once(self) -> bytes:
+        if self.opened:
+            return b""
+        self.opened = True
+        return self._open()
+
+    @abstractmethod
+    def _open(self) -> bytes: ...
+
+    @abstractmethod
+    def _content(self, event: Text | CallStarted | CallArguments) -> bytes: ...
+
+    @abstractmethod
+    def _end(self) -> bytes: ...
+
+    @abstractmethod
+    def _failure(self, err: ApiError) -> bytes: ...
+
+
+def _merged(known: TokenUsage, told: TokenUsage) -> TokenUsage:
+    """Counts only grow: a protocol may tell input at the start and output at the end."""
+    return TokenUsage(*(max(a, b) for a, b in zip(_counts(known), _counts(told), strict=True)))
+
+
+def _counts(usage: TokenUsage) -> tuple[int, ...]:
+    return (
+        usage.input_tokens,
+        usage.output_tokens,
+        usage.cache_read,
+        usage.cache_creation,
+        usage.reasoning_tokens,
+    )
+
+
+class ChatStreamWriter(StreamWriter):
+    """``chat.completion.chunk`` events for choice 0, the usage chunk when the caller asked
+    for it (``stream_options.include_usage``), then ``[DONE]``."""
+
+    def __init__(self, model: str | None, *, include_usage: bool, error_body: Any) -> None:
+        super().__init__(model)
+        self._include_usage = include_usage
+        self._error_body = error_body
+        self._calls: dict[int, int] = {}  # source call -> tool_calls index
+
+    def _open(self) -> bytes:
+        return self._chunk({"role": "assistant", "content": ""})
+
+    def _content(self, event: Text | CallStarted | CallArguments) -> bytes:
+        if isinstance(event, Text):
+            return self._chunk({"content": event.text})
+        if isinstance(event, CallStarted):
+            index = self._calls[event.index] = len(self._calls)
+            function = {"name": event.name, "arguments": ""}
+            call = {"index": index, "id": event.call_id, "type": "function", "function": function}
+            return self._chunk({"tool_calls": [call]})
+        index = self._calls.get(event.index)
+        if index is None:
+            return b""  # arguments of a call never started: nothing to attach them to
+        piece = {"index": index, "function": {"arguments": event.json}}
+        return self._chunk({"tool_calls": [piece]})
+
+    def _end(self) -> bytes:
+        reason = self._stop or ("tool_calls" if self._calls else "end")
+        if reason == "end" and self._calls:
+            reason = "tool_calls"  # the caller runs calls only when told so
+        frames = [self._chunk({}, _CHAT_FINISH[reason])]
+        if self._include_usage:
+            frames.append(data_frame({**self._ids(), "choices": [], "usage": self._chat_usage()}))
+        frames.append(DONE)
+        return b"".join(frames)
+
+    def _failure(self, err: ApiError) -> bytes:
+        return data_frame(self._error_body(err)) + DONE
+
+    def _chat_usage(self) -> dict[str, Any]:
+        usage = self._usage
+        return {
+            "prompt_tokens": usage.input_tokens,
+            "completion_tokens": usage.output_tokens,
+            "total_tokens": usage.input_tokens + usage.output_tokens,
+            "prompt_tokens_details": {"cached_tokens": usage.cache_read},
+            "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+        }
+
+    def _ids(self) -> dict[str, Any]:
+        head = self._head
+        return {
+            "id": head.id or "chatcmpl-translated",
+            "object": "chat.completion.chunk",
+            "created": head.created,
+            "model": head.model or "",
+        }
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return data_frame({**self._ids(), "choices": [choice]})
+
+
+class MessagesStreamWriter(StreamWriter):
+    """``message_start``, one content block at a time (``text`` or ``tool_use``),
+    ``message_delta`` with the stop reason and usage, ``message_stop``. A failure is the
+    ``error`` event, which ends a Messages stream."""
+
+    def __init__(self, model: str | None, *, error_body: Any) -> None:
+        super().__init__(model)
+        self._error_body = error_body
+        self._blocks = 0
+        self._open_block: tuple[str, int] | None = None  # ("text", -1) or ("call", source)
+        self._calls: dict[int, int] = {}  # source call -> block index
+
+    def _open(self) -> bytes:
+        head = self._head
+        message = {
+            "id": head.id or "msg_translated",
+            "type": "message",
+            "role": "assistant",
+            "model": head.model or "",
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": self._messages_usage(),
+        }
+        return event_frame("message_start", {"type": "message_start", "message": message})
+
+    def _content(self, event: Text | CallStarted | CallArguments) -> bytes:
+        if isinstance(event, Text):
+            frames = b""
+            if self._open_block != ("text", -1):
+                frames = self._start({"type": "text", "text": ""}, ("text", -1))
+            delta = {"type": "text_delta", "text": event.text}
+            return frames + self._delta(self._blocks - 1, delta)
+        if isinstance(event, CallStarted):
+            self._calls[event.index] = self._blocks
+            block = {"type": "tool_use", "id": event.call_id, "name": event.name, "input": {}}
+            return self._start(block, ("call", event.index))
+        block_index = self._calls.get(event.index)
+        if block_index is None:
+            return b""
+        return self._delta(block_index, {"type": "input_json_delta", "partial_json": event.json})
+
+    def _start(self, block: dict[str, Any], kind: tuple[str, int]) -> bytes:
+        frames = self._stop_block()
+        start = {"type": "content_block_start", "index": self._blocks, "content_block": block}
+        self._open_block = kind
+        self._blocks += 1
+        return frames + event_frame("content_block_start", start)
+
+    def _stop_block(self) -> bytes:
+        if self._open_block is None:
+            return b""
+        self._open_block = None
+        stop = {"type": "content_block_stop", "index": self._blocks - 1}
+        return event_frame("content_block_stop", stop)
+
+    @staticmethod
+    def _delta(index: int, delta: dict[str, Any]) -> bytes:
+        change = {"type": "content_block_delta", "index": index, "delta": delta}
+        return event_frame("content_block_delta", change)
+
+    def _end(self) -> bytes:
+        reason = self._stop or "end"
+        if reason == "end" and self._calls:
+            reason = "tool_calls"
+        delta = {"stop_reason": _MESSAGES_STOP[reason], "stop_sequence": None}
+        change = {"type": "message_delta", "delta": delta, "usage": self._messages_usage()}
+        return (
+            self._stop_block()
+            + event_frame("message_delta", change)
+            + event_frame("message_stop", {"type": "message_stop"})
+        )
+
+    def _failure(self, err: ApiError) -> bytes:
+        return event_frame("error", self._error_body(err))
+
+    def _messages_usage(self) -> dict[str, int]:
+        usage = self._usage
+        cached = usage.cache_read + usage.cache_creation
+        return {
+            "input_tokens": max(usage.input_tokens - cached, 0),
+            "output_tokens": usage.output_tokens,
+            "cache_read_input_tokens": usage.cache_read,
+            "cache_creation_input_tokens": usage.cache_creation,
+        }
+
+
+class ResponsesStreamWriter(StreamWriter):
+    """``response.created`` … ``response.completed`` with strictly increasing
+    ``sequence_number``: one output item at a time (a ``message`` with one ``output_text``
+    part, or a ``function_call``), each closed with its ``done`` events and the whole item
+    before the next opens (Codex reads calls from ``response.output_item.done``).
+    A failure is ``response.failed``, the stream's end."""
+
+    def __init__(self, model: str | None) -> None:
+        super().__init__(model)
+        self._sequence = 0
+        self._output: list[dict[str, Any]] = []  # items as the caller has them so far
+        self._open_item: dict[str, Any] | None = None
+        self._calls: dict[int, int] = {}  # source call -> output index
+        self._positions: dict[str, int] = {}  # item id -> output index
+
+    def _open(self) -> bytes:
+        started = self._response("in_progress")
+        return self._event("response.created", {"response": started}) + self._event(
+            "response.in_progress", {"response": started}
+        )
+
+    def _content(self, event: Text | CallStarted | CallArguments) -> bytes:
+        if isinstance(event, Text):
+            frames = b""
+            item = self._open_item
+            if item is None or item["type"] != "message":
+                frames = self._open_message()
+                item = self._open_item
+                assert item is not None
+            part = item["content"][0]
+            part["text"] += event.text
+            delta = {**self._where(item), "content_index": 0, "delta": event.text, "logprobs": []}
+            return frames + self._event("response.output_text.delta", delta)
+        if isinstance(event, CallStarted):
+            self._calls[event.index] = len(self._output)
+            call_item = {
+                "id": f"fc_{len(self._output)}_{event.call_id}",
+                "type": "function_call",
+                "status": "in_progress",
+                "call_id": event.call_id,
+                "name": event.name,
+                "arguments": "",
+            }
+            return self._add(call_item)
+        index = self._calls.get(event.index)
+        if index is None:
+            return b""
+        call = self._output[index]
+        call["arguments"] += event.json
+        change = {**self._where(call), "delta": event.json}
+        return self._event("response.function_call_arguments.delta", change)
+
+    def _open_message(self) -> bytes:
+        message = {
+            "id": f"msg_{len(self._output)}_{self._head.id or 'translated'}",
+            "type": "message",
+            "status": "in_progress",
+            "role": "assistant",
+            "content": [],
+        }
+        frames = self._add(message)
+        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+        message["content"].append(part)
+        at = {**self._where(message), "content_index": 0, "part": dict(part)}
+        return frames + self._event("response.content_part.added", at)
+
+    def _add(self, item: dict[str, Any]) -> bytes:
+        frames = self._close_item()
+        self._positions[item["id"]] = len(self._output)
+        self._output.append(item)
+        self._open_item = item
+        added = {"output_index": len(self._output) - 1, "item": dict(item)}
+        if item["type"] == "message":
+            added["item"]["content"] = []
+        return frames + self._event("response.output_item.added", added)
+
+    def _close_item(self) -> bytes:
+        item, self._open_item = self._open_item, None
+        if item is None:
+            return b""
+        where = self._where(item)
+        frames = []
+        if item["type"] == "message":
+            part = item["content"][0]
+            at = {**where, "content_index": 0}
+            text = {**at, "text": part["text"], "logprobs": []}
+            frames.append(self._event("response.output_text.done", text))
+            frames.append(self._event("response.content_part.done", {**at, "part": part}))
+        else:
+            done = {**where, "name": item["name"], "arguments": item["arguments"]}
+            frames.append(self._event("response.function_call_arguments.done", done))
+        item["status"] = "completed"
+        frames.append(
+            self._event(
+                "response.output_item.done", {"output_index": where["output_index"], "item": item}
+            )
+        )
+        return b"".join(frames)
+
+    def _where(self, item: dict[str, Any]) -> dict[str, Any]:
+        return {"item_id": item["id"], "output_index": self._positions[item["id"]]}
+
+    def _end(self) -> bytes:
+        frames = self._close_item()
+        reason = self._stop or "end"
+        if reason in ("length", "content_filter"):
+            why = "max_output_tokens" if reason == "length" else "content_filter"
+            response = self._response("incomplete", incomplete_details={"reason": why})
+            return frames + self._event("response.incomplete", {"response": response})
+        response = self._response("completed")
+        return frames + self._event("response.completed", {"response": response})
+
+    def _failure(self, err: ApiError) -> bytes:
+        frames = self._close_item()
+        error = {"code": err.code, "message": err.message}
+        response = self._response("failed", error=error)
+        return frames + self._event("response.failed", {"response": response})
+
+    def _response(self, status: str, **fields: Any) -> dict[str, Any]:
+        head = self._head
+        done = status != "in_progress"
+        return {
+            "id": head.id or "resp_translated",
+            "object": "response",
+            "created_at": head.created,
+            "status": status,
+            "model": head.model or "",
+            "output": list(self._output) if done else [],
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "error": None,
+            "incomplete_details": None,
+            "usage": self._responses_usage() if done else None,
+            **fields,
+        }
+
+    def _responses_usage(self) -> dict[str, Any]:
+        usage = self._usage
+        return {
+            "input_tokens": usage.input_tokens,
+            "input_tokens_details": {"cached_tokens": usage.cache_read},
+            "output_tokens": usage.output_tokens,
+            "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+            "total_tokens": usage.input_tokens + usage.output_tokens,
+        }
+
+    def _event(self, kind: str, fields: dict[str, Any]) -> bytes:
+        frame = event_frame(kind, {"type": kind, **fields, "sequence_number": self._sequence})
+        self._sequence += 1
+        return frame
