@@ -16,6 +16,7 @@ PACKAGE = "clawpod.sidecar"
 LAYERS: list[tuple[str, ...]] = [
     ("manifest", "path_template", "build_signature", "model"),
     ("codecs",),
+    ("translation",),
     ("mediation",),
     (
         "observability",
@@ -33,7 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("server", "__main__"),
 ]
 IO_LIBRARIES = ("aiohttp", "httptools", "jsonschema", "prometheus_client", "uvloop")
-SANS_IO = ["manifest", "model", "codecs", "mediation.engine", "mediation.commands"]
+SANS_IO = ["manifest", "model", "codecs", "translation", "mediation.engine", "mediation.commands"]
 
 
 def module_name(path: Path) -> str:

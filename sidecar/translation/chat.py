@@ -1,0 +1,490 @@
+"""Chat Completions bodies read into the translation's shape and written from it."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from clawpod.sidecar.translation.ir import (
+    Choice,
+    FunctionTool,
+    Message,
+    Part,
+    Reply,
+    Request,
+    Stop,
+    Untranslatable,
+    Usage,
+    as_int,
+    text_of,
+)
+from clawpod.sidecar.translation.parts import (
+    arguments_text,
+    as_dict,
+    as_list,
+    data_url,
+    from_url,
+    result_text,
+    stop_list,
+    string,
+)
+
+# Fields read into the request (beyond messages, tools and choice).
+MAPPED = frozenset(
+    {
+        "model",
+        "messages",
+        "tools",
+        "tool_choice",
+        "functions",
+        "function_call",
+        "parallel_tool_calls",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "stop",
+        "stream",
+        "stream_options",
+        "response_format",
+        "reasoning_effort",
+    }
+)
+# Fields dropped: hints, identities and options with no counterpart whose absence does not
+# change what the caller gets back (docs/translation.md lists each and why).
+DROPPED = frozenset(
+    {
+        "user",
+        "metadata",
+        "store",
+        "service_tier",
+        "prompt_cache_key",
+        "prompt_cache_retention",
+        "safety_identifier",
+        "seed",
+        "presence_penalty",
+        "frequency_penalty",
+        "logit_bias",
+        "prediction",
+        "verbosity",
+    }
+)
+# Fields whose value changes what comes back: refused unless off.
+REFUSED = {
+    "n": lambda v: v not in (None, 1),
+    "logprobs": lambda v: bool(v),
+    "top_logprobs": lambda v: v is not None,
+    "audio": lambda v: v is not None,
+    "modalities": lambda v: v not in (None, ["text"]),
+    "web_search_options": lambda v: v is not None,
+}
+_SYSTEM_ROLES = ("system", "developer")
+FINISH_TO_STOP: dict[Any, Stop] = {
+    "stop": "end",
+    "length": "max_tokens",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "content_filter": "content_filter",
+}
+STOP_TO_FINISH = {
+    "end": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_calls": "tool_calls",
+    "content_filter": "content_filter",
+    "refusal": "content_filter",
+}
+
+
+# --- request ----------------------------------------------------------------------------------
+
+
+def read_request(body: dict[str, Any]) -> tuple[Request, list[str]]:
+    """The request, and the names of the fields dropped."""
+    dropped = _check_fields(body)
+    messages: list[Message] = []
+    system: list[Part] = []
+    for position, raw in enumerate(as_list(body.get("messages"), "messages")):
+        message = as_dict(raw, f"messages[{position}]")
+        role = message.get("role")
+        if role in _SYSTEM_ROLES:
+            parts = _user_parts(message.get("content"), position)
+            if messages:
+                messages.append(Message("system", parts))
+            else:
+                system += parts
+        elif role == "user":
+            messages.append(Message("user", _user_parts(message.get("content"), position)))
+        elif role == "assistant":
+            messages.append(Message("assistant", _assistant_parts(message)))
+        elif role in ("tool", "function"):
+            messages.append(Message("user", [_tool_result(message, messages)]))
+        else:
+            raise Untranslatable(f"messages[{position}]: role {role!r}")
+    functions = body.get("functions")
+    tools = [_tool(t) for t in body.get("tools") or []]
+    tools += [_function(f) for f in functions or []]
+    choice = body.get("tool_choice")
+    if choice is None and body.get("function_call") is not None:
+        choice = _legacy_choice(body["function_call"])
+    return (
+        Request(
+            model=body.get("model"),
+            system=system,
+            messages=messages,
+            tools=tools,
+            choice=_choice(choice),
+            parallel_tool_calls=body.get("parallel_tool_calls"),
+            max_tokens=body.get("max_completion_tokens") or body.get("max_tokens"),
+            temperature=body.get("temperature"),
+            top_p=body.get("top_p"),
+            stop=stop_list(body.get("stop")),
+            stream=body.get("stream") is True,
+            json_schema=_json_schema(body.get("response_format")),
+            reasoning_effort=body.get("reasoning_effort"),
+            legacy_functions=functions is not None or body.get("function_call") is not None,
+        ),
+        dropped,
+    )
+
+
+def _check_fields(body: dict[str, Any]) -> list[str]:
+    for name, refused in REFUSED.items():
+        if refused(body.get(name)):
+            raise Untranslatable(f"{name}: {body[name]!r}")
+    return [name for name in body if name not in MAPPED]
+
+
+def _user_parts(content: Any, position: int) -> list[Part]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if content is None:
+        return []
+    parts: list[Part] = []
+    for raw in as_list(content, f"messages[{position}].content"):
+        part = as_dict(raw, f"messages[{position}].content[]")
+        kind = part.get("type")
+        if kind == "text":
+            parts.append({"type": "text", "text": string(part.get("text"), "a text part")})
+        elif kind == "image_url":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else image
+            parts.append(from_url("image", url))
+        elif kind == "file":
+            parts.append(_file(as_dict(part.get("file"), "a file part")))
+        elif kind == "refusal":
+            parts.append({"type": "refusal", "text": str(part.get("refusal", ""))})
+        else:
+            raise Untranslatable(f"messages[{position}]: a content part of type {kind!r}")
+    return parts
+
+
+def _file(file: dict[str, Any]) -> Part:
+    if "file_data" not in file:
+        raise Untranslatable("a file part by file_id (the provider's stored file)")
+    data = file["file_data"]
+    extra = {"filename": file["filename"]} if isinstance(file.get("filename"), str) else {}
+    if isinstance(data, str) and not data.startswith("data:"):
+        # The Chat API takes bare base64 here; PDF is the one type it documents.
+        return {"type": "document", "media_type": "application/pdf", "data": data, **extra}
+    return from_url("document", data, **extra)
+
+
+def _assistant_parts(message: dict[str, Any]) -> list[Part]:
+    parts: list[Part] = []
+    reasoning = message.get("reasoning_content")
+    if isinstance(reasoning, str) and reasoning:
+        parts.append({"type": "reasoning", "text": reasoning})
+    content = message.get("content")
+    if isinstance(content, list):
+        parts += [p for p in _user_parts(content, -1) if p["type"] in ("text", "refusal")]
+    elif isinstance(content, str) and content:
+        parts.append({"type": "text", "text": content})
+    if isinstance(message.get("refusal"), str):
+        parts.append({"type": "refusal", "text": message["refusal"]})
+    calls = message.get("tool_calls") or []
+    for raw in as_list(calls, "tool_calls"):
+        call = as_dict(raw, "a tool call")
+        function = as_dict(call.get("function"), "a tool call's function")
+        parts.append(
+            {
+                "type": "tool_call",
+                "id": string(call.get("id"), "a tool call's id"),
+                "name": string(function.get("name"), "a tool call's name"),
+                "arguments": arguments_text(function.get("arguments")),
+            }
+        )
+    legacy = message.get("function_call")
+    if not calls and isinstance(legacy, dict):
+        parts.append(
+            {
+                "type": "tool_call",
+                "id": _legacy_id(legacy),
+                "name": str(legacy.get("name", "")),
+                "arguments": arguments_text(legacy.get("arguments")),
+            }
+        )
+    return parts
+
+
+def _legacy_id(function_call: dict[str, Any]) -> str:
+    return f"call_{function_call.get('name', 'function')}"
+
+
+def _tool_result(message: dict[str, Any], before: list[Message]) -> Part:
+    call_id = message.get("tool_call_id")
+    if message.get("role") == "function":
+        # A legacy result answers the last legacy call, which has no id of its own.
+        call_id = _legacy_id({"name": message.get("name", "function")})
+    content = message.get("content")
+    parts = _user_parts(content, -1) if content is not None else []
+    return {
+        "type": "tool_result",
+        "id": string(call_id, "a tool message's tool_call_id"),
+        "content": [p for p in parts if p["type"] in ("text", "image")],
+        "is_error": False,
+    }
+
+
+def _tool(raw: Any) -> FunctionTool:
+    tool = as_dict(raw, "a tool")
+    if tool.get("type", "function") != "function":
+        raise Untranslatable(f"a tool of type {tool.get('type')!r} (only functions translate)")
+    return _function(tool.get("function"))
+
+
+def _function(raw: Any) -> FunctionTool:
+    function = as_dict(raw, "a function")
+    return FunctionTool(
+        name=string(function.get("name"), "a function's name"),
+        description=function.get("description"),
+        parameters=function.get("parameters") or {"type": "object", "properties": {}},
+        strict=function.get("strict"),
+    )
+
+
+def _legacy_choice(function_call: Any) -> Any:
+    if isinstance(function_call, dict):
+        return {"type": "function", "function": {"name": function_call.get("name")}}
+    return function_call
+
+
+def _choice(raw: Any) -> Choice | None:
+    if raw is None:
+        return None
+    if raw in ("auto", "none", "required"):
+        return Choice(raw)
+    if isinstance(raw, dict) and raw.get("type") == "function":
+        name = (raw.get("function") or {}).get("name")
+        return Choice("named", string(name, "tool_choice's function name"))
+    raise Untranslatable(f"tool_choice {raw!r}")
+
+
+def _json_schema(response_format: Any) -> dict[str, Any] | None:
+    if not isinstance(response_format, dict) or response_format.get("type") == "text":
+        return None
+    if response_format.get("type") == "json_object":
+        return {}
+    if response_format.get("type") == "json_schema":
+        schema = as_dict(response_format.get("json_schema"), "response_format.json_schema")
+        return {
+            "name": schema.get("name", "answer"),
+            "schema": schema.get("schema") or {},
+            "strict": schema.get("strict"),
+        }
+    raise Untranslatable(f"response_format {response_format.get('type')!r}")
+
+
+def write_request(request: Request) -> dict[str, Any]:
+    messages: list[dict[str, Any]] = []
+    if request.system:
+        messages.append({"role": "system", "content": text_of(request.system)})
+    for message in request.messages:
+        messages += _wire_messages(message)
+    body: dict[str, Any] = {"model": request.model, "messages": messages}
+    if request.tools:
+        body["tools"] = [
+            {"type": "function", "function": _function_definition(t)} for t in request.tools
+        ]
+    if request.choice is not None:
+        body["tool_choice"] = _wire_choice(request.choice)
+    if request.parallel_tool_calls is not None and request.tools:
+        body["parallel_tool_calls"] = request.parallel_tool_calls
+    if request.max_tokens is not None:
+        body["max_completion_tokens"] = request.max_tokens
+    _put(body, "temperature", request.temperature)
+    _put(body, "top_p", request.top_p)
+    if request.stop:
+        body["stop"] = request.stop
+    if request.json_schema is not None:
+        body["response_format"] = _wire_format(request.json_schema)
+    _put(body, "reasoning_effort", request.reasoning_effort)
+    return body
+
+
+def _put(body: dict[str, Any], name: str, value: Any) -> None:
+    if value is not None:
+        body[name] = value
+
+
+def _function_definition(tool: FunctionTool) -> dict[str, Any]:
+    definition: dict[str, Any] = {"name": tool.name, "parameters": tool.parameters}
+    if tool.description is not None:
+        definition["description"] = tool.description
+    if tool.strict is not None:
+        definition["strict"] = tool.strict
+    return definition
+
+
+def _wire_choice(choice: Choice) -> Any:
+    if choice.mode == "named":
+        return {"type": "function", "function": {"name": choice.name}}
+    return choice.mode
+
+
+def _wire_format(json_schema: dict[str, Any]) -> dict[str, Any]:
+    if not json_schema:
+        return {"type": "json_object"}
+    schema = {"name": json_schema["name"], "schema": json_schema["schema"]}
+    if json_schema.get("strict") is not None:
+        schema["strict"] = json_schema["strict"]
+    return {"type": "json_schema", "json_schema": schema}
+
+
+def _wire_messages(message: Message) -> list[dict[str, Any]]:
+    if message.role == "assistant":
+        return [_wire_assistant(message.parts)]
+    results = [p for p in message.parts if p["type"] == "tool_result"]
+    others = [p for p in message.parts if p["type"] != "tool_result"]
+    wire = [
+        {"role": "tool", "tool_call_id": r["id"], "content": result_text(r["content"])}
+        for r in results
+    ]
+    if others or not results:
+        role = "system" if message.role == "system" else "user"
+        wire.append({"role": role, "content": _wire_content(others)})
+    return wire
+
+
+def _wire_content(parts: list[Part]) -> str | list[dict[str, Any]]:
+    if all(p["type"] == "text" for p in parts):
+        return text_of(parts)
+    wire: list[dict[str, Any]] = []
+    for part in parts:
+        kind = part["type"]
+        if kind == "text":
+            wire.append({"type": "text", "text": part["text"]})
+        elif kind == "image":
+            wire.append({"type": "image_url", "image_url": {"url": data_url(part)}})
+        elif kind == "document":
+            if "data" not in part:
+                raise Untranslatable("a document by URL (Chat Completions takes files inline)")
+            file = {"file_data": data_url(part)}
+            if "filename" in part:
+                file["filename"] = part["filename"]
+            wire.append({"type": "file", "file": file})
+        elif kind != "reasoning":
+            raise Untranslatable(f"a user part of type {kind!r}")
+    return wire
+
+
+def _wire_assistant(parts: list[Part]) -> dict[str, Any]:
+    # Reasoning has no place in a Chat request: it is dropped (docs/translation.md).
+    message: dict[str, Any] = {"role": "assistant", "content": text_of(parts)}
+    refusals = [p["text"] for p in parts if p["type"] == "refusal"]
+    if refusals:
+        message["refusal"] = "".join(refusals)
+    calls = [p for p in parts if p["type"] == "tool_call"]
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": c["id"],
+                "type": "function",
+                "function": {"name": c["name"], "arguments": c["arguments"]},
+            }
+            for c in calls
+        ]
+    return message
+
+
+# --- reply ------------------------------------------------------------------------------------
+
+
+def read_reply(body: dict[str, Any]) -> Reply:
+    choices = as_list(body.get("choices"), "choices")
+    if not choices:
+        raise Untranslatable("a reply without choices")
+    choice = as_dict(choices[0], "choices[0]")
+    message = as_dict(choice.get("message"), "choices[0].message")
+    parts = _assistant_parts(message)
+    finish = choice.get("finish_reason")
+    stop = FINISH_TO_STOP.get(finish, "end")
+    if any(p["type"] == "tool_call" for p in parts):
+        # Some servers never say tool_calls (OpenRouter streams finish_reason null).
+        stop = "tool_calls"
+    return Reply(
+        id=str(body.get("id") or ""),
+        model=body.get("model"),
+        parts=parts,
+        stop=stop,
+        usage=read_usage(body.get("usage")),
+        created=as_int(body.get("created")),
+    )
+
+
+def read_usage(raw: Any) -> Usage | None:
+    if not isinstance(raw, dict):
+        return None
+    prompt = raw.get("prompt_tokens_details")
+    completion = raw.get("completion_tokens_details")
+    return Usage(
+        input=as_int(raw.get("prompt_tokens")),
+        output=as_int(raw.get("completion_tokens")),
+        cache_read=as_int(prompt.get("cached_tokens")) if isinstance(prompt, dict) else 0,
+        reasoning=as_int(completion.get("reasoning_tokens")) if isinstance(completion, dict) else 0,
+    )
+
+
+def write_usage(usage: Usage) -> dict[str, Any]:
+    return {
+        "prompt_tokens": usage.input,
+        "completion_tokens": usage.output,
+        "total_tokens": usage.input + usage.output,
+        "prompt_tokens_details": {"cached_tokens": usage.cache_read},
+        "completion_tokens_details": {"reasoning_tokens": usage.reasoning},
+    }
+
+
+def write_reply(reply: Reply, request: Request) -> dict[str, Any]:
+    text = text_of(reply.parts)
+    calls = [p for p in reply.parts if p["type"] == "tool_call"]
+    refusals = [p["text"] for p in reply.parts if p["type"] == "refusal"]
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": text if text or not (calls or refusals) else None,
+        "refusal": "".join(refusals) or None,
+    }
+    finish = STOP_TO_FINISH[reply.stop]
+    if calls and request.legacy_functions:
+        first = calls[0]
+        message["function_call"] = {"name": first["name"], "arguments": first["arguments"]}
+        finish = "function_call"
+    elif calls:
+        message["tool_calls"] = [
+            {
+                "id": c["id"],
+                "type": "function",
+                "function": {"name": c["name"], "arguments": c["arguments"]},
+            }
+            for c in calls
+        ]
+    body: dict[str, Any] = {
+        "id": reply.id if reply.id.startswith("chatcmpl") else f"chatcmpl-{reply.id}",
+        "object": "chat.completion",
+        "created": reply.created or int(time.time()),
+        "model": reply.model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+    }
+    if reply.usage is not None:
+        body["usage"] = write_usage(reply.usage)
+    return body

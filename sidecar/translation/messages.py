@@ -1,0 +1,394 @@
+"""Anthropic Messages bodies read into the translation's shape and written from it."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from clawpod.sidecar.translation.ir import (
+    Choice,
+    FunctionTool,
+    Message,
+    Part,
+    Reply,
+    Request,
+    Stop,
+    Untranslatable,
+    Usage,
+    as_int,
+    text_of,
+)
+from clawpod.sidecar.translation.parts import (
+    arguments_object,
+    arguments_text,
+    as_dict,
+    as_list,
+    from_url,
+    stop_list,
+    string,
+    unwrap_carried,
+    wrap_carried,
+)
+
+PROTOCOL = "messages"
+# The API requires max_tokens; a caller of another protocol may leave it out.
+DEFAULT_MAX_TOKENS = 8192
+MAPPED = frozenset(
+    {
+        "model",
+        "system",
+        "messages",
+        "tools",
+        "tool_choice",
+        "max_tokens",
+        "temperature",
+        "top_p",
+        "stop_sequences",
+        "stream",
+        "output_format",
+        "output_config",
+    }
+)
+DROPPED = frozenset(
+    {"metadata", "top_k", "thinking", "service_tier", "context_management", "inference_geo"}
+)
+REFUSED = {
+    "mcp_servers": lambda v: bool(v),
+    "container": lambda v: v is not None,
+    "thread": lambda v: v is not None,
+}
+STOP_TO_WIRE = {
+    "end": "end_turn",
+    "tool_calls": "tool_use",
+    "max_tokens": "max_tokens",
+    "stop_sequence": "stop_sequence",
+    "content_filter": "refusal",
+    "refusal": "refusal",
+}
+WIRE_TO_STOP: dict[Any, Stop] = {
+    "end_turn": "end",
+    "tool_use": "tool_calls",
+    "max_tokens": "max_tokens",
+    "stop_sequence": "stop_sequence",
+    "refusal": "refusal",
+    "model_context_window_exceeded": "max_tokens",
+    "pause_turn": "end",
+}
+# Blocks a provider ran on its own side (web search, code execution): their result already
+# shaped the text; no other protocol has a place for them.
+_SERVER_BLOCK = re.compile(r"^(server_tool_use|.*_tool_result|.*_result)$")
+_ID_CHARACTER = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+# --- request ----------------------------------------------------------------------------------
+
+
+def read_request(body: dict[str, Any]) -> tuple[Request, list[str]]:
+    for name, refused in REFUSED.items():
+        if refused(body.get(name)):
+            raise Untranslatable(name)
+    dropped = [name for name in body if name not in MAPPED]
+    messages = []
+    for position, raw in enumerate(as_list(body.get("messages"), "messages")):
+        message = as_dict(raw, f"messages[{position}]")
+        role = message.get("role")
+        if role not in ("user", "assistant"):
+            raise Untranslatable(f"messages[{position}]: role {role!r}")
+        messages.append(Message(role, _parts(message.get("content"), position)))
+    choice, parallel = _choice(body.get("tool_choice"))
+    return (
+        Request(
+            model=body.get("model"),
+            system=_parts(body.get("system"), -1) if body.get("system") is not None else [],
+            messages=messages,
+            tools=[_tool(t) for t in body.get("tools") or []],
+            choice=choice,
+            parallel_tool_calls=parallel,
+            max_tokens=body.get("max_tokens"),
+            temperature=body.get("temperature"),
+            top_p=body.get("top_p"),
+            stop=stop_list(body.get("stop_sequences")),
+            stream=body.get("stream") is True,
+            json_schema=_json_schema(body),
+        ),
+        dropped,
+    )
+
+
+def _parts(content: Any, position: int) -> list[Part]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    parts: list[Part] = []
+    for raw in as_list(content, f"messages[{position}].content"):
+        part = _part(as_dict(raw, "a content block"))
+        if part is not None:
+            parts.append(part)
+    return parts
+
+
+def _part(block: dict[str, Any]) -> Part | None:
+    kind = block.get("type")
+    if kind == "text":
+        return {"type": "text", "text": string(block.get("text"), "a text block")}
+    if kind in ("image", "document"):
+        return _source(kind, as_dict(block.get("source"), f"an {kind} block's source"), block)
+    if kind == "tool_use":
+        return {
+            "type": "tool_call",
+            "id": string(block.get("id"), "a tool_use id"),
+            "name": string(block.get("name"), "a tool_use name"),
+            "arguments": arguments_text(block.get("input")),
+        }
+    if kind == "tool_result":
+        content = block.get("content")
+        parts = _parts(content, -1) if content is not None else []
+        return {
+            "type": "tool_result",
+            "id": string(block.get("tool_use_id"), "a tool_result's tool_use_id"),
+            "content": [p for p in parts if p["type"] in ("text", "image")],
+            "is_error": block.get("is_error") is True,
+        }
+    if kind == "thinking":
+        carried = unwrap_carried(block.get("signature"))
+        return {
+            "type": "reasoning",
+            "text": str(block.get("thinking", "")),
+            "carried": carried or {"protocol": PROTOCOL, "value": block},
+        }
+    if kind == "redacted_thinking":
+        return {"type": "reasoning", "text": "", "carried": {"protocol": PROTOCOL, "value": block}}
+    if isinstance(kind, str) and _SERVER_BLOCK.match(kind):
+        return None
+    raise Untranslatable(f"a content block of type {kind!r}")
+
+
+def _source(kind: str, source: dict[str, Any], block: dict[str, Any]) -> Part:
+    extra = {"filename": block["title"]} if isinstance(block.get("title"), str) else {}
+    source_type = source.get("type")
+    if source_type == "base64":
+        return {
+            "type": kind,
+            "media_type": string(source.get("media_type"), "a source's media_type"),
+            "data": string(source.get("data"), "a source's data"),
+            **extra,
+        }
+    if source_type == "url":
+        return from_url(kind, source.get("url"), **extra)
+    if source_type == "text" and kind == "document":
+        return {"type": "text", "text": string(source.get("data"), "a text document")}
+    raise Untranslatable(f"an {kind} whose source is {source_type!r}")
+
+
+def _tool(raw: Any) -> FunctionTool:
+    tool = as_dict(raw, "a tool")
+    if tool.get("type", "custom") != "custom":
+        raise Untranslatable(f"the provider-run tool {tool.get('type')!r}")
+    return FunctionTool(
+        name=string(tool.get("name"), "a tool's name"),
+        description=tool.get("description"),
+        parameters=tool.get("input_schema") or {"type": "object", "properties": {}},
+        strict=tool.get("strict"),
+    )
+
+
+def _choice(raw: Any) -> tuple[Choice | None, bool | None]:
+    if raw is None:
+        return None, None
+    choice = as_dict(raw, "tool_choice")
+    parallel = False if choice.get("disable_parallel_tool_use") is True else None
+    kind = choice.get("type")
+    if kind == "tool":
+        return Choice("named", string(choice.get("name"), "tool_choice's name")), parallel
+    modes = {"auto": "auto", "any": "required", "none": "none"}
+    if kind not in modes:
+        raise Untranslatable(f"tool_choice {kind!r}")
+    return Choice(modes[kind]), parallel
+
+
+def _json_schema(body: dict[str, Any]) -> dict[str, Any] | None:
+    config = body.get("output_config")
+    wanted = config.get("format") if isinstance(config, dict) else body.get("output_format")
+    if not isinstance(wanted, dict):
+        return None
+    if wanted.get("type") != "json_schema":
+        raise Untranslatable(f"output format {wanted.get('type')!r}")
+    return {"name": "answer", "schema": wanted.get("schema") or {}, "strict": True}
+
+
+def write_request(request: Request) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": request.model,
+        "max_tokens": request.max_tokens or DEFAULT_MAX_TOKENS,
+        "messages": _wire_messages(request.messages),
+    }
+    system = text_of(request.system)
+    # A system turn in the middle of a Chat or Responses conversation has no place here: it
+    # joins the system prompt (docs/translation.md).
+    system += "".join(
+        "\n\n" + text_of(m.parts) for m in request.messages if m.role == "system"
+    ).rstrip()
+    if system.strip():
+        body["system"] = system.strip("\n")
+    if request.tools:
+        body["tools"] = [_wire_tool(t) for t in request.tools]
+    choice = _wire_choice(request)
+    if choice is not None:
+        body["tool_choice"] = choice
+    for name, value in (("temperature", request.temperature), ("top_p", request.top_p)):
+        if value is not None:
+            body[name] = value
+    if request.stop:
+        body["stop_sequences"] = request.stop
+    if request.json_schema is not None:
+        if not request.json_schema:
+            raise Untranslatable("JSON mode without a schema (Messages needs one)")
+        body["output_config"] = {
+            "format": {"type": "json_schema", "schema": request.json_schema["schema"]}
+        }
+    return body
+
+
+def _wire_tool(tool: FunctionTool) -> dict[str, Any]:
+    wire: dict[str, Any] = {"name": tool.name, "input_schema": tool.parameters}
+    if tool.description is not None:
+        wire["description"] = tool.description
+    return wire
+
+
+def _wire_choice(request: Request) -> dict[str, Any] | None:
+    choice = request.choice
+    single = request.parallel_tool_calls is False and bool(request.tools)
+    if choice is None:
+        return {"type": "auto", "disable_parallel_tool_use": True} if single else None
+    if choice.mode == "none":
+        return {"type": "none"}
+    wire: dict[str, Any] = {"type": {"auto": "auto", "required": "any", "named": "tool"}[choice.mode]}
+    if choice.mode == "named":
+        wire["name"] = choice.name
+    if single:
+        wire["disable_parallel_tool_use"] = True
+    return wire
+
+
+def _wire_messages(messages: list[Message]) -> list[dict[str, Any]]:
+    """Turns alternate (consecutive turns of one role join), results lead their turn."""
+    wire: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role == "system":
+            continue
+        blocks = [b for b in map(_wire_block, message.parts) if b is not None]
+        if message.role == "user":
+            blocks.sort(key=lambda b: b["type"] != "tool_result")
+        if wire and wire[-1]["role"] == message.role:
+            joined = wire[-1]["content"] + blocks
+            if message.role == "user":
+                joined.sort(key=lambda b: b["type"] != "tool_result")
+            wire[-1]["content"] = joined
+        else:
+            wire.append({"role": message.role, "content": blocks})
+    return [m for m in wire if m["content"]]
+
+
+def _wire_block(part: Part, reply: bool = False) -> dict[str, Any] | None:
+    kind = part["type"]
+    if kind == "text":
+        # The API refuses an empty text block.
+        return {"type": "text", "text": part["text"]} if part["text"] else None
+    if kind in ("image", "document"):
+        if "url" in part:
+            source: dict[str, Any] = {"type": "url", "url": part["url"]}
+        else:
+            source = {"type": "base64", "media_type": part["media_type"], "data": part["data"]}
+        block: dict[str, Any] = {"type": kind, "source": source}
+        if kind == "document" and "filename" in part:
+            block["title"] = part["filename"]
+        return block
+    if kind == "tool_call":
+        return {
+            "type": "tool_use",
+            "id": tool_id(part["id"]),
+            "name": part["name"],
+            "input": arguments_object(part["arguments"], part["id"]),
+        }
+    if kind == "tool_result":
+        content = [b for b in map(_wire_block, part["content"]) if b is not None]
+        return {
+            "type": "tool_result",
+            "tool_use_id": tool_id(part["id"]),
+            "content": content,
+            "is_error": part["is_error"],
+        }
+    if kind == "refusal":
+        return {"type": "text", "text": part["text"]} if part["text"] else None
+    if kind == "reasoning":
+        carried = part.get("carried")
+        if carried and carried["protocol"] == PROTOCOL:
+            return carried["value"]
+        if reply:
+            # Another protocol's reasoning, carried in the signature the client echoes back.
+            signature = wrap_carried(carried) if carried else ""
+            return {"type": "thinking", "thinking": part["text"], "signature": signature}
+        # Reasoning of another protocol's model: Messages would refuse it unsigned.
+        return None
+    raise Untranslatable(f"a part of type {kind!r}")
+
+
+def tool_id(call_id: str) -> str:
+    """A call id as Messages accepts it (letters, digits, ``_`` and ``-``); the same id always
+    gives the same result, so a call and its result still meet."""
+    return _ID_CHARACTER.sub("_", call_id) or "call"
+
+
+# --- reply ------------------------------------------------------------------------------------
+
+
+def read_reply(body: dict[str, Any]) -> Reply:
+    if body.get("type") == "error":
+        raise Untranslatable("an error body as a reply")
+    content = as_list(body.get("content"), "content")
+    parts = [p for p in (_part(as_dict(b, "a content block")) for b in content) if p is not None]
+    stop = WIRE_TO_STOP.get(body.get("stop_reason"), "end")
+    return Reply(
+        id=str(body.get("id") or ""),
+        model=body.get("model"),
+        parts=parts,
+        stop=stop,
+        usage=read_usage(body.get("usage")),
+        stop_sequence=body.get("stop_sequence"),
+    )
+
+
+def read_usage(raw: Any) -> Usage | None:
+    if not isinstance(raw, dict):
+        return None
+    read = as_int(raw.get("cache_read_input_tokens"))
+    creation = as_int(raw.get("cache_creation_input_tokens"))
+    return Usage(
+        input=as_int(raw.get("input_tokens")) + read + creation,
+        output=as_int(raw.get("output_tokens")),
+        cache_read=read,
+        cache_creation=creation,
+    )
+
+
+def write_usage(usage: Usage) -> dict[str, Any]:
+    return {
+        "input_tokens": max(usage.input - usage.cache_read - usage.cache_creation, 0),
+        "output_tokens": usage.output,
+        "cache_read_input_tokens": usage.cache_read,
+        "cache_creation_input_tokens": usage.cache_creation,
+    }
+
+
+def write_reply(reply: Reply, request: Request) -> dict[str, Any]:
+    content = [b for b in (_wire_block(p, reply=True) for p in reply.parts) if b is not None]
+    return {
+        "id": reply.id if reply.id.startswith("msg_") else f"msg_{tool_id(reply.id)}",
+        "type": "message",
+        "role": "assistant",
+        "model": reply.model,
+        "content": content,
+        "stop_reason": STOP_TO_WIRE[reply.stop],
+        "stop_sequence": reply.stop_sequence,
+        "usage": write_usage(reply.usage or Usage()),
+    }

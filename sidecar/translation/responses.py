@@ -1,0 +1,463 @@
+"""OpenAI Responses bodies read into the translation's shape and written from it."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from clawpod.sidecar.translation.ir import (
+    Choice,
+    FunctionTool,
+    Message,
+    Part,
+    Reply,
+    Request,
+    Untranslatable,
+    Usage,
+    as_int,
+    text_of,
+)
+from clawpod.sidecar.translation.parts import (
+    as_dict,
+    as_list,
+    data_url,
+    from_url,
+    result_text,
+    string,
+    unwrap_carried,
+    wrap_carried,
+)
+
+PROTOCOL = "responses"
+MAPPED = frozenset(
+    {
+        "model",
+        "instructions",
+        "input",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "max_output_tokens",
+        "temperature",
+        "top_p",
+        "stream",
+        "stream_options",
+        "text",
+        "reasoning",
+    }
+)
+DROPPED = frozenset(
+    {
+        "store",
+        "include",
+        "metadata",
+        "user",
+        "safety_identifier",
+        "prompt_cache_key",
+        "prompt_cache_retention",
+        "service_tier",
+        "truncation",
+        "max_tool_calls",
+        "client_metadata",
+    }
+)
+# previous_response_id and conversation name what the provider stored: a provider of another
+# protocol stores nothing, and the sidecar does not expand them (docs/translation.md).
+REFUSED = {
+    "previous_response_id": lambda v: v is not None,
+    "conversation": lambda v: v is not None,
+    "background": lambda v: v is True,
+    "prompt": lambda v: v is not None,
+    "top_logprobs": lambda v: bool(v),
+}
+_CLIENT_ROLES = {"user": "user", "system": "system", "developer": "system"}
+_TEXT_PARTS = ("input_text", "output_text", "text")
+
+
+# --- request ----------------------------------------------------------------------------------
+
+
+def read_request(body: dict[str, Any]) -> tuple[Request, list[str]]:
+    for name, refused in REFUSED.items():
+        if refused(body.get(name)):
+            raise Untranslatable(name)
+    dropped = [name for name in body if name not in MAPPED]
+    raw_input = body.get("input")
+    items = [{"role": "user", "content": raw_input}] if isinstance(raw_input, str) else raw_input
+    messages: list[Message] = []
+    for position, raw in enumerate(as_list(items, "input")):
+        _read_item(as_dict(raw, f"input[{position}]"), position, messages)
+    instructions = body.get("instructions")
+    system = [{"type": "text", "text": instructions}] if isinstance(instructions, str) else []
+    reasoning = body.get("reasoning")
+    return (
+        Request(
+            model=body.get("model"),
+            system=system,
+            messages=messages,
+            tools=[_tool(t) for t in body.get("tools") or []],
+            choice=_choice(body.get("tool_choice")),
+            parallel_tool_calls=body.get("parallel_tool_calls"),
+            max_tokens=body.get("max_output_tokens"),
+            temperature=body.get("temperature"),
+            top_p=body.get("top_p"),
+            stream=body.get("stream") is True,
+            json_schema=_json_schema(body.get("text")),
+            reasoning_effort=reasoning.get("effort") if isinstance(reasoning, dict) else None,
+        ),
+        dropped,
+    )
+
+
+def _read_item(item: dict[str, Any], position: int, messages: list[Message]) -> None:
+    kind = item.get("type", "message")
+    if kind == "message":
+        role = item.get("role")
+        if role == "assistant":
+            _append(messages, "assistant", _parts(item.get("content"), position))
+        elif role in _CLIENT_ROLES:
+            parts = _parts(item.get("content"), position)
+            if _CLIENT_ROLES[role] == "system" and not messages:
+                messages.append(Message("system", parts))
+            else:
+                _append(messages, _CLIENT_ROLES[role], parts)
+        else:
+            raise Untranslatable(f"input[{position}]: role {role!r}")
+    elif kind == "function_call":
+        call = {
+            "type": "tool_call",
+            "id": string(item.get("call_id"), "a function_call's call_id"),
+            "name": string(item.get("name"), "a function_call's name"),
+            "arguments": string(item.get("arguments", ""), "a function_call's arguments"),
+        }
+        _append(messages, "assistant", [call])
+    elif kind == "function_call_output":
+        output = item.get("output")
+        content = (
+            [{"type": "text", "text": output}] if isinstance(output, str) else _parts(output, -1)
+        )
+        result = {
+            "type": "tool_result",
+            "id": string(item.get("call_id"), "a function_call_output's call_id"),
+            "content": [p for p in content if p["type"] in ("text", "image")],
+            "is_error": False,
+        }
+        _append(messages, "user", [result])
+    elif kind == "reasoning":
+        _append(messages, "assistant", [_reasoning(item)])
+    else:
+        raise Untranslatable(f"input[{position}]: an item of type {kind!r}")
+
+
+def _append(messages: list[Message], role: Any, parts: list[Part]) -> None:
+    """Consecutive items of one side are one turn (a reasoning item, a message, calls)."""
+    if messages and messages[-1].role == role and role != "system":
+        messages[-1].parts += parts
+    else:
+        messages.append(Message(role, parts))
+
+
+def _reasoning(item: dict[str, Any]) -> Part:
+    summary = item.get("summary") or []
+    text = "".join(s.get("text", "") for s in summary if isinstance(s, dict))
+    carried = unwrap_carried(item.get("encrypted_content"))
+    return {
+        "type": "reasoning",
+        "text": text,
+        "carried": carried or {"protocol": PROTOCOL, "value": item},
+    }
+
+
+def _parts(content: Any, position: int) -> list[Part]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    parts: list[Part] = []
+    for raw in as_list(content, f"input[{position}].content"):
+        part = as_dict(raw, "a content part")
+        kind = part.get("type")
+        if kind in _TEXT_PARTS:
+            parts.append({"type": "text", "text": string(part.get("text"), "a text part")})
+        elif kind == "refusal":
+            parts.append({"type": "refusal", "text": str(part.get("refusal", ""))})
+        elif kind == "input_image":
+            if part.get("file_id") is not None:
+                raise Untranslatable("an input_image by file_id (the provider's stored file)")
+            parts.append(from_url("image", part.get("image_url")))
+        elif kind == "input_file":
+            parts.append(_file(part))
+        else:
+            raise Untranslatable(f"input[{position}]: a content part of type {kind!r}")
+    return parts
+
+
+def _file(part: dict[str, Any]) -> Part:
+    extra = {"filename": part["filename"]} if isinstance(part.get("filename"), str) else {}
+    if part.get("file_data") is not None:
+        return from_url("document", part["file_data"], **extra)
+    if part.get("file_url") is not None:
+        return from_url("document", part["file_url"], **extra)
+    raise Untranslatable("an input_file by file_id (the provider's stored file)")
+
+
+def _tool(raw: Any) -> FunctionTool:
+    tool = as_dict(raw, "a tool")
+    if tool.get("type") != "function":
+        raise Untranslatable(f"a tool of type {tool.get('type')!r} (only functions translate)")
+    return FunctionTool(
+        name=string(tool.get("name"), "a function's name"),
+        description=tool.get("description"),
+        parameters=tool.get("parameters") or {"type": "object", "properties": {}},
+        strict=tool.get("strict"),
+    )
+
+
+def _choice(raw: Any) -> Choice | None:
+    if raw is None:
+        return None
+    if raw in ("auto", "none", "required"):
+        return Choice(raw)
+    if isinstance(raw, dict) and raw.get("type") == "function":
+        return Choice("named", string(raw.get("name"), "tool_choice's name"))
+    raise Untranslatable(f"tool_choice {raw!r}")
+
+
+def _json_schema(text: Any) -> dict[str, Any] | None:
+    wanted = text.get("format") if isinstance(text, dict) else None
+    if not isinstance(wanted, dict) or wanted.get("type") == "text":
+        return None
+    if wanted.get("type") == "json_object":
+        return {}
+    if wanted.get("type") == "json_schema":
+        return {
+            "name": wanted.get("name", "answer"),
+            "schema": wanted.get("schema") or {},
+            "strict": wanted.get("strict"),
+        }
+    raise Untranslatable(f"text.format {wanted.get('type')!r}")
+
+
+def write_request(request: Request) -> dict[str, Any]:
+    items: list[dict[str, Any]] = []
+    for message in request.messages:
+        items += _wire_items(message, reply=False)
+    # The provider keeps nothing of a translated conversation: the caller sends it whole.
+    body: dict[str, Any] = {"model": request.model, "input": items, "store": False}
+    if request.system:
+        body["instructions"] = text_of(request.system)
+    if request.tools:
+        body["tools"] = [_wire_tool(t) for t in request.tools]
+    if request.choice is not None:
+        choice = request.choice
+        body["tool_choice"] = (
+            {"type": "function", "name": choice.name} if choice.mode == "named" else choice.mode
+        )
+    if request.parallel_tool_calls is not None and request.tools:
+        body["parallel_tool_calls"] = request.parallel_tool_calls
+    if request.max_tokens is not None:
+        body["max_output_tokens"] = request.max_tokens
+    for name, value in (("temperature", request.temperature), ("top_p", request.top_p)):
+        if value is not None:
+            body[name] = value
+    if request.stop:
+        raise Untranslatable("stop sequences (Responses has none)")
+    if request.json_schema is not None:
+        body["text"] = {"format": _wire_format(request.json_schema)}
+    if request.reasoning_effort is not None:
+        body["reasoning"] = {"effort": request.reasoning_effort}
+    return body
+
+
+def _wire_tool(tool: FunctionTool) -> dict[str, Any]:
+    wire: dict[str, Any] = {"type": "function", "name": tool.name, "parameters": tool.parameters}
+    if tool.description is not None:
+        wire["description"] = tool.description
+    # Responses makes functions strict unless told otherwise; other protocols' tools are not.
+    wire["strict"] = bool(tool.strict)
+    return wire
+
+
+def _wire_format(json_schema: dict[str, Any]) -> dict[str, Any]:
+    if not json_schema:
+        return {"type": "json_object"}
+    wire = {"type": "json_schema", "name": json_schema["name"], "schema": json_schema["schema"]}
+    if json_schema.get("strict") is not None:
+        wire["strict"] = json_schema["strict"]
+    return wire
+
+
+def _wire_items(message: Message, reply: bool) -> list[dict[str, Any]]:
+    if message.role != "assistant":
+        results = [p for p in message.parts if p["type"] == "tool_result"]
+        others = [p for p in message.parts if p["type"] != "tool_result"]
+        items = [
+            {"type": "function_call_output", "call_id": r["id"], "output": result_text(r["content"])}
+            for r in results
+        ]
+        if others:
+            role = "developer" if message.role == "system" else "user"
+            items.append({"type": "message", "role": role, "content": _wire_content(others)})
+        return items
+    items = []
+    texts: list[Part] = []
+    for part in message.parts:
+        if part["type"] in ("text", "refusal"):
+            texts.append(part)
+            continue
+        if texts:
+            items.append(_assistant_message(texts, reply))
+            texts = []
+        item = _wire_output(part, reply)
+        if item is not None:
+            items.append(item)
+    if texts:
+        items.append(_assistant_message(texts, reply))
+    return items
+
+
+def _wire_content(parts: list[Part]) -> list[dict[str, Any]]:
+    wire: list[dict[str, Any]] = []
+    for part in parts:
+        kind = part["type"]
+        if kind == "text":
+            wire.append({"type": "input_text", "text": part["text"]})
+        elif kind == "image":
+            wire.append({"type": "input_image", "image_url": data_url(part), "detail": "auto"})
+        elif kind == "document":
+            file: dict[str, Any] = {"type": "input_file"}
+            file["file_data" if "data" in part else "file_url"] = data_url(part)
+            if "filename" in part:
+                file["filename"] = part["filename"]
+            wire.append(file)
+        elif kind != "reasoning":
+            raise Untranslatable(f"a user part of type {kind!r}")
+    return wire
+
+
+def _assistant_message(parts: list[Part], reply: bool) -> dict[str, Any]:
+    content = [
+        {"type": "output_text", "text": p["text"], "annotations": []}
+        if p["type"] == "text"
+        else {"type": "refusal", "refusal": p["text"]}
+        for p in parts
+    ]
+    item: dict[str, Any] = {"type": "message", "role": "assistant", "content": content}
+    if reply:
+        item.update(id=f"msg_{time.monotonic_ns():x}", status="completed")
+    return item
+
+
+def _wire_output(part: Part, reply: bool) -> dict[str, Any] | None:
+    if part["type"] == "tool_call":
+        item = {
+            "type": "function_call",
+            "call_id": part["id"],
+            "name": part["name"],
+            "arguments": part["arguments"],
+        }
+        if reply:
+            item.update(id=f"fc_{part['id']}", status="completed")
+        return item
+    if part["type"] == "reasoning":
+        carried = part.get("carried")
+        if carried and carried["protocol"] == PROTOCOL:
+            return carried["value"]
+        if not reply:
+            return None  # another model's reasoning: no Responses provider takes it
+        item = {
+            "type": "reasoning",
+            "id": f"rs_{time.monotonic_ns():x}",
+            "summary": [{"type": "summary_text", "text": part["text"]}] if part["text"] else [],
+        }
+        if carried:
+            item["encrypted_content"] = wrap_carried(carried)
+        return item
+    raise Untranslatable(f"an assistant part of type {part['type']!r}")
+
+
+# --- reply ------------------------------------------------------------------------------------
+
+
+def read_reply(body: dict[str, Any]) -> Reply:
+    if body.get("status") == "failed" or body.get("error"):
+        raise Untranslatable(f"a failed response: {body.get('error')}")
+    parts: list[Part] = []
+    for raw in as_list(body.get("output"), "output"):
+        item = as_dict(raw, "an output item")
+        kind = item.get("type")
+        if kind == "message":
+            parts += _parts(item.get("content") or [], -1)
+        elif kind == "function_call":
+            parts.append(
+                {
+                    "type": "tool_call",
+                    "id": string(item.get("call_id"), "a function_call's call_id"),
+                    "name": string(item.get("name"), "a function_call's name"),
+                    "arguments": string(item.get("arguments", ""), "arguments"),
+                }
+            )
+        elif kind == "reasoning":
+            # Without its encrypted content a reasoning item cannot be sent again (store off).
+            if item.get("encrypted_content") or item.get("summary"):
+                parts.append(_reasoning(item))
+        # Items the provider ran itself (web_search_call, …) already shaped the text.
+    details = body.get("incomplete_details")
+    reason = details.get("reason") if isinstance(details, dict) else None
+    stop: Any = "end"
+    if any(p["type"] == "tool_call" for p in parts):
+        stop = "tool_calls"
+    elif body.get("status") == "incomplete":
+        stop = "content_filter" if reason == "content_filter" else "max_tokens"
+    elif any(p["type"] == "refusal" for p in parts):
+        stop = "refusal"
+    return Reply(
+        id=str(body.get("id") or ""),
+        model=body.get("model"),
+        parts=parts,
+        stop=stop,
+        usage=read_usage(body.get("usage")),
+        created=as_int(body.get("created_at")),
+    )
+
+
+def read_usage(raw: Any) -> Usage | None:
+    if not isinstance(raw, dict):
+        return None
+    details = raw.get("input_tokens_details")
+    output = raw.get("output_tokens_details")
+    return Usage(
+        input=as_int(raw.get("input_tokens")),
+        output=as_int(raw.get("output_tokens")),
+        cache_read=as_int(details.get("cached_tokens")) if isinstance(details, dict) else 0,
+        reasoning=as_int(output.get("reasoning_tokens")) if isinstance(output, dict) else 0,
+    )
+
+
+def write_usage(usage: Usage) -> dict[str, Any]:
+    return {
+        "input_tokens": usage.input,
+        "input_tokens_details": {"cached_tokens": usage.cache_read},
+        "output_tokens": usage.output,
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning},
+        "total_tokens": usage.input + usage.output,
+    }
+
+
+def write_reply(reply: Reply, request: Request) -> dict[str, Any]:
+    output = _wire_items(Message("assistant", reply.parts), reply=True)
+    incomplete = reply.stop in ("max_tokens", "content_filter")
+    reason = "content_filter" if reply.stop == "content_filter" else "max_output_tokens"
+    return {
+        "id": reply.id if reply.id.startswith("resp_") else f"resp_{reply.id}",
+        "object": "response",
+        "created_at": reply.created or int(time.time()),
+        "status": "incomplete" if incomplete else "completed",
+        "error": None,
+        "incomplete_details": {"reason": reason} if incomplete else None,
+        "model": reply.model,
+        "output": output,
+        "parallel_tool_calls": request.parallel_tool_calls is not False,
+        "tool_choice": "auto",
+        "tools": [],
+        "store": False,
+        "usage": write_usage(reply.usage) if reply.usage is not None else None,
+    }
