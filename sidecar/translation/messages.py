@@ -262,7 +262,9 @@ def _wire_choice(request: Request) -> dict[str, Any] | None:
         return {"type": "auto", "disable_parallel_tool_use": True} if single else None
     if choice.mode == "none":
         return {"type": "none"}
-    wire: dict[str, Any] = {"type": {"auto": "auto", "required": "any", "named": "tool"}[choice.mode]}
+    wire: dict[str, Any] = {
+        "type": {"auto": "auto", "required": "any", "named": "tool"}[choice.mode]
+    }
     if choice.mode == "named":
         wire["name"] = choice.name
     if single:

@@ -290,7 +290,11 @@ def _wire_items(message: Message, reply: bool) -> list[dict[str, Any]]:
         results = [p for p in message.parts if p["type"] == "tool_result"]
         others = [p for p in message.parts if p["type"] != "tool_result"]
         items = [
-            {"type": "function_call_output", "call_id": r["id"], "output": result_text(r["content"])}
+            {
+                "type": "function_call_output",
+                "call_id": r["id"],
+                "output": result_text(r["content"]),
+            }
             for r in results
         ]
         if others:

@@ -13,7 +13,7 @@ import openai
 import orjson
 import pytest
 
-from clawpod.sidecar.codecs.stream_translation import stream_translator
+from clawpod.sidecar.translation.streams import stream_translator
 from tests.support import responses as scripted_responses
 from tests.support.codecs import codec_of
 from tests.support.upstream import FIXTURES_DIR, Reply, StubUpstream, load_fixture
@@ -119,7 +119,7 @@ CASES = [
 
 def translate(source: str, caller: str, data: bytes, size: int | None) -> bytes:
     translator = stream_translator(
-        codec_of(API_OF[source]),
+        source,
         codec_of(API_OF[caller]),
         provider="recorded",
         model="asked-model",

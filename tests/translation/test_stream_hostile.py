@@ -12,8 +12,8 @@ import openai
 import pytest
 
 from clawpod.sidecar.codecs.sse import parse_events
-from clawpod.sidecar.codecs.stream_translation import MAX_EVENT_BYTES, stream_translator
 from clawpod.sidecar.model.errors import ApiError
+from clawpod.sidecar.translation.streams import MAX_EVENT_BYTES, stream_translator
 from tests.support import responses as scripted_responses
 from tests.support.codecs import codec_of
 from tests.support.upstream import Reply, StubUpstream
@@ -62,7 +62,7 @@ GARBAGE = b"data: <html>\x00not json{{\n\n"
 
 def translator(source: str, caller: str) -> Any:
     return stream_translator(
-        codec_of(API_OF[source]),
+        source,
         codec_of(API_OF[caller]),
         provider="hostile",
         model="m",

@@ -1,11 +1,13 @@
-"""A target's SSE stream read into neutral stream events (``model/stream_events.py``), one
-reader per protocol, event by event as the bytes arrive; the other half of stream translation
-is ``stream_writers.py``.
+"""A target's SSE stream read into stream events (``stream_events.py``), one reader per
+protocol, event by event as the bytes arrive; the other half of stream translation is
+``stream_writers.py``.
 
-Readers keep nothing of the answer but what they need to name its parts: text and argument
-pieces leave as soon as their event is complete. What the neutral events cannot carry
-(reasoning, provider-run tools, citations, logprobs, choices past the first) is dropped here,
-as ``docs/translation.md`` lists.
+Readers keep only what names the answer's parts: text and argument pieces leave as soon as
+their event is complete. Usage and stop reasons are read as the whole-answer readers read
+them (``chat``, ``messages``, ``responses`` of this package); reasoning leaves whole, once its
+block or item is complete, as those readers make it. What no event carries (provider-run
+tools, citations, logprobs, choices past the first) is dropped here, as docs/translation.md
+lists.
 """
 
 from __future__ import annotations
@@ -17,39 +19,20 @@ import orjson
 
 from clawpod.sidecar.codecs.sse import EventReader
 from clawpod.sidecar.model.conversation import CodecError
-from clawpod.sidecar.model.stream_events import (
+from clawpod.sidecar.translation import chat, messages, responses
+from clawpod.sidecar.translation.ir import Part, Stop, as_int
+from clawpod.sidecar.translation.stream_events import (
     CallArguments,
     CallStarted,
     Ended,
     Failed,
+    Reasoning,
     Started,
     Stopped,
-    StopReason,
     StreamEvent,
     Text,
-    TokenUsage,
+    Told,
 )
-
-_CHAT_STOPS: dict[str, StopReason] = {
-    "stop": "end",
-    "length": "length",
-    "tool_calls": "tool_calls",
-    "function_call": "tool_calls",
-    "content_filter": "content_filter",
-}
-_MESSAGES_STOPS: dict[str, StopReason] = {
-    "end_turn": "end",
-    "pause_turn": "end",
-    "max_tokens": "length",
-    "model_context_window_exceeded": "length",
-    "tool_use": "tool_calls",
-    "stop_sequence": "stop_sequence",
-    "refusal": "content_filter",
-}
-_RESPONSES_INCOMPLETE: dict[str, StopReason] = {
-    "max_output_tokens": "length",
-    "content_filter": "content_filter",
-}
 
 
 class StreamReader(ABC):
@@ -61,7 +44,8 @@ class StreamReader(ABC):
         """The stream's end marker (or an in-stream failure, its other end) was read."""
 
     def feed(self, data: bytes) -> list[StreamEvent]:
-        """The neutral events these bytes complete; ``CodecError`` for a malformed event."""
+        """The events these bytes complete; ``ValueError`` (``CodecError``, bad JSON or
+        UTF-8) for a malformed one."""
         return self._read(self._reader.feed(data))
 
     def finish(self) -> list[StreamEvent]:
@@ -74,7 +58,7 @@ class StreamReader(ABC):
             if self.ended:
                 break  # nothing after the end counts
             self._event(name, payload, found)
-            self.ended = any(isinstance(e, Ended | Failed) for e in found)
+            self.ended = bool(found) and isinstance(found[-1], Ended | Failed)
         return found
 
     @abstractmethod
@@ -85,14 +69,10 @@ def _object(payload: str) -> dict[str, Any]:
     try:
         data = orjson.loads(payload)
     except orjson.JSONDecodeError as exc:
-        raise CodecError(f"an event is not JSON: {exc}") from None
+        raise CodecError(f"an event is not JSON ({exc})") from None
     if not isinstance(data, dict):
         raise CodecError("an event is not a JSON object")
     return data
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -103,64 +83,72 @@ def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _failure(error: Any, fallback_code: str) -> Failed:
+def _failure(error: Any) -> Failed:
     error = _dict(error)
-    code = _str(error.get("code")) or _str(error.get("type")) or fallback_code
+    code = _str(error.get("code")) or _str(error.get("type")) or "upstream_error"
     message = _str(error.get("message")) or "the provider reported a failure"
     return Failed(code, message, _str(error.get("type")) or "api_error")
 
 
-def _openai_usage(usage: dict[str, Any], input_key: str, output_key: str) -> TokenUsage:
-    input_details = _dict(usage.get(f"{input_key}_details"))
-    output_details = _dict(usage.get(f"{output_key}_details"))
-    return TokenUsage(
-        input_tokens=_int(usage.get(input_key)),
-        output_tokens=_int(usage.get(output_key)),
-        cache_read=_int(input_details.get("cached_tokens")),
-        reasoning_tokens=_int(output_details.get("reasoning_tokens")),
-    )
+def _reasoning(parts: list[Part], found: list[StreamEvent]) -> None:
+    found += [Reasoning(p) for p in parts if p["type"] == "reasoning"]
 
 
 class ChatStreamReader(StreamReader):
     """``chat.completion.chunk`` events of choice 0 (no other protocol has several choices).
 
-    Servers differ in how they number calls (``openai_stream._slot_of`` lists them): a
-    fragment starts a call when its index is new or names another id than its index's call.
+    Servers number calls differently (``codecs/openai_stream.py`` lists how): a fragment
+    starts a call when its index is new or names another id than its index's call.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self._started = False
         self._calls: dict[Any, tuple[int, str | None]] = {}  # server index -> (call, its id)
-        self._stop: StopReason | None = None
+        self._thought = ""  # reasoning_content, out whole before the answer
+        self._stop: Stop | None = None
 
     def _event(self, name: str | None, payload: str, found: list[StreamEvent]) -> None:
         if payload.strip() == "[DONE]":
-            found += [Stopped(self._stop or ("tool_calls" if self._calls else "end")), Ended()]
+            self._think(found)
+            stop = self._stop or "end"
+            found += [Stopped("tool_calls" if self._calls else stop), Ended()]
             return
         chunk = _object(payload)
         if "error" in chunk:
-            found.append(_failure(chunk["error"], "upstream_error"))
+            found.append(_failure(chunk["error"]))
             return
         if not self._started:
             self._started = True
-            found.append(Started(chunk.get("id"), chunk.get("model"), _int(chunk.get("created"))))
-        if isinstance(chunk.get("usage"), dict):
-            found.append(_openai_usage(chunk["usage"], "prompt_tokens", "completion_tokens"))
+            found.append(Started(chunk.get("id"), chunk.get("model"), as_int(chunk.get("created"))))
+        usage = chat.read_usage(chunk.get("usage"))
+        if usage is not None:
+            found.append(Told(usage))
         for choice in chunk.get("choices") or []:
             if isinstance(choice, dict) and choice.get("index", 0) == 0:
                 self._choice(choice, found)
 
     def _choice(self, choice: dict[str, Any], found: list[StreamEvent]) -> None:
         delta = _dict(choice.get("delta"))
+        self._thought += _str(delta.get("reasoning_content"))
         if content := _str(delta.get("content")):
+            self._think(found)
             found.append(Text(content))
+        if refusal := _str(delta.get("refusal")):
+            self._think(found)
+            found.append(Text(refusal, refusal=True))
         for fragment in delta.get("tool_calls") or []:
             if isinstance(fragment, dict):
+                self._think(found)
                 self._fragment(fragment, found)
         reason = choice.get("finish_reason")
         if isinstance(reason, str):
-            self._stop = _CHAT_STOPS.get(reason, "end")
+            self._stop = chat.FINISH_TO_STOP.get(reason, "end")
+
+    def _think(self, found: list[StreamEvent]) -> None:
+        if self._thought:
+            found.append(Reasoning({"type": "reasoning", "text": self._thought}))
+            self._thought = ""
 
     def _fragment(self, fragment: dict[str, Any], found: list[StreamEvent]) -> None:
         call_id = fragment.get("id") if isinstance(fragment.get("id"), str) else None
@@ -169,56 +157,62 @@ class ChatStreamReader(StreamReader):
         known = self._calls.get(index)
         if known is None or (call_id and known[1] not in (None, call_id)):
             known = self._calls[index] = (len(self._calls), call_id)
-            # Ids are the client's to send back: one is made where a server gave none.
-            found.append(
-                CallStarted(known[0], call_id or f"call_{known[0]}", function.get("name") or "")
-            )
+            # Ids are the caller's to send back: one is made where a server gave none.
+            call = CallStarted(known[0], call_id or f"call_{known[0]}", _str(function.get("name")))
+            found.append(call)
         if arguments := _str(function.get("arguments")):
             found.append(CallArguments(known[0], arguments))
 
 
 class MessagesStreamReader(StreamReader):
-    """``message_start`` … ``message_stop``; ``tool_use`` blocks are the calls, ``text`` blocks
-    the text. Thinking and provider-run blocks are dropped."""
+    """``message_start`` … ``message_stop``: ``text`` blocks are the text, ``tool_use`` blocks
+    the calls, ``thinking`` blocks the reasoning; provider-run blocks are dropped."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._calls: dict[int, bool] = {}  # tool_use block index -> any argument piece passed
+        self._calls: dict[int, bool] = {}  # tool_use block -> an argument piece was passed
+        self._thinking: dict[int, dict[str, Any]] = {}  # reasoning blocks being read
         self._usage: dict[str, Any] = {}
 
     def _event(self, name: str | None, payload: str, found: list[StreamEvent]) -> None:
         data = _object(payload)
         kind = data.get("type", name)
+        index = as_int(data.get("index"))
         if kind == "message_start":
             message = _dict(data.get("message"))
             found.append(Started(message.get("id"), message.get("model")))
             self._usage = _dict(message.get("usage"))
         elif kind == "content_block_start":
-            self._block_start(_int(data.get("index")), _dict(data.get("content_block")), found)
+            self._block_start(index, _dict(data.get("content_block")), found)
         elif kind == "content_block_delta":
-            self._delta(_int(data.get("index")), _dict(data.get("delta")), found)
-        elif kind == "content_block_stop" and self._calls.get(_int(data.get("index"))) is False:
-            # A call without arguments streams none; in the other protocols they are "{}".
-            found.append(CallArguments(_int(data.get("index")), "{}"))
+            self._delta(index, _dict(data.get("delta")), found)
+        elif kind == "content_block_stop":
+            self._block_stop(index, found)
         elif kind == "message_delta":
             self._usage = {**self._usage, **_dict(data.get("usage"))}
-            found.append(self._token_usage())
+            usage = messages.read_usage(self._usage)
+            if usage is not None:
+                found.append(Told(usage))
             reason = _dict(data.get("delta")).get("stop_reason")
             if isinstance(reason, str):
-                found.append(Stopped(_MESSAGES_STOPS.get(reason, "end")))
+                found.append(Stopped(messages.WIRE_TO_STOP.get(reason, "end")))
         elif kind == "message_stop":
             found.append(Ended())
         elif kind == "error":
-            found.append(_failure(data.get("error"), "upstream_error"))
+            found.append(_failure(data.get("error")))
 
     def _block_start(self, index: int, block: dict[str, Any], found: list[StreamEvent]) -> None:
-        if block.get("type") == "text" and (text := _str(block.get("text"))):
+        kind = block.get("type")
+        if kind == "text" and (text := _str(block.get("text"))):
             found.append(Text(text))
-        elif block.get("type") == "tool_use":
+        elif kind == "tool_use":
             self._calls[index] = bool(block.get("input"))
-            found.append(CallStarted(index, _str(block.get("id")), _str(block.get("name"))))
+            call_id, name = _str(block.get("id")), _str(block.get("name"))
+            found.append(CallStarted(index, call_id, name))
             if block.get("input"):  # a block that comes whole
                 found.append(CallArguments(index, orjson.dumps(block["input"]).decode()))
+        elif kind in ("thinking", "redacted_thinking"):
+            self._thinking[index] = dict(block)
 
     def _delta(self, index: int, delta: dict[str, Any], found: list[StreamEvent]) -> None:
         kind = delta.get("type")
@@ -229,43 +223,49 @@ class MessagesStreamReader(StreamReader):
             if piece:
                 self._calls[index] = True
                 found.append(CallArguments(index, piece))
+        elif index in self._thinking:
+            block = self._thinking[index]
+            if kind == "thinking_delta":
+                block["thinking"] = _str(block.get("thinking")) + _str(delta.get("thinking"))
+            elif kind == "signature_delta":
+                block["signature"] = _str(delta.get("signature"))
 
-    def _token_usage(self) -> TokenUsage:
-        usage = self._usage
-        read = _int(usage.get("cache_read_input_tokens"))
-        creation = _int(usage.get("cache_creation_input_tokens"))
-        return TokenUsage(
-            input_tokens=_int(usage.get("input_tokens")) + read + creation,
-            output_tokens=_int(usage.get("output_tokens")),
-            cache_read=read,
-            cache_creation=creation,
-        )
+    def _block_stop(self, index: int, found: list[StreamEvent]) -> None:
+        if self._calls.get(index) is False:
+            # A call without arguments streams none; the other protocols carry "{}".
+            found.append(CallArguments(index, "{}"))
+        block = self._thinking.pop(index, None)
+        if block is not None:
+            _reasoning(messages.read_reply({"content": [block]}).parts, found)
 
 
 class ResponsesStreamReader(StreamReader):
-    """``response.created`` … ``response.completed``: message text and ``function_call`` items.
-    Lenient as the assembler is with servers that leave out indexes (``llama-server``): an
-    event without ``output_index`` belongs to the item its ``item_id`` names, else the last."""
+    """``response.created`` … ``response.completed``: message text, ``function_call`` items,
+    ``reasoning`` items (whole, once done). Lenient as the assembler is with servers that leave
+    out indexes (``llama-server``): an event without ``output_index`` belongs to the item its
+    ``item_id`` names, else to the last one added."""
 
     def __init__(self) -> None:
         super().__init__()
         self._items: dict[str | None, int] = {}  # item id (or call id) -> output index
         self._last = -1
-        self._arguments: dict[int, int] = {}  # call's output index -> argument chars passed
+        self._arguments: dict[int, int] = {}  # a call's output index -> argument chars passed
+        self._refused = False
 
     def _event(self, name: str | None, payload: str, found: list[StreamEvent]) -> None:
         data = _object(payload)
         kind = data.get("type", name)
         if kind == "response.created":
             response = _dict(data.get("response"))
-            found.append(
-                Started(response.get("id"), response.get("model"), _int(response.get("created_at")))
-            )
+            created = as_int(response.get("created_at"))
+            found.append(Started(response.get("id"), response.get("model"), created))
         elif kind == "response.output_item.added":
             self._added(data, _dict(data.get("item")), found)
-        elif kind in ("response.output_text.delta", "response.refusal.delta"):
-            if text := _str(data.get("delta")):
-                found.append(Text(text))
+        elif kind == "response.output_text.delta" and (text := _str(data.get("delta"))):
+            found.append(Text(text))
+        elif kind == "response.refusal.delta" and (text := _str(data.get("delta"))):
+            self._refused = True
+            found.append(Text(text, refusal=True))
         elif kind == "response.function_call_arguments.delta":
             index = self._index(data)
             if index in self._arguments and (piece := _str(data.get("delta"))):
@@ -276,12 +276,12 @@ class ResponsesStreamReader(StreamReader):
         elif kind in ("response.completed", "response.incomplete"):
             self._terminal(_dict(data.get("response")), found)
         elif kind == "response.failed":
-            found.append(_failure(_dict(data.get("response")).get("error"), "upstream_error"))
+            found.append(_failure(_dict(data.get("response")).get("error")))
         elif kind == "error":
-            found.append(_failure(data, "upstream_error"))
+            found.append(_failure(data))
 
     def _added(self, data: dict[str, Any], item: dict[str, Any], found: list[StreamEvent]) -> None:
-        index = _int(data["output_index"]) if "output_index" in data else self._last + 1
+        index = as_int(data["output_index"]) if "output_index" in data else self._last + 1
         self._last = max(self._last, index)
         self._items[item.get("id") or item.get("call_id")] = index
         if item.get("type") == "function_call":
@@ -294,7 +294,10 @@ class ResponsesStreamReader(StreamReader):
         self._rest_of_arguments(index, item, found)
 
     def _done(self, data: dict[str, Any], item: dict[str, Any], found: list[StreamEvent]) -> None:
-        if item.get("type") != "function_call":
+        kind = item.get("type")
+        if kind == "reasoning":
+            _reasoning(responses.read_reply({"output": [item]}).parts, found)
+        if kind != "function_call":
             return
         index = self._index(data, item.get("id") or item.get("call_id"))
         if index not in self._arguments:  # a call the stream never opened: whole, now
@@ -316,17 +319,20 @@ class ResponsesStreamReader(StreamReader):
 
     def _index(self, data: dict[str, Any], item_id: Any = None) -> int:
         if "output_index" in data:
-            return _int(data["output_index"])
+            return as_int(data["output_index"])
         named = self._items.get(data.get("item_id") or item_id)
         return self._last if named is None else named
 
     def _terminal(self, response: dict[str, Any], found: list[StreamEvent]) -> None:
-        usage = response.get("usage")
-        if isinstance(usage, dict):
-            found.append(_openai_usage(usage, "input_tokens", "output_tokens"))
+        usage = responses.read_usage(response.get("usage"))
+        if usage is not None:
+            found.append(Told(usage))
         reason = _dict(response.get("incomplete_details")).get("reason")
-        if response.get("status") == "incomplete":
-            found.append(Stopped(_RESPONSES_INCOMPLETE.get(_str(reason), "length")))
-        else:
-            found.append(Stopped("tool_calls" if self._arguments else "end"))
-        found.append(Ended())
+        stop: Stop = "end"
+        if self._arguments:
+            stop = "tool_calls"
+        elif response.get("status") == "incomplete":
+            stop = "content_filter" if reason == "content_filter" else "max_tokens"
+        elif self._refused:
+            stop = "refusal"
+        found += [Stopped(stop), Ended()]

@@ -1,8 +1,8 @@
 """Stream translation (contract §18), sans-IO: a target's SSE stream, fed in pieces of any
 size as they arrive, comes out as the caller's SSE stream, event by event.
 
-A reader per protocol (``stream_readers.py``) turns the target's events into neutral ones
-(``model/stream_events.py``); a writer per protocol (``stream_writers.py``) writes those in the
+A reader per protocol (``stream_readers.py``) turns the target's events into stream events
+(``stream_events.py``); a writer per protocol (``stream_writers.py``) writes those in the
 caller's protocol. Three readers and three writers make the six directions. Whatever the
 target does — a malformed event, an event past the size bound, a failure event, a stream that
 stops before its end marker — the caller gets a well-formed stream that ends with its
@@ -12,19 +12,19 @@ protocol's error and end.
 from __future__ import annotations
 
 from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.codecs.stream_readers import (
+from clawpod.sidecar.model.errors import ApiError
+from clawpod.sidecar.translation.stream_readers import (
     ChatStreamReader,
     MessagesStreamReader,
     ResponsesStreamReader,
     StreamReader,
 )
-from clawpod.sidecar.codecs.stream_writers import (
+from clawpod.sidecar.translation.stream_writers import (
     ChatStreamWriter,
     MessagesStreamWriter,
     ResponsesStreamWriter,
     StreamWriter,
 )
-from clawpod.sidecar.model.errors import ApiError
 
 MAX_EVENT_BYTES = 8 << 20
 """The most one event may take before it completes: a call's whole arguments in one event
@@ -94,14 +94,15 @@ class StreamTranslator:
 
 
 def stream_translator(
-    target: Codec,
+    target: str,
     caller: Codec,
     *,
     provider: str,
     model: str | None,
     include_usage: bool,
 ) -> StreamTranslator:
-    """A translator from ``target``'s stream to ``caller``'s. ``model``: the model the caller
+    """A translator from a stream of the ``target`` protocol (``chat``, ``messages``,
+    ``responses``) to ``caller``'s. ``model``: the model the caller
     asked for, shown until the target names its own; ``include_usage``: a Chat Completions
     caller asked for the usage chunk."""
     writer: StreamWriter
@@ -111,4 +112,4 @@ def stream_translator(
         writer = MessagesStreamWriter(model, error_body=caller.error_body)
     else:
         writer = ResponsesStreamWriter(model)
-    return StreamTranslator(_READERS[target.name](), writer, provider)
+    return StreamTranslator(_READERS[target](), writer, provider)

@@ -1,20 +1,17 @@
-"""What a streamed answer says, whatever protocol carries it (contract §18).
+"""What a streamed answer says, whatever protocol carries it (contract §18): the stream
+counterpart of ``ir.Reply``, one event at a time.
 
 Stream translation reads the target's SSE into these events and writes them out in the
-caller's protocol. They hold only what all three protocols can carry: the answer's text,
-function calls and their argument pieces, usage, why the model stopped, and failure.
-Reasoning and provider-run tools are not among them: no protocol can take another's (their
-signatures and encrypted content are bound to the provider that made them).
+caller's protocol: the answer's text and function-call argument pieces as they come, usage
+(``ir.Usage``), why the model stopped (``ir.Stop``), failure. Provider-run tools have no event:
+no other protocol has a place for them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
-StopReason = Literal["end", "length", "tool_calls", "stop_sequence", "content_filter"]
-"""Why the model stopped: its turn ended, it hit the token limit, it called tools, a stop
-sequence, or the provider's filter (a refusal)."""
+from clawpod.sidecar.translation.ir import Part, Stop, Usage
 
 
 @dataclass(slots=True, frozen=True)
@@ -29,6 +26,8 @@ class Started:
 @dataclass(slots=True, frozen=True)
 class Text:
     text: str
+    refusal: bool = False
+    """The model's refusal (a Chat ``refusal`` delta, a Responses refusal part)."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -49,20 +48,23 @@ class CallArguments:
 
 
 @dataclass(slots=True, frozen=True)
-class TokenUsage:
-    """Usage as far as the stream has told it. ``input_tokens`` counts every input token,
-    cached ones included (OpenAI's meaning; Anthropic counts cache reads and writes apart)."""
+class Reasoning:
+    """A whole piece of the model's reasoning (an ``ir`` reasoning part, its original carried
+    opaquely): it goes out only to a caller whose protocol has a place for it."""
 
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read: int = 0
-    cache_creation: int = 0
-    reasoning_tokens: int = 0
+    part: Part
+
+
+@dataclass(slots=True, frozen=True)
+class Told:
+    """Usage as far as the stream has told it."""
+
+    usage: Usage
 
 
 @dataclass(slots=True, frozen=True)
 class Stopped:
-    reason: StopReason
+    reason: Stop
 
 
 @dataclass(slots=True, frozen=True)
@@ -79,4 +81,6 @@ class Failed:
     type: str = "api_error"
 
 
-StreamEvent = Started | Text | CallStarted | CallArguments | TokenUsage | Stopped | Ended | Failed
+StreamEvent = (
+    Started | Text | CallStarted | CallArguments | Reasoning | Told | Stopped | Ended | Failed
+)

@@ -1,10 +1,11 @@
-"""Neutral stream events written out as the caller's SSE, one writer per protocol: the other
-half of stream translation (``stream_readers.py``).
+"""Stream events written out as the caller's SSE, one writer per protocol: the other half of
+stream translation (``stream_readers.py``).
 
 Each writer owns one well-formed lifecycle: it opens it once, puts text and call arguments out
 as they come, closes each part before the next one opens (the order every provider streams
 in), and ends with the protocol's end marker — also when the stream fails, after the failure
-in the protocol's own in-band shape. Nothing is written after the end.
+in the protocol's own in-band shape. Nothing is written after the end. Usage, stop reasons,
+ids and reasoning are written as the whole-answer writers of this package write them.
 """
 
 from __future__ import annotations
@@ -14,33 +15,28 @@ from typing import Any
 
 from clawpod.sidecar.codecs.sse import DONE, data_frame, event_frame
 from clawpod.sidecar.model.errors import ApiError
-from clawpod.sidecar.model.stream_events import (
+from clawpod.sidecar.translation import chat, messages, responses
+from clawpod.sidecar.translation.ir import Part, Reply, Request, Stop, Usage
+from clawpod.sidecar.translation.stream_events import (
     CallArguments,
     CallStarted,
     Ended,
     Failed,
+    Reasoning,
     Started,
     Stopped,
-    StopReason,
     StreamEvent,
     Text,
-    TokenUsage,
+    Told,
 )
 
-_CHAT_FINISH: dict[StopReason, str] = {
-    "end": "stop",
-    "length": "length",
-    "tool_calls": "tool_calls",
-    "stop_sequence": "stop",
-    "content_filter": "content_filter",
-}
-_MESSAGES_STOP: dict[StopReason, str] = {
-    "end": "end_turn",
-    "length": "max_tokens",
-    "tool_calls": "tool_use",
-    "stop_sequence": "stop_sequence",
-    "content_filter": "refusal",
-}
+Content = Text | CallStarted | CallArguments | Reasoning
+# The whole-answer writers render one reasoning part for us; they read no request field for it.
+_NO_REQUEST = Request(model=None, system=[], messages=[])
+
+
+def _written(write_reply: Any, part: Part) -> dict[str, Any]:
+    return write_reply(Reply("", None, [part], "end", None), _NO_REQUEST)  # type: ignore[no-any-return]
 
 
 class StreamWriter(ABC):
@@ -51,8 +47,8 @@ class StreamWriter(ABC):
         self._head = Started(None, model)
         self.opened = False
         self.closed = False
-        self._usage = TokenUsage()
-        self._stop: StopReason | None = None
+        self._usage = Usage()
+        self._stop: Stop | None = None
 
     def write(self, events: list[StreamEvent]) -> bytes:
         frames: list[bytes] = []
@@ -62,8 +58,8 @@ class StreamWriter(ABC):
             if isinstance(event, Started):
                 self._head = Started(event.id, event.model or self._model, event.created)
                 continue  # the lifecycle opens with its first content, or at the end
-            if isinstance(event, TokenUsage):
-                self._usage = _merged(self._usage, event)
+            if isinstance(event, Told):
+                self._usage = _merged(self._usage, event.usage)
             elif isinstance(event, Stopped):
                 self._stop = event.reason
             elif isinstance(event, Failed):
@@ -93,7 +89,11 @@ class StreamWriter(ABC):
     def _open(self) -> bytes: ...
 
     @abstractmethod
-    def _content(self, event: Text | CallStarted | CallArguments) -> bytes: ...
+    def _content(self, event: Content) -> bytes: ...
+
+    def _stop_reason(self, calls: bool) -> Stop:
+        """The caller runs calls only when told so, whatever the target said."""
+        return "tool_calls" if calls else self._stop or "end"
 
     @abstractmethod
     def _end(self) -> bytes: ...
@@ -102,18 +102,14 @@ class StreamWriter(ABC):
     def _failure(self, err: ApiError) -> bytes: ...
 
 
-def _merged(known: TokenUsage, told: TokenUsage) -> TokenUsage:
+def _merged(known: Usage, told: Usage) -> Usage:
     """Counts only grow: a protocol may tell input at the start and output at the end."""
-    return TokenUsage(*(max(a, b) for a, b in zip(_counts(known), _counts(told), strict=True)))
-
-
-def _counts(usage: TokenUsage) -> tuple[int, ...]:
-    return (
-        usage.input_tokens,
-        usage.output_tokens,
-        usage.cache_read,
-        usage.cache_creation,
-        usage.reasoning_tokens,
+    return Usage(
+        max(known.input, told.input),
+        max(known.output, told.output),
+        max(known.cache_read, told.cache_read),
+        max(known.cache_creation, told.cache_creation),
+        max(known.reasoning, told.reasoning),
     )
 
 
@@ -130,9 +126,11 @@ class ChatStreamWriter(StreamWriter):
     def _open(self) -> bytes:
         return self._chunk({"role": "assistant", "content": ""})
 
-    def _content(self, event: Text | CallStarted | CallArguments) -> bytes:
+    def _content(self, event: Content) -> bytes:
+        if isinstance(event, Reasoning):
+            return b""  # Chat Completions has no place for reasoning
         if isinstance(event, Text):
-            return self._chunk({"content": event.text})
+            return self._chunk({"refusal" if event.refusal else "content": event.text})
         if isinstance(event, CallStarted):
             index = self._calls[event.index] = len(self._calls)
             function = {"name": event.name, "arguments": ""}
@@ -145,32 +143,21 @@ class ChatStreamWriter(StreamWriter):
         return self._chunk({"tool_calls": [piece]})
 
     def _end(self) -> bytes:
-        reason = self._stop or ("tool_calls" if self._calls else "end")
-        if reason == "end" and self._calls:
-            reason = "tool_calls"  # the caller runs calls only when told so
-        frames = [self._chunk({}, _CHAT_FINISH[reason])]
+        finish = chat.STOP_TO_FINISH[self._stop_reason(bool(self._calls))]
+        frames = [self._chunk({}, finish)]
         if self._include_usage:
-            frames.append(data_frame({**self._ids(), "choices": [], "usage": self._chat_usage()}))
+            usage = chat.write_usage(self._usage)
+            frames.append(data_frame({**self._ids(), "choices": [], "usage": usage}))
         frames.append(DONE)
         return b"".join(frames)
 
     def _failure(self, err: ApiError) -> bytes:
         return data_frame(self._error_body(err)) + DONE
 
-    def _chat_usage(self) -> dict[str, Any]:
-        usage = self._usage
-        return {
-            "prompt_tokens": usage.input_tokens,
-            "completion_tokens": usage.output_tokens,
-            "total_tokens": usage.input_tokens + usage.output_tokens,
-            "prompt_tokens_details": {"cached_tokens": usage.cache_read},
-            "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
-        }
-
     def _ids(self) -> dict[str, Any]:
         head = self._head
         return {
-            "id": head.id or "chatcmpl-translated",
+            "id": _prefixed("chatcmpl-", head.id),
             "object": "chat.completion.chunk",
             "created": head.created,
             "model": head.model or "",
@@ -196,18 +183,21 @@ class MessagesStreamWriter(StreamWriter):
     def _open(self) -> bytes:
         head = self._head
         message = {
-            "id": head.id or "msg_translated",
+            "id": _prefixed("msg_", messages.tool_id(head.id or "")),
             "type": "message",
             "role": "assistant",
             "model": head.model or "",
             "content": [],
             "stop_reason": None,
             "stop_sequence": None,
-            "usage": self._messages_usage(),
+            "usage": messages.write_usage(self._usage),
         }
         return event_frame("message_start", {"type": "message_start", "message": message})
 
-    def _content(self, event: Text | CallStarted | CallArguments) -> bytes:
+    def _content(self, event: Content) -> bytes:
+        if isinstance(event, Reasoning):
+            blocks = _written(messages.write_reply, event.part)["content"]
+            return b"".join(self._whole_block(block) for block in blocks)
         if isinstance(event, Text):
             frames = b""
             if self._open_block != ("text", -1):
@@ -216,12 +206,28 @@ class MessagesStreamWriter(StreamWriter):
             return frames + self._delta(self._blocks - 1, delta)
         if isinstance(event, CallStarted):
             self._calls[event.index] = self._blocks
-            block = {"type": "tool_use", "id": event.call_id, "name": event.name, "input": {}}
+            call_id = messages.tool_id(event.call_id)
+            block = {"type": "tool_use", "id": call_id, "name": event.name, "input": {}}
             return self._start(block, ("call", event.index))
         block_index = self._calls.get(event.index)
         if block_index is None:
             return b""
         return self._delta(block_index, {"type": "input_json_delta", "partial_json": event.json})
+
+    def _whole_block(self, block: dict[str, Any]) -> bytes:
+        """A block that is complete when it starts (reasoning), as Anthropic streams it."""
+        if block.get("type") != "thinking":
+            return self._start(block, ("whole", -1)) + self._stop_block()
+        start = self._start({"type": "thinking", "thinking": "", "signature": ""}, ("whole", -1))
+        index = self._blocks - 1
+        thinking = {"type": "thinking_delta", "thinking": block.get("thinking", "")}
+        signature = {"type": "signature_delta", "signature": block.get("signature", "")}
+        return (
+            start
+            + self._delta(index, thinking)
+            + self._delta(index, signature)
+            + self._stop_block()
+        )
 
     def _start(self, block: dict[str, Any], kind: tuple[str, int]) -> bytes:
         frames = self._stop_block()
@@ -243,11 +249,10 @@ class MessagesStreamWriter(StreamWriter):
         return event_frame("content_block_delta", change)
 
     def _end(self) -> bytes:
-        reason = self._stop or "end"
-        if reason == "end" and self._calls:
-            reason = "tool_calls"
-        delta = {"stop_reason": _MESSAGES_STOP[reason], "stop_sequence": None}
-        change = {"type": "message_delta", "delta": delta, "usage": self._messages_usage()}
+        reason = messages.STOP_TO_WIRE[self._stop_reason(bool(self._calls))]
+        delta = {"stop_reason": reason, "stop_sequence": None}
+        usage = messages.write_usage(self._usage)
+        change = {"type": "message_delta", "delta": delta, "usage": usage}
         return (
             self._stop_block()
             + event_frame("message_delta", change)
@@ -256,16 +261,6 @@ class MessagesStreamWriter(StreamWriter):
 
     def _failure(self, err: ApiError) -> bytes:
         return event_frame("error", self._error_body(err))
-
-    def _messages_usage(self) -> dict[str, int]:
-        usage = self._usage
-        cached = usage.cache_read + usage.cache_creation
-        return {
-            "input_tokens": max(usage.input_tokens - cached, 0),
-            "output_tokens": usage.output_tokens,
-            "cache_read_input_tokens": usage.cache_read,
-            "cache_creation_input_tokens": usage.cache_creation,
-        }
 
 
 class ResponsesStreamWriter(StreamWriter):
@@ -289,7 +284,10 @@ class ResponsesStreamWriter(StreamWriter):
             "response.in_progress", {"response": started}
         )
 
-    def _content(self, event: Text | CallStarted | CallArguments) -> bytes:
+    def _content(self, event: Content) -> bytes:
+        if isinstance(event, Reasoning):
+            items = _written(responses.write_reply, event.part)["output"]
+            return b"".join(self._whole_item(item) for item in items)
         if isinstance(event, Text):
             frames = b""
             item = self._open_item
@@ -319,6 +317,13 @@ class ResponsesStreamWriter(StreamWriter):
         call["arguments"] += event.json
         change = {**self._where(call), "delta": event.json}
         return self._event("response.function_call_arguments.delta", change)
+
+    def _whole_item(self, item: dict[str, Any]) -> bytes:
+        """An item that is complete when it starts (reasoning): added, then done."""
+        frames = self._add(item)
+        self._open_item = None
+        at = {"output_index": self._positions[item["id"]], "item": item}
+        return frames + self._event("response.output_item.done", at)
 
     def _open_message(self) -> bytes:
         message = {
@@ -372,9 +377,9 @@ class ResponsesStreamWriter(StreamWriter):
 
     def _end(self) -> bytes:
         frames = self._close_item()
-        reason = self._stop or "end"
-        if reason in ("length", "content_filter"):
-            why = "max_output_tokens" if reason == "length" else "content_filter"
+        reason = self._stop_reason(bool(self._calls))
+        if reason in ("max_tokens", "content_filter"):
+            why = "max_output_tokens" if reason == "max_tokens" else "content_filter"
             response = self._response("incomplete", incomplete_details={"reason": why})
             return frames + self._event("response.incomplete", {"response": response})
         response = self._response("completed")
@@ -390,7 +395,7 @@ class ResponsesStreamWriter(StreamWriter):
         head = self._head
         done = status != "in_progress"
         return {
-            "id": head.id or "resp_translated",
+            "id": _prefixed("resp_", head.id),
             "object": "response",
             "created_at": head.created,
             "status": status,
@@ -401,21 +406,19 @@ class ResponsesStreamWriter(StreamWriter):
             "tools": [],
             "error": None,
             "incomplete_details": None,
-            "usage": self._responses_usage() if done else None,
+            "store": False,
+            "usage": responses.write_usage(self._usage) if done else None,
             **fields,
-        }
-
-    def _responses_usage(self) -> dict[str, Any]:
-        usage = self._usage
-        return {
-            "input_tokens": usage.input_tokens,
-            "input_tokens_details": {"cached_tokens": usage.cache_read},
-            "output_tokens": usage.output_tokens,
-            "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
-            "total_tokens": usage.input_tokens + usage.output_tokens,
         }
 
     def _event(self, kind: str, fields: dict[str, Any]) -> bytes:
         frame = event_frame(kind, {"type": kind, **fields, "sequence_number": self._sequence})
         self._sequence += 1
         return frame
+
+
+def _prefixed(prefix: str, answer_id: str | None) -> str:
+    """The target's id for the answer under the prefix the caller's protocol uses."""
+    if not answer_id:
+        return f"{prefix}translated"
+    return answer_id if answer_id.startswith(prefix) else prefix + answer_id
