@@ -47,6 +47,8 @@ class StreamWriter(ABC):
         self._head = Started(None, model)
         self.opened = False
         self.closed = False
+        self.failure: str | None = None
+        """The code of the error the lifecycle ended with, if it failed."""
         self._usage = Usage()
         self._stop: Stop | None = None
 
@@ -77,6 +79,7 @@ class StreamWriter(ABC):
         if self.closed:
             return b""
         self.closed = True
+        self.failure = err.code
         return self._open_once() + self._failure(err)
 
     def _open_once(self) -> bytes:

@@ -54,6 +54,11 @@ class StreamTranslator:
         return self._reader.ended
 
     @property
+    def failure(self) -> str | None:
+        """The code of the error the caller's stream ended with, if it failed."""
+        return self._writer.failure
+
+    @property
     def closed(self) -> bool:
         """The caller's stream has its end: nothing more will be written."""
         return self._writer.closed

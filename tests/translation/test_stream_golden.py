@@ -13,6 +13,7 @@ import openai
 import orjson
 import pytest
 
+from clawpod.sidecar.translation.parts import unwrap_carried
 from clawpod.sidecar.translation.streams import stream_translator
 from tests.support import responses as scripted_responses
 from tests.support.codecs import codec_of
@@ -274,3 +275,88 @@ def _input_tokens(source: str, data: bytes) -> int:
             for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
         )
     return usage.get("prompt_tokens" if source == "chat" else "input_tokens") or 0
+
+
+# --- reasoning: carried opaquely to the protocol that can take it back -------------------------
+
+THINKING_STREAM = b"".join(
+    b"event: " + kind.encode() + b"\ndata: " + orjson.dumps({"type": kind, **fields}) + b"\n\n"
+    for kind, fields in (
+        (
+            "message_start",
+            {
+                "message": {
+                    "id": "msg_t",
+                    "model": "claude",
+                    "content": [],
+                    "usage": {"input_tokens": 7, "output_tokens": 1},
+                }
+            },
+        ),
+        (
+            "content_block_start",
+            {"index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}},
+        ),
+        (
+            "content_block_delta",
+            {"index": 0, "delta": {"type": "thinking_delta", "thinking": "Quote first."}},
+        ),
+        (
+            "content_block_delta",
+            {"index": 0, "delta": {"type": "signature_delta", "signature": "sig-123"}},
+        ),
+        ("content_block_stop", {"index": 0}),
+        ("content_block_start", {"index": 1, "content_block": {"type": "text", "text": ""}}),
+        ("content_block_delta", {"index": 1, "delta": {"type": "text_delta", "text": "On it."}}),
+        ("content_block_stop", {"index": 1}),
+        ("message_delta", {"delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 9}}),
+        ("message_stop", {}),
+    )
+)
+
+
+async def test_thinking_reaches_a_responses_caller_as_reasoning_it_can_send_back() -> None:
+    stream = translate("messages", "responses", THINKING_STREAM, 7)
+    async with StubUpstream() as upstream:
+        upstream.enqueue("responses", Reply.sse(stream))
+        client = openai.AsyncOpenAI(base_url=upstream.openai_url, api_key="k", max_retries=0)
+        async with client, client.responses.stream(model="m", input="hi") as live:
+            final = await live.get_final_response()
+    reasoning, message = final.output
+    assert reasoning.type == "reasoning" and message.type == "message"
+    carried = unwrap_carried(reasoning.encrypted_content)
+    assert carried is not None and carried["protocol"] == "messages"
+    assert carried["value"] == {
+        "type": "thinking",
+        "thinking": "Quote first.",
+        "signature": "sig-123",
+    }
+    assert final.output_text == "On it."
+
+
+async def test_responses_reasoning_reaches_a_messages_caller_as_thinking() -> None:
+    source = next(data for _, name, data in SOURCES if name.startswith("scripted reasoning"))
+    stream = translate("responses", "messages", source, 1)
+    async with StubUpstream() as upstream:
+        upstream.enqueue("anthropic", Reply.sse(stream))
+        claude = anthropic.AsyncAnthropic(
+            base_url=upstream.anthropic_url, api_key="k", max_retries=0
+        )
+        async with (
+            claude,
+            claude.messages.stream(
+                model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+            ) as live,
+        ):
+            message = await live.get_final_message()
+    thinking = message.content[0]
+    assert thinking.type == "thinking"
+    carried = unwrap_carried(thinking.signature)
+    assert carried is not None and carried["value"]["encrypted_content"] == "opaque"
+    assert [b.type for b in message.content] == ["thinking", "text", "tool_use", "tool_use"]
+
+
+def test_a_chat_caller_gets_no_reasoning() -> None:
+    stream = translate("messages", "chat", THINKING_STREAM, None)
+    assert b"Quote first" not in stream and b"sig-123" not in stream
+    assert b'"content":"On it."' in stream
