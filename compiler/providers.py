@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
@@ -15,7 +15,7 @@ from pydantic import (
 )
 
 from clawpod.compiler.descriptor import ENV_NAME
-from clawpod.sidecar.manifest import Price, Provider, RouteTarget, StreamTools
+from clawpod.sidecar.manifest import Price, Protocol, Provider, RouteTarget, StreamTools
 
 # An exact id or a glob: letters, digits and the punctuation of real ids (`provider/model`,
 # Ollama's `name:tag`, Vertex's `model@version`), plus the glob characters `*`, `?`, `[...]`.
@@ -51,8 +51,9 @@ class PriceSpec(BaseModel):
 class ProviderSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    api: Annotated[str, Field(pattern="^(openai|anthropic)$")] = Field(
-        description="wire protocol: openai | anthropic"
+    api: Annotated[str, Field(pattern="^(openai|anthropic|chat-completions|responses)$")] = Field(
+        description="wire protocol: openai (Chat Completions and Responses) | anthropic "
+        "(Messages) | chat-completions (only: most local servers) | responses (only)"
     )
     base_url: str = Field(alias="base-url", pattern=r"^https?://[^\s]+$")
     key_env: str | list[str] = Field(
@@ -105,8 +106,10 @@ class ProviderSpec(BaseModel):
         return models
 
     def to_provider(self) -> Provider:
+        api, protocols = _API_GRAMMAR[self.api]
         return Provider(
-            api=self.api,
+            api=api,
+            protocols=protocols,
             base_url=self.base_url,
             key_env=self.key_env,
             models=self.models,
@@ -115,6 +118,15 @@ class ProviderSpec(BaseModel):
             prices={glob: p.to_price() for glob, p in self.prices.items()} or None,
             stream_tools=self.stream_tools,
         )
+
+
+# A pod's ``api`` -> the provider's API family and the protocols it serves (None: all).
+_API_GRAMMAR: dict[str, tuple[Literal["openai", "anthropic"], list[Protocol] | None]] = {
+    "openai": ("openai", None),
+    "anthropic": ("anthropic", None),
+    "chat-completions": ("openai", ["chat"]),
+    "responses": ("openai", ["responses"]),
+}
 
 
 class RouteTargetSpec(BaseModel):

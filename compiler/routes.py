@@ -12,8 +12,9 @@ def pod_routes(
     declared: dict[str, list[RouteTargetSpec]] | None,
     providers: dict[str, Provider],
 ) -> dict[str, list[RouteTarget]]:
-    """The pod's fallback routes: every target a provider of the pod, all of one API (a route
-    fails over within the caller's protocol), each own model id an exact id."""
+    """The pod's fallback routes: every target a provider of the pod, each own model id an
+    exact id. Targets may speak different protocols: each gets the request translated into
+    its own (contract §18)."""
     routes: dict[str, list[RouteTarget]] = {}
     for glob, entries in (declared or {}).items():
         where = ("x-claw", "routes", glob)
@@ -31,16 +32,6 @@ def pod_routes(
                 raise reader.fail(
                     f"route {glob!r}: target model {target.model!r} must be a model id, "
                     "not a pattern",
-                    (*where, index),
-                )
-        first = providers[targets[0].provider].api
-        for index, target in enumerate(targets):
-            api = providers[target.provider].api
-            if api != first:
-                raise reader.fail(
-                    f"route {glob!r}: provider {target.provider!r} speaks the {api} API, the "
-                    f"route's first target {targets[0].provider!r} the {first} API; a route's "
-                    "targets speak one protocol",
                     (*where, index),
                 )
         routes[glob] = targets

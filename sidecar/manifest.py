@@ -185,6 +185,14 @@ class Price(_Model):
 StreamTools = Literal["auto", True, False]
 
 
+Protocol = Literal["chat", "responses", "messages"]
+# The protocols (codec names) each API's providers serve unless told otherwise.
+API_PROTOCOLS: dict[str, tuple[Protocol, ...]] = {
+    "openai": ("chat", "responses"),
+    "anthropic": ("messages",),
+}
+
+
 class Provider(_Model):
     api: Literal["openai", "anthropic"]
     base_url: str
@@ -203,6 +211,13 @@ class Provider(_Model):
 
     stream_tools: StreamTools = "auto"
     """Whether a streamed request that offers tools gets an answer from it (contract §7.4)."""
+    protocols: list[Protocol] | None = None
+    """The protocols it serves when not all of its API's (a Chat-only local server); None:
+    all of them. A request in another protocol is translated (contract §18)."""
+
+    @property
+    def served(self) -> tuple[Protocol, ...]:
+        return tuple(self.protocols) if self.protocols else API_PROTOCOLS[self.api]
 
     @property
     def key_envs(self) -> list[str]:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from clawpod.sidecar.server.auth import TokenVerifier
     from clawpod.sidecar.server.routing import ModelRouter
     from clawpod.sidecar.server.stream_tools import StreamToolsSupport
+    from clawpod.sidecar.server.translation_plan import Translations
     from clawpod.sidecar.server.upstream import UpstreamClient
     from clawpod.sidecar.state.continuity import ContinuityStore
     from clawpod.sidecar.state.journal import RequestJournal
@@ -106,3 +107,5 @@ class RequestContext:
     """Chat Completions usage was asked upstream for the budget; the client did not ask."""
     request_bytes: int = 0
     """Size of the client's body, where budget estimates start (#32)."""
+    translations: Translations | None = None
+    """Set when a target speaks another protocol than the caller (contract §18)."""

@@ -22,6 +22,7 @@ from clawpod.sidecar.manifest import AgentBuild
 from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.observability.logs import log_request
+from clawpod.sidecar.server import translated
 from clawpod.sidecar.server.accounting import record_request
 from clawpod.sidecar.server.auth import AuthError
 from clawpod.sidecar.server.body_bounds import check_shape
@@ -148,6 +149,8 @@ async def _read_and_serve(
             else:
                 ctx.provider_name = state.router.first_provider(codec.api)
                 ctx.targets = [(ctx.provider_name, state.config.providers[ctx.provider_name], None)]
+            if route.upstream is None:
+                translated.plan(ctx, body)  # a target of another protocol: refused or planned
         except ApiError as err:
             requested = body.get("model")
             ctx.model = requested if isinstance(requested, str) else None
@@ -165,7 +168,9 @@ async def _read_and_serve(
         withheld = _withheld(agent, codec, body)
         if withheld is not None:
             ctx.audit_extra = {"tools_injected": False, "reason": withheld}
-        if route.mediate and _injects(agent, codec, body):
+        if translated.counts_here(ctx):
+            await translated.answer_count(exchange, ctx, body)
+        elif route.mediate and _injects(agent, codec, body):
             await handle_mediated(exchange, ctx, body)
         elif route.path in codec.side_routes and _injects(agent, codec, body):
             counted = orjson.dumps(with_managed_tools(codec, agent, body))

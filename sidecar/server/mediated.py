@@ -42,6 +42,7 @@ from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from clawpod.sidecar.model.taint import TAINTED_ARGUMENT
 from clawpod.sidecar.observability import tracing
+from clawpod.sidecar.server import translated
 from clawpod.sidecar.server.accounting import call_cost, record_request
 from clawpod.sidecar.server.budget_gate import BYTES_PER_TOKEN
 from clawpod.sidecar.server.errors import FINAL_HEADERS, JSON_HEADERS
@@ -67,6 +68,7 @@ from clawpod.sidecar.state.journal import (
     request_identity,
 )
 from clawpod.sidecar.state.stored_objects import refs
+from clawpod.sidecar.translation import Untranslatable
 from clawpod.sidecar.transport import Response
 from clawpod.sidecar.transport.keepalive import with_keepalives
 
@@ -282,9 +284,14 @@ class _Driver:
             body = command.body
             if model is not None and model != body.get("model"):  # a fallback's own id
                 body = {**body, "model": model}
-            return upstream.send(
+            # A provider of another protocol gets the call translated (contract §18).
+            target, data = translated.model_call(self.ctx, target, command.body, model) or (
                 target,
                 orjson.dumps(body),
+            )
+            return upstream.send(
+                target,
+                data,
                 timeout_s=command.timeout_s,
                 max_body_bytes=upstream.max_response_bytes,
             )
@@ -295,10 +302,15 @@ class _Driver:
             return ModelFailed(exc.kind, exc.message)
         except ApiError as err:  # every key rests
             return ModelFailed("status", err.message, err.status, err.headers.get("retry-after"))
+        except Untranslatable as exc:
+            return ModelFailed("status", str(exc), 400)
         finally:
             self.state.metrics.observe_upstream(
                 self.ctx.provider_name, time.perf_counter() - started
             )
+        answered = translated.model_reply(self.ctx, reply)
+        if answered is not None:
+            return answered
         if reply.status != 200:
             body = self.state.upstream.redact(self.ctx.provider_name, reply.body)
             unserved = not_served_message(self.codec, self.ctx.provider_name, reply.status, body)
@@ -331,7 +343,7 @@ class _Driver:
         support = self.state.stream_tools
         provider = self.ctx.provider_name
         assert provider is not None
-        if not support.streams(provider, command.body):
+        if self.ctx.translations is not None or not support.streams(provider, command.body):
             event = await self._call_model_restreamed(command, show)
         else:
             may_fall_back = support.may_fall_back(provider) and offers_tools(command.body)

@@ -16,6 +16,7 @@ from clawpod.sidecar.codecs.openai_stream import UsageChunkStripper
 from clawpod.sidecar.codecs.usage import StreamUsage
 from clawpod.sidecar.model.errors import ApiError, upstream_failure
 from clawpod.sidecar.observability import tracing
+from clawpod.sidecar.server import translated
 from clawpod.sidecar.server.accounting import record_request
 from clawpod.sidecar.server.budget_gate import BYTES_PER_TOKEN
 from clawpod.sidecar.server.context import RequestContext
@@ -50,6 +51,9 @@ async def _pass_through(
     client = ctx.state.upstream
 
     def send(target: UpstreamTarget, model: str | None) -> Awaitable[Response]:
+        crossing = translated.passthrough_send(ctx, target, model)
+        if crossing is not None:  # a provider of another protocol (contract §18)
+            return client.send(*crossing, max_body_bytes=client.max_response_bytes)
         same = model is None or model == ctx.model
         return client.send(target, raw if same else _with_model(raw, model))
 
@@ -61,6 +65,9 @@ async def _pass_through(
         return await _fail(exchange, ctx, err)
     try:
         ctx.state.metrics.observe_upstream(ctx.provider_name, time.monotonic() - sent)
+        translation = translated.answered_in(ctx)
+        if translation is not None:
+            return await translated.relay_translated(exchange, ctx, upstream, translation)
         if upstream.status == 200 and upstream.content_type == "text/event-stream":
             if not ctx.stream:
                 # The client asked for one JSON body; a stream would break its SDK.

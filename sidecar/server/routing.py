@@ -1,11 +1,11 @@
 """Model routing: ``provider/model``, else the first fallback route (``routes``) whose glob
-matches, else the first provider of the route's API whose globs match (SPEC §4.1, §14)."""
+matches, else the first provider whose globs match, those of the route's API first (SPEC §4.1,
+§14). A target of another protocol than the caller's gets the request translated (§18)."""
 
 from __future__ import annotations
 
 from fnmatch import fnmatchcase
 
-from clawpod.sidecar.codecs import CODECS, codec_for_api
 from clawpod.sidecar.codecs.base import ProviderApi
 from clawpod.sidecar.manifest import MODEL_GLOB_CHARACTERS, Provider, SidecarConfig, is_model_glob
 from clawpod.sidecar.model.errors import ApiError
@@ -26,14 +26,11 @@ class ModelRouter:
         self._by_api: dict[str, list[tuple[str, Provider]]] = {"openai": [], "anthropic": []}
         for name, provider in config.providers.items():
             self._by_api[provider.api].append((name, provider))
-        # The compiler checked that every target of a route speaks one API.
-        self._routes: dict[str, list[tuple[str, list[tuple[str, str | None]]]]] = {
-            "openai": [],
-            "anthropic": [],
-        }
-        for glob, targets in (config.routes or {}).items():
-            api = config.providers[targets[0].provider].api
-            self._routes[api].append((glob, [(t.provider, t.model) for t in targets]))
+        # Routes of every API: a target of another protocol gets the request translated.
+        self._routes = [
+            (glob, [(t.provider, t.model) for t in targets])
+            for glob, targets in (config.routes or {}).items()
+        ]
         self._cache: dict[tuple[str, str], list[Target]] = {}
 
     def resolve(self, api: Api, model: object) -> tuple[str, Provider, str]:
@@ -64,7 +61,7 @@ class ModelRouter:
     def _resolve(self, api: Api, model: str) -> list[Target]:
         prefix, slash, _ = model.partition("/")
         if not (slash and prefix in self._providers):
-            for glob, targets in self._routes[api]:
+            for glob, targets in self._routes:
                 if fnmatchcase(model, glob):
                     return [(name, self._providers[name], own or model) for name, own in targets]
         return [self._resolve_provider(api, model)]
@@ -73,17 +70,12 @@ class ModelRouter:
         prefix, slash, rest = model.partition("/")
         if slash and prefix in self._providers:
             provider = self._providers[prefix]
-            if provider.api != api:
-                raise ApiError(
-                    400,
-                    "wrong_api_for_provider",
-                    f"provider {prefix!r} serves the {provider.api} API; "
-                    f"send this request to {codec_for_api(provider.api).route}",
-                )
             if _matches(provider, rest):
                 return prefix, provider, rest
             raise self._not_allowed(api, model)
-        for name, provider in self._by_api[api]:
+        # The caller's own API first; a provider of another protocol gets a translation.
+        other = "anthropic" if api == "openai" else "openai"
+        for name, provider in (*self._by_api[api], *self._by_api[other]):
             if _matches(provider, model):
                 return name, provider, model
         raise self._not_allowed(api, model)
@@ -131,15 +123,7 @@ class ModelRouter:
 
     def _not_allowed(self, api: Api, model: str) -> ApiError:
         other = "anthropic" if api == "openai" else "openai"
-        if any(_matches(provider, model) for _, provider in self._by_api[other]):
-            routes = " or ".join(codec.route for codec in CODECS if codec.api == other)
-            return ApiError(
-                400,
-                "wrong_api_for_model",
-                f"model {model!r} is served by this pod's {other} API, not this route's; "
-                f"send it to {routes}",
-            )
-        allowed = "; ".join(self.allowed(api)) or "none (no provider serves this API)"
+        allowed = "; ".join(self.allowed(api) + self.allowed(other)) or "none"
         return ApiError(
             400, "model_not_allowed", f"model {model!r} is not allowed here; allowed: {allowed}"
         )

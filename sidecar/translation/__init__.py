@@ -48,8 +48,8 @@ __all__ = [
     "translate_error",
     "translate_reply",
     "translate_request",
-    "unusable_reply",
     "untranslatable_error",
+    "unusable_reply",
 ]
 
 _MODULES: dict[str, ModuleType] = {"chat": chat, "messages": messages, "responses": responses}

@@ -76,6 +76,7 @@ WIRE_TO_STOP: dict[Any, Stop] = {
 }
 # Blocks a provider ran on its own side (web search, code execution): their result already
 # shaped the text; no other protocol has a place for them.
+_CHOICE_TO_WIRE = {"auto": "auto", "required": "any", "named": "tool"}
 _SERVER_BLOCK = re.compile(r"^(server_tool_use|.*_tool_result|.*_result)$")
 _ID_CHARACTER = re.compile(r"[^a-zA-Z0-9_-]")
 
@@ -262,9 +263,7 @@ def _wire_choice(request: Request) -> dict[str, Any] | None:
         return {"type": "auto", "disable_parallel_tool_use": True} if single else None
     if choice.mode == "none":
         return {"type": "none"}
-    wire: dict[str, Any] = {
-        "type": {"auto": "auto", "required": "any", "named": "tool"}[choice.mode]
-    }
+    wire: dict[str, Any] = {"type": _CHOICE_TO_WIRE[choice.mode]}
     if choice.mode == "named":
         wire["name"] = choice.name
     if single:

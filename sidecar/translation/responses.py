@@ -290,11 +290,7 @@ def _wire_items(message: Message, reply: bool) -> list[dict[str, Any]]:
         results = [p for p in message.parts if p["type"] == "tool_result"]
         others = [p for p in message.parts if p["type"] != "tool_result"]
         items = [
-            {
-                "type": "function_call_output",
-                "call_id": r["id"],
-                "output": result_text(r["content"]),
-            }
+            {"type": "function_call_output", "call_id": r["id"], "output": _output(r)}
             for r in results
         ]
         if others:
@@ -316,6 +312,10 @@ def _wire_items(message: Message, reply: bool) -> list[dict[str, Any]]:
     if texts:
         items.append(_assistant_message(texts, reply))
     return items
+
+
+def _output(result: Part) -> str:
+    return result_text(result["content"])
 
 
 def _wire_content(parts: list[Part]) -> list[dict[str, Any]]:
@@ -399,10 +399,9 @@ def read_reply(body: dict[str, Any]) -> Reply:
                     "arguments": string(item.get("arguments", ""), "arguments"),
                 }
             )
-        elif kind == "reasoning":
+        elif kind == "reasoning" and (item.get("encrypted_content") or item.get("summary")):
             # Without its encrypted content a reasoning item cannot be sent again (store off).
-            if item.get("encrypted_content") or item.get("summary"):
-                parts.append(_reasoning(item))
+            parts.append(_reasoning(item))
         # Items the provider ran itself (web_search_call, …) already shaped the text.
     details = body.get("incomplete_details")
     reason = details.get("reason") if isinstance(details, dict) else None

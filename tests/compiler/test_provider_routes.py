@@ -1,5 +1,5 @@
 """Pod grammar of SPEC §14: key pools, fallback routes, prices, USD budgets; the compiler
-refuses a route to an unknown provider or across protocols, and keeps every pooled key out of
+refuses a route to an unknown provider, and keeps every pooled key out of
 agents and in the sidecar's environment."""
 
 from __future__ import annotations
@@ -68,11 +68,30 @@ def test_an_agent_holding_a_pooled_key_is_refused(pod_dir: PodDir) -> None:
     assert "OPENAI_KEY_B" in error.reason and "provider 'openai'" in error.reason
 
 
+def test_a_route_may_cross_protocols_and_a_provider_may_serve_one(pod_dir: PodDir) -> None:
+    """Contract §18: a fallback may speak another protocol; ``api: chat-completions`` is a
+    Chat-only server (requests in other protocols are translated for it)."""
+    local = (
+        '    local: {api: chat-completions, base-url: "http://llm:8000/v1", key-env: LOCAL_KEY,\n'
+        '           models: ["local-*"]}\n'
+    )
+    crossing = '\n    "claude-*": [anthropic, {provider: local, model: local-model}]'
+    text = PROVIDERS.replace("  routes:\n", local + "  routes:\n").replace(ROUTE, ROUTE + crossing)
+    pod = pod_dir.compile(text + AGENT)
+    assert pod.providers["local"].api == "openai"
+    assert pod.providers["local"].served == ("chat",)
+    assert pod.providers["openai"].served == ("chat", "responses")
+    out = pod_dir.root / "out"
+    write_build(pod, out)
+    config = load_build(out).config
+    assert config.providers["local"].served == ("chat",)
+    assert [t.provider for t in config.routes["claude-*"]] == ["anthropic", "local"]
+
+
 @pytest.mark.parametrize(
     ("routes", "reason"),
     [
         ('"gpt-*": [openai, nowhere]', "no provider 'nowhere'"),
-        ('"gpt-*": [openai, anthropic]', "speaks the anthropic API"),
         ('"gpt-*": [{provider: openai, model: "gpt-*"}]', "not a pattern"),
         ('"gpt-*": []', "at least 1 item"),
         ('"gpt-[4": [openai]', "unbalanced"),

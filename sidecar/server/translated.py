@@ -1,0 +1,273 @@
+"""The server's side of protocol translation (contract §18, docs/translation.md): which
+targets of a request speak another protocol than its caller, the request each of them gets,
+and their answers and errors back in the caller's protocol, for pass-through and mediated
+requests alike. The translating itself is sans-IO, in ``translation/``."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from clawpod.sidecar.audit.records import usage_record
+from clawpod.sidecar.codecs import CODECS
+from clawpod.sidecar.codecs.base import Codec
+from clawpod.sidecar.mediation.commands import Event, ModelFailed, ModelReplied
+from clawpod.sidecar.model.conversation import Conversation, ToolChoice
+from clawpod.sidecar.model.errors import ApiError, upstream_failure
+from clawpod.sidecar.server.accounting import record_request
+from clawpod.sidecar.server.budget_gate import BYTES_PER_TOKEN
+from clawpod.sidecar.server.errors import reply_error
+from clawpod.sidecar.server.translation_plan import Translations
+from clawpod.sidecar.server.upstream import UpstreamResponse, UpstreamTarget, translate_error
+from clawpod.sidecar.translation import (
+    Translated,
+    Untranslatable,
+    target_protocol,
+    translate_reply,
+    translate_request,
+    untranslatable_error,
+    unusable_reply,
+)
+from clawpod.sidecar.translation import (
+    translate_error as translate_provider_error,
+)
+from clawpod.sidecar.transport import Response, TransportError
+
+if TYPE_CHECKING:
+    from clawpod.sidecar.manifest import Provider
+    from clawpod.sidecar.server.context import RequestContext
+    from clawpod.sidecar.server.exchange import Exchange
+
+_CODECS = {codec.name: codec for codec in CODECS}
+SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+JSON_HEADERS = {"Content-Type": "application/json"}
+# Provider answer headers that keep their meaning whatever the protocol.
+_KEPT_HEADERS = ("retry-after", "retry-after-ms", "x-request-id", "request-id")
+
+
+def spoken(caller: Codec, provider: Provider) -> Codec:
+    """The codec of the protocol ``provider`` is spoken to in, for a ``caller`` request."""
+    return _CODECS[target_protocol(caller.name, provider.served)]
+
+
+def plan(ctx: RequestContext, body: dict[str, Any]) -> None:
+    """Translate the client's body for every target of another protocol, up front, so what
+    cannot be carried is refused before anything goes upstream (``ApiError`` 400, naming the
+    provider and what is missing). Sets ``ctx.translations`` when any target needs one."""
+    caller = ctx.codec
+    found: dict[str, Translated] = {}
+    for name, provider, _ in ctx.targets:
+        protocol = target_protocol(caller.name, provider.served)
+        if protocol == caller.name or protocol in found:
+            continue
+        try:
+            found[protocol] = translate_request(body, caller.name, protocol)
+        except Untranslatable as exc:
+            raise untranslatable_error(exc, name, caller.name, protocol) from None
+    if not found:
+        return
+    options = body.get("stream_options")
+    ctx.translations = Translations(
+        caller, found, isinstance(options, dict) and options.get("include_usage") is True
+    )
+    if caller.name == "responses":
+        # Nothing is stored upstream: the engine must not chain calls by response id.
+        body["store"] = False
+    dropped = sorted({name for t in found.values() for name in t.dropped})
+    extra = {"translation": {"from": caller.name, "to": sorted(found), "dropped": dropped}}
+    ctx.audit_extra = (ctx.audit_extra or {}) | extra
+
+
+def retarget(ctx: RequestContext, target: UpstreamTarget, protocol: str) -> UpstreamTarget:
+    """``target`` on the route of ``protocol``, with only the client headers it understands."""
+    codec = _CODECS[protocol]
+    headers = {k: v for k, v in target.forward_headers.items() if k in codec.forwarded_headers}
+    return replace(target, route=codec.route, forward_headers=headers, stream=False)
+
+
+def _with_model(body: dict[str, Any], model: str | None) -> dict[str, Any]:
+    return body if model is None or model == body.get("model") else {**body, "model": model}
+
+
+# --- pass-through -----------------------------------------------------------------------------
+
+
+def passthrough_send(
+    ctx: RequestContext, target: UpstreamTarget, model: str | None
+) -> tuple[UpstreamTarget, bytes] | None:
+    """The target and body of a pass-through to a provider of another protocol; None when
+    the provider speaks the caller's."""
+    translations = ctx.translations
+    protocol = translations and translations.protocol_of(_provider(ctx, target.provider))
+    if not protocol:
+        return None
+    body = _with_model(translations.by_protocol[protocol].body, model)
+    return retarget(ctx, target, protocol), orjson.dumps(body)
+
+
+def answered_in(ctx: RequestContext) -> Translated | None:
+    """The translation of the target that answered, if it speaks another protocol."""
+    translations = ctx.translations
+    if translations is None or ctx.provider_name is None:
+        return None
+    protocol = translations.protocol_of(_provider(ctx, ctx.provider_name))
+    return translations.by_protocol[protocol] if protocol else None
+
+
+async def relay_translated(
+    exchange: Exchange, ctx: RequestContext, upstream: Response, translated: Translated
+) -> None:
+    """The provider's whole answer, in the caller's protocol (a streaming caller gets it as
+    one stream rendered by its own codec)."""
+    provider = ctx.provider_name or ""
+    try:
+        data = await upstream.read()
+    except TransportError as exc:
+        failure = translate_error(exc, provider)
+        return await _fail(ctx, exchange, upstream_failure(failure.kind, failure.message))
+    reply = UpstreamResponse(upstream.status, upstream.headers, data)
+    event = _reply_event(ctx, reply, translated)
+    if isinstance(event, ApiError):
+        return await _fail(ctx, exchange, event)
+    body = event.body
+    target = _CODECS[translated.target]
+    usage = _usage(target, translated.body, event.upstream_usage)
+    headers = _kept_headers(upstream)
+    with contextlib.suppress(ConnectionError):  # a client that left is still audited
+        if ctx.stream:
+            await exchange.start_stream(200, {**SSE_HEADERS, **headers})
+            conversation = _stream_conversation(ctx, body)
+            for frame in ctx.codec.render_stream(conversation, body):
+                await exchange.write(frame)
+            await exchange.end()
+        else:
+            await exchange.respond(200, orjson.dumps(body), {**JSON_HEADERS, **headers})
+    await record_request(ctx, http_status=200, usage=usage)
+
+
+async def _fail(ctx: RequestContext, exchange: Exchange, err: ApiError) -> None:
+    await reply_error(exchange, ctx.codec, err)
+    await record_request(
+        ctx, http_status=err.status, error_code=err.code, usage=usage_record(rounds=1)
+    )
+
+
+def _kept_headers(upstream: Response) -> dict[str, str]:
+    return {name: upstream.headers[name] for name in _KEPT_HEADERS if name in upstream.headers}
+
+
+def _usage(target: Codec, request: dict[str, Any], usage: Any) -> dict[str, int]:
+    """The call's usage as its provider counted it (prices know each provider's sense of
+    input tokens), an estimate marked as such where it counted none."""
+    tokens = target.usage_counts(usage)
+    if not any(tokens):
+        estimate = usage_record(len(orjson.dumps(request)) // BYTES_PER_TOKEN, 0, rounds=1)
+        estimate["estimated"] = True
+        return estimate
+    read, creation = target.cache_counts(usage)
+    return usage_record(*tokens, rounds=1, cache_read=read, cache_creation=creation)
+
+
+def _stream_conversation(ctx: RequestContext, body: dict[str, Any]) -> Conversation:
+    """What the caller codec's stream rendering reads of a request."""
+    assert ctx.translations is not None
+    return Conversation(
+        params={"model": body.get("model")},
+        messages=[],
+        fingerprints=[],
+        seed="",
+        roles=[],
+        tools=[],
+        runner_tool_names=set(),
+        tool_choice=ToolChoice(mode=None),
+        stream=True,
+        include_usage=ctx.translations.include_usage,
+    )
+
+
+# --- model calls (mediated) -------------------------------------------------------------------
+
+
+def model_call(
+    ctx: RequestContext, target: UpstreamTarget, body: dict[str, Any], model: str | None
+) -> tuple[UpstreamTarget, bytes] | None:
+    """The target and body of one mediated model call to a provider of another protocol;
+    None when the provider speaks the caller's. ``Untranslatable`` if it cannot carry it."""
+    translations = ctx.translations
+    protocol = translations and translations.protocol_of(_provider(ctx, target.provider))
+    if not protocol:
+        return None
+    translated = translate_request(body, translations.caller.name, protocol)
+    translations.calls[protocol] = translated
+    return retarget(ctx, target, protocol), orjson.dumps(_with_model(translated.body, model))
+
+
+def model_reply(ctx: RequestContext, reply: UpstreamResponse) -> Event | None:
+    """A mediated call's answer from a provider of another protocol, as the engine's event
+    in the caller's protocol; None when the provider speaks the caller's."""
+    translations = ctx.translations
+    protocol = translations and translations.protocol_of(_provider(ctx, ctx.provider_name or ""))
+    if not protocol:
+        return None
+    event = _reply_event(ctx, reply, translations.calls[protocol])
+    if isinstance(event, _Replied):
+        return ModelReplied(event.body)
+    if event.code == "upstream_protocol_error":
+        return ModelFailed("protocol", event.message)
+    return ModelFailed("status", event.message, event.status, event.headers.get("retry-after"))
+
+
+@dataclass(slots=True)
+class _Replied:
+    body: dict[str, Any]
+    upstream_usage: Any
+
+
+def _reply_event(
+    ctx: RequestContext, reply: UpstreamResponse, translated: Translated
+) -> _Replied | ApiError:
+    """The provider's answer in the caller's protocol, or the error to tell the caller."""
+    provider = ctx.provider_name or ""
+    target = _CODECS[translated.target]
+    if not 200 <= reply.status < 300:
+        data = ctx.state.upstream.redact(provider, reply.body)
+        err = translate_provider_error(reply.status, data, provider, translated.target)
+        retry_after = reply.headers.get("Retry-After")
+        if retry_after:
+            err.headers["retry-after"] = retry_after
+        return err
+    try:
+        if "text/event-stream" in reply.headers.get("Content-Type", ""):
+            upstream = target.assemble_stream(reply.body)
+        else:
+            upstream = orjson.loads(reply.body)
+        return _Replied(translate_reply(upstream, translated), upstream.get("usage"))
+    except (Untranslatable, ValueError, KeyError, TypeError, IndexError) as exc:
+        return unusable_reply(Untranslatable(str(exc)), provider, translated.target)
+
+
+# --- side routes ------------------------------------------------------------------------------
+
+
+def counts_here(ctx: RequestContext) -> bool:
+    """A token count (``count_tokens``, ``input_tokens``) for a provider of another protocol,
+    which has no such route: the sidecar estimates it."""
+    return ctx.route in ctx.codec.side_routes and ctx.translations is not None
+
+
+async def answer_count(exchange: Exchange, ctx: RequestContext, body: dict[str, Any]) -> None:
+    tokens = max(len(orjson.dumps(body)) // BYTES_PER_TOKEN, 1)
+    answer: dict[str, Any] = {"input_tokens": tokens}
+    if ctx.codec.name == "responses":
+        answer["object"] = "response.input_tokens"
+    with contextlib.suppress(ConnectionError):
+        await exchange.respond(200, orjson.dumps(answer), JSON_HEADERS)
+    usage = usage_record(rounds=0)
+    await record_request(ctx, http_status=200, usage=usage, extra={"estimated_count": True})
+
+
+def _provider(ctx: RequestContext, name: str) -> Provider:
+    return ctx.state.config.providers[name]

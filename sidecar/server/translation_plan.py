@@ -1,0 +1,31 @@
+"""Which targets of one request speak another protocol than its caller, and the client's body
+written in each of them (contract §18); filled by ``translated.plan``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from clawpod.sidecar.codecs.base import Codec
+from clawpod.sidecar.translation import Translated, target_protocol
+
+if TYPE_CHECKING:
+    from clawpod.sidecar.manifest import Provider
+
+
+@dataclass(slots=True)
+class Translations:
+    """A request some of whose targets speak another protocol than its caller."""
+
+    caller: Codec
+    by_protocol: dict[str, Translated]
+    """The client's body in each target protocol it needs (pass-through sends these)."""
+    include_usage: bool = False
+    """A streaming Chat caller asked for the usage chunk."""
+    calls: dict[str, Translated] = field(default_factory=dict)
+    """The current model call's body in each protocol (mediated: one body per call)."""
+
+    def protocol_of(self, provider: Provider) -> str | None:
+        """The protocol of a provider that needs a translation; None: it speaks the caller's."""
+        protocol = target_protocol(self.caller.name, provider.served)
+        return None if protocol == self.caller.name else protocol
