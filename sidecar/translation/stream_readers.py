@@ -42,22 +42,39 @@ class StreamReader(ABC):
         self._reader = EventReader()
         self.ended = False
         """The stream's end marker (or an in-stream failure, its other end) was read."""
+        self.events = 0
+        """SSE events read: a stream with none said nothing at all."""
+        self.malformed: str | None = None
+        """Why the stream is not valid, once an event was not (nothing after it is read)."""
 
     def feed(self, data: bytes) -> list[StreamEvent]:
-        """The events these bytes complete; ``ValueError`` (``CodecError``, bad JSON or
-        UTF-8) for a malformed one."""
-        return self._read(self._reader.feed(data))
+        """The events these bytes complete, up to a malformed one (then ``malformed``)."""
+        try:
+            events = self._reader.feed(data)
+        except ValueError as exc:  # bad UTF-8
+            self.malformed = str(exc)
+            return []
+        return self._read(events)
 
     def finish(self) -> list[StreamEvent]:
         """What the end of the stream completes."""
-        return self._read(self._reader.finish())
+        try:
+            events = self._reader.finish()
+        except ValueError as exc:
+            self.malformed = str(exc)
+            return []
+        return self._read(events)
 
     def _read(self, events: list[tuple[str | None, str]]) -> list[StreamEvent]:
         found: list[StreamEvent] = []
         for name, payload in events:
-            if self.ended:
+            if self.ended or self.malformed:
                 break  # nothing after the end counts
-            self._event(name, payload, found)
+            self.events += 1
+            try:
+                self._event(name, payload, found)
+            except ValueError as exc:  # CodecError, bad JSON: the events before it stand
+                self.malformed = str(exc)
             self.ended = bool(found) and isinstance(found[-1], Ended | Failed)
         return found
 

@@ -54,8 +54,13 @@ class StreamTranslator:
         return self._reader.ended
 
     @property
-    def failure(self) -> str | None:
-        """The code of the error the caller's stream ended with, if it failed."""
+    def said_nothing(self) -> bool:
+        """The target stream carried no event at all (a server that cannot stream this)."""
+        return self._reader.events == 0
+
+    @property
+    def failure(self) -> ApiError | None:
+        """The error the caller's stream ended with, if it failed."""
         return self._writer.failure
 
     @property
@@ -66,24 +71,24 @@ class StreamTranslator:
     def feed(self, data: bytes) -> bytes:
         if self._writer.closed:
             return b""
-        try:
-            events = self._reader.feed(data)
-        except ValueError as exc:  # CodecError, bad JSON, bad UTF-8
-            return self._writer.fail(self._malformed(str(exc)))
+        events = self._reader.feed(data)
         self._unfinished = 0 if events else self._unfinished + len(data)
+        frames = self._writer.write(events)
+        if self._reader.malformed is not None:
+            return frames + self._writer.fail(self._malformed(self._reader.malformed))
         if self._unfinished > MAX_EVENT_BYTES:
-            return self._writer.fail(self._malformed(f"an event exceeds {MAX_EVENT_BYTES} bytes"))
-        return self._writer.write(events)
+            why = f"an event exceeds {MAX_EVENT_BYTES} bytes"
+            return frames + self._writer.fail(self._malformed(why))
+        return frames
 
     def finish(self) -> bytes:
         """The target stream ended: what its end completes, and the caller's error and end if
         it stopped before its end marker."""
         frames = self.feed(b"")
         if not self._writer.closed:
-            try:
-                frames += self._writer.write(self._reader.finish())
-            except ValueError as exc:
-                frames += self._writer.fail(self._malformed(str(exc)))
+            frames += self._writer.write(self._reader.finish())
+        if not self._writer.closed and self._reader.malformed is not None:
+            frames += self._writer.fail(self._malformed(self._reader.malformed))
         if not self._writer.closed:
             message = f"provider {self._provider!r} ended the stream before its end"
             frames += self._writer.fail(ApiError(502, "upstream_protocol_error", message))
@@ -105,11 +110,12 @@ def stream_translator(
     provider: str,
     model: str | None,
     include_usage: bool,
+    tells: bool = True,
 ) -> StreamTranslator:
     """A translator from a stream of the ``target`` protocol (``chat``, ``messages``,
     ``responses``) to ``caller``'s. ``model``: the model the caller
     asked for, shown until the target names its own; ``include_usage``: a Chat Completions
-    caller asked for the usage chunk."""
+    caller asked for the usage chunk; ``tells``: see ``StreamWriter.tells``."""
     writer: StreamWriter
     if caller.name == "chat":
         writer = ChatStreamWriter(model, include_usage=include_usage, error_body=caller.error_body)
@@ -117,4 +123,5 @@ def stream_translator(
         writer = MessagesStreamWriter(model, error_body=caller.error_body)
     else:
         writer = ResponsesStreamWriter(model)
+    writer.tells = tells
     return StreamTranslator(_READERS[target](), writer, provider)

@@ -99,6 +99,15 @@ def test_garbage_event_ends_the_callers_stream_with_an_error(source: str, caller
 
 
 @pytest.mark.parametrize(("source", "caller"), DIRECTIONS)
+def test_garbage_in_the_same_piece_keeps_what_came_before_it(source: str, caller: str) -> None:
+    """A malformed event read in one piece with good ones: those before it still go out."""
+    translation = translator(source, caller)
+    out = translation.feed(OPENING[source] + GARBAGE + OPENING[source])
+    assert translation.closed
+    assert_ends_with_error(caller, out, "not valid")
+
+
+@pytest.mark.parametrize(("source", "caller"), DIRECTIONS)
 def test_stream_without_its_end_marker_ends_with_an_error(source: str, caller: str) -> None:
     translation = translator(source, caller)
     out = translation.feed(OPENING[source]) + translation.finish()
