@@ -22,10 +22,17 @@ from clawpod.sidecar.codecs.streaming import TextDelta
 from clawpod.sidecar.mediation.commands import Event, ModelFailed, ModelReplied
 from clawpod.sidecar.model.conversation import CodecError, Conversation
 from clawpod.sidecar.model.errors import ApiError
+from clawpod.sidecar.server import translated_stream
 from clawpod.sidecar.server.failover import open_upstream
 from clawpod.sidecar.server.stream_tools import REFUSAL_STATUSES
 from clawpod.sidecar.server.unserved import NOT_SERVED, not_served_message
-from clawpod.sidecar.server.upstream import UpstreamError, UpstreamTarget, translate_error
+from clawpod.sidecar.server.upstream import (
+    UpstreamError,
+    UpstreamResponse,
+    UpstreamTarget,
+    translate_error,
+)
+from clawpod.sidecar.translation import Untranslatable
 from clawpod.sidecar.transport import Response, TransportError
 
 if TYPE_CHECKING:
@@ -69,9 +76,14 @@ async def call_model_streaming(
         request = streamed
         if model is not None and model != streamed.get("model"):  # a fallback's own id
             request = {**streamed, "model": model}
-        return upstream.send(
+        # A provider of another protocol gets the call translated, streamed (contract §18).
+        target, data = translated_stream.live_call(ctx, codec, target, request) or (
             target,
             orjson.dumps(request),
+        )
+        return upstream.send(
+            target,
+            data,
             read_timeout_s=timeout_s,
             max_body_bytes=upstream.max_response_bytes,
         )
@@ -82,10 +94,13 @@ async def call_model_streaming(
         return ModelFailed(exc.kind, exc.message)
     except ApiError as err:  # every key rests
         return ModelFailed("status", err.message, err.status, err.headers.get("retry-after"))
+    except Untranslatable as exc:
+        return ModelFailed("status", str(exc), 400)
     provider = ctx.provider_name
     assert provider is not None
     assembler = codec.stream_assembler()
     end = codec.end_watch()
+    crossing = translated_stream.live_translator(ctx, codec)  # the provider's stream as ours
     try:
         if response.status != 200:
             data = upstream.redact(provider, await response.read())
@@ -94,12 +109,21 @@ async def call_model_streaming(
                 return ModelFailed(NOT_SERVED, unserved)
             if may_fall_back and response.status in REFUSAL_STATUSES:
                 return StreamUnanswered(f"answered {response.status}", definitive=False)
+            if crossing is not None:
+                refused = UpstreamResponse(response.status, response.headers, data)
+                return translated_stream.crossed_reply(ctx, refused)
             return ModelFailed(
                 "status",
                 codec.provider_error_message(data),
                 response.status,
                 response.headers.get("Retry-After"),
             )
+        if response.content_type != "text/event-stream" and crossing is not None:
+            whole = UpstreamResponse(200, response.headers, await response.read())
+            answered = translated_stream.crossed_reply(ctx, whole)
+            if isinstance(answered, ModelReplied):
+                await show_whole(codec, conversation, answered.body, show)
+            return answered
         if response.content_type != "text/event-stream":
             # A provider that answers whole: its text is shown at once.
             reply = orjson.loads(await response.read())
@@ -109,9 +133,17 @@ async def call_model_streaming(
             return ModelReplied(reply)
         while chunk := await response.read_chunk():
             end.feed(chunk)
+            if crossing is not None:
+                chunk = crossing.feed(chunk)
             deltas = assembler.feed(chunk)
             if deltas:
                 await show(assembler.head, deltas)
+            if crossing is not None and crossing.failure is not None:
+                break
+        if crossing is not None:
+            failed = translated_stream.finish_crossing(crossing, assembler)
+            if failed is not None:
+                return failed
         try:
             return ModelReplied(assembler.finish())
         except CodecError:
@@ -125,7 +157,8 @@ async def call_model_streaming(
         return ModelFailed("protocol", f"the provider's reply is not valid: {exc}")
     finally:
         # A stream without its end marker leaves the connection's state unknown: not pooled.
-        response.release(reuse=end.seen or response.content_type != "text/event-stream")
+        whole = end.seen if crossing is None else crossing.complete
+        response.release(reuse=whole or response.content_type != "text/event-stream")
 
 
 async def show_whole(

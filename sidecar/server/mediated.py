@@ -343,7 +343,7 @@ class _Driver:
         support = self.state.stream_tools
         provider = self.ctx.provider_name
         assert provider is not None
-        if self.ctx.translations is not None or not support.streams(provider, command.body):
+        if not support.streams(provider, command.body):
             event = await self._call_model_restreamed(command, show)
         else:
             may_fall_back = support.may_fall_back(provider) and offers_tools(command.body)

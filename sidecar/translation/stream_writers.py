@@ -47,8 +47,11 @@ class StreamWriter(ABC):
         self._head = Started(None, model)
         self.opened = False
         self.closed = False
-        self.failure: str | None = None
-        """The code of the error the lifecycle ended with, if it failed."""
+        self.failure: ApiError | None = None
+        """The error the lifecycle ended with, if it failed."""
+        self.tells = True
+        """A failure goes out as the protocol's in-band error and end. Without it, it is only
+        kept in ``failure`` for whoever tells the caller its own way (a mediated round)."""
         self._usage = Usage()
         self._stop: Stop | None = None
 
@@ -79,8 +82,8 @@ class StreamWriter(ABC):
         if self.closed:
             return b""
         self.closed = True
-        self.failure = err.code
-        return self._open_once() + self._failure(err)
+        self.failure = err
+        return self._open_once() + self._failure(err) if self.tells else b""
 
     def _open_once(self) -> bytes:
         if self.opened:
