@@ -32,7 +32,7 @@ import orjson
 from bench import interleaved, loadgen, streamclient, workloads
 from bench.processes import Server, cpu_seconds, free_port, rss_bytes, start_server
 from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
-from clawpod.sidecar.manifest import ToolPolicy
+from clawpod.sidecar.manifest import Provider, ToolPolicy
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH_DIR = REPO / "bench"
@@ -40,6 +40,10 @@ LITELLM_VENV = BENCH_DIR / ".venv-litellm"
 PROVIDER_KEYS = {"OPENAI_API_KEY": "sk-bench-openai", "ANTHROPIC_API_KEY": "sk-bench-anthropic"}
 PASS_MODEL = "gpt-4o-mini"
 ANTHROPIC_MODEL = "claude-bench"
+# A Messages request to a Chat-Completions-only provider (contract §18): the same body as
+# anthropic_json, translated both ways.
+TRANSLATED_MODEL = "xlate-bench"
+TRANSLATED = "anthropic_to_chat_json"
 TARGET_NAMES = ("direct", "bare", "sidecar", "litellm")
 TTFB_MAX_SECONDS = 15.0  # caps slow proxies' stream runs (LiteLLM needs ~0.2 s per stream)
 
@@ -252,6 +256,7 @@ class Bench:
             "openai_json": workloads.openai_chat(PASS_MODEL),
             "openai_sse": workloads.openai_chat(PASS_MODEL, stream=True),
             "anthropic_json": workloads.anthropic_messages(ANTHROPIC_MODEL),
+            TRANSLATED: workloads.anthropic_messages(TRANSLATED_MODEL),
             "slow_sse": workloads.openai_chat("gpt-bench-slow", stream=True),
             "gap_sse": workloads.openai_chat(f"{PASS_MODEL}-gap", stream=True),
         }
@@ -358,6 +363,12 @@ class Bench:
                         lambda t=target, w=workload, c=concurrency: self.measure(t, w, c)
                     )
                     matrix.setdefault(name, {}).setdefault(workload, {})[str(concurrency)] = cell
+        sidecar = self.targets.get("sidecar")
+        for concurrency in self.settings.concurrencies if sidecar else ():
+            # Translation is the sidecar's alone: compared with its own anthropic_json.
+            log(f"sidecar  {TRANSLATED} c={concurrency}")
+            cell = self._safe(lambda c=concurrency: self.measure(sidecar, TRANSLATED, c))
+            matrix["sidecar"].setdefault(TRANSLATED, {})[str(concurrency)] = cell
         return matrix
 
     def streaming_ttfb(self) -> dict[str, dict[str, dict]]:
@@ -581,7 +592,15 @@ def write_bench_build(root: Path, upstream_url: str, tools_url: str) -> dict[str
         AgentSpec("bench-mediated", tools=[lookup], policy=policy),
         AgentSpec("bench-mediated-write", tools=[write], policy=policy),
     ]
-    return write_build(root, agents, providers_for(upstream_url + "/v1", upstream_url), pod="bench")
+    providers = providers_for(upstream_url + "/v1", upstream_url)
+    providers["local"] = Provider(
+        api="openai",
+        protocols=["chat"],
+        base_url=upstream_url + "/v1",
+        key_env="OPENAI_API_KEY",
+        models=[TRANSLATED_MODEL],
+    )
+    return write_build(root, agents, providers, pod="bench")
 
 
 def sidecar_command(build: Path, state_dir: Path, admin_port: int) -> list[str]:
@@ -695,6 +714,11 @@ def derive(results: dict, settings: Settings) -> dict[str, Any]:
         "latency_openai_json": interleaved.added(measured.get("openai_json", {})),
         "ttfb_openai_sse": interleaved.added(measured.get("gap_sse", {}), key="ttfb"),
     }
+    translated = matrix.get("sidecar", {}).get(TRANSLATED, {}).values()
+    translated_cpu = _aggregate_cpu([c for c in translated if "error" not in c])
+    derived["translation_cpu_ms_over_passthrough"] = _diff(
+        translated_cpu, derived["cpu_ms_per_request"].get("sidecar", {}).get("anthropic_json")
+    )
     derived["mediated"] = derive_mediated(results, settings)
     derived["keepalive_reuse"] = derive_reuse(results)
     return derived
@@ -855,6 +879,12 @@ def check_targets(results: dict) -> list[dict[str, Any]]:
         ),
         (f"compile {compile_size} wall (s)", compiled.get("seconds_best"), "<=", 2.0),
         (f"compile {compile_size} CPU (s)", compiled.get("cpu_seconds_best"), "<=", 2.0),
+        (
+            "translation CPU over same-protocol pass-through (ms)",
+            derived.get("translation_cpu_ms_over_passthrough"),
+            "<=",
+            0.05,
+        ),
     ]
     # What the bare aiohttp forwarder scores on the same target: the floor of a Python hop.
     bare_added = derived["interleaved_c1_added_ms"]["latency_openai_json"].get("bare", {})

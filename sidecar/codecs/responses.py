@@ -119,6 +119,8 @@ class ResponsesCodec(OpenAIShapes, Codec):
     def stored_ids(self, body: Any) -> list[tuple[str, str]]:
         if not isinstance(body, dict) or body.get("object") != "response":
             return []
+        if body.get("store") is False and body.get("conversation") is None:
+            return []  # not stored: no later request can name it (a translated answer is not)
         found = [("response", body["id"])] if isinstance(body.get("id"), str) else []
         conversation = _conversation_id(body.get("conversation"))
         return found + ([("conversation", conversation)] if conversation else [])

@@ -6,7 +6,7 @@ requests alike. The translating itself is sans-IO, in ``translation/``."""
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -45,7 +45,7 @@ _CODECS = {codec.name: codec for codec in CODECS}
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
 JSON_HEADERS = {"Content-Type": "application/json"}
 # Provider answer headers that keep their meaning whatever the protocol.
-_KEPT_HEADERS = ("retry-after", "retry-after-ms", "x-request-id", "request-id")
+_KEPT_HEADERS = frozenset({"retry-after", "retry-after-ms", "x-request-id", "request-id"})
 
 
 def spoken(caller: Codec, provider: Provider) -> Codec:
@@ -76,16 +76,20 @@ def plan(ctx: RequestContext, body: dict[str, Any]) -> None:
     if caller.name == "responses":
         # Nothing is stored upstream: the engine must not chain calls by response id.
         body["store"] = False
-    dropped = sorted({name for t in found.values() for name in t.dropped})
-    extra = {"translation": {"from": caller.name, "to": sorted(found), "dropped": dropped}}
-    ctx.audit_extra = (ctx.audit_extra or {}) | extra
+    record: dict[str, Any] = {"from": caller.name, "to": list(found)}
+    dropped = {name for t in found.values() for name in t.dropped}
+    if dropped:
+        record["dropped"] = sorted(dropped)
+    ctx.audit_extra = {**(ctx.audit_extra or {}), "translation": record}
 
 
 def retarget(ctx: RequestContext, target: UpstreamTarget, protocol: str) -> UpstreamTarget:
     """``target`` on the route of ``protocol``, with only the client headers it understands."""
     codec = _CODECS[protocol]
-    headers = {k: v for k, v in target.forward_headers.items() if k in codec.forwarded_headers}
-    return replace(target, route=codec.route, forward_headers=headers, stream=False)
+    forwarded = target.forward_headers
+    headers = {k: v for k, v in forwarded.items() if k in codec.forwarded_headers}
+    # Built, not ``dataclasses.replace``d: this runs on every translated call.
+    return UpstreamTarget(target.provider, codec.route, headers, False, key=target.key)
 
 
 def _with_model(body: dict[str, Any], model: str | None) -> dict[str, Any]:
@@ -156,7 +160,7 @@ async def _fail(ctx: RequestContext, exchange: Exchange, err: ApiError) -> None:
 
 
 def _kept_headers(upstream: Response) -> dict[str, str]:
-    return {name: upstream.headers[name] for name in _KEPT_HEADERS if name in upstream.headers}
+    return {k: v for k, v in upstream.headers.items() if k.lower() in _KEPT_HEADERS}
 
 
 def _usage(target: Codec, request: dict[str, Any], usage: Any) -> dict[str, int]:

@@ -5,7 +5,8 @@ an OpenAI-compatible local server often serves only Chat Completions: it answers
 routes with a bare ``404 {"detail": "Not Found"}``. Relayed as is, that names no provider and
 suggests nothing. Until the sidecar translates between protocols (contract §18), such an
 answer becomes this refusal, in the caller's protocol: the provider, the protocol it lacks,
-and what to do instead. Translation, when it lands, replaces this module.
+and what to do instead. A provider declared with the protocols it serves (``api:
+chat-completions``) is never asked for another: the request is translated (``translated.py``).
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ def not_served_message(codec: Codec, provider: str, status: int, body: bytes) ->
     return (
         f"provider {provider!r} does not serve {codec.title} (it answered {status} to "
         f"{codec.upstream_path}); {instead}route this model to a provider that serves "
-        f"{codec.title}. If it should serve it, check the provider's base-url."
+        f"{codec.title}. If it should serve it, check the provider's base-url. If it serves "
+        "only Chat Completions, declare it `api: chat-completions` in the pod file: requests "
+        "in the other protocols are then translated for it (docs/translation.md)."
     )
 
 

@@ -62,7 +62,7 @@ _MAX_PROVIDER_MESSAGE = 500
 _MALFORMED = (Untranslatable, TypeError, KeyError, ValueError, AttributeError)
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class Translated:
     """A request written in the target protocol, and what its answer's translation needs."""
 

@@ -104,10 +104,12 @@ def read_request(body: dict[str, Any]) -> tuple[Request, list[str]]:
     dropped = _check_fields(body)
     messages: list[Message] = []
     system: list[Part] = []
+    system_role = "system"
     for position, raw in enumerate(as_list(body.get("messages"), "messages")):
-        message = as_dict(raw, f"messages[{position}]")
+        message = as_dict(raw, "a message")
         role = message.get("role")
         if role in _SYSTEM_ROLES:
+            system_role = role if not (system or messages) else system_role
             parts = _user_parts(message.get("content"), position)
             if messages:
                 messages.append(Message("system", parts))
@@ -143,14 +145,15 @@ def read_request(body: dict[str, Any]) -> tuple[Request, list[str]]:
             json_schema=_json_schema(body.get("response_format")),
             reasoning_effort=body.get("reasoning_effort"),
             legacy_functions=functions is not None or body.get("function_call") is not None,
+            system_role=system_role,
         ),
         dropped,
     )
 
 
 def _check_fields(body: dict[str, Any]) -> list[str]:
-    for name, refused in REFUSED.items():
-        if refused(body.get(name)):
+    for name in REFUSED.keys() & body.keys():
+        if REFUSED[name](body[name]):
             raise Untranslatable(f"{name}: {body[name]!r}")
     return [name for name in body if name not in MAPPED]
 
@@ -161,8 +164,8 @@ def _user_parts(content: Any, position: int) -> list[Part]:
     if content is None:
         return []
     parts: list[Part] = []
-    for raw in as_list(content, f"messages[{position}].content"):
-        part = as_dict(raw, f"messages[{position}].content[]")
+    for raw in as_list(content, "a message's content"):
+        part = as_dict(raw, "a content part")
         kind = part.get("type")
         if kind == "text":
             parts.append({"type": "text", "text": string(part.get("text"), "a text part")})
@@ -298,7 +301,7 @@ def _json_schema(response_format: Any) -> dict[str, Any] | None:
 def write_request(request: Request) -> dict[str, Any]:
     messages: list[dict[str, Any]] = []
     if request.system:
-        messages.append({"role": "system", "content": text_of(request.system)})
+        messages.append({"role": request.system_role, "content": text_of(request.system)})
     for message in request.messages:
         messages += _wire_messages(message)
     body: dict[str, Any] = {"model": request.model, "messages": messages}
@@ -354,6 +357,10 @@ def _wire_format(json_schema: dict[str, Any]) -> dict[str, Any]:
 def _wire_messages(message: Message) -> list[dict[str, Any]]:
     if message.role == "assistant":
         return [_wire_assistant(message.parts)]
+    parts = message.parts
+    role = "system" if message.role == "system" else "user"
+    if len(parts) == 1 and parts[0]["type"] == "text":  # most turns: one text
+        return [{"role": role, "content": parts[0]["text"]}]
     results = [p for p in message.parts if p["type"] == "tool_result"]
     others = [p for p in message.parts if p["type"] != "tool_result"]
     wire = [
@@ -361,7 +368,6 @@ def _wire_messages(message: Message) -> list[dict[str, Any]]:
         for r in results
     ]
     if others or not results:
-        role = "system" if message.role == "system" else "user"
         wire.append({"role": role, "content": _wire_content(others)})
     return wire
 
@@ -411,24 +417,24 @@ def _wire_assistant(parts: list[Part]) -> dict[str, Any]:
 
 
 def read_reply(body: dict[str, Any]) -> Reply:
-    choices = as_list(body.get("choices"), "choices")
-    if not choices:
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise Untranslatable("a reply without choices")
-    choice = as_dict(choices[0], "choices[0]")
-    message = as_dict(choice.get("message"), "choices[0].message")
+    choice = choices[0]
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise Untranslatable("a choice without a message")
     parts = _assistant_parts(message)
-    finish = choice.get("finish_reason")
-    stop = FINISH_TO_STOP.get(finish, "end")
-    if any(p["type"] == "tool_call" for p in parts):
-        # Some servers never say tool_calls (OpenRouter streams finish_reason null).
-        stop = "tool_calls"
+    # Some servers never say tool_calls (OpenRouter streams finish_reason null).
+    calls = message.get("tool_calls") or message.get("function_call")
+    stop = "tool_calls" if calls else FINISH_TO_STOP.get(choice.get("finish_reason"), "end")
     return Reply(
-        id=str(body.get("id") or ""),
-        model=body.get("model"),
-        parts=parts,
-        stop=stop,
-        usage=read_usage(body.get("usage")),
-        created=as_int(body.get("created")),
+        str(body.get("id") or ""),
+        body.get("model"),
+        parts,
+        stop,
+        read_usage(body.get("usage")),
+        as_int(body.get("created")),
     )
 
 

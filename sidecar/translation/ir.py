@@ -70,6 +70,9 @@ class Request:
     reasoning_effort: str | None = None
     legacy_functions: bool = False
     """A Chat caller that used ``functions``: its answer carries ``function_call``."""
+    system_role: str = "system"
+    """``system`` or ``developer``: the OpenAI protocols tell them apart, Messages does not."""
+    """A Chat caller that used ``functions``: its answer carries ``function_call``."""
 
 
 @dataclass(slots=True)
@@ -96,7 +99,9 @@ class Reply:
 
 
 def text_of(parts: list[Part]) -> str:
-    return "".join(p["text"] for p in parts if p["type"] == "text")
+    if len(parts) == 1:
+        return parts[0]["text"] if parts[0]["type"] == "text" else ""
+    return "".join([p["text"] for p in parts if p["type"] == "text"])
 
 
 def as_int(value: Any) -> int:

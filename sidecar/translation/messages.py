@@ -85,13 +85,13 @@ _ID_CHARACTER = re.compile(r"[^a-zA-Z0-9_-]")
 
 
 def read_request(body: dict[str, Any]) -> tuple[Request, list[str]]:
-    for name, refused in REFUSED.items():
-        if refused(body.get(name)):
+    for name in REFUSED.keys() & body.keys():
+        if REFUSED[name](body[name]):
             raise Untranslatable(name)
     dropped = [name for name in body if name not in MAPPED]
     messages = []
     for position, raw in enumerate(as_list(body.get("messages"), "messages")):
-        message = as_dict(raw, f"messages[{position}]")
+        message = as_dict(raw, "a message")
         role = message.get("role")
         if role not in ("user", "assistant"):
             raise Untranslatable(f"messages[{position}]: role {role!r}")
@@ -120,7 +120,7 @@ def _parts(content: Any, position: int) -> list[Part]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
     parts: list[Part] = []
-    for raw in as_list(content, f"messages[{position}].content"):
+    for raw in as_list(content, "a message's content"):
         part = _part(as_dict(raw, "a content block"))
         if part is not None:
             parts.append(part)
@@ -382,7 +382,15 @@ def write_usage(usage: Usage) -> dict[str, Any]:
 
 
 def write_reply(reply: Reply, request: Request) -> dict[str, Any]:
-    content = [b for b in (_wire_block(p, reply=True) for p in reply.parts) if b is not None]
+    content = []
+    for part in reply.parts:
+        if part["type"] == "text":  # the common case, without a call
+            if part["text"]:
+                content.append({"type": "text", "text": part["text"]})
+            continue
+        block = _wire_block(part, reply=True)
+        if block is not None:
+            content.append(block)
     return {
         "id": reply.id if reply.id.startswith("msg_") else f"msg_{tool_id(reply.id)}",
         "type": "message",

@@ -78,17 +78,21 @@ _TEXT_PARTS = ("input_text", "output_text", "text")
 
 
 def read_request(body: dict[str, Any]) -> tuple[Request, list[str]]:
-    for name, refused in REFUSED.items():
-        if refused(body.get(name)):
+    for name in REFUSED.keys() & body.keys():
+        if REFUSED[name](body[name]):
             raise Untranslatable(name)
     dropped = [name for name in body if name not in MAPPED]
     raw_input = body.get("input")
     items = [{"role": "user", "content": raw_input}] if isinstance(raw_input, str) else raw_input
     messages: list[Message] = []
     for position, raw in enumerate(as_list(items, "input")):
-        _read_item(as_dict(raw, f"input[{position}]"), position, messages)
+        _read_item(as_dict(raw, "an input item"), position, messages)
     instructions = body.get("instructions")
     system = [{"type": "text", "text": instructions}] if isinstance(instructions, str) else []
+    first = items[0] if items and isinstance(items[0], dict) else {}
+    system_role = "developer" if first.get("role") == "developer" and not system else "system"
+    if not system and messages and messages[0].role == "system":
+        system = messages.pop(0).parts
     reasoning = body.get("reasoning")
     return (
         Request(
@@ -104,6 +108,7 @@ def read_request(body: dict[str, Any]) -> tuple[Request, list[str]]:
             stream=body.get("stream") is True,
             json_schema=_json_schema(body.get("text")),
             reasoning_effort=reasoning.get("effort") if isinstance(reasoning, dict) else None,
+            system_role=system_role,
         ),
         dropped,
     )
@@ -172,7 +177,7 @@ def _parts(content: Any, position: int) -> list[Part]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
     parts: list[Part] = []
-    for raw in as_list(content, f"input[{position}].content"):
+    for raw in as_list(content, "an item's content"):
         part = as_dict(raw, "a content part")
         kind = part.get("type")
         if kind in _TEXT_PARTS:
@@ -242,7 +247,12 @@ def write_request(request: Request) -> dict[str, Any]:
         items += _wire_items(message, reply=False)
     # The provider keeps nothing of a translated conversation: the caller sends it whole.
     body: dict[str, Any] = {"model": request.model, "input": items, "store": False}
-    if request.system:
+    if request.system and request.system_role == "developer":
+        # Kept a developer message (reasoning models tell it from a system prompt).
+        items.insert(
+            0, {"type": "message", "role": "developer", "content": text_of(request.system)}
+        )
+    elif request.system:
         body["instructions"] = text_of(request.system)
     if request.tools:
         body["tools"] = [_wire_tool(t) for t in request.tools]

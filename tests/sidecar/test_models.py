@@ -4,13 +4,12 @@ refused, and a model sent to the other API's route told where it belongs."""
 from __future__ import annotations
 
 import aiohttp
-import anthropic
 import openai
 import pytest
 
 from clawpod.sidecar.manifest import Provider
 from tests.sidecar.conftest import Pod, PodFactory
-from tests.support.upstream import StubUpstream
+from tests.support.upstream import Reply, StubUpstream, anthropic_message, openai_completion
 
 PROMPT = [{"role": "user", "content": "hi"}]
 
@@ -77,13 +76,17 @@ async def test_one_model_by_id_in_each_shape(pod: Pod) -> None:
 
 
 async def test_a_model_not_allowed_is_404_in_the_callers_shape(pod: Pod) -> None:
-    with pytest.raises(openai.NotFoundError):
-        await pod.openai().models.retrieve("claude-opus-4-1")
-    with pytest.raises(anthropic.NotFoundError):
-        await pod.anthropic().models.retrieve("gpt-4o")
     status, body = await _get(pod, "/v1/models/gemini-pro", **{"anthropic-version": "2023-06-01"})
     assert status == 404
     assert body["type"] == "error" and body["error"]["type"] == "not_found_error"
+    with pytest.raises(openai.NotFoundError):
+        await pod.openai().models.retrieve("gemini-pro")
+
+
+async def test_a_model_of_the_other_api_is_found_in_the_callers_shape(pod: Pod) -> None:
+    """Contract §18: a request may name it (it is translated), so it is found."""
+    assert (await pod.openai().models.retrieve("claude-opus-4-1")).owned_by == "anthropic"
+    assert (await pod.anthropic().models.retrieve("gpt-4o")).type == "model"
 
 
 async def test_one_model_needs_a_token(pod: Pod) -> None:
@@ -102,20 +105,21 @@ async def test_a_requested_pattern_is_refused(pod: Pod, pattern: str) -> None:
     assert pod.upstream.received == []
 
 
-async def test_a_claude_model_on_chat_completions_is_sent_to_messages(pod: Pod) -> None:
-    with pytest.raises(openai.BadRequestError) as raised:
-        await pod.openai().chat.completions.create(model="claude-sonnet-4-6", messages=PROMPT)
-    assert raised.value.code == "wrong_api_for_model"
-    assert "send it to /v1/messages" in raised.value.message
-    assert pod.upstream.received == []
+async def test_a_claude_model_on_chat_completions_is_translated(pod: Pod) -> None:
+    """Contract §18 replaces the wave-2 refusal naming the right route."""
+    pod.upstream.enqueue("anthropic", Reply.json(anthropic_message("Hi.")))
+    answer = await pod.openai().chat.completions.create(model="claude-sonnet-4-6", messages=PROMPT)
+    assert answer.choices[0].message.content == "Hi."
+    (sent,) = [r.json for r in pod.upstream.requests_to("anthropic")]
+    assert sent["messages"][0]["role"] == "user" and sent["max_tokens"] > 0
 
 
-async def test_a_gpt_model_on_messages_is_sent_to_the_openai_routes(pod: Pod) -> None:
-    with pytest.raises(anthropic.BadRequestError) as raised:
-        await pod.anthropic().messages.create(model="gpt-4o", max_tokens=5, messages=PROMPT)
-    assert "/v1/chat/completions" in str(raised.value)
-    assert "/v1/responses" in str(raised.value)
-    assert raised.value.body["error"]["type"] == "invalid_request_error"
+async def test_a_gpt_model_on_messages_is_translated(pod: Pod) -> None:
+    pod.upstream.enqueue("openai", Reply.json(openai_completion("Hi.")))
+    answer = await pod.anthropic().messages.create(model="gpt-4o", max_tokens=5, messages=PROMPT)
+    assert answer.content[0].text == "Hi."
+    (sent,) = [r.json for r in pod.upstream.requests_to("openai")]
+    assert sent["max_completion_tokens"] == 5
 
 
 async def test_a_glob_only_pod_lists_the_known_models_of_its_families(

@@ -148,12 +148,13 @@ async def test_provider_error_in_the_callers_shape_naming_the_provider(
     ],
     ids=["not-json", "wrong-types", "array", "bad-call", "html-500"],
 )
+@pytest.mark.parametrize("agent", ["plain", "analyst"])
 async def test_a_hostile_upstream_body_is_a_clear_error_in_the_callers_protocol(
-    translating_pod: TranslatingPod, caller: str, target: str, hostile: Reply
+    translating_pod: TranslatingPod, caller: str, target: str, hostile: Reply, agent: str
 ) -> None:
     pod = translating_pod
     pod.script(target, hostile)
-    status, body = await _refused(pod, caller, "plain", MODEL[target])
+    status, body = await _refused(pod, caller, agent, MODEL[target])
     assert status in (500, 502)
     assert "provider" in _message(caller, body)
     if caller == "messages":
@@ -223,3 +224,37 @@ def _message(caller: str, body: Any) -> str:
     if caller == "messages":
         return str(body["error"]["message"])
     return str(body["message"])
+
+
+@pytest.mark.parametrize("agent", ["plain", "analyst"])
+async def test_a_streaming_caller_gets_one_well_formed_stream(
+    translating_pod: TranslatingPod, caller: str, target: str, agent: str
+) -> None:
+    """Until live stream translation lands, the whole translated answer is streamed by the
+    caller's own codec; the SDKs' stream parsers accept it."""
+    pod = translating_pod
+    pod.script(target, text_reply(target, "AAPL trades at 1."))
+    text = await _streamed_text(pod, caller, agent, MODEL[target])
+    assert text == "AAPL trades at 1."
+    (sent,) = pod.sent(target)
+    assert sent.get("stream") in (None, False)
+
+
+async def _streamed_text(pod: TranslatingPod, caller: str, agent: str, model: str) -> str:
+    prompt = "What is AAPL at?"
+    if caller == "messages":
+        async with (
+            pod.anthropic(agent) as client,
+            client.messages.stream(
+                model=model, max_tokens=64, messages=[{"role": "user", "content": prompt}]
+            ) as stream,
+        ):
+            return "".join([t async for t in stream.text_stream])
+    async with pod.openai(agent) as client:
+        if caller == "chat":
+            chunks = await client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": prompt}], stream=True
+            )
+            return "".join([c.choices[0].delta.content or "" async for c in chunks if c.choices])
+        events = await client.responses.create(model=model, input=prompt, stream=True)
+        return "".join([e.delta async for e in events if e.type == "response.output_text.delta"])
