@@ -20,7 +20,7 @@ import orjson
 from clawpod.sidecar.codecs.sse import EventReader
 from clawpod.sidecar.model.conversation import CodecError
 from clawpod.sidecar.translation import chat, messages, responses
-from clawpod.sidecar.translation.ir import Part, Stop, as_int
+from clawpod.sidecar.translation.ir import Part, Stop, Usage, as_int
 from clawpod.sidecar.translation.stream_events import (
     CallArguments,
     CallStarted,
@@ -33,6 +33,8 @@ from clawpod.sidecar.translation.stream_events import (
     Text,
     Told,
 )
+
+_ENDS = (Ended, Failed)
 
 
 class StreamReader(ABC):
@@ -75,7 +77,7 @@ class StreamReader(ABC):
                 self._event(name, payload, found)
             except ValueError as exc:  # CodecError, bad JSON: the events before it stand
                 self.malformed = str(exc)
-            self.ended = bool(found) and isinstance(found[-1], Ended | Failed)
+            self.ended = bool(found) and type(found[-1]) in _ENDS
         return found
 
     @abstractmethod
@@ -126,7 +128,7 @@ class ChatStreamReader(StreamReader):
         self._stop: Stop | None = None
 
     def _event(self, name: str | None, payload: str, found: list[StreamEvent]) -> None:
-        if payload.strip() == "[DONE]":
+        if payload[:1] != "{" and payload.strip() == "[DONE]":
             self._think(found)
             stop = self._stop or "end"
             found += [Stopped("tool_calls" if self._calls else stop), Ended()]
@@ -138,28 +140,34 @@ class ChatStreamReader(StreamReader):
         if not self._started:
             self._started = True
             found.append(Started(chunk.get("id"), chunk.get("model"), as_int(chunk.get("created"))))
-        usage = chat.read_usage(chunk.get("usage"))
-        if usage is not None:
-            found.append(Told(usage))
-        for choice in chunk.get("choices") or []:
+        usage = chunk.get("usage")
+        if usage:
+            found.append(Told(chat.read_usage(usage) or Usage()))
+        for choice in chunk.get("choices") or ():
             if isinstance(choice, dict) and choice.get("index", 0) == 0:
                 self._choice(choice, found)
 
     def _choice(self, choice: dict[str, Any], found: list[StreamEvent]) -> None:
-        delta = _dict(choice.get("delta"))
-        self._thought += _str(delta.get("reasoning_content"))
-        if content := _str(delta.get("content")):
-            self._think(found)
-            found.append(Text(content))
-        if refusal := _str(delta.get("refusal")):
-            self._think(found)
-            found.append(Text(refusal, refusal=True))
-        for fragment in delta.get("tool_calls") or []:
-            if isinstance(fragment, dict):
+        # Every chunk passes here: one lookup per field, the common text chunk first.
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            thought = delta.get("reasoning_content")
+            if thought and isinstance(thought, str):
+                self._thought += thought
+            content = delta.get("content")
+            if content and isinstance(content, str):
                 self._think(found)
-                self._fragment(fragment, found)
+                found.append(Text(content))
+            refusal = delta.get("refusal")
+            if refusal and isinstance(refusal, str):
+                self._think(found)
+                found.append(Text(refusal, refusal=True))
+            for fragment in delta.get("tool_calls") or ():
+                if isinstance(fragment, dict):
+                    self._think(found)
+                    self._fragment(fragment, found)
         reason = choice.get("finish_reason")
-        if isinstance(reason, str):
+        if reason and isinstance(reason, str):
             self._stop = chat.FINISH_TO_STOP.get(reason, "end")
 
     def _think(self, found: list[StreamEvent]) -> None:

@@ -13,6 +13,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
+import orjson
+
 from clawpod.sidecar.codecs.sse import DONE, data_frame, event_frame
 from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.translation import chat, messages, responses
@@ -31,6 +33,19 @@ from clawpod.sidecar.translation.stream_events import (
 )
 
 Content = Text | CallStarted | CallArguments | Reasoning
+_CONTENT = (Text, CallStarted, CallArguments, Reasoning)
+# The text events every stream is mostly made of, written from bytes around the JSON-encoded
+# text (the same bytes orjson writes for the whole event): they cost the most per stream.
+_MESSAGES_TEXT = (
+    b"event: content_block_delta\ndata: "
+    b'{"type":"content_block_delta","index":%d,"delta":{"type":"text_delta","text":%s}}\n\n'
+)
+_RESPONSES_TEXT = (
+    b"event: response.output_text.delta\ndata: "
+    b'{"type":"response.output_text.delta","item_id":%s,"output_index":%d,"content_index":0,'
+    b'"delta":%s,"logprobs":[],"sequence_number":%d}\n\n'
+)
+_CHAT_TEXT_TAIL = b'},"logprobs":null,"finish_reason":null}]}\n\n'
 # The whole-answer writers render one reasoning part for us; they read no request field for it.
 _NO_REQUEST = Request(model=None, system=[], messages=[])
 
@@ -60,10 +75,12 @@ class StreamWriter(ABC):
         for event in events:
             if self.closed:
                 break
-            if isinstance(event, Started):
+            if type(event) in _CONTENT:  # the common case first: every piece of the answer
+                frames.append(self._open_once() + self._content(event))  # type: ignore[arg-type]
+            elif isinstance(event, Started):
+                # The lifecycle opens with its first content, or at the end.
                 self._head = Started(event.id, event.model or self._model, event.created)
-                continue  # the lifecycle opens with its first content, or at the end
-            if isinstance(event, Told):
+            elif isinstance(event, Told):
                 self._usage = _merged(self._usage, event.usage)
             elif isinstance(event, Stopped):
                 self._stop = event.reason
@@ -73,8 +90,6 @@ class StreamWriter(ABC):
             elif isinstance(event, Ended):
                 frames.append(self._open_once() + self._end())
                 self.closed = True
-            else:
-                frames.append(self._open_once() + self._content(event))
         return b"".join(frames)
 
     def fail(self, err: ApiError) -> bytes:
@@ -128,15 +143,21 @@ class ChatStreamWriter(StreamWriter):
         self._include_usage = include_usage
         self._error_body = error_body
         self._calls: dict[int, int] = {}  # source call -> tool_calls index
+        self._text_head = b""  # a text chunk up to its text, once the ids are known
 
     def _open(self) -> bytes:
-        return self._chunk({"role": "assistant", "content": ""})
+        opening = self._chunk({"role": "assistant", "content": ""})
+        self._text_head = opening[: opening.index(b'{"role"')] + b'{"content":'
+        return opening
 
     def _content(self, event: Content) -> bytes:
         if isinstance(event, Reasoning):
             return b""  # Chat Completions has no place for reasoning
+        if isinstance(event, Text) and not event.refusal:
+            # The common chunk, written from its parts: its head is the same every time.
+            return self._text_head + orjson.dumps(event.text) + _CHAT_TEXT_TAIL
         if isinstance(event, Text):
-            return self._chunk({"refusal" if event.refusal else "content": event.text})
+            return self._chunk({"refusal": event.text})
         if isinstance(event, CallStarted):
             index = self._calls[event.index] = len(self._calls)
             function = {"name": event.name, "arguments": ""}
@@ -208,8 +229,7 @@ class MessagesStreamWriter(StreamWriter):
             frames = b""
             if self._open_block != ("text", -1):
                 frames = self._start({"type": "text", "text": ""}, ("text", -1))
-            delta = {"type": "text_delta", "text": event.text}
-            return frames + self._delta(self._blocks - 1, delta)
+            return frames + _MESSAGES_TEXT % (self._blocks - 1, orjson.dumps(event.text))
         if isinstance(event, CallStarted):
             self._calls[event.index] = self._blocks
             call_id = messages.tool_id(event.call_id)
@@ -303,8 +323,15 @@ class ResponsesStreamWriter(StreamWriter):
                 assert item is not None
             part = item["content"][0]
             part["text"] += event.text
-            delta = {**self._where(item), "content_index": 0, "delta": event.text, "logprobs": []}
-            return frames + self._event("response.output_text.delta", delta)
+            where = self._where(item)
+            frame = _RESPONSES_TEXT % (
+                orjson.dumps(where["item_id"]),
+                where["output_index"],
+                orjson.dumps(event.text),
+                self._sequence,
+            )
+            self._sequence += 1
+            return frames + frame
         if isinstance(event, CallStarted):
             self._calls[event.index] = len(self._output)
             call_item = {
