@@ -43,6 +43,8 @@ async def test_streamed_pass_through_arrives_live(
     (record,) = pod.audit("plain")
     assert record["outcome"] == {"status": "ok", "code": None}
     assert record["translation"]["to"] == [target]
+    # Charged as the provider counted it (its usage chunk was asked for, and read as it passed).
+    assert (record["usage"]["input_tokens"], record["usage"]["output_tokens"]) == (40, 3)
 
 
 async def test_streamed_tool_round_mediated_runs_the_tool_once(

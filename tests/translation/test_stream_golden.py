@@ -360,3 +360,17 @@ def test_a_chat_caller_gets_no_reasoning() -> None:
     stream = translate("messages", "chat", THINKING_STREAM, None)
     assert b"Quote first" not in stream and b"sig-123" not in stream
     assert b'"content":"On it."' in stream
+
+
+def test_a_chat_caller_that_did_not_ask_for_usage_gets_no_usage_chunk() -> None:
+    """The sidecar asks a Chat provider for usage to charge it; the caller gets the usage
+    chunk only when it asked (``stream_options.include_usage``)."""
+    source = (
+        FIXTURES_DIR / "derived" / "anthropic_stream_parallel_tool_use.turn1.sse"
+    ).read_bytes()
+    translator = stream_translator(
+        "messages", codec_of("openai"), provider="p", model="m", include_usage=False
+    )
+    stream = translator.feed(source) + translator.finish()
+    assert b'"choices":[]' not in stream and b'"usage"' not in stream
+    assert stream.endswith(b"data: [DONE]\n\n")
