@@ -35,6 +35,7 @@ from clawpod.sidecar.translation.stream_events import (
 )
 
 _ENDS = (Ended, Failed)
+_LEGACY = "function_call"  # the key of a Chat stream's legacy call among its indexed ones
 
 
 class StreamReader(ABC):
@@ -162,10 +163,15 @@ class ChatStreamReader(StreamReader):
             if refusal and isinstance(refusal, str):
                 self._think(found)
                 found.append(Text(refusal, refusal=True))
-            for fragment in delta.get("tool_calls") or ():
+            fragments = delta.get("tool_calls")
+            for fragment in fragments or ():
                 if isinstance(fragment, dict):
                     self._think(found)
                     self._fragment(fragment, found)
+            legacy = delta.get("function_call")
+            if isinstance(legacy, dict) and not fragments:
+                self._think(found)
+                self._legacy(legacy, found)
         reason = choice.get("finish_reason")
         if reason and isinstance(reason, str):
             self._stop = chat.FINISH_TO_STOP.get(reason, "end")
@@ -174,6 +180,19 @@ class ChatStreamReader(StreamReader):
         if self._thought:
             found.append(Reasoning({"type": "reasoning", "text": self._thought}))
             self._thought = ""
+
+    def _legacy(self, function_call: dict[str, Any], found: list[StreamEvent]) -> None:
+        """The legacy ``function_call`` field, read only from a stream that sends no
+        ``tool_calls`` (llama-cpp-python mirrors each fragment in both): one call, named as
+        ``chat.read_reply`` names it."""
+        if any(key != _LEGACY for key in self._calls):
+            return
+        if _LEGACY not in self._calls:
+            name = _str(function_call.get("name"))
+            self._calls[_LEGACY] = (len(self._calls), None)
+            found.append(CallStarted(self._calls[_LEGACY][0], f"call_{name or 'function'}", name))
+        if arguments := _str(function_call.get("arguments")):
+            found.append(CallArguments(self._calls[_LEGACY][0], arguments))
 
     def _fragment(self, fragment: dict[str, Any], found: list[StreamEvent]) -> None:
         call_id = fragment.get("id") if isinstance(fragment.get("id"), str) else None

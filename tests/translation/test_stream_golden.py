@@ -374,3 +374,46 @@ def test_a_chat_caller_that_did_not_ask_for_usage_gets_no_usage_chunk() -> None:
     stream = translator.feed(source) + translator.finish()
     assert b'"choices":[]' not in stream and b'"usage"' not in stream
     assert stream.endswith(b"data: [DONE]\n\n")
+
+
+LEGACY_STREAM = (
+    b"".join(
+        b"data: " + orjson.dumps(chunk) + b"\n\n"
+        for chunk in (
+            {
+                "id": "c1",
+                "model": "gpt-3.5-turbo-0613",
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {
+                            "role": "assistant",
+                            "content": None,
+                            "function_call": {"name": "get_weather", "arguments": ""},
+                        },
+                    }
+                ],
+            },
+            {
+                "id": "c1",
+                "choices": [{"index": 0, "delta": {"function_call": {"arguments": '{"city": '}}}],
+            },
+            {
+                "id": "c1",
+                "choices": [{"index": 0, "delta": {"function_call": {"arguments": '"Oslo"}'}}}],
+            },
+            {"id": "c1", "choices": [{"index": 0, "delta": {}, "finish_reason": "function_call"}]},
+        )
+    )
+    + b"data: [DONE]\n\n"
+)
+
+
+@pytest.mark.parametrize("caller", ["messages", "responses"])
+async def test_a_legacy_function_call_stream_becomes_a_call(caller: str) -> None:
+    """A Chat server that streams only the legacy ``function_call`` field (gpt-3.5-0613,
+    older compatible servers): the call reaches the caller as a call."""
+    got = await sdk_parse(caller, translate("chat", caller, LEGACY_STREAM, 7))
+    ((call_id, name, arguments),) = got["calls"]
+    assert (call_id, name) == ("call_get_weather", "get_weather")
+    assert _same_arguments(arguments, '{"city": "Oslo"}')
