@@ -1,0 +1,57 @@
+"""A streamed request whose first target fails before answering falls back to a provider of
+another protocol (contract §14 with §18): that provider's stream reaches the caller live, in
+the caller's protocol, pass-through and mediated."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.support.upstream import Reply
+from tests.translation.conftest import TranslatingPod
+from tests.translation.streams import stream_reply, stream_through
+from tests.translation.test_fallback_and_continuity import falling_back  # noqa: F401 (fixture)
+
+DEADLINE_S = 20  # a stream held whole would hang the test: it fails here instead
+
+
+async def test_a_streamed_fallback_of_another_protocol_streams_live(
+    falling_back: TranslatingPod,  # noqa: F811
+) -> None:
+    pod = falling_back
+    gate = asyncio.Event()
+    pod.script("messages", Reply.error("anthropic", 529, "busy", type="overloaded_error"))
+    pod.script("chat", stream_reply("chat", ["AAPL ", "trades at 1."], hold_after_first_text=gate))
+    try:
+        got = await asyncio.wait_for(
+            stream_through(pod, "messages", "plain", "claude-sonnet-4-6", gate.set), DEADLINE_S
+        )
+    finally:
+        gate.set()
+    assert got.error is None, got.error
+    assert got.text == "AAPL trades at 1." and got.deltas[0] == "AAPL "
+    (sent,) = pod.sent("chat")
+    assert sent["model"] == "local-model" and sent["stream"] is True
+    (record,) = pod.audit("plain")
+    assert [a["provider"] for a in record["providers"]] == ["anthropic", "local"]
+
+
+async def test_a_streamed_mediated_fallback_runs_the_tool_once(
+    falling_back: TranslatingPod,  # noqa: F811
+) -> None:
+    """Anthropic streams the tool call, then fails; the Chat server's stream answers."""
+    pod = falling_back
+    pod.script(
+        "messages",
+        stream_reply("messages", [], [("toolu_1", "desk_quote", {"symbol": "AAPL"})]),
+        Reply.error("anthropic", 503, "down", type="overloaded_error"),
+    )
+    pod.script("chat", stream_reply("chat", ["AAPL trades at 1."]))
+    got = await asyncio.wait_for(
+        stream_through(pod, "messages", "analyst", "claude-sonnet-4-6"), DEADLINE_S
+    )
+    assert got.error is None, got.error
+    assert got.text == "AAPL trades at 1."
+    assert [r.path for r in pod.service.requests] == ["/quotes/AAPL"]
+    (sent,) = pod.sent("chat")
+    assert sent["stream"] is True
+    assert sent["messages"][-1]["role"] == "tool"
