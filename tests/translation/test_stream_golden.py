@@ -13,6 +13,7 @@ import openai
 import orjson
 import pytest
 
+from clawpod.sidecar.codecs.sse import parse_events
 from clawpod.sidecar.translation.parts import unwrap_carried
 from clawpod.sidecar.translation.streams import stream_translator
 from tests.support import responses as scripted_responses
@@ -417,3 +418,50 @@ async def test_a_legacy_function_call_stream_becomes_a_call(caller: str) -> None
     ((call_id, name, arguments),) = got["calls"]
     assert (call_id, name) == ("call_get_weather", "get_weather")
     assert _same_arguments(arguments, '{"city": "Oslo"}')
+
+
+CACHED_CHAT_STREAM = (
+    b"".join(
+        b"data: " + orjson.dumps(chunk) + b"\n\n"
+        for chunk in (
+            {"id": "c2", "model": "gpt-4o", "choices": [{"index": 0, "delta": {"content": "Hi"}}]},
+            {"id": "c2", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+            {
+                "id": "c2",
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": 1200,
+                    "completion_tokens": 5,
+                    "total_tokens": 1205,
+                    "prompt_tokens_details": {"cached_tokens": 1024},
+                    "completion_tokens_details": {"reasoning_tokens": 2},
+                },
+            },
+        )
+    )
+    + b"data: [DONE]\n\n"
+)
+
+
+async def test_cached_tokens_keep_their_meaning_across_a_stream() -> None:
+    """OpenAI counts cached input inside ``prompt_tokens``; Messages counts cache reads apart:
+    the total input a Messages caller sees is the provider's, its cached share kept."""
+    stream = translate("chat", "messages", CACHED_CHAT_STREAM, 1)
+    async with StubUpstream() as upstream:
+        upstream.enqueue("anthropic", Reply.sse(stream))
+        claude = anthropic.AsyncAnthropic(
+            base_url=upstream.anthropic_url, api_key="k", max_retries=0
+        )
+        async with (
+            claude,
+            claude.messages.stream(
+                model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+            ) as live,
+        ):
+            usage = (await live.get_final_message()).usage
+    assert (usage.input_tokens, usage.cache_read_input_tokens) == (176, 1024)
+    assert usage.output_tokens == 5
+    back = translate("messages", "responses", stream, 7)
+    completed = [p for e, p in parse_events(back) if e == "response.completed"]
+    told = orjson.loads(completed[0])["response"]["usage"]
+    assert (told["input_tokens"], told["input_tokens_details"]["cached_tokens"]) == (1200, 1024)
