@@ -68,7 +68,6 @@ from clawpod.sidecar.state.journal import (
     request_identity,
 )
 from clawpod.sidecar.state.stored_objects import refs
-from clawpod.sidecar.translation import Untranslatable
 from clawpod.sidecar.transport import Response
 from clawpod.sidecar.transport.keepalive import with_keepalives
 
@@ -277,6 +276,8 @@ class _Driver:
             return event
 
     async def _call_model_once(self, command: CallModel) -> Event:
+        if self.ctx.translations is not None:  # a target of another protocol (contract §18)
+            return await translated.call_model(self.ctx, command)
         started = time.perf_counter()
         upstream = self.state.upstream
 
@@ -284,14 +285,9 @@ class _Driver:
             body = command.body
             if model is not None and model != body.get("model"):  # a fallback's own id
                 body = {**body, "model": model}
-            # A provider of another protocol gets the call translated (contract §18).
-            target, data = translated.model_call(self.ctx, target, command.body, model) or (
-                target,
-                orjson.dumps(body),
-            )
             return upstream.send(
                 target,
-                data,
+                orjson.dumps(body),
                 timeout_s=command.timeout_s,
                 max_body_bytes=upstream.max_response_bytes,
             )
@@ -302,15 +298,10 @@ class _Driver:
             return ModelFailed(exc.kind, exc.message)
         except ApiError as err:  # every key rests
             return ModelFailed("status", err.message, err.status, err.headers.get("retry-after"))
-        except Untranslatable as exc:
-            return ModelFailed("status", str(exc), 400)
         finally:
             self.state.metrics.observe_upstream(
                 self.ctx.provider_name, time.perf_counter() - started
             )
-        answered = translated.model_reply(self.ctx, reply)
-        if answered is not None:
-            return answered
         if reply.status != 200:
             body = self.state.upstream.redact(self.ctx.provider_name, reply.body)
             unserved = not_served_message(self.codec, self.ctx.provider_name, reply.status, body)

@@ -6,6 +6,8 @@ requests alike. The translating itself is sans-IO, in ``translation/``."""
 from __future__ import annotations
 
 import contextlib
+import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -14,14 +16,21 @@ import orjson
 from clawpod.sidecar.audit.records import usage_record
 from clawpod.sidecar.codecs import CODECS
 from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.mediation.commands import Event, ModelFailed, ModelReplied
+from clawpod.sidecar.mediation.commands import CallModel, Event, ModelFailed, ModelReplied
 from clawpod.sidecar.model.conversation import Conversation, ToolChoice
 from clawpod.sidecar.model.errors import ApiError, upstream_failure
 from clawpod.sidecar.server.accounting import record_request
 from clawpod.sidecar.server.budget_gate import BYTES_PER_TOKEN
 from clawpod.sidecar.server.errors import reply_error
+from clawpod.sidecar.server.failover import open_upstream
 from clawpod.sidecar.server.translation_plan import Translations
-from clawpod.sidecar.server.upstream import UpstreamResponse, UpstreamTarget, translate_error
+from clawpod.sidecar.server.upstream import (
+    UpstreamError,
+    UpstreamResponse,
+    UpstreamTarget,
+    read_whole,
+    translate_error,
+)
 from clawpod.sidecar.translation import (
     Translated,
     Untranslatable,
@@ -133,7 +142,7 @@ async def relay_translated(
         failure = translate_error(exc, provider)
         return await _fail(ctx, exchange, upstream_failure(failure.kind, failure.message))
     reply = UpstreamResponse(upstream.status, upstream.headers, data)
-    event = _reply_event(ctx, reply, translated)
+    event = _reply_event(ctx, reply, translated, ctx.codec)
     if isinstance(event, ApiError):
         return await _fail(ctx, exchange, event)
     body = event.body
@@ -195,28 +204,38 @@ def _stream_conversation(ctx: RequestContext, body: dict[str, Any]) -> Conversat
 # --- model calls (mediated) -------------------------------------------------------------------
 
 
-def model_call(
-    ctx: RequestContext, target: UpstreamTarget, body: dict[str, Any], model: str | None
-) -> tuple[UpstreamTarget, bytes] | None:
-    """The target and body of one mediated model call to a provider of another protocol;
-    None when the provider speaks the caller's. ``Untranslatable`` if it cannot carry it."""
+async def call_model(ctx: RequestContext, command: CallModel) -> Event:
+    """One mediated model call of a request some of whose targets speak another protocol:
+    whole, on the targets in turn (``failover.py``), each spoken to in its own protocol, the
+    answer or error as the engine's event in the caller's."""
     translations = ctx.translations
-    protocol = translations and translations.protocol_of(_provider(ctx, target.provider))
-    if not protocol:
-        return None
-    translated = translate_request(body, translations.caller.name, protocol)
-    translations.calls[protocol] = translated
-    return retarget(ctx, target, protocol), orjson.dumps(_with_model(translated.body, model))
+    assert translations is not None
+    started = time.perf_counter()
+    upstream = ctx.state.upstream
+    spoken: dict[str, Translated | None] = {}
 
+    def send(target: UpstreamTarget, model: str | None) -> Awaitable[Response]:
+        protocol = translations.protocol_of(_provider(ctx, target.provider))
+        body, translated = command.body, None
+        if protocol is not None:
+            translated = translate_request(body, translations.caller.name, protocol)
+            target, body = retarget(ctx, target, protocol), translated.body
+        spoken[target.provider] = translated
+        data = orjson.dumps(_with_model(body, model))
+        bounds = {"timeout_s": command.timeout_s, "max_body_bytes": upstream.max_response_bytes}
+        return upstream.send(target, data, **bounds)
 
-def model_reply(ctx: RequestContext, reply: UpstreamResponse) -> Event | None:
-    """A mediated call's answer from a provider of another protocol, as the engine's event
-    in the caller's protocol; None when the provider speaks the caller's."""
-    translations = ctx.translations
-    protocol = translations and translations.protocol_of(_provider(ctx, ctx.provider_name or ""))
-    if not protocol:
-        return None
-    event = _reply_event(ctx, reply, translations.calls[protocol])
+    try:
+        reply = await read_whole(await open_upstream(ctx, send), ctx.provider_name)
+    except UpstreamError as exc:
+        return ModelFailed(exc.kind, exc.message)
+    except ApiError as err:  # every key rests
+        return ModelFailed("status", err.message, err.status, err.headers.get("retry-after"))
+    except Untranslatable as exc:
+        return ModelFailed("status", str(exc), 400)
+    finally:
+        ctx.state.metrics.observe_upstream(ctx.provider_name, time.perf_counter() - started)
+    event = _reply_event(ctx, reply, spoken.get(ctx.provider_name or ""), translations.caller)
     if isinstance(event, _Replied):
         return ModelReplied(event.body)
     if event.code == "upstream_protocol_error":
@@ -231,26 +250,32 @@ class _Replied:
 
 
 def _reply_event(
-    ctx: RequestContext, reply: UpstreamResponse, translated: Translated
+    ctx: RequestContext, reply: UpstreamResponse, translated: Translated | None, caller: Codec
 ) -> _Replied | ApiError:
-    """The provider's answer in the caller's protocol, or the error to tell the caller."""
+    """The provider's answer in the caller's protocol (``translated`` None: it speaks it), or
+    the error to tell the caller."""
     provider = ctx.provider_name or ""
-    target = _CODECS[translated.target]
+    protocol = translated.target if translated is not None else caller.name
+    codec = _CODECS[protocol]
     if not 200 <= reply.status < 300:
         data = ctx.state.upstream.redact(provider, reply.body)
-        err = translate_provider_error(reply.status, data, provider, translated.target)
+        err = translate_provider_error(reply.status, data, provider, protocol)
         retry_after = reply.headers.get("Retry-After")
         if retry_after:
             err.headers["retry-after"] = retry_after
         return err
     try:
         if "text/event-stream" in reply.headers.get("Content-Type", ""):
-            upstream = target.assemble_stream(reply.body)
+            answer = codec.assemble_stream(reply.body)
         else:
-            upstream = orjson.loads(reply.body)
-        return _Replied(translate_reply(upstream, translated), upstream.get("usage"))
+            answer = orjson.loads(reply.body)
+        if translated is None:
+            if not isinstance(answer, dict):
+                raise Untranslatable("the answer is not a JSON object")
+            return _Replied(answer, answer.get("usage"))
+        return _Replied(translate_reply(answer, translated), answer.get("usage"))
     except (Untranslatable, ValueError, KeyError, TypeError, IndexError) as exc:
-        return unusable_reply(Untranslatable(str(exc)), provider, translated.target)
+        return unusable_reply(Untranslatable(str(exc)), provider, protocol)
 
 
 # --- side routes ------------------------------------------------------------------------------

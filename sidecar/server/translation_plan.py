@@ -3,7 +3,7 @@ written in each of them (contract §18); filled by ``translated.plan``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from clawpod.sidecar.codecs.base import Codec
@@ -22,8 +22,6 @@ class Translations:
     """The client's body in each target protocol it needs (pass-through sends these)."""
     include_usage: bool = False
     """A streaming Chat caller asked for the usage chunk."""
-    calls: dict[str, Translated] = field(default_factory=dict)
-    """The current model call's body in each protocol (mediated: one body per call)."""
 
     def protocol_of(self, provider: Provider) -> str | None:
         """The protocol of a provider that needs a translation; None: it speaks the caller's."""

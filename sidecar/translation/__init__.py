@@ -23,9 +23,18 @@ Design (for whoever wires or extends it; docs/translation.md has the tables):
   whose ``encrypted_content`` carries the block (and a Responses reasoning item reaches a
   Messages client as a thinking block whose ``signature`` carries the item); sent back, it is
   restored for its own protocol and dropped for any other. Chat has no place for it.
-- Streams are not translated here: a streaming caller of a translated route gets its answer
-  re-rendered by its own codec from the translated whole body (``render_stream``); live stream
-  translation belongs in this package too (a module per direction pair of stream events).
+- Streams are not translated here yet: a streaming caller of a translated route gets its
+  answer re-rendered by its own codec from the translated whole body (``render_stream``), and
+  the upstream is asked whole. Live stream translation belongs in this package too (sans-IO:
+  the target's ``TurnAssembler`` reads the upstream's events, the caller's ``ClientStream``
+  writes them), hooked where the server asks whole today.
+- The server's side is ``server/translated.py`` (every hook in one module):
+  ``plan(ctx, body)`` after routing (refusal up front; sets ``ctx.translations``);
+  pass-through: ``passthrough_send`` (in the failover ``send``), ``answered_in`` +
+  ``relay_translated`` (the answer; streamed callers re-rendered); mediated:
+  ``call_model(ctx, command)``, the one whole model call over targets of any protocol (the
+  driver calls it instead of its own when ``ctx.translations`` is set); side routes:
+  ``counts_here`` + ``answer_count`` (token counts estimated).
 """
 
 from __future__ import annotations

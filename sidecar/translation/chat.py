@@ -24,9 +24,12 @@ from clawpod.sidecar.translation.parts import (
     as_list,
     data_url,
     from_url,
+    json_format,
+    read_openai_usage,
     result_text,
     stop_list,
     string,
+    write_openai_usage,
 )
 
 # Fields read into the request (beyond messages, tools and choice).
@@ -114,7 +117,7 @@ def read_request(body: dict[str, Any]) -> tuple[Request, list[str]]:
             if messages:
                 messages.append(Message("system", parts))
             else:
-                system += parts
+                system += [{"type": "text", "text": "\n\n"}, *parts] if system else parts
         elif role == "user":
             messages.append(Message("user", _user_parts(message.get("content"), position)))
         elif role == "assistant":
@@ -284,18 +287,10 @@ def _choice(raw: Any) -> Choice | None:
 
 
 def _json_schema(response_format: Any) -> dict[str, Any] | None:
-    if not isinstance(response_format, dict) or response_format.get("type") == "text":
+    if not isinstance(response_format, dict):
         return None
-    if response_format.get("type") == "json_object":
-        return {}
-    if response_format.get("type") == "json_schema":
-        schema = as_dict(response_format.get("json_schema"), "response_format.json_schema")
-        return {
-            "name": schema.get("name", "answer"),
-            "schema": schema.get("schema") or {},
-            "strict": schema.get("strict"),
-        }
-    raise Untranslatable(f"response_format {response_format.get('type')!r}")
+    kind = response_format.get("type")
+    return json_format(kind, response_format.get("json_schema"), "response_format")
 
 
 def write_request(request: Request) -> dict[str, Any]:
@@ -402,15 +397,19 @@ def _wire_assistant(parts: list[Part]) -> dict[str, Any]:
         message["refusal"] = "".join(refusals)
     calls = [p for p in parts if p["type"] == "tool_call"]
     if calls:
-        message["tool_calls"] = [
-            {
-                "id": c["id"],
-                "type": "function",
-                "function": {"name": c["name"], "arguments": c["arguments"]},
-            }
-            for c in calls
-        ]
+        message["tool_calls"] = _wire_calls(calls)
     return message
+
+
+def _wire_calls(calls: list[Part]) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": c["id"],
+            "type": "function",
+            "function": {"name": c["name"], "arguments": c["arguments"]},
+        }
+        for c in calls
+    ]
 
 
 # --- reply ------------------------------------------------------------------------------------
@@ -439,26 +438,11 @@ def read_reply(body: dict[str, Any]) -> Reply:
 
 
 def read_usage(raw: Any) -> Usage | None:
-    if not isinstance(raw, dict):
-        return None
-    prompt = raw.get("prompt_tokens_details")
-    completion = raw.get("completion_tokens_details")
-    return Usage(
-        input=as_int(raw.get("prompt_tokens")),
-        output=as_int(raw.get("completion_tokens")),
-        cache_read=as_int(prompt.get("cached_tokens")) if isinstance(prompt, dict) else 0,
-        reasoning=as_int(completion.get("reasoning_tokens")) if isinstance(completion, dict) else 0,
-    )
+    return read_openai_usage(raw, "prompt_tokens", "completion_tokens")
 
 
 def write_usage(usage: Usage) -> dict[str, Any]:
-    return {
-        "prompt_tokens": usage.input,
-        "completion_tokens": usage.output,
-        "total_tokens": usage.input + usage.output,
-        "prompt_tokens_details": {"cached_tokens": usage.cache_read},
-        "completion_tokens_details": {"reasoning_tokens": usage.reasoning},
-    }
+    return write_openai_usage(usage, "prompt_tokens", "completion_tokens")
 
 
 def write_reply(reply: Reply, request: Request) -> dict[str, Any]:
@@ -476,14 +460,7 @@ def write_reply(reply: Reply, request: Request) -> dict[str, Any]:
         message["function_call"] = {"name": first["name"], "arguments": first["arguments"]}
         finish = "function_call"
     elif calls:
-        message["tool_calls"] = [
-            {
-                "id": c["id"],
-                "type": "function",
-                "function": {"name": c["name"], "arguments": c["arguments"]},
-            }
-            for c in calls
-        ]
+        message["tool_calls"] = _wire_calls(calls)
     body: dict[str, Any] = {
         "id": reply.id if reply.id.startswith("chatcmpl") else f"chatcmpl-{reply.id}",
         "object": "chat.completion",

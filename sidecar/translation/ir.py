@@ -42,6 +42,9 @@ class FunctionTool:
     description: str | None
     parameters: dict[str, Any]
     strict: bool | None = None
+    freeform: bool = False
+    """A Responses ``custom`` tool (free text input, Codex's apply_patch): offered elsewhere as
+    a function of one string ``input``, its calls handed back as ``custom_tool_call`` items."""
 
 
 @dataclass(slots=True)

@@ -141,12 +141,10 @@ def _part(block: dict[str, Any]) -> Part | None:
             "arguments": arguments_text(block.get("input")),
         }
     if kind == "tool_result":
-        content = block.get("content")
-        parts = _parts(content, -1) if content is not None else []
         return {
             "type": "tool_result",
             "id": string(block.get("tool_use_id"), "a tool_result's tool_use_id"),
-            "content": [p for p in parts if p["type"] in ("text", "image")],
+            "content": _result_content(block.get("content")),
             "is_error": block.get("is_error") is True,
         }
     if kind == "thinking":
@@ -161,6 +159,24 @@ def _part(block: dict[str, Any]) -> Part | None:
     if isinstance(kind, str) and _SERVER_BLOCK.match(kind):
         return None
     raise Untranslatable(f"a content block of type {kind!r}")
+
+
+def _result_content(content: Any) -> list[Part]:
+    """A tool result's text and images; read flat, never as nested blocks (a result inside a
+    result would recurse as deep as a hostile body nests)."""
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    parts: list[Part] = []
+    for block in as_list(content, "a tool_result's content"):
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text":
+            parts.append({"type": "text", "text": string(block.get("text"), "a text block")})
+        elif kind == "image":
+            source = as_dict(block.get("source"), "an image block's source")
+            parts.append(_source("image", source, block))
+    return parts
 
 
 def _source(kind: str, source: dict[str, Any], block: dict[str, Any]) -> Part:

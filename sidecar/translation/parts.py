@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from clawpod.sidecar.translation.ir import Part, Untranslatable
+from clawpod.sidecar.translation.ir import Part, Untranslatable, Usage, as_int
 
 
 def data_url(part: Part) -> str:
@@ -112,3 +112,45 @@ def unwrap_carried(text: Any) -> dict[str, Any] | None:
     ):
         return None
     return carried
+
+
+def read_openai_usage(raw: Any, input_key: str, output_key: str) -> Usage | None:
+    """Usage in either OpenAI shape: Chat's ``prompt_tokens``/``completion_tokens`` or
+    Responses' ``input_tokens``/``output_tokens``, each with its ``_details``."""
+    if not isinstance(raw, dict):
+        return None
+    details = raw.get(input_key + "_details")
+    output = raw.get(output_key + "_details")
+    return Usage(
+        input=as_int(raw.get(input_key)),
+        output=as_int(raw.get(output_key)),
+        cache_read=as_int(details.get("cached_tokens")) if isinstance(details, dict) else 0,
+        reasoning=as_int(output.get("reasoning_tokens")) if isinstance(output, dict) else 0,
+    )
+
+
+def write_openai_usage(usage: Usage, input_key: str, output_key: str) -> dict[str, Any]:
+    return {
+        input_key: usage.input,
+        input_key + "_details": {"cached_tokens": usage.cache_read},
+        output_key: usage.output,
+        output_key + "_details": {"reasoning_tokens": usage.reasoning},
+        "total_tokens": usage.input + usage.output,
+    }
+
+
+def json_format(kind: Any, spec: Any, what: str) -> dict[str, Any] | None:
+    """Structured output as the request's ``json_schema``: None for plain text, ``{}`` for
+    JSON mode, ``{name, schema, strict}`` for a schema (``spec`` holds those)."""
+    if kind in (None, "text"):
+        return None
+    if kind == "json_object":
+        return {}
+    if kind == "json_schema":
+        schema = as_dict(spec, f"{what}'s schema")
+        return {
+            "name": schema.get("name", "answer"),
+            "schema": schema.get("schema") or {},
+            "strict": schema.get("strict"),
+        }
+    raise Untranslatable(f"{what} {kind!r}")

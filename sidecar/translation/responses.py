@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import orjson
+
 from clawpod.sidecar.translation.ir import (
     Choice,
     FunctionTool,
@@ -22,10 +24,13 @@ from clawpod.sidecar.translation.parts import (
     as_list,
     data_url,
     from_url,
+    json_format,
+    read_openai_usage,
     result_text,
     string,
     unwrap_carried,
     wrap_carried,
+    write_openai_usage,
 )
 
 PROTOCOL = "responses"
@@ -70,6 +75,11 @@ REFUSED = {
     "prompt": lambda v: v is not None,
     "top_logprobs": lambda v: bool(v),
 }
+FREEFORM_PARAMETERS = {
+    "type": "object",
+    "properties": {"input": {"type": "string", "description": "the tool's whole input"}},
+    "required": ["input"],
+}
 _CLIENT_ROLES = {"user": "user", "system": "system", "developer": "system"}
 _TEXT_PARTS = ("input_text", "output_text", "text")
 
@@ -91,8 +101,11 @@ def read_request(body: dict[str, Any]) -> tuple[Request, list[str]]:
     system = [{"type": "text", "text": instructions}] if isinstance(instructions, str) else []
     first = items[0] if items and isinstance(items[0], dict) else {}
     system_role = "developer" if first.get("role") == "developer" and not system else "system"
-    if not system and messages and messages[0].role == "system":
-        system = messages.pop(0).parts
+    # Leading system and developer items join the instructions: many local chat templates
+    # take one system message, first (Codex sends instructions and a developer message).
+    while messages and messages[0].role == "system":
+        separator = [{"type": "text", "text": "\n\n"}] if system else []
+        system = [*system, *separator, *messages.pop(0).parts]
     reasoning = body.get("reasoning")
     return (
         Request(
@@ -136,14 +149,22 @@ def _read_item(item: dict[str, Any], position: int, messages: list[Message]) -> 
             "arguments": string(item.get("arguments", ""), "a function_call's arguments"),
         }
         _append(messages, "assistant", [call])
-    elif kind == "function_call_output":
+    elif kind == "custom_tool_call":
+        call = {
+            "type": "tool_call",
+            "id": string(item.get("call_id"), "a custom_tool_call's call_id"),
+            "name": string(item.get("name"), "a custom_tool_call's name"),
+            "arguments": orjson.dumps({"input": str(item.get("input", ""))}).decode(),
+        }
+        _append(messages, "assistant", [call])
+    elif kind in ("function_call_output", "custom_tool_call_output"):
         output = item.get("output")
         content = (
             [{"type": "text", "text": output}] if isinstance(output, str) else _parts(output, -1)
         )
         result = {
             "type": "tool_result",
-            "id": string(item.get("call_id"), "a function_call_output's call_id"),
+            "id": string(item.get("call_id"), "a call output's call_id"),
             "content": [p for p in content if p["type"] in ("text", "image")],
             "is_error": False,
         }
@@ -206,6 +227,8 @@ def _file(part: dict[str, Any]) -> Part:
 
 def _tool(raw: Any) -> FunctionTool:
     tool = as_dict(raw, "a tool")
+    if tool.get("type") == "custom":
+        return _freeform(tool)
     if tool.get("type") != "function":
         raise Untranslatable(f"a tool of type {tool.get('type')!r} (only functions translate)")
     return FunctionTool(
@@ -213,6 +236,22 @@ def _tool(raw: Any) -> FunctionTool:
         description=tool.get("description"),
         parameters=tool.get("parameters") or {"type": "object", "properties": {}},
         strict=tool.get("strict"),
+    )
+
+
+def _freeform(tool: dict[str, Any]) -> FunctionTool:
+    """A custom tool as a function of one string; its grammar, which no other protocol can
+    enforce, joins the description so the model still knows the format."""
+    description = str(tool.get("description") or "")
+    fmt = tool.get("format")
+    if isinstance(fmt, dict) and isinstance(fmt.get("definition"), str):
+        description += f"\n\nThe input follows this {fmt.get('syntax', '')} grammar:\n"
+        description += fmt["definition"]
+    return FunctionTool(
+        name=string(tool.get("name"), "a custom tool's name"),
+        description=description,
+        parameters=FREEFORM_PARAMETERS,
+        freeform=True,
     )
 
 
@@ -228,17 +267,9 @@ def _choice(raw: Any) -> Choice | None:
 
 def _json_schema(text: Any) -> dict[str, Any] | None:
     wanted = text.get("format") if isinstance(text, dict) else None
-    if not isinstance(wanted, dict) or wanted.get("type") == "text":
+    if not isinstance(wanted, dict):
         return None
-    if wanted.get("type") == "json_object":
-        return {}
-    if wanted.get("type") == "json_schema":
-        return {
-            "name": wanted.get("name", "answer"),
-            "schema": wanted.get("schema") or {},
-            "strict": wanted.get("strict"),
-        }
-    raise Untranslatable(f"text.format {wanted.get('type')!r}")
+    return json_format(wanted.get("type"), wanted, "text.format")
 
 
 def write_request(request: Request) -> dict[str, Any]:
@@ -295,7 +326,9 @@ def _wire_format(json_schema: dict[str, Any]) -> dict[str, Any]:
     return wire
 
 
-def _wire_items(message: Message, reply: bool) -> list[dict[str, Any]]:
+def _wire_items(
+    message: Message, reply: bool, freeform: frozenset[str] = frozenset()
+) -> list[dict[str, Any]]:
     if message.role != "assistant":
         results = [p for p in message.parts if p["type"] == "tool_result"]
         others = [p for p in message.parts if p["type"] != "tool_result"]
@@ -316,7 +349,7 @@ def _wire_items(message: Message, reply: bool) -> list[dict[str, Any]]:
         if texts:
             items.append(_assistant_message(texts, reply))
             texts = []
-        item = _wire_output(part, reply)
+        item = _wire_output(part, reply, freeform)
         if item is not None:
             items.append(item)
     if texts:
@@ -360,7 +393,9 @@ def _assistant_message(parts: list[Part], reply: bool) -> dict[str, Any]:
     return item
 
 
-def _wire_output(part: Part, reply: bool) -> dict[str, Any] | None:
+def _wire_output(part: Part, reply: bool, freeform: frozenset[str]) -> dict[str, Any] | None:
+    if part["type"] == "tool_call" and part["name"] in freeform:
+        return _custom_call(part)
     if part["type"] == "tool_call":
         item = {
             "type": "function_call",
@@ -388,6 +423,23 @@ def _wire_output(part: Part, reply: bool) -> dict[str, Any] | None:
     raise Untranslatable(f"an assistant part of type {part['type']!r}")
 
 
+def _custom_call(part: Part) -> dict[str, Any]:
+    """A call of a custom tool, as the client offered it: its input is the one string."""
+    try:
+        arguments = orjson.loads(part["arguments"])
+    except orjson.JSONDecodeError:
+        arguments = None
+    text = arguments.get("input") if isinstance(arguments, dict) else None
+    return {
+        "type": "custom_tool_call",
+        "id": f"ctc_{part['id']}",
+        "status": "completed",
+        "call_id": part["id"],
+        "name": part["name"],
+        "input": text if isinstance(text, str) else part["arguments"],
+    }
+
+
 # --- reply ------------------------------------------------------------------------------------
 
 
@@ -407,6 +459,15 @@ def read_reply(body: dict[str, Any]) -> Reply:
                     "id": string(item.get("call_id"), "a function_call's call_id"),
                     "name": string(item.get("name"), "a function_call's name"),
                     "arguments": string(item.get("arguments", ""), "arguments"),
+                }
+            )
+        elif kind == "custom_tool_call":
+            parts.append(
+                {
+                    "type": "tool_call",
+                    "id": string(item.get("call_id"), "a custom_tool_call's call_id"),
+                    "name": string(item.get("name"), "a custom_tool_call's name"),
+                    "arguments": orjson.dumps({"input": str(item.get("input", ""))}).decode(),
                 }
             )
         elif kind == "reasoning" and (item.get("encrypted_content") or item.get("summary")):
@@ -433,30 +494,16 @@ def read_reply(body: dict[str, Any]) -> Reply:
 
 
 def read_usage(raw: Any) -> Usage | None:
-    if not isinstance(raw, dict):
-        return None
-    details = raw.get("input_tokens_details")
-    output = raw.get("output_tokens_details")
-    return Usage(
-        input=as_int(raw.get("input_tokens")),
-        output=as_int(raw.get("output_tokens")),
-        cache_read=as_int(details.get("cached_tokens")) if isinstance(details, dict) else 0,
-        reasoning=as_int(output.get("reasoning_tokens")) if isinstance(output, dict) else 0,
-    )
+    return read_openai_usage(raw, "input_tokens", "output_tokens")
 
 
 def write_usage(usage: Usage) -> dict[str, Any]:
-    return {
-        "input_tokens": usage.input,
-        "input_tokens_details": {"cached_tokens": usage.cache_read},
-        "output_tokens": usage.output,
-        "output_tokens_details": {"reasoning_tokens": usage.reasoning},
-        "total_tokens": usage.input + usage.output,
-    }
+    return write_openai_usage(usage, "input_tokens", "output_tokens")
 
 
 def write_reply(reply: Reply, request: Request) -> dict[str, Any]:
-    output = _wire_items(Message("assistant", reply.parts), reply=True)
+    freeform = frozenset(t.name for t in request.tools if t.freeform)
+    output = _wire_items(Message("assistant", reply.parts), reply=True, freeform=freeform)
     incomplete = reply.stop in ("max_tokens", "content_filter")
     reason = "content_filter" if reply.stop == "content_filter" else "max_output_tokens"
     return {

@@ -234,3 +234,66 @@ def test_a_provider_error_names_the_provider_and_keeps_status_and_code() -> None
 def test_a_malformed_or_uncarriable_request_is_untranslatable(body: dict) -> None:
     with pytest.raises(Untranslatable):
         translate_request(body, "chat", "messages")
+
+
+def test_structured_output_crosses_and_plain_json_mode_is_refused_for_messages() -> None:
+    schema = {"type": "object", "properties": {"title": {"type": "string"}}}
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "title this"}],
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "title", "schema": schema, "strict": True},
+        },
+    }
+    responses = translate_request(body, "chat", "responses").body
+    assert responses["text"]["format"] == {
+        "type": "json_schema",
+        "name": "title",
+        "schema": schema,
+        "strict": True,
+    }
+    back = translate_request(responses, "responses", "chat").body
+    assert back["response_format"] == body["response_format"]
+    messages = translate_request(body, "chat", "messages").body
+    assert messages["output_config"] == {"format": {"type": "json_schema", "schema": schema}}
+    with pytest.raises(Untranslatable, match="JSON mode"):
+        translate_request({**body, "response_format": {"type": "json_object"}}, "chat", "messages")
+
+
+def test_codex_instructions_and_developer_message_are_one_leading_system_message() -> None:
+    """Local chat templates take one system message, first; Codex sends instructions and a
+    developer message before the user's turn."""
+    body = {
+        "model": "local",
+        "instructions": "You are Codex.",
+        "input": [
+            {
+                "type": "message",
+                "role": "developer",
+                "content": [{"type": "input_text", "text": "Sandbox: read-only."}],
+            },
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+        ],
+        "reasoning": {"effort": "medium", "summary": "auto"},
+        "include": ["reasoning.encrypted_content"],
+        "prompt_cache_key": "abc",
+        "store": False,
+    }
+    translated = translate_request(body, "responses", "chat")
+    assert translated.body["messages"] == [
+        {"role": "system", "content": "You are Codex.\n\nSandbox: read-only."},
+        {"role": "user", "content": "hi"},
+    ]
+    assert set(translated.dropped) == {"include", "prompt_cache_key", "store"}
+
+
+def test_a_deeply_nested_tool_result_does_not_recurse() -> None:
+    """A hostile Messages body nests results inside results as deep as the server's JSON
+    parser allows (1024 levels: two a result)."""
+    depth = 505
+    nested = '[{"type": "tool_result", "tool_use_id": "t", "content": ' * depth
+    text = '{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": '
+    text += nested + '"x"' + "}]" * depth + "}]}"
+    sent = translate_request(orjson.loads(text), "messages", "chat").body
+    assert sent["messages"][0] == {"role": "tool", "tool_call_id": "t", "content": ""}

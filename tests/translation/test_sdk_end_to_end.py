@@ -66,6 +66,7 @@ async def test_pass_through_answer_in_the_callers_protocol(
     if target == "messages":
         assert received.headers["x-api-key"] == "sk-ant-test-key"
         assert "authorization" not in received.headers
+        assert received.headers["anthropic-version"] == "2023-06-01"  # the API requires one
     else:
         assert received.headers["authorization"].startswith("Bearer sk-")
     usage = answer.usage
