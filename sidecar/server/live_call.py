@@ -71,16 +71,14 @@ async def call_model_streaming(
     as ``StreamUnanswered`` instead of a failure."""
     upstream = ctx.state.upstream
     streamed = codec.streaming_request(body)
+    crossing = translated_stream.LiveCall(ctx, codec)
 
     def send(target: UpstreamTarget, model: str | None) -> Awaitable[Response]:
         request = streamed
         if model is not None and model != streamed.get("model"):  # a fallback's own id
             request = {**streamed, "model": model}
         # A provider of another protocol gets the call translated, streamed (contract §18).
-        target, data = translated_stream.live_call(ctx, codec, target, request) or (
-            target,
-            orjson.dumps(request),
-        )
+        target, data = crossing.request(target, request) or (target, orjson.dumps(request))
         return upstream.send(
             target,
             data,
@@ -100,27 +98,29 @@ async def call_model_streaming(
     assert provider is not None
     assembler = codec.stream_assembler()
     end = codec.end_watch()
-    crossing = translated_stream.live_translator(ctx, codec)  # the provider's stream as ours
+    translator = crossing.translator()  # the provider's stream as the caller's
     try:
         if response.status != 200:
             data = upstream.redact(provider, await response.read())
-            unserved = not_served_message(codec, provider, response.status, data)
+            unserved = translator is None and not_served_message(
+                codec, provider, response.status, data
+            )
             if unserved:
                 return ModelFailed(NOT_SERVED, unserved)
             if may_fall_back and response.status in REFUSAL_STATUSES:
                 return StreamUnanswered(f"answered {response.status}", definitive=False)
-            if crossing is not None:
-                refused = UpstreamResponse(response.status, response.headers, data)
-                return translated_stream.crossed_reply(ctx, refused)
+            if translator is not None:  # the provider's error, told in the caller's terms
+                return crossing.whole(UpstreamResponse(response.status, response.headers, data))
             return ModelFailed(
                 "status",
                 codec.provider_error_message(data),
                 response.status,
                 response.headers.get("Retry-After"),
             )
-        if response.content_type != "text/event-stream" and crossing is not None:
-            whole = UpstreamResponse(200, response.headers, await response.read())
-            answered = translated_stream.crossed_reply(ctx, whole)
+        if response.content_type != "text/event-stream" and translator is not None:
+            answered = crossing.whole(
+                UpstreamResponse(200, response.headers, await response.read())
+            )
             if isinstance(answered, ModelReplied):
                 await show_whole(codec, conversation, answered.body, show)
             return answered
@@ -133,15 +133,15 @@ async def call_model_streaming(
             return ModelReplied(reply)
         while chunk := await response.read_chunk():
             end.feed(chunk)
-            if crossing is not None:
-                chunk = crossing.feed(chunk)
+            if translator is not None:
+                chunk = translator.feed(chunk)
             deltas = assembler.feed(chunk)
             if deltas:
                 await show(assembler.head, deltas)
-            if crossing is not None and crossing.failure is not None:
+            if translator is not None and translator.failure is not None:
                 break
-        if crossing is not None:
-            failed = translated_stream.finish_crossing(crossing, assembler)
+        if translator is not None:
+            failed = translated_stream.finish_crossing(translator, assembler)
             if failed is not None:
                 return failed
         try:
@@ -157,7 +157,7 @@ async def call_model_streaming(
         return ModelFailed("protocol", f"the provider's reply is not valid: {exc}")
     finally:
         # A stream without its end marker leaves the connection's state unknown: not pooled.
-        whole = end.seen if crossing is None else crossing.complete
+        whole = end.seen if translator is None else translator.complete
         response.release(reuse=whole or response.content_type != "text/event-stream")
 
 

@@ -235,7 +235,17 @@ async def call_model(ctx: RequestContext, command: CallModel) -> Event:
         return ModelFailed("status", str(exc), 400)
     finally:
         ctx.state.metrics.observe_upstream(ctx.provider_name, time.perf_counter() - started)
-    event = _reply_event(ctx, reply, spoken.get(ctx.provider_name or ""), translations.caller)
+    return reply_event(ctx, reply, spoken.get(ctx.provider_name or ""))
+
+
+def reply_event(
+    ctx: RequestContext, reply: UpstreamResponse, translated: Translated | None
+) -> Event:
+    """A model call's answer or error as the engine's event in the caller's protocol
+    (``translated`` None: the provider speaks it); live streams use it for an answer that
+    came whole or refused (``translated_stream.py``)."""
+    assert ctx.translations is not None
+    event = _reply_event(ctx, reply, translated, ctx.translations.caller)
     if isinstance(event, _Replied):
         return ModelReplied(event.body)
     if event.code == "upstream_protocol_error":

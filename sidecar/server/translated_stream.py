@@ -23,7 +23,7 @@ from clawpod.sidecar.server import translated
 from clawpod.sidecar.server.accounting import record_request
 from clawpod.sidecar.server.budget_gate import BYTES_PER_TOKEN
 from clawpod.sidecar.server.upstream import UpstreamResponse, UpstreamTarget, translate_error
-from clawpod.sidecar.translation import translate_request
+from clawpod.sidecar.translation import Translated, translate_request
 from clawpod.sidecar.translation.streams import StreamTranslator, stream_translator
 from clawpod.sidecar.transport import Response, TransportError
 
@@ -174,37 +174,42 @@ def _usage(ctx: RequestContext, usage: StreamUsage) -> dict[str, Any]:
 # --- a mediated request's model calls ---------------------------------------------------------
 
 
-def live_call(
-    ctx: RequestContext, caller: Codec, target: UpstreamTarget, body: dict[str, Any]
-) -> tuple[UpstreamTarget, bytes] | None:
-    """A streamed model call (``body`` in the caller's protocol, the model already the
-    target's) to a provider of another protocol; None when it speaks the caller's.
-    ``Untranslatable`` when the provider's protocol cannot carry it."""
-    protocol = crossing_protocol(ctx, target.provider)
-    if protocol is None:
-        return None
-    assert ctx.translations is not None
-    translated = translate_request(body, caller.name, protocol)
-    ctx.translations.calls[protocol] = translated  # a whole answer is translated by it
-    return streamed_target(target, protocol), orjson.dumps(streamed(translated.body, protocol))
+class LiveCall:
+    """One streamed model call of a mediated request over targets of any protocol: the
+    request each target gets, and what its answer needs to reach the caller's assembler."""
 
+    def __init__(self, ctx: RequestContext, caller: Codec) -> None:
+        self._ctx = ctx
+        self._caller = caller
+        self._spoken: dict[str, Translated] = {}  # provider -> the call in its protocol
 
-def live_translator(ctx: RequestContext, caller: Codec) -> StreamTranslator | None:
-    """The translator of the answering provider's stream into the caller's; None when it
-    speaks the caller's protocol."""
-    protocol = crossing_protocol(ctx, ctx.provider_name or "")
-    if protocol is None:
-        return None
-    # A failed call is the driver's to tell the client, inside its one lifecycle.
-    return translator_for(ctx, caller, protocol, tells=False)
+    def request(
+        self, target: UpstreamTarget, body: dict[str, Any]
+    ) -> tuple[UpstreamTarget, bytes] | None:
+        """The call (``body`` in the caller's protocol, the model already the target's) for a
+        provider of another protocol, streamed; None when it speaks the caller's.
+        ``Untranslatable`` when the provider's protocol cannot carry it."""
+        protocol = crossing_protocol(self._ctx, target.provider)
+        if protocol is None:
+            return None
+        translated = translate_request(body, self._caller.name, protocol)
+        self._spoken[target.provider] = translated
+        return streamed_target(target, protocol), orjson.dumps(streamed(translated.body, protocol))
 
+    def translator(self) -> StreamTranslator | None:
+        """The translator of the answering provider's stream into the caller's; None when it
+        speaks the caller's protocol."""
+        translated = self._spoken.get(self._ctx.provider_name or "")
+        if translated is None:
+            return None
+        # A failed call is the driver's to tell the client, inside its one lifecycle.
+        return translator_for(self._ctx, self._caller, translated.target, tells=False)
 
-def crossed_reply(ctx: RequestContext, reply: UpstreamResponse) -> Event:
-    """A streamed call's answer that came whole, or refused, from a provider of another
-    protocol: translated as a whole answer is (``translated.model_reply``)."""
-    event = translated.model_reply(ctx, reply)
-    assert event is not None, "asked only of a provider of another protocol"
-    return event
+    def whole(self, reply: UpstreamResponse) -> Event:
+        """The answering provider's answer that came whole, or its refusal, as the engine's
+        event (translated as ``translated.py`` translates whole answers)."""
+        answered = self._spoken.get(self._ctx.provider_name or "")
+        return translated.reply_event(self._ctx, reply, answered)
 
 
 def finish_crossing(translator: StreamTranslator, assembler: TurnAssembler) -> Event | None:
