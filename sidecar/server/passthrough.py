@@ -71,7 +71,7 @@ async def _pass_through(
         translation = translated.answered_in(ctx)
         if translation is not None and translated_stream.streams_back(ctx, upstream):
             return await translated_stream.relay_translated_stream(
-                exchange, ctx, upstream, translation.target
+                exchange, ctx, upstream, translation
             )
         if translation is not None:
             return await translated.relay_translated(exchange, ctx, upstream, translation)

@@ -62,16 +62,18 @@ def streamed_target(target: UpstreamTarget, protocol: str) -> UpstreamTarget:
 
 
 def translator_for(
-    ctx: RequestContext, caller: Codec, protocol: str, *, tells: bool = True
+    ctx: RequestContext, caller: Codec, translated: Translated, *, tells: bool = True
 ) -> StreamTranslator:
+    """The translator of the answer to ``translated`` (a request in its target's protocol)."""
     translations = ctx.translations
     return stream_translator(
-        protocol,
+        translated.target,
         caller,
         provider=ctx.provider_name or "",
         model=ctx.model,
         include_usage=translations is not None and translations.include_usage,
         tells=tells,
+        freeform=frozenset(t.name for t in translated.request.tools if t.freeform),
     )
 
 
@@ -100,12 +102,12 @@ def streams_back(ctx: RequestContext, upstream: Response) -> bool:
 
 
 async def relay_translated_stream(
-    exchange: Exchange, ctx: RequestContext, upstream: Response, protocol: str
+    exchange: Exchange, ctx: RequestContext, upstream: Response, translated: Translated
 ) -> None:
     """The provider's stream, in the caller's protocol as it arrives; the caller's stream
     always ends with its protocol's end, also when the provider's fails or stops short."""
-    translator = translator_for(ctx, ctx.codec, protocol)
-    usage = StreamUsage(_CODECS[protocol])  # the provider's counts, in its own sense
+    translator = translator_for(ctx, ctx.codec, translated)
+    usage = StreamUsage(_CODECS[translated.target])  # the provider's counts, in its own sense
     kept = {name: upstream.headers[name] for name in _KEPT_HEADERS if name in upstream.headers}
     await exchange.start_stream(200, {**SSE_HEADERS, **kept})
     try:
@@ -203,7 +205,7 @@ class LiveCall:
         if translated is None:
             return None
         # A failed call is the driver's to tell the client, inside its one lifecycle.
-        return translator_for(self._ctx, self._caller, translated.target, tells=False)
+        return translator_for(self._ctx, self._caller, translated, tells=False)
 
     def whole(self, reply: UpstreamResponse) -> Event:
         """The answering provider's answer that came whole, or its refusal, as the engine's

@@ -18,7 +18,7 @@ import orjson
 from clawpod.sidecar.codecs.sse import DONE, data_frame, event_frame
 from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.translation import chat, messages, responses
-from clawpod.sidecar.translation.ir import Part, Reply, Request, Stop, Usage
+from clawpod.sidecar.translation.ir import FunctionTool, Part, Reply, Request, Stop, Usage
 from clawpod.sidecar.translation.stream_events import (
     CallArguments,
     CallStarted,
@@ -294,15 +294,21 @@ class ResponsesStreamWriter(StreamWriter):
     ``sequence_number``: one output item at a time (a ``message`` with one ``output_text``
     part, or a ``function_call``), each closed with its ``done`` events and the whole item
     before the next opens (Codex reads calls from ``response.output_item.done``).
-    A failure is ``response.failed``, the stream's end."""
+    A failure is ``response.failed``, the stream's end.
 
-    def __init__(self, model: str | None) -> None:
+    A call of one of the caller's ``custom`` tools (``freeform``: Codex's apply_patch) went to
+    the provider as a function of one string: it is held until complete and goes out whole as
+    the ``custom_tool_call`` item the caller offered it as."""
+
+    def __init__(self, model: str | None, freeform: frozenset[str] = frozenset()) -> None:
         super().__init__(model)
         self._sequence = 0
         self._output: list[dict[str, Any]] = []  # items as the caller has them so far
         self._open_item: dict[str, Any] | None = None
         self._calls: dict[int, int] = {}  # source call -> output index
         self._positions: dict[str, int] = {}  # item id -> output index
+        self._freeform = freeform
+        self._held: tuple[int, Part] | None = None  # (source call, the call) of a custom tool
 
     def _open(self) -> bytes:
         started = self._response("in_progress")
@@ -332,6 +338,12 @@ class ResponsesStreamWriter(StreamWriter):
             )
             self._sequence += 1
             return frames + frame
+        if isinstance(event, CallStarted) and event.name in self._freeform:
+            frames = self._close_item()
+            self._calls[event.index] = -1  # held, not yet an output item
+            call = {"type": "tool_call", "id": event.call_id, "name": event.name}
+            self._held = (event.index, {**call, "arguments": ""})
+            return frames
         if isinstance(event, CallStarted):
             self._calls[event.index] = len(self._output)
             call_item = {
@@ -343,8 +355,11 @@ class ResponsesStreamWriter(StreamWriter):
                 "arguments": "",
             }
             return self._add(call_item)
+        if self._held is not None and self._held[0] == event.index:
+            self._held[1]["arguments"] += event.json
+            return b""
         index = self._calls.get(event.index)
-        if index is None:
+        if index is None or index < 0:
             return b""
         call = self._output[index]
         call["arguments"] += event.json
@@ -383,6 +398,11 @@ class ResponsesStreamWriter(StreamWriter):
         return frames + self._event("response.output_item.added", added)
 
     def _close_item(self) -> bytes:
+        if self._held is not None:  # a custom tool's call, now complete
+            (_, call), self._held = self._held, None
+            request = Request(None, [], [], tools=[_freeform_tool(call["name"])])
+            item = responses.write_reply(Reply("", None, [call], "end", None), request)
+            return self._whole_item(item["output"][0])
         item, self._open_item = self._open_item, None
         if item is None:
             return b""
@@ -448,6 +468,10 @@ class ResponsesStreamWriter(StreamWriter):
         frame = event_frame(kind, {"type": kind, **fields, "sequence_number": self._sequence})
         self._sequence += 1
         return frame
+
+
+def _freeform_tool(name: str) -> FunctionTool:
+    return FunctionTool(name, None, {}, freeform=True)
 
 
 def _prefixed(prefix: str, answer_id: str | None) -> str:

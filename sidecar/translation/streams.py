@@ -111,17 +111,19 @@ def stream_translator(
     model: str | None,
     include_usage: bool,
     tells: bool = True,
+    freeform: frozenset[str] = frozenset(),
 ) -> StreamTranslator:
     """A translator from a stream of the ``target`` protocol (``chat``, ``messages``,
     ``responses``) to ``caller``'s. ``model``: the model the caller
     asked for, shown until the target names its own; ``include_usage``: a Chat Completions
-    caller asked for the usage chunk; ``tells``: see ``StreamWriter.tells``."""
+    caller asked for the usage chunk; ``tells``: see ``StreamWriter.tells``; ``freeform``: the
+    Responses caller's ``custom`` tools (``ResponsesStreamWriter``)."""
     writer: StreamWriter
     if caller.name == "chat":
         writer = ChatStreamWriter(model, include_usage=include_usage, error_body=caller.error_body)
     elif caller.name == "messages":
         writer = MessagesStreamWriter(model, error_body=caller.error_body)
     else:
-        writer = ResponsesStreamWriter(model)
+        writer = ResponsesStreamWriter(model, freeform)
     writer.tells = tells
     return StreamTranslator(_READERS[target](), writer, provider)
