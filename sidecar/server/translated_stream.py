@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 _CODECS = {codec.name: codec for codec in CODECS}
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+# What a provider may still send after its stream's end marker before its answer ends (the
+# chunked terminator, a trailing comment); past it the connection is closed, not drained.
+_MAX_AFTER_END = 64 * 1024
 # Provider answer headers that keep their meaning whatever the protocol.
 _KEPT_HEADERS = ("x-request-id", "request-id")
 
@@ -140,7 +143,8 @@ async def _relay(
     translator: StreamTranslator,
     usage: StreamUsage,
 ) -> None:
-    while not translator.closed:
+    after_end = 0  # bytes read past the caller's end, to let the connection be pooled
+    while after_end <= _MAX_AFTER_END and not (translator.closed and not translator.complete):
         try:
             chunk = await upstream.read_chunk()
         except TransportError as exc:
@@ -150,6 +154,9 @@ async def _relay(
         if not chunk:
             await exchange.write(translator.finish())
             return
+        if translator.closed:
+            after_end += len(chunk)
+            continue
         usage.feed(chunk)
         usage.events += chunk.count(b"data:")
         frames = translator.feed(chunk)
