@@ -25,6 +25,7 @@ WORKLOADS = (
     "openai_json",
     "openai_sse",
     "anthropic_json",
+    "anthropic_to_chat_json",
     "mediated_r0",
     "mediated_r1",
     "mediated_r3",

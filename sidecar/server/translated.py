@@ -21,6 +21,7 @@ from clawpod.sidecar.model.conversation import Conversation, ToolChoice
 from clawpod.sidecar.model.errors import ApiError, upstream_failure
 from clawpod.sidecar.server.accounting import record_request
 from clawpod.sidecar.server.budget_gate import BYTES_PER_TOKEN
+from clawpod.sidecar.server.counting import with_managed_tools
 from clawpod.sidecar.server.errors import reply_error
 from clawpod.sidecar.server.failover import open_upstream
 from clawpod.sidecar.server.translation_plan import Translations
@@ -101,8 +102,18 @@ def retarget(ctx: RequestContext, target: UpstreamTarget, protocol: str) -> Upst
     return UpstreamTarget(target.provider, codec.route, headers, False, key=target.key)
 
 
-def _with_model(body: dict[str, Any], model: str | None) -> dict[str, Any]:
-    return body if model is None or model == body.get("model") else {**body, "model": model}
+def _for_provider(body: dict[str, Any], model: str | None, provider: Provider) -> dict[str, Any]:
+    """A translated body as its target takes it: the model id it knows the model by, and for
+    an OpenAI-compatible server (a provider declared ``chat-completions``) the output limit
+    under ``max_tokens``, the field such servers read (OpenAI's own reasoning models refuse
+    it, so the OpenAI API gets ``max_completion_tokens``)."""
+    if model is not None and model != body.get("model"):
+        body = {**body, "model": model}
+    if provider.protocols and "max_completion_tokens" in body:
+        limit = body["max_completion_tokens"]
+        body = {k: v for k, v in body.items() if k != "max_completion_tokens"}
+        body["max_tokens"] = limit
+    return body
 
 
 # --- pass-through -----------------------------------------------------------------------------
@@ -114,10 +125,11 @@ def passthrough_send(
     """The target and body of a pass-through to a provider of another protocol; None when
     the provider speaks the caller's."""
     translations = ctx.translations
-    protocol = translations and translations.protocol_of(_provider(ctx, target.provider))
+    provider = _provider(ctx, target.provider)
+    protocol = translations and translations.protocol_of(provider)
     if not protocol:
         return None
-    body = _with_model(translations.by_protocol[protocol].body, model)
+    body = _for_provider(translations.by_protocol[protocol].body, model, provider)
     return retarget(ctx, target, protocol), orjson.dumps(body)
 
 
@@ -215,13 +227,17 @@ async def call_model(ctx: RequestContext, command: CallModel) -> Event:
     spoken: dict[str, Translated | None] = {}
 
     def send(target: UpstreamTarget, model: str | None) -> Awaitable[Response]:
-        protocol = translations.protocol_of(_provider(ctx, target.provider))
+        provider = _provider(ctx, target.provider)
+        protocol = translations.protocol_of(provider)
         body, translated = command.body, None
         if protocol is not None:
             translated = translate_request(body, translations.caller.name, protocol)
-            target, body = retarget(ctx, target, protocol), translated.body
+            target = retarget(ctx, target, protocol)
+            body = _for_provider(translated.body, model, provider)
+        elif model is not None and model != body.get("model"):  # a fallback's own id
+            body = {**body, "model": model}
         spoken[target.provider] = translated
-        data = orjson.dumps(_with_model(body, model))
+        data = orjson.dumps(body)
         bounds = {"timeout_s": command.timeout_s, "max_body_bytes": upstream.max_response_bytes}
         return upstream.send(target, data, **bounds)
 
@@ -298,6 +314,9 @@ def counts_here(ctx: RequestContext) -> bool:
 
 
 async def answer_count(exchange: Exchange, ctx: RequestContext, body: dict[str, Any]) -> None:
+    agent = ctx.agent
+    if agent.agent.mode == "mediated" and agent.tools.tools:
+        body = with_managed_tools(ctx.codec, agent, body)  # the model will see them too
     tokens = max(len(orjson.dumps(body)) // BYTES_PER_TOKEN, 1)
     answer: dict[str, Any] = {"input_tokens": tokens}
     if ctx.codec.name == "responses":

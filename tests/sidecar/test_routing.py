@@ -87,11 +87,15 @@ async def test_unknown_model_is_400_listing_allowed_models(pod: Pod) -> None:
     assert pod.upstream.received == []
 
 
-async def test_prefix_of_a_provider_for_the_other_api_is_400(pod: Pod) -> None:
-    with pytest.raises(openai.BadRequestError, match="/v1/messages"):
-        await pod.openai().chat.completions.create(
-            model="anthropic/claude-haiku-4-5", messages=PROMPT
-        )
+async def test_prefix_of_a_provider_for_the_other_api_selects_it_translated(pod: Pod) -> None:
+    """Contract §18 replaces the wave-2 400 that named the other route."""
+    pod.upstream.enqueue("anthropic", Reply.json(anthropic_message("Hi.")))
+    answer = await pod.openai().chat.completions.create(
+        model="anthropic/claude-haiku-4-5", messages=PROMPT
+    )
+    assert answer.choices[0].message.content == "Hi."
+    (sent,) = [r.json for r in pod.upstream.requests_to("anthropic")]
+    assert sent["model"] == "claude-haiku-4-5"
 
 
 async def test_prefix_does_not_bypass_the_providers_globs(pod: Pod) -> None:

@@ -130,3 +130,9 @@ async def test_a_token_count_for_a_provider_of_another_protocol_is_estimated(
         )
     assert counted.input_tokens > 100
     assert pod.upstream.received == []
+    # A mediated agent's count includes the tools the sidecar will inject (contract §7.2).
+    async with pod.anthropic("analyst") as client:
+        mediated = await client.messages.count_tokens(
+            model=MODEL["chat"], messages=[{"role": "user", "content": "hello there " * 100}]
+        )
+    assert mediated.input_tokens > counted.input_tokens + 50

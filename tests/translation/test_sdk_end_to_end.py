@@ -62,6 +62,9 @@ async def test_pass_through_answer_in_the_callers_protocol(
     (sent,) = pod.sent(target)
     assert user_text(target, sent) == "What is AAPL at?"
     assert sent["model"] == MODEL[target]
+    if target == "chat" and caller == "messages":
+        # A Chat-only (OpenAI-compatible) server reads the limit as max_tokens.
+        assert sent["max_tokens"] == 256 and "max_completion_tokens" not in sent
     (received,) = pod.upstream.requests_to(ROUTE[target])
     if target == "messages":
         assert received.headers["x-api-key"] == "sk-ant-test-key"
