@@ -1,6 +1,7 @@
 """A streamed request whose first target fails before answering falls back to a provider of
 another protocol (contract §14 with §18): that provider's stream reaches the caller live, in
-the caller's protocol, pass-through and mediated."""
+the caller's protocol, pass-through and mediated. And hidden rounds of a streamed, translated
+conversation come back when it continues."""
 
 from __future__ import annotations
 
@@ -55,3 +56,42 @@ async def test_a_streamed_mediated_fallback_runs_the_tool_once(
     (sent,) = pod.sent("chat")
     assert sent["stream"] is True
     assert sent["messages"][-1]["role"] == "tool"
+
+
+async def test_hidden_rounds_come_back_when_a_streamed_conversation_continues(
+    translating_pod: TranslatingPod,
+) -> None:
+    """Claude Code streams every turn: against a Chat-only server its first answer came
+    through a translated stream; its next turn reaches the server with the hidden call and
+    result back in place, and the tool is not run again."""
+    pod = translating_pod
+    pod.script(
+        "chat",
+        stream_reply("chat", [], [("call_1", "desk_quote", {"symbol": "AAPL"})]),
+        stream_reply("chat", ["AAPL trades ", "at 1."]),
+        stream_reply("chat", ["Yes."]),
+    )
+    ask = [{"role": "user", "content": "What is AAPL at?"}]
+    async with pod.anthropic("analyst") as client:
+        async with client.messages.stream(model="local-model", max_tokens=99, messages=ask) as live:
+            first = await live.get_final_message()
+        again = [
+            *ask,
+            {"role": "assistant", "content": [b.model_dump() for b in first.content]},
+            {"role": "user", "content": "Is that up?"},
+        ]
+        async with client.messages.stream(
+            model="local-model", max_tokens=99, messages=again
+        ) as live:
+            second = await live.get_final_message()
+    assert [b.text for b in second.content if b.type == "text"] == ["Yes."]
+    *_, third = pod.sent("chat")
+    assert [m["role"] for m in third["messages"]] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "user",
+    ]
+    assert third["messages"][1]["tool_calls"][0]["id"] == "call_1"
+    assert [r.path for r in pod.service.requests] == ["/quotes/AAPL"]
