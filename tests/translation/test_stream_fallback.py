@@ -1,7 +1,7 @@
 """A streamed request whose first target fails before answering falls back to a provider of
 another protocol (contract §14 with §18): that provider's stream reaches the caller live, in
 the caller's protocol, pass-through and mediated. And hidden rounds of a streamed, translated
-conversation come back when it continues."""
+conversation come back when it continues, and a retry after a broken stream resumes."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from tests.translation.conftest import TranslatingPod
 from tests.translation.streams import stream_reply, stream_through
 from tests.translation.test_fallback_and_continuity import falling_back  # noqa: F401 (fixture)
 
+TRADE = {"symbol": "AAPL", "side": "buy", "quantity": 1}
 DEADLINE_S = 20  # a stream held whole would hang the test: it fails here instead
 
 
@@ -95,3 +96,24 @@ async def test_hidden_rounds_come_back_when_a_streamed_conversation_continues(
     ]
     assert third["messages"][1]["tool_calls"][0]["id"] == "call_1"
     assert [r.path for r in pod.service.requests] == ["/quotes/AAPL"]
+
+
+async def test_a_retry_after_a_translated_stream_failed_mid_round_runs_the_tool_once(
+    translating_pod: TranslatingPod,
+) -> None:
+    """The tool ran, then the provider's next stream broke: the caller's identical retry
+    resumes the journaled round (SPEC §8.2) instead of running the tool again."""
+    pod = translating_pod
+    pod.script(
+        "chat",
+        stream_reply("chat", [], [("call_1", "desk_trade", TRADE)]),
+        stream_reply("chat", ["Bought ", "one."], cut_after_first_text=True),
+        stream_reply("chat", ["Bought ", "one."]),
+    )
+    failed = await stream_through(pod, "messages", "analyst", "local-model")
+    assert failed.error is not None
+    retried = await stream_through(pod, "messages", "analyst", "local-model")
+    assert retried.error is None, retried.error
+    assert retried.text == "Bought one."
+    assert [r.path for r in pod.service.requests] == ["/trades"]  # once, across both attempts
+    assert any(r.get("resumed_from") for r in pod.audit("analyst"))
