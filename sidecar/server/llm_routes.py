@@ -147,7 +147,7 @@ async def _read_and_serve(
                 ctx.targets = state.router.route(codec.api, body.get("model"))  # type: ignore[assignment]
                 ctx.provider_name, _, ctx.model = ctx.targets[0]
             else:
-                ctx.provider_name = state.router.first_provider(codec.api)
+                ctx.provider_name = state.router.first_provider(codec.api, codec.name)
                 ctx.targets = [(ctx.provider_name, state.config.providers[ctx.provider_name], None)]
             if route.upstream is None:
                 translated.plan(ctx, body)  # a target of another protocol: refused or planned

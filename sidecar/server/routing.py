@@ -80,11 +80,14 @@ class ModelRouter:
                 return name, provider, model
         raise self._not_allowed(api, model)
 
-    def first_provider(self, api: Api) -> str:
-        """The provider that takes a request of ``api`` that names no model."""
-        if not self._by_api[api]:
-            raise ApiError(400, "no_provider", f"no provider of this pod serves the {api} API")
-        return self._by_api[api][0][0]
+    def first_provider(self, api: Api, protocol: str | None = None) -> str:
+        """The provider that takes a request of ``api`` that names no model: the first that
+        serves ``protocol`` (a stored response is read where responses are stored)."""
+        for name, provider in self._by_api[api]:
+            if protocol is None or protocol in provider.served:
+                return name
+        what = f"the {api} API" if protocol is None else f"the {protocol} protocol"
+        raise ApiError(400, "no_provider", f"no provider of this pod serves {what}")
 
     def allows(self, api: Api, model: str) -> bool:
         """Whether a request of ``api`` may name ``model``."""

@@ -45,6 +45,7 @@ from typing import Any
 
 import orjson
 
+from clawpod.sidecar.codecs.anthropic import ERROR_TYPES
 from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.translation import chat, messages, responses
 from clawpod.sidecar.translation.ir import Request, Untranslatable
@@ -140,7 +141,9 @@ def translate_error(status: int, body: bytes, provider: str, target: str) -> Api
         status if 400 <= status < 600 else 502,
         str(code) if isinstance(code, str | int) and code else f"upstream_http_{status}",
         f"{message}: {text}" if text else message,
-        kind if isinstance(kind, str) else None,
+        # A type both families know is kept; others (OpenAI's "requests", "tokens") become
+        # the status's, which every SDK maps to its exception class.
+        kind if kind in ERROR_TYPES else None,
     )
 
 

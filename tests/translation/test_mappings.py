@@ -217,6 +217,11 @@ def test_a_provider_error_names_the_provider_and_keeps_status_and_code() -> None
     err = translate_error(529, body, "claude", "messages")
     assert (err.status, err.code, err.type) == (529, "overloaded_error", "overloaded_error")
     assert err.message == "provider 'claude' (Messages) answered 529: busy"
+    openai_429 = {
+        "error": {"message": "slow down", "type": "requests", "code": "rate_limit_exceeded"}
+    }
+    limited = translate_error(429, orjson.dumps(openai_429), "local", "chat")
+    assert (limited.code, limited.type) == ("rate_limit_exceeded", "rate_limit_error")
     assert translate_error(404, b'{"detail":"Not Found"}', "local", "chat").message.startswith(
         "provider 'local' (Chat Completions) answered 404"
     )
@@ -297,3 +302,46 @@ def test_a_deeply_nested_tool_result_does_not_recurse() -> None:
     text += nested + '"x"' + "}]" * depth + "}]}"
     sent = translate_request(orjson.loads(text), "messages", "chat").body
     assert sent["messages"][0] == {"role": "tool", "tool_call_id": "t", "content": ""}
+
+
+def test_a_reasoning_item_reaches_a_messages_client_and_goes_back_encrypted() -> None:
+    """Claude Code on a Responses provider: the reasoning item (with its encrypted content,
+    which a store:false conversation must send back) rides in a thinking block's signature."""
+    reasoning = {
+        "type": "reasoning",
+        "id": "rs_1",
+        "summary": [{"type": "summary_text", "text": "Check the price."}],
+        "encrypted_content": "gAAAAopaque",
+    }
+    call = {
+        "type": "function_call",
+        "id": "fc_1",
+        "call_id": "call_1",
+        "name": "quote",
+        "arguments": "{}",
+    }
+    answer = {
+        "id": "resp_1",
+        "object": "response",
+        "status": "completed",
+        "output": [reasoning, call],
+    }
+    request = {"model": "m", "max_tokens": 99, "messages": [{"role": "user", "content": "hi"}]}
+    client_side = translate_reply(answer, translate_request(request, "messages", "responses"))
+    thinking, tool_use = client_side["content"]
+    assert thinking["type"] == "thinking" and thinking["thinking"] == "Check the price."
+    assert tool_use == {"type": "tool_use", "id": "call_1", "name": "quote", "input": {}}
+    follow_up = {
+        **request,
+        "messages": [
+            *request["messages"],
+            {"role": "assistant", "content": [thinking, tool_use]},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "42"}],
+            },
+        ],
+    }
+    sent = translate_request(follow_up, "messages", "responses").body
+    assert sent["input"][1] == reasoning
+    assert sent["input"][2]["type"] == "function_call"

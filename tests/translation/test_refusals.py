@@ -136,3 +136,24 @@ async def test_a_token_count_for_a_provider_of_another_protocol_is_estimated(
             model=MODEL["chat"], messages=[{"role": "user", "content": "hello there " * 100}]
         )
     assert mediated.input_tokens > counted.input_tokens + 50
+
+
+async def test_a_stored_response_is_read_from_the_provider_that_stores_responses(
+    translating_pod: TranslatingPod,
+) -> None:
+    """The pod's first OpenAI provider is the Chat-only one; a stored response lives at the
+    provider that serves Responses, and is read there."""
+    pod = translating_pod
+    stored = rs.response(rs.message("stored"), response_id="resp_kept")
+    pod.script("responses", Reply.json(stored))
+    async with pod.openai("plain") as client:
+        await client.responses.create(model=MODEL["responses"], input="hi")
+        pod.upstream.enqueue("/v1/responses/resp_kept", Reply.json(stored))
+        again = await client.responses.retrieve("resp_kept")
+    assert again.id == "resp_kept"
+    assert pod.upstream.received[-1].path == "/v1/responses/resp_kept"
+    # Both providers share the stub's address here: the audit record says which was asked.
+    read = next(
+        r for r in reversed(pod.audit("plain")) if r.get("route", "").endswith("{response_id}")
+    )
+    assert read["provider"] == "gateway"
