@@ -30,6 +30,7 @@ from clawpod.sidecar.manifest import (
     AdminListen,
     AgentManifest,
     EdgeConfig,
+    Effect,
     Execution,
     Listen,
     ManagedTool,
@@ -142,7 +143,9 @@ def _tool_entry(service: ToolService, tool: CompiledTool) -> _ToolEntry:
     # Indented as an item of the "tools" list in tools.json (two levels deep).
     text = dump_json(data).rstrip("\n").replace("\n", "\n    ")
     before, after = text.split(json.dumps(_PRESENTED), 1)
-    block = _ENV.get_template("tool.md.j2").render(presented=_PRESENTED, tool=_context_tool(tool))
+    block = _ENV.get_template("tool.md.j2").render(
+        presented=_PRESENTED, tool=_context_tool(tool, model.effect)
+    )
     context_before, context_after = block.split(_PRESENTED, 1)
     return _ToolEntry(canonical, (before, after), (context_before, context_after))
 
@@ -160,17 +163,16 @@ def _describe_type(schema: dict[str, Any]) -> str:
     return kind or "any"
 
 
-def _effect(annotations: dict[str, Any]) -> str:
-    if annotations.get("readOnlyHint"):
-        return "read-only"
-    if annotations.get("destructiveHint"):
-        return "changes data; destructive, not undoable"
-    if annotations.get("idempotentHint"):
-        return "changes data; repeating it is harmless"
-    return "changes data"
+# What CONTEXT.md tells the agent about each effect.
+_EFFECT_TEXT = {
+    Effect.READ_ONLY: "read-only",
+    Effect.IDEMPOTENT: "changes data; repeating it is harmless",
+    Effect.ADDITIVE: "changes data",
+    Effect.DESTRUCTIVE: "changes data; destructive, not undoable",
+}
 
 
-def _context_tool(tool: CompiledTool) -> dict[str, Any]:
+def _context_tool(tool: CompiledTool, effect: Effect) -> dict[str, Any]:
     schema = tool.input_schema
     required = set(schema.get("required", []))
     arguments = [
@@ -187,7 +189,7 @@ def _context_tool(tool: CompiledTool) -> dict[str, Any]:
     return {
         "title": tool.annotations.get("title"),
         "description": tool.description.strip(),
-        "effect": _effect(tool.annotations),
+        "effect": _EFFECT_TEXT[effect],
         "arguments": arguments,
     }
 

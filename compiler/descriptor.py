@@ -157,10 +157,6 @@ class CompiledTool:
     ttl_ms: int | None = None
     untrusted_output: bool = False
 
-    @property
-    def read_only(self) -> bool:
-        return bool(self.annotations.get("readOnlyHint"))
-
 
 @dataclass
 class LoadedDescriptor:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
-from clawpod.sidecar.manifest import ApprovalRequirement, Effect, Rate
+from clawpod.sidecar.manifest import ApprovalRequirement, Rate, RuleEffect
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 RATE = re.compile(r"^\s*(\d+)\s*/\s*(second|minute|hour)\s*$")
@@ -30,7 +30,7 @@ class RuleSpec(_Spec):
 
     tool: str = Field(min_length=1, description="canonical name <service>.<tool> or a glob")
     when: str | None = Field(default=None, min_length=1, description="CEL condition")
-    effect: Effect = "allow"
+    effect: RuleEffect = "allow"
     reason: str | None = Field(default=None, max_length=1000)
     rate: str | None = Field(default=None, description="N/second, N/minute or N/hour")
 

@@ -34,16 +34,7 @@ def _table(rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
 
 
 def _effect(tool: ManagedTool) -> str:
-    return _kind(tool) + (", untrusted output" if tool.untrusted else "")
-
-
-def _kind(tool: ManagedTool) -> str:
-    hints = tool.annotations
-    if hints.get("readOnlyHint"):
-        return "read-only"
-    if hints.get("destructiveHint"):
-        return "destructive"
-    return "idempotent" if hints.get("idempotentHint") else "writes"
+    return tool.effect.value + (", untrusted output" if tool.untrusted else "")
 
 
 _TAINT_MODES = {

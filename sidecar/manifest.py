@@ -11,6 +11,8 @@ import hashlib
 import json
 import os
 import stat
+from collections.abc import Mapping
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
@@ -103,6 +105,47 @@ class ToolPolicy(_Model):
         return self
 
 
+# MCP's defaults for hints a tool does not declare (SPEC §9.3): a tool that says nothing may
+# change and destroy data, and repeating it may not be harmless.
+MCP_DEFAULT_ANNOTATIONS: Mapping[str, bool] = {
+    "readOnlyHint": False,
+    "destructiveHint": True,
+    "idempotentHint": False,
+    "openWorldHint": True,
+}
+
+
+class Effect(StrEnum):
+    """What running a tool does to the world, decided once from its MCP annotations."""
+
+    READ_ONLY = "read-only"
+    IDEMPOTENT = "idempotent"
+    """Changes data, never destructively; running it again changes nothing more."""
+    ADDITIVE = "additive"
+    """Changes data, never destructively; running it again changes it again."""
+    DESTRUCTIVE = "destructive"
+    """May destroy or overwrite data (MCP's default for a tool that is not read-only)."""
+
+    @property
+    def repeatable(self) -> bool:
+        """Running it twice with the same arguments is harmless."""
+        return self is Effect.READ_ONLY or self is Effect.IDEMPOTENT
+
+
+def effect_of(annotations: Mapping[str, Any]) -> Effect:
+    """The effect of a tool with these annotations, absent (or null) hints at MCP's defaults."""
+
+    def hint(name: str) -> bool:
+        value = annotations.get(name)
+        return MCP_DEFAULT_ANNOTATIONS[name] if value is None else bool(value)
+
+    if hint("readOnlyHint"):
+        return Effect.READ_ONLY
+    if hint("destructiveHint"):
+        return Effect.DESTRUCTIVE
+    return Effect.IDEMPOTENT if hint("idempotentHint") else Effect.ADDITIVE
+
+
 class ManagedTool(_Model):
     name: str = Field(description="canonical name <service>.<tool>")
     presented: str = Field(pattern=PRESENTED_NAME_PATTERN, description="what the model sees")
@@ -119,18 +162,22 @@ class ManagedTool(_Model):
         default=None,
         description="true: its results are open-world content that taints a request (SPEC §17)",
     )
+    effect: Effect = Field(
+        description="what running it does, from its annotations (MCP's defaults)"
+    )
 
-    @property
-    def read_only(self) -> bool:
-        return bool(self.annotations.get("readOnlyHint"))
+    @model_validator(mode="before")
+    @classmethod
+    def _effect_stated(cls, data: Any) -> Any:
+        """``clawc`` writes the effect into the build; a build from before it had none, and a
+        tool made in code states only its annotations: both get it from the one rule."""
+        if isinstance(data, dict) and data.get("effect") is None:
+            return {**data, "effect": effect_of(data.get("annotations") or {})}
+        return data
 
     @property
     def untrusted(self) -> bool:
         return bool(self.untrusted_output)
-
-    @property
-    def idempotent(self) -> bool:
-        return bool(self.annotations.get("idempotentHint"))
 
 
 class ToolsManifest(_Model):
@@ -244,7 +291,7 @@ class Listen(_Model):
 
 RateUnit = Literal["second", "minute", "hour"]
 RATE_PERIOD_S: dict[str, int] = {"second": 1, "minute": 60, "hour": 3600}
-Effect = Literal["allow", "deny", "confirm"]
+RuleEffect = Literal["allow", "deny", "confirm"]
 ApprovalRequirement = Literal["none", "destructive", "non-read-only"]
 
 
@@ -262,7 +309,7 @@ class ToolRule(_Model):
 
     tool: str = Field(description="canonical name or glob")
     when: str | None = None
-    effect: Effect = "allow"
+    effect: RuleEffect = "allow"
     reason: str | None = None
     rate: Rate | None = None
     source: str = Field(description="pod file and line of the rule, for messages")

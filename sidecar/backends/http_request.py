@@ -12,7 +12,8 @@ from urllib.parse import quote, urlencode
 import orjson
 
 from clawpod.sidecar.manifest import ManagedTool
-from clawpod.sidecar.model.canonical import canonical_json, digest
+from clawpod.sidecar.model.canonical import digest
+from clawpod.sidecar.model.checked_call import CheckedCall
 from clawpod.sidecar.model.outcome import ToolOutcome, error_envelope, invalid_arguments
 from clawpod.sidecar.model.redaction import credential_secrets
 
@@ -79,20 +80,13 @@ def build_request(
     return ServiceRequest(tool, execution.method, url, headers, body, secrets)
 
 
-def idempotency_key(
-    pod: str,
-    agent_id: str,
-    tool: ManagedTool,
-    request: str,
-    call_id: str,
-    arguments: dict[str, Any],
-) -> str:
+def idempotency_key(pod: str, agent_id: str, call: CheckedCall, request: str) -> str:
     """The ``Idempotency-Key`` of one logical call (IETF httpapi draft: a structured-field
     string). ``request`` is the identity of the request the call belongs to (the first attempt
     of a mediated request, which its resumed attempts share; the MCP call itself), so the key is
     the same on every resumed attempt and different for every other call, also when a model
     reuses call ids (``call_0``) across requests."""
-    key = digest(pod, agent_id, tool.name, request, call_id, canonical_json(arguments).decode())
+    key = digest(pod, agent_id, call.tool.name, request, call.call_id, call.canonical.decode())
     return f'"{key}"'
 
 

@@ -1,8 +1,13 @@
 """A tool call's arguments: parsed from what the model wrote and checked against the tool's
-input schema, with messages that tell the model what to fix."""
+input schema, with messages that tell the model what to fix.
+
+:class:`ArgumentCheck` is the one check of a call: mediated mode (the engine, through the
+callable it is given) and MCP run it once per call, and the gate and the executor take the
+:class:`CheckedCall` it makes as it is."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import orjson
@@ -10,22 +15,67 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from clawpod.sidecar.manifest import ManagedTool
+from clawpod.sidecar.model.canonical import canonical_json
+from clawpod.sidecar.model.checked_call import CheckedCall
+from clawpod.sidecar.model.outcome import ToolOutcome, invalid_arguments
 
 MAX_REPORTED_SCHEMA_ERRORS = 8
 MAX_ERROR_TEXT = 300
 MAX_REMEMBERED_TEXT = 1024
+MAX_REMEMBERED_ARGUMENTS = 1024
 
 
-class CheckedArguments(dict[str, Any]):
-    """Arguments that passed ``tool``'s schema. Handing them back to :meth:`ToolExecutor.execute`
-    skips a second validation (mediation checks first, for duplicate detection, then executes).
-    Treat them as read-only."""
+class ArgumentCheck:
+    """Parse (raw JSON text from the model, or a dict) and validate against the tool's schema.
 
-    __slots__ = ("tool",)
+    A pure function of tool and arguments; the instance only remembers work: each tool's
+    compiled validator, and which short argument texts agents repeat (context, quotes) were
+    valid, since validation costs more than the rest of a call's preparation. A remembered
+    text is parsed again, so every call's arguments are its own objects, whoever made the same
+    call before.
+    """
 
-    def __init__(self, tool: ManagedTool, arguments: dict[str, Any]) -> None:
-        super().__init__(arguments)
-        self.tool = tool
+    def __init__(self) -> None:
+        self._validators: dict[int, tuple[ManagedTool, Draft202012Validator]] = {}
+        self._valid_texts: dict[tuple[int, str], tuple[ManagedTool, bytes]] = {}
+
+    def __call__(
+        self, tool: ManagedTool, arguments: str | dict[str, Any] | None, call_id: str = ""
+    ) -> CheckedCall | ToolOutcome:
+        """The checked call, or an ``invalid_arguments`` outcome whose message tells the model
+        what to fix."""
+        started = time.perf_counter()
+        memo_key = (id(tool), arguments) if memoizable(arguments) else None
+        parsed = parse_arguments(arguments)
+        if isinstance(parsed, str):
+            return invalid_arguments(parsed, started)
+        known = self._valid_texts.get(memo_key) if memo_key is not None else None
+        if known is not None and known[0] is tool:
+            return CheckedCall(tool, parsed, known[1], tool.effect, call_id)
+        problems = schema_problems(self._validator(tool), parsed)
+        if problems:
+            return invalid_arguments(
+                f"arguments do not match the input schema of {tool.presented}: {problems}", started
+            )
+        checked = CheckedCall(tool, parsed, canonical_json(parsed), tool.effect, call_id)
+        if memo_key is not None:
+            self._remember(memo_key, (tool, checked.canonical))
+        return checked
+
+    def _remember(self, key: tuple[int, str], known: tuple[ManagedTool, bytes]) -> None:
+        if len(self._valid_texts) >= MAX_REMEMBERED_ARGUMENTS:
+            self._valid_texts.pop(next(iter(self._valid_texts)))
+        self._valid_texts[key] = known
+
+    def _validator(self, tool: ManagedTool) -> Draft202012Validator:
+        compiled = self._validators.get(id(tool))
+        if compiled is None or compiled[0] is not tool:
+            validator = Draft202012Validator(
+                tool.input_schema, format_checker=Draft202012Validator.FORMAT_CHECKER
+            )
+            compiled = (tool, validator)
+            self._validators[id(tool)] = compiled
+        return compiled[1]
 
 
 def parse_arguments(arguments: str | dict[str, Any] | None) -> dict[str, Any] | str:

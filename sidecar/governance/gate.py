@@ -1,30 +1,27 @@
 """The governed tool call, shared by mediated mode and MCP (SPEC §9): permission (grant) →
 argument guards of a tainted request (§17) → rules (CEL) → rate limit → approval (also the
-hold of a tainted request) → timeout and dispatch (the executor) → the fence around an
-untrusted result. The call sites audit the outcome; refused calls come back as error results
-the model sees."""
+hold of a tainted request) → quarantine (a tool whose definition drifted since it was offered,
+§11.2) → timeout and dispatch (the executor) → the fence around an untrusted result. The
+arguments come checked (:class:`CheckedCall`). The call sites audit the outcome; refused
+calls come back as error results the model sees."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
 
 from clawpod.sidecar.audit.log import AuditLog
 from clawpod.sidecar.backends.quarantine import Quarantine
+from clawpod.sidecar.execution.arguments import ArgumentCheck
 from clawpod.sidecar.execution.executor import ToolExecutor
-from clawpod.sidecar.governance.approvals import (
-    Approval,
-    ApprovalStore,
-    Decision,
-    args_digest,
-)
+from clawpod.sidecar.execution.runner import CallLimits, ToolRunner
+from clawpod.sidecar.governance.approval_waits import ApprovalWaits
 from clawpod.sidecar.governance.policy import (
     UNTAINTED_REQUEST,
     Policy,
-    annotations_of,
     tool_matches,
 )
 from clawpod.sidecar.governance.policy import Decision as RuleDecision
@@ -35,10 +32,12 @@ from clawpod.sidecar.manifest import (
     DEFAULT_MAX_OPEN_APPROVALS,
     AgentBuild,
     Approvals,
+    Effect,
     Governance,
     ManagedTool,
     Taint,
 )
+from clawpod.sidecar.model.checked_call import CheckedCall
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from clawpod.sidecar.model.taint import (
     TAINTED,
@@ -48,25 +47,25 @@ from clawpod.sidecar.model.taint import (
     held_when_tainted,
 )
 from clawpod.sidecar.observability.metrics import Metrics
+from clawpod.sidecar.state.approvals import Approval, ApprovalStore, Decision
 from clawpod.sidecar.tasks import ShieldedTasks
 
 log = logging.getLogger("sidecar.governance")
 
 
 def needs_approval(approvals: Approvals, tool: ManagedTool) -> bool:
-    """The pod's ``approvals.require`` (hints absent count as MCP's defaults)."""
+    """The pod's ``approvals.require``, by the tool's effect."""
     require = approvals.require
     if isinstance(require, list):
         return any(tool_matches(pattern, tool.name) for pattern in require)
-    hints = annotations_of(tool)
     if require == "destructive":
-        return bool(hints["destructiveHint"]) and not hints["readOnlyHint"]
+        return tool.effect is Effect.DESTRUCTIVE
     if require == "non-read-only":
-        return not hints["readOnlyHint"]
+        return tool.effect is not Effect.READ_ONLY
     return False
 
 
-class GovernedExecutor:
+class GovernedExecutor(ToolRunner):
     def __init__(
         self,
         executor: ToolExecutor,
@@ -88,6 +87,7 @@ class GovernedExecutor:
         self.policy = Policy(governance)
         self.rates = RateLimiter()
         self.approvals = approvals
+        self.waits = ApprovalWaits(approvals)
         self.settings = governance.approvals if governance is not None else Approvals()
         self.manifest_digest = manifest_digest
         self._granted = {
@@ -104,18 +104,20 @@ class GovernedExecutor:
 
     @property
     def quarantine(self) -> Quarantine:
-        """Tools whose definition drifted from their pin: governed calls are refused too."""
+        """Tools whose definition drifted from their pin: not offered, and refused here."""
         return self.executor.quarantine
+
+    @property
+    def check(self) -> ArgumentCheck:
+        """The one argument check whose :class:`CheckedCall` this gate takes."""
+        return self.executor.check
 
     async def execute(
         self,
         agent_id: str,
-        tool: ManagedTool,
-        arguments: str | dict[str, Any] | None,
+        call: CheckedCall,
+        limits: CallLimits,
         *,
-        timeout_s: float,
-        max_result_bytes: int,
-        idempotency_key: str | None = None,
         taint: RequestTaint = UNTAINTED,
         deadline: float | None = None,
         before_send: Callable[[], Awaitable[None]] | None = None,
@@ -124,11 +126,10 @@ class GovernedExecutor:
         ``deadline`` (``time.monotonic()``): the caller's budget, which an approval's wait
         never outlives; ``before_send``: awaited once the call is cleared to go, right before
         it is sent (the mediated journal records it there, after any approval)."""
+        tool = call.tool
         if id(tool) not in self._granted.get(agent_id, ()):
             return refused("policy_denied", f"{tool.presented} is not granted to this agent")
-        checked = self.executor.check_arguments(tool, arguments)
-        if isinstance(checked, ToolOutcome):
-            return checked
+        checked = call.arguments
         guard = self.argument_guard
         if taint.tainted and guard is not None:
             refusal = guard.refusal(tool, checked)
@@ -153,25 +154,26 @@ class GovernedExecutor:
         if held or decision.effect == "confirm" or needs_approval(self.settings, tool):
             # A rule cannot lift the hold of a tainted request; `taint: off` does.
             reason = TAINTED if held else None
-            refusal = await self._approved(
-                agent_id, tool, dict(checked), decision, reason, deadline
+            # No operator is asked about a call that could not be made.
+            refusal = self.quarantine.refusal(tool.name) or await self._approved(
+                agent_id, call, decision, reason, deadline
             )
             if refusal is not None:
                 return refusal
+        # Quarantined tools are left out when tools are offered (the engine refuses a call of
+        # one); a tool quarantined since, even while its call waited for an operator, is
+        # refused here, right before the call would leave.
+        refusal = self.quarantine.refusal(tool.name)
+        if refusal is not None:
+            return refusal
         if deadline is not None:
-            timeout_s = min(timeout_s, deadline - time.monotonic())
+            timeout_s = min(limits.timeout_s, deadline - time.monotonic())
             if timeout_s <= 0:
                 return refused("timeout", "the request's tool budget ran out before this call")
+            limits = dataclasses.replace(limits, timeout_s=timeout_s)
         if before_send is not None:
             await before_send()
-        outcome = await self.executor.execute(
-            agent_id,
-            tool,
-            checked,
-            timeout_s=timeout_s,
-            max_result_bytes=max_result_bytes,
-            idempotency_key=idempotency_key,
-        )
+        outcome = await self.executor.execute(agent_id, call, limits)
         return fenced(outcome) if tool.untrusted and outcome.executed else outcome
 
     # -- approvals --------------------------------------------------------------------------
@@ -179,16 +181,15 @@ class GovernedExecutor:
     async def _approved(
         self,
         agent_id: str,
-        tool: ManagedTool,
-        arguments: dict[str, Any],
+        call: CheckedCall,
         held_by: RuleDecision,
         reason: str | None,
         deadline: float | None,
     ) -> ToolOutcome | None:
         """None once an operator approved this exact call; else the refusal the model sees.
         ``reason``: why a new approval is asked for (``tainted``), shown while it is pending."""
-        digest_of_args = args_digest(arguments)
-        approval = self.approvals.find(agent_id, tool.name, digest_of_args, self.manifest_digest)
+        tool = call.tool
+        approval = self.approvals.find(agent_id, tool.name, call.args_digest, self.manifest_digest)
         if approval is None:
             limit = self.settings.max_open_per_agent or DEFAULT_MAX_OPEN_APPROVALS
             if self.approvals.open_count(agent_id) >= limit:
@@ -200,7 +201,7 @@ class GovernedExecutor:
             approval = self.approvals.create(
                 agent_id,
                 tool.name,
-                arguments,
+                dict(call.arguments),
                 self.manifest_digest,
                 self.settings.timeout_ms / 1000,
                 principal=tool.execution.auth.principal,
@@ -213,7 +214,7 @@ class GovernedExecutor:
                 self._tasks.spawn(self._notify(self.webhook, approval))
         try:
             wait_s = None if deadline is None else max(0.0, deadline - time.monotonic())
-            final = await asyncio.wait_for(self.approvals.wait(approval.id), wait_s)
+            final = await asyncio.wait_for(self.waits.wait(approval.id), wait_s)
         except TimeoutError:
             # The request gave up waiting: this call is not made by it, whatever is decided
             # later. The approval stays open for the same call in a later request.

@@ -27,15 +27,15 @@ from typing import Any
 import cel
 from cel.stdlib import EXTENSIONS
 
-from clawpod.sidecar.manifest import Effect, Governance, ManagedTool, Rate, ToolRule
+from clawpod.sidecar.manifest import (
+    MCP_DEFAULT_ANNOTATIONS,
+    Governance,
+    ManagedTool,
+    Rate,
+    RuleEffect,
+    ToolRule,
+)
 
-# MCP's defaults for hints a tool does not declare (SPEC §9.3): rules see all four.
-MCP_DEFAULT_ANNOTATIONS = {
-    "readOnlyHint": False,
-    "destructiveHint": True,
-    "idempotentHint": False,
-    "openWorldHint": True,
-}
 # cel-go's strings extension (lowerAscii, upperAscii, trim, ...): case-aware rules need it.
 STRING_FUNCTIONS = EXTENSIONS["strings"]
 _CALLS_A_STRING_FUNCTION = re.compile(
@@ -247,7 +247,7 @@ def tool_matches(pattern: str, canonical: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    effect: Effect
+    effect: RuleEffect
     reason: str
     rule: int | None  # index in the agent's rules; None when no rule matched
     rate: Rate | None = None

@@ -26,11 +26,13 @@ from clawpod.sidecar.audit.log import AuditLog
 from clawpod.sidecar.audit.records import request_record, usage_record
 from clawpod.sidecar.audit.trace import trace_call
 from clawpod.sidecar.backends.http_request import idempotency_key
+from clawpod.sidecar.execution.runner import CallLimits
 from clawpod.sidecar.governance.gate import GovernedExecutor
 from clawpod.sidecar.manifest import (
     DEFAULT_ALLOWED_HOSTS,
     DEFAULT_MAX_BODY_BYTES,
     AgentBuild,
+    Effect,
     ManagedTool,
 )
 from clawpod.sidecar.mcp.http import (
@@ -366,20 +368,21 @@ class McpEndpoint:
     ) -> ToolOutcome:
         policy = agent.tools.policy
         record_id = "mcp_" + uuid.uuid4().hex
-        outcome = await self._executor.execute(
-            agent.agent.id,
-            tool,
-            params.arguments,
-            timeout_s=policy.timeout_per_tool_ms / 1000,
-            max_result_bytes=policy.max_tool_result_bytes,
-            # Every call with side effects carries one (SPEC §8.2): this call's own, named after
-            # its audit record, never repeated by another call with the same JSON-RPC id.
-            idempotency_key=idempotency_key(
-                self._pod, agent.agent.id, tool, record_id, str(message.id), params.arguments or {}
+        checked = self._executor.check(tool, params.arguments, str(message.id))
+        if isinstance(checked, ToolOutcome):
+            outcome = checked
+        else:
+            limits = CallLimits(
+                timeout_s=policy.timeout_per_tool_ms / 1000,
+                max_result_bytes=policy.max_tool_result_bytes,
+                # Every call with side effects carries one (SPEC §8.2): this call's own, named
+                # after its audit record, never repeated by another call with the same
+                # JSON-RPC id.
+                idempotency_key=idempotency_key(self._pod, agent.agent.id, checked, record_id)
+                if has_side_effects(tool)
+                else None,
             )
-            if has_side_effects(tool)
-            else None,
-        )
+            outcome = await self._executor.execute(agent.agent.id, checked, limits)
         await self._audit_call(agent, message, params, tool, outcome, stream, record_id)
         return outcome
 
@@ -464,7 +467,7 @@ class McpEndpoint:
                 continue
             name = message.params.get("name") if isinstance(message.params, dict) else None
             tool = by_name.get(name) if isinstance(name, str) else None
-            if tool is None or not tool.read_only:
+            if tool is None or tool.effect is not Effect.READ_ONLY:
                 return False
         return True
 

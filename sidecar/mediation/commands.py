@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from clawpod.sidecar.manifest import ManagedTool
+from clawpod.sidecar.model.checked_call import CheckedCall
 from clawpod.sidecar.model.conversation import ToolCall
 from clawpod.sidecar.model.outcome import ToolOutcome
 from clawpod.sidecar.model.taint import UNTAINTED, RequestTaint
@@ -38,8 +38,8 @@ class CallModel:
 @dataclass(slots=True)
 class PlannedExecution:
     call: ToolCall
-    tool: ManagedTool
-    arguments: dict[str, Any]
+    checked: CheckedCall
+    """The call as the argument check made it: the gate and the executor take it as it is."""
 
 
 @dataclass(slots=True)

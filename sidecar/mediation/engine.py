@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.manifest import AgentBuild, ManagedTool, TaintMode
+from clawpod.sidecar.manifest import AgentBuild, Effect, ManagedTool, TaintMode
 from clawpod.sidecar.mediation.commands import (
     BeginStream,
     CallModel,
@@ -34,7 +34,8 @@ from clawpod.sidecar.mediation.commands import (
     Respond,
     ToolsDone,
 )
-from clawpod.sidecar.model.canonical import canonical_json, digest
+from clawpod.sidecar.model.canonical import digest
+from clawpod.sidecar.model.checked_call import CheckedCall
 from clawpod.sidecar.model.conversation import (
     CodecError,
     ModelTurn,
@@ -48,7 +49,9 @@ from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from clawpod.sidecar.model.taint import UNTAINTED, RequestTaint, held_when_tainted, withdrawn
 from clawpod.sidecar.model.usage import Usage
 
-Validate = Callable[[ManagedTool, Any], "dict[str, Any] | ToolOutcome"]
+CheckArguments = Callable[[ManagedTool, Any, str], "CheckedCall | ToolOutcome"]
+"""The one argument check (execution/arguments.py), given by the driver: the engine stays
+sans-IO and never loads a schema validator itself."""
 Run = Generator[Command, Event, None]
 
 # Tools are withdrawn once this share of total_timeout_ms is spent (docs/contract.md §4.2
@@ -117,7 +120,7 @@ class MediationEngine:
         agent: AgentBuild,
         body: dict[str, Any],
         *,
-        validate: Validate,
+        check: CheckArguments,
         model_timeout_s: float,
         withheld: Sequence[tuple[ManagedTool, ToolOutcome]] = (),
         taint_mode: TaintMode = "off",
@@ -132,7 +135,7 @@ class MediationEngine:
         self.on_mixed = agent.agent.on_mixed
         self.policy = agent.tools.policy
         self.body = body
-        self.validate = validate
+        self.check = check
         self.model_timeout_s = model_timeout_s
         self.tool_budget_s = self.policy.total_timeout_ms / 1000
         self.tool_time_s = 0.0
@@ -337,11 +340,11 @@ class MediationEngine:
             if call.name in self.withdrawn:  # the model calls a tool it is no longer offered
                 outcomes[position] = withdrawn(tool)
                 continue
-            checked = self.validate(tool, call.arguments)
+            checked = self.check(tool, call.arguments, call.id)
             if isinstance(checked, ToolOutcome):
                 outcomes[position] = checked
                 continue
-            key = (tool.name, canonical_json(checked))
+            key = (tool.name, checked.canonical)
             if key in self._seen:
                 earlier_id, earlier = self._seen[key]
                 outcomes[position] = _repeat(tool, earlier_id, earlier)
@@ -349,7 +352,7 @@ class MediationEngine:
                 repeats[position] = first_in_round[key]
             else:
                 first_in_round[key] = position
-                executions.append(PlannedExecution(call, tool, checked))
+                executions.append(PlannedExecution(call, checked))
                 positions.append(position)
                 keys.append(key)
         if executions:
@@ -358,7 +361,7 @@ class MediationEngine:
                 return None
             event = yield ExecuteTools(
                 executions,
-                concurrent=all(e.tool.read_only for e in executions),
+                concurrent=all(e.checked.effect is Effect.READ_ONLY for e in executions),
                 timeout_s=min(self.policy.timeout_per_tool_ms / 1000, remaining),
                 max_result_bytes=self.policy.max_tool_result_bytes,
                 budget_s=remaining,
@@ -614,7 +617,7 @@ def _relaxed(choice: ToolChoice) -> ToolChoice:
 
 
 def _repeat(tool: ManagedTool, earlier_id: str, earlier: ToolOutcome) -> ToolOutcome:
-    if tool.read_only or tool.idempotent:
+    if tool.effect.repeatable:
         return dataclasses.replace(earlier, executed=False, latency_ms=0.0)
     return refused(
         "duplicate_call",

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from clawpod.sidecar.manifest import ManagedTool
+from clawpod.sidecar.manifest import Effect, ManagedTool
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
 
 # The approval reason of a call held because its request is tainted.
@@ -46,9 +46,7 @@ def held_when_tainted(tool: ManagedTool) -> bool:
     (declared so: its arguments leave the pod): what a tainted request may not run unchecked.
     A tool that does not declare openWorldHint is the pod's own service here, not MCP's open
     world, also when its output is untrusted: the operator describes it."""
-    hints = tool.annotations
-    destructive = not hints.get("readOnlyHint") and hints.get("destructiveHint", True) is True
-    return destructive or hints.get("openWorldHint") is True
+    return tool.effect is Effect.DESTRUCTIVE or tool.annotations.get("openWorldHint") is True
 
 
 def fenced(outcome: ToolOutcome) -> ToolOutcome:

@@ -13,7 +13,6 @@ from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV, audit_key
 from clawpod.sidecar.audit.log import AuditLog
 from clawpod.sidecar.backends.drift import DriftChecker
 from clawpod.sidecar.execution.executor import ToolExecutor
-from clawpod.sidecar.governance.approvals import ApprovalStore
 from clawpod.sidecar.governance.budgets import TokenBudgets
 from clawpod.sidecar.governance.gate import GovernedExecutor
 from clawpod.sidecar.governance.taint_guard import held_credentials
@@ -31,6 +30,7 @@ from clawpod.sidecar.server.routes import healthz, mcp, model, models
 from clawpod.sidecar.server.routing import ModelRouter
 from clawpod.sidecar.server.stream_tools import StreamToolsSupport
 from clawpod.sidecar.server.upstream import UpstreamClient
+from clawpod.sidecar.state.approvals import ApprovalStore
 from clawpod.sidecar.state.continuity import ContinuityStore
 from clawpod.sidecar.state.journal import RequestJournal
 from clawpod.sidecar.state.lock import StateLock, instance_name
@@ -134,7 +134,7 @@ async def _end_waiting_approvals(app: web.Application) -> None:
     """First thing on shutdown, before requests in progress are waited for: calls waiting for
     an operator are answered now (``approval_pending``, in the caller's protocol), so they
     neither hold the shutdown until its timeout nor end as cut streams (issue 30)."""
-    app[STATE_KEY].governed.approvals.stop()
+    app[STATE_KEY].governed.waits.stop()
 
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
@@ -149,7 +149,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     finally:
         drift.cancel()  # the one task that never ends by itself
         await state.upstream.close()  # model calls still waiting fail fast
-        state.governed.approvals.stop()  # calls waiting for an operator give up; files stay
+        state.governed.waits.stop()  # calls waiting for an operator give up; files stay
         if state.governed.webhook is not None:
             state.governed.webhook.stop()  # no more retries: the drain below must not wait
         await state.tasks.drain()  # tool calls already sent finish and are audited

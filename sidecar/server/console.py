@@ -22,7 +22,6 @@ import jinja2
 import orjson
 from aiohttp import web
 
-from clawpod.sidecar.governance.approvals import Approval, ApprovalError
 from clawpod.sidecar.server import console_data
 from clawpod.sidecar.server.auth import AuthError
 from clawpod.sidecar.server.console_session import (
@@ -36,6 +35,7 @@ from clawpod.sidecar.server.console_session import (
     same_secret,
 )
 from clawpod.sidecar.server.context import STATE_KEY, SidecarState
+from clawpod.sidecar.state.approvals import Approval, ApprovalError
 
 SESSIONS_KEY: web.AppKey[Sessions] = web.AppKey("claw_console_sessions", Sessions)
 TEMPLATES_KEY: web.AppKey[jinja2.Environment] = web.AppKey(

@@ -20,6 +20,7 @@ from clawpod.sidecar.audit.trace import trace_call
 from clawpod.sidecar.backends.http_request import idempotency_key
 from clawpod.sidecar.codecs.base import Codec
 from clawpod.sidecar.codecs.streaming import ClientStream, TextDelta
+from clawpod.sidecar.execution.runner import CallLimits
 from clawpod.sidecar.mediation.commands import (
     BeginStream,
     CallModel,
@@ -106,7 +107,7 @@ async def handle_mediated(exchange: Exchange, ctx: RequestContext, body: dict[st
         ctx.codec,
         quarantine.offered(ctx.agent),  # tools whose definition drifted: not offered
         body,
-        validate=state.executor.check_arguments,
+        check=state.executor.check,
         model_timeout_s=_model_timeout_ms(ctx) / 1000,
         withheld=quarantine.withheld(ctx.agent),
         taint_mode=state.config.taint.mode if state.config.taint is not None else "off",
@@ -211,7 +212,9 @@ class _Driver:
             return await self._model_turn(command)
         if isinstance(command, ExecuteTools):
             # The turns asking for it go with the first call with side effects (_run_one).
-            self.attempt.before_execution(any(has_side_effects(e.tool) for e in command.executions))
+            self.attempt.before_execution(
+                any(has_side_effects(e.checked.tool) for e in command.executions)
+            )
             return await self._keeping_alive(self._execute(command))
         raise TypeError(f"unknown command {type(command).__name__}")
 
@@ -396,7 +399,7 @@ class _Driver:
     async def _run_one(
         self, command: ExecuteTools, execution: PlannedExecution, deadline: float
     ) -> ToolOutcome:
-        key = call_key(execution.tool, execution.call)
+        key = call_key(execution.checked.tool, execution.call)
         known = self.attempt.known_outcome(key)
         if known is not None:  # answered (or sent) by the attempt this one resumes
             self.replayed_calls.add(execution.call.id)
@@ -405,7 +408,7 @@ class _Driver:
         if remaining <= 0:
             return refused("timeout", "the request's total time budget ran out before this call")
         agent = self.ctx.agent.agent.id
-        side_effects = has_side_effects(execution.tool)
+        side_effects = has_side_effects(execution.checked.tool)
         unjournaled: list[OSError] = []
 
         async def journal_sending() -> None:
@@ -418,23 +421,20 @@ class _Driver:
                 raise _NotJournaled from exc
 
         try:
-            outcome = await self.state.governed.execute(
-                agent,
-                execution.tool,
-                execution.arguments,
+            limits = CallLimits(
                 timeout_s=min(command.timeout_s, remaining),
                 max_result_bytes=command.max_result_bytes,
-                taint=command.taint,
                 idempotency_key=idempotency_key(
-                    self.state.config.pod,
-                    agent,
-                    execution.tool,
-                    self.attempt.lineage,
-                    execution.call.id,
-                    execution.arguments,
+                    self.state.config.pod, agent, execution.checked, self.attempt.lineage
                 )
                 if side_effects
                 else None,
+            )
+            outcome = await self.state.governed.execute(
+                agent,
+                execution.checked,
+                limits,
+                taint=command.taint,
                 deadline=deadline,
                 before_send=journal_sending if side_effects else None,
             )
@@ -442,7 +442,7 @@ class _Driver:
             await self._state_write_failed(StateWriteFailed(str(unjournaled[0])), "journal")
             return refused("state_unavailable", "the sidecar could not journal this call")
         except Exception:
-            log.exception("tool %s failed in the executor", execution.tool.name)
+            log.exception("tool %s failed in the executor", execution.checked.tool.name)
             return refused("execution_failed", "the sidecar could not execute this call")
         self.attempt.answered(key, outcome)  # durable before the next model call uses it
         return outcome
@@ -496,7 +496,7 @@ class _Driver:
         return any(
             answered.outcome.executed
             and answered.tool is not None
-            and not (answered.tool.read_only or answered.tool.idempotent)
+            and has_side_effects(answered.tool)
             for calls in self.engine.rounds
             for answered in calls
         )

@@ -15,10 +15,10 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from clawpod.sidecar.governance.approvals import ApprovalError
 from clawpod.sidecar.server.auth import AuthError, presented_token
 from clawpod.sidecar.server.console_data import AuditFilter, recent_records
 from clawpod.sidecar.server.context import STATE_KEY, SidecarState
+from clawpod.sidecar.state.approvals import ApprovalError
 
 OPERATOR_TOKEN_ENV = "CLAW_OPERATOR_TOKEN"
 OPERATOR = "operator"

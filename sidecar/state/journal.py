@@ -138,7 +138,7 @@ def _turns(conversation: Conversation) -> list[tuple[str, str]]:
 
 def has_side_effects(tool: ManagedTool) -> bool:
     """Neither read-only nor idempotent: running it twice is not harmless."""
-    return not (tool.read_only or tool.idempotent)
+    return not tool.effect.repeatable
 
 
 def call_key(tool: ManagedTool, call: ToolCall) -> str:

@@ -140,6 +140,8 @@ def test_tools_json_entry_is_exactly_as_specified(example_out: Path) -> None:
             {"type": "object", "properties": {}},
             {"title": "Market context", "readOnlyHint": True},
         ),
+        # Issue 23: what running it does, decided once from the annotations.
+        "effect": "read-only",
     }
     assert tools["policy"] == {
         "max_rounds": 8,

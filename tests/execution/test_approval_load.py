@@ -17,7 +17,7 @@ from typing import Any
 import openai
 import orjson
 
-from clawpod.sidecar.governance.approvals import ARGUMENTS_PREVIEW_BYTES, args_digest
+from clawpod.sidecar.state.approvals import ARGUMENTS_PREVIEW_BYTES, args_digest
 from tests.execution.test_governance import ENV, OPERATOR_TOKEN, POD, Desk, compile_desk
 from tests.mcp.conftest import mcp_client
 from tests.mediation.scripted import oa_calls, oa_text

@@ -8,12 +8,15 @@ import socket
 import orjson
 import pytest
 
-from clawpod.sidecar.execution.executor import CheckedArguments, ToolExecutor
+from clawpod.sidecar.execution.executor import ToolExecutor
+from clawpod.sidecar.execution.runner import CallLimits
 from clawpod.sidecar.manifest import ToolAuth
+from clawpod.sidecar.model.checked_call import CheckedCall
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
 from clawpod.sidecar.observability.metrics import Metrics
 from tests.support.builds import http_tool
 from tests.support.services import ToolService
+from tests.support.tool_calls import run_tool
 
 TRADE_SCHEMA = {
     "type": "object",
@@ -29,8 +32,8 @@ TRADE_SCHEMA = {
 
 
 async def call(executor: ToolExecutor, tool, arguments=None, *, timeout_s=5.0, limit=65536):
-    return await executor.execute(
-        "analyst", tool, arguments, timeout_s=timeout_s, max_result_bytes=limit
+    return await run_tool(
+        executor, "analyst", tool, arguments, timeout_s=timeout_s, max_result_bytes=limit
     )
 
 
@@ -98,23 +101,28 @@ async def test_schema_violations_are_all_reported_with_their_paths(
     assert service.requests == []
 
 
-def test_check_arguments_returns_the_parsed_dict(executor: ToolExecutor) -> None:
+def arguments_of(checked: CheckedCall | ToolOutcome) -> dict:
+    assert isinstance(checked, CheckedCall), checked
+    return checked.arguments
+
+
+def test_the_check_returns_the_parsed_dict(executor: ToolExecutor) -> None:
     tool = http_tool("svc", "trade", "http://svc", method="POST", schema=TRADE_SCHEMA)
-    assert executor.check_arguments(tool, '{"symbol": "A", "side": "buy", "quantity": 2}') == {
-        "symbol": "A",
-        "side": "buy",
-        "quantity": 2,
-    }
-    assert executor.check_arguments(http_tool("svc", "ctx", "http://svc"), None) == {}
-    assert executor.check_arguments(http_tool("svc", "ctx", "http://svc"), "  ") == {}
+    checked = executor.check(tool, '{"quantity": 2, "symbol": "A", "side": "buy"}', "call_1")
+    assert arguments_of(checked) == {"symbol": "A", "side": "buy", "quantity": 2}
+    assert isinstance(checked, CheckedCall)
+    assert (checked.tool, checked.call_id) == (tool, "call_1")
+    assert checked.canonical == b'{"quantity":2,"side":"buy","symbol":"A"}'
+    assert arguments_of(executor.check(http_tool("svc", "ctx", "http://svc"), None)) == {}
+    assert arguments_of(executor.check(http_tool("svc", "ctx", "http://svc"), "  ")) == {}
 
 
 async def test_format_keywords_are_checked(executor: ToolExecutor) -> None:
     schema = {"type": "object", "properties": {"day": {"type": "string", "format": "date"}}}
     tool = http_tool("svc", "report", "http://svc", schema=schema)
-    outcome = executor.check_arguments(tool, {"day": "yesterday"})
-    assert not isinstance(outcome, dict) and outcome.error_code == "invalid_arguments"
-    assert executor.check_arguments(tool, {"day": "2026-11-22"}) == {"day": "2026-11-22"}
+    outcome = executor.check(tool, {"day": "yesterday"})
+    assert isinstance(outcome, ToolOutcome) and outcome.error_code == "invalid_arguments"
+    assert arguments_of(executor.check(tool, {"day": "2026-11-22"})) == {"day": "2026-11-22"}
 
 
 @pytest.mark.parametrize("status", [400, 404, 409, 500, 503])
@@ -266,34 +274,45 @@ def test_refused_outcome_is_an_unexecuted_error() -> None:
     assert (outcome.ok, outcome.executed, outcome.status) == (False, False, None)
 
 
-async def test_checked_arguments_are_not_validated_twice(
+async def test_a_checked_call_runs_the_tool_it_was_checked_for(
     executor: ToolExecutor, service: ToolService
 ) -> None:
     trade = http_tool("svc", "trade", service.url, method="POST", schema=TRADE_SCHEMA)
-    other = http_tool("svc", "other", service.url, method="POST", schema=TRADE_SCHEMA)
-    checked = executor.check_arguments(trade, '{"symbol": "A", "side": "buy", "quantity": 1}')
-    assert isinstance(checked, CheckedArguments) and checked.tool is trade
-    assert executor.check_arguments(trade, checked) is checked
-    # Checked for one tool means nothing for another: validated again there.
-    forged = CheckedArguments(trade, {"symbol": "A"})
-    refused_outcome = await call(executor, other, forged)
-    assert refused_outcome.error_code == "invalid_arguments" and service.requests == []
-    assert (await call(executor, trade, checked)).ok
+    checked = executor.check(trade, '{"symbol": "A", "side": "buy", "quantity": 1}', "c1")
+    assert isinstance(checked, CheckedCall) and checked.tool is trade
+    assert (await executor.execute("analyst", checked, CallLimits(5.0, 65536))).ok
+    assert service.requests[0].path == "/trade"
     assert service.requests[0].json() == {"symbol": "A", "side": "buy", "quantity": 1}
 
 
 def test_repeated_argument_text_gives_independent_results(executor: ToolExecutor) -> None:
     tool = http_tool("svc", "trade", "http://svc", method="POST", schema=TRADE_SCHEMA)
     text = '{"symbol": "A", "side": "buy", "quantity": 1}'
-    first = executor.check_arguments(tool, text)
-    assert isinstance(first, dict)
+    first = arguments_of(executor.check(tool, text, "a"))
     first["quantity"] = 99  # a caller changing its copy does not change what is remembered
-    second = executor.check_arguments(tool, text)
-    assert second == {"symbol": "A", "side": "buy", "quantity": 1} and second is not first
+    again = executor.check(tool, text, "b")
+    assert arguments_of(again) == {"symbol": "A", "side": "buy", "quantity": 1}
+    assert isinstance(again, CheckedCall) and again.arguments is not first
+    assert again.call_id == "b"  # remembered work, this call's own id
     other = http_tool(
         "svc", "other", "http://svc", method="POST", schema={"type": "object", "maxProperties": 1}
     )
-    assert executor.check_arguments(other, text).error_code == "invalid_arguments"
+    refusal = executor.check(other, text)
+    assert isinstance(refusal, ToolOutcome) and refusal.error_code == "invalid_arguments"
+
+
+def test_one_callers_change_to_nested_arguments_never_reaches_the_next_caller(
+    executor: ToolExecutor,
+) -> None:
+    """The check remembers valid texts; a caller (another agent's request) that changes what it
+    got, nested values too, must not change what the next identical call is given."""
+    tool = http_tool("svc", "trade", "http://svc", method="POST", schema=TRADE_SCHEMA)
+    text = '{"symbol": "A", "side": "buy", "quantity": 1, "legs": [{"price": 1}]}'
+    first = arguments_of(executor.check(tool, text, "a"))
+    first["legs"][0]["price"] = 1_000_000
+    first["legs"].append({"price": 2})
+    again = arguments_of(executor.check(tool, text, "b"))
+    assert again["legs"] == [{"price": 1}]
 
 
 async def test_a_dropped_connection_after_sending_counts_as_executed(

@@ -15,12 +15,13 @@ from clawpod.sidecar.execution.executor import ToolExecutor
 from clawpod.sidecar.manifest import ToolAuth
 from tests.support.builds import http_tool
 from tests.support.services import ToolService
+from tests.support.tool_calls import run_tool
 
 STRING_ARG = {"type": "object", "properties": {"item": {"type": "string"}}, "required": ["item"]}
 
 
 async def call(executor: ToolExecutor, tool, arguments, agent: str = "analyst"):
-    return await executor.execute(agent, tool, arguments, timeout_s=5, max_result_bytes=65536)
+    return await run_tool(executor, agent, tool, arguments)
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from clawpod.sidecar.execution.executor import ToolExecutor
+from clawpod.sidecar.execution.arguments import ArgumentCheck
 from clawpod.sidecar.manifest import (
     AgentBuild,
     AgentManifest,
@@ -39,7 +39,7 @@ from clawpod.sidecar.state.continuity import ContinuityStore
 from tests.support.builds import http_tool
 from tests.support.codecs import codec_of
 
-VALIDATOR = ToolExecutor(env={})
+CHECK = ArgumentCheck()
 
 
 def tool(name: str, **kwargs: Any) -> ManagedTool:
@@ -66,7 +66,9 @@ TRADE = tool(
     },
     annotations={"destructiveHint": True},
 )
-CANCEL = tool("desk.cancel", method="POST", annotations={"idempotentHint": True})
+CANCEL = tool(
+    "desk.cancel", method="POST", annotations={"destructiveHint": False, "idempotentHint": True}
+)
 
 
 def agent(
@@ -118,7 +120,7 @@ def engine_for(
         codec_of(api),
         agent_build or agent(),
         body,
-        validate=VALIDATOR.check_arguments,
+        check=CHECK,
         model_timeout_s=MODEL_TIMEOUT_S,
     )
 
@@ -156,7 +158,7 @@ class Transcript:
 def drive(
     engine: MediationEngine,
     replies: Iterable[dict[str, Any] | ModelFailed],
-    tools: Callable[[PlannedExecution], ToolOutcome] = lambda e: ok(e.arguments),
+    tools: Callable[[PlannedExecution], ToolOutcome] = lambda e: ok(e.checked.arguments),
     store: ContinuityStore | None = None,
     clock: Clock | None = None,
 ) -> Transcript:

@@ -7,6 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
+from clawpod.sidecar.manifest import Effect
 from clawpod.sidecar.mediation.commands import (
     BeginStream,
     CallModel,
@@ -89,7 +90,7 @@ def test_a_runner_tool_keeps_a_colliding_name_and_the_managed_tool_is_renamed(ap
         [calls(api, ("c1", "desk_lookup_claw", {"symbol": "AAPL"})), text(api, "done")],
     )
     assert tool_names(api, run.upstream_bodies[0])[:2] == ["desk_lookup", "desk_lookup_claw"]
-    assert [e.tool.name for e in run.executions] == ["desk.lookup"]
+    assert [e.checked.tool.name for e in run.executions] == ["desk.lookup"]
     # The same name called by the model is the runner's tool: returned, not executed.
     again = drive(engine_for(api, body), [calls(api, ("c2", "desk_lookup", {}))])
     assert again.executions == []
@@ -231,7 +232,7 @@ def test_invalid_arguments_become_error_results_and_valid_calls_run(api: str) ->
             text(api, "ok"),
         ],
     )
-    assert [e.arguments for e in run.executions] == [{"symbol": "AAPL"}]
+    assert [e.checked.arguments for e in run.executions] == [{"symbol": "AAPL"}]
     first, second = results_of(api, run.upstream_bodies[1])
     assert first["ok"] is False and first["error"]["code"] == "invalid_arguments"
     assert second == {"ok": True, "status": 200, "data": {"symbol": "AAPL"}}
@@ -273,7 +274,7 @@ def test_anthropic_results_of_a_round_share_one_user_message() -> None:
             ),
             text("anthropic", "ok"),
         ],
-        tools=lambda e: failing if e.arguments["symbol"] == "B" else ok("fine"),
+        tools=lambda e: failing if e.checked.arguments["symbol"] == "B" else ok("fine"),
     )
     messages = run.upstream_bodies[1]["messages"]
     assert [m["role"] for m in messages] == ["user", "assistant", "user"]
@@ -400,7 +401,7 @@ def test_identical_idempotent_calls_reuse_the_result() -> None:
     )
     assert [e.call.id for e in run.executions] == ["a"]
     assert results_of("openai", run.upstream_bodies[2])[0]["ok"] is True
-    assert CANCEL.idempotent
+    assert CANCEL.effect is Effect.IDEMPOTENT
 
 
 # --- point 11: budgets ----------------------------------------------------------------------

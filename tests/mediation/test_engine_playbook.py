@@ -82,7 +82,9 @@ def test_a_streamed_tool_round(api: str) -> None:
         .expect(CallModel, then=ModelReplied(calls(api, ("c1", "desk_lookup", {"symbol": "A"}))))
         .expect(
             ExecuteTools,
-            lambda c: [e.tool.name for e in c.executions] == ["desk.lookup"] and c.concurrent,
+            lambda c: (
+                [e.checked.tool.name for e in c.executions] == ["desk.lookup"] and c.concurrent
+            ),
             then=ToolsDone([ok({"price": 1})], elapsed_s=0.1),
         )
         .expect(CallModel, lambda c: len(offered(c)) == 3, then=ModelReplied(text(api, "A is 1")))

@@ -12,10 +12,10 @@ from clawpod.sidecar.mediation.engine import MediationEngine
 from clawpod.sidecar.model.taint import RequestTaint
 from clawpod.sidecar.state.continuity import ContinuityStore
 from tests.mediation.scripted import (
+    CHECK,
     LOOKUP,
     MODEL_TIMEOUT_S,
     TRADE,
-    VALIDATOR,
     Transcript,
     agent,
     calls,
@@ -39,7 +39,7 @@ def engine(api: str, body: dict, mode: str = "confirm") -> MediationEngine:
         codec_of(api),
         agent(NEWS, LOOKUP, TRADE),
         body,
-        validate=VALIDATOR.check_arguments,
+        check=CHECK,
         model_timeout_s=MODEL_TIMEOUT_S,
         taint_mode=mode,  # type: ignore[arg-type]
     )

@@ -14,11 +14,11 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from clawpod.sidecar.governance.approvals import ARGUMENTS_PREVIEW_BYTES
 from clawpod.sidecar.server.admin import create_admin_app
 from clawpod.sidecar.server.console import CHECKS_KEY, SESSIONS_KEY
 from clawpod.sidecar.server.console_session import SESSION_IDLE_S
 from clawpod.sidecar.server.context import STATE_KEY
+from clawpod.sidecar.state.approvals import ARGUMENTS_PREVIEW_BYTES
 from tests.execution.test_governance import OPERATOR_TOKEN, TRADE, Desk, ask_analyst, trade
 from tests.operators.console_client import ConsoleClient, csrf_of
 from tests.operators.desk import start_desk

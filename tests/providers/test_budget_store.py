@@ -1,4 +1,5 @@
-"""The daily budget store (governance/budgets.py): USD beside tokens, held estimates, restarts."""
+"""Daily budgets (governance/budgets.py over state/budgets.py): USD beside tokens, held
+estimates, restarts."""
 
 from __future__ import annotations
 

@@ -26,6 +26,7 @@ from tests.reliability.wire import ask, text, tool_call
 from tests.support import secret_sweep
 from tests.support.builds import http_tool
 from tests.support.services import RecordedRequest, ToolService
+from tests.support.tool_calls import run_tool
 from tests.support.upstream import Reply
 
 CREDENTIAL = "argument-safety-credential-91b2"
@@ -107,8 +108,8 @@ class ExecutorRig:
     def call(self, tool: ManagedTool, arguments: dict[str, Any]) -> tuple[ToolOutcome, list]:
         before = len(self.service.requests)
         outcome = self.background.run(
-            self.executor.execute(
-                "agent-1", tool, arguments, timeout_s=10, max_result_bytes=1 << 20
+            run_tool(
+                self.executor, "agent-1", tool, arguments, timeout_s=10, max_result_bytes=1 << 20
             )
         )
         secret_sweep.collect("executor envelope", outcome.envelope_json())

@@ -1,16 +1,15 @@
-"""Approvals bound to the exact call (SPEC §9.3): the store, its files, and waiting on them.
+"""Approvals bound to the exact call (SPEC §9.3): the store and its files.
 
 An approval names one call: agent, tool, the digest of its arguments and the digest of the build
 that asked. It is approved or denied once by an operator, expires unanswered, and authorises
 exactly one execution. Every approval that is not finished lives in
 ``<state_dir>/approvals/<id>.json`` (written atomically), so a pending one survives a restart and
-an approved one can still be used by the client's retry.
+an approved one can still be used by the client's retry. Calls waiting on a decision are
+governance's (``governance/approval_waits.py``); the store tells it when one settles.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import os
 import secrets
@@ -80,14 +79,18 @@ def args_digest(arguments: dict[str, Any]) -> str:
     return digest(canonical_json(arguments).decode())
 
 
+def _nobody_waits(approval_id: str) -> None:
+    """The settle hook of a store no waiter watches."""
+
+
 class ApprovalStore:
     def __init__(self, state_dir: Path, clock: Callable[[], float] = time.time) -> None:
         self._dir = Path(state_dir) / "approvals"
-        self._clock = clock
+        self.clock = clock
         self._open: dict[str, Approval] = {}
         self._finished: dict[str, Approval] = {}
-        self._decided: dict[str, asyncio.Event] = {}
-        self._stopping = False
+        self.on_settled: Callable[[str], None] = _nobody_waits
+        """Called with an approval's id once it is decided or expired."""
         self._load()
 
     # -- files ------------------------------------------------------------------------------
@@ -167,7 +170,7 @@ class ApprovalStore:
         reason: str | None = None,
     ) -> Approval:
         """A pending approval; ``reason`` says why the call waits (``tainted``, SPEC §17)."""
-        now = self._clock()
+        now = self.clock()
         approval = Approval(
             id="apr_" + secrets.token_hex(12),
             agent=agent,
@@ -195,7 +198,7 @@ class ApprovalStore:
         if approval.status != "pending":
             raise ApprovalError(409, f"approval {approval_id} is already {approval.status}")
         decided = approval.model_copy(
-            update={"reason": reason, "decided_by": who, "decided_at": self._clock()}
+            update={"reason": reason, "decided_by": who, "decided_at": self.clock()}
         )
         if decision == "approve":
             decided = decided.model_copy(update={"status": "approved"})
@@ -203,7 +206,7 @@ class ApprovalStore:
             self._open[approval_id] = decided
         else:
             decided = self._finish(decided, "denied")
-        self._wake(approval_id)
+        self.on_settled(approval_id)
         return decided
 
     def use(self, approval_id: str) -> bool:
@@ -215,36 +218,10 @@ class ApprovalStore:
         return True
 
     def _due(self, approval: Approval) -> bool:
-        return approval.expires <= self._clock()
+        return approval.expires <= self.clock()
 
     def _expire_due(self) -> list[Approval]:
         expired = [self._finish(a, "expired") for a in list(self._open.values()) if self._due(a)]
         for approval in expired:
-            self._wake(approval.id)
+            self.on_settled(approval.id)
         return expired
-
-    # -- waiting ----------------------------------------------------------------------------
-
-    def _wake(self, approval_id: str) -> None:
-        event = self._decided.pop(approval_id, None)
-        if event is not None:
-            event.set()
-
-    async def wait(self, approval_id: str) -> Approval | None:
-        """Wait until the approval is decided or expires; None when the sidecar is stopping
-        (the approval stays as it is on disk)."""
-        while not self._stopping:
-            approval = self.get(approval_id)
-            if approval is None or approval.status != "pending":
-                return approval
-            event = self._decided.setdefault(approval_id, asyncio.Event())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), max(0.0, approval.expires - self._clock()))
-        return None
-
-    def stop(self) -> None:
-        """Release every waiter: a sidecar shutting down must not wait for operators."""
-        self._stopping = True
-        for event in self._decided.values():
-            event.set()
-        self._decided.clear()
