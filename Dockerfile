@@ -19,6 +19,7 @@ RUN python -c 'import tomllib; p = tomllib.load(open("/tmp/claw/pyproject.toml",
 
 # The project itself, non-editable; the source tree does not stay in the image.
 COPY pyproject.toml README.md /tmp/claw/
+COPY cli /tmp/claw/cli
 COPY compiler /tmp/claw/compiler
 COPY sidecar /tmp/claw/sidecar
 COPY scripts/sidecar-entrypoint.sh /usr/local/bin/sidecar-entrypoint

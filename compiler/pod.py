@@ -6,27 +6,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clawpod.compiler.agent_plan import (
-    AgentPlan,
-    agent_surfaces,
-    check_agent_definition,
-    claim_agent_ids,
+from clawpod.compiler.agents import AgentPlan, GrantScope, plan_agents
+from clawpod.compiler.governance.credentials import (
+    check_principals,
+    check_starvation,
+    forbidden_variables,
+    warn_unset_credentials,
 )
-from clawpod.compiler.compose_shapes import check_shapes
-from clawpod.compiler.credential_sources import warn_unset_credentials
-from clawpod.compiler.credential_starvation import check_starvation, forbidden_variables
-from clawpod.compiler.governance import check_principals, resolve_governance
-from clawpod.compiler.governance_spec import PrincipalSpec
-from clawpod.compiler.grant_resolution import resolve_grants
-from clawpod.compiler.grants import expand, union
-from clawpod.compiler.pod_reader import PodReader
-from clawpod.compiler.pod_spec import PodClaw, ServiceClaw
-from clawpod.compiler.policy import effective_policy
-from clawpod.compiler.providers import pod_providers
-from clawpod.compiler.reserved import check_reserved
-from clawpod.compiler.routes import pod_routes
-from clawpod.compiler.taint import resolve_taint
-from clawpod.compiler.tool_services import ToolService, ToolServices
+from clawpod.compiler.governance.resolution import resolve_governance, resolve_taint
+from clawpod.compiler.pod_file.governance_spec import PrincipalSpec
+from clawpod.compiler.pod_file.providers import pod_providers
+from clawpod.compiler.pod_file.reader import PodReader, check_shapes
+from clawpod.compiler.pod_file.reserved import check_reserved
+from clawpod.compiler.pod_file.routes import pod_routes
+from clawpod.compiler.pod_file.spec import (
+    PodClaw,
+    ServiceClaw,
+    read_pod_claw,
+    read_service_claw,
+)
+from clawpod.compiler.services.tool_services import ToolService, ToolServices
 from clawpod.sidecar.manifest import Governance, Provider, RouteTarget, Taint
 
 
@@ -73,9 +72,9 @@ def compile_pod(path: Path | str) -> CompiledPod:
     reader = PodReader(Path(path))
     check_shapes(reader)
     check_reserved(reader)
-    claw = reader.parse_pod_claw()
+    claw = read_pod_claw(reader)
     claws: dict[str, ServiceClaw | None] = {
-        name: reader.parse_service_claw(name) for name in reader.services
+        name: read_service_claw(reader, name) for name in reader.services
     }
     agent_services = {n for n, c in claws.items() if c is not None and c.is_agent}
     tool_services = ToolServices(reader, _confinement_root(reader, claw))
@@ -86,51 +85,8 @@ def compile_pod(path: Path | str) -> CompiledPod:
     principals = check_principals(reader, claw, tool_services, claws, agent_services)
     auth_envs = {n: s.loaded.descriptor.auth.env for n, s in tool_services.by_name.items()}
     warn_unset_credentials(reader, claws, principals, auth_envs)
-    defaults_path = ("x-claw", "tools-defaults")
-    defaults = claw.tools_defaults
-    default_grants = expand(None, (), defaults, defaults_path, reader.failer(None))
-    resolve_grants(
-        reader,
-        tool_services,
-        union(default_grants, reader.failer(None)),
-        claws,
-        agent_services,
-        None,
-        principals,
-    )
-
-    agents: list[AgentPlan] = []
-    agent_ids: dict[str, list[str]] = {}
-    taken = set(reader.services)
-    for name in sorted(agent_services, key=list(reader.services).index):
-        service_claw = claws[name]
-        assert service_claw is not None and service_claw.agent is not None
-        prefix = ("services", name, "x-claw")
-        ids = claim_agent_ids(reader, name, service_claw.agent, taken)
-        declared = service_claw.tools if "tools" in service_claw.model_fields_set else None
-        if "tools" in service_claw.model_fields_set and declared is None:
-            raise reader.fail("tools must be a list ([] for no tools)", (*prefix, "tools"), name)
-        grants = expand(declared, (*prefix, "tools"), defaults, defaults_path, reader.failer(name))
-        tools = resolve_grants(
-            reader,
-            tool_services,
-            union(grants, reader.failer(name)),
-            claws,
-            agent_services,
-            name,
-            principals,
-        )
-        policy = effective_policy(
-            claw.tool_policy_defaults,
-            service_claw.tool_policy,
-            "tool_policy" in service_claw.model_fields_set,
-        )
-        surfaces = agent_surfaces(reader, name, service_claw, agent_services)
-        check_agent_definition(reader, name, service_claw.agent)
-        mode = service_claw.mode or claw.mode
-        agent_ids[name] = ids
-        injection = service_claw.tool_injection or claw.tool_injection
-        agents += [AgentPlan(i, name, mode, policy, tools, surfaces, injection) for i in ids]
+    scope = GrantScope(reader, tool_services, claws, agent_services, principals)
+    agents, agent_ids = plan_agents(scope, claw)
     if not agents:
         reader.warn("no agent found: mark an agent service with 'x-claw: {agent: {}}'", ())
 

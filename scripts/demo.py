@@ -39,7 +39,7 @@ import uvicorn
 import yaml
 from aiohttp import web
 
-from clawpod.compiler.cli import main as clawc
+from clawpod.cli.clawc import main as clawc
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "compose" / "examples" / "trading-desk"

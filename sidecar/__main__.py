@@ -18,11 +18,12 @@ from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV, AuditKeyError
 from clawpod.sidecar.audit.log import AuditStateError
 from clawpod.sidecar.build_signature import SignatureError, verify_signature
 from clawpod.sidecar.credential_files import (
+    OPERATOR_TOKEN_ENV,
     CredentialFileError,
     credential_names,
     with_credential_files,
 )
-from clawpod.sidecar.governance.webhooks import WebhookSecretError
+from clawpod.sidecar.governance.webhooks import WEBHOOK_SECRET_ENV, WebhookSecretError
 from clawpod.sidecar.manifest import Build, BuildError, load_build
 from clawpod.sidecar.observability.logs import configure_logging
 from clawpod.sidecar.observability.tracing import configure_tracing
@@ -30,15 +31,14 @@ from clawpod.sidecar.server.admin import create_admin_app
 from clawpod.sidecar.server.app import create_app
 from clawpod.sidecar.server.context import STATE_KEY
 from clawpod.sidecar.server.edge import EdgeLimits
-from clawpod.sidecar.server.operator import OPERATOR_TOKEN_ENV
 from clawpod.sidecar.server.serving import listen
 from clawpod.sidecar.state.lock import StateLock, StateLockError, instance_name
 
-log = logging.getLogger("sidecar")
+log = logging.getLogger("clawpod.sidecar")  # run as __main__: named after the package
 DESCRIPTION = (
     "Serve a build made by `clawc compile`: the agents' one endpoint to their LLM providers "
     "(tools injected and run for mediated agents, MCP at /mcp for native ones) and, on a "
-    "second listener, the operator API (/metrics, /readyz, /operator). Needs CLAW_AUDIT_KEY "
+    f"second listener, the operator API (/metrics, /readyz, /operator). Needs {AUDIT_KEY_ENV} "
     "(at least 16 bytes) for the audit chain. Outside a pod, pass --host and --state-dir: the "
     "operator listener then listens on the --host address too, unless --admin-host says "
     "otherwise."
@@ -47,8 +47,8 @@ SHUTDOWN_TIMEOUT_S = 10.0
 ADMIN_LIMITS = EdgeLimits(max_connections=64)  # a scraper or two and an operator
 ADMIN_RESOLVE_WAIT_S = 10.0  # Swarm registers an alias within a second or two
 # The sidecar's own secrets, readable from NAME_FILE like the build's credentials (SPEC §13.2);
-# CLAW_WEBHOOK_SECRET signs approval webhooks (SPEC §15).
-SIDECAR_SECRETS = (AUDIT_KEY_ENV, OPERATOR_TOKEN_ENV, "CLAW_WEBHOOK_SECRET")
+# the webhook secret signs approval webhooks (SPEC §15).
+SIDECAR_SECRETS = (AUDIT_KEY_ENV, OPERATOR_TOKEN_ENV, WEBHOOK_SECRET_ENV)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.import_graph import assert_no_circles
+
 SIDECAR = Path(__file__).resolve().parents[1] / "sidecar"
 PACKAGE = "clawpod.sidecar"
 # Bottom to top. A module may import from its own layer and the layers before it.
@@ -75,22 +77,7 @@ def test_no_upward_import(module: str) -> None:
 
 
 def test_no_import_circles() -> None:
-    modules = {m: {i for i in deps if i in GRAPH and i != m} for m, deps in GRAPH.items()}
-    visiting: list[str] = []
-    done: set[str] = set()
-
-    def visit(module: str) -> None:
-        if module in done:
-            return
-        assert module not in visiting, " -> ".join([*visiting[visiting.index(module) :], module])
-        visiting.append(module)
-        for dependency in sorted(modules[module]):
-            visit(dependency)
-        visiting.pop()
-        done.add(module)
-
-    for module in sorted(modules):
-        visit(module)
+    assert_no_circles({m: {i for i in deps if i in GRAPH} for m, deps in GRAPH.items()})
 
 
 @pytest.mark.parametrize("lower", SANS_IO)

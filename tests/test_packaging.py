@@ -15,7 +15,7 @@ def tree_packages() -> set[str]:
     """Every folder of the tree that holds files: Python packages and data-only folders."""
     return {
         "clawpod." + ".".join(path.parent.relative_to(REPO).parts)
-        for folder in ("compiler", "sidecar")
+        for folder in ("cli", "compiler", "sidecar")
         for path in (REPO / folder).rglob("*")
         if path.is_file() and "__pycache__" not in path.parts
     }
@@ -50,7 +50,7 @@ def test_the_wheel_holds_only_clawpod(tmp_path: Path) -> None:
     tops = {name.split("/")[0] for name in names}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"clawpod"}
     assert "clawpod/sidecar/__main__.py" in names
-    assert "clawpod/compiler/templates/CONTEXT.md.j2" in names
+    assert "clawpod/compiler/output/templates/CONTEXT.md.j2" in names
     # The operator console's pages, style and script ship in the wheel (no build step).
     assets = (REPO / "sidecar/server/console_assets").iterdir()
     for asset in assets:

@@ -49,7 +49,7 @@ from clawpod.sidecar.audit.chain import (
 )
 from clawpod.sidecar.observability.logs import rfc3339_now
 
-log = logging.getLogger("sidecar.audit")
+log = logging.getLogger(__name__)
 
 # Records of one agent waiting for their write; also how far behind a head may be.
 MAX_UNWRITTEN = 64

@@ -32,7 +32,7 @@ from clawpod.sidecar.observability.metrics import Metrics
 if TYPE_CHECKING:
     import mcp_types as types
 
-log = logging.getLogger("sidecar.drift")
+log = logging.getLogger(__name__)
 
 AUDIT_ROUTE = "(tool-definitions)"
 

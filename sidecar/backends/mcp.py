@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # the SDK is imported when a build has MCP tools (it costs ~0
     from mcp import Client
     from mcp.shared.exceptions import MCPError
 
-log = logging.getLogger("sidecar.mcp_backend")
+log = logging.getLogger(__name__)
 # Connecting (and each write) is bounded; a read may wait long: a server can hold a result
 # stream open for minutes, as the SDK's own client allows.
 CONNECT_TIMEOUT_S = 30.0

@@ -3,14 +3,18 @@
 A new protocol is one module with a ``Codec`` subclass and one line in ``CODECS``.
 """
 
+from collections.abc import Mapping
+
 from clawpod.sidecar.codecs.anthropic import AnthropicCodec
-from clawpod.sidecar.codecs.base import Codec
+from clawpod.sidecar.codecs.base import Codec, WireCodec
 from clawpod.sidecar.codecs.openai import OpenAICodec
 from clawpod.sidecar.codecs.responses import ResponsesCodec
 
 # Codecs hold no state: one instance serves every request.
 CODECS: tuple[Codec, ...] = (OpenAICodec(), AnthropicCodec(), ResponsesCodec())
 
+# Every protocol route is under it; clients whose base URL lacks it reach the same routes.
+V1 = "/v1"
 _BY_PATH = {path: codec for codec in CODECS for path in (codec.route, *codec.side_routes)}
 
 
@@ -23,3 +27,21 @@ def codec_for_api(api: str) -> Codec:
     """The first registered codec of a provider API: the one whose shapes a request without
     a protocol route (the model list, an unknown route) is answered in."""
     return next(codec for codec in CODECS if codec.api == api)
+
+
+def codec_for_caller(path: str, headers: Mapping[str, str]) -> WireCodec:
+    """The protocol a request to any path speaks, to answer it in (a model list, an error): its
+    route's (with or without ``/v1``); else one whose default headers the client sent
+    (Anthropic clients send ``anthropic-version``), else one under whose route the path is;
+    else the first codec's (Chat Completions)."""
+    versioned = path if path.startswith(V1 + "/") else V1 + path
+    codec = _BY_PATH.get(versioned)
+    if codec is not None:
+        return codec
+    for codec in CODECS:
+        if any(name in headers for name in codec.default_headers):
+            return codec
+    for codec in CODECS:
+        if versioned.startswith(codec.route):
+            return codec
+    return CODECS[0]

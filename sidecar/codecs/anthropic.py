@@ -64,6 +64,9 @@ class AnthropicCodec(Codec):
     upstream_path = "/v1/messages"
     side_routes = {"/v1/messages/count_tokens": "/v1/messages/count_tokens"}
     forwarded_headers = ("anthropic-version", "anthropic-beta", "idempotency-key")
+    default_headers = {"anthropic-version": "2023-06-01"}
+    relayed_headers = frozenset({"request-id"})
+    relayed_header_prefixes = ("anthropic-ratelimit-",)
     stream_end = b"message_stop"
     input_key = "input_tokens"
     output_key = "output_tokens"

@@ -1,13 +1,23 @@
-"""A codec owns one wire protocol: what the mediation engine needs from it (request, response
-and stream parse and render) and what the server needs to pass it through (routes, headers,
-error shapes, usage, stream end, model list)."""
+"""A codec owns one wire protocol, in two parts, each user depending only on the one it uses:
+
+- :class:`WireCodec`, what the server needs to pass the protocol through: its routes and
+  upstream paths, the provider's auth and default headers, the client and response headers to
+  carry, its error shapes (whole and in-stream), usage in bodies and streams, its stream end,
+  the objects the provider stores, and the model list;
+- :class:`Codec`, built on it, what the mediation engine and its driver add: request, response
+  and stream parse and render, tool definitions and choices, continuation, and the
+  fingerprints and ids that continuity keys on.
+
+They share this module: every request uses the first part and a mediated one both, so a
+request's trip through the sidecar enters one codec base module, not two.
+"""
 
 from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 import orjson
 
@@ -23,29 +33,23 @@ from clawpod.sidecar.model.conversation import (
 from clawpod.sidecar.model.errors import ApiError
 
 ProviderApi = Literal["openai", "anthropic"]
-MAX_PROVIDER_MESSAGE = 500
 
 
-# A title, a summary or a compaction of the conversation itself, in either order ("a thread
-# title", "summarize this conversation", "compact the session").
-_META = r"(?:title|summary|summari[sz]e|compact(?:ion)?)"
-_SUBJECT = r"(?:conversation|thread|session|chat|discussion)"
-AUXILIARY = re.compile(
-    rf"\b{_META}\b[^.\n]{{0,80}}\b{_SUBJECT}\b|\b{_SUBJECT}\b[^.\n]{{0,80}}\b{_META}\b",
-    re.IGNORECASE,
-)
-SYSTEM = ("system", "developer")
+class StreamFilter(Protocol):
+    """Rewrites a passing stream: each chunk as it comes, then what it still holds."""
+
+    def feed(self, chunk: bytes) -> bytes: ...
+
+    def flush(self) -> bytes: ...
 
 
-class Codec(ABC):
+class WireCodec(ABC):
     name: ClassVar[str]
     """The protocol's short name."""
     title: ClassVar[str]
     """The protocol's name in messages to people."""
     api: ClassVar[ProviderApi]
     """Which providers speak it (a provider's ``api`` in sidecar.json)."""
-    messages_field: ClassVar[str] = "messages"
-    """The request field that carries the conversation."""
     route: ClassVar[str]
     """The client route that the sidecar mediates."""
     upstream_path: ClassVar[str]
@@ -58,6 +62,12 @@ class Codec(ABC):
     unless the body names a model."""
     forwarded_headers: ClassVar[tuple[str, ...]]
     """Client headers with API meaning that go upstream; never authentication."""
+    default_headers: ClassVar[dict[str, str]] = {}
+    """Headers every upstream request carries unless the client sent its own (a version)."""
+    relayed_headers: ClassVar[frozenset[str]] = frozenset()
+    """Provider response headers (lower case) worth handing back: request ids, API versions."""
+    relayed_header_prefixes: ClassVar[tuple[str, ...]] = ()
+    """Prefixes of further such headers (rate limits)."""
     stream_end: ClassVar[bytes]
     """What a complete stream carries last; its absence means the stream was cut."""
     input_key: ClassVar[str]
@@ -71,8 +81,6 @@ class Codec(ABC):
     def end_watch(self) -> EndMarkerWatch:
         """A watch for this protocol's stream end, fed the stream as it passes."""
         return EndMarkerWatch(self.stream_ends)
-
-    # --- pass-through -----------------------------------------------------------------------
 
     @abstractmethod
     def auth_headers(self, key: str) -> dict[str, str]:
@@ -88,10 +96,6 @@ class Codec(ABC):
     @abstractmethod
     def stream_error(self, err: ApiError) -> bytes:
         """The in-band SSE event that ends a stream whose response head is already sent."""
-
-    def stream_failure(self, conversation: Conversation, err: ApiError) -> bytes:
-        """How a mediated stream that sent nothing but its head yet ends in failure."""
-        return self.stream_error(err)
 
     def usage_counts(self, usage: Any) -> tuple[int, int]:
         """(input, output) tokens of a usage object; zeros when absent."""
@@ -133,6 +137,50 @@ class Codec(ABC):
         """(kind, id) of every stored object a request reads, continues, cancels or deletes."""
         return []
 
+    def asking_stream_usage(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """A streamed request to pass through, rewritten to ask the provider for the usage
+        that charges budgets (#32), where the protocol reports it only when asked and the
+        client did not ask; None where it goes as it is. The client's stream then passes
+        through :meth:`usage_stripper`."""
+        return None
+
+    def usage_stripper(self) -> StreamFilter:
+        """Takes the usage the client did not ask for out of its stream (see above)."""
+        raise NotImplementedError(f"{self.title} streams are never asked for their usage")
+
+    @abstractmethod
+    def models_list(self, models: list[tuple[str, str]]) -> dict[str, Any]:
+        """(provider name, model id) pairs in the protocol's model-list shape."""
+
+    @abstractmethod
+    def model_entry(self, provider: str, model: str) -> dict[str, Any]:
+        """One model in the protocol's shape (an entry of the list, ``GET /v1/models/{id}``)."""
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+# A title, a summary or a compaction of the conversation itself, in either order ("a thread
+# title", "summarize this conversation", "compact the session").
+_META = r"(?:title|summary|summari[sz]e|compact(?:ion)?)"
+_SUBJECT = r"(?:conversation|thread|session|chat|discussion)"
+AUXILIARY = re.compile(
+    rf"\b{_META}\b[^.\n]{{0,80}}\b{_SUBJECT}\b|\b{_SUBJECT}\b[^.\n]{{0,80}}\b{_META}\b",
+    re.IGNORECASE,
+)
+SYSTEM = ("system", "developer")
+MAX_PROVIDER_MESSAGE = 500
+
+
+class Codec(WireCodec):
+    messages_field: ClassVar[str] = "messages"
+    """The request field that carries the conversation."""
+
+    def stream_failure(self, conversation: Conversation, err: ApiError) -> bytes:
+        """How a mediated stream that sent nothing but its head yet ends in failure."""
+        return self.stream_error(err)
+
     def provider_error_message(self, body: bytes) -> str:
         """The provider's own message in an error body (both families nest it under
         ``error.message``), else the start of the body."""
@@ -146,14 +194,6 @@ class Codec(ABC):
         if len(text) > MAX_PROVIDER_MESSAGE:
             return text[:MAX_PROVIDER_MESSAGE] + "… (cut)"
         return text
-
-    @abstractmethod
-    def models_list(self, models: list[tuple[str, str]]) -> dict[str, Any]:
-        """(provider name, model id) pairs in the protocol's model-list shape."""
-
-    @abstractmethod
-    def model_entry(self, provider: str, model: str) -> dict[str, Any]:
-        """One model in the protocol's shape (an entry of the list, ``GET /v1/models/{id}``)."""
 
     # --- mediation --------------------------------------------------------------------------
 
@@ -294,10 +334,6 @@ class Codec(ABC):
         """Fingerprint of the final answer sent back by reference (its recorded item ids) where
         the protocol has such echoes; None where it has not."""
         return None
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _system_texts(body: dict[str, Any]) -> list[str]:

@@ -8,7 +8,11 @@ import orjson
 
 from clawpod.sidecar.codecs.base import Codec
 from clawpod.sidecar.codecs.openai_shapes import STRUCTURED_FORMATS, OpenAIShapes
-from clawpod.sidecar.codecs.openai_stream import ChatAssembler, ChatClientStream
+from clawpod.sidecar.codecs.openai_stream import (
+    ChatAssembler,
+    ChatClientStream,
+    UsageChunkStripper,
+)
 from clawpod.sidecar.codecs.sse import DONE, data_frame, pieces
 from clawpod.sidecar.model.canonical import (
     canonical_arguments,
@@ -46,6 +50,17 @@ class OpenAICodec(OpenAIShapes, Codec):
 
     def stream_error(self, err: ApiError) -> bytes:
         return data_frame(self.error_body(err))
+
+    def asking_stream_usage(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        # A Chat Completions stream reports usage only with stream_options.include_usage.
+        options = body.get("stream_options")
+        if isinstance(options, dict) and options.get("include_usage") is True:
+            return None
+        extended = options if isinstance(options, dict) else {}
+        return {**body, "stream_options": {**extended, "include_usage": True}}
+
+    def usage_stripper(self) -> UsageChunkStripper:
+        return UsageChunkStripper()
 
     # --- client request ---------------------------------------------------------------------
 

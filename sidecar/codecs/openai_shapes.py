@@ -1,5 +1,5 @@
 """What every OpenAI protocol (Chat Completions, Responses) shares: the key as a Bearer token,
-the error body, the client headers with API meaning and the model list."""
+the error body, the client and response headers with API meaning and the model list."""
 
 from __future__ import annotations
 
@@ -20,6 +20,10 @@ class OpenAIShapes:
         "openai-beta",
         "idempotency-key",
     )
+    relayed_headers: ClassVar[frozenset[str]] = frozenset(
+        {"x-request-id", "openai-processing-ms", "openai-version"}
+    )
+    relayed_header_prefixes: ClassVar[tuple[str, ...]] = ("x-ratelimit-",)
 
     def auth_headers(self, key: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {key}"}

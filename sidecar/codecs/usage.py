@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from clawpod.sidecar.codecs.base import Codec
+from clawpod.sidecar.codecs.base import WireCodec
 
 _MAX_PENDING_LINE = 1 << 20
 
@@ -29,7 +29,7 @@ class StreamUsage:
         "output_tokens",
     )
 
-    def __init__(self, codec: Codec) -> None:
+    def __init__(self, codec: WireCodec) -> None:
         self._codec = codec
         self._pending = b""
         self.input_tokens = 0

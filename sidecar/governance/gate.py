@@ -50,7 +50,7 @@ from clawpod.sidecar.observability.metrics import Metrics
 from clawpod.sidecar.state.approvals import Approval, ApprovalStore, Decision
 from clawpod.sidecar.tasks import ShieldedTasks
 
-log = logging.getLogger("sidecar.governance")
+log = logging.getLogger(__name__)
 
 
 def needs_approval(approvals: Approvals, tool: ManagedTool) -> bool:

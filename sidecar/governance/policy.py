@@ -35,13 +35,13 @@ from clawpod.sidecar.manifest import (
     RuleEffect,
     ToolRule,
 )
+from clawpod.sidecar.model.schema_refs import resolve_local_ref
 
 # cel-go's strings extension (lowerAscii, upperAscii, trim, ...): case-aware rules need it.
 STRING_FUNCTIONS = EXTENSIONS["strings"]
 _CALLS_A_STRING_FUNCTION = re.compile(
     r"\b(?:" + "|".join(re.escape(name) for name in STRING_FUNCTIONS) + r")\s*\("
 )
-VARIABLES = ("args", "agent", "tool", "annotations", "request")
 # ``request`` of a call no tainted request makes (an MCP call, compile-time checks): §17.
 UNTAINTED_REQUEST: Mapping[str, Any] = {"tainted": False, "taint_sources": []}
 
@@ -115,12 +115,9 @@ def sample_of(schema: Any, root: Any = None, depth: int = 0) -> Any:
     root = schema if root is None else root
     if not isinstance(schema, dict) or depth > 32:
         return None
-    reference = schema.get("$ref")
-    if isinstance(reference, str) and reference.startswith("#/"):
-        target: Any = root
-        for part in reference[2:].split("/"):
-            target = target.get(part) if isinstance(target, dict) else None
-        return sample_of(target, root, depth + 1)
+    reference = _local_ref(schema)
+    if reference is not None:
+        return sample_of(_ref_target(root, reference), root, depth + 1)
     if "const" in schema:
         return schema["const"]
     if schema.get("enum"):
@@ -148,12 +145,9 @@ def as_declared(schema: Any, value: Any, root: Any = None, depth: int = 0) -> An
     root = schema if root is None else root
     if not isinstance(schema, dict) or depth > 32:
         return value
-    reference = schema.get("$ref")
-    if isinstance(reference, str) and reference.startswith("#/"):
-        target: Any = root
-        for part in reference[2:].split("/"):
-            target = target.get(part) if isinstance(target, dict) else None
-        return as_declared(target, value, root, depth + 1)
+    reference = _local_ref(schema)
+    if reference is not None:
+        return as_declared(_ref_target(root, reference), value, root, depth + 1)
     kind = schema.get("type")
     kinds = kind if isinstance(kind, list) else [kind]
     if "number" in kinds and isinstance(value, int) and not isinstance(value, bool):
@@ -231,14 +225,24 @@ def _free_form_string(schema: Any, path: list[str]) -> bool:
 
 def _resolved(node: Any, root: Any) -> Any:
     for _ in range(32):
-        reference = node.get("$ref") if isinstance(node, dict) else None
-        if not (isinstance(reference, str) and reference.startswith("#/")):
+        reference = _local_ref(node)
+        if reference is None:
             return node
-        target: Any = root
-        for part in reference[2:].split("/"):
-            target = target.get(part) if isinstance(target, dict) else None
-        node = target
+        node = _ref_target(root, reference)
     return node
+
+
+def _local_ref(node: Any) -> str | None:
+    reference = node.get("$ref") if isinstance(node, dict) else None
+    return reference if isinstance(reference, str) and reference.startswith("#/") else None
+
+
+def _ref_target(root: Any, reference: str) -> Any:
+    """The schema ``reference`` points to; None (no constraint known) when it points nowhere."""
+    try:
+        return resolve_local_ref(root, reference)
+    except LookupError:
+        return None
 
 
 def tool_matches(pattern: str, canonical: str) -> bool:

@@ -24,7 +24,7 @@ from standardwebhooks.webhooks import EmptyWebhookSecretError
 
 from clawpod.sidecar.transport.client import HttpClient
 
-log = logging.getLogger("sidecar.webhooks")
+log = logging.getLogger(__name__)
 
 WEBHOOK_SECRET_ENV = "CLAW_WEBHOOK_SECRET"
 ATTEMPT_TIMEOUT_S = 10

@@ -16,7 +16,7 @@ from typing import Any
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 
-log = logging.getLogger("sidecar.tracing")
+log = logging.getLogger(__name__)
 
 ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
 SERVICE_NAME = "clawpod-sidecar"

@@ -15,7 +15,7 @@ from clawpod.sidecar.server.budget_gate import spend_budget
 if TYPE_CHECKING:
     from clawpod.sidecar.server.context import RequestContext
 
-log = logging.getLogger("sidecar.server")
+log = logging.getLogger(__name__)
 
 
 async def record_request(

@@ -12,6 +12,7 @@ from aiohttp import web
 from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV, audit_key
 from clawpod.sidecar.audit.log import AuditLog
 from clawpod.sidecar.backends.drift import DriftChecker
+from clawpod.sidecar.credential_files import OPERATOR_TOKEN_ENV
 from clawpod.sidecar.execution.executor import ToolExecutor
 from clawpod.sidecar.governance.budgets import TokenBudgets
 from clawpod.sidecar.governance.gate import GovernedExecutor
@@ -24,7 +25,6 @@ from clawpod.sidecar.observability.metrics import Metrics
 from clawpod.sidecar.server.auth import TokenVerifier
 from clawpod.sidecar.server.context import STATE_KEY, SidecarState
 from clawpod.sidecar.server.llm_routes import add_llm_routes
-from clawpod.sidecar.server.operator import OPERATOR_TOKEN_ENV
 from clawpod.sidecar.server.protocol_errors import protocol_errors
 from clawpod.sidecar.server.routes import healthz, mcp, model, models
 from clawpod.sidecar.server.routing import ModelRouter

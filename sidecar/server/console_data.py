@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from clawpod.sidecar.audit.cli import verify_file
+from clawpod.sidecar.audit.verify import verify_file
 from clawpod.sidecar.server.context import SidecarState
 
 # Only the end of a log is read for a page: the newest records are the ones an operator asks

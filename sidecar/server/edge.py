@@ -30,13 +30,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from aiohttp import web
-from aiohttp.streams import StreamReader
-from aiohttp.web_protocol import RequestHandler
+from aiohttp import StreamReader, web
 
 from clawpod.sidecar.manifest import EdgeConfig, SidecarConfig
+from clawpod.sidecar.model.errors import ApiError, internal_error
+from clawpod.sidecar.server.aiohttp_compat import HandlerBase, RunnerBase, ServerBase, check
 
-log = logging.getLogger("sidecar.edge")
+log = logging.getLogger(__name__)
 # Connections looked at, oldest first, for one to close at the cap: a flood of new connections
 # costs a bounded scan each, even when the oldest are all busy.
 EVICTION_SCAN = 64
@@ -78,7 +78,7 @@ class EdgeLimits:
         }
 
 
-class EdgeServer(web.Server):
+class EdgeServer(ServerBase):
     """aiohttp's low-level server whose connections are ``EdgeConnection``s, counted in all
     and per peer address."""
 
@@ -91,7 +91,7 @@ class EdgeServer(web.Server):
         self._strangers: OrderedDict[EdgeConnection, None] = OrderedDict()
 
     def __call__(self) -> EdgeConnection:
-        return EdgeConnection(self, loop=self._loop, **self._kwargs)
+        return EdgeConnection(self, loop=self.event_loop, **self.connection_options)
 
     def admit(self, connection: EdgeConnection) -> bool:
         """Count a new connection in; whether it is over capacity (all, or its peer's)."""
@@ -135,7 +135,7 @@ class EdgeServer(web.Server):
         return False
 
 
-class EdgeConnection(RequestHandler):
+class EdgeConnection(HandlerBase):
     """One client connection: aiohttp's request handler plus the edge's deadlines."""
 
     def __init__(self, manager: EdgeServer, **kwargs: Any) -> None:
@@ -152,14 +152,14 @@ class EdgeConnection(RequestHandler):
 
     @property
     def server(self) -> EdgeServer:
-        manager = self._manager
+        manager = self.manager
         assert isinstance(manager, EdgeServer)
         return manager
 
     @property
     def idle(self) -> bool:
         """No request is being read or answered: closing it loses nothing."""
-        return not (self._request_in_progress or self._messages or self._body is not None)
+        return not (self.request_in_progress or self.queued_requests or self._body is not None)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         address = transport.get_extra_info("peername")
@@ -177,14 +177,15 @@ class EdgeConnection(RequestHandler):
 
     def data_received(self, data: bytes) -> None:
         reading_head = self._body is None
-        parsed_before = self._request_count
+        parsed_before = self.requests_parsed
         super().data_received(data)
         if self.transport is None:
             return
-        if self._request_count > parsed_before:  # aiohttp completed a head (or more)
+        if self.requests_parsed > parsed_before:  # aiohttp completed a head (or more)
             self._head_done()
             self.server.active(self)
-            payload = self._messages[-1][1] if self._messages else None
+            queued = self.queued_requests
+            payload = queued[-1][1] if queued else None
             if isinstance(payload, StreamReader) and not payload.is_eof():
                 self._watch_body(payload)
         elif reading_head:
@@ -195,7 +196,7 @@ class EdgeConnection(RequestHandler):
             if self._head_timer is None:
                 self._arm_head_timer()
         if self._body is not None:
-            self._body_seen = self._loop.time()
+            self._body_seen = self.event_loop.time()
             if self._body.is_eof():
                 self._body_done()
 
@@ -222,12 +223,13 @@ class EdgeConnection(RequestHandler):
         reason = type(exc).__name__ if exc is not None else "error"
         if status >= 500:
             log.error("unhandled failure on a request: %s", reason)
-            code, text = "internal_error", "the sidecar failed on this request"
+            err = internal_error()
         else:
             log.info("refused a malformed request: %s", reason)
-            code, text = "bad_request", f"malformed HTTP request ({reason})"
-        error_type = "api_error" if status >= 500 else "invalid_request_error"
-        body = {"type": "error", "error": {"type": error_type, "code": code, "message": text}}
+            message = f"malformed HTTP request ({reason})"
+            err = ApiError(status, "bad_request", message, "invalid_request_error")
+        error = {"type": err.type, "code": err.code, "message": err.message}
+        body = {"type": "error", "error": error}
         response = web.Response(
             status=status, body=orjson.dumps(body), content_type="application/json"
         )
@@ -235,11 +237,11 @@ class EdgeConnection(RequestHandler):
         return response
 
     def _arm_head_timer(self) -> None:
-        self._head_timer = self._loop.call_later(self.limits.head_timeout_s, self._head_late)
+        self._head_timer = self.event_loop.call_later(self.limits.head_timeout_s, self._head_late)
 
     def _head_late(self) -> None:
         self._head_timer = None
-        if self._messages or self._request_in_progress:
+        if self.queued_requests or self.request_in_progress:
             # A head pipelined behind a request still being answered: its time runs from the
             # moment the connection is free again.
             self._arm_head_timer()
@@ -255,12 +257,12 @@ class EdgeConnection(RequestHandler):
     def _watch_body(self, payload: StreamReader) -> None:
         self._body_done()
         self._body = payload
-        self._body_seen = self._loop.time()
+        self._body_seen = self.event_loop.time()
         self._arm_body_timer()
 
     def _arm_body_timer(self) -> None:
         deadline = self._body_seen + self.limits.body_idle_timeout_s
-        self._body_timer = self._loop.call_at(deadline, self._body_idle)
+        self._body_timer = self.event_loop.call_at(deadline, self._body_idle)
 
     def _body_idle(self) -> None:
         self._body_timer = None
@@ -268,9 +270,9 @@ class EdgeConnection(RequestHandler):
         if body is None or body.is_eof():
             self._body = None
             return
-        if self._reading_paused or self._buffer_paused:
-            self._body_seen = self._loop.time()  # the sidecar stopped reading, not the client
-        elif self._loop.time() - self._body_seen >= self.limits.body_idle_timeout_s:
+        if any(self.pause_flags):
+            self._body_seen = self.event_loop.time()  # the sidecar stopped reading, not the client
+        elif self.event_loop.time() - self._body_seen >= self.limits.body_idle_timeout_s:
             self.force_close()
             return
         self._arm_body_timer()
@@ -287,17 +289,18 @@ def _head_size(raw_headers: tuple[tuple[bytes, bytes], ...]) -> int:
     return sum(len(name) + len(value) + 4 for name, value in raw_headers)
 
 
-class EdgeRunner(web.AppRunner):
-    """An ``AppRunner`` whose server is an ``EdgeServer``."""
+class EdgeRunner(RunnerBase):
+    """An ``AppRunner`` whose server is an ``EdgeServer``; it refuses to start on an aiohttp
+    whose internals the edge cannot use."""
 
     def __init__(
         self, app: web.Application, *, limits: EdgeLimits, shutdown_timeout: float
     ) -> None:
+        check()
         super().__init__(app, access_log=None, shutdown_timeout=shutdown_timeout)
         self._limits = limits
 
-    async def _make_server(self) -> web.Server:
-        plain = await super()._make_server()  # runs the app's start-up hooks and freezes it
+    def wrap_server(self, plain: web.Server) -> web.Server:
         return EdgeServer(
             plain.request_handler,
             request_factory=plain.request_factory,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
-from clawpod.sidecar.codecs.base import Codec
+from clawpod.sidecar.codecs.base import WireCodec
 from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.server.exchange import Exchange
 
@@ -16,7 +16,7 @@ FINAL_HEADERS = {**JSON_HEADERS, "x-should-retry": "false"}
 
 
 async def reply_error(
-    exchange: Exchange, codec: Codec, err: ApiError, *, final: bool = False
+    exchange: Exchange, codec: WireCodec, err: ApiError, *, final: bool = False
 ) -> None:
     """Tell the client about ``err``: a whole error response, or, when the response head is
     already gone, the protocol's in-band stream error that ends the body. ``final``: the

@@ -16,10 +16,10 @@ from urllib.parse import quote
 import orjson
 from aiohttp import web
 
-from clawpod.sidecar.codecs import CODECS
+from clawpod.sidecar.codecs import CODECS, V1
 from clawpod.sidecar.codecs.base import Codec
 from clawpod.sidecar.manifest import AgentBuild
-from clawpod.sidecar.model.errors import ApiError
+from clawpod.sidecar.model.errors import ApiError, internal_error
 from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.observability.logs import log_request
 from clawpod.sidecar.server import translated
@@ -35,7 +35,7 @@ from clawpod.sidecar.server.mediated import CLIENT_CLOSED, handle_mediated
 from clawpod.sidecar.server.passthrough import pass_through
 from clawpod.sidecar.state.stored_objects import refs
 
-log = logging.getLogger("sidecar.server")
+log = logging.getLogger(__name__)
 
 # Unique across restarts (random prefix) without a syscall per request (counter).
 _REQUEST_ID_PREFIX = "req_" + os.urandom(6).hex()
@@ -65,7 +65,6 @@ LLM_ROUTES = [
         ),
     )
 ]
-V1 = "/v1"
 
 
 def aliases(path: str) -> tuple[str, ...]:
@@ -88,8 +87,7 @@ async def serve_llm(exchange: Exchange, route: LlmRoute, state: SidecarState) ->
         pass  # the client left before its request could be read: nothing to answer
     except Exception:
         log.exception("unhandled error on %s %s", route.method, route.path)
-        err = ApiError(500, "internal_error", "the sidecar failed on this request", "api_error")
-        await reply_error(exchange, route.codec, err)
+        await reply_error(exchange, route.codec, internal_error())
 
 
 def _aiohttp_llm_handler(route: LlmRoute) -> Handler:
@@ -176,23 +174,22 @@ async def _read_and_serve(
             counted = orjson.dumps(with_managed_tools(codec, agent, body))
             await pass_through(exchange, ctx, counted)
         else:
-            if route.mediate and codec.name == "chat" and ctx.stream:
-                raw = _ask_stream_usage(ctx, body, raw)
+            if route.mediate and ctx.stream:
+                raw = _ask_stream_usage(ctx, codec, body, raw)
             await pass_through(exchange, ctx, raw if raw or route.method == "POST" else None)
     finally:
         inflight[route.path] -= 1
         release(ctx)
 
 
-def _ask_stream_usage(ctx: RequestContext, body: dict[str, Any], raw: bytes) -> bytes:
-    """A Chat Completions stream reports usage only when asked: the sidecar always asks, so
-    every stream is charged (#32), and strips the usage chunk from a client that did not."""
-    options = body.get("stream_options")
-    if isinstance(options, dict) and options.get("include_usage") is True:
+def _ask_stream_usage(ctx: RequestContext, codec: Codec, body: dict[str, Any], raw: bytes) -> bytes:
+    """Every stream is charged (#32): where the protocol reports usage only when asked, the
+    sidecar asks, and strips that usage from a client that did not."""
+    asking = codec.asking_stream_usage(body)
+    if asking is None:
         return raw
     ctx.strip_usage = True
-    extended = options if isinstance(options, dict) else {}
-    return orjson.dumps({**body, "stream_options": {**extended, "include_usage": True}})
+    return orjson.dumps(asking)
 
 
 def _injects(agent: AgentBuild, codec: Codec, body: dict[str, Any]) -> bool:

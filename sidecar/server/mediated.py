@@ -75,7 +75,7 @@ from clawpod.sidecar.transport.keepalive import with_keepalives
 if TYPE_CHECKING:
     from clawpod.sidecar.server.context import RequestContext
 
-log = logging.getLogger("sidecar.mediation")
+log = logging.getLogger(__name__)
 
 # SSE comment keep-alives while tools run or the model thinks; overridable for tests/operators.
 # The metric label of a runner-owned call in a refused mixed round: names runners choose never

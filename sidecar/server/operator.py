@@ -15,12 +15,12 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from clawpod.sidecar.credential_files import OPERATOR_TOKEN_ENV
 from clawpod.sidecar.server.auth import AuthError, presented_token
 from clawpod.sidecar.server.console_data import AuditFilter, recent_records
 from clawpod.sidecar.server.context import STATE_KEY, SidecarState
 from clawpod.sidecar.state.approvals import ApprovalError
 
-OPERATOR_TOKEN_ENV = "CLAW_OPERATOR_TOKEN"
 OPERATOR = "operator"
 MAX_REASON = 1000
 

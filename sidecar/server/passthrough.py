@@ -12,7 +12,6 @@ from typing import Any
 import orjson
 
 from clawpod.sidecar.audit.records import usage_record
-from clawpod.sidecar.codecs.openai_stream import UsageChunkStripper
 from clawpod.sidecar.codecs.usage import StreamUsage
 from clawpod.sidecar.model.errors import ApiError, upstream_failure
 from clawpod.sidecar.observability import tracing
@@ -132,7 +131,7 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
     redactor = ctx.state.upstream.stream_redactor(ctx.provider_name)
     stored = StreamedIds(ctx.codec) if ctx.codec.stores_objects else None
     usage = StreamUsage(ctx.codec)
-    stripper = UsageChunkStripper() if ctx.strip_usage else None
+    stripper = ctx.codec.usage_stripper() if ctx.strip_usage else None
     end = ctx.codec.end_watch()
     finished = False
     error_code: str | None = None

@@ -9,16 +9,14 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from clawpod.sidecar.codecs import codec_for_api, codec_for_path
-from clawpod.sidecar.codecs.base import Codec
+from clawpod.sidecar.codecs import codec_for_caller
 from clawpod.sidecar.mcp.http import jsonrpc_error
-from clawpod.sidecar.model.errors import ApiError
+from clawpod.sidecar.model.errors import ApiError, internal_error
 from clawpod.sidecar.observability.logs import log_request
 from clawpod.sidecar.server.auth import AuthError
 from clawpod.sidecar.server.errors import JSON_HEADERS
-from clawpod.sidecar.server.llm_routes import V1
 
-log = logging.getLogger("sidecar.server")
+log = logging.getLogger(__name__)
 JSONRPC_INTERNAL_ERROR = -32603
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -41,28 +39,14 @@ async def protocol_errors(request: web.Request, handler: Handler) -> web.StreamR
         raise
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
-        err = ApiError(500, "internal_error", "the sidecar failed on this request", "api_error")
-        return _error_reply(request, err)
+        return _error_reply(request, internal_error())
 
 
 def _error_reply(request: web.Request, err: ApiError) -> web.Response:
     if request.path == "/mcp":
         return jsonrpc_error(err.status, JSONRPC_INTERNAL_ERROR, err.message)
-    codec = _caller_codec(request)
+    codec = codec_for_caller(request.path, request.headers)
     return web.Response(status=err.status, body=codec.error_json(err), headers=JSON_HEADERS)
-
-
-def _caller_codec(request: web.Request) -> Codec:
-    """The protocol a request to any path speaks: its route's, else Anthropic's when it says
-    so (its version header, a Messages path), else OpenAI's."""
-    path = request.path if request.path.startswith(V1 + "/") else V1 + request.path
-    codec = codec_for_path(path)
-    if codec is not None:
-        return codec
-    anthropic = codec_for_api("anthropic")
-    if "anthropic-version" in request.headers or path.startswith(anthropic.route):
-        return anthropic
-    return codec_for_api("openai")
 
 
 def _from_http_exception(exc: web.HTTPException) -> ApiError:

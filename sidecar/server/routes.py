@@ -7,8 +7,7 @@ import os
 import orjson
 from aiohttp import web
 
-from clawpod.sidecar.codecs import codec_for_api
-from clawpod.sidecar.codecs.base import Codec
+from clawpod.sidecar.codecs import codec_for_caller
 from clawpod.sidecar.manifest import AgentBuild
 from clawpod.sidecar.mcp.http import jsonrpc_error
 from clawpod.sidecar.model.errors import ApiError
@@ -26,7 +25,7 @@ async def models(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
     state.verifier.authenticate(request.headers)
     mark_authenticated(request)
-    codec = _caller_models_codec(request)
+    codec = codec_for_caller(request.path, request.headers)
     body = codec.models_list(state.router.exact_models(codec.api))
     return web.Response(body=orjson.dumps(body), content_type="application/json")
 
@@ -36,17 +35,13 @@ async def model(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
     state.verifier.authenticate(request.headers)
     mark_authenticated(request)
-    codec = _caller_models_codec(request)
+    codec = codec_for_caller(request.path, request.headers)
     model_id = request.match_info["model_id"]
     if not state.router.allows(codec.api, model_id):
         raise ApiError(404, "model_not_found", f"model {model_id!r} is not available here")
     provider, _, _ = state.router.resolve(codec.api, model_id)
     body = codec.model_entry(provider, model_id)
     return web.Response(body=orjson.dumps(body), content_type="application/json")
-
-
-def _caller_models_codec(request: web.Request) -> Codec:
-    return codec_for_api("anthropic" if "anthropic-version" in request.headers else "openai")
 
 
 async def mcp(request: web.Request) -> web.StreamResponse:

@@ -16,7 +16,7 @@ from typing import Any
 
 from clawpod.sidecar.manifest import Provider, StreamTools
 
-log = logging.getLogger("sidecar.upstream")
+log = logging.getLogger(__name__)
 
 # Statuses a server may use to refuse streaming with tools. A server error (500), rate limits
 # and overload (429, 503, 529) say nothing about the feature: they stay the provider's failure

@@ -14,7 +14,7 @@ from __future__ import annotations
 import orjson
 
 from clawpod.sidecar.codecs import CODECS
-from clawpod.sidecar.codecs.base import Codec
+from clawpod.sidecar.codecs.base import WireCodec
 
 NOT_SERVED = "not_served"
 """The ``ModelFailed`` kind (and ``upstream_failure`` kind) of this refusal."""
@@ -22,7 +22,7 @@ NOT_SERVED = "not_served"
 _NO_SUCH_ROUTE = frozenset({404, 405})
 
 
-def not_served_message(codec: Codec, provider: str, status: int, body: bytes) -> str | None:
+def not_served_message(codec: WireCodec, provider: str, status: int, body: bytes) -> str | None:
     """The refusal's message when the provider's answer says it has no route for ``codec``'s
     protocol; None for any other answer (a 404 about the model is the provider's own error)."""
     if status not in _NO_SUCH_ROUTE or (status == 404 and _names_a_model(body)):

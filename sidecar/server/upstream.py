@@ -24,24 +24,19 @@ from clawpod.sidecar.transport import (
     TransportError,
 )
 
-log = logging.getLogger("sidecar.upstream")
+log = logging.getLogger(__name__)
 
-ANTHROPIC_DEFAULT_VERSION = "2023-06-01"
-# Upstream response headers worth returning to the client (SDK retry hints, request ids,
-# rate limits). Transport headers (length, encoding, connection) are ours to set.
+# Upstream response headers worth returning to the client: the SDKs' retry hints, and each
+# protocol's own (request ids, rate limits). Transport headers (length, encoding, connection)
+# are ours to set.
 _RESPONSE_HEADERS = frozenset(
-    {
-        "content-type",
-        "retry-after",
-        "retry-after-ms",
-        "x-should-retry",
-        "request-id",
-        "x-request-id",
-        "openai-processing-ms",
-        "openai-version",
-    }
+    {"content-type", "retry-after", "retry-after-ms", "x-should-retry"}.union(
+        *(codec.relayed_headers for codec in CODECS)
+    )
 )
-_RESPONSE_HEADER_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-")
+_RESPONSE_HEADER_PREFIXES = tuple(
+    dict.fromkeys(prefix for codec in CODECS for prefix in codec.relayed_header_prefixes)
+)
 
 
 class UpstreamError(Exception):
@@ -99,8 +94,10 @@ class _ProviderChannel:
         self.redact = redactor_for(every_key)
         self._base_url = base_url
         self._client = client
-        # Keyed by (route, client sent its own anthropic-version): the client's replaces ours.
+        # Keyed by (route, client sent its own of the protocol's default headers, as Anthropic
+        # clients send anthropic-version): the client's replace ours.
         self.requests: dict[tuple[str, bool], PreparedRequest] = {}
+        self._default_names: frozenset[str] = frozenset()
         for codec in CODECS:
             if codec.api != provider.api:
                 continue
@@ -108,23 +105,22 @@ class _ProviderChannel:
                 "Content-Type": "application/json",
                 **(codec.auth_headers(key) if key else {}),
             }
-            with_version = dict(headers)
-            if provider.api == "anthropic":
-                with_version["anthropic-version"] = ANTHROPIC_DEFAULT_VERSION
-            self._headers = {False: with_version, True: headers}
+            with_defaults = {**headers, **codec.default_headers}
+            self._default_names = frozenset(codec.default_headers)
+            self._headers = {False: with_defaults, True: headers}
             routes = {codec.route: codec.upstream_path, **codec.side_routes}
             for route, path in routes.items():
                 url = base_url + path
-                self.requests[route, False] = client.prepare("POST", url, with_version)
+                self.requests[route, False] = client.prepare("POST", url, with_defaults)
                 self.requests[route, True] = client.prepare("POST", url, headers)
 
     def request_for(self, target: UpstreamTarget) -> PreparedRequest:
         """The prepared request of a fixed route, or one rendered now for a resource path."""
-        client_version = "anthropic-version" in target.forward_headers
+        client_defaults = not self._default_names.isdisjoint(target.forward_headers)
         if target.path is None:
-            return self.requests[target.route, client_version]
+            return self.requests[target.route, client_defaults]
         url = self._base_url + target.path
-        return self._client.prepare(target.method, url, self._headers[client_version])
+        return self._client.prepare(target.method, url, self._headers[client_defaults])
 
 
 class UpstreamClient:

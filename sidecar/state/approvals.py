@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from clawpod.sidecar.model.canonical import canonical_json, digest
 
-log = logging.getLogger("sidecar.approvals")
+log = logging.getLogger(__name__)
 
 Status = Literal["pending", "approved", "denied", "expired", "used"]
 Decision = Literal["approve", "deny"]

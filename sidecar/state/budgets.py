@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable, Container
 from pathlib import Path
 
-log = logging.getLogger("sidecar.budgets")
+log = logging.getLogger(__name__)
 BUDGETS_FILE = "budgets.json"
 
 

@@ -40,7 +40,7 @@ import orjson
 
 from clawpod.sidecar.mediation.commands import Remembered
 
-log = logging.getLogger("sidecar.continuity")
+log = logging.getLogger(__name__)
 
 LOG_NAME = "rounds.jsonl"
 # Compact when the log is this much larger than its live entries (and not tiny).

@@ -67,7 +67,7 @@ from clawpod.sidecar.model.canonical import (
 from clawpod.sidecar.model.conversation import Conversation, ToolCall
 from clawpod.sidecar.model.outcome import ToolOutcome, refused
 
-log = logging.getLogger("sidecar.journal")
+log = logging.getLogger(__name__)
 
 DIRECTORY = "journal"
 SUFFIX = ".jsonl"

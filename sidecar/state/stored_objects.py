@@ -27,9 +27,9 @@ from typing import IO, TYPE_CHECKING, Literal
 import orjson
 
 if TYPE_CHECKING:
-    from clawpod.sidecar.codecs.base import Codec
+    from clawpod.sidecar.codecs.base import WireCodec
 
-log = logging.getLogger("sidecar.objects")
+log = logging.getLogger(__name__)
 
 Kind = Literal["response", "conversation"]
 KINDS = ("response", "conversation")
@@ -183,7 +183,7 @@ class StreamedIds:
 
     __slots__ = ("_codec", "_pending", "found")
 
-    def __init__(self, codec: Codec) -> None:
+    def __init__(self, codec: WireCodec) -> None:
         self._codec = codec
         self._pending = b""
         self.found: list[StoredRef] = []

@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from clawpod.compiler.cli import main as clawc
+from clawpod.cli.clawc import main as clawc
 from clawpod.sidecar.audit.chain import AuditKeyError, audit_key, head_line, record_hash
 from clawpod.sidecar.audit.log import AuditLog, AuditStateError
 from tests.audit.test_audit import KEY, KEY_ENV, lines_of, request_record, verify, write_lines

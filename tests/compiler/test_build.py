@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from clawpod.compiler.build import read_token, write_build
 from clawpod.compiler.errors import CompileError
+from clawpod.compiler.output.build import read_token, write_build
 from clawpod.compiler.pod import compile_pod
 from clawpod.sidecar.manifest import (
     AgentManifest,

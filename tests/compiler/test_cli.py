@@ -11,13 +11,13 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
-from clawpod.compiler.cli import main
+from clawpod.cli.clawc import main
 from tests.compiler.conftest import EXAMPLE_POD, REPO
 
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "clawpod.compiler.cli", *args],
+        [sys.executable, "-m", "clawpod.cli.clawc", *args],
         capture_output=True,
         text=True,
         cwd=cwd or REPO,
@@ -128,7 +128,7 @@ def test_schemas_are_valid_json_schema_and_accept_the_examples() -> None:
 
 
 def test_audit_dispatches_to_the_audit_module(tmp_path: Path) -> None:
-    pytest.importorskip("clawpod.sidecar.audit.cli")
+    pytest.importorskip("clawpod.cli.audit")
     for action in ("verify", "show"):
         result = run("audit", action, str(tmp_path))
         assert result.returncode in (0, 1)

@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from clawpod.compiler.cli import main as clawc
+from clawpod.cli.clawc import main as clawc
 from tests.compiler.conftest import PodDir, descriptor, tool
 
 BEARER = {"type": "bearer", "env": "DESK_READ_TOKEN"}

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from clawpod.compiler.descriptor import load_descriptor
 from clawpod.compiler.errors import CompileError
 from clawpod.compiler.pod import compile_pod
-from clawpod.compiler.sources import FileSource
+from clawpod.compiler.services.descriptors import load_descriptor
+from clawpod.compiler.services.sources import FileSource
 from tests.compiler.conftest import REPO, PodDir, descriptor, tool
 
 BASE = descriptor(

@@ -10,8 +10,8 @@ from typing import Any
 
 import yaml
 
-from clawpod.compiler.descriptor import load_descriptor
-from clawpod.compiler.sources import FileSource
+from clawpod.compiler.services.descriptors import load_descriptor
+from clawpod.compiler.services.sources import FileSource
 from clawpod.sidecar.governance.policy import condition_problem, tool_matches
 from tests.compiler.conftest import REPO
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from clawpod.compiler.build import write_build
+from clawpod.compiler.output.build import write_build
 from clawpod.compiler.pod import compile_pod
 from clawpod.sidecar.manifest import load_build
 from clawpod.sidecar.server.edge import EdgeLimits

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from clawpod.compiler.build import write_build
-from clawpod.compiler.inspect import inspect_command
+from clawpod.cli.inspect import inspect_command
+from clawpod.compiler.output.build import write_build
 from clawpod.sidecar.governance.gate import needs_approval
 from clawpod.sidecar.manifest import Approvals, Effect, ManagedTool, effect_of, load_build
 from clawpod.sidecar.model.taint import held_when_tainted

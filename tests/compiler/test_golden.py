@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from clawpod.compiler.cli import main
+from clawpod.cli.clawc import main
 from tests.compiler.conftest import REPO
 
 GOLDEN = Path(__file__).parent / "golden"

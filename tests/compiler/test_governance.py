@@ -8,9 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from clawpod.compiler.build import write_build
-from clawpod.compiler.inspect import inspect_command
-from clawpod.sidecar.governance.policy import activation, compile_condition, evaluate
+from clawpod.cli.inspect import inspect_command
+from clawpod.compiler.output.build import write_build
+from clawpod.sidecar.governance.policy import (
+    activation,
+    as_declared,
+    compile_condition,
+    evaluate,
+    exact_string_comparisons,
+    sample_of,
+)
 from clawpod.sidecar.manifest import Rate, load_build
 from tests.compiler.conftest import PodDir, descriptor, tool
 
@@ -233,6 +240,19 @@ def test_an_exact_comparison_of_a_free_form_string_is_a_warning(
         assert f"pod.yml:{desk.line_of('effect: confirm')}:" in warning
         assert f"{field} is a free-form string compared exactly" in warning
         assert f"{field}.upperAscii()" in warning
+
+
+def test_rule_conditions_follow_refs_as_the_schema_normaliser_does() -> None:
+    """One $ref walker: an escaped name (``~1`` is ``/``) or an index into a list resolves for
+    the conditions' schema readers as it does when the compiler inlines the schema."""
+    schema = {
+        "type": "object",
+        "properties": {"symbol": {"$ref": "#/$defs/a~1b"}, "price": {"$ref": "#/$defs/list/0"}},
+        "$defs": {"a/b": {"type": "string"}, "list": [{"type": "number"}]},
+    }
+    assert exact_string_comparisons('args.symbol == "GME"', schema) == ["args.symbol"]
+    assert sample_of(schema) == {"symbol": "x", "price": 1.5}
+    assert as_declared(schema, {"price": 2}) == {"price": 2.0}
 
 
 def test_case_aware_string_functions_work_at_run_time() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from clawpod.compiler.host_isolation import FIREWALL_STEP, engine_warning
+from clawpod.compiler.output.host_isolation import FIREWALL_STEP, engine_warning
 
 
 def test_engines_before_28_get_the_firewall_step() -> None:

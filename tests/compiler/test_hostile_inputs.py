@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from clawpod.compiler.cli import main
+from clawpod.cli.clawc import main
 from clawpod.compiler.errors import CompileError
 from tests.compiler.conftest import TOOL_SERVICES, PodDir, descriptor, tool
 

@@ -15,7 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from clawpod.compiler.cli import main
+from clawpod.cli.clawc import main
 from clawpod.sidecar.manifest import BuildError, load_build
 from tests.compiler.conftest import REPO
 from tests.support.bigpod import write_big_pod

@@ -19,8 +19,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from clawpod.compiler.cli import main
-from clawpod.compiler.reserved import ADMIN_NETWORK, ADMIN_PORT, SIDECAR_SERVICE
+from clawpod.cli.clawc import main
+from clawpod.compiler.pod_file.reserved import ADMIN_NETWORK, ADMIN_PORT, SIDECAR_SERVICE
 from tests.compiler.test_kubernetes import EXAMPLE, SIZES, VERSIONS, compile_k8s
 from tests.support.bigpod import write_big_pod
 from tests.support.netpol import Cluster, External, PodRef

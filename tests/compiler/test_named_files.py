@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from clawpod.compiler.build import write_build
 from clawpod.compiler.errors import CompileError
+from clawpod.compiler.output.build import write_build
 from clawpod.compiler.pod import compile_pod
 from tests.compiler.conftest import PodDir, descriptor, tool
 

@@ -7,7 +7,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from clawpod.compiler.naming import base_name, present
+from clawpod.compiler.services.tool_names import base_name, present
 from clawpod.sidecar.manifest import PRESENTED_NAME_PATTERN
 
 VALID = re.compile(PRESENTED_NAME_PATTERN)

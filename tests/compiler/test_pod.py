@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from clawpod.compiler.providers import DEFAULT_PROVIDERS
-from clawpod.compiler.tool_services import container_port
+from clawpod.compiler.pod_file.providers import DEFAULT_PROVIDERS
+from clawpod.compiler.services.tool_services import container_port
 from clawpod.sidecar.manifest import ToolPolicy
 from tests.compiler.conftest import TOOL_SERVICES, PodDir
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from clawpod.compiler.build import write_build
-from clawpod.compiler.inspect import render
+from clawpod.cli.inspect import render
+from clawpod.compiler.output.build import write_build
 from clawpod.sidecar.manifest import Price, RouteTarget, load_build
 from tests.compiler.conftest import PodDir
 

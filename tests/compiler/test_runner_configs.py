@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from clawpod.compiler.build import read_token, write_build
+from clawpod.compiler.output.build import read_token, write_build
 from clawpod.compiler.pod import compile_pod
 from tests.compiler.conftest import EXAMPLE_POD
 

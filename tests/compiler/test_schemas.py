@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from clawpod.compiler.schemas import SchemaProblem, normalise_schema
+from clawpod.compiler.services.schemas import SchemaProblem, normalise_schema
 
 
 def normal(schema: dict[str, Any]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from clawpod.compiler.cli import main
+from clawpod.cli.clawc import main
 from tests.compiler.conftest import EXAMPLE_POD
 
 SECRETS = {

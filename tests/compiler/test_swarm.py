@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from clawpod.compiler.cli import main
+from clawpod.cli.clawc import main
 from tests.compiler.conftest import REPO
 from tests.compiler.test_kubernetes import EXAMPLE
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from clawpod.compiler.build import write_build
-from clawpod.compiler.inspect import inspect_command
+from clawpod.cli.inspect import inspect_command
+from clawpod.compiler.output.build import write_build
 from clawpod.sidecar.manifest import load_build
 from tests.compiler.conftest import PodDir, descriptor, tool
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from clawpod.compiler.build import write_build
+from clawpod.compiler.output.build import write_build
 from clawpod.compiler.pod import compile_pod
 from tests.compiler.conftest import TOOL_SERVICES, PodDir
 

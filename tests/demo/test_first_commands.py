@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from clawpod.compiler.cli import main as clawc
+from clawpod.cli.clawc import main as clawc
 from tests.support.example_apps import EXAMPLE_DIR
 
 
@@ -73,7 +73,7 @@ def test_compile_without_the_compiler_extra_names_the_extra(pod_folder: Path) ->
         "import sys\n"
         "for name in ('yaml', 'jinja2', 'docker'):\n"
         "    sys.modules[name] = None\n"
-        "from clawpod.compiler.cli import main\n"
+        "from clawpod.cli.clawc import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
     done = subprocess.run(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from clawpod.compiler.cli import main as clawc
+from clawpod.cli.clawc import main as clawc
 from tests.support.example_apps import EXAMPLE_DIR, example_pod_copy
 
 PROVIDER = {

@@ -4,6 +4,7 @@ sidecar never imports at run time may be."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tomllib
@@ -47,7 +48,7 @@ def test_the_sidecar_and_clawc_audit_run_without_compile_time_packages(tmp_path:
         "import clawpod.sidecar\n"
         "for module in pkgutil.walk_packages(clawpod.sidecar.__path__, 'clawpod.sidecar.'):\n"
         "    importlib.import_module(module.name)\n"
-        "from clawpod.compiler.cli import main\n"
+        "from clawpod.cli.clawc import main\n"
         "sys.exit(main(['audit', 'verify', sys.argv[1]]))\n"
     )
     done = subprocess.run(
@@ -56,3 +57,29 @@ def test_the_sidecar_and_clawc_audit_run_without_compile_time_packages(tmp_path:
     # No audit logs in an empty state dir: exit 1 with that message, and no import error.
     assert (done.returncode, done.stdout) == (1, f"no audit logs under {tmp_path / 'audit'}\n")
     assert done.stderr == ""
+
+
+def test_clawc_inspect_and_approvals_run_without_compile_time_packages() -> None:
+    """The image's operator commands, cli/ over a build or a sidecar, load no compiler extra."""
+    golden = Path(__file__).resolve().parents[1] / "compiler" / "golden"
+    script = (
+        "import sys\n"
+        f"for name in {COMPILE_TIME_ONLY!r}:\n"
+        "    sys.modules[name] = None\n"
+        "from clawpod.cli.clawc import main\n"
+        "inspected = main(['inspect', sys.argv[1]])\n"
+        "listed = main(['approvals', 'list', '--sidecar', 'http://127.0.0.1:9'])\n"
+        "sys.exit(10 * inspected + listed)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "CLAW_OPERATOR_TOKEN"}
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(golden)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    # inspect answers (0); approvals stops at the missing operator token (1), not at an import.
+    assert done.returncode == 1, done.stderr
+    assert "pod trading-desk" in done.stdout
+    assert done.stderr == "clawc: error: set CLAW_OPERATOR_TOKEN to the sidecars' operator token\n"

@@ -16,7 +16,7 @@ import aiohttp
 import openai
 import pytest
 
-from clawpod.compiler.cli import main as clawc
+from clawpod.cli.clawc import main as clawc
 from tests.mcp.conftest import mcp_client
 from tests.mediation.scripted import oa_calls, oa_text
 from tests.support.services import ToolService

@@ -18,7 +18,7 @@ import anthropic
 import openai
 import pytest
 
-from clawpod.compiler.cli import main as clawc
+from clawpod.cli.clawc import main as clawc
 from clawpod.sidecar.model.taint import FENCE_NOTE
 from tests.execution.test_governance import DESCRIPTOR as GOVERNED_DESK
 from tests.execution.test_governance import OPERATOR_TOKEN

@@ -14,8 +14,8 @@ import orjson
 import pytest
 from openai import AsyncOpenAI
 
-from clawpod.compiler.cli import main as clawc
-from clawpod.compiler.discover import fetch_descriptor
+from clawpod.cli.clawc import main as clawc
+from clawpod.cli.discover import fetch_descriptor
 from clawpod.sidecar.backends.mcp import McpBackends
 from clawpod.sidecar.manifest import Execution, ManagedTool, ToolAuth, definition_pin
 from tests.mcp.conftest import mcp_client

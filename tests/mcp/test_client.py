@@ -9,7 +9,7 @@ import orjson
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from clawpod.sidecar.audit.cli import verify_command
+from clawpod.cli.audit import verify_command
 from tests.mcp.conftest import SERVICE_TOKEN, NativePod, mcp_client
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from clawpod.sidecar.audit.cli import verify_command
+from clawpod.cli.audit import verify_command
 from tests.mcp.test_native_runner import (
     EXAMPLE,
     SECRETS,

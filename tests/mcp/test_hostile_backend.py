@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from clawpod.compiler.discover import fetch_descriptor
+from clawpod.cli.discover import fetch_descriptor
 from clawpod.compiler.errors import CompileError
 from clawpod.sidecar.backends.mcp import (
     MAX_LIST_PAGES,

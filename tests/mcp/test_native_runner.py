@@ -24,8 +24,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from clawpod.compiler.cli import main as clawc
-from clawpod.sidecar.audit.cli import show_command, verify_command
+from clawpod.cli.audit import show_command, verify_command
+from clawpod.cli.clawc import main as clawc
 from tests.support.example_apps import example_pod_copy, serving_asgi
 from tests.support.operator import approve_next
 from tests.support.sidecar import start_sidecar

@@ -14,7 +14,7 @@ from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from clawpod.compiler.runner_configs import SERVER_NAME, langchain_config, mcp_config
+from clawpod.compiler.output.runner_configs import SERVER_NAME, langchain_config, mcp_config
 from tests.mcp.conftest import NativePod
 from tests.runners.conftest import RUNNER_TIMEOUT_S, runner_binary
 

@@ -161,6 +161,14 @@ async def test_ping_and_unknown_methods(wire: Wire) -> None:
     assert body["error"]["code"] == types.METHOD_NOT_FOUND
 
 
+async def test_a_method_of_the_stateless_era_is_unknown_in_a_session(wire: Wire) -> None:
+    """Each era answers only its own methods: server/discover exists only without a session."""
+    await wire.initialize()
+    status, _, body = await wire.request("server/discover", id_=7)
+    assert status == 200 and body["id"] == 7
+    assert body["error"]["code"] == types.METHOD_NOT_FOUND
+
+
 @pytest.mark.parametrize(
     ("raw", "code"),
     [

@@ -36,6 +36,7 @@ from clawpod.sidecar.mediation.commands import (
 from clawpod.sidecar.mediation.engine import MediationEngine
 from clawpod.sidecar.model.outcome import ToolOutcome
 from clawpod.sidecar.state.continuity import ContinuityStore
+from tests.support import responses as rs
 from tests.support.builds import http_tool
 from tests.support.codecs import codec_of
 
@@ -281,21 +282,39 @@ def an_text(text: str, tokens: int = 10) -> dict:
     }
 
 
+def rs_calls(*calls: tuple[str, str, Any], text: str | None = None, tokens: int = 10) -> dict:
+    output = [rs.message(text)] if text else []
+    output += [rs.call(call_id, name, args) for call_id, name, args in calls]
+    return rs.response(*output, response_id="resp_1", input_tokens=tokens, output_tokens=2)
+
+
+def rs_text(text: str, tokens: int = 10) -> dict:
+    return rs.response(rs.message(text), response_id="resp_2", input_tokens=tokens)
+
+
 def calls(api: str, *items: tuple[str, str, Any], **kwargs: Any) -> dict:
-    return oa_calls(*items, **kwargs) if api == "openai" else an_calls(*items, **kwargs)
+    builder = {"openai": oa_calls, "anthropic": an_calls, "responses": rs_calls}[api]
+    return builder(*items, **kwargs)
 
 
 def text(api: str, value: str, **kwargs: Any) -> dict:
-    return oa_text(value, **kwargs) if api == "openai" else an_text(value, **kwargs)
+    builder = {"openai": oa_text, "anthropic": an_text, "responses": rs_text}[api]
+    return builder(value, **kwargs)
 
 
 def request(api: str, prompt: str = "What is AAPL at?", **extra: Any) -> dict:
-    body: dict[str, Any] = {"model": "gpt-4o" if api == "openai" else "claude-sonnet-4-5"}
+    """A client request; ``messages`` is the conversation in any protocol (Responses names it
+    ``input``)."""
+    body: dict[str, Any] = {"model": "claude-sonnet-4-5" if api == "anthropic" else "gpt-4o"}
     if api == "anthropic":
         body["max_tokens"] = 1024
-    body["messages"] = [{"role": "user", "content": prompt}]
+    body[messages_field(api)] = extra.pop("messages", [{"role": "user", "content": prompt}])
     body.update(extra)
     return body
+
+
+def messages_field(api: str) -> str:
+    return "input" if api == "responses" else "messages"
 
 
 def _dump(value: Any) -> str:

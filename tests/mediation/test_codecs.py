@@ -8,7 +8,9 @@ import orjson
 import pytest
 
 from clawpod.sidecar.model.conversation import CodecError, Conversation
-from tests.support.codecs import codec_of
+from tests.mediation.scripted import messages_field
+from tests.support import responses as rs
+from tests.support.codecs import EVERY_API, codec_of
 from tests.support.upstream import Recorded, fixture_files, load_fixture
 
 EXCHANGES = [exchange for name in fixture_files() for exchange in load_fixture(name)]
@@ -27,7 +29,7 @@ def body_of(exchange: Recorded) -> dict[str, Any]:
 
 
 def streaming_conversation(api: str) -> Conversation:
-    body: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    body: dict[str, Any] = {"model": "m", messages_field(api): [{"role": "user", "content": "hi"}]}
     body |= {"stream": True, "stream_options": {"include_usage": True}}
     return codec_of(api).parse_request(body)
 
@@ -172,9 +174,11 @@ def test_a_cut_stream_is_refused_not_folded_into_a_partial_answer(name: str) -> 
 UNICODE_BREAKS = "one\u2028two\u2029three\x85four"
 
 
-@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("api", EVERY_API)
 def test_unicode_line_separators_in_streamed_text_do_not_split_the_event(api: str) -> None:
-    if api == "openai":
+    if api == "responses":
+        body = rs.response(rs.message(UNICODE_BREAKS))
+    elif api == "openai":
         message = {"role": "assistant", "content": UNICODE_BREAKS}
         body: dict[str, Any] = {
             "id": "chatcmpl-1",
@@ -197,7 +201,9 @@ def test_unicode_line_separators_in_streamed_text_do_not_split_the_event(api: st
     codec = codec_of(api)
     frames = codec.render_stream(streaming_conversation(api), body)
     assembled = codec.assemble_stream(b"".join(frames))
-    if api == "openai":
+    if api == "responses":
+        assert assembled["output"][0]["content"][0]["text"] == UNICODE_BREAKS
+    elif api == "openai":
         assert assembled["choices"][0]["message"]["content"] == UNICODE_BREAKS
     else:
         assert assembled["content"][0]["text"] == UNICODE_BREAKS

@@ -13,45 +13,64 @@ from hypothesis import strategies as st
 
 from clawpod.sidecar.mediation.commands import Recall, Remember
 from clawpod.sidecar.state.continuity import ContinuityStore
-from tests.mediation.scripted import agent, calls, drive, engine_for, request, text
-from tests.support.codecs import codec_of
+from tests.mediation.scripted import (
+    agent,
+    calls,
+    drive,
+    engine_for,
+    messages_field,
+    request,
+    text,
+)
+from tests.support.codecs import EVERY_API, codec_of
 
-APIS = ["openai", "anthropic"]
+APIS = EVERY_API
 
 
-def echo(api: str, body: dict[str, Any]) -> dict[str, Any]:
-    """The final answer as a runner sends it back (SDK objects dumped, extra null fields)."""
+def echo(api: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The final answer as a runner sends it back (SDK objects dumped, extra null fields; a
+    Responses runner that keeps its own history sends the output items back)."""
     if api == "openai":
         message = dict(body["choices"][0]["message"])
         message.setdefault("refusal", None)
-        return message
-    return {"role": "assistant", "content": body["content"]}
+        return [message]
+    if api == "responses":
+        return list(body["output"])
+    return [{"role": "assistant", "content": body["content"]}]
+
+
+def own_history(api: str, prompt: str = "What is AAPL at?", **extra: Any) -> dict[str, Any]:
+    """A request of a runner that sends the whole conversation (in Responses: no provider-held
+    responses, so the rounds the runner never saw are the sidecar's to put back)."""
+    return request(api, prompt, **({"store": False} if api == "responses" else {}), **extra)
 
 
 def first_turn(api: str, store: ContinuityStore, prompt: str, build: Any = None) -> dict:
-    body = request(api, prompt)
+    body = own_history(api, prompt)
     run = drive(
         engine_for(api, body, build),
         [calls(api, ("c1", "desk_lookup", {"symbol": prompt})), text(api, f"answer to {prompt}")],
         store=store,
     )
-    return {"messages": body["messages"] + [echo(api, run.response.body)]}
+    return {"messages": body[messages_field(api)] + echo(api, run.response.body)}
 
 
 def next_turn(
     api: str, store: ContinuityStore, history: dict, follow_up: str, build: Any = None
 ) -> list[dict[str, Any]]:
-    body = request(api)
-    body["messages"] = [*history["messages"], {"role": "user", "content": follow_up}]
+    body = own_history(api)
+    body[messages_field(api)] = [*history["messages"], {"role": "user", "content": follow_up}]
     run = drive(engine_for(api, body, build), [text(api, "ok")], store=store)
-    return run.upstream_bodies[0]["messages"]
+    return run.upstream_bodies[0][messages_field(api)]
 
 
 def hidden_ids(api: str, messages: list[dict[str, Any]]) -> list[str]:
     """Tool-call ids of assistant turns the runner never saw."""
     ids = []
     for message in messages:
-        if api == "openai":
+        if api == "responses":
+            ids += [message["call_id"]] if message.get("type") == "function_call" else []
+        elif api == "openai":
             ids += [c["id"] for c in message.get("tool_calls") or []]
         elif isinstance(message["content"], list):
             ids += [b["id"] for b in message["content"] if b.get("type") == "tool_use"]
@@ -65,9 +84,11 @@ def test_hidden_rounds_are_reinserted_before_the_answer_they_led_to(
     store = ContinuityStore(tmp_path)
     history = first_turn(api, store, "AAPL")
     messages = next_turn(api, store, history, "and MSFT?")
-    roles = [m["role"] for m in messages]
+    roles = [m.get("role") or m["type"] for m in messages]
     if api == "openai":
         assert roles == ["user", "assistant", "tool", "assistant", "user"]
+    elif api == "responses":
+        assert roles == ["user", "function_call", "function_call_output", "assistant", "user"]
     else:
         assert roles == ["user", "assistant", "user", "assistant", "user"]
     assert hidden_ids(api, messages) == ["c1"]
@@ -82,6 +103,8 @@ def test_whitespace_and_key_order_do_not_change_the_conversation(api: str, tmp_p
     reordered = dict(reversed(list(answer.items())))
     if api == "openai":
         reordered["content"] = "  answer   to\nAAPL "
+    elif api == "responses":
+        reordered = {"content": "answer to  AAPL\n", "role": "assistant"}  # a plain message
     else:
         reordered["content"] = "answer to  AAPL\n"  # a string instead of one text block
     history["messages"][1] = reordered
@@ -118,13 +141,15 @@ def test_rounds_survive_a_restart(api: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("api", APIS)
 def test_rounds_before_a_handoff_to_runner_tools_come_back(api: str, tmp_path: Path) -> None:
     store = ContinuityStore(tmp_path)
-    body = request(api)
+    body = own_history(api)
     local = {"type": "object", "properties": {}}
-    body["tools"] = (
-        [{"type": "function", "function": {"name": "notify", "parameters": local}}]
-        if api == "openai"
-        else [{"name": "notify", "input_schema": local}]
-    )
+    body["tools"] = [
+        {
+            "openai": {"type": "function", "function": {"name": "notify", "parameters": local}},
+            "anthropic": {"name": "notify", "input_schema": local},
+            "responses": {"type": "function", "name": "notify", "parameters": local},
+        }[api]
+    ]
     run = drive(
         engine_for(api, body),
         [calls(api, ("c1", "desk_lookup", {"symbol": "A"})), calls(api, ("r1", "notify", {}))],
@@ -133,12 +158,15 @@ def test_rounds_before_a_handoff_to_runner_tools_come_back(api: str, tmp_path: P
     handed_off = echo(api, run.response.body)
     if api == "openai":
         result = {"role": "tool", "tool_call_id": "r1", "content": "sent"}
+    elif api == "responses":
+        result = {"type": "function_call_output", "call_id": "r1", "output": "sent"}
     else:
         block = {"type": "tool_result", "tool_use_id": "r1", "content": "sent"}
         result = {"role": "user", "content": [block]}
-    body["messages"] = [*body["messages"], handed_off, result]
+    field = messages_field(api)
+    body[field] = [*body[field], *handed_off, result]
     back = drive(engine_for(api, body), [text(api, "done")], store=store)
-    messages = back.upstream_bodies[0]["messages"]
+    messages = back.upstream_bodies[0][field]
     assert hidden_ids(api, messages) == ["c1", "r1"]
 
 
@@ -175,7 +203,7 @@ def test_a_changed_system_prompt_is_the_same_conversation(tmp_path: Path) -> Non
         [calls("anthropic", ("c1", "desk_lookup", {"symbol": "A"})), text("anthropic", "1")],
         store=store,
     )
-    history = [*body["messages"], echo("anthropic", run.response.body)]
+    history = [*body["messages"], *echo("anthropic", run.response.body)]
     for system, expected in (("You are terse.", ["c1"]), ("You are chatty.", ["c1"])):
         again = request("anthropic", system=system)
         again["messages"] = [*history, {"role": "user", "content": "more"}]
@@ -183,13 +211,15 @@ def test_a_changed_system_prompt_is_the_same_conversation(tmp_path: Path) -> Non
         assert hidden_ids("anthropic", back.upstream_bodies[0]["messages"]) == expected
 
 
-def test_a_first_turn_looks_nothing_up() -> None:
-    run = drive(engine_for("openai", request("openai")), [text("openai", "hi")])
+@pytest.mark.parametrize("api", APIS)
+def test_a_first_turn_looks_nothing_up(api: str) -> None:
+    run = drive(engine_for(api, own_history(api)), [text(api, "hi")])
     assert run.of(Recall) == []
 
 
-def test_only_requests_with_hidden_rounds_are_remembered(tmp_path: Path) -> None:
-    run = drive(engine_for("openai", request("openai")), [text("openai", "plain")])
+@pytest.mark.parametrize("api", APIS)
+def test_only_requests_with_hidden_rounds_are_remembered(api: str) -> None:
+    run = drive(engine_for(api, own_history(api)), [text(api, "plain")])
     assert run.of(Remember) == []
 
 

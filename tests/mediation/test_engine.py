@@ -1,4 +1,4 @@
-"""docs/contract.md §4.2 decisions of the sans-IO engine, both protocols, no sockets."""
+"""docs/contract.md §4.2 decisions of the sans-IO engine, every codec, no sockets."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
+from clawpod.sidecar.codecs import CODECS
 from clawpod.sidecar.manifest import Effect
 from clawpod.sidecar.mediation.commands import (
     BeginStream,
@@ -27,15 +28,17 @@ from tests.mediation.scripted import (
     calls,
     drive,
     engine_for,
+    messages_field,
     ok,
     request,
     text,
     tool,
 )
-from tests.support.codecs import codec_of
+from tests.support import responses as rs
+from tests.support.codecs import EVERY_API, codec_of
 from tests.support.live_stream import client_bytes
 
-APIS = ["openai", "anthropic"]
+APIS = EVERY_API
 
 
 def tool_names(api: str, body: dict[str, Any]) -> list[str]:
@@ -48,20 +51,40 @@ def runner_tool(api: str, name: str) -> dict[str, Any]:
     schema = {"type": "object", "properties": {}}
     if api == "openai":
         return {"type": "function", "function": {"name": name, "parameters": schema}}
+    if api == "responses":
+        return {"type": "function", "name": name, "parameters": schema}
     return {"name": name, "input_schema": schema}
 
 
 def results_of(api: str, body: dict[str, Any]) -> list[dict[str, Any]]:
     """Tool results fed back to the model in the last upstream request, in order."""
-    messages = body["messages"]
-    if api == "openai":
-        tail = []
-        for message in reversed(messages):
-            if message["role"] != "tool":
-                break
-            tail.insert(0, message)
-        return [orjson.loads(m["content"]) for m in tail]
-    return [orjson.loads(b["content"]) for b in messages[-1]["content"]]
+    messages = body[messages_field(api)]
+    if api == "anthropic":
+        return [orjson.loads(b["content"]) for b in messages[-1]["content"]]
+    # One message (Chat) or item (Responses) per result, ending the request.
+    is_result, field = {
+        "openai": (lambda m: m.get("role") == "tool", "content"),
+        "responses": (lambda m: m.get("type") == "function_call_output", "output"),
+    }[api]
+    tail: list[dict[str, Any]] = []
+    for message in reversed(messages):
+        if not is_result(message):
+            break
+        tail.insert(0, message)
+    return [orjson.loads(m[field]) for m in tail]
+
+
+def as_answered(api: str, reply: dict[str, Any], body: dict[str, Any], usage: Any) -> dict:
+    """A model reply as the client receives it: the request's summed usage and, in Responses
+    (whose object echoes the request that made it), the runner's own tools."""
+    answered = reply | {"usage": usage}
+    if api == "responses":
+        answered["tools"] = body.get("tools", [])
+    return answered
+
+
+def test_the_engine_tests_run_every_codec() -> None:
+    assert [codec_of(api) for api in APIS] == list(CODECS)
 
 
 # --- point 1: injection ---------------------------------------------------------------------
@@ -77,6 +100,9 @@ def test_managed_tools_are_appended_after_the_runners_own_in_provider_shape(api:
     if api == "openai":
         assert managed["function"]["parameters"] == LOOKUP.input_schema
         assert managed["function"]["description"] == LOOKUP.description
+    elif api == "responses":
+        assert managed["parameters"] == LOOKUP.input_schema
+        assert managed["description"] == LOOKUP.description
     else:
         assert managed["input_schema"] == LOOKUP.input_schema
 
@@ -94,9 +120,8 @@ def test_a_runner_tool_keeps_a_colliding_name_and_the_managed_tool_is_renamed(ap
     # The same name called by the model is the runner's tool: returned, not executed.
     again = drive(engine_for(api, body), [calls(api, ("c2", "desk_lookup", {}))])
     assert again.executions == []
-    assert again.response.body == calls(api, ("c2", "desk_lookup", {})) | {
-        "usage": again.response.body["usage"]
-    }
+    reply = calls(api, ("c2", "desk_lookup", {}))
+    assert again.response.body == as_answered(api, reply, body, again.response.body["usage"])
 
 
 def test_alternative_names_are_deterministic_and_avoid_every_other_name() -> None:
@@ -150,6 +175,14 @@ CHOICES = [
         {"type": "auto", "disable_parallel_tool_use": True},
         {"type": "auto", "disable_parallel_tool_use": True},
     ),
+    ("responses", "none", "none"),
+    ("responses", "required", "required"),
+    ("responses", {"type": "web_search_preview"}, {"type": "web_search_preview"}),
+    (
+        "responses",
+        {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "x"}]},
+        {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "x"}]},
+    ),
 ]
 
 
@@ -162,11 +195,11 @@ def test_tool_choice_is_preserved(api: str, sent: Any, upstream: Any) -> None:
 @pytest.mark.parametrize("api", APIS)
 @pytest.mark.parametrize("named", ["desk.lookup", "desk_lookup"])
 def test_a_choice_naming_a_managed_tool_is_rewritten_then_relaxed(api: str, named: str) -> None:
-    choice = (
-        {"type": "function", "function": {"name": named}}
-        if api == "openai"
-        else {"type": "tool", "name": named}
-    )
+    choice = {
+        "openai": {"type": "function", "function": {"name": named}},
+        "anthropic": {"type": "tool", "name": named},
+        "responses": {"type": "function", "name": named},
+    }[api]
     run = drive(
         engine_for(api, request(api, tool_choice=choice)),
         [calls(api, ("c1", "desk_lookup", {"symbol": "X"})), text(api, "ok")],
@@ -175,14 +208,18 @@ def test_a_choice_naming_a_managed_tool_is_rewritten_then_relaxed(api: str, name
     if api == "openai":
         assert first == {"type": "function", "function": {"name": "desk_lookup"}}
         assert second == "auto"
+    elif api == "responses":
+        assert first == {"type": "function", "name": "desk_lookup"}
+        assert second == "auto"
     else:
         assert first == {"type": "tool", "name": "desk_lookup"}
         assert second == {"type": "auto"}
 
 
-def test_parallel_tool_calls_is_preserved() -> None:
-    body = request("openai", parallel_tool_calls=False)
-    run = drive(engine_for("openai", body), [text("openai", "ok")])
+@pytest.mark.parametrize("api", ["openai", "responses"])
+def test_parallel_tool_calls_is_preserved(api: str) -> None:
+    body = request(api, parallel_tool_calls=False)
+    run = drive(engine_for(api, body), [text(api, "ok")])
     assert run.upstream_bodies[0]["parallel_tool_calls"] is False
 
 
@@ -200,6 +237,8 @@ def test_a_streaming_clients_answer_holds_the_text_of_every_turn(api: str) -> No
     first = calls(api, ("c1", "desk_lookup", {"symbol": "X"}))
     if api == "openai":
         first["choices"][0]["message"]["content"] = "Looking. "
+    elif api == "responses":
+        first["output"].insert(0, rs.message("Looking. ", item_id="msg_0"))
     else:
         first["content"].insert(0, {"type": "text", "text": "Looking. "})
     run = drive(engine, [first, text(api, "ok")])
@@ -211,12 +250,15 @@ def test_a_streaming_clients_answer_holds_the_text_of_every_turn(api: str) -> No
     body = run.response.body
     if api == "openai":
         assert body["choices"][0]["message"]["content"] == "Looking. ok"
+    elif api == "responses":
+        assert [i["content"][0]["text"] for i in body["output"]] == ["Looking. ", "ok"]
     else:
         assert body["content"] == [{"type": "text", "text": t} for t in ("Looking. ", "ok")]
-    (remember,) = run.of(Remember)
-    assert remember.messages[-1] == engine.codec.answer_message(
-        engine.codec.parse_response(text(api, "ok"))
-    )
+    # Responses remembers the rounds twice: under the answer's echo and its item reference.
+    remembered = run.of(Remember)
+    assert len(remembered) == (2 if api == "responses" else 1)
+    answer = engine.codec.answer_message(engine.codec.parse_response(text(api, "ok")))
+    assert all(remember.messages[-1] == answer for remember in remembered)
 
 
 # --- point 3: managed calls ----------------------------------------------------------------
@@ -295,9 +337,10 @@ def test_calls_the_sidecar_does_not_own_go_back_to_the_runner(api: str, name: st
     other_agent_tool = tool("ops.restart")
     assert other_agent_tool.presented == "ops_restart"  # granted to someone else, not here
     reply = calls(api, ("c1", name, {"x": 1}))
-    run = drive(engine_for(api, request(api, tools=[runner_tool(api, "my_local_tool")])), [reply])
+    body = request(api, tools=[runner_tool(api, "my_local_tool")])
+    run = drive(engine_for(api, body), [reply])
     assert run.executions == []
-    assert run.response.body == reply | {"usage": reply["usage"]}
+    assert run.response.body == as_answered(api, reply, body, reply["usage"])
     assert run.of(Remember) == []
 
 
@@ -484,6 +527,8 @@ def test_usage_is_summed_over_every_upstream_call(api: str) -> None:
     usage = run.response.body["usage"]
     if api == "openai":
         assert usage == {"prompt_tokens": 600, "completion_tokens": 7, "total_tokens": 607}
+    elif api == "responses":
+        assert usage | {"input_tokens": 600, "output_tokens": 7, "total_tokens": 607} == usage
     else:
         assert usage == {"input_tokens": 600, "output_tokens": 7}
     assert (engine.usage.input_tokens, engine.usage.output_tokens) == (600, 7)
@@ -504,12 +549,13 @@ def test_usage_is_summed_over_every_upstream_call(api: str) -> None:
         (ModelFailed("protocol", "garbage"), 502, "upstream_protocol_error"),
     ],
 )
+@pytest.mark.parametrize("api", APIS)
 def test_upstream_failures_mid_loop_map_to_client_errors(
-    failure: ModelFailed, status: int, code: str
+    api: str, failure: ModelFailed, status: int, code: str
 ) -> None:
     run = drive(
-        engine_for("openai", request("openai")),
-        [calls("openai", ("a", "desk_lookup", {"symbol": "A"})), failure],
+        engine_for(api, request(api)),
+        [calls(api, ("a", "desk_lookup", {"symbol": "A"})), failure],
     )
     assert (run.failure.status, run.failure.code) == (status, code)
 
@@ -548,6 +594,10 @@ def test_the_stream_lifecycle_folds_back_into_the_final_body(api: str) -> None:
     if api == "openai":
         assert assembled["choices"][0]["message"]["content"] == "x" * 700
         assert sent.endswith(b"data: [DONE]\n\n")
+    elif api == "responses":
+        assert assembled["output"] == run.response.body["output"]
+        assert sent.count(b"event: response.created") == 1
+        assert sent.rstrip().split(b"\n")[-2:][0] == b"event: response.completed"
     else:
         assert assembled["content"] == run.response.body["content"]
         assert sent.startswith(b"event: message_start\n")

@@ -12,7 +12,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from clawpod.compiler.cli import main as clawc
+from clawpod.cli.clawc import main as clawc
 from clawpod.sidecar.manifest import ManagedTool, load_build
 from tests.mediation.scripted import oa_calls, oa_text
 from tests.support.builds import AgentSpec, providers_for, write_build

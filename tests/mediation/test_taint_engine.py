@@ -20,11 +20,12 @@ from tests.mediation.scripted import (
     agent,
     calls,
     drive,
+    messages_field,
     request,
     text,
     tool,
 )
-from tests.support.codecs import codec_of
+from tests.support.codecs import EVERY_API, codec_of
 
 NEWS = tool(
     "desk.news",
@@ -53,7 +54,7 @@ def taints(run: Transcript) -> list[RequestTaint]:
     return [command.taint for command in run.of(ExecuteTools)]
 
 
-@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("api", EVERY_API)
 def test_the_taint_starts_with_the_round_after_the_untrusted_result(api: str) -> None:
     run = drive(
         engine(api, request(api)),
@@ -66,7 +67,7 @@ def test_the_taint_starts_with_the_round_after_the_untrusted_result(api: str) ->
     assert taints(run) == [RequestTaint(), RequestTaint(("desk.news",))]
 
 
-@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("api", EVERY_API)
 def test_a_trusted_read_taints_nothing(api: str) -> None:
     run = drive(
         engine(api, request(api)),
@@ -92,7 +93,7 @@ def test_a_refused_untrusted_call_taints_nothing() -> None:
     assert taints(run) == [RequestTaint()]
 
 
-@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("api", EVERY_API)
 def test_withdraw_takes_destructive_and_open_world_tools_back(api: str) -> None:
     withdrawing = engine(api, request(api), mode="withdraw")
     run = drive(
@@ -132,16 +133,18 @@ def test_a_forced_choice_of_a_withdrawn_tool_is_relaxed(tmp_path: Path) -> None:
     assert body.get("tool_choice") in (None, "auto")
 
 
-@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("api", EVERY_API)
 def test_restored_rounds_bring_their_taint_back(api: str, tmp_path: Path) -> None:
     store = ContinuityStore(tmp_path)
+    # A runner that sends the whole conversation (Responses: no provider-held responses).
+    whole = {"store": False} if api == "responses" else {}
     drive(
-        engine(api, request(api)),
+        engine(api, request(api, **whole)),
         [calls(api, ("c1", "desk_news", {"q": "NVDA"})), text(api, "News read.")],
         store=store,
     )
-    follow_up = request(api)
-    follow_up["messages"] += [
+    follow_up = request(api, **whole)
+    follow_up[messages_field(api)] += [
         {"role": "assistant", "content": "News read."},
         {"role": "user", "content": "Trade."},
     ]

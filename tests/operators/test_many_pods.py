@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from clawpod.compiler.cli import main as clawc
-from clawpod.compiler.remote_audit import remote_show_command
+from clawpod.cli.audit import remote_show_command
+from clawpod.cli.clawc import main as clawc
 from clawpod.sidecar.state.approvals import ARGUMENTS_PREVIEW_BYTES
 from tests.execution.test_governance import OPERATOR_TOKEN, TRADE, Desk, ask_analyst, trade
 from tests.operators.desk import start_desk

@@ -8,7 +8,7 @@ import io
 import openai
 import pytest
 
-from clawpod.sidecar.audit.cli import show_command
+from clawpod.cli.audit import show_command
 from clawpod.sidecar.manifest import Governance
 from clawpod.sidecar.model.prices import BUILT_IN_PRICES, price_of
 from tests.mediation.scripted import oa_calls, oa_text

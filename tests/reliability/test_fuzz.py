@@ -44,7 +44,7 @@ class ErrorLogs(logging.Handler):
         self.records: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.name.startswith("sidecar"):
+        if record.name.startswith("clawpod.sidecar"):
             self.records.append(f"{record.name}: {record.getMessage()}")
 
 

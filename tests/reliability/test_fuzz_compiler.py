@@ -21,7 +21,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clawpod.compiler.cli import main
+from clawpod.cli.clawc import main
 from clawpod.sidecar.path_template import (
     PLACEHOLDER,
     PathTemplateError,

@@ -37,7 +37,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from clawpod.sidecar.audit.cli import verify_command
+from clawpod.cli.audit import verify_command
 from clawpod.sidecar.manifest import ToolAuth, ToolPolicy
 from tests.reliability.wire import text, tool_call
 from tests.support import secret_sweep

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from clawpod.compiler.runner_configs import codex_config
+from clawpod.compiler.output.runner_configs import codex_config
 from tests.mediation.conftest import TRADING_TOKEN
 from tests.runners.conftest import RunnerPod, runner_binary
 from tests.runners.provider import TRADE

@@ -10,7 +10,7 @@ import openai
 import orjson
 import pytest
 
-from clawpod.sidecar.audit.cli import verify_command
+from clawpod.cli.audit import verify_command
 from clawpod.sidecar.observability.logs import REQUEST_LOGGER
 from tests.sidecar.conftest import Pod, PodFactory
 from tests.support.builds import AgentSpec, http_tool

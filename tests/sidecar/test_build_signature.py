@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.serialization import (
     PublicFormat,
 )
 
-from clawpod.compiler.cli import main as clawc
+from clawpod.cli.clawc import main as clawc
 from clawpod.sidecar.manifest import write_digest
 from tests.support.builds import AgentSpec, providers_for, write_build
 from tests.support.sidecar import TEST_PROVIDER_KEYS

@@ -10,7 +10,8 @@ import orjson
 import pytest
 from aiohttp import web
 
-from clawpod.sidecar.server.errors import ApiError, reply_error
+from clawpod.sidecar.model.errors import internal_error
+from clawpod.sidecar.server.errors import reply_error
 from clawpod.sidecar.server.exchange import AiohttpExchange
 from clawpod.sidecar.server.protocol_errors import protocol_errors
 from tests.support.codecs import codec_of
@@ -26,8 +27,7 @@ async def _fail_mid_stream(request: web.Request) -> web.StreamResponse:
     exchange = AiohttpExchange(request)
     await exchange.start_stream(200, {"Content-Type": "text/event-stream"})
     await exchange.write(b"data: {}\n\n")
-    err = ApiError(500, "internal_error", "the sidecar failed on this request", "api_error")
-    await reply_error(exchange, codec_of("anthropic"), err)
+    await reply_error(exchange, codec_of("anthropic"), internal_error())
     assert exchange.response is not None
     return exchange.response
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-from clawpod.compiler.reserved import ADMIN_HOST
+from clawpod.compiler.pod_file.reserved import ADMIN_HOST
 from clawpod.sidecar.manifest import AdminListen
 from tests.support.builds import AgentSpec, providers_for, write_build
 from tests.support.sidecar import TEST_PROVIDER_KEYS

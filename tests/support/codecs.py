@@ -12,6 +12,10 @@ _ROUTE = {
 }
 
 
+# Every codec in CODECS, by the API label tests name it with (a test checks none is missing).
+EVERY_API = list(_ROUTE)
+
+
 def codec_of(api: str) -> Codec:
     codec = codec_for_path(_ROUTE[api])
     assert codec is not None

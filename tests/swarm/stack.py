@@ -23,7 +23,7 @@ import docker
 import yaml
 from docker.models.containers import Container
 
-from clawpod.compiler.swarm import secret_name, state_label
+from clawpod.compiler.output.swarm import secret_name, state_label
 from tests.docker.pod import (
     CREDENTIAL_ENVS,
     MEDIATED_AGENT,

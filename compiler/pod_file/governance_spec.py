@@ -1,0 +1,69 @@
+"""The governance grammar of a pod file (SPEC §9): principals, tool rules, approvals, budgets."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
+
+from clawpod.compiler.pod_file.reserved import ENV_NAME
+from clawpod.sidecar.manifest import ApprovalRequirement, Rate, RuleEffect
+
+RATE = re.compile(r"^\s*(\d+)\s*/\s*(second|minute|hour)\s*$")
+Positive = Annotated[int, Strict(), Field(gt=0)]
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class PrincipalSpec(_Spec):
+    """``principals: {<name>: {service, env}}``: a credential of one tool service."""
+
+    service: str = Field(min_length=1)
+    env: str = Field(pattern=ENV_NAME.pattern, description="the variable holding the credential")
+
+
+class RuleSpec(_Spec):
+    """One ``tool-rules`` entry: first match wins, default allow."""
+
+    tool: str = Field(min_length=1, description="canonical name <service>.<tool> or a glob")
+    when: str | None = Field(default=None, min_length=1, description="CEL condition")
+    effect: RuleEffect = "allow"
+    reason: str | None = Field(default=None, max_length=1000)
+    rate: str | None = Field(default=None, description="N/second, N/minute or N/hour")
+
+    @field_validator("rate")
+    @classmethod
+    def _rate(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_rate(value)
+        return value
+
+
+def parse_rate(text: str) -> Rate:
+    match = RATE.match(text)
+    if match is None or int(match.group(1)) == 0:
+        raise ValueError(f"rate {text!r}: write N/second, N/minute or N/hour with N >= 1")
+    return Rate(count=int(match.group(1)), per=match.group(2))  # type: ignore[arg-type]
+
+
+class ApprovalsSpec(_Spec):
+    require: ApprovalRequirement | list[Annotated[str, Field(min_length=1)]] = "none"
+    timeout_ms: Positive = Field(default=300000, alias="timeout-ms")
+    webhook: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")
+    max_open_per_agent: Positive | None = Field(
+        default=None, alias="max-open-per-agent", description="default: 32"
+    )
+
+
+class BudgetSpec(_Spec):
+    tokens_per_day: Positive | None = Field(default=None, alias="tokens-per-day")
+    usd_per_day: Annotated[float, Field(gt=0)] | None = Field(default=None, alias="usd-per-day")
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> BudgetSpec:
+        if self.tokens_per_day is None and self.usd_per_day is None:
+            raise ValueError("set tokens-per-day, usd-per-day or both")
+        return self

@@ -1,0 +1,184 @@
+"""LLM providers of a pod (``x-claw.providers``): their model and the defaults when absent."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+
+from clawpod.compiler.pod_file.reserved import ENV_NAME
+from clawpod.sidecar.manifest import Price, Protocol, Provider, RouteTarget, StreamTools
+
+# An exact id or a glob: letters, digits and the punctuation of real ids (`provider/model`,
+# Ollama's `name:tag`, Vertex's `model@version`), plus the glob characters `*`, `?`, `[...]`.
+MODEL_ENTRY = r"^[A-Za-z0-9._:/@+*?\[\]!-]+$"
+ModelEntry = Annotated[str, StringConstraints(pattern=MODEL_ENTRY, max_length=256)]
+# Exact families: a bare `o*` would also route `openrouter/...` or `ollama/...` to OpenAI.
+OPENAI_MODELS = ["gpt-*", "o1*", "o3*", "o4*", "chatgpt-*", "codex-*"]
+ANTHROPIC_MODELS = ["claude-*"]
+UsdPerMillion = Annotated[float, Field(ge=0)]
+
+
+class PriceSpec(BaseModel):
+    """USD per million tokens of the models a glob matches."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    input: UsdPerMillion
+    cached_input: UsdPerMillion | None = Field(
+        default=None, alias="cached-input", description="default: the input price"
+    )
+    output: UsdPerMillion
+    cache_write: UsdPerMillion | None = Field(
+        default=None, alias="cache-write", description="default: the input price"
+    )
+
+    def to_price(self) -> Price:
+        cached = self.input if self.cached_input is None else self.cached_input
+        return Price(
+            input=self.input, cached_input=cached, output=self.output, cache_write=self.cache_write
+        )
+
+
+class ProviderSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    api: Annotated[str, Field(pattern="^(openai|anthropic|chat-completions|responses)$")] = Field(
+        description="wire protocol: openai (Chat Completions and Responses) | anthropic "
+        "(Messages) | chat-completions (only: most local servers) | responses (only)"
+    )
+    base_url: str = Field(alias="base-url", pattern=r"^https?://[^\s]+$")
+    key_env: str | list[str] = Field(
+        alias="key-env", description="the variable of the key, or a list of them (a key pool)"
+    )
+    models: list[ModelEntry] = Field(
+        description="exact model ids (listed by /v1/models) and globs routed here; [] for a "
+        "provider reached only through routes"
+    )
+    timeout_ms: Annotated[int, Strict(), Field(gt=0)] = Field(
+        default=600000, alias="timeout-ms", description="bound of one model call, in ms"
+    )
+    first_byte_timeout_ms: Annotated[int, Strict(), Field(gt=0)] | None = Field(
+        default=None,
+        alias="first-byte-timeout-ms",
+        description="no first byte in time: the route's next target takes the call",
+    )
+    prices: dict[ModelEntry, PriceSpec] = Field(
+        default_factory=dict, description="model glob -> USD per million tokens"
+    )
+
+    @field_validator("key_env")
+    @classmethod
+    def _key_names(cls, key_env: str | list[str]) -> str | list[str]:
+        names = [key_env] if isinstance(key_env, str) else key_env
+        if not names:
+            raise ValueError("list at least one key variable")
+        if len(set(names)) != len(names):
+            raise ValueError("a key variable is listed twice")
+        for name in names:
+            if not ENV_NAME.match(name):
+                raise ValueError(f"{name!r} should match pattern '{ENV_NAME.pattern}'")
+        return key_env
+
+    stream_tools: StreamTools = Field(
+        default="auto",
+        alias="stream-tools",
+        description="streamed requests offering tools get answers: auto (learned) | true | false",
+    )
+
+    @field_validator("models")
+    @classmethod
+    def _models_are_sound(cls, models: list[str]) -> list[str]:
+        duplicates = sorted({m for m in models if models.count(m) > 1})
+        if duplicates:
+            raise ValueError(f"listed twice: {', '.join(duplicates)}")
+        for model in models:
+            if not brackets_balanced(model):
+                raise ValueError(f"{model!r}: unbalanced '[' ']' in a glob")
+        return models
+
+    def to_provider(self) -> Provider:
+        api, protocols = _API_GRAMMAR[self.api]
+        return Provider(
+            api=api,
+            protocols=protocols,
+            base_url=self.base_url,
+            key_env=self.key_env,
+            models=self.models,
+            timeout_ms=self.timeout_ms,
+            first_byte_timeout_ms=self.first_byte_timeout_ms,
+            prices={glob: p.to_price() for glob, p in self.prices.items()} or None,
+            stream_tools=self.stream_tools,
+        )
+
+
+# A pod's ``api`` -> the provider's API family and the protocols it serves (None: all).
+_API_GRAMMAR: dict[str, tuple[Literal["openai", "anthropic"], list[Protocol] | None]] = {
+    "openai": ("openai", None),
+    "anthropic": ("anthropic", None),
+    "chat-completions": ("openai", ["chat"]),
+    "responses": ("openai", ["responses"]),
+}
+
+
+class RouteTargetSpec(BaseModel):
+    """A fallback target: a provider's name, or ``{provider, model}`` for a provider that
+    knows the model by its own id."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    provider: str = Field(min_length=1)
+    model: ModelEntry | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_name(cls, value: object) -> object:
+        return {"provider": value} if isinstance(value, str) else value
+
+    def to_target(self) -> RouteTarget:
+        return RouteTarget(provider=self.provider, model=self.model)
+
+
+DEFAULT_PROVIDERS = {
+    "openai": Provider(
+        api="openai",
+        base_url="https://api.openai.com/v1",
+        key_env="OPENAI_API_KEY",
+        models=OPENAI_MODELS,
+    ),
+    "anthropic": Provider(
+        api="anthropic",
+        base_url="https://api.anthropic.com",
+        key_env="ANTHROPIC_API_KEY",
+        models=ANTHROPIC_MODELS,
+    ),
+}
+
+
+def pod_providers(declared: dict[str, ProviderSpec] | None) -> dict[str, Provider]:
+    """The providers a pod declares, else the two defaults."""
+    if declared:
+        return {name: spec.to_provider() for name, spec in declared.items()}
+    return dict(DEFAULT_PROVIDERS)
+
+
+def brackets_balanced(model: str) -> bool:
+    depth = 0
+    for character in model:
+        if character == "[":
+            if depth:
+                return False
+            depth = 1
+        elif character == "]":
+            if not depth:
+                return False
+            depth = 0
+    return depth == 0

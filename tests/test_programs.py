@@ -1,0 +1,69 @@
+"""The three programs' direction: ``cli/`` (clawc) over ``compiler/`` over ``sidecar/``. The
+sidecar imports neither of the others, the compiler never imports the command line, and the
+compiler's modules import each other without circles (docs/architecture.md, "The compiler")."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tests.support.import_graph import assert_no_circles
+
+REPO = Path(__file__).resolve().parents[1]
+PROGRAMS = ("cli", "compiler", "sidecar")  # top to bottom
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(("clawpod", *(parts[:-1] if parts[-1] == "__init__" else parts)))
+
+
+def clawpod_imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("clawpod."):
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("clawpod.")}
+    return found
+
+
+GRAPH = {
+    module_name(path): clawpod_imports(path)
+    for program in PROGRAMS
+    for path in sorted((REPO / program).rglob("*.py"))
+}
+
+
+def program_of(module: str) -> str:
+    return module.split(".")[1]
+
+
+@pytest.mark.parametrize("module", sorted(GRAPH))
+def test_no_program_imports_one_above_it(module: str) -> None:
+    rank = PROGRAMS.index(program_of(module))
+    upward = sorted(i for i in GRAPH[module] if PROGRAMS.index(program_of(i)) < rank)
+    assert not upward, f"{module} imports from a program above it: {upward}"
+
+
+COMPILER = {m: {i for i in GRAPH[m] if program_of(i) == "compiler"} for m in GRAPH}
+COMPILER = {m: deps for m, deps in COMPILER.items() if program_of(m) == "compiler"}
+
+
+def package_of(module: str) -> str:
+    """``clawpod.compiler.pod_file`` for its modules; a top-level module stands for itself."""
+    return ".".join(module.split(".")[:3])
+
+
+def test_the_compiler_has_no_import_circles() -> None:
+    assert_no_circles(COMPILER)
+
+
+def test_the_compiler_packages_stack_without_circles() -> None:
+    """pod_file < services < agents < governance < pod < output: arrows point one way."""
+    packages: dict[str, set[str]] = {}
+    for module, deps in COMPILER.items():
+        packages.setdefault(package_of(module), set()).update(package_of(d) for d in deps)
+    assert_no_circles(packages)
