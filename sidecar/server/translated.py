@@ -58,11 +58,6 @@ JSON_HEADERS = {"Content-Type": "application/json"}
 _KEPT_HEADERS = frozenset({"retry-after", "retry-after-ms", "x-request-id", "request-id"})
 
 
-def spoken(caller: Codec, provider: Provider) -> Codec:
-    """The codec of the protocol ``provider`` is spoken to in, for a ``caller`` request."""
-    return _CODECS[target_protocol(caller.name, provider.served)]
-
-
 def plan(ctx: RequestContext, body: dict[str, Any]) -> None:
     """Translate the client's body for every target of another protocol, up front, so what
     cannot be carried is refused before anything goes upstream (``ApiError`` 400, naming the
@@ -93,7 +88,7 @@ def plan(ctx: RequestContext, body: dict[str, Any]) -> None:
     ctx.audit_extra = {**(ctx.audit_extra or {}), "translation": record}
 
 
-def retarget(ctx: RequestContext, target: UpstreamTarget, protocol: str) -> UpstreamTarget:
+def retarget(target: UpstreamTarget, protocol: str) -> UpstreamTarget:
     """``target`` on the route of ``protocol``, with only the client headers it understands."""
     codec = _CODECS[protocol]
     forwarded = target.forward_headers
@@ -130,7 +125,7 @@ def passthrough_send(
     if not protocol:
         return None
     body = _for_provider(translations.by_protocol[protocol].body, model, provider)
-    return retarget(ctx, target, protocol), orjson.dumps(body)
+    return retarget(target, protocol), orjson.dumps(body)
 
 
 def answered_in(ctx: RequestContext) -> Translated | None:
@@ -154,7 +149,8 @@ async def relay_translated(
         failure = translate_error(exc, provider)
         return await _fail(ctx, exchange, upstream_failure(failure.kind, failure.message))
     reply = UpstreamResponse(upstream.status, upstream.headers, data)
-    event = _reply_event(ctx, reply, translated, ctx.codec)
+    streamed = upstream.content_type == "text/event-stream"
+    event = _reply_event(ctx, reply, translated, ctx.codec, streamed=streamed)
     if isinstance(event, ApiError):
         return await _fail(ctx, exchange, event)
     body = event.body
@@ -164,9 +160,8 @@ async def relay_translated(
     with contextlib.suppress(ConnectionError):  # a client that left is still audited
         if ctx.stream:
             await exchange.start_stream(200, {**SSE_HEADERS, **headers})
-            conversation = _stream_conversation(ctx, body)
-            for frame in ctx.codec.render_stream(conversation, body):
-                await exchange.write(frame)
+            frames = ctx.codec.render_stream(_stream_conversation(ctx, body), body)
+            await exchange.write(b"".join(frames))
             await exchange.end()
         else:
             await exchange.respond(200, orjson.dumps(body), {**JSON_HEADERS, **headers})
@@ -232,7 +227,7 @@ async def call_model(ctx: RequestContext, command: CallModel) -> Event:
         body, translated = command.body, None
         if protocol is not None:
             translated = translate_request(body, translations.caller.name, protocol)
-            target = retarget(ctx, target, protocol)
+            target = retarget(target, protocol)
             body = _for_provider(translated.body, model, provider)
         elif model is not None and model != body.get("model"):  # a fallback's own id
             body = {**body, "model": model}
@@ -276,10 +271,18 @@ class _Replied:
 
 
 def _reply_event(
-    ctx: RequestContext, reply: UpstreamResponse, translated: Translated | None, caller: Codec
+    ctx: RequestContext,
+    reply: UpstreamResponse,
+    translated: Translated | None,
+    caller: Codec,
+    *,
+    streamed: bool | None = None,
 ) -> _Replied | ApiError:
     """The provider's answer in the caller's protocol (``translated`` None: it speaks it), or
-    the error to tell the caller."""
+    the error to tell the caller. ``streamed``: whether the answer is a stream, when the caller
+    knows it already (else its headers say)."""
+    if streamed is None:
+        streamed = "text/event-stream" in reply.headers.get("Content-Type", "")
     provider = ctx.provider_name or ""
     protocol = translated.target if translated is not None else caller.name
     codec = _CODECS[protocol]
@@ -291,10 +294,7 @@ def _reply_event(
             err.headers["retry-after"] = retry_after
         return err
     try:
-        if "text/event-stream" in reply.headers.get("Content-Type", ""):
-            answer = codec.assemble_stream(reply.body)
-        else:
-            answer = orjson.loads(reply.body)
+        answer = codec.assemble_stream(reply.body) if streamed else orjson.loads(reply.body)
         if translated is None:
             if not isinstance(answer, dict):
                 raise Untranslatable("the answer is not a JSON object")

@@ -90,12 +90,15 @@ def read_request(body: dict[str, Any]) -> tuple[Request, list[str]]:
             raise Untranslatable(name)
     dropped = [name for name in body if name not in MAPPED]
     messages = []
-    for position, raw in enumerate(as_list(body.get("messages"), "messages")):
-        message = as_dict(raw, "a message")
-        role = message.get("role")
+    for position, message in enumerate(as_list(body.get("messages"), "messages")):
+        role = message.get("role") if isinstance(message, dict) else None
         if role not in ("user", "assistant"):
-            raise Untranslatable(f"messages[{position}]: role {role!r}")
-        messages.append(Message(role, _parts(message.get("content"), position)))
+            raise Untranslatable(f"messages[{position}]: not a user or assistant turn")
+        content = message.get("content")
+        if isinstance(content, str):  # most turns: one text
+            messages.append(Message(role, [{"type": "text", "text": content}]))
+        else:
+            messages.append(Message(role, _parts(content, position)))
     choice, parallel = _choice(body.get("tool_choice"))
     return (
         Request(
