@@ -2,11 +2,17 @@
 
     .venv/bin/python -m bench.ab HEAD~1
     .venv/bin/python -m bench.ab main --workload anthropic_json --reps 8 --concurrency 64
+    .venv/bin/python -m bench.ab 75130f8 --whole   # the mediated targets of SPEC §19
 
 Both sidecars serve the same build against the same stubs; wrk cells alternate between them
 (the order flips every round) so both see the same machine noise. Prints each side's median
 CPU per request (from /proc) and throughput, and the ratio. A change of a few per cent is
 visible this way where two separate bench runs differ by ±30 %.
+
+``--whole`` measures the request kinds SPEC §19 sets targets for, each whole (the sidecar's CPU
+over the requests it answered, not a slope over round counts): pass-through, a mediated request
+with zero rounds, with one read-only round and with one destructive (journaled) round, and
+prints them as one table with the base commit's column beside this tree's.
 """
 
 from __future__ import annotations
@@ -23,11 +29,23 @@ from bench.processes import free_port
 from bench.run import PROVIDER_KEYS, REPO, Bench, Settings, Target, sidecar_command
 from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
 
-WORKLOADS = ("openai_json", "anthropic_json", "openai_sse", "mediated_r1", "mediated_r3")
+# Workload -> (request body, agent): the mediated agents have one lookup tool, read-only or
+# with side effects (journaled, with an Idempotency-Key).
+WORKLOADS = {
+    "openai_json": ("openai_json", "bench-native"),
+    "anthropic_json": ("anthropic_json", "bench-native"),
+    "openai_sse": ("openai_sse", "bench-native"),
+    "mediated_r0": ("mediated_r0", "bench-mediated"),
+    "mediated_r1": ("mediated_r1", "bench-mediated"),
+    "mediated_r3": ("mediated_r3", "bench-mediated"),
+    "destructive_r1": ("mediated_r1", "bench-mediated-write"),
+}
+WHOLE = ("openai_json", "mediated_r0", "mediated_r1", "destructive_r1")
+# SPEC §19's bounds, ms of CPU per request (mediated_r0: over pass-through).
+TARGETS = {"mediated_r0": 0.15, "mediated_r1": 0.45, "destructive_r1": 0.6}
 
 
-def start_sidecar(bench: Bench, label: str, tree: Path, agent: str) -> Target:
-    token = bench.tokens[agent]
+def start_sidecar(bench: Bench, label: str, tree: Path) -> Target:
     # The package is `clawpod` (the tree's root): a directory holding a `clawpod` link to the
     # tree, first on the path, wins over the editable install of this tree.
     packages = bench.workdir / f"packages-{label}"
@@ -40,24 +58,32 @@ def start_sidecar(bench: Bench, label: str, tree: Path, agent: str) -> Target:
         env={**PROVIDER_KEYS, AUDIT_KEY_ENV: secrets.token_hex(32), "PYTHONPATH": str(packages)},
         cwd=tree,
     )
-    headers = {"Authorization": f"Bearer {token}"}
-    return Target(
-        label, server.url(), headers, {**headers, "anthropic-version": "2023-06-01"}, server
-    )
+    return Target(label, server.url(), {}, {"anthropic-version": "2023-06-01"}, server)
+
+
+def headers_for(bench: Bench, target: Target, workload: str) -> dict[str, str]:
+    body, agent = WORKLOADS[workload]
+    route = target.anthropic_headers if body.startswith("anthropic") else target.openai_headers
+    return {**(route or {}), "Authorization": f"Bearer {bench.tokens[agent]}"}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("base", help="git commit (or ref) to compare this tree against")
-    parser.add_argument("--workload", choices=WORKLOADS, default="openai_json")
+    parser.add_argument("--workload", choices=WORKLOADS, nargs="+", default=["openai_json"])
+    parser.add_argument(
+        "--whole", action="store_true", help="the SPEC §19 table: " + ", ".join(WHOLE)
+    )
     parser.add_argument("--reps", type=int, default=6, help="cells per side")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--duration", type=int, default=3, help="seconds per cell")
     args = parser.parse_args(argv)
+    workloads = WHOLE if args.whole else tuple(dict.fromkeys(args.workload))
 
     settings = Settings.from_args(
         argparse.Namespace(quick=False, duration=args.duration, litellm=False)
     )
+    cells: dict[str, dict[str, list[dict]]] = {w: {"base": [], "this": []} for w in workloads}
     with tempfile.TemporaryDirectory(prefix="clawpod-ab-") as scratch:
         base_tree = Path(scratch) / "base"
         subprocess.run(
@@ -68,18 +94,19 @@ def main(argv: list[str] | None = None) -> int:
         bench = Bench(settings, Path(scratch) / "work")
         try:
             bench.start()
-            # Mediated workloads need the agent that has a tool; the rest pass through.
-            agent = "bench-mediated" if args.workload.startswith("mediated") else "bench-native"
             targets = {
-                "base": start_sidecar(bench, "base", base_tree, agent),
-                "this": start_sidecar(bench, "this", REPO, agent),
+                "base": start_sidecar(bench, "base", base_tree),
+                "this": start_sidecar(bench, "this", REPO),
             }
-            cells: dict[str, list[dict]] = {"base": [], "this": []}
             for rep in range(args.reps):
                 order = ("base", "this") if rep % 2 == 0 else ("this", "base")
-                for label in order:
-                    cell = bench.measure(targets[label], args.workload, args.concurrency)
-                    cells[label].append(cell)
+                for workload in workloads:
+                    for label in order:
+                        target = targets[label]
+                        headers = headers_for(bench, target, workload)
+                        body = WORKLOADS[workload][0]
+                        cell = bench.measure(target, body, args.concurrency, headers)
+                        cells[workload][label].append(cell)
         finally:
             bench.stop_all()
             subprocess.run(
@@ -87,17 +114,55 @@ def main(argv: list[str] | None = None) -> int:
                 check=False,
                 capture_output=True,
             )
-    cpu = {
-        name: statistics.median(c["proxy_cpu_ms_per_request"] for c in cells[name])
-        for name in cells
-    }
-    rps = {name: statistics.median(c["throughput_rps"] for c in cells[name]) for name in cells}
-    print(f"{args.workload} c={args.concurrency}, {args.reps} cells each, medians:")
-    for label in ("base", "this"):
-        print(f"  {label:4}  {cpu[label]:.3f} ms CPU/request  {rps[label]:.0f} requests/s")
-    cpu_ratio, rps_ratio = cpu["this"] / cpu["base"], rps["this"] / rps["base"]
-    print(f"  this/base CPU {cpu_ratio:.3f}, throughput {rps_ratio:.3f}")
+    print(render(cells, args))
     return 0
+
+
+def render(cells: dict[str, dict[str, list[dict]]], args: argparse.Namespace) -> str:
+    """One row per workload: each side's median CPU per request and throughput, the ratios,
+    and the SPEC §19 bound where there is one."""
+    cpu = {
+        w: {side: _median(c, "proxy_cpu_ms_per_request") for side, c in sides.items()}
+        for w, sides in cells.items()
+    }
+    rps = {
+        w: {side: _median(c, "throughput_rps") for side, c in sides.items()}
+        for w, sides in cells.items()
+    }
+    lines = [
+        f"c={args.concurrency}, {args.reps} alternating {args.duration} s cells per side, medians;"
+        f" base = {args.base}",
+        "",
+        "| workload | base CPU ms/req | this CPU ms/req | CPU this/base | throughput this/base "
+        "| target (this) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for workload in cells:
+        base, this = cpu[workload]["base"], cpu[workload]["this"]
+        lines.append(
+            f"| {workload} | {base:.3f} | {this:.3f} | {this / base:.3f} "
+            f"| {rps[workload]['this'] / rps[workload]['base']:.3f} | {_target(cpu, workload)} |"
+        )
+    return "\n".join(lines)
+
+
+def _target(cpu: dict[str, dict[str, float]], workload: str) -> str:
+    bound = TARGETS.get(workload)
+    if bound is None:
+        return ""
+    this = cpu[workload]["this"]
+    if workload == "mediated_r0":
+        if "openai_json" not in cpu:
+            return ""
+        this -= cpu["openai_json"]["this"]
+        verdict = f"{this:.3f} over pass-through"
+    else:
+        verdict = f"{this:.3f}"
+    return f"{verdict} {'<=' if this <= bound else '>'} {bound}"
+
+
+def _median(cells: list[dict], key: str) -> float:
+    return statistics.median(c[key] for c in cells)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ import orjson
 from bench import interleaved, loadgen, streamclient, workloads
 from bench.processes import Server, cpu_seconds, free_port, rss_bytes, start_server
 from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
-from clawpod.sidecar.manifest import Provider, ToolPolicy
+from clawpod.sidecar.manifest import Provider, ToolPolicy, effect_of
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH_DIR = REPO / "bench"
@@ -591,7 +591,8 @@ def write_bench_build(root: Path, upstream_url: str, tools_url: str) -> dict[str
     )
     # Generous budgets: the bench measures cost, not the budget logic.
     policy = ToolPolicy(max_rounds=16, timeout_per_tool_ms=30000, total_timeout_ms=120000)
-    write = lookup.model_copy(update={"annotations": {}})
+    # model_copy runs no validator: the effect of no hints (MCP's defaults) is stated with them.
+    write = lookup.model_copy(update={"annotations": {}, "effect": effect_of({})})
     agents = [
         AgentSpec("bench-native", mode="native"),
         AgentSpec("bench-mediated", tools=[lookup], policy=policy),
@@ -853,6 +854,9 @@ def check_targets(results: dict) -> list[dict[str, Any]]:
     def inverse(value: float | None) -> float | None:
         return 1 / value if value else None
 
+    by_rounds = derived["mediated"].get("cpu_ms_per_request_by_rounds", {})
+    over_pass = _diff(by_rounds.get("0"), sidecar_cpu)
+
     checks = [
         ("pass-through added p50 at c=1 (ms)", added.get("p50_ms"), "<=", 0.5),
         ("pass-through added p99 at c=1 (ms)", added.get("p99_ms"), "<=", 1.5),
@@ -894,6 +898,25 @@ def check_targets(results: dict) -> list[dict[str, Any]]:
             derived.get("translation_cpu_ms_over_passthrough"),
             "<=",
             0.05,
+        ),
+        # SPEC §19: mediated requests measured whole (CPU over requests), not as a slope.
+        (
+            "sidecar CPU per mediated request, 0 rounds, over pass-through (ms)",
+            over_pass,
+            "<=",
+            0.15,
+        ),
+        (
+            "sidecar CPU per mediated request, 1 read-only round (ms)",
+            by_rounds.get("1"),
+            "<=",
+            0.45,
+        ),
+        (
+            "sidecar CPU per mediated request, 1 destructive round (ms)",
+            derived["mediated"].get("cpu_ms_per_request_destructive_r1"),
+            "<=",
+            0.6,
         ),
     ]
     # What the bare aiohttp forwarder scores on the same target: the floor of a Python hop.

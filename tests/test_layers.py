@@ -3,14 +3,13 @@ imports itself back through others, and the lower layers load no I/O library."""
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support.import_graph import assert_no_circles
+from tests.support.import_graph import assert_no_circles, clawpod_imports, module_name
 
 SIDECAR = Path(__file__).resolve().parents[1] / "sidecar"
 PACKAGE = "clawpod.sidecar"
@@ -39,29 +38,12 @@ IO_LIBRARIES = ("aiohttp", "httptools", "jsonschema", "prometheus_client", "uvlo
 SANS_IO = ["manifest", "model", "codecs", "translation", "mediation.engine", "mediation.commands"]
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(SIDECAR).with_suffix("").parts
-    parts = parts[:-1] if parts[-1] == "__init__" else parts
-    return ".".join((PACKAGE, *parts))
-
-
 def rank(module: str) -> int:
     top = module.removeprefix(PACKAGE + ".").split(".")[0]
     return next(i for i, layer in enumerate(LAYERS) if top in layer)
 
 
-def imports_of(path: Path) -> set[str]:
-    """Every clawpod.sidecar module ``path`` imports, TYPE_CHECKING imports included."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(PACKAGE):
-            found.add(node.module)
-        elif isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.startswith(PACKAGE + ".")}
-    return found
-
-
-GRAPH = {module_name(p): imports_of(p) for p in sorted(SIDECAR.rglob("*.py"))}
+GRAPH = {module_name(p): clawpod_imports(p, PACKAGE) for p in sorted(SIDECAR.rglob("*.py"))}
 
 
 def test_every_package_has_a_layer() -> None:
@@ -92,3 +74,9 @@ def test_lower_layers_load_no_higher_layer_and_no_io_library(lower: str) -> None
     io = [m for m in loaded if m.split(".")[0] in IO_LIBRARIES]
     assert not higher, f"{target} loads {higher}"
     assert not io, f"{target} loads I/O libraries {sorted({m.split('.')[0] for m in io})}"
+
+
+def test_the_graph_sees_relative_and_absolute_imports() -> None:
+    """A resolver that lost imports would let every other test here pass on an empty graph."""
+    assert "clawpod.sidecar.mediation.engine" in GRAPH["clawpod.sidecar.server.mediated"]
+    assert sum(map(len, GRAPH.values())) > 300

@@ -4,30 +4,14 @@ compiler's modules import each other without circles (docs/architecture.md, "The
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
 
-from tests.support.import_graph import assert_no_circles
+from tests.support.import_graph import assert_no_circles, clawpod_imports, module_name
 
 REPO = Path(__file__).resolve().parents[1]
 PROGRAMS = ("cli", "compiler", "sidecar")  # top to bottom
-
-
-def module_name(path: Path) -> str:
-    parts = path.relative_to(REPO).with_suffix("").parts
-    return ".".join(("clawpod", *(parts[:-1] if parts[-1] == "__init__" else parts)))
-
-
-def clawpod_imports(path: Path) -> set[str]:
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("clawpod."):
-            found.add(node.module)
-        elif isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.startswith("clawpod.")}
-    return found
 
 
 GRAPH = {

@@ -14,6 +14,7 @@ request's trip through the sidecar enters one codec base module, not two.
 
 from __future__ import annotations
 
+import functools
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -208,7 +209,7 @@ class Codec(WireCodec):
         opencode's title request, Claude Code's summaries): it wants text, not actions."""
         if body.get("tools") or body.get("functions") or body.get("tool_choice") is not None:
             return False
-        return any(map(AUXILIARY.search, _system_texts(body)))
+        return any(map(_asks_about_conversation, _system_texts(body)))
 
     def wants_structured_output(self, body: dict[str, Any]) -> bool:
         """Whether the request asks for structured output in the protocol's own way."""
@@ -344,6 +345,13 @@ def _system_texts(body: dict[str, Any]) -> list[str]:
     texts = [body.get("system"), body.get("instructions")]
     texts += [t.get("content") for t in turns if isinstance(t, dict) and t.get("role") in SYSTEM]
     return [text for value in texts for text in _strings(value)]
+
+
+@functools.lru_cache(maxsize=64)
+def _asks_about_conversation(system_text: str) -> bool:
+    """Remembered: an agent sends the same system text with every request, and the search
+    costs tens of microseconds a kilobyte."""
+    return AUXILIARY.search(system_text) is not None
 
 
 def _as_list(value: Any) -> list[Any]:

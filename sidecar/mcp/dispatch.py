@@ -53,7 +53,7 @@ from clawpod.sidecar.observability.metrics import Metrics
 from clawpod.sidecar.state.journal import has_side_effects
 from clawpod.sidecar.tasks import ShieldedTasks
 
-log = logging.getLogger("sidecar.mcp")
+log = logging.getLogger(__name__)
 
 ROUTE = "/mcp"
 # The metric label of a call naming no tool of the agent: names clients choose never become

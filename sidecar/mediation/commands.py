@@ -11,6 +11,7 @@ from typing import Any
 
 from clawpod.sidecar.model.checked_call import CheckedCall
 from clawpod.sidecar.model.conversation import ToolCall
+from clawpod.sidecar.model.errors import internal_error
 from clawpod.sidecar.model.outcome import ToolOutcome
 from clawpod.sidecar.model.taint import UNTAINTED, RequestTaint
 
@@ -85,6 +86,12 @@ class Fail:
     code: str
     message: str
     retry_after: str | None = None
+
+    @classmethod
+    def internal(cls) -> Fail:
+        """The sidecar itself failed: the one internal-error answer (``internal_error``)."""
+        err = internal_error()
+        return cls(err.status, err.code, err.message)
 
 
 Command = BeginStream | Recall | CallModel | ExecuteTools | Remember | Respond | Fail

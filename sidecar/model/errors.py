@@ -37,14 +37,10 @@ class ApiError(Exception):
         """Response headers that go with it (``retry-after``, ``x-should-retry``)."""
 
 
-# A failure of the sidecar itself: the client learns that much, never a traceback.
-INTERNAL_ERROR_CODE = "internal_error"
-INTERNAL_ERROR_MESSAGE = "the sidecar failed on this request"
-
-
 def internal_error() -> ApiError:
-    """The one answer to a failure of the sidecar itself, on any route, in any protocol."""
-    return ApiError(500, INTERNAL_ERROR_CODE, INTERNAL_ERROR_MESSAGE, "api_error")
+    """The one answer to a failure of the sidecar itself, on any route, in any protocol: the
+    client learns that much, never a traceback."""
+    return ApiError(500, "internal_error", "the sidecar failed on this request", "api_error")
 
 
 # How a provider call that got no HTTP answer is told to the client, in both modes.

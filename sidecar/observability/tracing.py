@@ -47,6 +47,11 @@ def use_provider(provider: TracerProvider | None) -> None:
     _tracer = None if provider is None else provider.get_tracer("clawpod.sidecar")
 
 
+def active() -> bool:
+    """Spans are recorded (callers may skip building what only a span would carry)."""
+    return _tracer is not None
+
+
 @contextlib.contextmanager
 def agent_span(route: str, headers: Mapping[str, str]) -> Iterator[Span | None]:
     """One client request, continuing the client's trace when it sent ``traceparent``; the

@@ -1,21 +1,36 @@
-"""The end of every client request: one audit record, one metrics sample, one log line."""
+"""The end of every client request: one audit record, one metrics sample, one log line.
+
+A mediated request's record also carries its rounds, the cost of each of its model calls
+(:class:`ModelCharges`) and what it resumed (:func:`record_mediated`).
+"""
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from clawpod.sidecar.audit.records import request_record, usage_record
+from clawpod.sidecar.audit.trace import trace_call
+from clawpod.sidecar.codecs.base import Codec
+from clawpod.sidecar.mediation.engine import MediationEngine
 from clawpod.sidecar.model.prices import cost_usd
+from clawpod.sidecar.model.taint import TAINTED_ARGUMENT
 from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.observability.logs import log_request, rfc3339_now
-from clawpod.sidecar.server.budget_gate import spend_budget
+from clawpod.sidecar.server.budget_gate import BYTES_PER_TOKEN, spend_budget
 
 if TYPE_CHECKING:
     from clawpod.sidecar.server.context import RequestContext
 
 log = logging.getLogger(__name__)
+
+# The metric label of a runner-owned call in a refused mixed round: names runners choose never
+# become label values.
+RUNNER_TOOL_LABEL = "(runner)"
 
 
 async def record_request(
@@ -100,3 +115,119 @@ def call_cost(
     # OpenAI counts cached input inside input_tokens; Anthropic beside it.
     api = ctx.state.config.providers[provider_name].api
     return cost_usd(price, usage, input_includes_cached=api != "anthropic")
+
+
+async def report_state_write_failure(ctx: RequestContext, exc: Exception, store: str) -> None:
+    """Logged, counted and audited; the finished answer still goes out (issue 14.5)."""
+    log.warning("request %s: %s", ctx.request_id, exc)
+    ctx.state.metrics.state_write_failures.labels(store=store).inc()
+    record = {"event": "state_write_failed", "request": ctx.request_id, "error": str(exc)}
+    try:
+        await ctx.state.audit.append(ctx.agent.agent.id, {**record, "store": store})
+    except Exception:
+        log.exception("audit of a failed state write of %s failed", ctx.request_id)
+
+
+@dataclass(slots=True)
+class ModelCharges:
+    """The model calls of one mediated request, each at the price of the provider that
+    answered it; a provider that reported no usage is charged an estimate (#32)."""
+
+    cost: float | None = None
+    estimated: tuple[int, int] = (0, 0)
+    """Input and output tokens of the calls whose provider counted none."""
+
+    def charge(
+        self, ctx: RequestContext, codec: Codec, request: dict[str, Any], reply: dict[str, Any]
+    ) -> None:
+        usage = reply.get("usage")
+        read, creation = codec.cache_counts(usage)
+        tokens = codec.usage_counts(usage)
+        if not any(tokens):
+            tokens = (
+                len(orjson.dumps(request)) // BYTES_PER_TOKEN,
+                len(orjson.dumps(reply)) // BYTES_PER_TOKEN,
+            )
+            self.estimated = (self.estimated[0] + tokens[0], self.estimated[1] + tokens[1])
+        call = usage_record(*tokens, cache_read=read, cache_creation=creation)
+        cost = call_cost(ctx, ctx.provider_name, ctx.model, call)
+        if cost is not None:
+            self.cost = (self.cost or 0.0) + cost
+
+
+async def record_mediated(
+    ctx: RequestContext,
+    engine: MediationEngine,
+    charges: ModelCharges,
+    replayed_calls: set[str],
+    resumed_from: str | None,
+    outcome: tuple[int, str | None],
+) -> None:
+    """The mediated request's metrics and its one audit record; ``outcome``: its HTTP status
+    and error code."""
+    metrics = ctx.state.metrics
+    metrics.rounds.observe(len(engine.rounds))
+    for answered in (a for calls in engine.rounds for a in calls):
+        label = answered.tool.name if answered.tool else RUNNER_TOOL_LABEL
+        metrics.count_tool_call(label, answered.outcome)
+    cache_read, cache_creation = engine.codec.cache_counts(engine.usage.fields)
+    usage = usage_record(
+        engine.usage.input_tokens + charges.estimated[0],
+        engine.usage.output_tokens + charges.estimated[1],
+        engine.executed_rounds,
+        cache_read=cache_read,
+        cache_creation=cache_creation,
+    )
+    if any(charges.estimated):
+        usage["estimated"] = True
+    extra: dict[str, Any] = {"hidden_rounds_restored": engine.restored_rounds}
+    if resumed_from:
+        extra["resumed_from"] = resumed_from
+    if engine.taint.tainted:
+        extra["taint_sources"] = list(engine.taint.sources)
+    try:
+        await record_request(
+            ctx,
+            http_status=outcome[0],
+            error_code=outcome[1],
+            usage=usage,
+            tool_trace=scrubbed(ctx, engine, _tool_trace(engine, replayed_calls)),
+            extra=extra,
+            cost=charges.cost,
+        )
+    except Exception:
+        log.exception("audit of mediated request %s failed", ctx.request_id)
+
+
+def scrubbed(ctx: RequestContext, engine: MediationEngine, value: Any) -> Any:
+    """What is kept of the request, without the credentials or tokens a call of it was
+    refused for carrying (SPEC §17): the model sent them, the sidecar does not store them."""
+    guard = ctx.state.governed.argument_guard
+    refused = any(
+        answered.outcome.error_code == TAINTED_ARGUMENT
+        for calls in engine.rounds
+        for answered in calls
+    )
+    return guard.scrubbed(value) if guard is not None and refused else value
+
+
+def _tool_trace(engine: MediationEngine, replayed: set[str]) -> list[dict[str, Any]]:
+    """The audit record's rounds: every call answered, rendered as MCP calls are. A call whose
+    answer came from the journal of an earlier attempt is ``replayed``, not executed again (its
+    latency is that attempt's)."""
+    return [
+        {
+            "round": number,
+            "calls": [
+                _replayed(trace_call(a.call.id, a.tool, a.call.name, a.call.arguments, a.outcome))
+                if a.call.id in replayed
+                else trace_call(a.call.id, a.tool, a.call.name, a.call.arguments, a.outcome)
+                for a in calls
+            ],
+        }
+        for number, calls in enumerate(engine.rounds, 1)
+    ]
+
+
+def _replayed(call: dict[str, Any]) -> dict[str, Any]:
+    return call | {"executed": False, "replayed": True, "latency_ms": 0.0}

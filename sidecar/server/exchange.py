@@ -1,8 +1,7 @@
 """One client request to an LLM route and its response, whoever serves the connection.
 
-The LLM routes are written once against ``Exchange``. The front door (``front.py``) serves them
-on its own HTTP/1.1 protocol; a connection it handed to aiohttp serves them through
-``AiohttpExchange``. Either way a response is sent whole (``respond``) or as a stream
+The LLM routes are written against ``Exchange``; aiohttp's server serves them through
+``AiohttpExchange``. A response is sent whole (``respond``) or as a stream
 (``start_stream``, ``write``..., ``end``); once its head is out (``started``) an error can only
 end the body in-band.
 """

@@ -31,7 +31,8 @@ from clawpod.sidecar.server.context import STATE_KEY, RequestContext, SidecarSta
 from clawpod.sidecar.server.counting import with_managed_tools
 from clawpod.sidecar.server.errors import reply_error
 from clawpod.sidecar.server.exchange import AiohttpExchange, Exchange
-from clawpod.sidecar.server.mediated import CLIENT_CLOSED, handle_mediated
+from clawpod.sidecar.server.mediated import handle_mediated
+from clawpod.sidecar.server.mediated_client import CLIENT_CLOSED
 from clawpod.sidecar.server.passthrough import pass_through
 from clawpod.sidecar.state.stored_objects import refs
 
@@ -168,9 +169,9 @@ async def _read_and_serve(
             ctx.audit_extra = {"tools_injected": False, "reason": withheld}
         if translated.counts_here(ctx):
             await translated.answer_count(exchange, ctx, body)
-        elif route.mediate and _injects(agent, codec, body):
+        elif route.mediate and _injects(agent, withheld):
             await handle_mediated(exchange, ctx, body)
-        elif route.path in codec.side_routes and _injects(agent, codec, body):
+        elif route.path in codec.side_routes and _injects(agent, withheld):
             counted = orjson.dumps(with_managed_tools(codec, agent, body))
             await pass_through(exchange, ctx, counted)
         else:
@@ -192,11 +193,10 @@ def _ask_stream_usage(ctx: RequestContext, codec: Codec, body: dict[str, Any], r
     return orjson.dumps(asking)
 
 
-def _injects(agent: AgentBuild, codec: Codec, body: dict[str, Any]) -> bool:
-    """Whether this request gets the agent's managed tools (mediated), or goes through as is."""
-    if agent.agent.mode != "mediated" or not agent.tools.tools:
-        return False
-    return _withheld(agent, codec, body) is None
+def _injects(agent: AgentBuild, withheld: str | None) -> bool:
+    """Whether this request gets the agent's managed tools (mediated), or goes through as is
+    (``withheld``: why not, from ``_withheld``)."""
+    return agent.agent.mode == "mediated" and bool(agent.tools.tools) and withheld is None
 
 
 def _withheld(agent: AgentBuild, codec: Codec, body: dict[str, Any]) -> str | None:

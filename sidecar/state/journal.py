@@ -40,13 +40,15 @@ its journals age out; it can never make another agent's journal go.
 
 Two identical requests at once: the second waits until the first has ended, then resumes it
 if it failed, or runs as a new request if it succeeded.
+
+A request with no journal and no link of its own (the common case) begins with a ``stat`` or
+two on the event loop, without a thread hop; reading and pruning run off the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import os
 import time
@@ -82,6 +84,21 @@ OUTCOME_UNKNOWN = (
     "this call was sent to the service by an earlier attempt of this request that ended "
     "before the answer arrived; it is not sent again. Check its effect before repeating it."
 )
+
+
+def identities(
+    agent: str, api: str, conversation: Conversation | None, body: dict[str, Any]
+) -> tuple[str, str | None, str]:
+    """What :meth:`RequestJournal.begin` takes of a request: its identity, its history's (None
+    without one) and its last user text. A body the codec could not read (``conversation``
+    None) is identified by its bytes alone."""
+    if conversation is None:
+        return request_digest(agent, body), None, ""
+    return (
+        request_identity(agent, api, conversation),
+        history_identity(agent, api, conversation),
+        last_user_text(conversation),
+    )
 
 
 def request_digest(agent: str, body: dict[str, Any]) -> str:
@@ -185,6 +202,7 @@ class RequestJournal:
         self._clock = clock
         self._running: dict[str, asyncio.Future[None]] = {}
         self._counts: dict[str, int] = {}  # agent directory name -> journals in it
+        self._folders: dict[str, Path] = {}  # agent -> its directory
         self._pruned_at = float("-inf")
 
     @property
@@ -209,7 +227,12 @@ class RequestJournal:
             await asyncio.shield(running)
         self._running[running_key] = asyncio.get_running_loop().create_future()
         try:
-            earlier = await asyncio.to_thread(self._prune_and_load, folder, request, history, asked)
+            if not (self._prune_due() or self._may_resume(folder, request, history)):
+                earlier = None  # the common case: nothing to read, no thread hop
+            else:
+                earlier = await asyncio.to_thread(
+                    self._prune_and_load, folder, request, history, asked
+                )
         except OSError as exc:
             # An unreadable journal resumes nothing; its writes fail too, and the driver then
             # sends no destructive call.
@@ -223,7 +246,10 @@ class RequestJournal:
     # --- files ------------------------------------------------------------------------------
 
     def folder(self, agent: str) -> Path:
-        return self.directory / digest("agent", agent)[:32]
+        folder = self._folders.get(agent)
+        if folder is None:  # one digest per agent, not per request
+            folder = self._folders[agent] = self.directory / digest("agent", agent)[:32]
+        return folder
 
     def path(self, agent: str, request: str) -> Path:
         return self.folder(agent) / (request + SUFFIX)
@@ -311,9 +337,9 @@ class RequestJournal:
     def _prune_if_due(self) -> None:
         """Drop journals (and links) older than the window; nothing inside it goes for room:
         the per-agent quota bounds them instead."""
-        now = self._clock()
-        if now - self._pruned_at < self.window_s / 10:
+        if not self._prune_due():
             return
+        now = self._clock()
         self._pruned_at = now
         try:
             folders = [e for e in os.scandir(self.directory) if e.is_dir()]
@@ -328,6 +354,16 @@ class RequestJournal:
                 elif entry.name.endswith(SUFFIX):
                     kept += 1
             self._counts[folder.name] = kept
+
+    @staticmethod
+    def _may_resume(folder: Path, request: str, history: str | None) -> bool:
+        """Whether a journal or link ``begin`` would read exists: one or two ``stat`` calls of
+        names the kernel has cached, cheaper than a thread hop (~60 µs of CPU)."""
+        names = [request + SUFFIX, *([history + LINK_SUFFIX] if history else [])]
+        return any(os.path.exists(os.path.join(folder, name)) for name in names)
+
+    def _prune_due(self) -> bool:
+        return self._clock() - self._pruned_at >= self.window_s / 10
 
     def _release(self, running_key: str) -> None:
         running = self._running.pop(running_key, None)
@@ -439,7 +475,9 @@ class Attempt:
             # sidecar stopped): a retry runs it instead of reusing this answer.
             self._queue({"unsent": key})
             return
-        self._queue({"result": key, "outcome": dataclasses.asdict(outcome)})
+        # orjson writes the dataclass's fields as dataclasses.asdict would, without its deep
+        # copy of the result (a tenth of the cost).
+        self._queue({"result": key, "outcome": outcome})
 
     async def flush(self) -> None:
         if not self._buffer:
@@ -473,7 +511,8 @@ class Attempt:
                 own = self._fd is not None or (self.earlier is not None and adopted is None)
                 doomed = [path for path in (self.path if own else None, adopted) if path]
                 for path in doomed:
-                    await asyncio.to_thread(path.unlink, True)
+                    # One metadata operation: cheaper here than a thread hop (~60 µs of CPU).
+                    path.unlink(missing_ok=True)
                 if doomed:  # one place in the quota, whichever file held it
                     self.journal._forget(self.folder)
             else:

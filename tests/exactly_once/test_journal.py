@@ -170,3 +170,32 @@ async def test_a_rewritten_retry_takes_the_journal_over_once(tmp_path: Path) -> 
         "a", request_digest("c", BODY), "req_4", history="h", asked="buy one"
     )
     assert late.resumed_from is None
+
+
+async def test_a_request_with_no_journal_begins_without_reading_the_disk(tmp_path: Path) -> None:
+    """The common request (nothing failed) costs no read and no thread hop; a request that has a
+    journal reads it (and resumes)."""
+    clock = Clock()
+    journal = RequestJournal(tmp_path, window_ms=60000, clock=clock)
+    reads: list[str] = []
+    load = journal._prune_and_load
+
+    def counted(folder: Path, request: str, history: str | None, asked: str) -> object:
+        reads.append(request)
+        return load(folder, request, history, asked)
+
+    journal._prune_and_load = counted  # type: ignore[method-assign]
+    first, second = request_digest("a", BODY), request_digest("a", {"other": 1})
+    await (await journal.begin("a", first, "req_1")).end(succeeded=True)  # the first prunes
+    await (await journal.begin("a", second, "req_2")).end(succeeded=True)
+    assert reads == [first]
+    await failed_attempt(journal, first, "req_3")
+    resumed = await journal.begin("a", first, "req_4")
+    assert resumed.resumed_from == "req_3"
+    await resumed.end(succeeded=True)
+    assert reads == [first, first]  # the resumption read what the failed attempt left
+    await (await journal.begin("a", second, "req_5")).end(succeeded=True)
+    assert reads == [first, first]  # the resumed journal went with its success
+    clock.now += 6.0  # a tenth of the window: pruning is due, and runs off the event loop
+    await (await journal.begin("a", second, "req_6")).end(succeeded=True)
+    assert reads == [first, first, second]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import aiohttp
 import orjson
@@ -78,3 +79,15 @@ async def test_mcp_failures_are_json_rpc(url: str) -> None:
         body = await response.json()
         assert response.status == 500
     assert body["jsonrpc"] == "2.0" and body["error"]["code"] == -32603
+
+
+def test_the_internal_error_answer_is_built_in_one_place() -> None:
+    """Every route, the edge and the mediated driver answer a failure of the sidecar itself
+    with model/errors.py's internal_error (four copies of it drifted apart before)."""
+    sidecar = Path(__file__).resolve().parents[2] / "sidecar"
+    built = [
+        path.relative_to(sidecar).as_posix()
+        for path in sidecar.rglob("*.py")
+        if "the sidecar failed on this request" in path.read_text()
+    ]
+    assert built == ["model/errors.py"]

@@ -1,0 +1,174 @@
+"""Exactly-once for a mediated request (SPEC §8.2): the one place the driver meets the journal.
+
+:func:`begin_attempt` starts the request's attempt (after an identical one still running here
+has ended; resuming what a failed one left). :meth:`ExactlyOnce.perform` wraps performing the
+engine's ``CallModel`` and ``ExecuteTools``: a resumed attempt replays the turns its earlier
+attempt journaled and reuses the outcomes it journaled; a new turn is journaled before any call
+it asks for with side effects, each such call before it is sent (a failed write stops it), and
+each answer before the next model call carries it. :meth:`ExactlyOnce.end` keeps or drops the
+journal as the attempt ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from clawpod.sidecar.backends.http_request import idempotency_key
+from clawpod.sidecar.execution.runner import CallLimits
+from clawpod.sidecar.mediation.commands import (
+    CallModel,
+    Event,
+    ExecuteTools,
+    ModelReplied,
+    PlannedExecution,
+    ToolsDone,
+)
+from clawpod.sidecar.mediation.engine import MediationEngine
+from clawpod.sidecar.model.outcome import ToolOutcome, refused
+from clawpod.sidecar.server.accounting import report_state_write_failure
+from clawpod.sidecar.state.continuity import StateWriteFailed
+from clawpod.sidecar.state.journal import Attempt, call_key, has_side_effects, identities
+
+if TYPE_CHECKING:
+    from clawpod.sidecar.server.context import RequestContext
+
+log = logging.getLogger(__name__)
+
+AskModel = Callable[[CallModel], Awaitable[Event]]
+
+
+class _NotJournaled(Exception):
+    """The journal could not record a call about to be sent: it is not sent."""
+
+
+async def begin_attempt(
+    ctx: RequestContext, engine: MediationEngine, body: dict[str, Any]
+) -> ExactlyOnce:
+    """An identical request still running waits here; a failed one is resumed. A request is
+    identified by its conversation; one the codec cannot read, by its bytes."""
+    agent = ctx.agent.agent.id
+    conversation = engine.conversation if engine.prepare() is None else None
+    request, history, asked = identities(agent, ctx.codec.api, conversation, body)
+    attempt = await ctx.state.journal.begin(agent, request, ctx.request_id, history, asked)
+    return ExactlyOnce(ctx, attempt)
+
+
+def side_effect_ran(engine: MediationEngine) -> bool:
+    """A tool that is neither read-only nor idempotent ran in this request: a failure after it
+    tells the runner not to retry (SPEC 8.2)."""
+    return any(
+        answered.outcome.executed and answered.tool is not None and has_side_effects(answered.tool)
+        for calls in engine.rounds
+        for answered in calls
+    )
+
+
+class ExactlyOnce:
+    """One attempt of a mediated request, around the commands that call out."""
+
+    def __init__(self, ctx: RequestContext, attempt: Attempt) -> None:
+        self.ctx = ctx
+        self.attempt = attempt
+        self.replayed_calls: set[str] = set()
+        """Ids of calls answered from the journal of the attempt this one resumes."""
+
+    @property
+    def resumed_from(self) -> str | None:
+        return self.attempt.resumed_from
+
+    async def perform(self, command: CallModel | ExecuteTools, ask_model: AskModel) -> Event:
+        if isinstance(command, CallModel):
+            return await self._model_turn(command, ask_model)
+        # The turns asking for it go with the first call with side effects (_run_one).
+        self.attempt.before_execution(
+            any(has_side_effects(e.checked.tool) for e in command.executions)
+        )
+        return await self._execute(command)
+
+    async def end(self, *, succeeded: bool) -> None:
+        try:
+            await self.attempt.end(succeeded=succeeded)
+        except OSError as exc:
+            await report_state_write_failure(self.ctx, StateWriteFailed(str(exc)), "journal")
+
+    async def _model_turn(self, command: CallModel, ask_model: AskModel) -> Event:
+        """Past the turns an earlier attempt journaled (same calls, same ids), the model is
+        asked."""
+        replayed = self.attempt.replayed_turn()
+        if replayed is not None:
+            # Its tokens were spent by the earlier attempt, not by this one.
+            return ModelReplied({k: v for k, v in replayed.items() if k != "usage"})
+        try:
+            await self.attempt.flush()  # the results this call carries, durably first
+        except OSError as exc:
+            await report_state_write_failure(self.ctx, StateWriteFailed(str(exc)), "journal")
+        event = await ask_model(command)
+        if isinstance(event, ModelReplied):
+            self.attempt.model_replied(event.body)
+        return event
+
+    async def _execute(self, command: ExecuteTools) -> ToolsDone:
+        started = time.monotonic()
+        deadline = started + command.budget_s
+        runs = (self._run_one(command, e, deadline) for e in command.executions)
+        if command.concurrent and len(command.executions) > 1:
+            outcomes = list(await asyncio.gather(*runs))
+        else:
+            outcomes = [await run for run in runs]
+        return ToolsDone(outcomes, elapsed_s=time.monotonic() - started)
+
+    async def _run_one(
+        self, command: ExecuteTools, execution: PlannedExecution, deadline: float
+    ) -> ToolOutcome:
+        key = call_key(execution.checked.tool, execution.call)
+        known = self.attempt.known_outcome(key)
+        if known is not None:  # answered (or sent) by the attempt this one resumes
+            self.replayed_calls.add(execution.call.id)
+            return known
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return refused("timeout", "the request's total time budget ran out before this call")
+        state, agent = self.ctx.state, self.ctx.agent.agent.id
+        side_effects = has_side_effects(execution.checked.tool)
+        unjournaled: list[OSError] = []
+
+        async def journal_sending() -> None:
+            """After policy and approval, before the call goes: without this record a retry
+            could send it again, so a failed write stops it."""
+            try:
+                await self.attempt.sending(key)
+            except OSError as exc:
+                unjournaled.append(exc)
+                raise _NotJournaled from exc
+
+        try:
+            limits = CallLimits(
+                timeout_s=min(command.timeout_s, remaining),
+                max_result_bytes=command.max_result_bytes,
+                idempotency_key=idempotency_key(
+                    state.config.pod, agent, execution.checked, self.attempt.lineage
+                )
+                if side_effects
+                else None,
+            )
+            outcome = await state.governed.execute(
+                agent,
+                execution.checked,
+                limits,
+                taint=command.taint,
+                deadline=deadline,
+                before_send=journal_sending if side_effects else None,
+            )
+        except _NotJournaled:
+            failure = StateWriteFailed(str(unjournaled[0]))
+            await report_state_write_failure(self.ctx, failure, "journal")
+            return refused("state_unavailable", "the sidecar could not journal this call")
+        except Exception:
+            log.exception("tool %s failed in the executor", execution.checked.tool.name)
+            return refused("execution_failed", "the sidecar could not execute this call")
+        self.attempt.answered(key, outcome)  # durable before the next model call uses it
+        return outcome

@@ -1,0 +1,261 @@
+"""One model call of a mediated request, whole or streamed (SPEC §8.1, §14).
+
+:func:`call_model` is the only way the driver asks the model. A client that does not stream
+gets a whole call. A client that streams gets a streamed call: each text delta reaches it
+(``show``) as soon as it arrives, the turn's assembler folds the rest and the engine classifies
+the turn's calls at the end. A provider that cannot stream with tools (``server/stream_tools.py``)
+answers such a request with an empty stream or an error status; when the setting lets it, that
+round is asked again whole (nothing was shown, nothing executed) and its text re-streamed.
+
+Either way the request's targets are tried in turn until one answers (``server/failover.py``),
+all before any text of this turn is shown, and an answer saying the provider has no route for
+the protocol becomes the refusal of ``server/unserved.py``. ``codec`` is the protocol spoken to
+the upstream, a parameter of each call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import orjson
+
+from clawpod.sidecar.codecs.base import Codec
+from clawpod.sidecar.codecs.streaming import TextDelta
+from clawpod.sidecar.mediation.commands import CallModel, Event, ModelFailed, ModelReplied
+from clawpod.sidecar.model.conversation import CodecError, Conversation
+from clawpod.sidecar.model.errors import ApiError
+from clawpod.sidecar.observability import tracing
+from clawpod.sidecar.server import translated, translated_stream
+from clawpod.sidecar.server.failover import open_upstream
+from clawpod.sidecar.server.stream_tools import REFUSAL_STATUSES, offers_tools
+from clawpod.sidecar.server.unserved import NOT_SERVED, not_served_message
+from clawpod.sidecar.server.upstream import (
+    UpstreamError,
+    UpstreamResponse,
+    UpstreamTarget,
+    translate_error,
+)
+from clawpod.sidecar.translation import Untranslatable
+from clawpod.sidecar.transport import Response, TransportError
+
+if TYPE_CHECKING:
+    from clawpod.sidecar.server.context import RequestContext
+
+E = TypeVar("E")
+Show = Callable[[dict[str, Any], list[TextDelta]], Awaitable[None]]
+# What a malformed stream or body raises while it is folded.
+_MALFORMED = (ValueError, KeyError, TypeError, IndexError, AttributeError)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamUnanswered:
+    """A streamed request offering tools that the provider did not answer as a stream."""
+
+    why: str
+    definitive: bool
+    """An empty stream says the provider cannot; an error status may have other causes, so
+    it counts only when the same call answers whole."""
+
+
+async def call_model(
+    ctx: RequestContext,
+    codec: Codec,
+    conversation: Conversation,
+    command: CallModel,
+    show: Show | None = None,
+) -> Event:
+    """Ask the model ``command.body`` in ``codec``'s protocol; with ``show``, streamed, each
+    piece of text shown as it arrives."""
+    if show is None:
+        return await _traced(ctx, codec, _whole(ctx, codec, command))
+    support = ctx.state.stream_tools
+    provider = ctx.provider_name
+    assert provider is not None
+    unanswered: StreamUnanswered | None = None
+    if support.streams(provider, command.body):
+        may_fall_back = support.may_fall_back(provider) and offers_tools(command.body)
+        streamed = _streamed(ctx, codec, conversation, command, show, may_fall_back)
+        event = await _traced(ctx, codec, streamed)
+        if not isinstance(event, StreamUnanswered):
+            return event
+        unanswered = event  # nothing was shown and no call was made: asked again, whole
+    event = await _traced(ctx, codec, _whole(ctx, codec, command))
+    if isinstance(event, ModelReplied):
+        await show_whole(codec, conversation, event.body, show)
+    if unanswered is not None and (unanswered.definitive or isinstance(event, ModelReplied)):
+        support.learn_cannot(provider, unanswered.why)
+    return event
+
+
+async def _traced(ctx: RequestContext, codec: Codec, calling: Awaitable[E]) -> E:
+    """The call's upstream latency, and its span when tracing is on."""
+    started = time.perf_counter()
+    try:
+        if not tracing.active():
+            return await calling
+        with tracing.model_span(codec.api, ctx.model) as span:
+            event = await calling
+            if isinstance(event, ModelReplied):
+                tracing.record_usage(span, *codec.usage_of_body(event.body))
+            elif isinstance(event, ModelFailed):
+                status = event.status
+                tracing.record_error(span, event.kind if status is None else str(status))
+            return event
+    finally:
+        ctx.state.metrics.observe_upstream(ctx.provider_name, time.perf_counter() - started)
+
+
+async def _open(
+    ctx: RequestContext,
+    body: dict[str, Any],
+    crossing: translated_stream.LiveCall | None = None,
+    **bound: float,
+) -> Response | ModelFailed:
+    """The first usable answer among the request's targets (``bound``: the send's timeout);
+    ``crossing``: a streamed call that a target of another protocol gets translated."""
+    upstream = ctx.state.upstream
+
+    def send(target: UpstreamTarget, model: str | None) -> Awaitable[Response]:
+        request = body
+        if model is not None and model != body.get("model"):  # a fallback's own id
+            request = {**body, "model": model}
+        crossed = crossing.request(target, request) if crossing is not None else None
+        target, payload = crossed or (target, orjson.dumps(request))
+        return upstream.send(target, payload, max_body_bytes=upstream.max_response_bytes, **bound)
+
+    try:
+        return await open_upstream(ctx, send)
+    except UpstreamError as exc:
+        return ModelFailed(exc.kind, exc.message)
+    except ApiError as err:  # every key rests
+        return ModelFailed("status", err.message, err.status, err.headers.get("retry-after"))
+    except Untranslatable as exc:
+        return ModelFailed("status", str(exc), 400)
+
+
+def _refusal(ctx: RequestContext, codec: Codec, response: Response, data: bytes) -> ModelFailed:
+    """A provider's error answer: the protocol it does not serve, or its own error."""
+    provider = ctx.provider_name
+    assert provider is not None
+    unserved = not_served_message(codec, provider, response.status, data)
+    if unserved:
+        return ModelFailed(NOT_SERVED, unserved)
+    message = codec.provider_error_message(data)
+    return ModelFailed("status", message, response.status, response.headers.get("Retry-After"))
+
+
+async def _whole(ctx: RequestContext, codec: Codec, command: CallModel) -> Event:
+    if ctx.translations is not None:  # a target of another protocol (contract §18)
+        return await translated.call_model(ctx, command)
+    response = await _open(ctx, command.body, timeout_s=command.timeout_s)
+    if isinstance(response, ModelFailed):
+        return response
+    try:
+        data = await response.read()
+    except TransportError as exc:
+        failure = translate_error(exc, ctx.provider_name)
+        return ModelFailed(failure.kind, failure.message)
+    finally:
+        response.release()
+    if response.status != 200:
+        return _refusal(ctx, codec, response, ctx.state.upstream.redact(ctx.provider_name, data))
+    try:
+        if "text/event-stream" in response.headers.get("Content-Type", ""):
+            reply = codec.assemble_stream(data)
+        else:
+            reply = orjson.loads(data)
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        return ModelFailed("protocol", f"the provider's reply is not valid: {exc}")
+    if not isinstance(reply, dict):
+        return ModelFailed("protocol", "the provider's reply is not a JSON object")
+    return ModelReplied(reply)
+
+
+async def _streamed(
+    ctx: RequestContext,
+    codec: Codec,
+    conversation: Conversation,
+    command: CallModel,
+    show: Show,
+    may_fall_back: bool,
+) -> Event | StreamUnanswered:
+    """``may_fall_back``: an empty stream, or a status a server refuses streaming with, comes
+    back as ``StreamUnanswered`` instead of a failure."""
+    streamed = codec.streaming_request(command.body)
+    crossing = translated_stream.LiveCall(ctx, codec)  # a target of another protocol (§18)
+    response = await _open(ctx, streamed, crossing, read_timeout_s=command.timeout_s)
+    if isinstance(response, ModelFailed):
+        return response
+    provider = ctx.provider_name
+    assembler = codec.stream_assembler()
+    end = codec.end_watch()
+    translator = crossing.translator()  # the provider's stream as the caller's
+    try:
+        if response.status != 200:
+            data = ctx.state.upstream.redact(provider, await response.read())
+            if translator is not None:  # the provider's error, told in the caller's terms
+                if may_fall_back and response.status in REFUSAL_STATUSES:
+                    return StreamUnanswered(f"answered {response.status}", definitive=False)
+                return crossing.whole(UpstreamResponse(response.status, response.headers, data))
+            refusal = _refusal(ctx, codec, response, data)
+            if may_fall_back and response.status in REFUSAL_STATUSES and refusal.kind != NOT_SERVED:
+                return StreamUnanswered(f"answered {response.status}", definitive=False)
+            return refusal
+        if response.content_type != "text/event-stream" and translator is not None:
+            answered = crossing.whole(
+                UpstreamResponse(200, response.headers, await response.read())
+            )
+            if isinstance(answered, ModelReplied):
+                await show_whole(codec, conversation, answered.body, show)
+            return answered
+        if response.content_type != "text/event-stream":
+            # A provider that answers whole: its text is shown at once.
+            reply = orjson.loads(await response.read())
+            if not isinstance(reply, dict):
+                return ModelFailed("protocol", "the provider's reply is not a JSON object")
+            await show_whole(codec, conversation, reply, show)
+            return ModelReplied(reply)
+        while chunk := await response.read_chunk():
+            end.feed(chunk)
+            if translator is not None:
+                chunk = translator.feed(chunk)
+            deltas = assembler.feed(chunk)
+            if deltas:
+                await show(assembler.head, deltas)
+            if translator is not None and translator.failure is not None:
+                break
+        if translator is not None:
+            failed = translated_stream.finish_crossing(translator, assembler)
+            if failed is not None:
+                return failed
+        try:
+            return ModelReplied(assembler.finish())
+        except CodecError:
+            if may_fall_back and assembler.events == 0:
+                return StreamUnanswered("answered with an empty stream", definitive=True)
+            raise
+    except TransportError as exc:
+        failure = translate_error(exc, provider)
+        return ModelFailed(failure.kind, failure.message)
+    except _MALFORMED as exc:
+        return ModelFailed("protocol", f"the provider's reply is not valid: {exc}")
+    finally:
+        # A stream without its end marker leaves the connection's state unknown: not pooled.
+        whole = end.seen if translator is None else translator.complete
+        response.release(reuse=whole or response.content_type != "text/event-stream")
+
+
+async def show_whole(
+    codec: Codec, conversation: Conversation, reply: dict[str, Any], show: Show
+) -> None:
+    """The text of a whole answer, read as if it had streamed (the engine judges the rest)."""
+    assembler = codec.stream_assembler()
+    try:
+        deltas = assembler.feed(b"".join(codec.render_stream(conversation, reply)))
+    except _MALFORMED:
+        return  # not an answer of the protocol's shape: the engine says so
+    if deltas:
+        await show(assembler.head, deltas)
