@@ -7,7 +7,6 @@ Requests, whole answers and errors cross at ``translated.py``; this module is th
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -57,13 +56,6 @@ def crossing_protocol(ctx: RequestContext, provider: str) -> str | None:
     return translations.protocol_of(ctx.state.config.providers[provider])
 
 
-def streamed_target(target: UpstreamTarget, protocol: str) -> UpstreamTarget:
-    """``target`` on ``protocol``'s route, streaming, with the client headers it understands."""
-    codec = _CODECS[protocol]
-    headers = {k: v for k, v in target.forward_headers.items() if k in codec.forwarded_headers}
-    return replace(target, route=codec.route, forward_headers=headers, stream=True)
-
-
 def translator_for(
     ctx: RequestContext, caller: Codec, translated: Translated, *, tells: bool = True
 ) -> StreamTranslator:
@@ -93,10 +85,10 @@ def passthrough_streamed(
     if protocol is None:
         return None
     assert ctx.translations is not None
-    body = streamed(ctx.translations.by_protocol[protocol].body, protocol)
-    if model is not None and model != body.get("model"):  # a fallback's own id
-        body["model"] = model
-    return streamed_target(target, protocol), orjson.dumps(body)
+    provider = ctx.state.config.providers[target.provider]
+    body = translated.for_provider(ctx.translations.by_protocol[protocol].body, model, provider)
+    target = translated.retarget(target, protocol, stream=True)
+    return target, orjson.dumps(streamed(body, protocol))
 
 
 def streams_back(ctx: RequestContext, upstream: Response) -> bool:
@@ -201,9 +193,11 @@ class LiveCall:
         protocol = crossing_protocol(self._ctx, target.provider)
         if protocol is None:
             return None
-        translated = translate_request(body, self._caller.name, protocol)
-        self._spoken[target.provider] = translated
-        return streamed_target(target, protocol), orjson.dumps(streamed(translated.body, protocol))
+        call = translate_request(body, self._caller.name, protocol)
+        self._spoken[target.provider] = call
+        provider = self._ctx.state.config.providers[target.provider]
+        upstream_body = streamed(translated.for_provider(call.body, None, provider), protocol)
+        return translated.retarget(target, protocol, stream=True), orjson.dumps(upstream_body)
 
     def translator(self) -> StreamTranslator | None:
         """The translator of the answering provider's stream into the caller's; None when it
