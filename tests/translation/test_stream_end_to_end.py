@@ -40,6 +40,9 @@ async def test_streamed_pass_through_arrives_live(
     assert got.input_tokens == 40
     (sent,) = pod.sent(target)
     assert sent["stream"] is True
+    if target == "chat" and caller != "chat":  # a Chat-only server reads max_tokens
+        assert "max_completion_tokens" not in sent
+        assert caller == "responses" or sent["max_tokens"] == 256
     (record,) = pod.audit("plain")
     assert record["outcome"] == {"status": "ok", "code": None}
     assert record["translation"]["to"] == [target]
