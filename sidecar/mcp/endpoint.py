@@ -147,7 +147,7 @@ class McpEndpoint:
         accepts_json, accepts_sse = accepts(request)
         if not (accepts_json or accepts_sse):
             raise HttpError(406, INVALID_REQUEST, f"Not Acceptable: accept {JSON} and {SSE}")
-        if request.content_type != JSON:
+        if not declares_json(request):
             raise HttpError(415, INVALID_REQUEST, f"Unsupported Media Type: send {JSON}")
         raw = await read_body_once(request, self._max_body_bytes)
         if raw is None:
@@ -301,3 +301,12 @@ class McpEndpoint:
         if not self.sessions.terminate(session_id, agent.agent.id):
             raise HttpError(404, INVALID_REQUEST, "Session not found")
         return web.Response(status=204)
+
+
+def declares_json(request: web.Request) -> bool:
+    """Whether the body is declared JSON. The standard library's MIME parser under aiohttp
+    raises on some malformed parameter lists (``;0*``); such a header declares nothing."""
+    try:
+        return request.content_type == JSON
+    except (IndexError, ValueError):
+        return False
