@@ -44,6 +44,9 @@ ANTHROPIC_MODEL = "claude-bench"
 # anthropic_json, translated both ways.
 TRANSLATED_MODEL = "xlate-bench"
 TRANSLATED = "anthropic_to_chat_json"
+# The same, streamed: the Chat-only provider's 200-chunk stream translated live into Messages,
+# compared with the same stream relayed untouched to a Chat caller (openai_sse).
+TRANSLATED_SSE = "anthropic_to_chat_sse"
 TARGET_NAMES = ("direct", "bare", "sidecar", "litellm")
 TTFB_MAX_SECONDS = 15.0  # caps slow proxies' stream runs (LiteLLM needs ~0.2 s per stream)
 
@@ -257,6 +260,7 @@ class Bench:
             "openai_sse": workloads.openai_chat(PASS_MODEL, stream=True),
             "anthropic_json": workloads.anthropic_messages(ANTHROPIC_MODEL),
             TRANSLATED: workloads.anthropic_messages(TRANSLATED_MODEL),
+            TRANSLATED_SSE: workloads.anthropic_messages(TRANSLATED_MODEL, stream=True),
             "slow_sse": workloads.openai_chat("gpt-bench-slow", stream=True),
             "gap_sse": workloads.openai_chat(f"{PASS_MODEL}-gap", stream=True),
         }
@@ -366,9 +370,10 @@ class Bench:
         sidecar = self.targets.get("sidecar")
         for concurrency in self.settings.concurrencies if sidecar else ():
             # Translation is the sidecar's alone: compared with its own anthropic_json.
-            log(f"sidecar  {TRANSLATED} c={concurrency}")
-            cell = self._safe(lambda c=concurrency: self.measure(sidecar, TRANSLATED, c))
-            matrix["sidecar"].setdefault(TRANSLATED, {})[str(concurrency)] = cell
+            for workload in (TRANSLATED, TRANSLATED_SSE):
+                log(f"sidecar  {workload} c={concurrency}")
+                cell = self._safe(lambda c=concurrency, w=workload: self.measure(sidecar, w, c))
+                matrix["sidecar"].setdefault(workload, {})[str(concurrency)] = cell
         return matrix
 
     def streaming_ttfb(self) -> dict[str, dict[str, dict]]:
@@ -719,6 +724,11 @@ def derive(results: dict, settings: Settings) -> dict[str, Any]:
     translated_cpu = _aggregate_cpu([c for c in translated if "error" not in c])
     derived["translation_cpu_ms_over_passthrough"] = _diff(
         translated_cpu, derived["cpu_ms_per_request"].get("sidecar", {}).get("anthropic_json")
+    )
+    streamed = matrix.get("sidecar", {}).get(TRANSLATED_SSE, {}).values()
+    derived["stream_translation_cpu_ms_over_passthrough"] = _diff(
+        _aggregate_cpu([c for c in streamed if "error" not in c]),
+        derived["cpu_ms_per_request"].get("sidecar", {}).get("openai_sse"),
     )
     derived["mediated"] = derive_mediated(results, settings)
     derived["keepalive_reuse"] = derive_reuse(results)

@@ -28,11 +28,17 @@ from clawpod.sidecar.mediation.commands import CallModel, Event, ModelFailed, Mo
 from clawpod.sidecar.model.conversation import CodecError, Conversation
 from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.observability import tracing
-from clawpod.sidecar.server import translated
+from clawpod.sidecar.server import translated, translated_stream
 from clawpod.sidecar.server.failover import open_upstream
 from clawpod.sidecar.server.stream_tools import REFUSAL_STATUSES, offers_tools
 from clawpod.sidecar.server.unserved import NOT_SERVED, not_served_message
-from clawpod.sidecar.server.upstream import UpstreamError, UpstreamTarget, translate_error
+from clawpod.sidecar.server.upstream import (
+    UpstreamError,
+    UpstreamResponse,
+    UpstreamTarget,
+    translate_error,
+)
+from clawpod.sidecar.translation import Untranslatable
 from clawpod.sidecar.transport import Response, TransportError
 
 if TYPE_CHECKING:
@@ -63,11 +69,6 @@ async def call_model(
 ) -> Event:
     """Ask the model ``command.body`` in ``codec``'s protocol; with ``show``, streamed, each
     piece of text shown as it arrives."""
-    if ctx.translations is not None:  # a target of another protocol (contract §18)
-        event = await _traced(ctx, codec, translated.call_model(ctx, command))
-        if show is not None and isinstance(event, ModelReplied):
-            await show_whole(codec, conversation, event.body, show)
-        return event
     if show is None:
         return await _traced(ctx, codec, _whole(ctx, codec, command))
     support = ctx.state.stream_tools
@@ -108,16 +109,21 @@ async def _traced(ctx: RequestContext, codec: Codec, calling: Awaitable[E]) -> E
 
 
 async def _open(
-    ctx: RequestContext, body: dict[str, Any], **bound: float
+    ctx: RequestContext,
+    body: dict[str, Any],
+    crossing: translated_stream.LiveCall | None = None,
+    **bound: float,
 ) -> Response | ModelFailed:
-    """The first usable answer among the request's targets (``bound``: the send's timeout)."""
+    """The first usable answer among the request's targets (``bound``: the send's timeout);
+    ``crossing``: a streamed call that a target of another protocol gets translated."""
     upstream = ctx.state.upstream
 
     def send(target: UpstreamTarget, model: str | None) -> Awaitable[Response]:
         request = body
         if model is not None and model != body.get("model"):  # a fallback's own id
             request = {**body, "model": model}
-        payload = orjson.dumps(request)
+        crossed = crossing.request(target, request) if crossing is not None else None
+        target, payload = crossed or (target, orjson.dumps(request))
         return upstream.send(target, payload, max_body_bytes=upstream.max_response_bytes, **bound)
 
     try:
@@ -126,6 +132,8 @@ async def _open(
         return ModelFailed(exc.kind, exc.message)
     except ApiError as err:  # every key rests
         return ModelFailed("status", err.message, err.status, err.headers.get("retry-after"))
+    except Untranslatable as exc:
+        return ModelFailed("status", str(exc), 400)
 
 
 def _refusal(ctx: RequestContext, codec: Codec, response: Response, data: bytes) -> ModelFailed:
@@ -140,6 +148,8 @@ def _refusal(ctx: RequestContext, codec: Codec, response: Response, data: bytes)
 
 
 async def _whole(ctx: RequestContext, codec: Codec, command: CallModel) -> Event:
+    if ctx.translations is not None:  # a target of another protocol (contract §18)
+        return await translated.call_model(ctx, command)
     response = await _open(ctx, command.body, timeout_s=command.timeout_s)
     if isinstance(response, ModelFailed):
         return response
@@ -175,19 +185,32 @@ async def _streamed(
     """``may_fall_back``: an empty stream, or a status a server refuses streaming with, comes
     back as ``StreamUnanswered`` instead of a failure."""
     streamed = codec.streaming_request(command.body)
-    response = await _open(ctx, streamed, read_timeout_s=command.timeout_s)
+    crossing = translated_stream.LiveCall(ctx, codec)  # a target of another protocol (§18)
+    response = await _open(ctx, streamed, crossing, read_timeout_s=command.timeout_s)
     if isinstance(response, ModelFailed):
         return response
     provider = ctx.provider_name
     assembler = codec.stream_assembler()
     end = codec.end_watch()
+    translator = crossing.translator()  # the provider's stream as the caller's
     try:
         if response.status != 200:
             data = ctx.state.upstream.redact(provider, await response.read())
+            if translator is not None:  # the provider's error, told in the caller's terms
+                if may_fall_back and response.status in REFUSAL_STATUSES:
+                    return StreamUnanswered(f"answered {response.status}", definitive=False)
+                return crossing.whole(UpstreamResponse(response.status, response.headers, data))
             refusal = _refusal(ctx, codec, response, data)
             if may_fall_back and response.status in REFUSAL_STATUSES and refusal.kind != NOT_SERVED:
                 return StreamUnanswered(f"answered {response.status}", definitive=False)
             return refusal
+        if response.content_type != "text/event-stream" and translator is not None:
+            answered = crossing.whole(
+                UpstreamResponse(200, response.headers, await response.read())
+            )
+            if isinstance(answered, ModelReplied):
+                await show_whole(codec, conversation, answered.body, show)
+            return answered
         if response.content_type != "text/event-stream":
             # A provider that answers whole: its text is shown at once.
             reply = orjson.loads(await response.read())
@@ -197,9 +220,17 @@ async def _streamed(
             return ModelReplied(reply)
         while chunk := await response.read_chunk():
             end.feed(chunk)
+            if translator is not None:
+                chunk = translator.feed(chunk)
             deltas = assembler.feed(chunk)
             if deltas:
                 await show(assembler.head, deltas)
+            if translator is not None and translator.failure is not None:
+                break
+        if translator is not None:
+            failed = translated_stream.finish_crossing(translator, assembler)
+            if failed is not None:
+                return failed
         try:
             return ModelReplied(assembler.finish())
         except CodecError:
@@ -213,7 +244,8 @@ async def _streamed(
         return ModelFailed("protocol", f"the provider's reply is not valid: {exc}")
     finally:
         # A stream without its end marker leaves the connection's state unknown: not pooled.
-        response.release(reuse=end.seen or response.content_type != "text/event-stream")
+        whole = end.seen if translator is None else translator.complete
+        response.release(reuse=whole or response.content_type != "text/event-stream")
 
 
 async def show_whole(

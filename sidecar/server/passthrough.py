@@ -15,7 +15,7 @@ from clawpod.sidecar.audit.records import usage_record
 from clawpod.sidecar.codecs.usage import StreamUsage
 from clawpod.sidecar.model.errors import ApiError, upstream_failure
 from clawpod.sidecar.observability import tracing
-from clawpod.sidecar.server import translated
+from clawpod.sidecar.server import translated, translated_stream
 from clawpod.sidecar.server.accounting import record_request
 from clawpod.sidecar.server.budget_gate import BYTES_PER_TOKEN
 from clawpod.sidecar.server.context import RequestContext
@@ -50,6 +50,9 @@ async def _pass_through(
     client = ctx.state.upstream
 
     def send(target: UpstreamTarget, model: str | None) -> Awaitable[Response]:
+        live = translated_stream.passthrough_streamed(ctx, target, model)
+        if live is not None:  # a streaming caller, a provider of another protocol: live
+            return client.send(*live)
         crossing = translated.passthrough_send(ctx, target, model)
         if crossing is not None:  # a provider of another protocol (contract §18)
             return client.send(*crossing, max_body_bytes=client.max_response_bytes)
@@ -65,6 +68,10 @@ async def _pass_through(
     try:
         ctx.state.metrics.observe_upstream(ctx.provider_name, time.monotonic() - sent)
         translation = translated.answered_in(ctx)
+        if translation is not None and translated_stream.streams_back(ctx, upstream):
+            return await translated_stream.relay_translated_stream(
+                exchange, ctx, upstream, translation
+            )
         if translation is not None:
             return await translated.relay_translated(exchange, ctx, upstream, translation)
         if upstream.status == 200 and upstream.content_type == "text/event-stream":

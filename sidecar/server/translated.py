@@ -87,16 +87,17 @@ def plan(ctx: RequestContext, body: dict[str, Any]) -> None:
     ctx.audit_extra = {**(ctx.audit_extra or {}), "translation": record}
 
 
-def retarget(target: UpstreamTarget, protocol: str) -> UpstreamTarget:
-    """``target`` on the route of ``protocol``, with only the client headers it understands."""
+def retarget(target: UpstreamTarget, protocol: str, *, stream: bool = False) -> UpstreamTarget:
+    """``target`` on the route of ``protocol``, with only the client headers it understands;
+    ``stream``: its answer is read as a stream (``translated_stream.py``)."""
     codec = _CODECS[protocol]
     forwarded = target.forward_headers
     headers = {k: v for k, v in forwarded.items() if k in codec.forwarded_headers}
     # Built, not ``dataclasses.replace``d: this runs on every translated call.
-    return UpstreamTarget(target.provider, codec.route, headers, False, key=target.key)
+    return UpstreamTarget(target.provider, codec.route, headers, stream, key=target.key)
 
 
-def _for_provider(body: dict[str, Any], model: str | None, provider: Provider) -> dict[str, Any]:
+def for_provider(body: dict[str, Any], model: str | None, provider: Provider) -> dict[str, Any]:
     """A translated body as its target takes it: the model id it knows the model by, and for
     an OpenAI-compatible server (a provider declared ``chat-completions``) the output limit
     under ``max_tokens``, the field such servers read (OpenAI's own reasoning models refuse
@@ -123,7 +124,7 @@ def passthrough_send(
     protocol = translations and translations.protocol_of(provider)
     if not protocol:
         return None
-    body = _for_provider(translations.by_protocol[protocol].body, model, provider)
+    body = for_provider(translations.by_protocol[protocol].body, model, provider)
     return retarget(target, protocol), orjson.dumps(body)
 
 
@@ -227,7 +228,7 @@ async def call_model(ctx: RequestContext, command: CallModel) -> Event:
         if protocol is not None:
             translated = translate_request(body, translations.caller.name, protocol)
             target = retarget(target, protocol)
-            body = _for_provider(translated.body, model, provider)
+            body = for_provider(translated.body, model, provider)
         elif model is not None and model != body.get("model"):  # a fallback's own id
             body = {**body, "model": model}
         spoken[target.provider] = translated
@@ -243,7 +244,17 @@ async def call_model(ctx: RequestContext, command: CallModel) -> Event:
         return ModelFailed("status", err.message, err.status, err.headers.get("retry-after"))
     except Untranslatable as exc:
         return ModelFailed("status", str(exc), 400)
-    event = _reply_event(ctx, reply, spoken.get(ctx.provider_name or ""), translations.caller)
+    return reply_event(ctx, reply, spoken.get(ctx.provider_name or ""))
+
+
+def reply_event(
+    ctx: RequestContext, reply: UpstreamResponse, translated: Translated | None
+) -> Event:
+    """A model call's answer or error as the engine's event in the caller's protocol
+    (``translated`` None: the provider speaks it); live streams use it for an answer that
+    came whole or refused (``translated_stream.py``)."""
+    assert ctx.translations is not None
+    event = _reply_event(ctx, reply, translated, ctx.translations.caller)
     if isinstance(event, _Replied):
         return ModelReplied(event.body)
     if event.code == "upstream_protocol_error":

@@ -23,11 +23,11 @@ Design (for whoever wires or extends it; docs/translation.md has the tables):
   whose ``encrypted_content`` carries the block (and a Responses reasoning item reaches a
   Messages client as a thinking block whose ``signature`` carries the item); sent back, it is
   restored for its own protocol and dropped for any other. Chat has no place for it.
-- Streams are not translated here yet: a streaming caller of a translated route gets its
-  answer re-rendered by its own codec from the translated whole body (``render_stream``), and
-  the upstream is asked whole. Live stream translation belongs in this package too (sans-IO:
-  the target's ``TurnAssembler`` reads the upstream's events, the caller's ``ClientStream``
-  writes them), hooked where the server asks whole today.
+- Streams are translated live by ``streams.py`` (``StreamTranslator``: a reader per protocol
+  into ``stream_events.py``, a writer per protocol out of them), hooked by
+  ``server/translated_stream.py``: a streamed pass-through is relayed through it, and a
+  mediated request's streamed call is translated into the caller's assembler. An answer that
+  comes whole is still translated whole here and re-rendered by the caller's codec.
 - The server's side is ``server/translated.py`` (every hook in one module):
   ``plan(ctx, body)`` after routing (refusal up front; sets ``ctx.translations``);
   pass-through: ``passthrough_send`` (in the failover ``send``), ``answered_in`` +

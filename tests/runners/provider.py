@@ -27,10 +27,15 @@ PLAIN = "Nothing to look up."
 QUOTE = "desk_quote"
 TRADE = "desk_trade"  # a destructive tool: the retry cases count its orders
 NOTE = "record_note"  # the runner's own tool in the cases that have one
+RUNNER_MARK = "ran-by-the-runner"  # what a runner's own shell tool prints when it runs
 ARGUMENTS = {
     QUOTE: {"symbol": "AAPL"},
     TRADE: {"symbol": "AAPL", "side": "buy", "quantity": 1},
     NOTE: {"text": "AAPL checked"},
+    # The runners' own shell tools (Claude Code's Bash, Codex's exec_command): a harmless
+    # command whose output proves the runner ran it.
+    "Bash": {"command": f"echo {RUNNER_MARK}", "description": "Print a marker"},
+    "exec_command": {"cmd": f"echo {RUNNER_MARK}"},
 }
 
 
@@ -82,6 +87,8 @@ class ScriptedProvider:
             answer += " NOTE-OK"
         if any(_base(name) == TRADE for name in results):
             answer += " TRADE-OK"
+        if any(RUNNER_MARK in text for text in results.values()):
+            answer += " RUNNER-OK"
         return "answer", answer
 
     # --- shared -----------------------------------------------------------------------------

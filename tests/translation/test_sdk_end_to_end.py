@@ -234,14 +234,15 @@ def _message(caller: str, body: Any) -> str:
 async def test_a_streaming_caller_gets_one_well_formed_stream(
     translating_pod: TranslatingPod, caller: str, target: str, agent: str
 ) -> None:
-    """Until live stream translation lands, the whole translated answer is streamed by the
-    caller's own codec; the SDKs' stream parsers accept it."""
+    """The provider is asked for a stream (translated live, tests/translation/
+    test_stream_end_to_end.py); one that answers whole anyway is streamed by the caller's own
+    codec, and the SDKs' stream parsers accept it."""
     pod = translating_pod
     pod.script(target, text_reply(target, "AAPL trades at 1."))
     text = await _streamed_text(pod, caller, agent, MODEL[target])
     assert text == "AAPL trades at 1."
     (sent,) = pod.sent(target)
-    assert sent.get("stream") in (None, False)
+    assert sent.get("stream") is True
 
 
 async def _streamed_text(pod: TranslatingPod, caller: str, agent: str, model: str) -> str:

@@ -1,0 +1,129 @@
+"""Stream translation (contract §18), sans-IO: a target's SSE stream, fed in pieces of any
+size as they arrive, comes out as the caller's SSE stream, event by event.
+
+A reader per protocol (``stream_readers.py``) turns the target's events into stream events
+(``stream_events.py``); a writer per protocol (``stream_writers.py``) writes those in the
+caller's protocol. Three readers and three writers make the six directions. Whatever the
+target does — a malformed event, an event past the size bound, a failure event, a stream that
+stops before its end marker — the caller gets a well-formed stream that ends with its
+protocol's error and end.
+"""
+
+from __future__ import annotations
+
+from clawpod.sidecar.codecs.base import Codec
+from clawpod.sidecar.model.errors import ApiError
+from clawpod.sidecar.translation.stream_readers import (
+    ChatStreamReader,
+    MessagesStreamReader,
+    ResponsesStreamReader,
+    StreamReader,
+)
+from clawpod.sidecar.translation.stream_writers import (
+    ChatStreamWriter,
+    MessagesStreamWriter,
+    ResponsesStreamWriter,
+    StreamWriter,
+)
+
+MAX_EVENT_BYTES = 8 << 20
+"""The most one event may take before it completes: a call's whole arguments in one event
+(Ollama sends calls whole) stay far below it; past it, a stream is taken for hostile."""
+
+_READERS: dict[str, type[StreamReader]] = {
+    "chat": ChatStreamReader,
+    "messages": MessagesStreamReader,
+    "responses": ResponsesStreamReader,
+}
+
+
+class StreamTranslator:
+    """One target stream translated for one caller. ``feed`` each piece as it arrives, then
+    ``finish`` at the stream's end, or ``fail`` when reading it failed; each returns the
+    caller's bytes to send now."""
+
+    def __init__(self, reader: StreamReader, writer: StreamWriter, provider: str) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._provider = provider
+        self._unfinished = 0  # bytes fed since the last complete event
+
+    @property
+    def complete(self) -> bool:
+        """The target stream carried its end (its connection may be pooled again)."""
+        return self._reader.ended
+
+    @property
+    def said_nothing(self) -> bool:
+        """The target stream carried no event at all (a server that cannot stream this)."""
+        return self._reader.events == 0
+
+    @property
+    def failure(self) -> ApiError | None:
+        """The error the caller's stream ended with, if it failed."""
+        return self._writer.failure
+
+    @property
+    def closed(self) -> bool:
+        """The caller's stream has its end: nothing more will be written."""
+        return self._writer.closed
+
+    def feed(self, data: bytes) -> bytes:
+        if self._writer.closed:
+            return b""
+        events = self._reader.feed(data)
+        self._unfinished = 0 if events else self._unfinished + len(data)
+        frames = self._writer.write(events)
+        if self._reader.malformed is not None:
+            return frames + self._writer.fail(self._malformed(self._reader.malformed))
+        if self._unfinished > MAX_EVENT_BYTES:
+            why = f"an event exceeds {MAX_EVENT_BYTES} bytes"
+            return frames + self._writer.fail(self._malformed(why))
+        return frames
+
+    def finish(self) -> bytes:
+        """The target stream ended: what its end completes, and the caller's error and end if
+        it stopped before its end marker."""
+        frames = self.feed(b"")
+        if not self._writer.closed:
+            frames += self._writer.write(self._reader.finish())
+        if not self._writer.closed and self._reader.malformed is not None:
+            frames += self._writer.fail(self._malformed(self._reader.malformed))
+        if not self._writer.closed:
+            message = f"provider {self._provider!r} ended the stream before its end"
+            frames += self._writer.fail(ApiError(502, "upstream_protocol_error", message))
+        return frames
+
+    def fail(self, err: ApiError) -> bytes:
+        """Reading the target failed (a timeout, a reset): the caller's error and end."""
+        return self._writer.fail(err)
+
+    def _malformed(self, why: str) -> ApiError:
+        message = f"provider {self._provider!r} sent a stream that is not valid: {why}"
+        return ApiError(502, "upstream_protocol_error", message)
+
+
+def stream_translator(
+    target: str,
+    caller: Codec,
+    *,
+    provider: str,
+    model: str | None,
+    include_usage: bool,
+    tells: bool = True,
+    freeform: frozenset[str] = frozenset(),
+) -> StreamTranslator:
+    """A translator from a stream of the ``target`` protocol (``chat``, ``messages``,
+    ``responses``) to ``caller``'s. ``model``: the model the caller
+    asked for, shown until the target names its own; ``include_usage``: a Chat Completions
+    caller asked for the usage chunk; ``tells``: see ``StreamWriter.tells``; ``freeform``: the
+    Responses caller's ``custom`` tools (``ResponsesStreamWriter``)."""
+    writer: StreamWriter
+    if caller.name == "chat":
+        writer = ChatStreamWriter(model, include_usage=include_usage, error_body=caller.error_body)
+    elif caller.name == "messages":
+        writer = MessagesStreamWriter(model, error_body=caller.error_body)
+    else:
+        writer = ResponsesStreamWriter(model, freeform)
+    writer.tells = tells
+    return StreamTranslator(_READERS[target](), writer, provider)

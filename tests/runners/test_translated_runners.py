@@ -1,0 +1,127 @@
+"""Claude Code (Messages) and Codex CLI (Responses), unchanged, against a provider that serves
+Chat Completions only (a local server's shape, contract §18): the sidecar translates their
+streamed requests and the provider's streams both ways, runs the sidecar tool once and hands
+the runner's own tool back in the runner's protocol."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from clawpod.sidecar.manifest import Provider
+from tests.mediation.conftest import TRADING_TOKEN, desk_tools
+from tests.runners.conftest import RunnerPod, runner_binary
+from tests.runners.provider import QUOTE, RUNNER_MARK, ScriptedProvider
+from tests.runners.test_claude_code import QUIET
+from tests.runners.test_codex import provider_flags
+from tests.support.builds import AgentSpec, write_build
+from tests.support.services import ToolService
+from tests.support.sidecar import TEST_PROVIDER_KEYS, audit_records, start_sidecar
+
+pytestmark = pytest.mark.runners
+CHAT = "/v1/chat/completions"
+# The runners' own tools the scripted model calls: Claude Code's Bash, Codex's exec_command.
+CLAUDE_BASH = "Bash"
+CODEX_SHELL = "exec_command"
+# Codex offers a provider-run web search and a `namespace` of sub-agent tools by default;
+# Chat Completions has neither, so the sidecar refuses them (docs/translation.md). These are
+# Codex's own switches to leave them out, as a Chat-only provider needs.
+CODEX_CHAT_ONLY = ["-c", 'web_search="disabled"', "-c", "features.multi_agent=false"]
+
+
+@pytest.fixture
+async def chat_only_pod(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[RunnerPod]:
+    """The mediated agent with the desk tools; every model routed to one provider that
+    speaks Chat Completions only. ``@pytest.mark.plan(...)`` sets the model's plan."""
+    marker = request.node.get_closest_marker("plan")
+    provider = await ScriptedProvider(plan=marker.args if marker else (QUOTE,)).start()
+    service = await ToolService().start()
+    service.require_header("Authorization", f"Bearer {TRADING_TOKEN}")
+    root = tmp_path / "build"
+    local = Provider(
+        api="openai",
+        protocols=["chat"],
+        base_url=provider.url + "/v1",
+        key_env="OPENAI_API_KEY",
+        models=["claude-*", "gpt-*"],
+    )
+    tokens = write_build(root, [AgentSpec("mediated", desk_tools(service.url))], {"local": local})
+    env = {**TEST_PROVIDER_KEYS, "TRADING_TOKEN": TRADING_TOKEN}
+    sidecar = await start_sidecar(root, tmp_path / "state", env=env)
+    home = tmp_path / "home"
+    home.mkdir()
+    try:
+        yield RunnerPod(sidecar, provider, service, tokens, home)
+    finally:
+        await sidecar.close()
+        await service.close()
+        await provider.close()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def only_chat_went_upstream(pod: RunnerPod) -> None:
+    paths = {r.path for r in pod.provider.received}
+    assert paths == {CHAT}, paths
+    assert any(r.json.get("stream") for r in pod.provider.received)  # streamed, translated
+
+
+def runner_result_went_up(pod: RunnerPod) -> bool:
+    """The runner's own tool ran on the runner's side: its output came back to the provider
+    as a Chat ``tool`` message."""
+    return any(
+        m.get("role") == "tool" and RUNNER_MARK in str(m.get("content"))
+        for r in pod.provider.received
+        for m in r.json.get("messages") or []
+    )
+
+
+@pytest.mark.plan(QUOTE, CLAUDE_BASH)
+async def test_claude_code_against_a_chat_only_provider(chat_only_pod: RunnerPod) -> None:
+    pod = chat_only_pod
+    claude = runner_binary("claude")
+    argv = [
+        str(claude),
+        "-p",
+        "What is AAPL at? Use the quote tool, then run the marker command.",
+        "--model",
+        "claude-sonnet-4-6",
+        "--allowedTools",
+        CLAUDE_BASH,
+    ]
+    code, out, err = await pod.run(argv, pod.env("mediated", **QUIET))
+    assert code == 0, (out + err)[-3000:]
+    assert "QUOTE-OK /quotes/AAPL" in out and "RUNNER-OK" in out
+    (call,) = pod.quote_calls()  # the sidecar tool, exactly once
+    assert call.headers["Authorization"] == f"Bearer {TRADING_TOKEN}"
+    only_chat_went_upstream(pod)
+    records = audit_records(pod.sidecar.state.state_dir, "mediated")
+    assert any((r.get("translation") or {}).get("to") == ["chat"] for r in records)
+    assert runner_result_went_up(pod)  # Claude Code ran Bash itself
+
+
+@pytest.mark.plan(QUOTE, CODEX_SHELL)
+async def test_codex_against_a_chat_only_provider(chat_only_pod: RunnerPod) -> None:
+    pod = chat_only_pod
+    codex = runner_binary("codex")
+    env = pod.env("mediated")
+    argv = [
+        str(codex),
+        "exec",
+        "--skip-git-repo-check",
+        "--dangerously-bypass-approvals-and-sandbox",
+        *provider_flags(env["OPENAI_BASE_URL"]),
+        *CODEX_CHAT_ONLY,
+        "-m",
+        "gpt-5-codex",
+        "What is AAPL at? Use the quote tool, then run the marker command.",
+    ]
+    code, out, err = await pod.run(argv, env)
+    assert code == 0, (out + err)[-3000:]
+    assert "QUOTE-OK /quotes/AAPL" in out and "RUNNER-OK" in out
+    (call,) = pod.quote_calls()
+    assert call.headers["Authorization"] == f"Bearer {TRADING_TOKEN}"
+    only_chat_went_upstream(pod)
+    assert runner_result_went_up(pod)  # Codex ran its shell itself
