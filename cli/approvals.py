@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from clawpod.cli.operator_api import (
+from .operator_api import (
     OperatorApiError,
     call,
     endpoint,

@@ -17,21 +17,21 @@ from typing import Any, TextIO
 
 import orjson
 
-from clawpod.cli.operator_api import (
-    OperatorApiError,
-    call,
-    endpoint,
-    operator_token,
-    pod_of,
-)
-from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV, AuditKeyError, audit_key
-from clawpod.sidecar.audit.verify import (
+from ..sidecar.audit.chain import AUDIT_KEY_ENV, AuditKeyError, audit_key
+from ..sidecar.audit.verify import (
     LogLine,
     audit_files,
     is_keyed,
     log_lines,
     orphan_heads,
     verify_file,
+)
+from .operator_api import (
+    OperatorApiError,
+    call,
+    endpoint,
+    operator_token,
+    pod_of,
 )
 
 MAX_PROBLEMS_PER_FILE = 20
@@ -96,7 +96,7 @@ def verify_command(
 
 def _build_agents(build: Path) -> list[str]:
     """The agent ids of a build directory (its digest is checked as the sidecar checks it)."""
-    from clawpod.sidecar.manifest import BuildError, load_build
+    from ..sidecar.manifest import BuildError, load_build
 
     try:
         return sorted(load_build(build).agents)

@@ -12,9 +12,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, TextIO
 
-from clawpod.compiler.errors import CompileError, display_path
-from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
-from clawpod.sidecar.credential_files import OPERATOR_TOKEN_ENV
+from ..compiler.errors import CompileError, display_path
+from ..sidecar.audit.chain import AUDIT_KEY_ENV
+from ..sidecar.credential_files import OPERATOR_TOKEN_ENV
 
 TARGETS = ("compose", "kubernetes", "swarm")
 
@@ -220,12 +220,12 @@ def _warn(warnings: list[str], err: TextIO) -> None:
 
 
 def _compile(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from clawpod.compiler.output.build import write_build
-    from clawpod.compiler.output.host_isolation import engine_warning, local_engine_version
-    from clawpod.compiler.pod import compile_pod
+    from ..compiler.output.build import write_build
+    from ..compiler.output.host_isolation import engine_warning, local_engine_version
+    from ..compiler.pod import compile_pod
 
     if args.discover:
-        from clawpod.cli.discover import refresh_pod_descriptors
+        from .discover import refresh_pod_descriptors
 
         for path in refresh_pod_descriptors(args.pod):
             out.write(f"discovered the tools of {display_path(path)}\n")
@@ -256,7 +256,7 @@ def _run_line(target_kind: str, out: Path, pod: Any) -> str:
     if target_kind == "kubernetes":
         return f"kubectl apply -k {display_path(out / 'k8s')} (docs/kubernetes.md)"
     if target_kind == "swarm":
-        from clawpod.compiler.output.compose import project_name
+        from ..compiler.output.compose import project_name
 
         stack = display_path(out / "stack.yml")
         return f"docker stack deploy -c {stack} {project_name(pod.name)} (docs/swarm.md)"
@@ -264,7 +264,7 @@ def _run_line(target_kind: str, out: Path, pod: Any) -> str:
 
 
 def _sign(build: Path, key_env: str) -> None:
-    from clawpod.sidecar.build_signature import SignatureError, sign_digest
+    from ..sidecar.build_signature import SignatureError, sign_digest
 
     key = os.environ.get(key_env)
     if not key:
@@ -276,8 +276,8 @@ def _sign(build: Path, key_env: str) -> None:
 
 
 def _validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from clawpod.compiler.output.build import render_build
-    from clawpod.compiler.pod import compile_pod
+    from ..compiler.output.build import render_build
+    from ..compiler.pod import compile_pod
 
     pod = compile_pod(args.pod)
     _warn(pod.warnings, err)
@@ -317,7 +317,7 @@ def _not_a_build(path: Path) -> str | None:
 
 
 def _inspect(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from clawpod.cli.inspect import inspect_command
+    from .inspect import inspect_command
 
     if problem := _not_a_build(args.out):
         raise CompileError(problem)
@@ -326,7 +326,7 @@ def _inspect(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _discover(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from clawpod.cli.discover import discover_descriptor, write_descriptor
+    from .discover import discover_descriptor, write_descriptor
 
     descriptor = discover_descriptor(args.url, args.token_env)
     if args.out is None:
@@ -338,7 +338,7 @@ def _discover(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _schema(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from clawpod.cli.editor_schemas import descriptor_schema, pod_schema
+    from .editor_schemas import descriptor_schema, pod_schema
 
     schema = descriptor_schema() if args.kind == "descriptor" else pod_schema()
     out.write(json.dumps(schema, indent=2) + "\n")
@@ -346,7 +346,7 @@ def _schema(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _audit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from clawpod.cli.audit import remote_show_command, show_command, verify_command
+    from .audit import remote_show_command, show_command, verify_command
 
     if args.action == "show" and args.sidecar:
         return remote_show_command(args.sidecar, out, err, agent=args.agent, limit=args.limit)
@@ -359,7 +359,7 @@ def _audit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _approvals(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from clawpod.cli.approvals import approvals_command
+    from .approvals import approvals_command
 
     return approvals_command(args.action, args.sidecar, args.approval_id, args.reason, out, err)
 
@@ -391,7 +391,7 @@ def main(
 ) -> int:
     out, err = stdout or sys.stdout, stderr or sys.stderr
     args = _parser().parse_args(argv)  # exits with 2 on usage errors
-    from clawpod.sidecar.manifest import BuildError
+    from ..sidecar.manifest import BuildError
 
     try:
         return _COMMANDS[args.command](args, out, err)

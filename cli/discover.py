@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from clawpod.compiler.errors import CompileError
+from ..compiler.errors import CompileError
 
 DISCOVER_TIMEOUT_S = 30.0  # the whole listing, every page (the drift check's bound too)
 
@@ -23,8 +23,8 @@ async def _list_tools(url: str, headers: dict[str, str]) -> list[Any]:
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    from clawpod.sidecar.backends.mcp import all_tools
-    from clawpod.sidecar.backends.mcp_http import bounded_transport
+    from ..sidecar.backends.mcp import all_tools
+    from ..sidecar.backends.mcp_http import bounded_transport
 
     # The sidecar's bounded client: the same page, tool and answer-size bounds as its drift
     # check (a hostile service's endless listing costs clawc as little as the sidecar).

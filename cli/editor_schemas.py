@@ -6,8 +6,8 @@ from typing import Any
 
 from pydantic.json_schema import models_json_schema
 
-from clawpod.compiler.pod_file.spec import PodClaw, ServiceClaw
-from clawpod.compiler.services.descriptors import Descriptor
+from ..compiler.pod_file.spec import PodClaw, ServiceClaw
+from ..compiler.services.descriptors import Descriptor
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 

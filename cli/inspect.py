@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from clawpod.sidecar.manifest import (
+from ..sidecar.manifest import (
     QUARANTINE_FILE,
     AgentBuild,
     Build,

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from clawpod.compiler.pod_file.governance_spec import PrincipalSpec
-from clawpod.compiler.pod_file.grants import ServiceGrant, expand, union
-from clawpod.compiler.pod_file.reader import PodReader
-from clawpod.compiler.pod_file.spec import (
+from ..sidecar.manifest import Mode, ToolInjection, ToolPolicy
+from .pod_file.governance_spec import PrincipalSpec
+from .pod_file.grants import ServiceGrant, expand, union
+from .pod_file.reader import PodReader
+from .pod_file.spec import (
     AGENT_ID,
     SURFACE,
     AgentMarker,
@@ -16,9 +17,8 @@ from clawpod.compiler.pod_file.spec import (
     ServiceClaw,
     effective_policy,
 )
-from clawpod.compiler.services.descriptors import CompiledTool
-from clawpod.compiler.services.tool_services import ToolService, ToolServices
-from clawpod.sidecar.manifest import Mode, ToolInjection, ToolPolicy
+from .services.descriptors import CompiledTool
+from .services.tool_services import ToolService, ToolServices
 
 GrantedTools = list[tuple[ToolService, CompiledTool]]
 DEFAULTS_PATH = ("x-claw", "tools-defaults")

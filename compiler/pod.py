@@ -6,27 +6,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clawpod.compiler.agents import AgentPlan, GrantScope, plan_agents
-from clawpod.compiler.governance.credentials import (
+from ..sidecar.manifest import Governance, Provider, RouteTarget, Taint
+from .agents import AgentPlan, GrantScope, plan_agents
+from .governance.credentials import (
     check_principals,
     check_starvation,
     forbidden_variables,
     warn_unset_credentials,
 )
-from clawpod.compiler.governance.resolution import resolve_governance, resolve_taint
-from clawpod.compiler.pod_file.governance_spec import PrincipalSpec
-from clawpod.compiler.pod_file.providers import pod_providers
-from clawpod.compiler.pod_file.reader import PodReader, check_shapes
-from clawpod.compiler.pod_file.reserved import check_reserved
-from clawpod.compiler.pod_file.routes import pod_routes
-from clawpod.compiler.pod_file.spec import (
+from .governance.resolution import resolve_governance, resolve_taint
+from .pod_file.governance_spec import PrincipalSpec
+from .pod_file.providers import pod_providers
+from .pod_file.reader import PodReader, check_shapes
+from .pod_file.reserved import check_reserved
+from .pod_file.routes import pod_routes
+from .pod_file.spec import (
     PodClaw,
     ServiceClaw,
     read_pod_claw,
     read_service_claw,
 )
-from clawpod.compiler.services.tool_services import ToolService, ToolServices
-from clawpod.sidecar.manifest import Governance, Provider, RouteTarget, Taint
+from .services.tool_services import ToolService, ToolServices
 
 
 @dataclass

@@ -14,25 +14,25 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV, AuditKeyError
-from clawpod.sidecar.audit.log import AuditStateError
-from clawpod.sidecar.build_signature import SignatureError, verify_signature
-from clawpod.sidecar.credential_files import (
+from .audit.chain import AUDIT_KEY_ENV, AuditKeyError
+from .audit.log import AuditStateError
+from .build_signature import SignatureError, verify_signature
+from .credential_files import (
     OPERATOR_TOKEN_ENV,
     CredentialFileError,
     credential_names,
     with_credential_files,
 )
-from clawpod.sidecar.governance.webhooks import WEBHOOK_SECRET_ENV, WebhookSecretError
-from clawpod.sidecar.manifest import Build, BuildError, load_build
-from clawpod.sidecar.observability.logs import configure_logging
-from clawpod.sidecar.observability.tracing import configure_tracing
-from clawpod.sidecar.server.admin import create_admin_app
-from clawpod.sidecar.server.app import create_app
-from clawpod.sidecar.server.context import STATE_KEY
-from clawpod.sidecar.server.edge import EdgeLimits
-from clawpod.sidecar.server.serving import listen
-from clawpod.sidecar.state.lock import StateLock, StateLockError, instance_name
+from .governance.webhooks import WEBHOOK_SECRET_ENV, WebhookSecretError
+from .manifest import Build, BuildError, load_build
+from .observability.logs import configure_logging
+from .observability.tracing import configure_tracing
+from .server.admin import create_admin_app
+from .server.app import create_app
+from .server.context import STATE_KEY
+from .server.edge import EdgeLimits
+from .server.serving import listen
+from .state.lock import StateLock, StateLockError, instance_name
 
 log = logging.getLogger("clawpod.sidecar")  # run as __main__: named after the package
 DESCRIPTION = (

@@ -15,7 +15,7 @@ import binascii
 from pathlib import Path
 from typing import Any
 
-from clawpod.sidecar.manifest import BuildError, read_build_file
+from .manifest import BuildError, read_build_file
 
 SIGNATURE_NAME = "digest.sig"
 DIGEST_NAME = "digest.json"

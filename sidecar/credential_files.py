@@ -12,7 +12,7 @@ import os
 import stat
 from collections.abc import Iterable, Mapping
 
-from clawpod.sidecar.manifest import Build
+from .manifest import Build
 
 FILE_SUFFIX = "_FILE"
 # The sidecar's operator token: the compiler references it in the compose file, clawc's operator

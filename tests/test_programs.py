@@ -4,6 +4,7 @@ compiler's modules import each other without circles (docs/architecture.md, "The
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,29 @@ def test_the_compiler_packages_stack_without_circles() -> None:
     for module, deps in COMPILER.items():
         packages.setdefault(package_of(module), set()).update(package_of(d) for d in deps)
     assert_no_circles(packages)
+
+
+def absolute_clawpod_imports(path: Path) -> list[int]:
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        if any(name.split(".")[0] == "clawpod" for name in names):
+            lines.append(node.lineno)
+    return lines
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_imports_inside_the_programs_are_relative(program: str) -> None:
+    """An absolute ``clawpod.…`` import names a package whose folder is not ``clawpod/``, so
+    tools that follow imports by path draw no arrow for it (docs/architecture.md)."""
+    absolute = {
+        str(path.relative_to(REPO)): lines
+        for path in sorted((REPO / program).rglob("*.py"))
+        if (lines := absolute_clawpod_imports(path))
+    }
+    assert not absolute, f"absolute clawpod imports: {absolute}"

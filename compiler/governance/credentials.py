@@ -16,14 +16,14 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from clawpod.compiler.pod_file.governance_spec import PrincipalSpec
-from clawpod.compiler.pod_file.reader import PodReader
-from clawpod.compiler.pod_file.reserved import AGENT_ENV_NAMES
-from clawpod.compiler.pod_file.spec import PodClaw, ServiceClaw
-from clawpod.compiler.services.tool_services import ToolService, ToolServices
-from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
-from clawpod.sidecar.credential_files import OPERATOR_TOKEN_ENV
-from clawpod.sidecar.manifest import Provider
+from ...sidecar.audit.chain import AUDIT_KEY_ENV
+from ...sidecar.credential_files import OPERATOR_TOKEN_ENV
+from ...sidecar.manifest import Provider
+from ..pod_file.governance_spec import PrincipalSpec
+from ..pod_file.reader import PodReader
+from ..pod_file.reserved import AGENT_ENV_NAMES
+from ..pod_file.spec import PodClaw, ServiceClaw
+from ..services.tool_services import ToolService, ToolServices
 
 
 def check_principals(

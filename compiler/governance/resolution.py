@@ -9,18 +9,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from clawpod.compiler.agents import AgentPlan
-from clawpod.compiler.pod_file.governance_spec import RuleSpec, parse_rate
-from clawpod.compiler.pod_file.reader import PodReader, Where
-from clawpod.compiler.pod_file.spec import PodClaw, ServiceClaw
-from clawpod.compiler.services.tool_names import canonical_name
-from clawpod.compiler.services.tool_services import ToolService
-from clawpod.sidecar.governance.policy import (
+from ...sidecar.governance.policy import (
     condition_problem,
     exact_string_comparisons,
     tool_matches,
 )
-from clawpod.sidecar.manifest import Approvals, Governance, Taint, ToolRule
+from ...sidecar.manifest import Approvals, Governance, Taint, ToolRule
+from ..agents import AgentPlan
+from ..pod_file.governance_spec import RuleSpec, parse_rate
+from ..pod_file.reader import PodReader, Where
+from ..pod_file.spec import PodClaw, ServiceClaw
+from ..services.tool_names import canonical_name
+from ..services.tool_services import ToolService
 
 EVERY_AGENT = "*"
 

@@ -14,25 +14,7 @@ from typing import Any
 import jinja2
 import yaml
 
-from clawpod.compiler.agents import AgentPlan
-from clawpod.compiler.errors import CompileError
-from clawpod.compiler.output.compose import STATE_DIR, generate_compose
-from clawpod.compiler.output.kubernetes import kubernetes_files
-from clawpod.compiler.output.runner_configs import codex_config, langchain_config, mcp_config
-from clawpod.compiler.output.swarm import swarm_files
-from clawpod.compiler.pod import CompiledPod
-from clawpod.compiler.pod_file.reserved import (
-    ADMIN_HOST,
-    ADMIN_PORT,
-    AGENT_TOKEN_ENV,
-    MCP_URL,
-    agent_environment,
-)
-from clawpod.compiler.pod_file.spec import EdgeSpec
-from clawpod.compiler.services.descriptors import CompiledTool
-from clawpod.compiler.services.tool_names import canonical_name, present
-from clawpod.compiler.services.tool_services import ToolService
-from clawpod.sidecar.manifest import (
+from ...sidecar.manifest import (
     AdminListen,
     AgentManifest,
     EdgeConfig,
@@ -45,6 +27,24 @@ from clawpod.sidecar.manifest import (
     token_sha256,
     write_digest,
 )
+from ..agents import AgentPlan
+from ..errors import CompileError
+from ..pod import CompiledPod
+from ..pod_file.reserved import (
+    ADMIN_HOST,
+    ADMIN_PORT,
+    AGENT_TOKEN_ENV,
+    MCP_URL,
+    agent_environment,
+)
+from ..pod_file.spec import EdgeSpec
+from ..services.descriptors import CompiledTool
+from ..services.tool_names import canonical_name, present
+from ..services.tool_services import ToolService
+from .compose import STATE_DIR, generate_compose
+from .kubernetes import kubernetes_files
+from .runner_configs import codex_config, langchain_config, mcp_config
+from .swarm import swarm_files
 
 TOKEN_PREFIX = "claw_"
 TOKEN_PATTERN = re.compile(r"^claw_[A-Za-z0-9_-]{32,}$")

@@ -11,18 +11,18 @@ import re
 from pathlib import Path
 from typing import Any
 
-from clawpod.compiler.output.host_isolation import isolated_internal_network
-from clawpod.compiler.pod import CompiledPod
-from clawpod.compiler.pod_file.reserved import (
+from ...sidecar.audit.chain import AUDIT_KEY_ENV
+from ...sidecar.credential_files import OPERATOR_TOKEN_ENV
+from ...sidecar.governance.webhooks import WEBHOOK_SECRET_ENV
+from ..pod import CompiledPod
+from ..pod_file.reserved import (
     ADMIN_HOST,
     ADMIN_NETWORK,
     NETWORKS,
     SIDECAR_SERVICE,
     STATE_VOLUME,
 )
-from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
-from clawpod.sidecar.credential_files import OPERATOR_TOKEN_ENV
-from clawpod.sidecar.governance.webhooks import WEBHOOK_SECRET_ENV
+from .host_isolation import isolated_internal_network
 
 BUILD_MOUNT = "/claw/build"
 STATE_DIR = "/var/lib/claw"

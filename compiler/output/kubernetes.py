@@ -11,21 +11,21 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from clawpod.compiler.errors import CompileError
-from clawpod.compiler.output.compose import BUILD_MOUNT, CONTEXT_MOUNT, MCP_MOUNT, STATE_DIR
-from clawpod.compiler.output.workloads import (
+from ..errors import CompileError
+from ..pod import CompiledPod
+from ..pod_file.reserved import (
+    ADMIN_HOST,
+    ADMIN_PORT,
+    AGENT_TOKEN_ENV,
+    SIDECAR_SERVICE,
+)
+from .compose import BUILD_MOUNT, CONTEXT_MOUNT, MCP_MOUNT, STATE_DIR
+from .workloads import (
     Workload,
     interpolated,
     pod_networks,
     substitute,
     workloads,
-)
-from clawpod.compiler.pod import CompiledPod
-from clawpod.compiler.pod_file.reserved import (
-    ADMIN_HOST,
-    ADMIN_PORT,
-    AGENT_TOKEN_ENV,
-    SIDECAR_SERVICE,
 )
 
 AGENT_PORT = 8080

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from clawpod.compiler.pod_file.reserved import AGENT_TOKEN_ENV
+from ..pod_file.reserved import AGENT_TOKEN_ENV
 
 SERVER_NAME = "clawpod"
 # "http" is Streamable HTTP to both families below, under a different key: mcpServers readers

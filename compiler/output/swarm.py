@@ -14,10 +14,10 @@ import hashlib
 import re
 from typing import Any
 
-from clawpod.compiler.output.compose import BUILD_MOUNT, CONTEXT_MOUNT, MCP_MOUNT
-from clawpod.compiler.output.workloads import Workload, interpolated, workloads
-from clawpod.compiler.pod import CompiledPod
-from clawpod.compiler.pod_file.reserved import STATE_VOLUME
+from ..pod import CompiledPod
+from ..pod_file.reserved import STATE_VOLUME
+from .compose import BUILD_MOUNT, CONTEXT_MOUNT, MCP_MOUNT
+from .workloads import Workload, interpolated, workloads
 
 STACK_VERSION = "3.8"
 SECRETS_DIR = "/run/secrets"

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from clawpod.compiler.pod import CompiledPod
-from clawpod.compiler.pod_file.reserved import NETWORKS, SIDECAR_SERVICE
+from ..pod import CompiledPod
+from ..pod_file.reserved import NETWORKS, SIDECAR_SERVICE
 
 Role = Literal["agent", "tool", "service", "sidecar"]
 # Compose interpolation: ${NAME}, ${NAME:-default} and the other modifiers, $NAME; $$ is a '$'.

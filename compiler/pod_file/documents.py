@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from clawpod.compiler.errors import CompileError, pointer
+from ..errors import CompileError, pointer
 
 try:  # the C loader is much faster on big pod files; fall back when libyaml is absent
     _Loader: type[yaml.SafeLoader] = yaml.CSafeLoader  # type: ignore[assignment]

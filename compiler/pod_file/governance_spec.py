@@ -7,8 +7,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
-from clawpod.compiler.pod_file.reserved import ENV_NAME
-from clawpod.sidecar.manifest import ApprovalRequirement, Approver, Rate, RuleEffect
+from ...sidecar.manifest import ApprovalRequirement, Approver, Rate, RuleEffect
+from .reserved import ENV_NAME
 
 RATE = re.compile(r"^\s*(\d+)\s*/\s*(second|minute|hour)\s*$")
 Positive = Annotated[int, Strict(), Field(gt=0)]

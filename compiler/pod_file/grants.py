@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import PlainValidator, WithJsonSchema
 
-from clawpod.compiler.errors import CompileError
+from ..errors import CompileError
 
 SPREAD = "..."
 ALL = "all"

@@ -14,8 +14,8 @@ from pydantic import (
     model_validator,
 )
 
-from clawpod.compiler.pod_file.reserved import ENV_NAME
-from clawpod.sidecar.manifest import Price, Protocol, Provider, RouteTarget, StreamTools
+from ...sidecar.manifest import Price, Protocol, Provider, RouteTarget, StreamTools
+from .reserved import ENV_NAME
 
 # An exact id or a glob: letters, digits and the punctuation of real ids (`provider/model`,
 # Ollama's `name:tag`, Vertex's `model@version`), plus the glob characters `*`, `?`, `[...]`.

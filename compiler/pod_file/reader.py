@@ -7,8 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from clawpod.compiler.errors import CompileError, pointer
-from clawpod.compiler.pod_file.documents import Lines, load_file
+from ..errors import CompileError, pointer
+from .documents import Lines, load_file
 
 Where = tuple[str | int, ...]
 Fail = Callable[[str, Where], CompileError]

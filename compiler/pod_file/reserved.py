@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from clawpod.compiler.pod_file.reader import PodReader
+from .reader import PodReader
 
 SIDECAR_SERVICE = "claw-sidecar"
 SIDECAR_HOST_URL = f"http://{SIDECAR_SERVICE}:8080"

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from clawpod.compiler.pod_file.providers import RouteTargetSpec, brackets_balanced
-from clawpod.compiler.pod_file.reader import PodReader
-from clawpod.sidecar.manifest import Provider, RouteTarget, is_model_glob
+from ...sidecar.manifest import Provider, RouteTarget, is_model_glob
+from .providers import RouteTargetSpec, brackets_balanced
+from .reader import PodReader
 
 
 def pod_routes(

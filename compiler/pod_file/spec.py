@@ -16,18 +16,18 @@ from pydantic import (
     model_validator,
 )
 
-from clawpod.compiler.errors import CompileError
-from clawpod.compiler.pod_file.documents import validation_error
-from clawpod.compiler.pod_file.governance_spec import (
+from ...sidecar.manifest import Mode, OnMixed, TaintMode, ToolInjection, ToolPolicy
+from ..errors import CompileError
+from .documents import validation_error
+from .governance_spec import (
     ApprovalsSpec,
     BudgetSpec,
     PrincipalSpec,
     RuleSpec,
 )
-from clawpod.compiler.pod_file.grants import Grant, GrantItem
-from clawpod.compiler.pod_file.providers import ModelEntry, ProviderSpec, RouteTargetSpec
-from clawpod.compiler.pod_file.reader import PodReader, Where
-from clawpod.sidecar.manifest import Mode, OnMixed, TaintMode, ToolInjection, ToolPolicy
+from .grants import Grant, GrantItem
+from .providers import ModelEntry, ProviderSpec, RouteTargetSpec
+from .reader import PodReader, Where
 
 AGENT_ID = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
 SURFACE = re.compile(r"^service://(.+)$")

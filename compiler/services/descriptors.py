@@ -18,17 +18,17 @@ from pydantic import (
     field_validator,
 )
 
-from clawpod.compiler.errors import CompileError, pointer
-from clawpod.compiler.pod_file.documents import Lines, parse_document, validation_error
-from clawpod.compiler.pod_file.reserved import ENV_NAME
-from clawpod.compiler.services.schemas import SchemaProblem, normalise_schema, schema_key
-from clawpod.compiler.services.sources import DescriptorSource
-from clawpod.sidecar.manifest import DEFAULT_MCP_TTL_MS, HttpMethod, ToolAuth, definition_pin
-from clawpod.sidecar.path_template import (
+from ...sidecar.manifest import DEFAULT_MCP_TTL_MS, HttpMethod, ToolAuth, definition_pin
+from ...sidecar.path_template import (
     PathTemplateError,
     check_path_template,
     placeholder_names,
 )
+from ..errors import CompileError, pointer
+from ..pod_file.documents import Lines, parse_document, validation_error
+from ..pod_file.reserved import ENV_NAME
+from .schemas import SchemaProblem, normalise_schema, schema_key
+from .sources import DescriptorSource
 
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 TOOL_NAME = r"^[A-Za-z0-9_.-]{1,128}$"

@@ -13,8 +13,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from clawpod.compiler.errors import pointer
-from clawpod.sidecar.model.schema_refs import ref_parts, resolve_local_ref
+from ...sidecar.model.schema_refs import ref_parts, resolve_local_ref
+from ..errors import pointer
 
 # Keywords whose value is a schema, a list of schemas, or a map of name -> schema.
 _SCHEMA_VALUED = (

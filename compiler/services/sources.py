@@ -12,8 +12,8 @@ import tarfile
 from pathlib import Path
 from typing import Any, Protocol
 
-from clawpod.compiler.errors import CompileError
-from clawpod.compiler.pod_file.confined_files import (
+from ..errors import CompileError
+from ..pod_file.confined_files import (
     MAX_NAMED_FILE_BYTES,
     ConfinementError,
     read_limited,

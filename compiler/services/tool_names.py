@@ -14,7 +14,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable
 
-from clawpod.compiler.errors import CompileError
+from ..errors import CompileError
 
 MAX_LENGTH = 64
 _INVALID = re.compile(r"[^a-zA-Z0-9_-]")

@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from clawpod.compiler.pod_file.confined_files import ConfinementError, resolve_confined
-from clawpod.compiler.pod_file.reader import PodReader
-from clawpod.compiler.pod_file.spec import ServiceClaw
-from clawpod.compiler.services.descriptors import LoadedDescriptor, load_descriptor
-from clawpod.compiler.services.sources import DescriptorSource, FileSource, ImageSource
-from clawpod.sidecar.manifest import ToolAuth
+from ...sidecar.manifest import ToolAuth
+from ..pod_file.confined_files import ConfinementError, resolve_confined
+from ..pod_file.reader import PodReader
+from ..pod_file.spec import ServiceClaw
+from .descriptors import LoadedDescriptor, load_descriptor
+from .sources import DescriptorSource, FileSource, ImageSource
 
 # Cloud instance metadata services answer here; a tool pointed at one leaks the host's role.
 METADATA_NETWORKS = (ipaddress.ip_network("169.254.0.0/16"), ipaddress.ip_network("fd00:ec2::254"))

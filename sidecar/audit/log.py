@@ -37,8 +37,9 @@ from typing import Any
 
 import orjson
 
-from clawpod.sidecar.audit.bounds import bounded_record
-from clawpod.sidecar.audit.chain import (
+from ..observability.logs import rfc3339_now
+from .bounds import bounded_record
+from .chain import (
     GENESIS,
     KEYED,
     Head,
@@ -47,7 +48,6 @@ from clawpod.sidecar.audit.chain import (
     head_line,
     parse_head,
 )
-from clawpod.sidecar.observability.logs import rfc3339_now
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import orjson
 
-from clawpod.sidecar.manifest import ManagedTool
-from clawpod.sidecar.model.outcome import ToolOutcome
+from ..manifest import ManagedTool
+from ..model.outcome import ToolOutcome
 
 # Arguments are kept for the operator, but a runaway model must not bloat the log.
 MAX_ARGUMENT_BYTES = 64 * 1024

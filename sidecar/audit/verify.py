@@ -14,13 +14,13 @@ from typing import Any
 
 import orjson
 
-from clawpod.sidecar.audit.chain import (
+from .chain import (
     AUDIT_KEY_ENV,
     GENESIS,
     KEYED,
     record_hash,
 )
-from clawpod.sidecar.audit.log import MAX_UNWRITTEN, head_path, read_head
+from .log import MAX_UNWRITTEN, head_path, read_head
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,19 +15,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clawpod.sidecar.audit.log import AuditLog
-from clawpod.sidecar.audit.records import request_record
-from clawpod.sidecar.backends.http_request import RequestProblem
-from clawpod.sidecar.backends.mcp import LIST_TIMEOUT_S, BackendKey, McpBackends
-from clawpod.sidecar.backends.quarantine import REFUSAL_CODE, Quarantine
-from clawpod.sidecar.manifest import (
+from ..audit.log import AuditLog
+from ..audit.records import request_record
+from ..manifest import (
     DEFAULT_MCP_TTL_MS,
     QUARANTINE_FILE,
     AgentBuild,
     definition_pin,
     dump_json,
 )
-from clawpod.sidecar.observability.metrics import Metrics
+from ..observability.metrics import Metrics
+from .http_request import RequestProblem
+from .mcp import LIST_TIMEOUT_S, BackendKey, McpBackends
+from .quarantine import REFUSAL_CODE, Quarantine
 
 if TYPE_CHECKING:
     import mcp_types as types

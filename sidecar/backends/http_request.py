@@ -11,11 +11,11 @@ from urllib.parse import quote, urlencode
 
 import orjson
 
-from clawpod.sidecar.manifest import ManagedTool
-from clawpod.sidecar.model.canonical import digest
-from clawpod.sidecar.model.checked_call import CheckedCall
-from clawpod.sidecar.model.outcome import ToolOutcome, error_envelope, invalid_arguments
-from clawpod.sidecar.model.redaction import credential_secrets
+from ..manifest import ManagedTool
+from ..model.canonical import digest
+from ..model.checked_call import CheckedCall
+from ..model.outcome import ToolOutcome, error_envelope, invalid_arguments
+from ..model.redaction import credential_secrets
 
 CLAW_ID = "claw_id"
 QUERY_METHODS = frozenset({"GET", "DELETE"})

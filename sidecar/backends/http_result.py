@@ -11,10 +11,9 @@ from typing import Any
 
 import orjson
 
-from clawpod.sidecar.backends.http_request import ServiceRequest
-from clawpod.sidecar.model.outcome import ToolOutcome, error_envelope
-from clawpod.sidecar.model.redaction import redactor_for
-from clawpod.sidecar.transport import (
+from ..model.outcome import ToolOutcome, error_envelope
+from ..model.redaction import redactor_for
+from ..transport import (
     ConnectError,
     ConnectionClosed,
     HttpClient,
@@ -22,6 +21,7 @@ from clawpod.sidecar.transport import (
     Timeout,
     TransportError,
 )
+from .http_request import ServiceRequest
 
 # How far past the result limit a body is still read (and discarded) to learn its real size.
 MAX_COUNTED_BODY_BYTES = 64 * 1024 * 1024

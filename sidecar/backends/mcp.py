@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from clawpod.sidecar.backends.http_request import credential_header
-from clawpod.sidecar.backends.http_result import failed
-from clawpod.sidecar.backends.mcp_http import bounded, bounded_transport, result_bound
-from clawpod.sidecar.manifest import Execution, ManagedTool, ToolAuth
-from clawpod.sidecar.model.outcome import ToolOutcome, error_envelope
-from clawpod.sidecar.model.redaction import credential_secrets, redactor_for
+from ..manifest import Execution, ManagedTool, ToolAuth
+from ..model.outcome import ToolOutcome, error_envelope
+from ..model.redaction import credential_secrets, redactor_for
+from .http_request import credential_header
+from .http_result import failed
+from .mcp_http import bounded, bounded_transport, result_bound
 
 if TYPE_CHECKING:  # the SDK is imported when a build has MCP tools (it costs ~0.3 s to import)
     import mcp_types as types

@@ -3,8 +3,8 @@ agent, and every call to them refused with ``tool_definition_changed``."""
 
 from __future__ import annotations
 
-from clawpod.sidecar.manifest import AgentBuild, ManagedTool, ToolsManifest
-from clawpod.sidecar.model.outcome import ToolOutcome, refused
+from ..manifest import AgentBuild, ManagedTool, ToolsManifest
+from ..model.outcome import ToolOutcome, refused
 
 REFUSAL_CODE = "tool_definition_changed"
 

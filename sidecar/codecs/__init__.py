@@ -5,10 +5,10 @@ A new protocol is one module with a ``Codec`` subclass and one line in ``CODECS`
 
 from collections.abc import Mapping
 
-from clawpod.sidecar.codecs.anthropic import AnthropicCodec
-from clawpod.sidecar.codecs.base import Codec, WireCodec
-from clawpod.sidecar.codecs.openai import OpenAICodec
-from clawpod.sidecar.codecs.responses import ResponsesCodec
+from .anthropic import AnthropicCodec
+from .base import Codec, WireCodec
+from .openai import OpenAICodec
+from .responses import ResponsesCodec
 
 # Codecs hold no state: one instance serves every request.
 CODECS: tuple[Codec, ...] = (OpenAICodec(), AnthropicCodec(), ResponsesCodec())

@@ -6,23 +6,14 @@ from typing import Any
 
 import orjson
 
-from clawpod.sidecar.codecs.anthropic_stream import (
-    MessagesAssembler,
-    MessagesClientStream,
-    goes_before_text,
-    has_text,
-)
-from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.codecs.sse import event_frame, pieces
-from clawpod.sidecar.codecs.streaming import shown_live
-from clawpod.sidecar.model.canonical import (
+from ..model.canonical import (
     canonical_arguments,
     canonical_json,
     digest,
     identifying_text,
     normalise_id,
 )
-from clawpod.sidecar.model.conversation import (
+from ..model.conversation import (
     CodecError,
     Conversation,
     ModelTurn,
@@ -31,7 +22,16 @@ from clawpod.sidecar.model.conversation import (
     ToolResult,
     ToolSpec,
 )
-from clawpod.sidecar.model.errors import ApiError
+from ..model.errors import ApiError
+from .anthropic_stream import (
+    MessagesAssembler,
+    MessagesClientStream,
+    goes_before_text,
+    has_text,
+)
+from .base import Codec
+from .sse import event_frame, pieces
+from .streaming import shown_live
 
 TEXT_PIECE = 256
 # Blocks that carry a JSON ``input`` streamed as input_json_delta.

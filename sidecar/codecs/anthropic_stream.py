@@ -9,10 +9,10 @@ from typing import Any
 
 import orjson
 
-from clawpod.sidecar.codecs.sse import event_frame
-from clawpod.sidecar.codecs.streaming import ClientStream, TextDelta, TurnAssembler
-from clawpod.sidecar.model.conversation import CodecError
-from clawpod.sidecar.model.errors import ApiError
+from ..model.conversation import CodecError
+from ..model.errors import ApiError
+from .sse import event_frame
+from .streaming import ClientStream, TextDelta, TurnAssembler
 
 Render = Callable[[dict[str, Any]], list[bytes]]
 BlockEvents = Callable[[int, dict[str, Any]], list[bytes]]

@@ -22,8 +22,7 @@ from typing import Any, ClassVar, Literal, Protocol
 
 import orjson
 
-from clawpod.sidecar.codecs.streaming import ClientStream, EndMarkerWatch, TurnAssembler
-from clawpod.sidecar.model.conversation import (
+from ..model.conversation import (
     CodecError,
     Conversation,
     ModelTurn,
@@ -31,7 +30,8 @@ from clawpod.sidecar.model.conversation import (
     ToolResult,
     ToolSpec,
 )
-from clawpod.sidecar.model.errors import ApiError
+from ..model.errors import ApiError
+from .streaming import ClientStream, EndMarkerWatch, TurnAssembler
 
 ProviderApi = Literal["openai", "anthropic"]
 

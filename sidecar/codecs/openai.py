@@ -6,22 +6,14 @@ from typing import Any
 
 import orjson
 
-from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.codecs.openai_shapes import STRUCTURED_FORMATS, OpenAIShapes
-from clawpod.sidecar.codecs.openai_stream import (
-    ChatAssembler,
-    ChatClientStream,
-    UsageChunkStripper,
-)
-from clawpod.sidecar.codecs.sse import DONE, data_frame, pieces
-from clawpod.sidecar.model.canonical import (
+from ..model.canonical import (
     canonical_arguments,
     canonical_json,
     digest,
     identifying_text,
     normalise_id,
 )
-from clawpod.sidecar.model.conversation import (
+from ..model.conversation import (
     CodecError,
     Conversation,
     ModelTurn,
@@ -30,7 +22,15 @@ from clawpod.sidecar.model.conversation import (
     ToolResult,
     ToolSpec,
 )
-from clawpod.sidecar.model.errors import ApiError
+from ..model.errors import ApiError
+from .base import Codec
+from .openai_shapes import STRUCTURED_FORMATS, OpenAIShapes
+from .openai_stream import (
+    ChatAssembler,
+    ChatClientStream,
+    UsageChunkStripper,
+)
+from .sse import DONE, data_frame, pieces
 
 TEXT_PIECE = 256
 SIMPLE_CHOICES = ("auto", "none", "required")

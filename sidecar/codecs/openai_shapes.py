@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from clawpod.sidecar.model.errors import ApiError
+from ..model.errors import ApiError
 
 # Structured-output formats (``response_format`` / ``text.format`` types) that want data.
 STRUCTURED_FORMATS = ("json_schema", "json_object")

@@ -13,27 +13,14 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from clawpod.sidecar.codecs.approval_items import check_answers, is_sidecar_tool
-from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.codecs.openai_shapes import STRUCTURED_FORMATS, OpenAIShapes
-from clawpod.sidecar.codecs.responses_stream import (
-    TERMINAL_EVENTS,
-    ResponsesAssembler,
-    ResponsesClientStream,
-    goes_before_text,
-    has_text,
-    text_parts,
-)
-from clawpod.sidecar.codecs.sse import event_frame, pieces
-from clawpod.sidecar.codecs.streaming import shown_live
-from clawpod.sidecar.model.canonical import (
+from ..model.canonical import (
     canonical_arguments,
     canonical_json,
     digest,
     identifying_text,
     normalise_text,
 )
-from clawpod.sidecar.model.conversation import (
+from ..model.conversation import (
     CodecError,
     Conversation,
     ModelTurn,
@@ -42,7 +29,20 @@ from clawpod.sidecar.model.conversation import (
     ToolResult,
     ToolSpec,
 )
-from clawpod.sidecar.model.errors import ApiError
+from ..model.errors import ApiError
+from .approval_items import check_answers, is_sidecar_tool
+from .base import Codec
+from .openai_shapes import STRUCTURED_FORMATS, OpenAIShapes
+from .responses_stream import (
+    TERMINAL_EVENTS,
+    ResponsesAssembler,
+    ResponsesClientStream,
+    goes_before_text,
+    has_text,
+    text_parts,
+)
+from .sse import event_frame, pieces
+from .streaming import shown_live
 
 TEXT_PIECE = 256
 SIMPLE_CHOICES = ("auto", "none", "required")

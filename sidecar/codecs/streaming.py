@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from clawpod.sidecar.codecs.sse import EventReader
-from clawpod.sidecar.model.errors import ApiError
+from ..model.errors import ApiError
+from .sse import EventReader
 
 
 @dataclass(slots=True, frozen=True)

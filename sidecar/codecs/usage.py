@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from clawpod.sidecar.codecs.base import WireCodec
+from .base import WireCodec
 
 _MAX_PENDING_LINE = 1 << 20
 

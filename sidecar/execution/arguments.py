@@ -14,10 +14,10 @@ import orjson
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from clawpod.sidecar.manifest import ManagedTool
-from clawpod.sidecar.model.canonical import canonical_json
-from clawpod.sidecar.model.checked_call import CheckedCall
-from clawpod.sidecar.model.outcome import ToolOutcome, invalid_arguments
+from ..manifest import ManagedTool
+from ..model.canonical import canonical_json
+from ..model.checked_call import CheckedCall
+from ..model.outcome import ToolOutcome, invalid_arguments
 
 MAX_REPORTED_SCHEMA_ERRORS = 8
 MAX_ERROR_TEXT = 300

@@ -13,22 +13,22 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from clawpod.sidecar.backends.http_request import RequestProblem, build_request
-from clawpod.sidecar.backends.http_result import send
-from clawpod.sidecar.backends.mcp import McpBackends
-from clawpod.sidecar.backends.quarantine import Quarantine
-from clawpod.sidecar.execution.arguments import ArgumentCheck
-from clawpod.sidecar.execution.runner import CallLimits, ToolRunner
-from clawpod.sidecar.manifest import ManagedTool
-from clawpod.sidecar.model.checked_call import CheckedCall
-from clawpod.sidecar.model.outcome import ToolOutcome
-from clawpod.sidecar.observability import tracing
-from clawpod.sidecar.observability.metrics import Metrics, connection_counts
-from clawpod.sidecar.path_template import split_path_template
-from clawpod.sidecar.tasks import ShieldedTasks
-from clawpod.sidecar.transport import (
+from ..backends.http_request import RequestProblem, build_request
+from ..backends.http_result import send
+from ..backends.mcp import McpBackends
+from ..backends.quarantine import Quarantine
+from ..manifest import ManagedTool
+from ..model.checked_call import CheckedCall
+from ..model.outcome import ToolOutcome
+from ..observability import tracing
+from ..observability.metrics import Metrics, connection_counts
+from ..path_template import split_path_template
+from ..tasks import ShieldedTasks
+from ..transport import (
     HttpClient,
 )
+from .arguments import ArgumentCheck
+from .runner import CallLimits, ToolRunner
 
 # Tool calls beyond this many at once to one service wait for a free connection.
 MAX_CONNECTIONS_PER_SERVICE = 128

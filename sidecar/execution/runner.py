@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from clawpod.sidecar.model.checked_call import CheckedCall
-from clawpod.sidecar.model.outcome import ToolOutcome
+from ..model.checked_call import CheckedCall
+from ..model.outcome import ToolOutcome
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from clawpod.sidecar.state.approvals import Approval, ApprovalStore
+from ..state.approvals import Approval, ApprovalStore
 
 
 class ApprovalWaits:

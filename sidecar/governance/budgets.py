@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
-from clawpod.sidecar.manifest import Governance
-from clawpod.sidecar.state.budgets import SpentToday, utc_day
+from ..manifest import Governance
+from ..state.budgets import SpentToday, utc_day
 
 EVERY_AGENT = "*"
 T = TypeVar("T", int, float)

@@ -14,22 +14,22 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from clawpod.sidecar.audit.log import AuditLog
-from clawpod.sidecar.governance.policy import Decision
-from clawpod.sidecar.manifest import Approvals
-from clawpod.sidecar.model.checked_call import CheckedCall
-from clawpod.sidecar.model.client_approval import (
+from ..audit.log import AuditLog
+from ..manifest import Approvals
+from ..model.checked_call import CheckedCall
+from ..model.client_approval import (
     ClientAnswer,
     ClientApproval,
     approval_requested,
 )
-from clawpod.sidecar.model.outcome import ToolOutcome, refused
-from clawpod.sidecar.observability.metrics import Metrics
-from clawpod.sidecar.state.approvals import (
+from ..model.outcome import ToolOutcome, refused
+from ..observability.metrics import Metrics
+from ..state.approvals import (
     Approval,
     ApprovalStore,
     open_approval,
 )
+from .policy import Decision
 
 log = logging.getLogger("sidecar.approvals")
 

@@ -13,23 +13,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
-from clawpod.sidecar.audit.log import AuditLog
-from clawpod.sidecar.backends.quarantine import Quarantine
-from clawpod.sidecar.execution.arguments import ArgumentCheck
-from clawpod.sidecar.execution.executor import ToolExecutor
-from clawpod.sidecar.execution.runner import CallLimits, ToolRunner
-from clawpod.sidecar.governance.approval_waits import ApprovalWaits
-from clawpod.sidecar.governance.client_approvals import ClientApprovals, asks_client
-from clawpod.sidecar.governance.policy import (
-    UNTAINTED_REQUEST,
-    Policy,
-    tool_matches,
-)
-from clawpod.sidecar.governance.policy import Decision as RuleDecision
-from clawpod.sidecar.governance.rates import RateLimiter
-from clawpod.sidecar.governance.taint_guard import ArgumentGuard
-from clawpod.sidecar.governance.webhooks import ApprovalWebhook
-from clawpod.sidecar.manifest import (
+from ..audit.log import AuditLog
+from ..backends.quarantine import Quarantine
+from ..execution.arguments import ArgumentCheck
+from ..execution.executor import ToolExecutor
+from ..execution.runner import CallLimits, ToolRunner
+from ..manifest import (
     AgentBuild,
     Approvals,
     Effect,
@@ -37,19 +26,30 @@ from clawpod.sidecar.manifest import (
     ManagedTool,
     Taint,
 )
-from clawpod.sidecar.model.checked_call import CheckedCall
-from clawpod.sidecar.model.client_approval import ClientApproval
-from clawpod.sidecar.model.outcome import ToolOutcome, refused
-from clawpod.sidecar.model.taint import (
+from ..model.checked_call import CheckedCall
+from ..model.client_approval import ClientApproval
+from ..model.outcome import ToolOutcome, refused
+from ..model.taint import (
     TAINTED,
     UNTAINTED,
     RequestTaint,
     fenced,
     held_when_tainted,
 )
-from clawpod.sidecar.observability.metrics import Metrics
-from clawpod.sidecar.state.approvals import Approval, ApprovalStore, Decision, open_approval
-from clawpod.sidecar.tasks import ShieldedTasks
+from ..observability.metrics import Metrics
+from ..state.approvals import Approval, ApprovalStore, Decision, open_approval
+from ..tasks import ShieldedTasks
+from .approval_waits import ApprovalWaits
+from .client_approvals import ClientApprovals, asks_client
+from .policy import (
+    UNTAINTED_REQUEST,
+    Policy,
+    tool_matches,
+)
+from .policy import Decision as RuleDecision
+from .rates import RateLimiter
+from .taint_guard import ArgumentGuard
+from .webhooks import ApprovalWebhook
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from typing import Any
 import cel
 from cel.stdlib import EXTENSIONS
 
-from clawpod.sidecar.manifest import (
+from ..manifest import (
     MCP_DEFAULT_ANNOTATIONS,
     Approver,
     Governance,
@@ -36,7 +36,7 @@ from clawpod.sidecar.manifest import (
     RuleEffect,
     ToolRule,
 )
-from clawpod.sidecar.model.schema_refs import resolve_local_ref
+from ..model.schema_refs import resolve_local_ref
 
 # cel-go's strings extension (lowerAscii, upperAscii, trim, ...): case-aware rules need it.
 STRING_FUNCTIONS = EXTENSIONS["strings"]

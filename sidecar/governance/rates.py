@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from clawpod.sidecar.manifest import Rate
+from ..manifest import Rate
 
 
 @dataclass(slots=True)

@@ -15,11 +15,11 @@ from urllib.parse import unquote, urlsplit
 
 import orjson
 
-from clawpod.sidecar.credential_files import credential_names
-from clawpod.sidecar.manifest import AgentBuild, Build, ManagedTool, Taint
-from clawpod.sidecar.model.outcome import ToolOutcome, refused
-from clawpod.sidecar.model.redaction import REDACTED, Redactor
-from clawpod.sidecar.model.taint import TAINTED_ARGUMENT
+from ..credential_files import credential_names
+from ..manifest import AgentBuild, Build, ManagedTool, Taint
+from ..model.outcome import ToolOutcome, refused
+from ..model.redaction import REDACTED, Redactor
+from ..model.taint import TAINTED_ARGUMENT
 
 # Agent tokens as clawc mints them: the prefix and 32 random bytes, URL-safe base64.
 AGENT_TOKEN = re.compile(rb"claw_[A-Za-z0-9_-]{43}")

@@ -22,7 +22,7 @@ import orjson
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import EmptyWebhookSecretError
 
-from clawpod.sidecar.transport.client import HttpClient
+from ..transport.client import HttpClient
 
 log = logging.getLogger(__name__)
 

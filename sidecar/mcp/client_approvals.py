@@ -28,16 +28,16 @@ from typing import Any
 
 import orjson
 
-from clawpod.sidecar.manifest import ManagedTool
-from clawpod.sidecar.mcp.http import sse_event
-from clawpod.sidecar.mcp.protocol import CallToolParams, Message
-from clawpod.sidecar.model.client_approval import (
+from ..manifest import ManagedTool
+from ..model.client_approval import (
     ClientAnswer,
     ClientApproval,
     requested_approval,
     unanswered,
 )
-from clawpod.sidecar.model.outcome import ToolOutcome
+from ..model.outcome import ToolOutcome
+from .http import sse_event
+from .protocol import CallToolParams, Message
 
 ELICIT = "elicitation/create"
 APPROVE = "approve"

@@ -19,15 +19,21 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from clawpod.sidecar.audit.log import AuditLog
-from clawpod.sidecar.audit.records import request_record, usage_record
-from clawpod.sidecar.audit.trace import trace_call
-from clawpod.sidecar.backends.http_request import idempotency_key
-from clawpod.sidecar.execution.runner import CallLimits
-from clawpod.sidecar.governance.gate import GovernedExecutor
-from clawpod.sidecar.manifest import AgentBuild, Effect, ManagedTool
-from clawpod.sidecar.mcp.client_approvals import ApprovalChannel, Elicitations, input_required
-from clawpod.sidecar.mcp.protocol import (
+from ..audit.log import AuditLog
+from ..audit.records import request_record, usage_record
+from ..audit.trace import trace_call
+from ..backends.http_request import idempotency_key
+from ..execution.runner import CallLimits
+from ..governance.gate import GovernedExecutor
+from ..manifest import AgentBuild, Effect, ManagedTool
+from ..model.client_approval import requested_approval
+from ..model.outcome import ToolOutcome, refused
+from ..observability import tracing
+from ..observability.metrics import Metrics
+from ..state.journal import has_side_effects
+from ..tasks import ShieldedTasks
+from .client_approvals import ApprovalChannel, Elicitations, input_required
+from .protocol import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     METHOD_NOT_FOUND,
@@ -42,18 +48,12 @@ from clawpod.sidecar.mcp.protocol import (
     tool_listing,
     tool_result,
 )
-from clawpod.sidecar.mcp.stateless import (
+from .stateless import (
     STATELESS_VERSIONS,
     complete,
     discover_result,
     tools_list_result,
 )
-from clawpod.sidecar.model.client_approval import requested_approval
-from clawpod.sidecar.model.outcome import ToolOutcome, refused
-from clawpod.sidecar.observability import tracing
-from clawpod.sidecar.observability.metrics import Metrics
-from clawpod.sidecar.state.journal import has_side_effects
-from clawpod.sidecar.tasks import ShieldedTasks
 
 log = logging.getLogger(__name__)
 

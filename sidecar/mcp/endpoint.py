@@ -22,16 +22,22 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from clawpod.sidecar.audit.log import AuditLog
-from clawpod.sidecar.governance.gate import GovernedExecutor
-from clawpod.sidecar.manifest import (
+from ..audit.log import AuditLog
+from ..governance.gate import GovernedExecutor
+from ..manifest import (
     DEFAULT_ALLOWED_HOSTS,
     DEFAULT_MAX_BODY_BYTES,
     AgentBuild,
 )
-from clawpod.sidecar.mcp.client_approvals import ApprovalChannel, can_elicit
-from clawpod.sidecar.mcp.dispatch import ROUTE, McpDispatch, McpRequest
-from clawpod.sidecar.mcp.http import (
+from ..model.json_cost import costs_over
+from ..observability.logs import log_request
+from ..observability.metrics import Metrics
+from ..request_body import read_body_once
+from ..tasks import ShieldedTasks
+from ..transport.keepalive import with_keepalives
+from .client_approvals import ApprovalChannel, can_elicit
+from .dispatch import ROUTE, McpDispatch, McpRequest
+from .http import (
     JSON,
     SSE,
     HttpError,
@@ -43,7 +49,7 @@ from clawpod.sidecar.mcp.http import (
     sse_event,
     write,
 )
-from clawpod.sidecar.mcp.protocol import (
+from .protocol import (
     BATCHES_UNTIL,
     INVALID_REQUEST,
     SUPPORTED_VERSIONS,
@@ -57,20 +63,14 @@ from clawpod.sidecar.mcp.protocol import (
     parse_params,
     result_response,
 )
-from clawpod.sidecar.mcp.sessions import Session, SessionStore
-from clawpod.sidecar.mcp.stateless import (
+from .sessions import Session, SessionStore
+from .stateless import (
     CAPABILITIES_META_KEY,
     ERROR_STATUS,
     Rejected,
     check_request,
     is_stateless,
 )
-from clawpod.sidecar.model.json_cost import costs_over
-from clawpod.sidecar.observability.logs import log_request
-from clawpod.sidecar.observability.metrics import Metrics
-from clawpod.sidecar.request_body import read_body_once
-from clawpod.sidecar.tasks import ShieldedTasks
-from clawpod.sidecar.transport.keepalive import with_keepalives
 
 SESSION_HEADER = "Mcp-Session-Id"
 VERSION_HEADER = "MCP-Protocol-Version"

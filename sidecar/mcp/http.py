@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 import orjson
 from aiohttp import web
 
-from clawpod.sidecar.mcp.protocol import INVALID_REQUEST, error_response
+from .protocol import INVALID_REQUEST, error_response
 
 JSON = "application/json"
 SSE = "text/event-stream"

@@ -8,8 +8,8 @@ from typing import Any, Literal, TypeVar
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from clawpod.sidecar.manifest import AgentBuild
-from clawpod.sidecar.model.outcome import ToolOutcome
+from ..manifest import AgentBuild
+from ..model.outcome import ToolOutcome
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600

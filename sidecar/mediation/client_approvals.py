@@ -19,12 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from clawpod.sidecar.codecs.approval_items import REQUEST, RESPONSE, answer_of, requested_id
-from clawpod.sidecar.mediation.commands import Remembered
-from clawpod.sidecar.model.canonical import digest
-from clawpod.sidecar.model.client_approval import ClientAnswer, requested_approval
-from clawpod.sidecar.model.conversation import ToolCall
-from clawpod.sidecar.model.outcome import ToolOutcome
+from ..codecs.approval_items import REQUEST, RESPONSE, answer_of, requested_id
+from ..model.canonical import digest
+from ..model.client_approval import ClientAnswer, requested_approval
+from ..model.conversation import ToolCall
+from ..model.outcome import ToolOutcome
+from .commands import Remembered
 
 ASKED = "approval-asked"
 ANSWERED = "approval-answered"

@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from clawpod.sidecar.model.checked_call import CheckedCall
-from clawpod.sidecar.model.client_approval import ClientApproval
-from clawpod.sidecar.model.conversation import ToolCall
-from clawpod.sidecar.model.errors import internal_error
-from clawpod.sidecar.model.outcome import ToolOutcome
-from clawpod.sidecar.model.taint import UNTAINTED, RequestTaint
+from ..model.checked_call import CheckedCall
+from ..model.client_approval import ClientApproval
+from ..model.conversation import ToolCall
+from ..model.errors import internal_error
+from ..model.outcome import ToolOutcome
+from ..model.taint import UNTAINTED, RequestTaint
 
 # --- commands -------------------------------------------------------------------------------
 

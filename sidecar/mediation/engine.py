@@ -15,10 +15,25 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clawpod.sidecar.codecs.approval_items import asking_turn
-from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.manifest import AgentBuild, Effect, ManagedTool, TaintMode
-from clawpod.sidecar.mediation.client_approvals import (
+from ..codecs.approval_items import asking_turn
+from ..codecs.base import Codec
+from ..manifest import AgentBuild, Effect, ManagedTool, TaintMode
+from ..model.canonical import digest
+from ..model.checked_call import CheckedCall
+from ..model.client_approval import ClientAnswer, ClientApproval, unanswered
+from ..model.conversation import (
+    CodecError,
+    ModelTurn,
+    ToolCall,
+    ToolChoice,
+    ToolResult,
+    ToolSpec,
+)
+from ..model.errors import upstream_failure
+from ..model.outcome import ToolOutcome, refused
+from ..model.taint import UNTAINTED, RequestTaint, held_when_tainted, withdrawn
+from ..model.usage import Usage
+from .client_approvals import (
     ANSWERED,
     ASKED,
     PendingRound,
@@ -28,7 +43,7 @@ from clawpod.sidecar.mediation.client_approvals import (
     record_key,
     settle,
 )
-from clawpod.sidecar.mediation.commands import (
+from .commands import (
     BeginStream,
     CallModel,
     Command,
@@ -45,21 +60,6 @@ from clawpod.sidecar.mediation.commands import (
     Respond,
     ToolsDone,
 )
-from clawpod.sidecar.model.canonical import digest
-from clawpod.sidecar.model.checked_call import CheckedCall
-from clawpod.sidecar.model.client_approval import ClientAnswer, ClientApproval, unanswered
-from clawpod.sidecar.model.conversation import (
-    CodecError,
-    ModelTurn,
-    ToolCall,
-    ToolChoice,
-    ToolResult,
-    ToolSpec,
-)
-from clawpod.sidecar.model.errors import upstream_failure
-from clawpod.sidecar.model.outcome import ToolOutcome, refused
-from clawpod.sidecar.model.taint import UNTAINTED, RequestTaint, held_when_tainted, withdrawn
-from clawpod.sidecar.model.usage import Usage
 
 CheckArguments = Callable[[ManagedTool, Any, str], "CheckedCall | ToolOutcome"]
 """The one argument check (execution/arguments.py), given by the driver: the engine stays

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from clawpod.sidecar.manifest import Effect, ManagedTool
-from clawpod.sidecar.model.canonical import digest
+from ..manifest import Effect, ManagedTool
+from .canonical import digest
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from clawpod.sidecar.model.outcome import ToolOutcome
+from .outcome import ToolOutcome
 
 ChoiceMode = Literal["auto", "none", "required", "named", "other"]
 

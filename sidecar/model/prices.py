@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from fnmatch import fnmatchcase
 
-from clawpod.sidecar.manifest import Price, Provider
+from ..manifest import Price, Provider
 
 TOKENS_PER_PRICE_UNIT = 1_000_000
 _CACHE_LIMIT = 4096

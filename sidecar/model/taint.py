@@ -9,8 +9,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from clawpod.sidecar.manifest import Effect, ManagedTool
-from clawpod.sidecar.model.outcome import ToolOutcome, refused
+from ..manifest import Effect, ManagedTool
+from .outcome import ToolOutcome, refused
 
 # The approval reason of a call held because its request is tainted.
 TAINTED = "tainted"

@@ -23,8 +23,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from clawpod.sidecar.model.outcome import ToolOutcome
-from clawpod.sidecar.transport import ConnectionCounts
+from ..model.outcome import ToolOutcome
+from ..transport import ConnectionCounts
 
 # The *_created series double the exposition size and no dashboard of ours reads them.
 disable_created_metrics()

@@ -13,18 +13,18 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from clawpod.sidecar.audit.records import request_record, usage_record
-from clawpod.sidecar.audit.trace import trace_call
-from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.mediation.engine import MediationEngine
-from clawpod.sidecar.model.prices import cost_usd
-from clawpod.sidecar.model.taint import TAINTED_ARGUMENT
-from clawpod.sidecar.observability import tracing
-from clawpod.sidecar.observability.logs import log_request, rfc3339_now
-from clawpod.sidecar.server.budget_gate import BYTES_PER_TOKEN, spend_budget
+from ..audit.records import request_record, usage_record
+from ..audit.trace import trace_call
+from ..codecs.base import Codec
+from ..mediation.engine import MediationEngine
+from ..model.prices import cost_usd
+from ..model.taint import TAINTED_ARGUMENT
+from ..observability import tracing
+from ..observability.logs import log_request, rfc3339_now
+from .budget_gate import BYTES_PER_TOKEN, spend_budget
 
 if TYPE_CHECKING:
-    from clawpod.sidecar.server.context import RequestContext
+    from .context import RequestContext
 
 log = logging.getLogger(__name__)
 

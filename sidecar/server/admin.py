@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterable
 
 from aiohttp import web
 
-from clawpod.sidecar.server.console import add_console
-from clawpod.sidecar.server.context import STATE_KEY, SidecarState
-from clawpod.sidecar.server.operator import add_operator_routes
-from clawpod.sidecar.server.routes import metrics_route, readyz
+from .console import add_console
+from .context import STATE_KEY, SidecarState
+from .operator import add_operator_routes
+from .routes import metrics_route, readyz
 
 RouteAdder = Callable[[web.UrlDispatcher], None]
 

@@ -9,34 +9,34 @@ from pathlib import Path
 
 from aiohttp import web
 
-from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV, audit_key
-from clawpod.sidecar.audit.log import AuditLog
-from clawpod.sidecar.backends.drift import DriftChecker
-from clawpod.sidecar.credential_files import OPERATOR_TOKEN_ENV
-from clawpod.sidecar.execution.executor import ToolExecutor
-from clawpod.sidecar.governance.budgets import TokenBudgets
-from clawpod.sidecar.governance.gate import GovernedExecutor
-from clawpod.sidecar.governance.taint_guard import held_credentials
-from clawpod.sidecar.governance.webhooks import WEBHOOK_SECRET_ENV, ApprovalWebhook, webhook_signer
-from clawpod.sidecar.manifest import Build
-from clawpod.sidecar.mcp.endpoint import McpEndpoint
-from clawpod.sidecar.model.prices import PriceBook
-from clawpod.sidecar.observability.metrics import Metrics
-from clawpod.sidecar.server.auth import TokenVerifier
-from clawpod.sidecar.server.context import STATE_KEY, SidecarState
-from clawpod.sidecar.server.llm_routes import add_llm_routes
-from clawpod.sidecar.server.protocol_errors import protocol_errors
-from clawpod.sidecar.server.routes import healthz, mcp, model, models
-from clawpod.sidecar.server.routing import ModelRouter
-from clawpod.sidecar.server.stream_tools import StreamToolsSupport
-from clawpod.sidecar.server.upstream import UpstreamClient
-from clawpod.sidecar.state.approvals import ApprovalStore
-from clawpod.sidecar.state.continuity import ContinuityStore
-from clawpod.sidecar.state.journal import RequestJournal
-from clawpod.sidecar.state.lock import StateLock, instance_name
-from clawpod.sidecar.state.stored_objects import StoredObjects
-from clawpod.sidecar.tasks import ShieldedTasks
-from clawpod.sidecar.transport.keepalive import keepalive_interval
+from ..audit.chain import AUDIT_KEY_ENV, audit_key
+from ..audit.log import AuditLog
+from ..backends.drift import DriftChecker
+from ..credential_files import OPERATOR_TOKEN_ENV
+from ..execution.executor import ToolExecutor
+from ..governance.budgets import TokenBudgets
+from ..governance.gate import GovernedExecutor
+from ..governance.taint_guard import held_credentials
+from ..governance.webhooks import WEBHOOK_SECRET_ENV, ApprovalWebhook, webhook_signer
+from ..manifest import Build
+from ..mcp.endpoint import McpEndpoint
+from ..model.prices import PriceBook
+from ..observability.metrics import Metrics
+from ..state.approvals import ApprovalStore
+from ..state.continuity import ContinuityStore
+from ..state.journal import RequestJournal
+from ..state.lock import StateLock, instance_name
+from ..state.stored_objects import StoredObjects
+from ..tasks import ShieldedTasks
+from ..transport.keepalive import keepalive_interval
+from .auth import TokenVerifier
+from .context import STATE_KEY, SidecarState
+from .llm_routes import add_llm_routes
+from .protocol_errors import protocol_errors
+from .routes import healthz, mcp, model, models
+from .routing import ModelRouter
+from .stream_tools import StreamToolsSupport
+from .upstream import UpstreamClient
 
 
 def create_app(

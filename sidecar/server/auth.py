@@ -6,8 +6,8 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 
-from clawpod.sidecar.manifest import AgentBuild, Build
-from clawpod.sidecar.model.errors import ApiError
+from ..manifest import AgentBuild, Build
+from ..model.errors import ApiError
 
 
 class AuthError(ApiError):

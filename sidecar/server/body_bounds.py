@@ -16,8 +16,8 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from clawpod.sidecar.model.errors import ApiError
-from clawpod.sidecar.model.json_cost import costs_over
+from ..model.errors import ApiError
+from ..model.json_cost import costs_over
 
 AGENT_BODY_BUDGET = 2  # body limits' worth of one agent's bodies at once
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from clawpod.sidecar.governance.budgets import seconds_to_next_day
-from clawpod.sidecar.model.errors import ApiError
-from clawpod.sidecar.model.prices import TOKENS_PER_PRICE_UNIT
-from clawpod.sidecar.server.key_pool import retry_after_header
+from ..governance.budgets import seconds_to_next_day
+from ..model.errors import ApiError
+from ..model.prices import TOKENS_PER_PRICE_UNIT
+from .key_pool import retry_after_header
 
 if TYPE_CHECKING:
-    from clawpod.sidecar.server.context import RequestContext, SidecarState
+    from .context import RequestContext, SidecarState
 
 # A rough count of tokens in JSON text: about four bytes each for English (OpenAI's own rule
 # of thumb); exact counts need each model's tokenizer, which the sidecar does not carry.

@@ -22,9 +22,10 @@ import jinja2
 import orjson
 from aiohttp import web
 
-from clawpod.sidecar.server import console_data
-from clawpod.sidecar.server.auth import AuthError
-from clawpod.sidecar.server.console_session import (
+from ..state.approvals import Approval, ApprovalError
+from . import console_data
+from .auth import AuthError
+from .console_session import (
     COOKIE_PATH,
     SESSION_COOKIE,
     SESSION_LIFETIME_S,
@@ -34,8 +35,7 @@ from clawpod.sidecar.server.console_session import (
     Sessions,
     same_secret,
 )
-from clawpod.sidecar.server.context import STATE_KEY, SidecarState
-from clawpod.sidecar.state.approvals import Approval, ApprovalError
+from .context import STATE_KEY, SidecarState
 
 SESSIONS_KEY: web.AppKey[Sessions] = web.AppKey("claw_console_sessions", Sessions)
 TEMPLATES_KEY: web.AppKey[jinja2.Environment] = web.AppKey(

@@ -14,8 +14,8 @@ from typing import Any
 
 import orjson
 
-from clawpod.sidecar.audit.verify import verify_file
-from clawpod.sidecar.server.context import SidecarState
+from ..audit.verify import verify_file
+from .context import SidecarState
 
 # Only the end of a log is read for a page: the newest records are the ones an operator asks
 # about, and a log can be far larger than a page should cost.

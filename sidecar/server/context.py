@@ -8,30 +8,30 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.manifest import AgentBuild, Provider, SidecarConfig
-from clawpod.sidecar.server.body_bounds import BodyBytesInFlight
-from clawpod.sidecar.state.stored_objects import StoredRef
-from clawpod.sidecar.tasks import ShieldedTasks
+from ..codecs.base import Codec
+from ..manifest import AgentBuild, Provider, SidecarConfig
+from ..state.stored_objects import StoredRef
+from ..tasks import ShieldedTasks
+from .body_bounds import BodyBytesInFlight
 
 if TYPE_CHECKING:
-    from clawpod.sidecar.audit.log import AuditLog
-    from clawpod.sidecar.backends.drift import DriftChecker
-    from clawpod.sidecar.execution.executor import ToolExecutor
-    from clawpod.sidecar.governance.budgets import TokenBudgets
-    from clawpod.sidecar.governance.gate import GovernedExecutor
-    from clawpod.sidecar.mcp.endpoint import McpEndpoint
-    from clawpod.sidecar.model.prices import PriceBook
-    from clawpod.sidecar.observability.metrics import Metrics
-    from clawpod.sidecar.server.auth import TokenVerifier
-    from clawpod.sidecar.server.routing import ModelRouter
-    from clawpod.sidecar.server.stream_tools import StreamToolsSupport
-    from clawpod.sidecar.server.translation_plan import Translations
-    from clawpod.sidecar.server.upstream import UpstreamClient
-    from clawpod.sidecar.state.continuity import ContinuityStore
-    from clawpod.sidecar.state.journal import RequestJournal
-    from clawpod.sidecar.state.lock import StateLock
-    from clawpod.sidecar.state.stored_objects import StoredObjects
+    from ..audit.log import AuditLog
+    from ..backends.drift import DriftChecker
+    from ..execution.executor import ToolExecutor
+    from ..governance.budgets import TokenBudgets
+    from ..governance.gate import GovernedExecutor
+    from ..mcp.endpoint import McpEndpoint
+    from ..model.prices import PriceBook
+    from ..observability.metrics import Metrics
+    from ..state.continuity import ContinuityStore
+    from ..state.journal import RequestJournal
+    from ..state.lock import StateLock
+    from ..state.stored_objects import StoredObjects
+    from .auth import TokenVerifier
+    from .routing import ModelRouter
+    from .stream_tools import StreamToolsSupport
+    from .translation_plan import Translations
+    from .upstream import UpstreamClient
 
 
 @dataclass

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.manifest import AgentBuild
-from clawpod.sidecar.mediation.engine import present_tools
-from clawpod.sidecar.model.conversation import CodecError, ToolSpec
+from ..codecs.base import Codec
+from ..manifest import AgentBuild
+from ..mediation.engine import present_tools
+from ..model.conversation import CodecError, ToolSpec
 
 
 def with_managed_tools(codec: Codec, agent: AgentBuild, body: dict[str, Any]) -> dict[str, Any]:

@@ -32,9 +32,9 @@ from typing import Any
 import orjson
 from aiohttp import StreamReader, web
 
-from clawpod.sidecar.manifest import EdgeConfig, SidecarConfig
-from clawpod.sidecar.model.errors import ApiError, internal_error
-from clawpod.sidecar.server.aiohttp_compat import HandlerBase, RunnerBase, ServerBase, check
+from ..manifest import EdgeConfig, SidecarConfig
+from ..model.errors import ApiError, internal_error
+from .aiohttp_compat import HandlerBase, RunnerBase, ServerBase, check
 
 log = logging.getLogger(__name__)
 # Connections looked at, oldest first, for one to close at the cap: a flood of new connections

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import contextlib
 
-from clawpod.sidecar.codecs.base import WireCodec
-from clawpod.sidecar.model.errors import ApiError
-from clawpod.sidecar.server.exchange import Exchange
+from ..codecs.base import WireCodec
+from ..model.errors import ApiError
+from .exchange import Exchange
 
 JSON_HEADERS = {"Content-Type": "application/json"}
 # SPEC 7.2: the official openai and anthropic SDKs send a request again on 408/409/429/5xx

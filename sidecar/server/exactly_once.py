@@ -17,9 +17,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from clawpod.sidecar.backends.http_request import idempotency_key
-from clawpod.sidecar.execution.runner import CallLimits
-from clawpod.sidecar.mediation.commands import (
+from ..backends.http_request import idempotency_key
+from ..execution.runner import CallLimits
+from ..mediation.commands import (
     CallModel,
     Event,
     ExecuteTools,
@@ -27,14 +27,14 @@ from clawpod.sidecar.mediation.commands import (
     PlannedExecution,
     ToolsDone,
 )
-from clawpod.sidecar.mediation.engine import MediationEngine
-from clawpod.sidecar.model.outcome import ToolOutcome, refused
-from clawpod.sidecar.server.accounting import report_state_write_failure
-from clawpod.sidecar.state.continuity import StateWriteFailed
-from clawpod.sidecar.state.journal import Attempt, call_key, has_side_effects, identities
+from ..mediation.engine import MediationEngine
+from ..model.outcome import ToolOutcome, refused
+from ..state.continuity import StateWriteFailed
+from ..state.journal import Attempt, call_key, has_side_effects, identities
+from .accounting import report_state_write_failure
 
 if TYPE_CHECKING:
-    from clawpod.sidecar.server.context import RequestContext
+    from .context import RequestContext
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping
 
 from aiohttp import web
 
-from clawpod.sidecar.model.errors import ApiError
-from clawpod.sidecar.request_body import no_accounting, read_body_once
-from clawpod.sidecar.server.edge import mark_authenticated
+from ..model.errors import ApiError
+from ..request_body import no_accounting, read_body_once
+from .edge import mark_authenticated
 
 ResponseHeaders = Mapping[str, str]
 

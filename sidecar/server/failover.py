@@ -14,20 +14,20 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from clawpod.sidecar.model.errors import ApiError
-from clawpod.sidecar.server.key_pool import (
+from ..model.errors import ApiError
+from ..transport import Response, TransportError
+from .key_pool import (
     KEY_REFUSED,
     KeyPool,
     PoolKey,
     retry_after_header,
     retry_after_s,
 )
-from clawpod.sidecar.server.upstream import UpstreamError, UpstreamTarget, translate_error
-from clawpod.sidecar.transport import Response, TransportError
+from .upstream import UpstreamError, UpstreamTarget, translate_error
 
 if TYPE_CHECKING:
-    from clawpod.sidecar.manifest import Provider
-    from clawpod.sidecar.server.context import RequestContext
+    from ..manifest import Provider
+    from .context import RequestContext
 
 R = TypeVar("R", Response, None)
 # Sends the request to one target with the model id that target knows it by.

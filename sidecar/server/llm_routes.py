@@ -16,25 +16,25 @@ from urllib.parse import quote
 import orjson
 from aiohttp import web
 
-from clawpod.sidecar.codecs import CODECS, V1
-from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.manifest import AgentBuild
-from clawpod.sidecar.model.errors import ApiError, internal_error
-from clawpod.sidecar.observability import tracing
-from clawpod.sidecar.observability.logs import log_request
-from clawpod.sidecar.server import translated
-from clawpod.sidecar.server.accounting import record_request
-from clawpod.sidecar.server.auth import AuthError
-from clawpod.sidecar.server.body_bounds import check_shape
-from clawpod.sidecar.server.budget_gate import admit, release
-from clawpod.sidecar.server.context import STATE_KEY, RequestContext, SidecarState
-from clawpod.sidecar.server.counting import with_managed_tools
-from clawpod.sidecar.server.errors import reply_error
-from clawpod.sidecar.server.exchange import AiohttpExchange, Exchange
-from clawpod.sidecar.server.mediated import handle_mediated
-from clawpod.sidecar.server.mediated_client import CLIENT_CLOSED
-from clawpod.sidecar.server.passthrough import pass_through
-from clawpod.sidecar.state.stored_objects import refs
+from ..codecs import CODECS, V1
+from ..codecs.base import Codec
+from ..manifest import AgentBuild
+from ..model.errors import ApiError, internal_error
+from ..observability import tracing
+from ..observability.logs import log_request
+from ..state.stored_objects import refs
+from . import translated
+from .accounting import record_request
+from .auth import AuthError
+from .body_bounds import check_shape
+from .budget_gate import admit, release
+from .context import STATE_KEY, RequestContext, SidecarState
+from .counting import with_managed_tools
+from .errors import reply_error
+from .exchange import AiohttpExchange, Exchange
+from .mediated import handle_mediated
+from .mediated_client import CLIENT_CLOSED
+from .passthrough import pass_through
 
 log = logging.getLogger(__name__)
 

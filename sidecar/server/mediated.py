@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from clawpod.sidecar.mediation.commands import (
+from ..mediation.commands import (
     BeginStream,
     CallModel,
     Command,
@@ -25,22 +25,22 @@ from clawpod.sidecar.mediation.commands import (
     Remember,
     Respond,
 )
-from clawpod.sidecar.mediation.engine import MediationEngine
-from clawpod.sidecar.server.accounting import (
+from ..mediation.engine import MediationEngine
+from ..state.continuity import StateWriteFailed
+from ..state.stored_objects import refs
+from .accounting import (
     ModelCharges,
     record_mediated,
     report_state_write_failure,
     scrubbed,
 )
-from clawpod.sidecar.server.exactly_once import ExactlyOnce, begin_attempt, side_effect_ran
-from clawpod.sidecar.server.exchange import Exchange
-from clawpod.sidecar.server.mediated_client import CLIENT_CLOSED, MediatedClient
-from clawpod.sidecar.server.model_call import call_model
-from clawpod.sidecar.state.continuity import StateWriteFailed
-from clawpod.sidecar.state.stored_objects import refs
+from .exactly_once import ExactlyOnce, begin_attempt, side_effect_ran
+from .exchange import Exchange
+from .mediated_client import CLIENT_CLOSED, MediatedClient
+from .model_call import call_model
 
 if TYPE_CHECKING:
-    from clawpod.sidecar.server.context import RequestContext
+    from .context import RequestContext
 
 log = logging.getLogger(__name__)
 

@@ -13,16 +13,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
-from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.codecs.streaming import ClientStream, TextDelta
-from clawpod.sidecar.mediation.commands import Fail, Respond
-from clawpod.sidecar.model.errors import ApiError
-from clawpod.sidecar.server.errors import FINAL_HEADERS, JSON_HEADERS
-from clawpod.sidecar.server.exchange import Exchange
-from clawpod.sidecar.transport.keepalive import with_keepalives
+from ..codecs.base import Codec
+from ..codecs.streaming import ClientStream, TextDelta
+from ..mediation.commands import Fail, Respond
+from ..model.errors import ApiError
+from ..transport.keepalive import with_keepalives
+from .errors import FINAL_HEADERS, JSON_HEADERS
+from .exchange import Exchange
 
 if TYPE_CHECKING:
-    from clawpod.sidecar.server.context import RequestContext
+    from .context import RequestContext
 
 log = logging.getLogger(__name__)
 

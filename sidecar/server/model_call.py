@@ -22,27 +22,27 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
-from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.codecs.streaming import TextDelta
-from clawpod.sidecar.mediation.commands import CallModel, Event, ModelFailed, ModelReplied
-from clawpod.sidecar.model.conversation import CodecError, Conversation
-from clawpod.sidecar.model.errors import ApiError
-from clawpod.sidecar.observability import tracing
-from clawpod.sidecar.server import translated, translated_stream
-from clawpod.sidecar.server.failover import open_upstream
-from clawpod.sidecar.server.stream_tools import REFUSAL_STATUSES, offers_tools
-from clawpod.sidecar.server.unserved import NOT_SERVED, not_served_message
-from clawpod.sidecar.server.upstream import (
+from ..codecs.base import Codec
+from ..codecs.streaming import TextDelta
+from ..mediation.commands import CallModel, Event, ModelFailed, ModelReplied
+from ..model.conversation import CodecError, Conversation
+from ..model.errors import ApiError
+from ..observability import tracing
+from ..translation import Untranslatable
+from ..transport import Response, TransportError
+from . import translated, translated_stream
+from .failover import open_upstream
+from .stream_tools import REFUSAL_STATUSES, offers_tools
+from .unserved import NOT_SERVED, not_served_message
+from .upstream import (
     UpstreamError,
     UpstreamResponse,
     UpstreamTarget,
     translate_error,
 )
-from clawpod.sidecar.translation import Untranslatable
-from clawpod.sidecar.transport import Response, TransportError
 
 if TYPE_CHECKING:
-    from clawpod.sidecar.server.context import RequestContext
+    from .context import RequestContext
 
 E = TypeVar("E")
 Show = Callable[[dict[str, Any], list[TextDelta]], Awaitable[None]]

@@ -15,11 +15,11 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from clawpod.sidecar.credential_files import OPERATOR_TOKEN_ENV
-from clawpod.sidecar.server.auth import AuthError, presented_token
-from clawpod.sidecar.server.console_data import AuditFilter, recent_records
-from clawpod.sidecar.server.context import STATE_KEY, SidecarState
-from clawpod.sidecar.state.approvals import ApprovalError
+from ..credential_files import OPERATOR_TOKEN_ENV
+from ..state.approvals import ApprovalError
+from .auth import AuthError, presented_token
+from .console_data import AuditFilter, recent_records
+from .context import STATE_KEY, SidecarState
 
 OPERATOR = "operator"
 MAX_REASON = 1000

@@ -11,25 +11,25 @@ from typing import Any
 
 import orjson
 
-from clawpod.sidecar.audit.records import usage_record
-from clawpod.sidecar.codecs.usage import StreamUsage
-from clawpod.sidecar.model.errors import ApiError, upstream_failure
-from clawpod.sidecar.observability import tracing
-from clawpod.sidecar.server import translated, translated_stream
-from clawpod.sidecar.server.accounting import record_request
-from clawpod.sidecar.server.budget_gate import BYTES_PER_TOKEN
-from clawpod.sidecar.server.context import RequestContext
-from clawpod.sidecar.server.errors import reply_error
-from clawpod.sidecar.server.exchange import Exchange
-from clawpod.sidecar.server.failover import open_upstream
-from clawpod.sidecar.server.unserved import NOT_SERVED, not_served_message
-from clawpod.sidecar.server.upstream import (
+from ..audit.records import usage_record
+from ..codecs.usage import StreamUsage
+from ..model.errors import ApiError, upstream_failure
+from ..observability import tracing
+from ..state.stored_objects import StoredRef, StreamedIds, refs
+from ..transport import Response, TransportError
+from . import translated, translated_stream
+from .accounting import record_request
+from .budget_gate import BYTES_PER_TOKEN
+from .context import RequestContext
+from .errors import reply_error
+from .exchange import Exchange
+from .failover import open_upstream
+from .unserved import NOT_SERVED, not_served_message
+from .upstream import (
     UpstreamError,
     UpstreamTarget,
     translate_error,
 )
-from clawpod.sidecar.state.stored_objects import StoredRef, StreamedIds, refs
-from clawpod.sidecar.transport import Response, TransportError
 
 
 def upstream_api_error(exc: UpstreamError) -> ApiError:

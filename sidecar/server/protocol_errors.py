@@ -9,12 +9,12 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from clawpod.sidecar.codecs import codec_for_caller
-from clawpod.sidecar.mcp.http import jsonrpc_error
-from clawpod.sidecar.model.errors import ApiError, internal_error
-from clawpod.sidecar.observability.logs import log_request
-from clawpod.sidecar.server.auth import AuthError
-from clawpod.sidecar.server.errors import JSON_HEADERS
+from ..codecs import codec_for_caller
+from ..mcp.http import jsonrpc_error
+from ..model.errors import ApiError, internal_error
+from ..observability.logs import log_request
+from .auth import AuthError
+from .errors import JSON_HEADERS
 
 log = logging.getLogger(__name__)
 JSONRPC_INTERNAL_ERROR = -32603

@@ -7,14 +7,14 @@ import os
 import orjson
 from aiohttp import web
 
-from clawpod.sidecar.codecs import codec_for_caller
-from clawpod.sidecar.manifest import AgentBuild
-from clawpod.sidecar.mcp.http import jsonrpc_error
-from clawpod.sidecar.model.errors import ApiError
-from clawpod.sidecar.observability import tracing
-from clawpod.sidecar.server.auth import AuthError
-from clawpod.sidecar.server.context import STATE_KEY
-from clawpod.sidecar.server.edge import mark_authenticated
+from ..codecs import codec_for_caller
+from ..manifest import AgentBuild
+from ..mcp.http import jsonrpc_error
+from ..model.errors import ApiError
+from ..observability import tracing
+from .auth import AuthError
+from .context import STATE_KEY
+from .edge import mark_authenticated
 
 JSONRPC_UNAUTHORIZED = -32001
 

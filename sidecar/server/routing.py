@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from fnmatch import fnmatchcase
 
-from clawpod.sidecar.codecs.base import ProviderApi
-from clawpod.sidecar.manifest import MODEL_GLOB_CHARACTERS, Provider, SidecarConfig, is_model_glob
-from clawpod.sidecar.model.errors import ApiError
-from clawpod.sidecar.model.known_models import KNOWN_MODELS
+from ..codecs.base import ProviderApi
+from ..manifest import MODEL_GLOB_CHARACTERS, Provider, SidecarConfig, is_model_glob
+from ..model.errors import ApiError
+from ..model.known_models import KNOWN_MODELS
 
 Api = ProviderApi
 _CACHE_LIMIT = 4096

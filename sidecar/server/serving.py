@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from clawpod.sidecar.server.edge import (
+from .edge import (
     EdgeLimits,
     EdgeRunner,
     EdgeServer,

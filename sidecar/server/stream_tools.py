@@ -14,7 +14,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from clawpod.sidecar.manifest import Provider, StreamTools
+from ..manifest import Provider, StreamTools
 
 log = logging.getLogger(__name__)
 

@@ -12,26 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from clawpod.sidecar.audit.records import usage_record
-from clawpod.sidecar.codecs import CODECS
-from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.mediation.commands import CallModel, Event, ModelFailed, ModelReplied
-from clawpod.sidecar.model.conversation import Conversation, ToolChoice
-from clawpod.sidecar.model.errors import ApiError, upstream_failure
-from clawpod.sidecar.server.accounting import record_request
-from clawpod.sidecar.server.budget_gate import BYTES_PER_TOKEN
-from clawpod.sidecar.server.counting import with_managed_tools
-from clawpod.sidecar.server.errors import reply_error
-from clawpod.sidecar.server.failover import open_upstream
-from clawpod.sidecar.server.translation_plan import Translations
-from clawpod.sidecar.server.upstream import (
-    UpstreamError,
-    UpstreamResponse,
-    UpstreamTarget,
-    read_whole,
-    translate_error,
-)
-from clawpod.sidecar.translation import (
+from ..audit.records import usage_record
+from ..codecs import CODECS
+from ..codecs.base import Codec
+from ..mediation.commands import CallModel, Event, ModelFailed, ModelReplied
+from ..model.conversation import Conversation, ToolChoice
+from ..model.errors import ApiError, upstream_failure
+from ..translation import (
     Translated,
     Untranslatable,
     target_protocol,
@@ -40,15 +27,28 @@ from clawpod.sidecar.translation import (
     untranslatable_error,
     unusable_reply,
 )
-from clawpod.sidecar.translation import (
+from ..translation import (
     translate_error as translate_provider_error,
 )
-from clawpod.sidecar.transport import Response, TransportError
+from ..transport import Response, TransportError
+from .accounting import record_request
+from .budget_gate import BYTES_PER_TOKEN
+from .counting import with_managed_tools
+from .errors import reply_error
+from .failover import open_upstream
+from .translation_plan import Translations
+from .upstream import (
+    UpstreamError,
+    UpstreamResponse,
+    UpstreamTarget,
+    read_whole,
+    translate_error,
+)
 
 if TYPE_CHECKING:
-    from clawpod.sidecar.manifest import Provider
-    from clawpod.sidecar.server.context import RequestContext
-    from clawpod.sidecar.server.exchange import Exchange
+    from ..manifest import Provider
+    from .context import RequestContext
+    from .exchange import Exchange
 
 _CODECS = {codec.name: codec for codec in CODECS}
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}

@@ -11,24 +11,24 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from clawpod.sidecar.audit.records import usage_record
-from clawpod.sidecar.codecs import CODECS
-from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.codecs.streaming import TurnAssembler
-from clawpod.sidecar.codecs.usage import StreamUsage
-from clawpod.sidecar.mediation.commands import Event, ModelFailed
-from clawpod.sidecar.model.errors import upstream_failure
-from clawpod.sidecar.server import translated
-from clawpod.sidecar.server.accounting import record_request
-from clawpod.sidecar.server.budget_gate import BYTES_PER_TOKEN
-from clawpod.sidecar.server.upstream import UpstreamResponse, UpstreamTarget, translate_error
-from clawpod.sidecar.translation import Translated, translate_request
-from clawpod.sidecar.translation.streams import StreamTranslator, stream_translator
-from clawpod.sidecar.transport import Response, TransportError
+from ..audit.records import usage_record
+from ..codecs import CODECS
+from ..codecs.base import Codec
+from ..codecs.streaming import TurnAssembler
+from ..codecs.usage import StreamUsage
+from ..mediation.commands import Event, ModelFailed
+from ..model.errors import upstream_failure
+from ..translation import Translated, translate_request
+from ..translation.streams import StreamTranslator, stream_translator
+from ..transport import Response, TransportError
+from . import translated
+from .accounting import record_request
+from .budget_gate import BYTES_PER_TOKEN
+from .upstream import UpstreamResponse, UpstreamTarget, translate_error
 
 if TYPE_CHECKING:
-    from clawpod.sidecar.server.context import RequestContext
-    from clawpod.sidecar.server.exchange import Exchange
+    from .context import RequestContext
+    from .exchange import Exchange
 
 _CODECS = {codec.name: codec for codec in CODECS}
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}

@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.translation import Translated, target_protocol
+from ..codecs.base import Codec
+from ..translation import Translated, target_protocol
 
 if TYPE_CHECKING:
-    from clawpod.sidecar.manifest import Provider
+    from ..manifest import Provider
 
 
 @dataclass(slots=True)

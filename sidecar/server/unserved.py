@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import orjson
 
-from clawpod.sidecar.codecs import CODECS
-from clawpod.sidecar.codecs.base import WireCodec
+from ..codecs import CODECS
+from ..codecs.base import WireCodec
 
 NOT_SERVED = "not_served"
 """The ``ModelFailed`` kind (and ``upstream_failure`` kind) of this refusal."""

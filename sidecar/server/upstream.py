@@ -8,12 +8,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from clawpod.sidecar.codecs import CODECS
-from clawpod.sidecar.manifest import Provider, SidecarConfig
-from clawpod.sidecar.model.redaction import StreamRedactor, redactor_for
-from clawpod.sidecar.observability.metrics import Metrics, connection_counts
-from clawpod.sidecar.server.key_pool import KeyPool
-from clawpod.sidecar.transport import (
+from ..codecs import CODECS
+from ..manifest import Provider, SidecarConfig
+from ..model.redaction import StreamRedactor, redactor_for
+from ..observability.metrics import Metrics, connection_counts
+from ..transport import (
     BodyTooLarge,
     ConnectError,
     Headers,
@@ -23,6 +22,7 @@ from clawpod.sidecar.transport import (
     Timeout,
     TransportError,
 )
+from .key_pool import KeyPool
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from clawpod.sidecar.manifest import DEFAULT_MAX_OPEN_APPROVALS, Approvals, Approver, ManagedTool
-from clawpod.sidecar.model.canonical import canonical_json, digest
-from clawpod.sidecar.model.outcome import ToolOutcome, refused
+from ..manifest import DEFAULT_MAX_OPEN_APPROVALS, Approvals, Approver, ManagedTool
+from ..model.canonical import canonical_json, digest
+from ..model.outcome import ToolOutcome, refused
 
 log = logging.getLogger(__name__)
 

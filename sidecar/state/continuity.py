@@ -38,7 +38,7 @@ from typing import Any
 
 import orjson
 
-from clawpod.sidecar.mediation.commands import Remembered
+from ..mediation.commands import Remembered
 
 log = logging.getLogger(__name__)
 

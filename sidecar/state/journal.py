@@ -59,15 +59,15 @@ from typing import Any
 
 import orjson
 
-from clawpod.sidecar.manifest import ManagedTool
-from clawpod.sidecar.model.canonical import (
+from ..manifest import ManagedTool
+from ..model.canonical import (
     canonical_arguments,
     canonical_json,
     digest,
     normalise_text,
 )
-from clawpod.sidecar.model.conversation import Conversation, ToolCall
-from clawpod.sidecar.model.outcome import ToolOutcome, refused
+from ..model.conversation import Conversation, ToolCall
+from ..model.outcome import ToolOutcome, refused
 
 log = logging.getLogger(__name__)
 

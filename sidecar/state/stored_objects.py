@@ -27,7 +27,7 @@ from typing import IO, TYPE_CHECKING, Literal
 import orjson
 
 if TYPE_CHECKING:
-    from clawpod.sidecar.codecs.base import WireCodec
+    from ..codecs.base import WireCodec
 
 log = logging.getLogger(__name__)
 

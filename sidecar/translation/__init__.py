@@ -45,10 +45,10 @@ from typing import Any
 
 import orjson
 
-from clawpod.sidecar.codecs.anthropic import ERROR_TYPES
-from clawpod.sidecar.model.errors import ApiError
-from clawpod.sidecar.translation import chat, messages, responses
-from clawpod.sidecar.translation.ir import Request, Untranslatable
+from ..codecs.anthropic import ERROR_TYPES
+from ..model.errors import ApiError
+from . import chat, messages, responses
+from .ir import Request, Untranslatable
 
 __all__ = [
     "PROTOCOL_TITLES",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from clawpod.sidecar.translation.ir import (
+from .ir import (
     Choice,
     FunctionTool,
     Message,
@@ -18,7 +18,7 @@ from clawpod.sidecar.translation.ir import (
     as_int,
     text_of,
 )
-from clawpod.sidecar.translation.parts import (
+from .parts import (
     arguments_object,
     arguments_text,
     as_dict,

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from clawpod.sidecar.translation.ir import Part, Untranslatable, Usage, as_int
+from .ir import Part, Untranslatable, Usage, as_int
 
 
 def data_url(part: Part) -> str:

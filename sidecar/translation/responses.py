@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from clawpod.sidecar.translation.ir import (
+from .ir import (
     Choice,
     FunctionTool,
     Message,
@@ -19,7 +19,7 @@ from clawpod.sidecar.translation.ir import (
     as_int,
     text_of,
 )
-from clawpod.sidecar.translation.parts import (
+from .parts import (
     as_dict,
     as_list,
     data_url,

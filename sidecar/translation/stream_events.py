@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from clawpod.sidecar.translation.ir import Part, Stop, Usage
+from .ir import Part, Stop, Usage
 
 
 @dataclass(slots=True, frozen=True)

@@ -17,11 +17,11 @@ from typing import Any
 
 import orjson
 
-from clawpod.sidecar.codecs.sse import EventReader
-from clawpod.sidecar.model.conversation import CodecError
-from clawpod.sidecar.translation import chat, messages, responses
-from clawpod.sidecar.translation.ir import Part, Stop, Usage, as_int
-from clawpod.sidecar.translation.stream_events import (
+from ..codecs.sse import EventReader
+from ..model.conversation import CodecError
+from . import chat, messages, responses
+from .ir import Part, Stop, Usage, as_int
+from .stream_events import (
     CallArguments,
     CallStarted,
     Ended,

@@ -15,11 +15,11 @@ from typing import Any
 
 import orjson
 
-from clawpod.sidecar.codecs.sse import DONE, data_frame, event_frame
-from clawpod.sidecar.model.errors import ApiError
-from clawpod.sidecar.translation import chat, messages, responses
-from clawpod.sidecar.translation.ir import FunctionTool, Part, Reply, Request, Stop, Usage
-from clawpod.sidecar.translation.stream_events import (
+from ..codecs.sse import DONE, data_frame, event_frame
+from ..model.errors import ApiError
+from . import chat, messages, responses
+from .ir import FunctionTool, Part, Reply, Request, Stop, Usage
+from .stream_events import (
     CallArguments,
     CallStarted,
     Ended,

@@ -11,15 +11,15 @@ protocol's error and end.
 
 from __future__ import annotations
 
-from clawpod.sidecar.codecs.base import Codec
-from clawpod.sidecar.model.errors import ApiError
-from clawpod.sidecar.translation.stream_readers import (
+from ..codecs.base import Codec
+from ..model.errors import ApiError
+from .stream_readers import (
     ChatStreamReader,
     MessagesStreamReader,
     ResponsesStreamReader,
     StreamReader,
 )
-from clawpod.sidecar.translation.stream_writers import (
+from .stream_writers import (
     ChatStreamWriter,
     MessagesStreamWriter,
     ResponsesStreamWriter,

@@ -1,7 +1,7 @@
 """Outbound HTTP: pooled keep-alive HTTP/1.1 to LLM providers and tool services."""
 
-from clawpod.sidecar.transport.client import HttpClient, PreparedRequest
-from clawpod.sidecar.transport.errors import (
+from .client import HttpClient, PreparedRequest
+from .errors import (
     BodyTooLarge,
     ConnectError,
     ConnectionClosed,
@@ -9,8 +9,8 @@ from clawpod.sidecar.transport.errors import (
     Timeout,
     TransportError,
 )
-from clawpod.sidecar.transport.http1 import Headers, Response
-from clawpod.sidecar.transport.pool import ConnectionCounts
+from .http1 import Headers, Response
+from .pool import ConnectionCounts
 
 __all__ = [
     "BodyTooLarge",

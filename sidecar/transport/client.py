@@ -9,9 +9,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from clawpod.sidecar.transport.errors import ConnectionClosed
-from clawpod.sidecar.transport.http1 import Response
-from clawpod.sidecar.transport.pool import ConnectionCounts, ConnectionPool, Origin
+from .errors import ConnectionClosed
+from .http1 import Response
+from .pool import ConnectionCounts, ConnectionPool, Origin
 
 # Safe to send again when a kept-alive connection turns out closed before any answer (RFC 9110
 # 9.2.2); a POST that was written is never repeated (docs/transport.md says when one is).

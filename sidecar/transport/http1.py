@@ -23,8 +23,8 @@ from typing import cast
 
 import httptools
 
-from clawpod.sidecar.transport.decoding import Inflater, inflater_for
-from clawpod.sidecar.transport.errors import (
+from .decoding import Inflater, inflater_for
+from .errors import (
     BodyTooLarge,
     ConnectionClosed,
     InvalidResponse,

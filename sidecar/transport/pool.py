@@ -8,8 +8,8 @@ import socket
 import ssl
 from dataclasses import dataclass
 
-from clawpod.sidecar.transport.errors import ConnectError, Timeout
-from clawpod.sidecar.transport.http1 import Connection
+from .errors import ConnectError, Timeout
+from .http1 import Connection
 
 
 @dataclass(frozen=True, slots=True)
