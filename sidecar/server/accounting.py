@@ -16,6 +16,7 @@ import orjson
 from ..audit.records import request_record, usage_record
 from ..audit.trace import trace_call
 from ..codecs.base import Codec
+from ..codecs.usage import StreamUsage
 from ..mediation.engine import MediationEngine
 from ..model.prices import cost_usd
 from ..model.taint import TAINTED_ARGUMENT
@@ -233,3 +234,25 @@ def _tool_trace(engine: MediationEngine, replayed: set[str]) -> list[dict[str, A
 
 def _replayed(call: dict[str, Any]) -> dict[str, Any]:
     return call | {"executed": False, "replayed": True, "latency_ms": 0.0}
+
+
+def stream_usage(ctx: RequestContext, usage: StreamUsage) -> dict[str, int]:
+    """A passing stream's usage as its provider counted it, or an estimate where it counted none."""
+    if not (usage.input_tokens or usage.output_tokens):
+        # Local servers often stream one token per event.
+        return estimated_usage(ctx, usage.events)
+    return usage_record(
+        usage.input_tokens,
+        usage.output_tokens,
+        rounds=1,
+        cache_read=usage.cache_read,
+        cache_creation=usage.cache_creation,
+    )
+
+
+def estimated_usage(ctx: RequestContext, output_tokens: int) -> dict[str, int]:
+    """Usage of an answer the provider did not count: the request's size in tokens and the
+    answer's estimate, marked so the audit tells it from a provider's count (#32)."""
+    usage = usage_record(ctx.request_bytes // BYTES_PER_TOKEN, output_tokens, rounds=1)
+    usage["estimated"] = True
+    return usage

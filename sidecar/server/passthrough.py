@@ -18,7 +18,7 @@ from ..observability import tracing
 from ..state.stored_objects import StoredRef, StreamedIds, refs
 from ..transport import Response, TransportError
 from . import translated, translated_stream
-from .accounting import record_request
+from .accounting import estimated_usage, record_request, stream_usage
 from .budget_gate import BYTES_PER_TOKEN
 from .context import RequestContext
 from .errors import reply_error
@@ -182,7 +182,7 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
         ctx,
         http_status=200,
         error_code=error_code,
-        usage=_stream_usage(ctx, usage),
+        usage=stream_usage(ctx, usage),
     )
 
 
@@ -213,7 +213,7 @@ async def _send(exchange: Exchange, status: int, body: bytes, headers: dict[str,
 
 
 def _record_later(ctx: RequestContext, code: str | None, usage: StreamUsage) -> None:
-    usage_now = _stream_usage(ctx, usage)
+    usage_now = stream_usage(ctx, usage)
     ctx.state.tasks.spawn(record_request(ctx, http_status=200, error_code=code, usage=usage_now))
 
 
@@ -222,29 +222,8 @@ def _body_usage(ctx: RequestContext, body: Any, answer_bytes: int) -> dict[str, 
     read, creation = ctx.codec.cache_counts(usage)
     tokens = ctx.codec.usage_counts(usage)
     if not any(tokens) and ctx.route == ctx.codec.route:  # side routes spend nothing
-        return _estimated(ctx, answer_bytes // BYTES_PER_TOKEN)
+        return estimated_usage(ctx, answer_bytes // BYTES_PER_TOKEN)
     return usage_record(*tokens, rounds=1, cache_read=read, cache_creation=creation)
-
-
-def _stream_usage(ctx: RequestContext, usage: StreamUsage) -> dict[str, int]:
-    if not (usage.input_tokens or usage.output_tokens):
-        # Local servers often stream one token per event.
-        return _estimated(ctx, usage.events)
-    return usage_record(
-        usage.input_tokens,
-        usage.output_tokens,
-        rounds=1,
-        cache_read=usage.cache_read,
-        cache_creation=usage.cache_creation,
-    )
-
-
-def _estimated(ctx: RequestContext, output_tokens: int) -> dict[str, int]:
-    """Usage of an answer the provider did not count: the request's size in tokens and the
-    answer's estimate, marked so the audit tells it from a provider's count (#32)."""
-    usage = usage_record(ctx.request_bytes // BYTES_PER_TOKEN, output_tokens, rounds=1)
-    usage["estimated"] = True
-    return usage
 
 
 def _with_model(raw: bytes | None, model: str | None) -> bytes | None:

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..audit.records import usage_record
 from ..codecs import CODECS
 from ..codecs.base import Codec
 from ..codecs.streaming import TurnAssembler
@@ -22,8 +21,7 @@ from ..translation import Translated, translate_request
 from ..translation.streams import StreamTranslator, stream_translator
 from ..transport import Response, TransportError
 from . import translated
-from .accounting import record_request
-from .budget_gate import BYTES_PER_TOKEN
+from .accounting import record_request, stream_usage
 from .upstream import UpstreamResponse, UpstreamTarget, translate_error
 
 if TYPE_CHECKING:
@@ -115,13 +113,15 @@ async def relay_translated_stream(
     except asyncio.CancelledError:
         code = _code(translator) if translator.closed else "client_disconnected"
         ctx.state.tasks.spawn(
-            record_request(ctx, http_status=200, error_code=code, usage=_usage(ctx, usage))
+            record_request(ctx, http_status=200, error_code=code, usage=stream_usage(ctx, usage))
         )
         raise
     finally:
         # Only a stream read to its end marker leaves its connection in a known state.
         upstream.release(reuse=translator.complete)
-    await record_request(ctx, http_status=200, error_code=error_code, usage=_usage(ctx, usage))
+    await record_request(
+        ctx, http_status=200, error_code=error_code, usage=stream_usage(ctx, usage)
+    )
 
 
 def _code(translator: StreamTranslator) -> str | None:
@@ -154,22 +154,6 @@ async def _relay(
         frames = translator.feed(chunk)
         if frames:
             await exchange.write(frames)
-
-
-def _usage(ctx: RequestContext, usage: StreamUsage) -> dict[str, Any]:
-    """The call's usage as its provider counted it (prices know each provider's sense of
-    input tokens), an estimate marked as such where it counted none (#32)."""
-    if not (usage.input_tokens or usage.output_tokens):
-        estimate = usage_record(ctx.request_bytes // BYTES_PER_TOKEN, usage.events, rounds=1)
-        estimate["estimated"] = True
-        return estimate
-    return usage_record(
-        usage.input_tokens,
-        usage.output_tokens,
-        rounds=1,
-        cache_read=usage.cache_read,
-        cache_creation=usage.cache_creation,
-    )
 
 
 # --- a mediated request's model calls ---------------------------------------------------------
