@@ -26,16 +26,13 @@ from ..codecs.base import Codec
 from ..codecs.streaming import TextDelta
 from ..mediation.commands import CallModel, Event, ModelFailed, ModelReplied
 from ..model.conversation import CodecError, Conversation
-from ..model.errors import ApiError
 from ..observability import tracing
-from ..translation import Untranslatable
 from ..transport import Response, TransportError
 from . import translated, translated_stream
 from .failover import open_upstream
 from .stream_tools import REFUSAL_STATUSES, offers_tools
 from .unserved import NOT_SERVED, not_served_message
 from .upstream import (
-    UpstreamError,
     UpstreamResponse,
     UpstreamTarget,
     translate_error,
@@ -128,12 +125,8 @@ async def _open(
 
     try:
         return await open_upstream(ctx, send)
-    except UpstreamError as exc:
-        return ModelFailed(exc.kind, exc.message)
-    except ApiError as err:  # every key rests
-        return ModelFailed("status", err.message, err.status, err.headers.get("retry-after"))
-    except Untranslatable as exc:
-        return ModelFailed("status", str(exc), 400)
+    except translated.CALL_FAILURES as exc:
+        return translated.model_failure(exc)
 
 
 def _refusal(ctx: RequestContext, codec: Codec, response: Response, data: bytes) -> ModelFailed:

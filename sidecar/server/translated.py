@@ -238,13 +238,22 @@ async def call_model(ctx: RequestContext, command: CallModel) -> Event:
 
     try:
         reply = await read_whole(await open_upstream(ctx, send), ctx.provider_name)
-    except UpstreamError as exc:
-        return ModelFailed(exc.kind, exc.message)
-    except ApiError as err:  # every key rests
-        return ModelFailed("status", err.message, err.status, err.headers.get("retry-after"))
-    except Untranslatable as exc:
-        return ModelFailed("status", str(exc), 400)
+    except CALL_FAILURES as exc:
+        return model_failure(exc)
     return reply_event(ctx, reply, spoken.get(ctx.provider_name or ""))
+
+
+# What opening a model call raises when no target answered usably.
+CALL_FAILURES = (UpstreamError, ApiError, Untranslatable)
+
+
+def model_failure(exc: Exception) -> ModelFailed:
+    """The engine's event for a model call that failed before any answer arrived."""
+    if isinstance(exc, UpstreamError):
+        return ModelFailed(exc.kind, exc.message)
+    if isinstance(exc, ApiError):  # every key rests
+        return ModelFailed("status", exc.message, exc.status, exc.headers.get("retry-after"))
+    return ModelFailed("status", str(exc), 400)
 
 
 def reply_event(
