@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from ..model.outcome import ToolOutcome, error_envelope
+from ..model.outcome import ToolOutcome, answered, error_envelope
 from ..model.redaction import redactor_for
 from ..transport import (
     ConnectError,
@@ -124,18 +124,7 @@ def outcome_for(
             )
             if data is not None:
                 envelope["data"] = data
-    if truncated:
-        envelope["truncated"] = True
-        envelope["original_bytes"] = original
-    return ToolOutcome(
-        envelope=envelope,
-        error_code=code,
-        status=status,
-        executed=True,
-        latency_ms=latency,
-        truncated=truncated,
-        original_bytes=original if truncated else None,
-    )
+    return answered(envelope, code, status, latency, original, truncated)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ..manifest import Execution, ManagedTool, ToolAuth
-from ..model.outcome import ToolOutcome, error_envelope
+from ..model.outcome import ToolOutcome, answered, error_envelope
 from ..model.redaction import credential_secrets, redactor_for
 from .http_request import credential_header
 from .http_result import failed
@@ -263,15 +263,5 @@ def outcome_for_result(
         envelope["data"] = data
     else:
         envelope = {"ok": True, "status": None, "data": data}
-    if truncated:
-        envelope["truncated"] = True
-        envelope["original_bytes"] = original
-    return ToolOutcome(
-        envelope=envelope,
-        error_code=code,
-        status=None,
-        executed=True,
-        latency_ms=(time.perf_counter() - started) * 1000,
-        truncated=truncated,
-        original_bytes=original if truncated else None,
-    )
+    latency_ms = (time.perf_counter() - started) * 1000
+    return answered(envelope, code, None, latency_ms, original, truncated)

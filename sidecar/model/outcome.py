@@ -55,3 +55,27 @@ def invalid_arguments(message: str, started: float | None = None) -> ToolOutcome
         executed=False,
         latency_ms=0.0 if started is None else (time.perf_counter() - started) * 1000,
     )
+
+
+def answered(
+    envelope: dict[str, Any],
+    code: str | None,
+    status: int | None,
+    latency_ms: float,
+    original_bytes: int,
+    truncated: bool,
+) -> ToolOutcome:
+    """The outcome of a call its service answered; an answer cut to the result limit says so
+    in the envelope the model sees."""
+    if truncated:
+        envelope["truncated"] = True
+        envelope["original_bytes"] = original_bytes
+    return ToolOutcome(
+        envelope=envelope,
+        error_code=code,
+        status=status,
+        executed=True,
+        latency_ms=latency_ms,
+        truncated=truncated,
+        original_bytes=original_bytes if truncated else None,
+    )
