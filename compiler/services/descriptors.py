@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Annotated, Any, Literal
 
 from jsonschema import Draft202012Validator, SchemaError
@@ -234,21 +235,20 @@ def _compile_tool(
         )
     annotations = spec.annotations.model_dump(exclude_none=True)
     pin = definition_pin(spec.name, spec.description, spec.inputSchema, annotations)
+    compiled = partial(
+        CompiledTool,
+        name=spec.name,
+        description=spec.description,
+        input_schema=schema,
+        annotations=annotations,
+        pin=pin,
+        untrusted_output=spec.untrusted_output,
+    )
     http = spec.http
     if http is None:
         if mcp is None:
             raise fail("a tool needs 'http', or the descriptor needs 'mcp' to run it over MCP")
-        return CompiledTool(
-            name=spec.name,
-            description=spec.description,
-            input_schema=schema,
-            annotations=annotations,
-            pin=pin,
-            transport="mcp",
-            path=mcp.path,
-            ttl_ms=mcp.ttl_ms,
-            untrusted_output=spec.untrusted_output,
-        )
+        return compiled(transport="mcp", path=mcp.path, ttl_ms=mcp.ttl_ms)
     try:
         check_path_template(http.path)
     except PathTemplateError as exc:
@@ -271,18 +271,8 @@ def _compile_tool(
         )
     if http.body_key and body != "json":
         raise fail("body_key is only valid with a JSON body", "http", "body_key")
-    return CompiledTool(
-        name=spec.name,
-        description=spec.description,
-        input_schema=schema,
-        annotations=annotations,
-        pin=pin,
-        transport="http",
-        method=http.method,
-        path=http.path,
-        body=body,
-        body_key=http.body_key,
-        untrusted_output=spec.untrusted_output,
+    return compiled(
+        transport="http", method=http.method, path=http.path, body=body, body_key=http.body_key
     )
 
 
