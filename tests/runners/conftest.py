@@ -7,12 +7,14 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from clawpod.sidecar.manifest import Provider
 from tests.mediation.conftest import TRADING_TOKEN, desk_tools
 from tests.runners.provider import QUOTE, ScriptedProvider
 from tests.support.builds import AgentSpec, providers_for, write_build
@@ -95,19 +97,32 @@ async def runner_pod(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIte
     provider = await ScriptedProvider(
         plan=marker.args if marker else (QUOTE,), failures=failures.args[0] if failures else 0
     ).start()
+
+    def agents(service_url: str) -> list[AgentSpec]:
+        return [
+            AgentSpec("mediated", desk_tools(service_url)),
+            AgentSpec("native", desk_tools(service_url), mode="native"),
+        ]
+
+    providers = providers_for(provider.url + "/v1", provider.url)
+    async with serving(tmp_path, provider, agents, providers) as pod:
+        yield pod
+
+
+@asynccontextmanager
+async def serving(
+    tmp_path: Path,
+    provider: ScriptedProvider,
+    agents: Callable[[str], list[AgentSpec]],
+    providers: dict[str, Provider],
+) -> AsyncIterator[RunnerPod]:
+    """A sidecar serving ``agents`` (given the trading service's URL) against ``provider``,
+    the service requiring its token; everything is stopped afterwards."""
     service = await ToolService().start()
     service.require_header("Authorization", f"Bearer {TRADING_TOKEN}")
-    root = tmp_path / "build"
-    tokens = write_build(
-        root,
-        [
-            AgentSpec("mediated", desk_tools(service.url)),
-            AgentSpec("native", desk_tools(service.url), mode="native"),
-        ],
-        providers_for(provider.url + "/v1", provider.url),
-    )
+    tokens = write_build(tmp_path / "build", agents(service.url), providers)
     env = {**TEST_PROVIDER_KEYS, "TRADING_TOKEN": TRADING_TOKEN}
-    sidecar = await start_sidecar(root, tmp_path / "state", env=env)
+    sidecar = await start_sidecar(tmp_path / "build", tmp_path / "state", env=env)
     home = tmp_path / "home"
     home.mkdir()
     try:

@@ -5,7 +5,6 @@ the runner's own tool back in the runner's protocol."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,13 +12,12 @@ import pytest
 
 from clawpod.sidecar.manifest import Provider
 from tests.mediation.conftest import TRADING_TOKEN, desk_tools
-from tests.runners.conftest import RunnerPod, runner_binary
+from tests.runners.conftest import RunnerPod, runner_binary, serving
 from tests.runners.provider import QUOTE, RUNNER_MARK, ScriptedProvider
 from tests.runners.test_claude_code import QUIET
 from tests.runners.test_codex import provider_flags
-from tests.support.builds import AgentSpec, write_build
-from tests.support.services import ToolService
-from tests.support.sidecar import TEST_PROVIDER_KEYS, audit_records, start_sidecar
+from tests.support.builds import AgentSpec
+from tests.support.sidecar import audit_records
 
 pytestmark = pytest.mark.runners
 CHAT = "/v1/chat/completions"
@@ -38,9 +36,6 @@ async def chat_only_pod(tmp_path: Path, request: pytest.FixtureRequest) -> Async
     speaks Chat Completions only. ``@pytest.mark.plan(...)`` sets the model's plan."""
     marker = request.node.get_closest_marker("plan")
     provider = await ScriptedProvider(plan=marker.args if marker else (QUOTE,)).start()
-    service = await ToolService().start()
-    service.require_header("Authorization", f"Bearer {TRADING_TOKEN}")
-    root = tmp_path / "build"
     local = Provider(
         api="openai",
         protocols=["chat"],
@@ -48,18 +43,12 @@ async def chat_only_pod(tmp_path: Path, request: pytest.FixtureRequest) -> Async
         key_env="OPENAI_API_KEY",
         models=["claude-*", "gpt-*"],
     )
-    tokens = write_build(root, [AgentSpec("mediated", desk_tools(service.url))], {"local": local})
-    env = {**TEST_PROVIDER_KEYS, "TRADING_TOKEN": TRADING_TOKEN}
-    sidecar = await start_sidecar(root, tmp_path / "state", env=env)
-    home = tmp_path / "home"
-    home.mkdir()
-    try:
-        yield RunnerPod(sidecar, provider, service, tokens, home)
-    finally:
-        await sidecar.close()
-        await service.close()
-        await provider.close()
-        shutil.rmtree(home, ignore_errors=True)
+
+    def agents(service_url: str) -> list[AgentSpec]:
+        return [AgentSpec("mediated", desk_tools(service_url))]
+
+    async with serving(tmp_path, provider, agents, {"local": local}) as pod:
+        yield pod
 
 
 def only_chat_went_upstream(pod: RunnerPod) -> None:
