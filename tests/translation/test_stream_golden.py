@@ -174,9 +174,34 @@ def _same_arguments(got: Any, want: str) -> bool:
 # --- what the caller's real SDK makes of the translation ---------------------------------------
 
 
-async def sdk_parse(caller: str, stream: bytes) -> dict[str, Any]:
+async def messages_final(stream: bytes) -> anthropic.types.Message:
+    """``stream`` as the anthropic SDK's MessageStream reads it to its final message."""
     async with StubUpstream() as upstream:
-        if caller == "chat":
+        upstream.enqueue("anthropic", Reply.sse(stream))
+        claude = anthropic.AsyncAnthropic(
+            base_url=upstream.anthropic_url, api_key="k", max_retries=0
+        )
+        async with (
+            claude,
+            claude.messages.stream(
+                model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+            ) as live,
+        ):
+            return await live.get_final_message()
+
+
+async def responses_final(stream: bytes) -> openai.types.responses.Response:
+    """``stream`` as the openai SDK's Responses stream reads it to its final response."""
+    async with StubUpstream() as upstream:
+        upstream.enqueue("responses", Reply.sse(stream))
+        client = openai.AsyncOpenAI(base_url=upstream.openai_url, api_key="k", max_retries=0)
+        async with client, client.responses.stream(model="m", input="hi") as live:
+            return await live.get_final_response()
+
+
+async def sdk_parse(caller: str, stream: bytes) -> dict[str, Any]:
+    if caller == "chat":
+        async with StubUpstream() as upstream:
             upstream.enqueue("openai", Reply.sse(stream))
             client = openai.AsyncOpenAI(base_url=upstream.openai_url, api_key="k", max_retries=0)
             async with (
@@ -201,42 +226,29 @@ async def sdk_parse(caller: str, stream: bytes) -> dict[str, Any]:
                 "stop": choice.finish_reason,
                 "input_tokens": usage.prompt_tokens if usage else None,
             }
-        if caller == "responses":
-            upstream.enqueue("responses", Reply.sse(stream))
-            client = openai.AsyncOpenAI(base_url=upstream.openai_url, api_key="k", max_retries=0)
-            async with client, client.responses.stream(model="m", input="hi") as live:
-                final = await live.get_final_response()
-            calls = [
-                (i.call_id, i.name, i.arguments) for i in final.output if i.type == "function_call"
-            ]
-            usage = final.usage
-            return {
-                "text": final.output_text,
-                "calls": calls,
-                "stop": final.status,
-                "input_tokens": usage.input_tokens if usage else None,
-            }
-        upstream.enqueue("anthropic", Reply.sse(stream))
-        claude = anthropic.AsyncAnthropic(
-            base_url=upstream.anthropic_url, api_key="k", max_retries=0
-        )
-        async with (
-            claude,
-            claude.messages.stream(
-                model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
-            ) as messages,
-        ):
-            message = await messages.get_final_message()
-        text = "".join(b.text for b in message.content if b.type == "text")
-        calls = [(b.id, b.name, b.input) for b in message.content if b.type == "tool_use"]
-        usage = message.usage
-        cached = (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
+    if caller == "responses":
+        final = await responses_final(stream)
+        calls = [
+            (i.call_id, i.name, i.arguments) for i in final.output if i.type == "function_call"
+        ]
+        usage = final.usage
         return {
-            "text": text,
+            "text": final.output_text,
             "calls": calls,
-            "stop": message.stop_reason,
-            "input_tokens": usage.input_tokens + cached,
+            "stop": final.status,
+            "input_tokens": usage.input_tokens if usage else None,
         }
+    message = await messages_final(stream)
+    text = "".join(b.text for b in message.content if b.type == "text")
+    calls = [(b.id, b.name, b.input) for b in message.content if b.type == "tool_use"]
+    usage = message.usage
+    cached = (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
+    return {
+        "text": text,
+        "calls": calls,
+        "stop": message.stop_reason,
+        "input_tokens": usage.input_tokens + cached,
+    }
 
 
 @pytest.mark.parametrize(("source", "caller", "data"), CASES)
@@ -318,11 +330,7 @@ THINKING_STREAM = b"".join(
 
 async def test_thinking_reaches_a_responses_caller_as_reasoning_it_can_send_back() -> None:
     stream = translate("messages", "responses", THINKING_STREAM, 7)
-    async with StubUpstream() as upstream:
-        upstream.enqueue("responses", Reply.sse(stream))
-        client = openai.AsyncOpenAI(base_url=upstream.openai_url, api_key="k", max_retries=0)
-        async with client, client.responses.stream(model="m", input="hi") as live:
-            final = await live.get_final_response()
+    final = await responses_final(stream)
     reasoning, message = final.output
     assert reasoning.type == "reasoning" and message.type == "message"
     carried = unwrap_carried(reasoning.encrypted_content)
@@ -338,18 +346,7 @@ async def test_thinking_reaches_a_responses_caller_as_reasoning_it_can_send_back
 async def test_responses_reasoning_reaches_a_messages_caller_as_thinking() -> None:
     source = next(data for _, name, data in SOURCES if name.startswith("scripted reasoning"))
     stream = translate("responses", "messages", source, 1)
-    async with StubUpstream() as upstream:
-        upstream.enqueue("anthropic", Reply.sse(stream))
-        claude = anthropic.AsyncAnthropic(
-            base_url=upstream.anthropic_url, api_key="k", max_retries=0
-        )
-        async with (
-            claude,
-            claude.messages.stream(
-                model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
-            ) as live,
-        ):
-            message = await live.get_final_message()
+    message = await messages_final(stream)
     thinking = message.content[0]
     assert thinking.type == "thinking"
     carried = unwrap_carried(thinking.signature)
@@ -447,18 +444,7 @@ async def test_cached_tokens_keep_their_meaning_across_a_stream() -> None:
     """OpenAI counts cached input inside ``prompt_tokens``; Messages counts cache reads apart:
     the total input a Messages caller sees is the provider's, its cached share kept."""
     stream = translate("chat", "messages", CACHED_CHAT_STREAM, 1)
-    async with StubUpstream() as upstream:
-        upstream.enqueue("anthropic", Reply.sse(stream))
-        claude = anthropic.AsyncAnthropic(
-            base_url=upstream.anthropic_url, api_key="k", max_retries=0
-        )
-        async with (
-            claude,
-            claude.messages.stream(
-                model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
-            ) as live,
-        ):
-            usage = (await live.get_final_message()).usage
+    usage = (await messages_final(stream)).usage
     assert (usage.input_tokens, usage.cache_read_input_tokens) == (176, 1024)
     assert usage.output_tokens == 5
     back = translate("messages", "responses", stream, 7)
