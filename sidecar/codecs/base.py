@@ -102,19 +102,19 @@ class WireCodec(ABC):
         """(input, output) tokens of a usage object; zeros when absent."""
         if not isinstance(usage, dict):
             return 0, 0
-        return _int(usage.get(self.input_key)), _int(usage.get(self.output_key))
+        return as_int(usage.get(self.input_key)), as_int(usage.get(self.output_key))
 
     def cache_counts(self, usage: Any) -> tuple[int, int]:
         """(cache read, cache creation) input tokens of a usage object: Anthropic's two fields,
         or OpenAI's ``cached_tokens`` in the prompt/input token details."""
         if not isinstance(usage, dict):
             return 0, 0
-        read = _int(usage.get("cache_read_input_tokens"))
+        read = as_int(usage.get("cache_read_input_tokens"))
         for details_key in ("prompt_tokens_details", "input_tokens_details"):
             details = usage.get(details_key)
             if isinstance(details, dict):
-                read += _int(details.get("cached_tokens"))
-        return read, _int(usage.get("cache_creation_input_tokens"))
+                read += as_int(details.get("cached_tokens"))
+        return read, as_int(usage.get("cache_creation_input_tokens"))
 
     def usage_of_body(self, body: Any) -> tuple[int, int]:
         """(input, output) tokens of a non-streaming response body."""
@@ -158,7 +158,8 @@ class WireCodec(ABC):
         """One model in the protocol's shape (an entry of the list, ``GET /v1/models/{id}``)."""
 
 
-def _int(value: Any) -> int:
+def as_int(value: Any) -> int:
+    """A count from a provider's JSON: an integer, anything else (booleans too) 0."""
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 

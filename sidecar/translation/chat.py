@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..codecs.base import as_int
 from .ir import (
     Choice,
     FunctionTool,
@@ -15,7 +16,6 @@ from .ir import (
     Stop,
     Untranslatable,
     Usage,
-    as_int,
     text_of,
 )
 from .parts import (

@@ -105,7 +105,3 @@ def text_of(parts: list[Part]) -> str:
     if len(parts) == 1:
         return parts[0]["text"] if parts[0]["type"] == "text" else ""
     return "".join([p["text"] for p in parts if p["type"] == "text"])
-
-
-def as_int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0

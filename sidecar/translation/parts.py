@@ -7,7 +7,8 @@ from typing import Any
 
 import orjson
 
-from .ir import Part, Untranslatable, Usage, as_int
+from ..codecs.base import as_int
+from .ir import Part, Untranslatable, Usage
 
 
 def data_url(part: Part) -> str:

@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 
+from ..codecs.base import as_int
 from .ir import (
     Choice,
     FunctionTool,
@@ -16,7 +17,6 @@ from .ir import (
     Request,
     Untranslatable,
     Usage,
-    as_int,
     text_of,
 )
 from .parts import (

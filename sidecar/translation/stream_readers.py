@@ -17,10 +17,11 @@ from typing import Any
 
 import orjson
 
+from ..codecs.base import as_int
 from ..codecs.sse import EventReader
 from ..model.conversation import CodecError
 from . import chat, messages, responses
-from .ir import Part, Stop, Usage, as_int
+from .ir import Part, Stop, Usage
 from .stream_events import (
     CallArguments,
     CallStarted,
