@@ -12,7 +12,9 @@ visible this way where two separate bench runs differ by ±30 %.
 ``--whole`` measures the request kinds SPEC §19 sets targets for, each whole (the sidecar's CPU
 over the requests it answered, not a slope over round counts): pass-through, a mediated request
 with zero rounds, with one read-only round and with one destructive (journaled) round, and
-prints them as one table with the base commit's column beside this tree's.
+prints them as one table with the base commit's column beside this tree's, and below it the
+bare aiohttp forwarder's pass-through cells of the same run (SPEC §19 sets pass-through's c=16
+throughput against it).
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         argparse.Namespace(quick=False, duration=args.duration, litellm=False)
     )
     cells: dict[str, dict[str, list[dict]]] = {w: {"base": [], "this": []} for w in workloads}
+    floor: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="clawpod-ab-") as scratch:
         base_tree = Path(scratch) / "base"
         subprocess.run(
@@ -107,6 +110,10 @@ def main(argv: list[str] | None = None) -> int:
                         body = WORKLOADS[workload][0]
                         cell = bench.measure(target, body, args.concurrency, headers)
                         cells[workload][label].append(cell)
+                if args.whole:  # the floor SPEC §19 sets pass-through's throughput against
+                    bare = bench.targets["bare"]
+                    body = WORKLOADS["openai_json"][0]
+                    floor.append(bench.measure(bare, body, args.concurrency, bare.openai_headers))
         finally:
             bench.stop_all()
             subprocess.run(
@@ -115,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
                 capture_output=True,
             )
     print(render(cells, args))
+    if floor:
+        print(render_floor(cells["openai_json"]["this"], floor))
     return 0
 
 
@@ -144,6 +153,18 @@ def render(cells: dict[str, dict[str, list[dict]]], args: argparse.Namespace) ->
             f"| {rps[workload]['this'] / rps[workload]['base']:.3f} | {_target(cpu, workload)} |"
         )
     return "\n".join(lines)
+
+
+def render_floor(passthrough: list[dict], bare: list[dict]) -> str:
+    """The bare aiohttp forwarder's pass-through cells beside this tree's (SPEC §19: c=16
+    throughput at least 0.9 of the forwarder's)."""
+    cpu = _median(bare, "proxy_cpu_ms_per_request")
+    ratio = _median(passthrough, "throughput_rps") / _median(bare, "throughput_rps")
+    verdict = ">=" if ratio >= 0.9 else "<"
+    return (
+        f"\nbare aiohttp forwarder, openai_json: {cpu:.3f} CPU ms/req; "
+        f"pass-through throughput this/bare {ratio:.3f} {verdict} 0.9"
+    )
 
 
 def _target(cpu: dict[str, dict[str, float]], workload: str) -> str:
