@@ -7,6 +7,11 @@ attempt journaled and reuses the outcomes it journaled; a new turn is journaled 
 it asks for with side effects, each such call before it is sent (a failed write stops it), and
 each answer before the next model call carries it. :meth:`ExactlyOnce.end` keeps or drops the
 journal as the attempt ended.
+
+An agent none of whose tools has side effects never meets the journal: nothing of its requests
+is ever journaled (read-only and idempotent calls are safe to run again), so there is nothing
+to resume and no identical attempt to wait for, and its requests skip the identities and the
+journal's look-up that every other mediated request pays.
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ async def begin_attempt(
 ) -> ExactlyOnce:
     """An identical request still running waits here; a failed one is resumed. A request is
     identified by its conversation; one the codec cannot read, by its bytes."""
+    if not any(map(has_side_effects, engine.agent.tools.tools)):
+        return ExactlyOnce(ctx, None)
     agent = ctx.agent.agent.id
     conversation = engine.conversation if engine.prepare() is None else None
     request, history, asked = identities(agent, ctx.codec.api, conversation, body)
@@ -70,7 +77,8 @@ def side_effect_ran(engine: MediationEngine) -> bool:
 class ExactlyOnce:
     """One attempt of a mediated request, around the commands that call out."""
 
-    def __init__(self, ctx: RequestContext, attempt: Attempt) -> None:
+    def __init__(self, ctx: RequestContext, attempt: Attempt | None) -> None:
+        """``attempt``: None for an agent whose calls are all safe to repeat (see above)."""
         self.ctx = ctx
         self.attempt = attempt
         self.replayed_calls: set[str] = set()
@@ -78,18 +86,21 @@ class ExactlyOnce:
 
     @property
     def resumed_from(self) -> str | None:
-        return self.attempt.resumed_from
+        return self.attempt.resumed_from if self.attempt is not None else None
 
     async def perform(self, command: CallModel | ExecuteTools, ask_model: AskModel) -> Event:
         if isinstance(command, CallModel):
             return await self._model_turn(command, ask_model)
-        # The turns asking for it go with the first call with side effects (_run_one).
-        self.attempt.before_execution(
-            any(has_side_effects(e.checked.tool) for e in command.executions)
-        )
+        if self.attempt is not None:
+            # The turns asking for it go with the first call with side effects (_run_one).
+            self.attempt.before_execution(
+                any(has_side_effects(e.checked.tool) for e in command.executions)
+            )
         return await self._execute(command)
 
     async def end(self, *, succeeded: bool) -> None:
+        if self.attempt is None:
+            return
         try:
             await self.attempt.end(succeeded=succeeded)
         except OSError as exc:
@@ -98,6 +109,8 @@ class ExactlyOnce:
     async def _model_turn(self, command: CallModel, ask_model: AskModel) -> Event:
         """Past the turns an earlier attempt journaled (same calls, same ids), the model is
         asked."""
+        if self.attempt is None:
+            return await ask_model(command)
         replayed = self.attempt.replayed_turn()
         if replayed is not None:
             # Its tokens were spent by the earlier attempt, not by this one.
@@ -124,8 +137,9 @@ class ExactlyOnce:
     async def _run_one(
         self, command: ExecuteTools, execution: PlannedExecution, deadline: float
     ) -> ToolOutcome:
-        key = call_key(execution.checked.tool, execution.call)
-        known = self.attempt.known_outcome(key)
+        attempt = self.attempt
+        key = call_key(execution.checked.tool, execution.call) if attempt is not None else ""
+        known = attempt.known_outcome(key) if attempt is not None else None
         if known is not None:  # answered (or sent) by the attempt this one resumes
             self.replayed_calls.add(execution.call.id)
             return known
@@ -139,8 +153,9 @@ class ExactlyOnce:
         async def journal_sending() -> None:
             """After policy and approval, before the call goes: without this record a retry
             could send it again, so a failed write stops it."""
+            assert attempt is not None  # an agent with side effects has its attempt
             try:
-                await self.attempt.sending(key)
+                await attempt.sending(key)
             except OSError as exc:
                 unjournaled.append(exc)
                 raise _NotJournaled from exc
@@ -150,9 +165,9 @@ class ExactlyOnce:
                 timeout_s=min(command.timeout_s, remaining),
                 max_result_bytes=command.max_result_bytes,
                 idempotency_key=idempotency_key(
-                    state.config.pod, agent, execution.checked, self.attempt.lineage
+                    state.config.pod, agent, execution.checked, attempt.lineage
                 )
-                if side_effects
+                if attempt is not None and side_effects
                 else None,
             )
             outcome = await state.governed.execute(
@@ -171,5 +186,6 @@ class ExactlyOnce:
         except Exception:
             log.exception("tool %s failed in the executor", execution.checked.tool.name)
             return refused("execution_failed", "the sidecar could not execute this call")
-        self.attempt.answered(key, outcome)  # durable before the next model call uses it
+        if attempt is not None:
+            attempt.answered(key, outcome)  # durable before the next model call uses it
         return outcome

@@ -26,14 +26,16 @@ def trades(pod: MediatedPod) -> list[Any]:
     return [r for r in pod.service.requests if r.path == "/trades"]
 
 
-async def post_openai(pod: MediatedPod, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+async def post_openai(
+    pod: MediatedPod, body: dict[str, Any], agent: str = "analyst"
+) -> tuple[int, dict[str, Any]]:
     """A client that sends the same request again on a failure status, whatever the headers."""
     async with (
         aiohttp.ClientSession() as session,
         session.post(
             pod.sidecar.openai_base_url + "/chat/completions",
             json=body,
-            headers={"Authorization": f"Bearer {pod.tokens['analyst']}"},
+            headers={"Authorization": f"Bearer {pod.tokens[agent]}"},
         ) as response,
     ):
         return response.status, await response.json()
