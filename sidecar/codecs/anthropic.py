@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import orjson
@@ -16,6 +17,7 @@ from ..model.canonical import (
 from ..model.conversation import (
     CodecError,
     Conversation,
+    Fingerprints,
     ModelTurn,
     ToolCall,
     ToolChoice,
@@ -126,14 +128,14 @@ class AnthropicCodec(Codec):
         return Conversation(
             params=params,
             messages=messages,
-            fingerprints=[self.fingerprint(m) for m in messages],
-            seed=_content_fingerprint(params.get("system")),
+            fingerprints=Fingerprints(messages, self.fingerprint),
             roles=[m["role"] for m in messages],
             tools=tools,
             runner_tool_names={t["name"] for t in tools if isinstance(t.get("name"), str)},
             tool_choice=_parse_choice(params.pop("tool_choice", None)),
             stream=bool(params.pop("stream", False)),
             include_usage=True,
+            seed_of=functools.partial(_content_fingerprint, params.get("system")),
         )
 
     def fingerprint(self, message: dict[str, Any]) -> str:

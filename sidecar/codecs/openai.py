@@ -16,6 +16,7 @@ from ..model.canonical import (
 from ..model.conversation import (
     CodecError,
     Conversation,
+    Fingerprints,
     ModelTurn,
     ToolCall,
     ToolChoice,
@@ -91,8 +92,7 @@ class OpenAICodec(OpenAIShapes, Codec):
         return Conversation(
             params=params,
             messages=messages,
-            fingerprints=[self.fingerprint(m) for m in messages],
-            seed="",
+            fingerprints=Fingerprints(messages, self.fingerprint),
             roles=[m["role"] for m in messages],
             tools=tools,
             runner_tool_names={n for n in map(_tool_name, tools) if n},

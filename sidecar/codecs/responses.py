@@ -9,6 +9,7 @@ flattens them back into ``input`` with every item untouched.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -23,6 +24,7 @@ from ..model.canonical import (
 from ..model.conversation import (
     CodecError,
     Conversation,
+    Fingerprints,
     ModelTurn,
     ToolCall,
     ToolChoice,
@@ -162,14 +164,14 @@ class ResponsesCodec(OpenAIShapes, Codec):
         return Conversation(
             params=params,
             messages=groups,
-            fingerprints=[self.fingerprint(g) for g in groups],
-            seed=normalise_text(instructions) if isinstance(instructions, str) else "",
+            fingerprints=Fingerprints(groups, self.fingerprint),
             roles=[g["role"] for g in groups],
             tools=tools,
             runner_tool_names={t["name"] for t in tools if isinstance(t.get("name"), str)},
             tool_choice=_parse_choice(params.pop("tool_choice", None)),
             stream=bool(params.pop("stream", False)),
             include_usage=True,
+            seed_of=functools.partial(_instructions_seed, instructions),
         )
 
     def fingerprint(self, group: dict[str, Any]) -> str:
@@ -443,6 +445,10 @@ def _provider_holds_responses(params: dict[str, Any]) -> bool:
 
 
 # --- tool choice ------------------------------------------------------------------------------
+
+
+def _instructions_seed(instructions: Any) -> str:
+    return normalise_text(instructions) if isinstance(instructions, str) else ""
 
 
 def _parse_choice(raw: Any) -> ToolChoice:

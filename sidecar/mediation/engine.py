@@ -656,24 +656,24 @@ class MediationEngine:
         the keys its rounds may be stored under."""
         lookups: dict[int, tuple[list[str], list[str]]] = {}
         before: list[str] = []
-        for index, (fingerprint, role) in enumerate(
-            zip(self.conversation.fingerprints, self.conversation.roles, strict=True)
-        ):
+        fingerprints = self.conversation.fingerprints
+        for index, role in enumerate(self.conversation.roles):
+            if role in SYSTEM_ROLES:
+                continue  # never part of a key: its fingerprint is not even computed
+            fingerprint = fingerprints[index]
             if role == "assistant" and before:
                 context = before[-CONTEXT:]
                 keys = [self._key(fingerprint, b) for b in dict.fromkeys(context[-REMEMBERED:])]
                 lookups[index] = (context, keys)
-            if role not in SYSTEM_ROLES:
-                before.append(fingerprint)
+            before.append(fingerprint)
         return lookups
 
     def _turns(self) -> list[str]:
         """Fingerprints of the request's turns, system prompts aside."""
+        fingerprints = self.conversation.fingerprints
         return [
-            fingerprint
-            for fingerprint, role in zip(
-                self.conversation.fingerprints, self.conversation.roles, strict=True
-            )
+            fingerprints[index]
+            for index, role in enumerate(self.conversation.roles)
             if role not in SYSTEM_ROLES
         ]
 

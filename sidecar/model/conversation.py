@@ -7,8 +7,9 @@ a semantic fingerprint so a conversation can be recognised when the runner sends
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 from .outcome import ToolOutcome
 
@@ -65,6 +66,52 @@ class ToolSpec:
     schema: dict[str, Any]
 
 
+class Fingerprints(Sequence[str]):
+    """The fingerprints of a conversation's turns, each computed the first time it is read.
+
+    Continuity reads those of the turns that are not system prompts; only the journal's
+    identity of a request (an agent with side effects) reads every one. A runner's system
+    prompt of tens of KB costs a tenth of a millisecond and more to fingerprint."""
+
+    __slots__ = ("_fingerprint", "_known", "_messages")
+
+    def __init__(
+        self, messages: list[dict[str, Any]], fingerprint: Callable[[dict[str, Any]], str]
+    ) -> None:
+        self._messages = messages
+        self._fingerprint = fingerprint
+        self._known: list[str | None] = [None] * len(messages)
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        known = self._known[index]
+        if known is None:
+            known = self._known[index] = self._fingerprint(self._messages[index])
+        return known
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Fingerprints({list(self)!r})"
+
+
+def _no_seed() -> str:
+    return ""
+
+
 @dataclass(slots=True)
 class Conversation:
     """A parsed client request."""
@@ -72,9 +119,7 @@ class Conversation:
     params: dict[str, Any]
     """Every request field the engine does not own, passed upstream untouched."""
     messages: list[dict[str, Any]]
-    fingerprints: list[str]
-    seed: str
-    """Fingerprint of what precedes the messages (Anthropic top-level system)."""
+    fingerprints: Sequence[str]
     roles: list[str]
     tools: list[dict[str, Any]]
     runner_tool_names: set[str]
@@ -82,3 +127,14 @@ class Conversation:
     stream: bool
     include_usage: bool
     legacy_functions: bool = False
+    seed_of: Callable[[], str] = _no_seed
+    """How :attr:`seed` is computed, when first read (Anthropic's top-level system, Responses'
+    instructions: only the journal reads it)."""
+    _seed: str | None = field(default=None, init=False, repr=False)
+
+    @property
+    def seed(self) -> str:
+        """Fingerprint of what precedes the messages."""
+        if self._seed is None:
+            self._seed = self.seed_of()
+        return self._seed

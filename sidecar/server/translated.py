@@ -198,7 +198,6 @@ def _stream_conversation(ctx: RequestContext, body: dict[str, Any]) -> Conversat
         params={"model": body.get("model")},
         messages=[],
         fingerprints=[],
-        seed="",
         roles=[],
         tools=[],
         runner_tool_names=set(),

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from clawpod.sidecar.mediation.commands import Recall, Remember
 from clawpod.sidecar.state.continuity import ContinuityStore
+from clawpod.sidecar.state.journal import request_identity
 from tests.mediation.scripted import (
     agent,
     calls,
@@ -323,3 +324,54 @@ def test_fingerprints_ignore_key_order_spacing_and_null_fields(
     assert anthropic_codec.fingerprint({"role": "assistant", "content": blocks}) == (
         anthropic_codec.fingerprint({"content": again, "role": "assistant"})
     )
+
+
+def system_prompt(api: str, text: str) -> dict[str, Any]:
+    """A request whose system prompt is ``text``, in the protocol's own place."""
+    if api == "anthropic":
+        return request(api, system=text)
+    if api == "responses":
+        return own_history(api, instructions=text)
+    return request(api, messages=[{"role": "system", "content": text}, USER_TURN])
+
+
+USER_TURN = {"role": "user", "content": "What is AAPL at?"}
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_continuity_never_fingerprints_a_system_prompt(
+    api: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A runner's system prompt runs to tens of KB and is never part of a continuity key: the
+    engine leaves it unread, while the turns it keys on are fingerprinted as before."""
+    store = ContinuityStore(tmp_path)
+    history = first_turn(api, store, "AAPL")
+    codec = type(codec_of(api))
+    fingerprinted: list[str] = []
+    fingerprint = codec.fingerprint
+
+    def counted(self: Any, message: dict[str, Any]) -> str:
+        fingerprinted.append(message["role"])
+        return fingerprint(self, message)
+
+    monkeypatch.setattr(codec, "fingerprint", counted)
+    body = system_prompt(api, "You are terse. " * 2000)
+    body[messages_field(api)] = [*body[messages_field(api)][:-1], *history["messages"]]
+    body[messages_field(api)].append({"role": "user", "content": "more"})
+    back = drive(engine_for(api, body), [text(api, "ok")], store=store)
+    assert "c1" in hidden_ids(api, back.upstream_bodies[0][messages_field(api)])
+    assert fingerprinted and not {"system", "developer"} & set(fingerprinted)
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_the_journal_identity_still_reads_the_system_prompt(api: str) -> None:
+    """Fingerprints and the seed are computed when read: a request whose system prompt changed
+    is still another request to the journal (SPEC §8.2)."""
+    codec = codec_of(api)
+    terse, chatty = (
+        codec.parse_request(system_prompt(api, text)) for text in ("You are terse.", "Be chatty.")
+    )
+    assert request_identity("a", api, terse) != request_identity("a", api, chatty)
+    again = codec.parse_request(system_prompt(api, "You are terse."))
+    assert request_identity("a", api, terse) == request_identity("a", api, again)
+    assert list(terse.fingerprints) == terse.fingerprints[:] == list(again.fingerprints)
