@@ -63,9 +63,10 @@ class ExecuteTools:
 
 @dataclass(slots=True)
 class Remember:
-    """Store hidden rounds under a continuity key (no answer expected)."""
+    """Store hidden rounds under each of ``keys``, continuity keys of one answer (no answer
+    expected): stored together, in one write."""
 
-    key: str
+    keys: list[str]
     messages: list[dict[str, Any]]
     context: list[str] = field(default_factory=list)
     """Fingerprints of the last turns before the answer: what tells apart two conversations

@@ -422,16 +422,16 @@ class MediationEngine:
             sources = list(self.taint.sources)
             for chain_id in codec.answer_ids(conversation, body):
                 key = self._taint_key(chain_id)
-                yield Remember(key, [], origin=key, taint_sources=sources)
+                yield Remember([key], [], origin=key, taint_sources=sources)
         if transcript:
             answers = [codec.echo_fingerprint(conversation, body)]
             answers += filter(None, [codec.reference_fingerprint(body)])
             context = self._turns()[-CONTEXT:]
             befores = dict.fromkeys(context[-REMEMBERED:])
             keys = [self._key(answer, before) for answer in answers for before in befores]
-            sources = list(self.taint.sources)
-            for key in keys:
-                yield Remember(key, rounds, context, origin=keys[0], taint_sources=sources)
+            if keys:
+                sources = list(self.taint.sources)
+                yield Remember(keys, rounds, context, origin=keys[0], taint_sources=sources)
         yield Respond(body)
 
     # --- approvals the client answers (§16, mediation/client_approvals.py) ------------------
@@ -452,8 +452,8 @@ class MediationEngine:
         stopped = StoppedRound(turn_group, outputs["items"], asked)
         keys = [self._approval_key(ASKED, approval_id) for approval_id in asked.values()]
         sources = list(self.taint.sources)
-        for key in keys:
-            yield Remember(key, stopped.messages(), origin=keys[0], taint_sources=sources)
+        if keys:
+            yield Remember(keys, stopped.messages(), origin=keys[0], taint_sources=sources)
         self.shown_turns.pop()  # it is shown as the turn that asks
         names = {c.id: (asked[c.id], c.name) for c in turn.calls if c.id in asked}
         yield from self._finish(asking_turn(turn, names), transcript)
@@ -510,8 +510,8 @@ class MediationEngine:
         outputs.sort(key=lambda item: order.index(item.get("call_id")))
         round_ = [stopped.turn, {"role": "tool", "items": outputs}]
         keys = [self._approval_key(ANSWERED, approval_id) for approval_id in stopped.asked.values()]
-        for key in keys:
-            yield Remember(key, round_, origin=keys[0], taint_sources=list(self.taint.sources))
+        if keys:
+            yield Remember(keys, round_, origin=keys[0], taint_sources=list(self.taint.sources))
         # A provider holding the chain (previous_response_id) has the turn: only outputs go.
         return round_[1:] if self.codec.chain_ids(self.conversation) else round_
 

@@ -131,7 +131,7 @@ class _Driver:
         """state-durability (issue 14.5): a failed state write never costs the answer."""
         try:
             self.ctx.state.continuity.remember(
-                command.key,
+                command.keys,
                 scrubbed(self.ctx, self.engine, command.messages),
                 agent=self.ctx.agent.agent.id,
                 context=command.context,

@@ -134,7 +134,7 @@ class ContinuityStore:
 
     def remember(
         self,
-        key: str,
+        keys: str | list[str],
         messages: list[dict[str, Any]],
         *,
         agent: str,
@@ -142,21 +142,28 @@ class ContinuityStore:
         origin: str | None = None,
         taint_sources: list[str] | None = None,
     ) -> None:
-        """Store ``messages`` under ``key`` for ``agent``; raises :class:`StateWriteFailed`.
-        ``context``, ``origin`` and ``taint_sources`` are kept with them (see
-        :class:`Remembered`)."""
+        """Store ``messages`` under each of ``keys`` for ``agent``, all or none (one write);
+        raises :class:`StateWriteFailed`. ``context``, ``origin`` (by default the first key) and
+        ``taint_sources`` are kept with them (see :class:`Remembered`)."""
+        keys = [keys] if isinstance(keys, str) else keys
+        if not keys:
+            return
         try:
             self._open()
         except OSError as exc:
             raise StateWriteFailed(f"continuity store unavailable: {exc.strerror or exc}") from exc
         self._poll_compaction()
-        entry = {"key": key, "agent": agent, "messages": messages}
-        entry |= {"context": context or [], "origin": origin or key}
+        entry: dict[str, Any] = {"agent": agent, "messages": messages}
+        entry |= {"context": context or [], "origin": origin or keys[0]}
         if taint_sources:
             entry["taint"] = taint_sources
-        line = orjson.dumps(entry) + b"\n"
-        offset = self._append(line)  # raises before the index changes
-        self._index(agent, key, (offset, len(line)))
+        # The rounds are serialised once for all keys: each line is the key, then the rest.
+        rest = b"," + orjson.dumps(entry)[1:] + b"\n"
+        lines = [_ENTRY_START + orjson.dumps(key) + rest for key in keys]
+        offset = self._append(b"".join(lines))  # raises before the index changes
+        for key, line in zip(keys, lines, strict=True):
+            self._index(agent, key, (offset, len(line)))
+            offset += len(line)
         self._evict(agent)
         self._maybe_compact()
 

@@ -183,7 +183,7 @@ def drive(
         elif isinstance(command, Remember):
             if store is not None:
                 store.remember(
-                    command.key,
+                    command.keys,
                     command.messages,
                     agent=engine.agent_id,
                     context=command.context,

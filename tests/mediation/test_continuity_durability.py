@@ -213,3 +213,29 @@ def test_more_agents_than_counted_still_keep_the_global_bound(tmp_path: Path) ->
         store.remember(f"a-{number + 2}", rounds("a"), agent="a")
     assert len(store) == 4
     assert set(store.recall(["b-1", "c-1"])) == {"b-1", "c-1"}  # the largest agent gave way
+
+
+def test_the_keys_of_one_answer_are_stored_in_one_write_all_or_none(tmp_path: Path) -> None:
+    """An answer's rounds go under each of its keys with one write: a failed write stores
+    them under none, and each key reads back the rounds with the answer's origin."""
+    writes: list[int] = []
+    write = FlakyWrite(chunk=1 << 20)
+
+    def counted(fd: int, data: memoryview) -> int:
+        writes.append(len(data))
+        return write(fd, data)
+
+    store = ContinuityStore(tmp_path, write=counted)
+    store.remember(["k1", "k2"], rounds("one"), agent="a", context=["c"], taint_sources=["t"])
+    assert len(writes) == 1
+    write.chunk, write.failing = 7, True  # a full disk: a few bytes got in
+    with pytest.raises(StateWriteFailed):
+        store.remember(["k3", "k4"], rounds("two"), agent="a")
+    write.failing = False
+    for reopened in (store, ContinuityStore(tmp_path)):
+        found = reopened.candidates(["k1", "k2", "k3", "k4"])
+        assert sorted(found) == ["k1", "k2"]
+        assert {(e.origin, tuple(e.context), tuple(e.taint_sources)) for e in found.values()} == {
+            ("k1", ("c",), ("t",))
+        }
+        assert all(e.messages == rounds("one") for e in found.values())

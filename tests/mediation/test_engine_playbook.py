@@ -54,11 +54,10 @@ class Playbook:
         return self
 
     def remembers(self, api: str, check: Callable[[Any], bool] = lambda _: True) -> Playbook:
-        """The hidden rounds stored: once, or in Responses twice (under the answer's echo and
-        under its item reference)."""
-        for _ in range(2 if api == "responses" else 1):
-            self.expect(Remember, check, then=Done())
-        return self
+        """The hidden rounds stored: under one key, or in Responses two (the answer's echo and
+        its item reference)."""
+        keys = 2 if api == "responses" else 1
+        return self.expect(Remember, lambda c: len(c.keys) == keys and check(c), then=Done())
 
 
 def offered(command: CallModel) -> list[str]:

@@ -157,5 +157,5 @@ def test_restored_rounds_bring_their_taint_back(api: str, tmp_path: Path) -> Non
     # ...and this turn's rounds are remembered tainted too, for the turn after.
     assert {tuple(c.taint_sources) for c in run.of(Remember)} == {("desk.news",)}
     reopened = ContinuityStore(tmp_path)
-    found = reopened.candidates([c.key for c in run.of(Remember)])
+    found = reopened.candidates([key for c in run.of(Remember) for key in c.keys])
     assert {tuple(f.taint_sources) for f in found.values()} == {("desk.news",)}
