@@ -122,14 +122,15 @@ class ToolExecutor(ToolRunner):
             return problem.outcome
         if self._client is None:
             raise RuntimeError("ToolExecutor.start() was not awaited")
+        # The exchange runs as its own task: if the caller is cancelled (client disconnect), a
+        # call already on its way to the service still completes (docs/contract.md §4.2 point
+        # 16).
+        exchange = send(self._client, request, limits.timeout_s, limits.max_result_bytes, started)
+        if not tracing.active():  # no span to open: its context manager costs a few µs a call
+            return await self._tasks.run(exchange)
         with tracing.tool_span(tool.name) as span:
             tracing.inject(request.headers)  # the service continues the trace
-            # The exchange runs as its own task: if the caller is cancelled (client
-            # disconnect), a call already on its way to the service still completes
-            # (docs/contract.md §4.2 point 16).
-            outcome = await self._tasks.run(
-                send(self._client, request, limits.timeout_s, limits.max_result_bytes, started)
-            )
+            outcome = await self._tasks.run(exchange)
             if outcome.error_code is not None:
                 tracing.record_error(span, outcome.error_code)
             return outcome

@@ -27,16 +27,22 @@ class Usage:
             self.fields = sum_usage(self.fields, other)
 
 
+# A tuple, not ``int | float``: isinstance checks a tuple about twice as fast as a union, and
+# every model call of a mediated request sums its usage.
+_NUMBERS = (int, float)
+
+
 def sum_usage(left: dict[str, Any], right: dict[str, Any]) -> dict[str, Any]:
     """Add numeric fields (recursively); keep the latest non-numeric ones (e.g. service_tier)."""
     merged = dict(left)
     for key, value in right.items():
-        current = merged.get(key)
-        if isinstance(value, bool) or value is None:
+        if value is None or isinstance(value, bool):
             merged.setdefault(key, value)
-        elif isinstance(value, int | float):
-            merged[key] = (current if isinstance(current, int | float) else 0) + value
+        elif isinstance(value, _NUMBERS):
+            current = merged.get(key)
+            merged[key] = (current if isinstance(current, _NUMBERS) else 0) + value
         elif isinstance(value, dict):
+            current = merged.get(key)
             merged[key] = sum_usage(current if isinstance(current, dict) else {}, value)
         else:
             merged[key] = value
