@@ -131,12 +131,14 @@ class GovernedExecutor(ToolRunner):
         deadline: float | None = None,
         before_send: Callable[[], Awaitable[None]] | None = None,
         client: ClientApproval | None = None,
+        shielded: bool = False,
     ) -> ToolOutcome:
         """``taint``: the untrusted results that entered the calling request (mediated mode);
         ``deadline`` (``time.monotonic()``): the caller's budget, which an approval's wait
         never outlives; ``before_send``: awaited once the call is cleared to go, right before
         it is sent (the mediated journal records it there, after any approval); ``client``:
-        given when the caller's client can answer approvals itself (SPEC §16)."""
+        given when the caller's client can answer approvals itself (SPEC §16); ``shielded``:
+        the caller runs in a task nobody cancels (see :meth:`ToolExecutor.execute`)."""
         tool = call.tool
         if id(tool) not in self._granted.get(agent_id, ()):
             return refused("policy_denied", f"{tool.presented} is not granted to this agent")
@@ -190,7 +192,7 @@ class GovernedExecutor(ToolRunner):
             limits = dataclasses.replace(limits, timeout_s=timeout_s)
         if before_send is not None:
             await before_send()
-        outcome = await self.executor.execute(agent_id, call, limits)
+        outcome = await self.executor.execute(agent_id, call, limits, shielded=shielded)
         return fenced(outcome) if tool.untrusted and outcome.executed else outcome
 
     # -- approvals --------------------------------------------------------------------------

@@ -178,6 +178,7 @@ class ExactlyOnce:
                 deadline=deadline,
                 before_send=journal_sending if side_effects else None,
                 client=execution.client,
+                shielded=True,  # the driver runs as a task of its own (server/mediated.py)
             )
         except _NotJournaled:
             failure = StateWriteFailed(str(unjournaled[0]))

@@ -167,3 +167,25 @@ async def test_each_tool_call_is_counted_once_in_the_metrics(pod: MediatedPod) -
     labels = {"tool": "desk.slow", "outcome": "ok"}
     assert metrics.get_sample_value("claw_tool_calls_total", labels) == 1
     assert metrics.get_sample_value("claw_tool_latency_seconds_count", {"tool": "desk.slow"}) == 1
+
+
+async def test_a_tool_call_of_a_mediated_request_runs_in_its_drivers_task(
+    pod: MediatedPod, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver is already a task no client cancels (a client that leaves mid-call still gets
+    the call completed and audited, above): its calls need no task of their own each."""
+    spawned: list[str] = []
+    tasks = pod.sidecar.state.tasks
+    spawn = tasks.spawn
+
+    def counted(work: Any) -> Any:
+        spawned.append(work.__qualname__)
+        return spawn(work)
+
+    monkeypatch.setattr(tasks, "spawn", counted)
+    script(pod, oa_calls(("c1", "desk_quote", {"symbol": "AAPL"})), oa_text("up"))
+    client = pod.openai()
+    await client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+    assert spawned == ["_Driver.run"]
+    (record,) = await pod.wait_for_audit(1)
+    assert record["tool_trace"][0]["calls"][0]["executed"]
