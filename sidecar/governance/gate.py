@@ -156,7 +156,7 @@ class GovernedExecutor(ToolRunner):
             return refused("policy_denied", decision.reason)
         # The user answers a call held by a client rule where the client can (SPEC §16); the
         # answer resumes a call its question already admitted.
-        asks = client if self._client_decides(decision, held, tool) else None
+        asks = client if client is not None and self._client_decides(decision, held, tool) else None
         if (
             decision.rate is not None
             and decision.rule is not None

@@ -268,7 +268,9 @@ class MediationEngine:
             if outcomes is None:
                 yield self._timed_out()
                 return
-            asked = asked_in(turn.calls, outcomes)
+            # Only a protocol that carries approvals asks its client (a call elsewhere is
+            # never given a client to ask, so none of its outcomes can be such a request).
+            asked = asked_in(turn.calls, outcomes) if self.codec.client_approvals else {}
             if asked:  # the client approves these calls: the response asks it (§16)
                 yield from self._ask_client(turn, outcomes, transcript, asked)
                 return
