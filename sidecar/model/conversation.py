@@ -7,7 +7,7 @@ a semantic fingerprint so a conversation can be recognised when the runner sends
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, overload
 
@@ -98,6 +98,9 @@ class Fingerprints(Sequence[str]):
         if known is None:
             known = self._known[index] = self._fingerprint(self._messages[index])
         return known
+
+    def __iter__(self) -> Iterator[str]:
+        return map(self.__getitem__, range(len(self)))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and list(self) == list(other)
