@@ -38,7 +38,7 @@ from typing import Any
 import orjson
 
 from ..observability.logs import rfc3339_now
-from .bounds import bounded_record
+from .bounds import bounded_record, may_hold_long_strings
 from .chain import (
     GENESIS,
     KEYED,
@@ -250,16 +250,13 @@ class AuditLog:
             full = {key: value for key, value in record.items() if key not in _RESERVED}
         full["id"] = record.get("id") or uuid.uuid4().hex
         full.setdefault("time", now_rfc3339())
-        full = bounded_record(full)
-        full["agent"] = agent_id
-        if self.instance is not None:
-            full["instance"] = self.instance
-        full["prev"] = handle.prev
-        if self.key is not None:
-            full["mac"] = KEYED
-        if handle.gap is not None:
-            full["audit_gap"] = handle.gap
+        chain = self._chain_fields(agent_id, handle)
+        full |= chain
         canonical = canonical_json(full)
+        if may_hold_long_strings(canonical):  # checked in C: most records are short strings
+            given = {key: value for key, value in full.items() if key not in chain}
+            full = bounded_record(given) | chain
+            canonical = canonical_json(full)
         full["hash"] = record_hash = digest(canonical, self.key)
         # The stored line is the canonical JSON with the hash appended: serialised once.
         line = b'%s,"hash":"%s"}\n' % (canonical[:-1], record_hash.encode())
@@ -278,6 +275,18 @@ class AuditLog:
             self._write_later(handle)
             self._schedule_sync(agent_id)
         return full
+
+    def _chain_fields(self, agent_id: str, handle: _AgentFile) -> dict[str, Any]:
+        """What the log adds to a record (never bounded: the caller's strings are)."""
+        fields: dict[str, Any] = {"agent": agent_id}
+        if self.instance is not None:
+            fields["instance"] = self.instance
+        fields["prev"] = handle.prev
+        if self.key is not None:
+            fields["mac"] = KEYED
+        if handle.gap is not None:
+            fields["audit_gap"] = handle.gap
+        return fields
 
     def _write_later(self, handle: _AgentFile) -> None:
         if len(handle.unwritten) >= MAX_UNWRITTEN:
