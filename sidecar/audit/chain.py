@@ -61,7 +61,8 @@ def canonical_json(record: dict[str, Any]) -> bytes:
 def digest(canonical: bytes, key: bytes | None) -> str:
     if key is None:
         return hashlib.sha256(canonical).hexdigest()
-    return hmac.new(key, canonical, hashlib.sha256).hexdigest()
+    # The one-shot form runs in OpenSSL: hmac.new builds Python objects first (~2x the time).
+    return hmac.digest(key, canonical, hashlib.sha256).hex()
 
 
 def record_hash(record: dict[str, Any], key: bytes | None = None) -> str:
