@@ -251,12 +251,12 @@ class AuditLog:
         full["id"] = record.get("id") or uuid.uuid4().hex
         if "time" not in full:  # (setdefault would read the clock for every record)
             full["time"] = now_rfc3339()
-        chain = self._chain_fields(agent_id, handle)
-        full |= chain
+        given = len(full)
+        self._add_chain_fields(full, agent_id, handle)
         canonical = canonical_json(full)
         if may_hold_long_strings(canonical):  # checked in C: most records are short strings
-            given = {key: value for key, value in full.items() if key not in chain}
-            full = bounded_record(given) | chain
+            fields = list(full.items())
+            full = bounded_record(dict(fields[:given])) | dict(fields[given:])
             canonical = canonical_json(full)
         full["hash"] = record_hash = digest(canonical, self.key)
         # The stored line is the canonical JSON with the hash appended: serialised once.
@@ -277,17 +277,16 @@ class AuditLog:
             self._schedule_sync(agent_id)
         return full
 
-    def _chain_fields(self, agent_id: str, handle: _AgentFile) -> dict[str, Any]:
-        """What the log adds to a record (never bounded: the caller's strings are)."""
-        fields: dict[str, Any] = {"agent": agent_id}
+    def _add_chain_fields(self, record: dict[str, Any], agent_id: str, handle: _AgentFile) -> None:
+        """What the log adds to a record, after the caller's fields (which alone are bounded)."""
+        record["agent"] = agent_id
         if self.instance is not None:
-            fields["instance"] = self.instance
-        fields["prev"] = handle.prev
+            record["instance"] = self.instance
+        record["prev"] = handle.prev
         if self.key is not None:
-            fields["mac"] = KEYED
+            record["mac"] = KEYED
         if handle.gap is not None:
-            fields["audit_gap"] = handle.gap
-        return fields
+            record["audit_gap"] = handle.gap
 
     def _write_later(self, handle: _AgentFile) -> None:
         if len(handle.unwritten) >= MAX_UNWRITTEN:
