@@ -150,32 +150,38 @@ class ChatStreamReader(StreamReader):
                 self._choice(choice, found)
 
     def _choice(self, choice: dict[str, Any], found: list[StreamEvent]) -> None:
-        # Every chunk passes here: one lookup per field, the common text chunk first.
         delta = choice.get("delta")
-        if isinstance(delta, dict):
-            thought = delta.get("reasoning_content")
-            if thought and isinstance(thought, str):
-                self._thought += thought
+        if type(delta) is dict:
             content = delta.get("content")
-            if content and isinstance(content, str):
-                self._think(found)
-                found.append(Text(content))
-            refusal = delta.get("refusal")
-            if refusal and isinstance(refusal, str):
-                self._think(found)
-                found.append(Text(refusal, refusal=True))
-            fragments = delta.get("tool_calls")
-            for fragment in fragments or ():
-                if isinstance(fragment, dict):
-                    self._think(found)
-                    self._fragment(fragment, found)
-            legacy = delta.get("function_call")
-            if isinstance(legacy, dict) and not fragments:
-                self._think(found)
-                self._legacy(legacy, found)
+            if len(delta) == 1 and content and type(content) is str and not self._thought:
+                found.append(Text(content))  # the chunk of nearly every event: one piece of text
+            else:
+                self._delta(delta, found)
         reason = choice.get("finish_reason")
         if reason and isinstance(reason, str):
             self._stop = chat.FINISH_TO_STOP.get(reason, "end")
+
+    def _delta(self, delta: dict[str, Any], found: list[StreamEvent]) -> None:
+        thought = delta.get("reasoning_content")
+        if thought and isinstance(thought, str):
+            self._thought += thought
+        content = delta.get("content")
+        if content and isinstance(content, str):
+            self._think(found)
+            found.append(Text(content))
+        refusal = delta.get("refusal")
+        if refusal and isinstance(refusal, str):
+            self._think(found)
+            found.append(Text(refusal, refusal=True))
+        fragments = delta.get("tool_calls")
+        for fragment in fragments or ():
+            if isinstance(fragment, dict):
+                self._think(found)
+                self._fragment(fragment, found)
+        legacy = delta.get("function_call")
+        if isinstance(legacy, dict) and not fragments:
+            self._think(found)
+            self._legacy(legacy, found)
 
     def _think(self, found: list[StreamEvent]) -> None:
         if self._thought:

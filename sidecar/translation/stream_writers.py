@@ -46,6 +46,7 @@ _RESPONSES_TEXT = (
     b'"delta":%s,"logprobs":[],"sequence_number":%d}\n\n'
 )
 _CHAT_TEXT_TAIL = b'},"logprobs":null,"finish_reason":null}]}\n\n'
+_TEXT_BLOCK = ("text", -1)  # the Messages writer's open text block, told by identity
 # The whole-answer writers render one reasoning part for us; they read no request field for it.
 _NO_REQUEST = Request(model=None, system=[], messages=[])
 
@@ -76,7 +77,9 @@ class StreamWriter(ABC):
             if self.closed:
                 break
             if type(event) in _CONTENT:  # the common case first: every piece of the answer
-                frames.append(self._open_once() + self._content(event))  # type: ignore[arg-type]
+                if not self.opened:
+                    frames.append(self._open_once())
+                frames.append(self._content(event))  # type: ignore[arg-type]
             elif isinstance(event, Started):
                 # The lifecycle opens with its first content, or at the end.
                 self._head = Started(event.id, event.model or self._model, event.created)
@@ -222,14 +225,14 @@ class MessagesStreamWriter(StreamWriter):
         return event_frame("message_start", {"type": "message_start", "message": message})
 
     def _content(self, event: Content) -> bytes:
+        if type(event) is Text:  # most events: the next piece of the open text block
+            if self._open_block is _TEXT_BLOCK:
+                return _MESSAGES_TEXT % (self._blocks - 1, orjson.dumps(event.text))
+            start = self._start({"type": "text", "text": ""}, _TEXT_BLOCK)
+            return start + _MESSAGES_TEXT % (self._blocks - 1, orjson.dumps(event.text))
         if isinstance(event, Reasoning):
             blocks = _written(messages.write_reply, event.part)["content"]
             return b"".join(self._whole_block(block) for block in blocks)
-        if isinstance(event, Text):
-            frames = b""
-            if self._open_block != ("text", -1):
-                frames = self._start({"type": "text", "text": ""}, ("text", -1))
-            return frames + _MESSAGES_TEXT % (self._blocks - 1, orjson.dumps(event.text))
         if isinstance(event, CallStarted):
             self._calls[event.index] = self._blocks
             call_id = messages.tool_id(event.call_id)
