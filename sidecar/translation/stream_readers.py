@@ -115,6 +115,62 @@ def _reasoning(parts: list[Part], found: list[StreamEvent]) -> None:
     found += [Reasoning(p) for p in parts if p["type"] == "reasoning"]
 
 
+class _TextTemplate:
+    """A text event's payload around its text, learnt from one event read whole: a later
+    payload of the same bytes around a JSON string is the same event with that text, read
+    without parsing the rest (most events of a stream differ only in their text; parsing each
+    was a third of a translated stream's cost). Learnt only when a probe proves it: the
+    payload with another string in that place parses to the same event with that string.
+    A provider whose text events differ elsewhere too (OpenAI's per-chunk ``obfuscation``)
+    never matches: after a few templates that never matched, it stops learning."""
+
+    __slots__ = ("_head", "_learns", "_tail")
+
+    def __init__(self) -> None:
+        self._head: str | None = None
+        self._tail = ""
+        self._learns = 3  # templates it may still learn before one matches
+
+    def read(self, payload: str) -> str | None:
+        """The text of a payload the template fits; None: it does not (read it whole)."""
+        head = self._head
+        if head is None or not payload.startswith(head) or not payload.endswith(self._tail):
+            return None
+        try:
+            text = orjson.loads(payload[len(head) : len(payload) - len(self._tail)])
+        except orjson.JSONDecodeError:
+            return None
+        if type(text) is not str:
+            return None
+        self._learns = 3
+        return text
+
+    def learn(self, payload: str, event: dict[str, Any], holder: dict[str, Any], key: str) -> None:
+        """Learn from ``payload`` (read whole into ``event``) whose text is ``holder[key]``."""
+        if self._learns <= 0:
+            return
+        self._learns -= 1
+        text = holder[key]
+        literal = orjson.dumps(text).decode()
+        start = payload.find(f'"{key}":{literal}')
+        if start < 0:  # written otherwise than orjson writes it (escapes, spaces)
+            return
+        start += len(key) + 3
+        head, tail = payload[:start], payload[start + len(literal) :]
+        try:
+            probe = orjson.loads(f'{head}"{_PROBE}"{tail}')
+        except orjson.JSONDecodeError:
+            return
+        holder[key] = _PROBE
+        fits = probe == event
+        holder[key] = text
+        if fits:
+            self._head, self._tail = head, tail
+
+
+_PROBE = "probe"
+
+
 class ChatStreamReader(StreamReader):
     """``chat.completion.chunk`` events of choice 0 (no other protocol has several choices).
 
@@ -128,8 +184,13 @@ class ChatStreamReader(StreamReader):
         self._calls: dict[Any, tuple[int, str | None]] = {}  # server index -> (call, its id)
         self._thought = ""  # reasoning_content, out whole before the answer
         self._stop: Stop | None = None
+        self._template = _TextTemplate()
 
     def _event(self, name: str | None, payload: str, found: list[StreamEvent]) -> None:
+        if not self._thought and (text := self._template.read(payload)) is not None:
+            if text:
+                found.append(Text(text))
+            return
         if payload[:1] != "{" and payload.strip() == "[DONE]":
             self._think(found)
             stop = self._stop or "end"
@@ -145,21 +206,29 @@ class ChatStreamReader(StreamReader):
         usage = chunk.get("usage")
         if usage:
             found.append(Told(chat.read_usage(usage) or Usage()))
-        for choice in chunk.get("choices") or ():
+        choices = chunk.get("choices") or ()
+        for choice in choices:
             if isinstance(choice, dict) and choice.get("index", 0) == 0:
-                self._choice(choice, found)
+                delta = self._choice(choice, found)
+                if delta is not None and len(choices) == 1 and not usage:
+                    self._template.learn(payload, chunk, delta, "content")
 
-    def _choice(self, choice: dict[str, Any], found: list[StreamEvent]) -> None:
+    def _choice(self, choice: dict[str, Any], found: list[StreamEvent]) -> dict[str, Any] | None:
+        """Read one choice; its delta when it is one piece of text and nothing else."""
         delta = choice.get("delta")
+        plain = None
         if type(delta) is dict:
             content = delta.get("content")
             if len(delta) == 1 and content and type(content) is str and not self._thought:
                 found.append(Text(content))  # the chunk of nearly every event: one piece of text
+                plain = delta
             else:
                 self._delta(delta, found)
         reason = choice.get("finish_reason")
         if reason and isinstance(reason, str):
             self._stop = chat.FINISH_TO_STOP.get(reason, "end")
+            return None
+        return plain
 
     def _delta(self, delta: dict[str, Any], found: list[StreamEvent]) -> None:
         thought = delta.get("reasoning_content")
@@ -224,19 +293,27 @@ class MessagesStreamReader(StreamReader):
         self._calls: dict[int, bool] = {}  # tool_use block -> an argument piece was passed
         self._thinking: dict[int, dict[str, Any]] = {}  # reasoning blocks being read
         self._usage: dict[str, Any] = {}
+        self._template = _TextTemplate()
 
     def _event(self, name: str | None, payload: str, found: list[StreamEvent]) -> None:
+        if (text := self._template.read(payload)) is not None:
+            if text:
+                found.append(Text(text))
+            return
         data = _object(payload)
         kind = data.get("type", name)
         index = as_int(data.get("index"))
-        if kind == "message_start":
+        if kind == "content_block_delta":
+            delta = _dict(data.get("delta"))
+            self._delta(index, delta, found)
+            if delta.get("type") == "text_delta" and type(delta.get("text")) is str:
+                self._template.learn(payload, data, delta, "text")
+        elif kind == "message_start":
             message = _dict(data.get("message"))
             found.append(Started(message.get("id"), message.get("model")))
             self._usage = _dict(message.get("usage"))
         elif kind == "content_block_start":
             self._block_start(index, _dict(data.get("content_block")), found)
-        elif kind == "content_block_delta":
-            self._delta(index, _dict(data.get("delta")), found)
         elif kind == "content_block_stop":
             self._block_stop(index, found)
         elif kind == "message_delta":

@@ -40,11 +40,11 @@ _MESSAGES_TEXT = (
     b"event: content_block_delta\ndata: "
     b'{"type":"content_block_delta","index":%d,"delta":{"type":"text_delta","text":%s}}\n\n'
 )
-_RESPONSES_TEXT = (
-    b"event: response.output_text.delta\ndata: "
-    b'{"type":"response.output_text.delta","item_id":%s,"output_index":%d,"content_index":0,'
-    b'"delta":%s,"logprobs":[],"sequence_number":%d}\n\n'
+_RESPONSES_TEXT_HEAD = (
+    b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":'
 )
+_RESPONSES_TEXT_AT = b',"output_index":%d,"content_index":0,"delta":'
+_RESPONSES_TEXT_TAIL = b',"logprobs":[],"sequence_number":%d}\n\n'
 _CHAT_TEXT_TAIL = b'},"logprobs":null,"finish_reason":null}]}\n\n'
 _TEXT_BLOCK = ("text", -1)  # the Messages writer's open text block, told by identity
 # The whole-answer writers render one reasoning part for us; they read no request field for it.
@@ -154,11 +154,11 @@ class ChatStreamWriter(StreamWriter):
         return opening
 
     def _content(self, event: Content) -> bytes:
-        if isinstance(event, Reasoning):
-            return b""  # Chat Completions has no place for reasoning
-        if isinstance(event, Text) and not event.refusal:
+        if type(event) is Text and not event.refusal:
             # The common chunk, written from its parts: its head is the same every time.
             return self._text_head + orjson.dumps(event.text) + _CHAT_TEXT_TAIL
+        if isinstance(event, Reasoning):
+            return b""  # Chat Completions has no place for reasoning
         if isinstance(event, Text):
             return self._chunk({"refusal": event.text})
         if isinstance(event, CallStarted):
@@ -312,6 +312,10 @@ class ResponsesStreamWriter(StreamWriter):
         self._positions: dict[str, int] = {}  # item id -> output index
         self._freeform = freeform
         self._held: tuple[int, Part] | None = None  # (source call, the call) of a custom tool
+        # The open message's text delta up to its text, and its text so far, in pieces (joined
+        # once it closes: adding each piece to one string copies the answer once per event).
+        self._text_head: bytes | None = None
+        self._text: list[str] = []
 
     def _open(self) -> bytes:
         started = self._response("in_progress")
@@ -320,27 +324,19 @@ class ResponsesStreamWriter(StreamWriter):
         )
 
     def _content(self, event: Content) -> bytes:
-        if isinstance(event, Reasoning):
-            items = _written(responses.write_reply, event.part)["output"]
-            return b"".join(self._whole_item(item) for item in items)
-        if isinstance(event, Text):
+        if type(event) is Text:
             frames = b""
-            item = self._open_item
-            if item is None or item["type"] != "message":
+            if self._text_head is None:
                 frames = self._open_message()
-                item = self._open_item
-                assert item is not None
-            part = item["content"][0]
-            part["text"] += event.text
-            where = self._where(item)
-            frame = _RESPONSES_TEXT % (
-                orjson.dumps(where["item_id"]),
-                where["output_index"],
-                orjson.dumps(event.text),
-                self._sequence,
+            self._text.append(event.text)
+            frame = (
+                self._text_head + orjson.dumps(event.text) + _RESPONSES_TEXT_TAIL % self._sequence  # type: ignore[operator]
             )
             self._sequence += 1
             return frames + frame
+        if isinstance(event, Reasoning):
+            items = _written(responses.write_reply, event.part)["output"]
+            return b"".join(self._whole_item(item) for item in items)
         if isinstance(event, CallStarted) and event.name in self._freeform:
             frames = self._close_item()
             self._calls[event.index] = -1  # held, not yet an output item
@@ -387,7 +383,14 @@ class ResponsesStreamWriter(StreamWriter):
         frames = self._add(message)
         part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
         message["content"].append(part)
-        at = {**self._where(message), "content_index": 0, "part": dict(part)}
+        where = self._where(message)
+        at = {**where, "content_index": 0, "part": dict(part)}
+        self._text_head = (
+            _RESPONSES_TEXT_HEAD
+            + orjson.dumps(where["item_id"])
+            + _RESPONSES_TEXT_AT % where["output_index"]
+        )
+        self._text = []
         return frames + self._event("response.content_part.added", at)
 
     def _add(self, item: dict[str, Any]) -> bytes:
@@ -413,6 +416,8 @@ class ResponsesStreamWriter(StreamWriter):
         frames = []
         if item["type"] == "message":
             part = item["content"][0]
+            part["text"] = "".join(self._text)
+            self._text_head = None
             at = {**where, "content_index": 0}
             text = {**at, "text": part["text"], "logprobs": []}
             frames.append(self._event("response.output_text.done", text))
