@@ -87,6 +87,10 @@ class EventReader:
             end = find(b"\n", start)  # the end of the event's first line
             if end < 0:
                 break
+            if end + 1 < size and buffer[end + 1] == _LF and buffer.startswith(b"data: ", start):
+                events.append((None, buffer[start + 6 : end].decode("utf-8")))  # most events
+                start = end + 2
+                continue
             if end == start:  # a blank line with no event before it
                 start += 1
                 continue
@@ -118,10 +122,8 @@ class EventReader:
     def _event_at(
         self, buffer: bytes, start: int, end: int, lines: int, events: list[tuple[str | None, str]]
     ) -> None:
-        """The event in ``buffer[start:end]`` (LF line ends, ``lines`` lines)."""
-        if lines == 1 and buffer.startswith(b"data: ", start):
-            events.append((None, buffer[start + 6 : end].decode("utf-8")))
-            return
+        """The event in ``buffer[start:end]`` (LF line ends, ``lines`` lines) that is not one
+        ``data:`` line."""
         if lines == 2 and buffer.startswith(b"event: ", start):
             line_end = buffer.find(b"\n", start)
             if buffer.startswith(b"data: ", line_end + 1):

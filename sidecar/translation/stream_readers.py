@@ -71,15 +71,18 @@ class StreamReader(ABC):
 
     def _read(self, events: list[tuple[str | None, str]]) -> list[StreamEvent]:
         found: list[StreamEvent] = []
+        if self.ended or self.malformed:
+            return found  # nothing after the end counts
         for name, payload in events:
-            if self.ended or self.malformed:
-                break  # nothing after the end counts
             self.events += 1
             try:
                 self._event(name, payload, found)
             except ValueError as exc:  # CodecError, bad JSON: the events before it stand
                 self.malformed = str(exc)
-            self.ended = bool(found) and type(found[-1]) in _ENDS
+                break
+            if found and type(found[-1]) in _ENDS:
+                self.ended = True
+                break
         return found
 
     @abstractmethod
@@ -124,11 +127,13 @@ class _TextTemplate:
     A provider whose text events differ elsewhere too (OpenAI's per-chunk ``obfuscation``)
     never matches: after a few templates that never matched, it stops learning."""
 
-    __slots__ = ("_head", "_learns", "_tail")
+    __slots__ = ("_head", "_learns", "_tail", "_text_end", "_text_start")
 
     def __init__(self) -> None:
         self._head: str | None = None
         self._tail = ""
+        self._text_start = 0  # len(head)
+        self._text_end = 0  # -len(tail)
         self._learns = 3  # templates it may still learn before one matches
 
     def read(self, payload: str) -> str | None:
@@ -137,7 +142,7 @@ class _TextTemplate:
         if head is None or not payload.startswith(head) or not payload.endswith(self._tail):
             return None
         try:
-            text = orjson.loads(payload[len(head) : len(payload) - len(self._tail)])
+            text = orjson.loads(payload[self._text_start : self._text_end])
         except orjson.JSONDecodeError:
             return None
         if type(text) is not str:
@@ -164,8 +169,9 @@ class _TextTemplate:
         holder[key] = _PROBE
         fits = probe == event
         holder[key] = text
-        if fits:
+        if fits and tail:  # a JSON object's text is followed by its end at least
             self._head, self._tail = head, tail
+            self._text_start, self._text_end = len(head), -len(tail)
 
 
 _PROBE = "probe"

@@ -36,10 +36,11 @@ Content = Text | CallStarted | CallArguments | Reasoning
 _CONTENT = (Text, CallStarted, CallArguments, Reasoning)
 # The text events every stream is mostly made of, written from bytes around the JSON-encoded
 # text (the same bytes orjson writes for the whole event): they cost the most per stream.
-_MESSAGES_TEXT = (
+_MESSAGES_TEXT_HEAD = (
     b"event: content_block_delta\ndata: "
-    b'{"type":"content_block_delta","index":%d,"delta":{"type":"text_delta","text":%s}}\n\n'
+    b'{"type":"content_block_delta","index":%d,"delta":{"type":"text_delta","text":'
 )
+_MESSAGES_TEXT_TAIL = b"}}\n\n"
 _RESPONSES_TEXT_HEAD = (
     b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":'
 )
@@ -209,6 +210,7 @@ class MessagesStreamWriter(StreamWriter):
         self._blocks = 0
         self._open_block: tuple[str, int] | None = None  # ("text", -1) or ("call", source)
         self._calls: dict[int, int] = {}  # source call -> block index
+        self._text_head = b""  # the open text block's delta up to its text
 
     def _open(self) -> bytes:
         head = self._head
@@ -227,9 +229,10 @@ class MessagesStreamWriter(StreamWriter):
     def _content(self, event: Content) -> bytes:
         if type(event) is Text:  # most events: the next piece of the open text block
             if self._open_block is _TEXT_BLOCK:
-                return _MESSAGES_TEXT % (self._blocks - 1, orjson.dumps(event.text))
+                return self._text_head + orjson.dumps(event.text) + _MESSAGES_TEXT_TAIL
             start = self._start({"type": "text", "text": ""}, _TEXT_BLOCK)
-            return start + _MESSAGES_TEXT % (self._blocks - 1, orjson.dumps(event.text))
+            self._text_head = _MESSAGES_TEXT_HEAD % (self._blocks - 1)
+            return start + self._text_head + orjson.dumps(event.text) + _MESSAGES_TEXT_TAIL
         if isinstance(event, Reasoning):
             blocks = _written(messages.write_reply, event.part)["content"]
             return b"".join(self._whole_block(block) for block in blocks)
