@@ -91,18 +91,23 @@ class EventReader:
                 events.append((None, buffer[start + 6 : end].decode("utf-8")))  # most events
                 start = end + 2
                 continue
+            if buffer.startswith(b"event: ", start) and buffer.startswith(b"data: ", end + 1):
+                data_end = find(b"\n", end + 1)  # the rest of the events: a name and data
+                if 0 < data_end < size - 1 and buffer[data_end + 1] == _LF:
+                    name = buffer[start + 7 : end].decode("utf-8")
+                    events.append((name, buffer[end + 7 : data_end].decode("utf-8")))
+                    start = data_end + 2
+                    continue
             if end == start:  # a blank line with no event before it
                 start += 1
                 continue
-            lines = 1
             while end + 1 < size and buffer[end + 1] != _LF:  # more lines before the blank one
                 end = find(b"\n", end + 1)
-                lines += 1
                 if end < 0:
                     break
             if end < 0 or end + 1 >= size:
                 break  # the blank line that ends the event has not arrived
-            self._event_at(buffer, start, end, lines, events)
+            self._lines(buffer[start:end].decode("utf-8"), events)  # comments, other fields
             start = end + 2
         self._pending = buffer[start:] if start else buffer
         return events
@@ -118,19 +123,6 @@ class EventReader:
             self._pending = b""
         self._line("", events)
         return events
-
-    def _event_at(
-        self, buffer: bytes, start: int, end: int, lines: int, events: list[tuple[str | None, str]]
-    ) -> None:
-        """The event in ``buffer[start:end]`` (LF line ends, ``lines`` lines) that is not one
-        ``data:`` line."""
-        if lines == 2 and buffer.startswith(b"event: ", start):
-            line_end = buffer.find(b"\n", start)
-            if buffer.startswith(b"data: ", line_end + 1):
-                name = buffer[start + 7 : line_end].decode("utf-8")
-                events.append((name, buffer[line_end + 7 : end].decode("utf-8")))
-                return
-        self._lines(buffer[start:end].decode("utf-8"), events)
 
     def _lines(self, block: str, events: list[tuple[str | None, str]]) -> None:
         """An event read line by line (comments, other fields, several data lines)."""
