@@ -124,25 +124,39 @@ class _TextTemplate:
     without parsing the rest (most events of a stream differ only in their text; parsing each
     was a third of a translated stream's cost). Learnt only when a probe proves it: the
     payload with another string in that place parses to the same event with that string.
-    A provider whose text events differ elsewhere too (OpenAI's per-chunk ``obfuscation``)
-    never matches: after a few templates that never matched, it stops learning."""
 
-    __slots__ = ("_head", "_learns", "_tail", "_text_end", "_text_start")
+    ``free``: a last field of the event, a string its reader ignores, that may differ from
+    event to event (OpenAI's per-chunk ``obfuscation``); its value is only checked to be a
+    plain JSON string. A provider whose text events differ elsewhere too never matches: after
+    a few templates that never matched, it stops learning and every event is read whole."""
 
-    def __init__(self) -> None:
+    __slots__ = ("_free", "_head", "_learns", "_tail", "_text_end", "_text_start")
+
+    def __init__(self, free: str | None = None) -> None:
+        self._free = free
         self._head: str | None = None
-        self._tail = ""
+        self._tail = ""  # after the text; with a free field, up to its value's opening quote
         self._text_start = 0  # len(head)
-        self._text_end = 0  # -len(tail)
+        self._text_end = 0  # -len(tail), or 0 with a free field
         self._learns = 3  # templates it may still learn before one matches
 
     def read(self, payload: str) -> str | None:
         """The text of a payload the template fits; None: it does not (read it whole)."""
         head = self._head
-        if head is None or not payload.startswith(head) or not payload.endswith(self._tail):
+        if head is None or not payload.startswith(head):
             return None
+        if self._text_end:
+            if not payload.endswith(self._tail):
+                return None
+            literal = payload[self._text_start : self._text_end]
+        else:  # the tail, then the free field's value and the event's end
+            end = payload.find(self._tail, self._text_start)
+            free = payload[end + len(self._tail) : -2]
+            if end < 0 or not payload.endswith('"}') or not _plain(free):
+                return None
+            literal = payload[self._text_start : end]
         try:
-            text = orjson.loads(payload[self._text_start : self._text_end])
+            text = orjson.loads(literal)
         except orjson.JSONDecodeError:
             return None
         if type(text) is not str:
@@ -155,6 +169,9 @@ class _TextTemplate:
         if self._learns <= 0:
             return
         self._learns -= 1
+        if not self._learns:  # the templates learnt never matched: read every event whole
+            self._head = None
+            return
         text = holder[key]
         literal = orjson.dumps(text).decode()
         start = payload.find(f'"{key}":{literal}')
@@ -162,16 +179,27 @@ class _TextTemplate:
             return
         start += len(key) + 3
         head, tail = payload[:start], payload[start + len(literal) :]
+        free = self._free if isinstance(event.get(self._free or ""), str) else None
+        if free is not None and tail.endswith(f'"{free}":"{event[free]}"}}'):
+            tail = tail[: len(tail) - len(event[free]) - 2]
+        else:
+            free = None
         try:
-            probe = orjson.loads(f'{head}"{_PROBE}"{tail}')
+            probe = orjson.loads(f'{head}"{_PROBE}"{tail}' + ('probe"}' if free else ""))
         except orjson.JSONDecodeError:
             return
+        expected = {**event, free: _PROBE} if free else event
         holder[key] = _PROBE
-        fits = probe == event
+        fits = probe == expected
         holder[key] = text
         if fits and tail:  # a JSON object's text is followed by its end at least
             self._head, self._tail = head, tail
-            self._text_start, self._text_end = len(head), -len(tail)
+            self._text_start, self._text_end = len(head), 0 if free else -len(tail)
+
+
+def _plain(value: str) -> bool:
+    """A JSON string's content that needs no escape: read as it stands."""
+    return '"' not in value and "\\" not in value and value.isprintable()
 
 
 _PROBE = "probe"
@@ -190,7 +218,7 @@ class ChatStreamReader(StreamReader):
         self._calls: dict[Any, tuple[int, str | None]] = {}  # server index -> (call, its id)
         self._thought = ""  # reasoning_content, out whole before the answer
         self._stop: Stop | None = None
-        self._template = _TextTemplate()
+        self._template = _TextTemplate(free="obfuscation")  # OpenAI's, different every chunk
 
     def _event(self, name: str | None, payload: str, found: list[StreamEvent]) -> None:
         if not self._thought and (text := self._template.read(payload)) is not None:

@@ -145,3 +145,34 @@ def test_the_same_bytes_elsewhere_first_teach_no_template():
     expected = translate(events, "chat", "messages", templates=False)
     assert b"Other" not in expected
     assert translate(events, "chat", "messages", templates=True) == expected
+
+
+def test_openai_chunks_read_from_the_template_whatever_their_obfuscation():
+    """OpenAI sends each chunk with another ``obfuscation`` (random, of varying length): the
+    template reads past it, and falls back to a whole read where its value needs escapes or
+    is not a plain string; the translated stream is the same as when read whole."""
+    obfuscations = ["xY3k", "a", "", 'q"uote', "back\\slash", "\u2028", "\x01", "é☃"]
+    texts = ["The", " quarterly", ' "figures"', " é ☃", "\n"]
+    events = [chat_chunk({"role": "assistant", "content": ""}, obfuscation="z")]
+    events += [
+        chat_chunk({"content": texts[i % len(texts)]}, obfuscation=o)
+        for i, o in enumerate(obfuscations * 3)
+    ]
+    events.append(chat_chunk({}, obfuscation=7))  # not a string: read whole
+    events.append(b"data: [DONE]\n\n")
+    expected = translate(events, "chat", "messages", templates=False)
+    assert translate(events, "chat", "messages", templates=True) == expected
+    for broken in (b'a"b', b"a\x01b", b"a\\"):  # not JSON: the stream fails as read whole
+        chunk = chat_chunk({"content": "The"}, obfuscation="OBF").replace(b"OBF", broken)
+        stream = [*events[:4], chunk, *events[4:]]
+        expected = translate(stream, "chat", "messages", templates=False)
+        assert b"not valid" in expected
+        assert translate(stream, "chat", "messages", templates=True) == expected
+
+    template = stream_readers._TextTemplate(free="obfuscation")
+    data = chat_chunk({"content": "The"}, obfuscation="xY3k")[6:-2]
+    first = orjson.loads(data)
+    template.learn(data.decode(), first, first["choices"][0]["delta"], "content")
+    later = chat_chunk({"content": " growth"}, obfuscation="Qw9tZ1")[6:-2].decode()
+    assert template.read(later) == " growth"
+    assert template.read(later.replace('"obfuscation"', '"other"')) is None
