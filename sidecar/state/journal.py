@@ -261,7 +261,10 @@ class RequestJournal:
             self.log.drop(key, record=False)
             return None
         segments = sorted(journal.segments)
-        return _journaled(await asyncio.to_thread(self.log.read, key, segments))
+        earlier = _journaled(await asyncio.to_thread(self.log.read, key, segments))
+        if earlier is None:  # nothing ran: the attempt starting now begins it afresh
+            self.log.drop(key, record=False)
+        return earlier
 
     async def _adopt(self, link_key: Key, asked: str) -> _Journaled | None:
         """The failed attempt a link names, when this request's last user turn contains that

@@ -86,6 +86,12 @@ def line(key: Key, written_at: float, record: dict[str, Any]) -> bytes:
     return orjson.dumps({"j": f"{key[0]}/{key[1]}", "t": written_at, **record}) + b"\n"
 
 
+def starts_afresh(record: dict[str, Any]) -> bool:
+    """The first record of an attempt that resumed nothing: what its request's journal held
+    before (an attempt that ran nothing, or one older than the window) is not part of it."""
+    return "attempt" in record and record.get("origin") == record["attempt"]
+
+
 def parse(data: bytes) -> Iterator[tuple[Key, float, dict[str, Any]]]:
     """The records in a segment, a line torn by a crash (or a full disk) left out."""
     for raw in data.splitlines():
@@ -296,7 +302,11 @@ class JournalLog:
             except FileNotFoundError:
                 continue
             chosen = b"\n".join(raw for raw in data.splitlines() if raw.startswith(prefix))
-            records += [record for _, _, record in parse(chosen)]
+            for _, _, record in parse(chosen):
+                if "end" in record or starts_afresh(record):
+                    records.clear()  # an earlier journal of the same request
+                if "end" not in record:
+                    records.append(record)
         return records
 
     async def recovered(self) -> None:

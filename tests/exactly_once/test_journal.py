@@ -198,3 +198,34 @@ async def test_a_request_with_no_journal_begins_without_reading_the_disk(tmp_pat
     clock.now += 6.0  # a tenth of the window: pruning is due; it reads nothing either
     await (await journal.begin("a", second, "req_6")).end(succeeded=True)
     assert reads == [first]
+
+
+async def test_a_retry_resumes_only_the_last_journal_of_its_request(tmp_path: Path) -> None:
+    """One log holds every journal: the records of earlier attempts of the same request that
+    succeeded (or ran nothing, or aged out) are not part of the one a retry resumes."""
+    clock = Clock()
+    journal = RequestJournal(tmp_path, window_ms=1000, clock=clock)
+    request = request_digest("a", BODY)
+    for n in range(3):  # identical requests that succeeded
+        done = await journal.begin("a", request, f"req_ok{n}")
+        done.model_replied({"turn": n})
+        done.before_execution(side_effects=True)
+        await done.sending(f"call{n}")
+        await done.end(succeeded=True)
+    idle = await journal.begin("a", request, "req_idle")  # journaled a turn, ran nothing
+    idle.model_replied({"turn": "idle"})
+    idle.before_execution(side_effects=True)
+    await idle.flush()
+    await idle.end(succeeded=False)
+    await failed_attempt(journal, request, "req_old")
+    clock.now += 5  # beyond the window
+    await failed_attempt(journal, request, "req_1")
+    resumed = await journal.begin("a", request, "req_2")
+    assert resumed.resumed_from == "req_1" and resumed.lineage == "req_1"
+    assert [resumed.replayed_turn(), resumed.replayed_turn()] == [{"turn": 1}, None]
+    assert resumed.known_outcome("call0") is None
+    await resumed.end(succeeded=False)
+    restarted = RequestJournal(tmp_path, window_ms=1000, clock=clock)
+    again = await restarted.begin("a", request, "req_3")
+    assert again.lineage == "req_1"
+    assert [again.replayed_turn(), again.replayed_turn()] == [{"turn": 1}, None]
