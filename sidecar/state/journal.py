@@ -8,15 +8,17 @@ the codecs' fingerprints) and the tools the runner declared. ``stream``, ``strea
 sampling parameters, ``max_tokens``, ``metadata``, ``user`` and headers are not part of it: a
 runner that retries with ``stream: false`` after a failed stream (Claude Code) sends the same
 request. While it runs, its progress is appended to the journal log (:mod:`.journal_log`: one
-append-only log for the pod, its lines naming the agent and the identity), each record synced
-before the sidecar acts on it:
+append-only log for the pod, its lines naming the agent and the identity):
 
-- ``{"turn": body}`` — a model reply that led to tool calls (written before they execute);
+- ``{"turn": body}`` — a model reply that led to tool calls (synced before they execute);
   nothing is written before the first round with a call that is neither read-only nor
   idempotent (running those again is harmless), so a request that only reads costs no I/O;
-- ``{"sent": key}`` — a call of a tool that is neither read-only nor idempotent, before it is
-  sent;
-- ``{"result": key, "outcome": ...}`` — a call answered by its service.
+- ``{"sent": key}`` — a call of a tool that is neither read-only nor idempotent, synced before
+  it is sent;
+- ``{"result": key, "outcome": ...}`` — a call answered by its service, written before the next
+  model call carries it (a killed sidecar keeps it) and synced with the next sync (the next
+  call with side effects, a failed end): a power loss in between leaves the call sent and
+  unanswered, so a retry does not send it again and tells the model its outcome is unknown.
 
 A request that ends with a successful answer, or without having executed any call, drops its
 journal: a successful attempt is never replayed. Any other ending (an error answer, a timeout,
@@ -330,9 +332,9 @@ def _journaled(records: list[dict[str, Any]]) -> _Journaled | None:
 class Attempt:
     """One attempt of a request, as the driver of the mediation loop sees the journal.
 
-    Records are buffered and written with one sync at the two points where they must be
-    durable: before a call with side effects is sent (the turns that asked for it and its
-    ``sent`` line), and before a journaled result is used (the next model call, the end).
+    Records are buffered and written with one sync where they must be durable: before a call
+    with side effects is sent (the turns that asked for it and its ``sent`` line), and when a
+    failed attempt ends. Results are written, unsynced, before the next model call uses them.
     A result lost in between leaves its call ``sent`` and unanswered: not sent again."""
 
     journal: RequestJournal
@@ -419,12 +421,13 @@ class Attempt:
         # copy of the result (a tenth of the cost).
         self._queue({"result": key, "outcome": outcome})
 
-    async def flush(self) -> None:
+    async def flush(self, *, sync: bool = True) -> None:
+        """Write the queued records (OSError if they cannot be); ``sync``: durably."""
         if not self._buffer:
             return
         self._claim_quota()
         data, self._buffer = b"".join(self._buffer), []
-        await self.journal.log.append(self.key, data)
+        await self.journal.log.append(self.key, data, sync=sync)
 
     def _claim_quota(self) -> None:
         """A new journal counts against its agent's quota (an adopted one's place passes to

@@ -76,7 +76,8 @@ class _Queued:
     key: Key
     data: bytes
     waiter: asyncio.Future[None] | None
-    """None for a record nobody waits for (an ``end``): it is written, not synced for."""
+    """None for a record nobody waits for (an ``end``)."""
+    sync: bool = False
     pins: frozenset[int] = frozenset()
     """For an ``end``: the older segments holding the records it drops."""
 
@@ -186,11 +187,12 @@ class JournalLog:
 
     # --- writing ----------------------------------------------------------------------------
 
-    async def append(self, key: Key, data: bytes) -> None:
-        """Write records of journal ``key`` and return once they are durable (OSError if they
-        could not be written)."""
+    async def append(self, key: Key, data: bytes, *, sync: bool = True) -> None:
+        """Write records of journal ``key`` and return once they are in the file, synced with
+        ``sync`` (OSError if they could not be written). Unsynced records survive the sidecar
+        being killed, not the machine losing power; the next sync covers them."""
         waiter = asyncio.get_running_loop().create_future()
-        self._enqueue(_Queued(key, data, waiter))
+        self._enqueue(_Queued(key, data, waiter, sync))
         await waiter
 
     def _enqueue(self, queued: _Queued) -> None:
@@ -199,35 +201,39 @@ class JournalLog:
             self._write_queue()
 
     def _write_queue(self) -> None:
-        """Start the next batch. One nobody waits for is written here when a segment is open:
-        a write into the page cache is cheaper than a thread hop."""
+        """Start the next batch: in a worker thread when it syncs (or no segment is open yet),
+        else here: a write into the page cache is cheaper than a thread hop."""
         batch, self._queue = self._queue, []
         if not batch:
             return
-        if all(q.waiter is None for q in batch) and self._fd is not None and not self._broken:
+        data = b"".join(q.data for q in batch)
+        sync = any(q.sync for q in batch)
+        if not sync and self._fd is not None and not self._broken:
             try:
-                self._write(b"".join(q.data for q in batch), sync=False)
+                self._done(batch, self._write(data, False), None)
             except OSError as exc:
-                log.warning("request journal: an end record was not written: %s", exc)
-                return
-            self._landed(batch, self._current)
+                self._done(batch, 0, exc)
+            return
+        try:
+            written = asyncio.get_running_loop().run_in_executor(None, self._write, data, sync)
+        except RuntimeError as exc:  # the loop is closing: nothing more is written
+            self._done(batch, 0, OSError(f"the request journal is closed: {exc}"))
             return
         self._writing = True
-        loop = asyncio.get_running_loop()
-        data = b"".join(q.data for q in batch)
-        sync = any(q.waiter is not None for q in batch)
-        written = loop.run_in_executor(None, self._write, data, sync)
         written.add_done_callback(lambda done: self._written(batch, done))
 
     def _written(self, batch: list[_Queued], done: asyncio.Future[int]) -> None:
         self._writing = False
         failure = done.exception()
+        self._done(batch, 0 if failure else done.result(), failure)
+        self._write_queue()
+
+    def _done(self, batch: list[_Queued], segment: int, failure: BaseException | None) -> None:
         if failure is None:
-            segment = done.result()
             self._segments.add(segment)
             self._current = segment
             self._landed(batch, segment)
-        elif not any(q.waiter is not None for q in batch):
+        elif any(q.waiter is None for q in batch):
             log.warning("request journal: an end record was not written: %s", failure)
         for queued in batch:
             waiter = queued.waiter
@@ -237,7 +243,6 @@ class JournalLog:
                 waiter.set_result(None)
             else:
                 waiter.set_exception(failure)
-        self._write_queue()
 
     def _landed(self, batch: list[_Queued], segment: int) -> None:
         for queued in batch:
@@ -286,6 +291,14 @@ class JournalLog:
         return self.segments_directory / f"{segment:012d}{SEGMENT_SUFFIX}"
 
     def close(self) -> None:
+        """At shutdown, after the last request: what is queued is written, then the segment
+        is closed."""
+        if self._writing:
+            return  # a write still runs in a worker (the process ends anyway)
+        batch, self._queue = self._queue, []
+        if batch and self._fd is not None and not self._broken:
+            with contextlib.suppress(OSError):
+                self._write(b"".join(q.data for q in batch), True)
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
