@@ -33,7 +33,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,7 @@ class _Queued:
     data: bytes
     waiter: asyncio.Future[None] | None
     """None for a record nobody waits for (an ``end``)."""
+    _: KW_ONLY
     sync: bool = False
     pins: frozenset[int] = frozenset()
     """For an ``end``: the older segments holding the records it drops."""
@@ -159,7 +160,7 @@ class JournalLog:
         self.counts[key[0]] = max(0, self.count(key[0]) - 1)
         if record and journal.segments:
             pins = frozenset(journal.segments)
-            self._enqueue(_Queued(key, line(key, self._clock(), {"end": 1}), None, pins))
+            self._enqueue(_Queued(key, line(key, self._clock(), {"end": 1}), None, pins=pins))
 
     def expired(self, written_at: float) -> bool:
         return self._clock() - written_at > self.window_s
@@ -201,7 +202,7 @@ class JournalLog:
         ``sync`` (OSError if they could not be written). Unsynced records survive the sidecar
         being killed, not the machine losing power; the next sync covers them."""
         waiter = asyncio.get_running_loop().create_future()
-        self._enqueue(_Queued(key, data, waiter, sync))
+        self._enqueue(_Queued(key, data, waiter, sync=sync))
         await waiter
 
     def _enqueue(self, queued: _Queued) -> None:

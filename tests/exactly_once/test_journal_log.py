@@ -17,6 +17,7 @@ from clawpod.sidecar.state.journal import RequestJournal, request_digest
 from tests.exactly_once.test_journal import DONE, Clock
 
 WINDOW_MS = 60000
+GUARD_STEPS = 3000  # a deadlock guard, not a timing assertion
 
 
 def body(n: int | str) -> dict[str, object]:
@@ -38,6 +39,14 @@ async def destructive(
         await running.end(succeeded=False)  # as the driver does
         raise
     await running.end(succeeded=succeed)
+
+
+async def settled(journal: RequestJournal) -> None:
+    """Until no batch is being written (an ``end`` line may still be on its way)."""
+    for _ in range(GUARD_STEPS):
+        if not journal.log._writing:
+            return
+        await asyncio.sleep(0.01)
 
 
 class CountedSync:
@@ -75,6 +84,7 @@ async def test_a_destructive_round_syncs_once_and_concurrent_requests_share_sync
     monkeypatch.setattr(journal_log, "_sync", sync)
     journal = RequestJournal(tmp_path, window_ms=WINDOW_MS)
     await destructive(journal, "a", request_digest("a", body(0)), "req_0", succeed=True)
+    await settled(journal)
     assert sync.calls == 1
     sync.calls = 0
     requests = [request_digest("a", body(n)) for n in range(16)]
