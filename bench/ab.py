@@ -41,6 +41,10 @@ WORKLOADS = {
     "mediated_r1": ("mediated_r1", "bench-mediated"),
     "mediated_r3": ("mediated_r3", "bench-mediated"),
     "destructive_r1": ("mediated_r1", "bench-mediated-write"),
+    # Every request its own (the others send one body c times at once: retries of one request,
+    # which the sidecar runs one at a time, SPEC §8.2).
+    "mediated_r1_distinct": ("mediated_r1_distinct", "bench-mediated"),
+    "destructive_r1_distinct": ("mediated_r1_distinct", "bench-mediated-write"),
 }
 WHOLE = ("openai_json", "mediated_r0", "mediated_r1", "destructive_r1")
 # SPEC §19's bounds, ms of CPU per request (mediated_r0: over pass-through).
