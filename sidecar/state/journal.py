@@ -53,6 +53,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -199,7 +200,8 @@ class RequestJournal:
         self.max_journals = DEFAULT_MAX_JOURNALS if max_journals is None else max_journals
         self._clock = clock
         self.log = JournalLog(self.directory, window_s=self.window_s, clock=clock)
-        self._running: dict[Key, asyncio.Future[None]] = {}
+        self._running: dict[Key, deque[asyncio.Future[None]]] = {}
+        """Requests with an attempt running here, each with the identical ones waiting."""
         self._folders: dict[str, str] = {}  # agent -> its folder name in the log
         self._pruned_at = float("-inf")
 
@@ -221,9 +223,7 @@ class RequestJournal:
         user turn is contained in this one's, ``asked``)."""
         await self.log.recovered()
         key = (self.folder(agent), request)
-        while (running := self._running.get(key)) is not None:
-            await asyncio.shield(running)
-        self._running[key] = asyncio.get_running_loop().create_future()
+        await self._take_turn(key)
         try:
             if self._prune_due():
                 await self._prune()
@@ -300,10 +300,30 @@ class RequestJournal:
     def _prune_due(self) -> bool:
         return self._clock() - self._pruned_at >= self.window_s / 10
 
+    async def _take_turn(self, key: Key) -> None:
+        """Return once no identical attempt runs here: identical requests run one at a time, in
+        the order they came, each woken alone when its turn comes (not all of them at once)."""
+        waiting = self._running.get(key)
+        if waiting is None:
+            self._running[key] = deque()
+            return
+        turn = asyncio.get_running_loop().create_future()
+        waiting.append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self._release(key)  # its turn came as it was cancelled: the next one's now
+            raise
+
     def _release(self, key: Key) -> None:
-        running = self._running.pop(key, None)
-        if running is not None and not running.done():
-            running.set_result(None)
+        waiting = self._running.get(key)
+        while waiting:
+            turn = waiting.popleft()
+            if not turn.done():  # else its request went away while waiting
+                turn.set_result(None)
+                return
+        self._running.pop(key, None)
 
 
 def _journaled(records: list[dict[str, Any]]) -> _Journaled | None:

@@ -335,6 +335,8 @@ class JournalLog:
     async def recovered(self) -> None:
         """Read what the log holds (and move a previous layout's journals in) once, before the
         first request uses the index."""
+        if self._recovered is not None and self._recovered.done():
+            return  # every request but the first
         if self._recovered is None:
             self._recovered = asyncio.get_running_loop().create_future()
             try:

@@ -3,6 +3,7 @@ does to it (SPEC §8.2)."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -229,3 +230,34 @@ async def test_a_retry_resumes_only_the_last_journal_of_its_request(tmp_path: Pa
     again = await restarted.begin("a", request, "req_3")
     assert again.lineage == "req_1"
     assert [again.replayed_turn(), again.replayed_turn()] == [{"turn": 1}, None]
+
+
+async def test_identical_requests_take_turns_one_woken_at_a_time(tmp_path: Path) -> None:
+    """Identical requests run one at a time in the order they came; the end of one wakes the
+    next alone (not every waiter, to find all but one still have to wait), and a waiter whose
+    client left, before or as its turn came, passes it on."""
+    journal = RequestJournal(tmp_path, window_ms=60000)
+    request = request_digest("a", BODY)
+    first = await journal.begin("a", request, "req_1")
+    began: list[str] = []
+
+    async def waiter(attempt: str) -> None:
+        running = await journal.begin("a", request, attempt)
+        began.append(attempt)
+        if attempt != "req_4":
+            await asyncio.sleep(0)  # still running while the others wait
+        await running.end(succeeded=True)
+
+    gone = asyncio.create_task(waiter("req_gone"))
+    second, third = asyncio.create_task(waiter("req_2")), asyncio.create_task(waiter("req_3"))
+    late = asyncio.create_task(waiter("req_late"))
+    fourth = asyncio.create_task(waiter("req_4"))
+    await asyncio.sleep(0)
+    gone.cancel()  # before its turn
+    await first.end(succeeded=True)  # hands the turn to req_2 ...
+    second.cancel()  # ... whose client leaves before it runs: req_3 has it
+    late.cancel()  # still waiting
+    await asyncio.gather(third, fourth)
+    assert began == ["req_3", "req_4"]
+    assert gone.cancelled() and second.cancelled() and late.cancelled()
+    assert not journal._running
