@@ -243,3 +243,19 @@ async def test_a_journal_of_the_previous_layout_is_resumed_after_an_upgrade(
     restarted = RequestJournal(tmp_path, window_ms=WINDOW_MS, clock=clock)
     assert (await restarted.begin("a", rewritten, "req_2")).lineage == "req_old"
     assert (await restarted.begin("a", old, "req_3")).resumed_from is None  # aged: deleted
+
+
+async def test_a_closed_journal_refuses_writes_and_leaves_no_writer_behind(tmp_path: Path) -> None:
+    """At shutdown the writer thread ends after its last batch; a call that would still be
+    journaled then is refused (not sent), never left waiting."""
+    journal = RequestJournal(tmp_path, window_ms=WINDOW_MS)
+    kept, late = request_digest("a", body("kept")), request_digest("a", body("late"))
+    await destructive(journal, "a", kept, "req_1", succeed=False)
+    writer = journal.log._writer
+    journal.close()
+    assert writer is not None and not writer.is_alive()
+    with pytest.raises(OSError, match="closed"):
+        await destructive(journal, "a", late, "req_2", succeed=False)
+    restarted = RequestJournal(tmp_path, window_ms=WINDOW_MS)
+    assert (await restarted.begin("a", kept, "req_3")).resumed_from == "req_1"
+    assert (await restarted.begin("a", late, "req_4")).resumed_from is None
