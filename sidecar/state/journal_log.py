@@ -5,7 +5,9 @@ kept in memory.
 A line is one record of one journal: ``{"j": "<agent folder>/<identity>", "t": <time>, ...}``.
 Besides the records :mod:`.journal` writes, ``{"link": history, "asked": ...}`` names the
 journal a rewritten retry may adopt, and ``{"end": 1}`` drops a journal (its attempt succeeded,
-or a later attempt took its records over).
+or a later attempt took its records over). A journal that goes has its records overwritten with
+spaces as it goes: what a model or a service sent (a credential it should not have sent too) is
+kept no longer than the journal, as when each journal was a file unlinked on success.
 
 Why one log and not a file per request: creating, fsyncing (with its directory), unlinking and
 closing a file per request cost about 0.5 ms of CPU in the kernel; an append to an open file
@@ -54,6 +56,8 @@ _sync = getattr(os, "fdatasync", os.fsync)
 
 Key = tuple[str, str]
 """A journal: its agent's folder name and its request identity."""
+Span = tuple[int, int, int]
+"""Bytes in the log: segment, offset, length."""
 
 
 @dataclass(slots=True)
@@ -62,6 +66,8 @@ class Journal:
 
     written_at: float
     segments: set[int] = field(default_factory=set)
+    spans: list[Span] = field(default_factory=list)
+    """Where its records are, as written since the sidecar started: blanked when it goes."""
 
 
 @dataclass(slots=True)
@@ -81,12 +87,15 @@ class _Queued:
     """None for a record nobody waits for (an ``end``)."""
     _: KW_ONLY
     sync: bool = False
+    erase: tuple[Span, ...] = ()
+    """For an ``end``: the records of the journal it drops, blanked as it is written."""
     pins: frozenset[int] = frozenset()
     """For an ``end``: the older segments holding the records it drops."""
 
 
-_Job = tuple[asyncio.AbstractEventLoop, list[_Queued], bytes, bool]
-"""A batch for the writer thread: the loop to answer on, its records, their bytes, sync."""
+_Job = tuple[asyncio.AbstractEventLoop, list[_Queued], bytes, bool, list[Span]]
+"""A batch for the writer thread: the loop to answer on, its records, their bytes, sync, and
+the spans to blank."""
 
 
 def line(key: Key, written_at: float, record: dict[str, Any]) -> bytes:
@@ -102,14 +111,22 @@ def starts_afresh(record: dict[str, Any]) -> bool:
 
 def parse(data: bytes) -> Iterator[tuple[Key, float, dict[str, Any]]]:
     """The records in a segment, a line torn by a crash (or a full disk) left out."""
-    for raw in data.splitlines():
+    for _, key, written_at, record in _records(data):
+        yield key, written_at, record
+
+
+def _records(data: bytes) -> Iterator[tuple[Span, Key, float, dict[str, Any]]]:
+    """``parse`` with where each line is (segment 0: the caller's)."""
+    offset = 0
+    for raw in data.split(b"\n"):
+        span, offset = (0, offset, len(raw) + 1), offset + len(raw) + 1
         try:
             record = orjson.loads(raw)
             folder, _, request = record.pop("j").partition("/")
             written_at = float(record.pop("t"))
         except (orjson.JSONDecodeError, KeyError, AttributeError, TypeError, ValueError):
             continue
-        yield (folder, request), written_at, record
+        yield span, (folder, request), written_at, record
 
 
 class JournalLog:
@@ -121,7 +138,7 @@ class JournalLog:
         *,
         window_s: float,
         clock: Callable[[], float],
-        write: Callable[[int, memoryview], int] = os.write,
+        write: Callable[[int, memoryview, int], int] = os.pwrite,
     ) -> None:
         """``directory``: the journal directory (``<state>/journal``); ``write``: how bytes reach
         a segment (a test's full disk)."""
@@ -161,15 +178,19 @@ class JournalLog:
         return journal
 
     def drop(self, key: Key, *, record: bool = True) -> None:
-        """Forget a journal; with ``record``, an ``end`` line says so on disk (a journal aged
-        out needs none: a restart leaves records older than the window out)."""
+        """Forget a journal and blank its records (what a model or a service sent, credentials
+        it should not have sent included, is kept no longer than the journal is, as when a
+        journal was a file unlinked); with ``record``, an ``end`` line says so on disk (a
+        journal aged out needs none: a restart leaves records older than the window out)."""
         journal = self.journals.pop(key, None)
         if journal is None:
             return
         self.counts[key[0]] = max(0, self.count(key[0]) - 1)
-        if record and journal.segments:
-            pins = frozenset(journal.segments)
-            self._enqueue(_Queued(key, line(key, self._clock(), {"end": 1}), None, pins=pins))
+        end = line(key, self._clock(), {"end": 1}) if record and journal.segments else b""
+        if end or journal.spans:
+            pins = frozenset(journal.segments) if end else frozenset()
+            erase = tuple(journal.spans)
+            self._enqueue(_Queued(key, end, None, pins=pins, erase=erase))
 
     def expired(self, written_at: float) -> bool:
         return self._clock() - written_at > self.window_s
@@ -227,46 +248,52 @@ class JournalLog:
             return
         data = b"".join(q.data for q in batch)
         sync = any(q.sync for q in batch)
+        erase = [span for q in batch for span in q.erase]
         if not sync and self._fd is not None and not self._broken:
             try:
-                self._done(batch, self._write(data, False), None)
+                self._done(batch, self._write(data, False, erase), None)
             except OSError as exc:
-                self._done(batch, 0, exc)
+                self._done(batch, (0, 0), exc)
             return
         if self._closed:
-            self._done(batch, 0, OSError("the request journal is closed"))
+            self._done(batch, (0, 0), OSError("the request journal is closed"))
             return
         if self._writer is None:
             self._writer = threading.Thread(target=self._write_batches, daemon=True)
             self._writer.start()
         self._writing = True
-        self._batches.put((asyncio.get_running_loop(), batch, data, sync))
+        self._batches.put((asyncio.get_running_loop(), batch, data, sync, erase))
 
     def _write_batches(self) -> None:
         """The writer thread: one batch at a time, each answered on its event loop. Its own
         thread rather than the loop's executor: a batch costs a queue put and a wake-up, not
         the executor's futures chained into the loop's (about half the CPU of a hop)."""
         while (job := self._batches.get()) is not None:
-            loop, batch, data, sync = job
+            loop, batch, data, sync, erase = job
             try:
-                segment, failure = self._write(data, sync), None
+                where, failure = self._write(data, sync, erase), None
             except BaseException as exc:  # answered on the loop, whatever it is
-                segment, failure = 0, exc
+                where, failure = (0, 0), exc
             try:
-                loop.call_soon_threadsafe(self._written, batch, segment, failure)
+                loop.call_soon_threadsafe(self._written, batch, where, failure)
             except RuntimeError:  # the loop closed: nobody waits any more
                 self._writing = False
 
-    def _written(self, batch: list[_Queued], segment: int, failure: BaseException | None) -> None:
+    def _written(
+        self, batch: list[_Queued], where: tuple[int, int], failure: BaseException | None
+    ) -> None:
         self._writing = False
-        self._done(batch, segment, failure)
+        self._done(batch, where, failure)
         self._write_queue()
 
-    def _done(self, batch: list[_Queued], segment: int, failure: BaseException | None) -> None:
+    def _done(
+        self, batch: list[_Queued], where: tuple[int, int], failure: BaseException | None
+    ) -> None:
+        """``where``: the segment and offset the batch's bytes went to."""
         if failure is None:
-            self._segments.add(segment)
-            self._current = segment
-            self._landed(batch, segment)
+            self._segments.add(where[0])
+            self._current = where[0]
+            self._landed(batch, *where)
         elif any(q.waiter is None for q in batch):
             log.warning("request journal: an end record was not written: %s", failure)
         for queued in batch:
@@ -278,39 +305,61 @@ class JournalLog:
             else:
                 waiter.set_exception(failure)
 
-    def _landed(self, batch: list[_Queued], segment: int) -> None:
+    def _landed(self, batch: list[_Queued], segment: int, offset: int) -> None:
         for queued in batch:
             journal = self.journals.get(queued.key)
             if journal is not None:
                 journal.segments.add(segment)
+                journal.spans.append((segment, offset, len(queued.data)))
                 journal.written_at = self._clock()
+            offset += len(queued.data)
             if queued.pins - {segment}:
                 self._pins.setdefault(segment, set()).update(queued.pins - {segment})
 
-    def _write(self, data: bytes, sync: bool) -> int:
-        """Append ``data`` to the current segment (a new one when due), synced if ``sync``;
-        the segment's number. Runs in a worker thread, one batch at a time."""
-        if self._fd is None or self._broken or self._size >= MAX_SEGMENT_BYTES:
+    def _write(self, data: bytes, sync: bool, erase: list[Span]) -> tuple[int, int]:
+        """Append ``data`` to the current segment (a new one when due), synced if ``sync``,
+        then blank the spans ``erase``; the segment and offset ``data`` went to. One batch at a
+        time: in the writer thread, or on the loop while no batch is with it."""
+        if data and (self._fd is None or self._broken or self._size >= MAX_SEGMENT_BYTES):
             self._open_segment()
-        assert self._fd is not None
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[self.write(self._fd, view) :]
-            if sync:
-                _sync(self._fd)
-        except OSError:
-            self._broken = True  # what reached the file is unknown: append nowhere after it
-            raise
-        self._size += len(data)
-        return self._last_segment
+        offset = self._size
+        if data:
+            assert self._fd is not None
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[self.write(self._fd, view, self._size) :]
+                    self._size = offset + len(data) - len(view)
+                if sync:
+                    _sync(self._fd)
+            except OSError:
+                self._broken = True  # what reached the file is unknown: append nowhere after it
+                raise
+        self._blank(erase)
+        return self._last_segment, offset
+
+    def _blank(self, spans: list[Span]) -> None:
+        """Overwrite records with spaces (a line a reader skips). Not synced, like the unlink
+        of a journal file was not: a crash may bring a succeeded attempt's journal back, whose
+        retry replays it and sends nothing again."""
+        for segment, offset, length in spans:
+            blank = b" " * (length - 1) + b"\n"
+            try:
+                if segment == self._last_segment and self._fd is not None:
+                    os.pwrite(self._fd, blank, offset)
+                    continue
+                fd = os.open(self._segment_path(segment), os.O_WRONLY)
+                try:
+                    os.pwrite(fd, blank, offset)
+                finally:
+                    os.close(fd)
+            except OSError as exc:  # gone with its segment, or a disk error: nothing to keep
+                log.debug("request journal: records not blanked: %s", exc)
 
     def _open_segment(self) -> None:
         self.segments_directory.mkdir(parents=True, exist_ok=True)
         number = self._last_segment + 1
-        fd = os.open(
-            self._segment_path(number), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o600
-        )
+        fd = os.open(self._segment_path(number), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             _fsync_directory(self.segments_directory)  # the segment itself survives a crash
         except OSError:
@@ -334,8 +383,9 @@ class JournalLog:
             self._writer = None
         batch, self._queue = self._queue, []
         if batch and self._fd is not None and not self._broken:
+            erase = [span for q in batch for span in q.erase]
             with contextlib.suppress(OSError):
-                self._write(b"".join(q.data for q in batch), True)
+                self._write(b"".join(q.data for q in batch), True, erase)
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -393,18 +443,18 @@ class JournalLog:
         # A restart appends to a new segment: nothing follows a line a crash tore.
         self._last_segment = max(self._segments | {self._last_segment})
         for key in [k for k, j in self.journals.items() if self.expired(j.written_at)]:
-            self.drop(key, record=False)
+            self._forget_now(key)
         for key, link in list(self.links.items()):
             if self.expired(link.written_at) or (key[0], link.request) not in self.journals:
                 del self.links[key]
 
     def _index(self, segment: int, data: bytes) -> None:
-        for key, written_at, record in parse(data):
+        for (_, offset, length), key, written_at, record in _records(data):
             if "end" in record:
                 journal = self.journals.get(key)
                 if journal is not None:
                     self._pins.setdefault(segment, set()).update(journal.segments - {segment})
-                    self.drop(key, record=False)
+                    self._forget_now(key)
                 continue
             if "link" in record:  # it names a journal of lines before it
                 if key in self.journals:
@@ -414,7 +464,15 @@ class JournalLog:
                 continue
             journal = self.add(key, written_at)
             journal.segments.add(segment)
+            journal.spans.append((segment, offset, length))
             journal.written_at = max(journal.written_at, written_at)
+
+    def _forget_now(self, key: Key) -> None:
+        """Drop a journal while recovering: its records are blanked here (in the thread that
+        recovers, before any batch), no ``end`` line is needed."""
+        journal = self.journals.pop(key)
+        self.counts[key[0]] = max(0, self.count(key[0]) - 1)
+        self._blank(journal.spans)
 
     def _import_legacy(self) -> None:
         """Move the journals and links of the file-per-request layout into a new segment, then
@@ -437,7 +495,7 @@ class JournalLog:
                 (links if entry.name.endswith(LEGACY_LINK_SUFFIX) else journals).extend(found)
         lines = journals + links
         if lines:
-            self._write(b"".join(lines), sync=True)
+            self._write(b"".join(lines), True, [])
             self._segments.add(self._last_segment)
         for path in files:
             with contextlib.suppress(FileNotFoundError):

@@ -59,16 +59,16 @@ class CountedSync:
 
 
 class FullDisk:
-    """``os.write`` that, while ``full``, writes a few bytes and fails (ENOSPC)."""
+    """``os.pwrite`` that, while ``full``, writes a few bytes and fails (ENOSPC)."""
 
     def __init__(self) -> None:
         self.full = False
 
-    def __call__(self, fd: int, data: memoryview) -> int:
+    def __call__(self, fd: int, data: memoryview, offset: int) -> int:
         if self.full:
-            os.write(fd, data[:9])
+            os.pwrite(fd, data[:9], offset)
             raise OSError(errno.ENOSPC, "No space left on device")
-        return os.write(fd, data)
+        return os.pwrite(fd, data, offset)
 
 
 def segments(state: Path) -> list[str]:
@@ -259,3 +259,28 @@ async def test_a_closed_journal_refuses_writes_and_leaves_no_writer_behind(tmp_p
     restarted = RequestJournal(tmp_path, window_ms=WINDOW_MS)
     assert (await restarted.begin("a", kept, "req_3")).resumed_from == "req_1"
     assert (await restarted.begin("a", late, "req_4")).resumed_from is None
+
+
+async def test_what_a_succeeded_journal_held_is_blanked_at_once(tmp_path: Path) -> None:
+    """A credential a model put into a call's arguments was kept no longer than the request's
+    journal file; in the log, the records of a journal that goes are blanked as it goes (a
+    failed attempt's stay for its retry, as before)."""
+    journal = RequestJournal(tmp_path, window_ms=WINDOW_MS)
+    secret = "sk-model-sent-this-credential"
+    succeeded, failed = request_digest("a", body("ok")), request_digest("a", body("failed"))
+    for request, attempt, succeed in ((succeeded, "req_1", True), (failed, "req_2", False)):
+        running = await journal.begin("a", request, attempt)
+        running.model_replied({"turn": f"{attempt} {secret}"})
+        running.before_execution(side_effects=True)
+        await running.sending("trade")
+        await running.end(succeeded=succeed)
+    await settled(journal)
+    (segment,) = (tmp_path / "journal" / "log").iterdir()
+    assert segment.read_bytes().count(secret.encode()) == 1  # the failed attempt's only
+    restarted = RequestJournal(tmp_path, window_ms=WINDOW_MS)
+    resumed = await restarted.begin("a", failed, "req_3")
+    assert resumed.replayed_turn() == {"turn": f"req_2 {secret}"}
+    await resumed.end(succeeded=True)  # after a restart too
+    await settled(restarted)
+    assert secret.encode() not in segment.read_bytes()
+    assert (await restarted.begin("a", succeeded, "req_4")).resumed_from is None
