@@ -22,6 +22,7 @@ import jinja2
 import orjson
 from aiohttp import web
 
+from ..credential_files import OPERATOR_TOKEN_ENV
 from ..state.approvals import Approval, ApprovalError
 from . import console_data
 from .auth import AuthError
@@ -201,7 +202,7 @@ async def sign_in(request: web.Request) -> web.StreamResponse:
         return _sign_in_page(request, 403, "The form expired or was not this console's: retry.")
     if state.operator_token is None:
         return _sign_in_page(
-            request, 403, "The console is closed: the sidecar has no CLAW_OPERATOR_TOKEN."
+            request, 403, f"The console is closed: the sidecar has no {OPERATOR_TOKEN_ENV}."
         )
     token = str(form.get("token", "")).strip()
     if not same_secret(token, state.operator_token):

@@ -17,7 +17,7 @@ from ..codecs.streaming import TurnAssembler
 from ..codecs.usage import StreamUsage
 from ..mediation.commands import Event, ModelFailed
 from ..model.errors import upstream_failure
-from ..translation import Translated, translate_request
+from ..translation import Translated, reshaped_tools, translate_request
 from ..translation.streams import StreamTranslator, stream_translator
 from ..transport import Response, TransportError
 from . import translated
@@ -66,7 +66,7 @@ def translator_for(
         model=ctx.model,
         include_usage=translations is not None and translations.include_usage,
         tells=tells,
-        freeform=frozenset(t.name for t in translated.request.tools if t.freeform),
+        reshaped=reshaped_tools(translated.request),
     )
 
 

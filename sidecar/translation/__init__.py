@@ -49,11 +49,13 @@ from ..codecs.anthropic import ERROR_TYPES
 from ..model.errors import ApiError
 from . import chat, messages, responses
 from .ir import Request, Untranslatable
+from .responses import reshaped_tools
 
 __all__ = [
     "PROTOCOL_TITLES",
     "Translated",
     "Untranslatable",
+    "reshaped_tools",
     "target_protocol",
     "translate_error",
     "translate_reply",

@@ -45,6 +45,20 @@ class FunctionTool:
     freeform: bool = False
     """A Responses ``custom`` tool (free text input, Codex's apply_patch): offered elsewhere as
     a function of one string ``input``, its calls handed back as ``custom_tool_call`` items."""
+    namespace: str | None = None
+    """A function of a Responses ``namespace`` tool (Codex's sub-agents and MCP servers):
+    offered elsewhere as the function ``<namespace>__<own name>`` (``name``), its calls handed
+    back as ``function_call`` items that name the namespace and the tool's own name."""
+
+    @property
+    def own_name(self) -> str:
+        """The name the caller offered the tool under (inside its namespace, if any)."""
+        return self.name[len(self.namespace) + 2 :] if self.namespace else self.name
+
+    @property
+    def reshaped(self) -> bool:
+        """Whether the caller expects its calls in a shape other than a plain function call."""
+        return self.freeform or self.namespace is not None
 
 
 @dataclass(slots=True)

@@ -7,6 +7,12 @@ from typing import Any
 
 import orjson
 
+from ..codecs.approval_items import (
+    APPROVAL_ID_PREFIX,
+    RESPONSE,
+    is_sidecar_tool,
+    requested_id,
+)
 from ..codecs.base import as_int
 from .ir import (
     Choice,
@@ -75,6 +81,9 @@ REFUSED = {
     "prompt": lambda v: v is not None,
     "top_logprobs": lambda v: bool(v),
 }
+# Provider-run tools a provider of another protocol cannot run, left out of the offer rather
+# than refused: Codex offers web search by default, and a model without it still answers.
+DROPPED_TOOLS = frozenset({"web_search", "web_search_preview"})
 FREEFORM_PARAMETERS = {
     "type": "object",
     "properties": {"input": {"type": "string", "description": "the tool's whole input"}},
@@ -112,7 +121,7 @@ def read_request(body: dict[str, Any]) -> tuple[Request, list[str]]:
             model=body.get("model"),
             system=system,
             messages=messages,
-            tools=[_tool(t) for t in body.get("tools") or []],
+            tools=_tools(body.get("tools") or [], dropped),
             choice=_choice(body.get("tool_choice")),
             parallel_tool_calls=body.get("parallel_tool_calls"),
             max_tokens=body.get("max_output_tokens"),
@@ -129,6 +138,8 @@ def read_request(body: dict[str, Any]) -> tuple[Request, list[str]]:
 
 def _read_item(item: dict[str, Any], position: int, messages: list[Message]) -> None:
     kind = item.get("type", "message")
+    if _sidecars_own(item):
+        return
     if kind == "message":
         role = item.get("role")
         if role == "assistant":
@@ -142,10 +153,12 @@ def _read_item(item: dict[str, Any], position: int, messages: list[Message]) -> 
         else:
             raise Untranslatable(f"input[{position}]: role {role!r}")
     elif kind == "function_call":
+        name = string(item.get("name"), "a function_call's name")
+        namespace = item.get("namespace")
         call = {
             "type": "tool_call",
             "id": string(item.get("call_id"), "a function_call's call_id"),
-            "name": string(item.get("name"), "a function_call's name"),
+            "name": flat_name(string(namespace, "a namespace"), name) if namespace else name,
             "arguments": string(item.get("arguments", ""), "a function_call's arguments"),
         }
         _append(messages, "assistant", [call])
@@ -173,6 +186,19 @@ def _read_item(item: dict[str, Any], position: int, messages: list[Message]) -> 
         _append(messages, "assistant", [_reasoning(item)])
     else:
         raise Untranslatable(f"input[{position}]: an item of type {kind!r}")
+
+
+def _sidecars_own(item: dict[str, Any]) -> bool:
+    """An approval the sidecar asked the client for, or the client's answer to one (SPEC §16):
+    the engine settles them and no provider ever sees them."""
+    if requested_id(item) is not None:
+        return True
+    answered = item.get("approval_request_id")
+    return (
+        item.get("type") == RESPONSE
+        and isinstance(answered, str)
+        and (answered.startswith(APPROVAL_ID_PREFIX))
+    )
 
 
 def _append(messages: list[Message], role: Any, parts: list[Part]) -> None:
@@ -225,18 +251,60 @@ def _file(part: dict[str, Any]) -> Part:
     raise Untranslatable("an input_file by file_id (the provider's stored file)")
 
 
-def _tool(raw: Any) -> FunctionTool:
-    tool = as_dict(raw, "a tool")
-    if tool.get("type") == "custom":
+def _tools(raw: Any, dropped: list[str]) -> list[FunctionTool]:
+    tools: list[FunctionTool] = []
+    for position, entry in enumerate(as_list(raw, "tools")):
+        tool = as_dict(entry, "a tool")
+        kind = tool.get("type")
+        if kind == "namespace":
+            tools += _namespace(tool)
+        elif is_sidecar_tool(tool):
+            continue  # the client's name for the sidecar's own tools: never goes upstream
+        elif kind in DROPPED_TOOLS:
+            dropped.append(f"tools[{position}] ({kind})")
+        else:
+            tools.append(_tool(tool))
+    names = [t.name for t in tools]
+    if len(set(names)) < len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise Untranslatable(f"two tools named {twice[0]!r} once namespaces are flattened")
+    return tools
+
+
+def _tool(tool: dict[str, Any], namespace: str | None = None) -> FunctionTool:
+    if tool.get("type") == "custom" and namespace is None:
         return _freeform(tool)
     if tool.get("type") != "function":
         raise Untranslatable(f"a tool of type {tool.get('type')!r} (only functions translate)")
+    name = string(tool.get("name"), "a function's name")
     return FunctionTool(
-        name=string(tool.get("name"), "a function's name"),
+        name=flat_name(namespace, name) if namespace else name,
         description=tool.get("description"),
         parameters=tool.get("parameters") or {"type": "object", "properties": {}},
         strict=tool.get("strict"),
+        namespace=namespace,
     )
+
+
+def _namespace(tool: dict[str, Any]) -> list[FunctionTool]:
+    """A namespace's functions, each offered as one function of its own; the namespace's
+    description, which no other protocol has a place for, leads each one's."""
+    namespace = string(tool.get("name"), "a namespace's name")
+    about = tool.get("description")
+    functions = [
+        _tool(as_dict(entry, "a namespace's tool"), namespace)
+        for entry in as_list(tool.get("tools") or [], "a namespace's tools")
+    ]
+    for function in functions:
+        if isinstance(about, str) and about:
+            function.description = f"{about}\n\n{function.description or ''}".rstrip()
+    return functions
+
+
+def flat_name(namespace: str, name: str) -> str:
+    """A namespaced tool's name for a protocol without namespaces (Codex's own spelling of
+    an MCP server's tools, ``mcp__<server>__<tool>``)."""
+    return f"{namespace}__{name}"
 
 
 def _freeform(tool: dict[str, Any]) -> FunctionTool:
@@ -327,7 +395,7 @@ def _wire_format(json_schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _wire_items(
-    message: Message, reply: bool, freeform: frozenset[str] = frozenset()
+    message: Message, reply: bool, reshaped: dict[str, FunctionTool] | None = None
 ) -> list[dict[str, Any]]:
     if message.role != "assistant":
         results = [p for p in message.parts if p["type"] == "tool_result"]
@@ -349,7 +417,7 @@ def _wire_items(
         if texts:
             items.append(_assistant_message(texts, reply))
             texts = []
-        item = _wire_output(part, reply, freeform)
+        item = _wire_output(part, reply, reshaped or {})
         if item is not None:
             items.append(item)
     if texts:
@@ -393,16 +461,17 @@ def _assistant_message(parts: list[Part], reply: bool) -> dict[str, Any]:
     return item
 
 
-def _wire_output(part: Part, reply: bool, freeform: frozenset[str]) -> dict[str, Any] | None:
-    if part["type"] == "tool_call" and part["name"] in freeform:
+def _wire_output(
+    part: Part, reply: bool, reshaped: dict[str, FunctionTool]
+) -> dict[str, Any] | None:
+    tool = reshaped.get(part["name"]) if part["type"] == "tool_call" else None
+    if tool is not None and tool.freeform:
         return _custom_call(part)
     if part["type"] == "tool_call":
-        item = {
-            "type": "function_call",
-            "call_id": part["id"],
-            "name": part["name"],
-            "arguments": part["arguments"],
-        }
+        item = {"type": "function_call", "call_id": part["id"], "name": part["name"]}
+        if tool is not None and tool.namespace is not None:
+            item.update(namespace=tool.namespace, name=tool.own_name)
+        item["arguments"] = part["arguments"]
         if reply:
             item.update(id=f"fc_{part['id']}", status="completed")
         return item
@@ -493,6 +562,12 @@ def read_reply(body: dict[str, Any]) -> Reply:
     )
 
 
+def reshaped_tools(request: Request) -> dict[str, FunctionTool]:
+    """The caller's tools whose calls go back in a shape of their own (custom tools,
+    namespaced functions), by the name the provider saw."""
+    return {t.name: t for t in request.tools if t.reshaped}
+
+
 def read_usage(raw: Any) -> Usage | None:
     return read_openai_usage(raw, "input_tokens", "output_tokens")
 
@@ -502,8 +577,9 @@ def write_usage(usage: Usage) -> dict[str, Any]:
 
 
 def write_reply(reply: Reply, request: Request) -> dict[str, Any]:
-    freeform = frozenset(t.name for t in request.tools if t.freeform)
-    output = _wire_items(Message("assistant", reply.parts), reply=True, freeform=freeform)
+    output = _wire_items(
+        Message("assistant", reply.parts), reply=True, reshaped=reshaped_tools(request)
+    )
     incomplete = reply.stop in ("max_tokens", "content_filter")
     reason = "content_filter" if reply.stop == "content_filter" else "max_output_tokens"
     return {

@@ -296,18 +296,20 @@ class ResponsesStreamWriter(StreamWriter):
     before the next opens (Codex reads calls from ``response.output_item.done``).
     A failure is ``response.failed``, the stream's end.
 
-    A call of one of the caller's ``custom`` tools (``freeform``: Codex's apply_patch) went to
-    the provider as a function of one string: it is held until complete and goes out whole as
-    the ``custom_tool_call`` item the caller offered it as."""
+    ``reshaped``: the caller's tools whose calls go back in a shape of their own, by the name
+    the provider saw (``responses.reshaped_tools``). A call of a ``custom`` tool (Codex's
+    apply_patch) went to the provider as a function of one string: it is held until complete
+    and goes out whole as the ``custom_tool_call`` item the caller offered it as. A call of a
+    namespaced function names its namespace and the function's own name."""
 
-    def __init__(self, model: str | None, freeform: frozenset[str] = frozenset()) -> None:
+    def __init__(self, model: str | None, reshaped: dict[str, FunctionTool] | None = None) -> None:
         super().__init__(model)
         self._sequence = 0
         self._output: list[dict[str, Any]] = []  # items as the caller has them so far
         self._open_item: dict[str, Any] | None = None
         self._calls: dict[int, int] = {}  # source call -> output index
         self._positions: dict[str, int] = {}  # item id -> output index
-        self._freeform = freeform
+        self._reshaped = reshaped or {}
         self._held: tuple[int, Part] | None = None  # (source call, the call) of a custom tool
 
     def _open(self) -> bytes:
@@ -338,7 +340,8 @@ class ResponsesStreamWriter(StreamWriter):
             )
             self._sequence += 1
             return frames + frame
-        if isinstance(event, CallStarted) and event.name in self._freeform:
+        tool = self._reshaped.get(event.name) if isinstance(event, CallStarted) else None
+        if tool is not None and tool.freeform:
             frames = self._close_item()
             self._calls[event.index] = -1  # held, not yet an output item
             call = {"type": "tool_call", "id": event.call_id, "name": event.name}
@@ -354,6 +357,8 @@ class ResponsesStreamWriter(StreamWriter):
                 "name": event.name,
                 "arguments": "",
             }
+            if tool is not None and tool.namespace is not None:
+                call_item.update(namespace=tool.namespace, name=tool.own_name)
             return self._add(call_item)
         if self._held is not None and self._held[0] == event.index:
             self._held[1]["arguments"] += event.json

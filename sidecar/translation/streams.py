@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ..codecs.base import Codec
 from ..model.errors import ApiError
+from .ir import FunctionTool
 from .stream_readers import (
     ChatStreamReader,
     MessagesStreamReader,
@@ -111,19 +112,19 @@ def stream_translator(
     model: str | None,
     include_usage: bool,
     tells: bool = True,
-    freeform: frozenset[str] = frozenset(),
+    reshaped: dict[str, FunctionTool] | None = None,
 ) -> StreamTranslator:
     """A translator from a stream of the ``target`` protocol (``chat``, ``messages``,
     ``responses``) to ``caller``'s. ``model``: the model the caller
     asked for, shown until the target names its own; ``include_usage``: a Chat Completions
-    caller asked for the usage chunk; ``tells``: see ``StreamWriter.tells``; ``freeform``: the
-    Responses caller's ``custom`` tools (``ResponsesStreamWriter``)."""
+    caller asked for the usage chunk; ``tells``: see ``StreamWriter.tells``; ``reshaped``: the
+    Responses caller's custom and namespaced tools (``ResponsesStreamWriter``)."""
     writer: StreamWriter
     if caller.name == "chat":
         writer = ChatStreamWriter(model, include_usage=include_usage, error_body=caller.error_body)
     elif caller.name == "messages":
         writer = MessagesStreamWriter(model, error_body=caller.error_body)
     else:
-        writer = ResponsesStreamWriter(model, freeform)
+        writer = ResponsesStreamWriter(model, reshaped)
     writer.tells = tells
     return StreamTranslator(_READERS[target](), writer, provider)

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -115,12 +116,14 @@ async def serving(
     provider: ScriptedProvider,
     agents: Callable[[str], list[AgentSpec]],
     providers: dict[str, Provider],
+    **config: Any,
 ) -> AsyncIterator[RunnerPod]:
     """A sidecar serving ``agents`` (given the trading service's URL) against ``provider``,
-    the service requiring its token; everything is stopped afterwards."""
+    the service requiring its token (``config``: the build's other settings, as
+    ``write_build`` takes them); everything is stopped afterwards."""
     service = await ToolService().start()
     service.require_header("Authorization", f"Bearer {TRADING_TOKEN}")
-    tokens = write_build(tmp_path / "build", agents(service.url), providers)
+    tokens = write_build(tmp_path / "build", agents(service.url), providers, **config)
     env = {**TEST_PROVIDER_KEYS, "TRADING_TOKEN": TRADING_TOKEN}
     sidecar = await start_sidecar(tmp_path / "build", tmp_path / "state", env=env)
     home = tmp_path / "home"

@@ -24,10 +24,6 @@ CHAT = "/v1/chat/completions"
 # The runners' own tools the scripted model calls: Claude Code's Bash, Codex's exec_command.
 CLAUDE_BASH = "Bash"
 CODEX_SHELL = "exec_command"
-# Codex offers a provider-run web search and a `namespace` of sub-agent tools by default;
-# Chat Completions has neither, so the sidecar refuses them (docs/translation.md). These are
-# Codex's own switches to leave them out, as a Chat-only provider needs.
-CODEX_CHAT_ONLY = ["-c", 'web_search="disabled"', "-c", "features.multi_agent=false"]
 
 
 @pytest.fixture
@@ -102,7 +98,6 @@ async def test_codex_against_a_chat_only_provider(chat_only_pod: RunnerPod) -> N
         "--skip-git-repo-check",
         "--dangerously-bypass-approvals-and-sandbox",
         *provider_flags(env["OPENAI_BASE_URL"]),
-        *CODEX_CHAT_ONLY,
         "-m",
         "gpt-5-codex",
         "What is AAPL at? Use the quote tool, then run the marker command.",
@@ -114,3 +109,10 @@ async def test_codex_against_a_chat_only_provider(chat_only_pod: RunnerPod) -> N
     assert call.headers["Authorization"] == f"Bearer {TRADING_TOKEN}"
     only_chat_went_upstream(pod)
     assert runner_result_went_up(pod)  # Codex ran its shell itself
+    # Codex's default offer, unchanged: its sub-agents' namespace reached the model as flat
+    # functions, and its provider-run web search was left out (docs/translation.md).
+    offered = {t["function"]["name"] for r in pod.provider.received for t in r.json["tools"]}
+    assert any(name.startswith("multi_agent_v1__") for name in offered), offered
+    records = audit_records(pod.sidecar.state.state_dir, "mediated")
+    dropped = {d for r in records for d in (r.get("translation") or {}).get("dropped", [])}
+    assert any("web_search" in d for d in dropped), dropped

@@ -27,7 +27,7 @@ async def _responses_error(pod: TranslatingPod, agent: str, **request: Any) -> A
     [
         ("conversation", "conv_123"),
         ("background", True),
-        ("tools", [{"type": "web_search"}]),
+        ("tools", [{"type": "file_search", "vector_store_ids": ["vs_1"]}]),
         ("input", [{"type": "item_reference", "id": "msg_1"}]),
     ],
 )
@@ -41,7 +41,7 @@ async def test_responses_features_a_chat_server_lacks_are_refused(
     assert error.body["code"] == "untranslatable_request"
     message = error.body["message"]
     assert "provider 'local' speaks Chat Completions" in message
-    assert field.split("_")[0] in message or "item_reference" in message or "web_search" in message
+    assert field.split("_")[0] in message or "item_reference" in message or "file_search" in message
     assert error.response.headers["x-should-retry"] == "false"
     assert pod.sent("chat") == []
 

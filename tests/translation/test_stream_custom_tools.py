@@ -40,3 +40,36 @@ async def test_a_custom_tool_call_comes_back_as_the_custom_call_codex_offered(
     )
     (sent,) = pod.sent(target)
     assert "apply_patch" in str(sent["tools"])
+
+
+@pytest.mark.parametrize("target", ["chat", "messages"])
+async def test_a_namespaced_call_streams_back_with_its_namespace(
+    translating_pod: TranslatingPod, target: str
+) -> None:
+    """Codex offers its sub-agents (and MCP servers' tools) in a ``namespace``: a provider of
+    another protocol sees flat functions, and the call streams back naming both parts."""
+    pod = translating_pod
+    namespace = {
+        "type": "namespace",
+        "name": "multi_agent_v1",
+        "description": "Sub-agents.",
+        "tools": [{"type": "function", "name": "wait_agent", "parameters": {"type": "object"}}],
+    }
+    flat = "multi_agent_v1__wait_agent"
+    pod.script(target, stream_reply(target, [], [("call_w", flat, {"ids": ["a1"]})]))
+    async with pod.openai("plain") as client:
+        events = await client.responses.create(
+            model=MODEL[target], input="wait", tools=[namespace], stream=True
+        )
+        seen = [e async for e in events]
+    added = [e.item.to_dict() for e in seen if e.type == "response.output_item.added"]
+    done = [e.item.to_dict() for e in seen if e.type == "response.output_item.done"]
+    for item in (*added, *done):
+        assert (item["namespace"], item["name"], item["call_id"]) == (
+            "multi_agent_v1",
+            "wait_agent",
+            "call_w",
+        )
+    assert done[0]["arguments"] == '{"ids":["a1"]}'
+    (sent,) = pod.sent(target)
+    assert flat in str(sent["tools"])
