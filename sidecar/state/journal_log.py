@@ -428,25 +428,25 @@ class JournalLog:
 
     def recover(self) -> None:
         """Rebuild the index from the segments on disk (in a thread, before any request)."""
+        # A restart appends to a new segment: nothing follows a line a crash tore.
+        self._last_segment = max(self._segments_on_disk(), default=0)
         self._import_legacy()
-        try:
-            names = [e.name for e in os.scandir(self.segments_directory)]
-        except FileNotFoundError:
-            return
-        for name in sorted(names):
-            stem = name.removesuffix(SEGMENT_SUFFIX)
-            if not (name.endswith(SEGMENT_SUFFIX) and stem.isdigit()):
-                continue
-            segment = int(stem)
+        for segment in sorted(self._segments_on_disk()):
             self._segments.add(segment)
             self._index(segment, self._segment_path(segment).read_bytes())
-        # A restart appends to a new segment: nothing follows a line a crash tore.
-        self._last_segment = max(self._segments | {self._last_segment})
         for key in [k for k, j in self.journals.items() if self.expired(j.written_at)]:
             self._forget_now(key)
         for key, link in list(self.links.items()):
             if self.expired(link.written_at) or (key[0], link.request) not in self.journals:
                 del self.links[key]
+
+    def _segments_on_disk(self) -> list[int]:
+        try:
+            names = [entry.name for entry in os.scandir(self.segments_directory)]
+        except FileNotFoundError:
+            return []
+        stems = [name.removesuffix(SEGMENT_SUFFIX) for name in names]
+        return [int(stem) for stem in stems if stem.isdigit()]
 
     def _index(self, segment: int, data: bytes) -> None:
         for (_, offset, length), key, written_at, record in _records(data):

@@ -284,3 +284,19 @@ async def test_what_a_succeeded_journal_held_is_blanked_at_once(tmp_path: Path) 
     await settled(restarted)
     assert secret.encode() not in segment.read_bytes()
     assert (await restarted.begin("a", succeeded, "req_4")).resumed_from is None
+
+
+async def test_files_of_the_previous_layout_beside_the_log_are_moved_into_a_new_segment(
+    tmp_path: Path,
+) -> None:
+    """A log and files of the previous layout at once (a downgrade, then an upgrade again): the
+    files go into a segment after the log's, and both are resumed."""
+    journal = RequestJournal(tmp_path, window_ms=WINDOW_MS)
+    in_log, in_file = request_digest("a", body("log")), request_digest("a", body("file"))
+    await destructive(journal, "a", in_log, "req_log", succeed=False)
+    journal.close()
+    upgraded = RequestJournal(tmp_path, window_ms=WINDOW_MS)
+    legacy_journal(tmp_path, upgraded, "a", in_file)
+    assert (await upgraded.begin("a", in_log, "req_1")).resumed_from == "req_log"
+    assert (await upgraded.begin("a", in_file, "req_2")).resumed_from == "req_old"
+    assert len(segments(tmp_path)) == 2
