@@ -359,7 +359,13 @@ class JournalLog:
     def _open_segment(self) -> None:
         self.segments_directory.mkdir(parents=True, exist_ok=True)
         number = self._last_segment + 1
-        fd = os.open(self._segment_path(number), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        while True:  # past a segment recovery could not read, never into it
+            try:
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                fd = os.open(self._segment_path(number), flags, 0o600)
+                break
+            except FileExistsError:
+                number += 1
         try:
             _fsync_directory(self.segments_directory)  # the segment itself survives a crash
         except OSError:

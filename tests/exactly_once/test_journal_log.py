@@ -300,3 +300,20 @@ async def test_files_of_the_previous_layout_beside_the_log_are_moved_into_a_new_
     assert (await upgraded.begin("a", in_log, "req_1")).resumed_from == "req_log"
     assert (await upgraded.begin("a", in_file, "req_2")).resumed_from == "req_old"
     assert len(segments(tmp_path)) == 2
+
+
+async def test_a_log_that_could_not_be_recovered_is_appended_to_past_its_segments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Recovery failed (an unreadable log resumes nothing): new records still find a segment
+    of their own instead of failing on the first number forever."""
+    (tmp_path / "journal" / "log").mkdir(parents=True)
+    (tmp_path / "journal" / "log" / "000000000001.jsonl").write_bytes(b"")
+    journal = RequestJournal(tmp_path, window_ms=WINDOW_MS)
+
+    def unreadable() -> None:
+        raise PermissionError("unreadable")
+
+    monkeypatch.setattr(journal.log, "recover", unreadable)
+    await destructive(journal, "a", request_digest("a", body(1)), "req_1", succeed=False)
+    assert segments(tmp_path) == ["000000000001.jsonl", "000000000002.jsonl"]
