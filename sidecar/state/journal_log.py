@@ -12,10 +12,12 @@ kept no longer than the journal, as when each journal was a file unlinked on suc
 Why one log and not a file per request: creating, fsyncing (with its directory), unlinking and
 closing a file per request cost about 0.5 ms of CPU in the kernel; an append to an open file
 and a share of one ``fdatasync`` cost a fraction of that. Records that must be durable before
-the sidecar acts on them are **group committed**: while one batch is written and synced in a
-worker thread, the records of other requests queue and go together in the next batch, one
-thread hop and one sync for all of them. An ``end`` record waits for no sync: losing it in a
-crash leaves a succeeded attempt's journal, whose retry replays it and sends nothing again.
+the sidecar acts on them are **group committed**: while one batch is written and synced by the
+log's writer thread, the records of other requests queue and go together in the next batch, one
+thread hop and one sync for all of them. Records nobody waits for a sync of (an answered call's
+result, an ``end``) are written on the event loop when no batch is out, else with the next.
+Losing an ``end`` in a crash leaves a succeeded attempt's journal, whose retry replays it and
+sends nothing again.
 
 Segments: the sidecar opens a new one when it starts (a line a crash tore stays at the end of
 the old one) and when the current one passes ``MAX_SEGMENT_BYTES`` or a write into it failed
@@ -67,7 +69,7 @@ class Journal:
     written_at: float
     segments: set[int] = field(default_factory=set)
     spans: list[Span] = field(default_factory=list)
-    """Where its records are, as written since the sidecar started: blanked when it goes."""
+    """Where its records are (found again on recovery): blanked when it goes."""
 
 
 @dataclass(slots=True)
