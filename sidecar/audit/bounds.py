@@ -9,9 +9,16 @@ operator can still tell values apart and check a suspected value. Tool arguments
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any
 
 MAX_STRING_BYTES = 256
+# Strings of at most this many characters are never cut (see bounded_string).
+_SHORT_CHARS = MAX_STRING_BYTES // 4
+# In compact JSON without escapes every string is a quote and a run of bytes without one, at
+# least as long as its characters; a run after a closing quote (numbers, punctuation) only
+# makes a false "maybe".
+_LONG_STRING = re.compile(rb'"[^"]{%d}' % (_SHORT_CHARS + 1))
 # Where the bounded argument copy sits: record["tool_trace"][i]["calls"][j]["arguments"].
 _TRACE = "tool_trace"
 
@@ -28,9 +35,16 @@ def bounded_record(record: dict[str, Any]) -> dict[str, Any]:
     return result if changed else record
 
 
+def may_hold_long_strings(text: bytes) -> bool:
+    """False when no string in JSON ``text`` (key or value, at any depth) could be cut: a
+    scan in C where ``bounded_record`` calls Python per value, and most records hold only
+    short strings. True means "maybe": the walk decides."""
+    return b"\\" in text or _LONG_STRING.search(text) is not None
+
+
 def bounded_string(text: str) -> str:
     # A UTF-8 encoding is never shorter than the number of characters: skip the encode.
-    if len(text) <= MAX_STRING_BYTES // 4:
+    if len(text) <= _SHORT_CHARS:
         return text
     data = text.encode("utf-8", "surrogatepass")
     if len(data) <= MAX_STRING_BYTES:

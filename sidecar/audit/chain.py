@@ -61,7 +61,8 @@ def canonical_json(record: dict[str, Any]) -> bytes:
 def digest(canonical: bytes, key: bytes | None) -> str:
     if key is None:
         return hashlib.sha256(canonical).hexdigest()
-    return hmac.new(key, canonical, hashlib.sha256).hexdigest()
+    # One call into OpenSSL; hmac.new builds two Python objects around it for every record.
+    return hmac.digest(key, canonical, hashlib.sha256).hex()
 
 
 def record_hash(record: dict[str, Any], key: bytes | None = None) -> str:

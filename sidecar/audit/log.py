@@ -38,7 +38,7 @@ from typing import Any
 import orjson
 
 from ..observability.logs import rfc3339_now
-from .bounds import bounded_record
+from .bounds import bounded_record, may_hold_long_strings
 from .chain import (
     GENESIS,
     KEYED,
@@ -249,17 +249,15 @@ class AuditLog:
         else:
             full = {key: value for key, value in record.items() if key not in _RESERVED}
         full["id"] = record.get("id") or uuid.uuid4().hex
-        full.setdefault("time", now_rfc3339())
-        full = bounded_record(full)
-        full["agent"] = agent_id
-        if self.instance is not None:
-            full["instance"] = self.instance
-        full["prev"] = handle.prev
-        if self.key is not None:
-            full["mac"] = KEYED
-        if handle.gap is not None:
-            full["audit_gap"] = handle.gap
+        if "time" not in full:  # (setdefault would read the clock for every record)
+            full["time"] = now_rfc3339()
+        given = len(full)
+        self._add_chain_fields(full, agent_id, handle)
         canonical = canonical_json(full)
+        if may_hold_long_strings(canonical):  # checked in C: most records are short strings
+            fields = list(full.items())
+            full = bounded_record(dict(fields[:given])) | dict(fields[given:])
+            canonical = canonical_json(full)
         full["hash"] = record_hash = digest(canonical, self.key)
         # The stored line is the canonical JSON with the hash appended: serialised once.
         line = b'%s,"hash":"%s"}\n' % (canonical[:-1], record_hash.encode())
@@ -278,6 +276,17 @@ class AuditLog:
             self._write_later(handle)
             self._schedule_sync(agent_id)
         return full
+
+    def _add_chain_fields(self, record: dict[str, Any], agent_id: str, handle: _AgentFile) -> None:
+        """What the log adds to a record, after the caller's fields (which alone are bounded)."""
+        record["agent"] = agent_id
+        if self.instance is not None:
+            record["instance"] = self.instance
+        record["prev"] = handle.prev
+        if self.key is not None:
+            record["mac"] = KEYED
+        if handle.gap is not None:
+            record["audit_gap"] = handle.gap
 
     def _write_later(self, handle: _AgentFile) -> None:
         if len(handle.unwritten) >= MAX_UNWRITTEN:

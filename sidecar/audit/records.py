@@ -40,10 +40,9 @@ def request_record(
 ) -> dict[str, Any]:
     """A request's record before the log chains it (the log adds agent, prev and hash, and the
     time when none is given)."""
-    record: dict[str, Any] = {"id": record_id}
-    if time is not None:
-        record["time"] = time
-    record |= {
+    record: dict[str, Any] = {
+        "id": record_id,
+        "time": time,
         "route": route,
         "mode": mode,
         "model": model,
@@ -54,6 +53,8 @@ def request_record(
         "usage": usage or usage_record(),
         "tool_trace": tool_trace or [],
     }
+    if time is None:
+        del record["time"]  # the log sets it
     if trace_id is not None:
         record["trace_id"] = trace_id  # the OpenTelemetry trace this request belongs to
     return record

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 from opentelemetry import propagate, trace
@@ -21,6 +22,8 @@ log = logging.getLogger(__name__)
 ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
 SERVICE_NAME = "clawpod-sidecar"
 _tracer: trace.Tracer | None = None
+# What every span helper returns while tracing is off: reusable, no generator per request.
+_NO_SPAN: AbstractContextManager[None] = contextlib.nullcontext()
 
 
 def configure_tracing(env: Mapping[str, str]) -> bool:
@@ -52,21 +55,18 @@ def active() -> bool:
     return _tracer is not None
 
 
-@contextlib.contextmanager
-def agent_span(route: str, headers: Mapping[str, str]) -> Iterator[Span | None]:
+def agent_span(route: str, headers: Mapping[str, str]) -> AbstractContextManager[Span | None]:
     """One client request, continuing the client's trace when it sent ``traceparent``; the
     agent is named once it is authenticated (:func:`name_agent`)."""
     if _tracer is None:
-        yield None
-        return
+        return _NO_SPAN
     attributes = {"gen_ai.operation.name": "invoke_agent", "url.path": route}
-    with _tracer.start_as_current_span(
+    return _tracer.start_as_current_span(
         "invoke_agent",
         context=propagate.extract(headers),
         kind=SpanKind.SERVER,
         attributes=attributes,
-    ) as span:
-        yield span
+    )
 
 
 def name_agent(agent: str) -> None:
@@ -76,35 +76,29 @@ def name_agent(agent: str) -> None:
         span.set_attribute("gen_ai.agent.name", agent)
 
 
-@contextlib.contextmanager
-def model_span(provider_api: str, model: str | None) -> Iterator[Span | None]:
+def model_span(provider_api: str, model: str | None) -> AbstractContextManager[Span | None]:
     if _tracer is None:
-        yield None
-        return
+        return _NO_SPAN
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": provider_api,
     }
     if model:
         attributes["gen_ai.request.model"] = model
-    with _tracer.start_as_current_span(
+    return _tracer.start_as_current_span(
         f"chat {model or ''}".rstrip(), kind=SpanKind.CLIENT, attributes=attributes
-    ) as span:
-        yield span
+    )
 
 
-@contextlib.contextmanager
-def tool_span(tool: str, call_id: str | None = None) -> Iterator[Span | None]:
+def tool_span(tool: str, call_id: str | None = None) -> AbstractContextManager[Span | None]:
     if _tracer is None:
-        yield None
-        return
+        return _NO_SPAN
     attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool}
     if call_id:
         attributes["gen_ai.tool.call.id"] = call_id
-    with _tracer.start_as_current_span(
+    return _tracer.start_as_current_span(
         f"execute_tool {tool}", kind=SpanKind.CLIENT, attributes=attributes
-    ) as span:
-        yield span
+    )
 
 
 def record_usage(span: Span | None, input_tokens: int, output_tokens: int) -> None:

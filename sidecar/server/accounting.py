@@ -93,7 +93,10 @@ async def record_request(
         entry["cost_usd"] = round(cost, 9)
     if ctx.attempts:  # recorded when there was a choice: a route, a key pool (failover.py)
         entry["providers"] = ctx.attempts
-    entry |= (ctx.audit_extra or {}) | (extra or {})
+    if ctx.audit_extra:
+        entry |= ctx.audit_extra
+    if extra:
+        entry |= extra
     if ctx.objects:
         entry["objects"] = ctx.objects  # stored objects used, made or refused, by id
     try:

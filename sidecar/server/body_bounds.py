@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 from ..model.errors import ApiError
 from ..model.json_cost import costs_over
@@ -47,28 +46,42 @@ class BodyBytesInFlight:
     def held(self, agent: str) -> int:
         return self._held[agent]
 
-    @contextmanager
-    def holding(self, agent: str) -> Iterator[Callable[[int], None]]:
+    def holding(self, agent: str) -> _Holding:
         """While the block runs, the agent's bytes taken with the function it yields (429 past
         the budget) are counted; all are given back at its end."""
-        taken = 0
+        return _Holding(self._held, self.budget, agent)
 
-        def take(size: int) -> None:
-            nonlocal taken
-            if self._held[agent] + size > self.budget:
-                raise ApiError(
-                    429,
-                    "too_many_request_bytes",
-                    f"this agent already has {self._held[agent]} request bytes in the sidecar "
-                    f"(at most {self.budget} at once); retry when its other requests are done",
-                    "rate_limit_error",
-                )
-            self._held[agent] += size
-            taken += size
 
-        try:
-            yield take
-        finally:
-            self._held[agent] -= taken
-            if self._held[agent] <= 0:
-                del self._held[agent]
+class _Holding:
+    """One request's share of its agent's body bytes (a class, not a generator: every request
+    enters one)."""
+
+    __slots__ = ("_agent", "_budget", "_held", "_taken")
+
+    def __init__(self, held: Counter[str], budget: int, agent: str) -> None:
+        self._held = held
+        self._budget = budget
+        self._agent = agent
+        self._taken = 0
+
+    def __enter__(self) -> Callable[[int], None]:
+        return self.take
+
+    def __exit__(self, *exc: object) -> None:
+        held, agent = self._held, self._agent
+        held[agent] -= self._taken
+        if held[agent] <= 0:
+            del held[agent]
+
+    def take(self, size: int) -> None:
+        held, agent = self._held, self._agent
+        if held[agent] + size > self._budget:
+            raise ApiError(
+                429,
+                "too_many_request_bytes",
+                f"this agent already has {held[agent]} request bytes in the sidecar "
+                f"(at most {self._budget} at once); retry when its other requests are done",
+                "rate_limit_error",
+            )
+        held[agent] += size
+        self._taken += size

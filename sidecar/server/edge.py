@@ -188,7 +188,9 @@ class EdgeConnection(HandlerBase):
             payload = queued[-1][1] if queued else None
             if isinstance(payload, StreamReader) and not payload.is_eof():
                 self._watch_body(payload)
-        elif reading_head:
+        elif reading_head and data:
+            # (aiohttp's resume_reading, on every body read, passes b"": no head byte came,
+            # so no head deadline starts there)
             self._head_bytes += len(data)
             if self._head_bytes > self.limits.max_head_bytes:
                 self.force_close()

@@ -41,17 +41,17 @@ class ModelRouter:
         """Every target of ``model`` in failover order (one, unless a fallback route matches)."""
         if not isinstance(model, str) or not model:
             raise ApiError(400, "model_required", "the request must name a model")
-        if is_model_glob(model):
-            # A pattern from a model list would be forwarded verbatim and fail upstream.
-            raise ApiError(
-                400,
-                "model_is_a_pattern",
-                f"model {model!r} is a pattern, not a model id; name one model "
-                "(GET /v1/models lists them)",
-            )
         key = (api, model)
-        found = self._cache.get(key)
+        found = self._cache.get(key)  # (a pattern is refused below, never cached)
         if found is None:
+            if is_model_glob(model):
+                # A pattern from a model list would be forwarded verbatim and fail upstream.
+                raise ApiError(
+                    400,
+                    "model_is_a_pattern",
+                    f"model {model!r} is a pattern, not a model id; name one model "
+                    "(GET /v1/models lists them)",
+                )
             found = self._resolve(api, model)
             if len(self._cache) >= _CACHE_LIMIT:
                 self._cache.clear()

@@ -63,8 +63,10 @@ def plan(ctx: RequestContext, body: dict[str, Any]) -> None:
     provider and what is missing). Sets ``ctx.translations`` when any target needs one."""
     caller = ctx.codec
     found: dict[str, Translated] = {}
+    by_provider: dict[str, str | None] = {}
     for name, provider, _ in ctx.targets:
         protocol = target_protocol(caller.name, provider.served)
+        by_provider[name] = None if protocol == caller.name else protocol
         if protocol == caller.name or protocol in found:
             continue
         try:
@@ -74,9 +76,8 @@ def plan(ctx: RequestContext, body: dict[str, Any]) -> None:
     if not found:
         return
     options = body.get("stream_options")
-    ctx.translations = Translations(
-        caller, found, isinstance(options, dict) and options.get("include_usage") is True
-    )
+    include_usage = isinstance(options, dict) and options.get("include_usage") is True
+    ctx.translations = Translations(caller, found, include_usage, by_provider)
     if caller.name == "responses":
         # Nothing is stored upstream: the engine must not chain calls by response id.
         body["store"] = False
@@ -105,9 +106,8 @@ def for_provider(body: dict[str, Any], model: str | None, provider: Provider) ->
     if model is not None and model != body.get("model"):
         body = {**body, "model": model}
     if provider.protocols and "max_completion_tokens" in body:
-        limit = body["max_completion_tokens"]
-        body = {k: v for k, v in body.items() if k != "max_completion_tokens"}
-        body["max_tokens"] = limit
+        body = {**body}
+        body["max_tokens"] = body.pop("max_completion_tokens")
     return body
 
 
@@ -121,7 +121,7 @@ def passthrough_send(
     the provider speaks the caller's."""
     translations = ctx.translations
     provider = _provider(ctx, target.provider)
-    protocol = translations and translations.protocol_of(provider)
+    protocol = translations and translations.protocol_of(target.provider, provider)
     if not protocol:
         return None
     body = for_provider(translations.by_protocol[protocol].body, model, provider)
@@ -133,7 +133,8 @@ def answered_in(ctx: RequestContext) -> Translated | None:
     translations = ctx.translations
     if translations is None or ctx.provider_name is None:
         return None
-    protocol = translations.protocol_of(_provider(ctx, ctx.provider_name))
+    name = ctx.provider_name
+    protocol = translations.protocol_of(name, _provider(ctx, name))
     return translations.by_protocol[protocol] if protocol else None
 
 
@@ -223,7 +224,7 @@ async def call_model(ctx: RequestContext, command: CallModel) -> Event:
 
     def send(target: UpstreamTarget, model: str | None) -> Awaitable[Response]:
         provider = _provider(ctx, target.provider)
-        protocol = translations.protocol_of(provider)
+        protocol = translations.protocol_of(target.provider, provider)
         body, translated = command.body, None
         if protocol is not None:
             translated = translate_request(body, translations.caller.name, protocol)

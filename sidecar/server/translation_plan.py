@@ -3,7 +3,7 @@ written in each of them (contract §18); filled by ``translated.plan``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..codecs.base import Codec
@@ -22,8 +22,13 @@ class Translations:
     """The client's body in each target protocol it needs (pass-through sends these)."""
     include_usage: bool = False
     """A streaming Chat caller asked for the usage chunk."""
+    by_provider: dict[str, str | None] = field(default_factory=dict)
+    """The protocol each target provider needs, by name (None: the caller's), as ``plan``
+    found it: asked again for every call, its answer and its stream."""
 
-    def protocol_of(self, provider: Provider) -> str | None:
+    def protocol_of(self, name: str, provider: Provider) -> str | None:
         """The protocol of a provider that needs a translation; None: it speaks the caller's."""
+        if name in self.by_provider:
+            return self.by_provider[name]
         protocol = target_protocol(self.caller.name, provider.served)
         return None if protocol == self.caller.name else protocol

@@ -350,12 +350,12 @@ def _wire_format(json_schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _wire_messages(message: Message) -> list[dict[str, Any]]:
-    if message.role == "assistant":
-        return [_wire_assistant(message.parts)]
     parts = message.parts
+    if len(parts) == 1 and parts[0]["type"] == "text":  # most turns, of either side: one text
+        return [{"role": message.role, "content": parts[0]["text"]}]
+    if message.role == "assistant":
+        return [_wire_assistant(parts)]
     role = "system" if message.role == "system" else "user"
-    if len(parts) == 1 and parts[0]["type"] == "text":  # most turns: one text
-        return [{"role": role, "content": parts[0]["text"]}]
     results = [p for p in message.parts if p["type"] == "tool_result"]
     others = [p for p in message.parts if p["type"] != "tool_result"]
     wire = [

@@ -13,8 +13,11 @@ from dataclasses import dataclass
 
 from .ir import Part, Stop, Usage
 
+# Not frozen: a frozen dataclass is built through object.__setattr__, twice the cost, and a
+# stream makes one event per piece of its answer; nothing keeps or changes them once written.
 
-@dataclass(slots=True, frozen=True)
+
+@dataclass(slots=True)
 class Started:
     """The answer's head: the provider's id for it and the model that answers."""
 
@@ -23,14 +26,14 @@ class Started:
     created: int = 0
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class Text:
     text: str
     refusal: bool = False
     """The model's refusal (a Chat ``refusal`` delta, a Responses refusal part)."""
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class CallStarted:
     """A function call begins; ``index`` names it in the source stream."""
 
@@ -39,7 +42,7 @@ class CallStarted:
     name: str
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class CallArguments:
     """The next piece of a call's JSON arguments, passed on as it came (never parsed)."""
 
@@ -47,7 +50,7 @@ class CallArguments:
     json: str
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class Reasoning:
     """A whole piece of the model's reasoning (an ``ir`` reasoning part, its original carried
     opaquely): it goes out only to a caller whose protocol has a place for it."""
@@ -55,24 +58,24 @@ class Reasoning:
     part: Part
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class Told:
     """Usage as far as the stream has told it."""
 
     usage: Usage
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class Stopped:
     reason: Stop
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class Ended:
     """The source stream's end marker: the answer is complete."""
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class Failed:
     """The provider reported a failure inside the stream."""
 

@@ -71,15 +71,18 @@ class StreamReader(ABC):
 
     def _read(self, events: list[tuple[str | None, str]]) -> list[StreamEvent]:
         found: list[StreamEvent] = []
+        if self.ended or self.malformed:
+            return found  # nothing after the end counts
         for name, payload in events:
-            if self.ended or self.malformed:
-                break  # nothing after the end counts
             self.events += 1
             try:
                 self._event(name, payload, found)
             except ValueError as exc:  # CodecError, bad JSON: the events before it stand
                 self.malformed = str(exc)
-            self.ended = bool(found) and type(found[-1]) in _ENDS
+                break
+            if found and type(found[-1]) in _ENDS:
+                self.ended = True
+                break
         return found
 
     @abstractmethod
@@ -115,6 +118,93 @@ def _reasoning(parts: list[Part], found: list[StreamEvent]) -> None:
     found += [Reasoning(p) for p in parts if p["type"] == "reasoning"]
 
 
+class _TextTemplate:
+    """A text event's payload around its text, learnt from one event read whole: a later
+    payload of the same bytes around a JSON string is the same event with that text, read
+    without parsing the rest (most events of a stream differ only in their text; parsing each
+    was a third of a translated stream's cost). Learnt only when a probe proves it: the
+    payload with another string in that place parses to the same event with that string.
+
+    ``free``: a last field of the event, a string its reader ignores, that may differ from
+    event to event (OpenAI's per-chunk ``obfuscation``); its value is only checked to be a
+    plain JSON string. A provider whose text events differ elsewhere too never matches: after
+    a few templates that never matched, it stops learning and every event is read whole."""
+
+    __slots__ = ("_free", "_head", "_learns", "_tail", "_text_end", "_text_start")
+
+    def __init__(self, free: str | None = None) -> None:
+        self._free = free
+        self._head: str | None = None
+        self._tail = ""  # after the text; with a free field, up to its value's opening quote
+        self._text_start = 0  # len(head)
+        self._text_end = 0  # -len(tail), or 0 with a free field
+        self._learns = 3  # templates it may still learn before one matches
+
+    def read(self, payload: str) -> str | None:
+        """The text of a payload the template fits; None: it does not (read it whole)."""
+        head = self._head
+        if head is None or not payload.startswith(head):
+            return None
+        if self._text_end:
+            if not payload.endswith(self._tail):
+                return None
+            literal = payload[self._text_start : self._text_end]
+        else:  # the tail, then the free field's value and the event's end
+            end = payload.find(self._tail, self._text_start)
+            free = payload[end + len(self._tail) : -2]
+            if end < 0 or not payload.endswith('"}') or not _plain(free):
+                return None
+            literal = payload[self._text_start : end]
+        try:
+            text = orjson.loads(literal)
+        except orjson.JSONDecodeError:
+            return None
+        if type(text) is not str:
+            return None
+        self._learns = 3
+        return text
+
+    def learn(self, payload: str, event: dict[str, Any], holder: dict[str, Any], key: str) -> None:
+        """Learn from ``payload`` (read whole into ``event``) whose text is ``holder[key]``."""
+        if self._learns <= 0:
+            return
+        self._learns -= 1
+        if not self._learns:  # the templates learnt never matched: read every event whole
+            self._head = None
+            return
+        text = holder[key]
+        literal = orjson.dumps(text).decode()
+        start = payload.find(f'"{key}":{literal}')
+        if start < 0:  # written otherwise than orjson writes it (escapes, spaces)
+            return
+        start += len(key) + 3
+        head, tail = payload[:start], payload[start + len(literal) :]
+        free = self._free if isinstance(event.get(self._free or ""), str) else None
+        if free is not None and tail.endswith(f'"{free}":"{event[free]}"}}'):
+            tail = tail[: len(tail) - len(event[free]) - 2]
+        else:
+            free = None
+        try:
+            probe = orjson.loads(f'{head}"{_PROBE}"{tail}' + ('probe"}' if free else ""))
+        except orjson.JSONDecodeError:
+            return
+        expected = {**event, free: _PROBE} if free else event
+        holder[key] = _PROBE
+        fits = probe == expected
+        holder[key] = text
+        if fits and tail:  # a JSON object's text is followed by its end at least
+            self._head, self._tail = head, tail
+            self._text_start, self._text_end = len(head), 0 if free else -len(tail)
+
+
+def _plain(value: str) -> bool:
+    """A JSON string's content that needs no escape: read as it stands."""
+    return '"' not in value and "\\" not in value and value.isprintable()
+
+
+_PROBE = "probe"
+
+
 class ChatStreamReader(StreamReader):
     """``chat.completion.chunk`` events of choice 0 (no other protocol has several choices).
 
@@ -128,8 +218,13 @@ class ChatStreamReader(StreamReader):
         self._calls: dict[Any, tuple[int, str | None]] = {}  # server index -> (call, its id)
         self._thought = ""  # reasoning_content, out whole before the answer
         self._stop: Stop | None = None
+        self._template = _TextTemplate(free="obfuscation")  # OpenAI's, different every chunk
 
     def _event(self, name: str | None, payload: str, found: list[StreamEvent]) -> None:
+        if not self._thought and (text := self._template.read(payload)) is not None:
+            if text:
+                found.append(Text(text))
+            return
         if payload[:1] != "{" and payload.strip() == "[DONE]":
             self._think(found)
             stop = self._stop or "end"
@@ -145,37 +240,51 @@ class ChatStreamReader(StreamReader):
         usage = chunk.get("usage")
         if usage:
             found.append(Told(chat.read_usage(usage) or Usage()))
-        for choice in chunk.get("choices") or ():
+        choices = chunk.get("choices") or ()
+        for choice in choices:
             if isinstance(choice, dict) and choice.get("index", 0) == 0:
-                self._choice(choice, found)
+                delta = self._choice(choice, found)
+                if delta is not None and len(choices) == 1 and not usage:
+                    self._template.learn(payload, chunk, delta, "content")
 
-    def _choice(self, choice: dict[str, Any], found: list[StreamEvent]) -> None:
-        # Every chunk passes here: one lookup per field, the common text chunk first.
+    def _choice(self, choice: dict[str, Any], found: list[StreamEvent]) -> dict[str, Any] | None:
+        """Read one choice; its delta when it is one piece of text and nothing else."""
         delta = choice.get("delta")
-        if isinstance(delta, dict):
-            thought = delta.get("reasoning_content")
-            if thought and isinstance(thought, str):
-                self._thought += thought
+        plain = None
+        if type(delta) is dict:
             content = delta.get("content")
-            if content and isinstance(content, str):
-                self._think(found)
-                found.append(Text(content))
-            refusal = delta.get("refusal")
-            if refusal and isinstance(refusal, str):
-                self._think(found)
-                found.append(Text(refusal, refusal=True))
-            fragments = delta.get("tool_calls")
-            for fragment in fragments or ():
-                if isinstance(fragment, dict):
-                    self._think(found)
-                    self._fragment(fragment, found)
-            legacy = delta.get("function_call")
-            if isinstance(legacy, dict) and not fragments:
-                self._think(found)
-                self._legacy(legacy, found)
+            if len(delta) == 1 and content and type(content) is str and not self._thought:
+                found.append(Text(content))  # the chunk of nearly every event: one piece of text
+                plain = delta
+            else:
+                self._delta(delta, found)
         reason = choice.get("finish_reason")
         if reason and isinstance(reason, str):
             self._stop = chat.FINISH_TO_STOP.get(reason, "end")
+            return None
+        return plain
+
+    def _delta(self, delta: dict[str, Any], found: list[StreamEvent]) -> None:
+        thought = delta.get("reasoning_content")
+        if thought and isinstance(thought, str):
+            self._thought += thought
+        content = delta.get("content")
+        if content and isinstance(content, str):
+            self._think(found)
+            found.append(Text(content))
+        refusal = delta.get("refusal")
+        if refusal and isinstance(refusal, str):
+            self._think(found)
+            found.append(Text(refusal, refusal=True))
+        fragments = delta.get("tool_calls")
+        for fragment in fragments or ():
+            if isinstance(fragment, dict):
+                self._think(found)
+                self._fragment(fragment, found)
+        legacy = delta.get("function_call")
+        if isinstance(legacy, dict) and not fragments:
+            self._think(found)
+            self._legacy(legacy, found)
 
     def _think(self, found: list[StreamEvent]) -> None:
         if self._thought:
@@ -218,19 +327,27 @@ class MessagesStreamReader(StreamReader):
         self._calls: dict[int, bool] = {}  # tool_use block -> an argument piece was passed
         self._thinking: dict[int, dict[str, Any]] = {}  # reasoning blocks being read
         self._usage: dict[str, Any] = {}
+        self._template = _TextTemplate()
 
     def _event(self, name: str | None, payload: str, found: list[StreamEvent]) -> None:
+        if (text := self._template.read(payload)) is not None:
+            if text:
+                found.append(Text(text))
+            return
         data = _object(payload)
         kind = data.get("type", name)
         index = as_int(data.get("index"))
-        if kind == "message_start":
+        if kind == "content_block_delta":
+            delta = _dict(data.get("delta"))
+            self._delta(index, delta, found)
+            if delta.get("type") == "text_delta" and type(delta.get("text")) is str:
+                self._template.learn(payload, data, delta, "text")
+        elif kind == "message_start":
             message = _dict(data.get("message"))
             found.append(Started(message.get("id"), message.get("model")))
             self._usage = _dict(message.get("usage"))
         elif kind == "content_block_start":
             self._block_start(index, _dict(data.get("content_block")), found)
-        elif kind == "content_block_delta":
-            self._delta(index, _dict(data.get("delta")), found)
         elif kind == "content_block_stop":
             self._block_stop(index, found)
         elif kind == "message_delta":

@@ -36,16 +36,18 @@ Content = Text | CallStarted | CallArguments | Reasoning
 _CONTENT = (Text, CallStarted, CallArguments, Reasoning)
 # The text events every stream is mostly made of, written from bytes around the JSON-encoded
 # text (the same bytes orjson writes for the whole event): they cost the most per stream.
-_MESSAGES_TEXT = (
+_MESSAGES_TEXT_HEAD = (
     b"event: content_block_delta\ndata: "
-    b'{"type":"content_block_delta","index":%d,"delta":{"type":"text_delta","text":%s}}\n\n'
+    b'{"type":"content_block_delta","index":%d,"delta":{"type":"text_delta","text":'
 )
-_RESPONSES_TEXT = (
-    b"event: response.output_text.delta\ndata: "
-    b'{"type":"response.output_text.delta","item_id":%s,"output_index":%d,"content_index":0,'
-    b'"delta":%s,"logprobs":[],"sequence_number":%d}\n\n'
+_MESSAGES_TEXT_TAIL = b"}}\n\n"
+_RESPONSES_TEXT_HEAD = (
+    b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":'
 )
+_RESPONSES_TEXT_AT = b',"output_index":%d,"content_index":0,"delta":'
+_RESPONSES_TEXT_TAIL = b',"logprobs":[],"sequence_number":%d}\n\n'
 _CHAT_TEXT_TAIL = b'},"logprobs":null,"finish_reason":null}]}\n\n'
+_TEXT_BLOCK = ("text", -1)  # the Messages writer's open text block, told by identity
 # The whole-answer writers render one reasoning part for us; they read no request field for it.
 _NO_REQUEST = Request(model=None, system=[], messages=[])
 
@@ -76,7 +78,9 @@ class StreamWriter(ABC):
             if self.closed:
                 break
             if type(event) in _CONTENT:  # the common case first: every piece of the answer
-                frames.append(self._open_once() + self._content(event))  # type: ignore[arg-type]
+                if not self.opened:
+                    frames.append(self._open_once())
+                frames.append(self._content(event))  # type: ignore[arg-type]
             elif isinstance(event, Started):
                 # The lifecycle opens with its first content, or at the end.
                 self._head = Started(event.id, event.model or self._model, event.created)
@@ -151,11 +155,11 @@ class ChatStreamWriter(StreamWriter):
         return opening
 
     def _content(self, event: Content) -> bytes:
-        if isinstance(event, Reasoning):
-            return b""  # Chat Completions has no place for reasoning
-        if isinstance(event, Text) and not event.refusal:
+        if type(event) is Text and not event.refusal:
             # The common chunk, written from its parts: its head is the same every time.
             return self._text_head + orjson.dumps(event.text) + _CHAT_TEXT_TAIL
+        if isinstance(event, Reasoning):
+            return b""  # Chat Completions has no place for reasoning
         if isinstance(event, Text):
             return self._chunk({"refusal": event.text})
         if isinstance(event, CallStarted):
@@ -206,6 +210,7 @@ class MessagesStreamWriter(StreamWriter):
         self._blocks = 0
         self._open_block: tuple[str, int] | None = None  # ("text", -1) or ("call", source)
         self._calls: dict[int, int] = {}  # source call -> block index
+        self._text_head = b""  # the open text block's delta up to its text
 
     def _open(self) -> bytes:
         head = self._head
@@ -222,14 +227,15 @@ class MessagesStreamWriter(StreamWriter):
         return event_frame("message_start", {"type": "message_start", "message": message})
 
     def _content(self, event: Content) -> bytes:
+        if type(event) is Text:  # most events: the next piece of the open text block
+            if self._open_block is _TEXT_BLOCK:
+                return self._text_head + orjson.dumps(event.text) + _MESSAGES_TEXT_TAIL
+            start = self._start({"type": "text", "text": ""}, _TEXT_BLOCK)
+            self._text_head = _MESSAGES_TEXT_HEAD % (self._blocks - 1)
+            return start + self._text_head + orjson.dumps(event.text) + _MESSAGES_TEXT_TAIL
         if isinstance(event, Reasoning):
             blocks = _written(messages.write_reply, event.part)["content"]
             return b"".join(self._whole_block(block) for block in blocks)
-        if isinstance(event, Text):
-            frames = b""
-            if self._open_block != ("text", -1):
-                frames = self._start({"type": "text", "text": ""}, ("text", -1))
-            return frames + _MESSAGES_TEXT % (self._blocks - 1, orjson.dumps(event.text))
         if isinstance(event, CallStarted):
             self._calls[event.index] = self._blocks
             call_id = messages.tool_id(event.call_id)
@@ -311,6 +317,10 @@ class ResponsesStreamWriter(StreamWriter):
         self._positions: dict[str, int] = {}  # item id -> output index
         self._reshaped = reshaped or {}
         self._held: tuple[int, Part] | None = None  # (source call, the call) of a custom tool
+        # The open message's text delta up to its text, and its text so far, in pieces (joined
+        # once it closes: adding each piece to one string copies the answer once per event).
+        self._text_head: bytes | None = None
+        self._text: list[str] = []
 
     def _open(self) -> bytes:
         started = self._response("in_progress")
@@ -319,27 +329,19 @@ class ResponsesStreamWriter(StreamWriter):
         )
 
     def _content(self, event: Content) -> bytes:
-        if isinstance(event, Reasoning):
-            items = _written(responses.write_reply, event.part)["output"]
-            return b"".join(self._whole_item(item) for item in items)
-        if isinstance(event, Text):
+        if type(event) is Text:
             frames = b""
-            item = self._open_item
-            if item is None or item["type"] != "message":
+            if self._text_head is None:
                 frames = self._open_message()
-                item = self._open_item
-                assert item is not None
-            part = item["content"][0]
-            part["text"] += event.text
-            where = self._where(item)
-            frame = _RESPONSES_TEXT % (
-                orjson.dumps(where["item_id"]),
-                where["output_index"],
-                orjson.dumps(event.text),
-                self._sequence,
+            self._text.append(event.text)
+            frame = (
+                self._text_head + orjson.dumps(event.text) + _RESPONSES_TEXT_TAIL % self._sequence  # type: ignore[operator]
             )
             self._sequence += 1
             return frames + frame
+        if isinstance(event, Reasoning):
+            items = _written(responses.write_reply, event.part)["output"]
+            return b"".join(self._whole_item(item) for item in items)
         tool = self._reshaped.get(event.name) if isinstance(event, CallStarted) else None
         if tool is not None and tool.freeform:
             frames = self._close_item()
@@ -389,7 +391,14 @@ class ResponsesStreamWriter(StreamWriter):
         frames = self._add(message)
         part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
         message["content"].append(part)
-        at = {**self._where(message), "content_index": 0, "part": dict(part)}
+        where = self._where(message)
+        at = {**where, "content_index": 0, "part": dict(part)}
+        self._text_head = (
+            _RESPONSES_TEXT_HEAD
+            + orjson.dumps(where["item_id"])
+            + _RESPONSES_TEXT_AT % where["output_index"]
+        )
+        self._text = []
         return frames + self._event("response.content_part.added", at)
 
     def _add(self, item: dict[str, Any]) -> bytes:
@@ -415,6 +424,8 @@ class ResponsesStreamWriter(StreamWriter):
         frames = []
         if item["type"] == "message":
             part = item["content"][0]
+            part["text"] = "".join(self._text)
+            self._text_head = None
             at = {**where, "content_index": 0}
             text = {**at, "text": part["text"], "logprobs": []}
             frames.append(self._event("response.output_text.done", text))

@@ -11,7 +11,11 @@ import aiohttp
 import orjson
 import pytest
 
-from clawpod.sidecar.audit.bounds import MAX_STRING_BYTES, bounded_string
+from clawpod.sidecar.audit.bounds import (
+    MAX_STRING_BYTES,
+    bounded_string,
+    may_hold_long_strings,
+)
 from clawpod.sidecar.audit.log import AuditLog
 from clawpod.sidecar.audit.trace import MAX_ARGUMENT_BYTES, trace_call
 from clawpod.sidecar.model.outcome import refused
@@ -33,6 +37,40 @@ def test_a_long_string_keeps_its_start_and_a_digest_of_the_rest() -> None:
     rest = ("é" * (1000 - MAX_STRING_BYTES // 2)).encode()
     assert note == f"{len(rest)} bytes, sha256 {hashlib.sha256(rest).hexdigest()})"
     assert bounded_string("x" * MAX_STRING_BYTES) == "x" * MAX_STRING_BYTES
+
+
+def test_json_of_short_strings_needs_no_walk() -> None:
+    record = {"id": "req_1", "usage": {"input_tokens": 3}, "tool_trace": [], "n": [1, 2.5]}
+    assert not may_hold_long_strings(orjson.dumps(record))
+    assert may_hold_long_strings(orjson.dumps({"k": "x" * (MAX_STRING_BYTES // 4 + 1)}))
+
+
+@pytest.mark.parametrize(
+    "long",
+    [
+        '"' * 300,  # escaped in JSON: no long run of plain bytes shows it
+        "a\\" * 150,
+        "line\n" * 60,
+        "é" * 200,  # 200 characters, 400 bytes
+        "x" * 300,
+    ],
+)
+async def test_a_long_string_is_cut_however_its_json_looks(tmp_path: Path, long: str) -> None:
+    """The log skips the walk over every value for records of short strings (the record of
+    every request): whatever makes a long string hard to see in JSON must not let it by."""
+    cut = bounded_string(long)
+    assert cut != long
+    record = {"id": "r", "outcome": {"code": long}, "extra": [1, {long: "v"}, [long]]}
+    log = AuditLog(tmp_path, key=KEY)
+    await log.append("analyst", record)
+    await log.append("analyst", {"big": 2**70, "code": long})  # beyond orjson's integers
+    await log.close()
+    lines = (tmp_path / "audit" / "analyst.jsonl").read_bytes().splitlines()
+    first, second = (orjson.loads(line) for line in lines)
+    assert first["outcome"] == {"code": cut}
+    assert first["extra"] == [1, {cut: "v"}, [cut]]
+    assert second["code"] == cut
+    assert verify(tmp_path)[0] == 0
 
 
 async def test_huge_strings_anywhere_in_a_record_are_bounded(tmp_path: Path) -> None:

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import io
+import json
 from pathlib import Path
 
 import orjson
@@ -133,3 +136,18 @@ async def test_clawc_audit_verify_takes_build_and_key_env(
     assert clawc([*arguments, "--build", str(build)], stdout=out, stderr=out) == 1
     assert "agent trader of the build has no log" in out.getvalue()
     assert KEY_ENV["CLAW_AUDIT_KEY"] not in out.getvalue()
+
+
+async def test_a_record_hash_is_plain_hmac_sha256_of_its_sorted_compact_json(
+    tmp_path: Path,
+) -> None:
+    """What the contract names, so any HMAC tool can check a record (the log computes it with
+    OpenSSL's one-shot HMAC, verify likewise: both must stay the standard one)."""
+    records = await write_records(tmp_path, 2)
+    for record, line in zip(records, lines_of(tmp_path), strict=True):
+        stored = orjson.loads(line)
+        assert stored == record
+        body = {k: v for k, v in stored.items() if k != "hash"}
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        expected = hmac.new(KEY, canonical.encode(), hashlib.sha256).hexdigest()
+        assert stored["hash"] == expected

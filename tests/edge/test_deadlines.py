@@ -59,6 +59,22 @@ async def test_an_idle_keep_alive_connection_is_closed(short_pod: Pod) -> None:
     await client.close()
 
 
+async def test_a_kept_alive_connection_idles_for_the_keep_alive_time_not_the_head_deadline(
+    make_edge_pod: EdgePodFactory,
+) -> None:
+    """Reading a request's body makes aiohttp call ``data_received(b"")``: no head byte, so the
+    next head's deadline must not start there (it did, closing every kept-alive connection
+    the head deadline after its last request, long before the keep-alive time)."""
+    pod = await make_edge_pod(EdgeLimits(head_timeout_s=0.3, keepalive_timeout_s=5.0))
+    client = await RawClient.open(pod.sidecar.listening.address)
+    await client.send(chat_request(pod.token))
+    assert (await client.answer()).status == 200
+    await asyncio.sleep(0.8)  # past the head deadline, well within the keep-alive time
+    await client.send(chat_request(pod.token))
+    assert (await client.answer()).status == 200
+    await client.close()
+
+
 async def test_past_the_connection_cap_a_request_gets_503_and_a_close(
     make_edge_pod: EdgePodFactory,
 ) -> None:

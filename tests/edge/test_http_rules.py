@@ -73,6 +73,23 @@ async def test_chunked_request_body(pod: Pod) -> None:
     await client.close()
 
 
+async def test_a_body_goes_upstream_byte_for_byte_whole_or_in_parts(pod: Pod) -> None:
+    """A body that came with its head is taken from the parser's buffer as it lies; one that
+    arrives in parts is gathered: both reach the provider exactly as the client sent them."""
+    body = BODY.replace(b'"hi"', b'"' + "é ".encode() * 3000 + b'"')
+    client = await RawClient.open(pod.sidecar.listening.address)
+    await client.send(chat_request(pod.token, body))
+    assert (await client.answer()).status == 200
+    request = chat_request(pod.token, body)
+    cut = request.index(b"\r\n\r\n") + 4 + 100
+    for part in (request[:cut], request[cut : cut + 1000], request[cut + 1000 :]):
+        await client.send(part)
+        await asyncio.sleep(0.05)
+    assert (await client.answer()).status == 200
+    assert [r.body for r in pod.upstream.requests_to("openai")] == [body, body]
+    await client.close()
+
+
 async def test_declared_body_over_the_limit_is_refused_before_it_arrives(
     make_edge_pod: EdgePodFactory,
 ) -> None:

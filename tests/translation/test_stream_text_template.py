@@ -1,0 +1,178 @@
+"""Text events read from a learnt template (``stream_readers._TextTemplate``: a payload of the
+same bytes around another JSON string is read without parsing the rest) translate exactly as
+when every event is parsed whole, whatever the stream holds around, between and inside them:
+escapes and characters the template's writer would write otherwise, other fields that change
+per chunk (OpenAI's ``obfuscation``), reasoning, calls, usage, finish reasons, and payloads
+that fit the template's bytes but hold no string in its place."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clawpod.sidecar.translation import stream_readers
+from clawpod.sidecar.translation.streams import stream_translator
+from tests.support.codecs import codec_of
+
+API_OF = {"chat": "openai", "messages": "anthropic", "responses": "responses"}
+REASONING_ID = re.compile(rb'"rs_[0-9a-f]+"')  # made fresh for each reasoning item
+TEXTS = st.sampled_from(["The", " quarterly", "", 'a "quote"', "back\\slash", "é ☃ 𝄞", "\n"])
+
+
+def translate(events: list[bytes], target: str, caller: str, *, templates: bool) -> bytes:
+    translator = stream_translator(
+        target, codec_of(API_OF[caller]), provider="p", model="m", include_usage=True
+    )
+    read = stream_readers._TextTemplate.read
+    if not templates:
+        stream_readers._TextTemplate.read = lambda self, payload: None  # type: ignore[method-assign]
+    try:
+        out = b"".join(translator.feed(event) for event in events) + translator.finish()
+        return REASONING_ID.sub(b'"rs_"', out)
+    finally:
+        stream_readers._TextTemplate.read = read  # type: ignore[method-assign]
+
+
+def chat_chunk(delta: dict[str, Any], **fields: Any) -> bytes:
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+    chunk = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    return b"data: " + orjson.dumps({**chunk, "choices": [choice], **fields}) + b"\n\n"
+
+
+def text_delta(text: str, index: int) -> bytes:
+    delta = {"type": "content_block_delta", "index": index}
+    data = {**delta, "delta": {"type": "text_delta", "text": text}}
+    return b"event: content_block_delta\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+CHAT_PIECES = st.one_of(
+    TEXTS.map(lambda t: chat_chunk({"content": t})),
+    TEXTS.map(lambda t: chat_chunk({"content": t}, obfuscation=t[::-1] + "x")),
+    TEXTS.map(lambda t: chat_chunk({"content": t}, usage=None)),
+    TEXTS.map(lambda t: chat_chunk({"reasoning_content": t})),
+    TEXTS.map(lambda t: chat_chunk({"role": "assistant", "content": t})),
+    TEXTS.map(lambda t: chat_chunk({"refusal": t})),
+    st.just(chat_chunk({}, usage={"prompt_tokens": 3, "completion_tokens": 2})),
+    st.just(chat_chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f"}}]})),
+    TEXTS.map(
+        lambda t: (
+            b'data: {"id":"chatcmpl-1", "choices":[{"delta":{"content":%s}}]}\n\n' % orjson.dumps(t)
+        )
+    ),
+    # The same bytes as the text in another place first: no template is learnt around them.
+    st.tuples(TEXTS, TEXTS).map(
+        lambda tu: (
+            b'data: {"extra":{"content":%s},"choices":[{"delta":{"content":%s}}]}\n\n'
+            % (orjson.dumps(tu[0]), orjson.dumps(tu[1]))
+        )
+    ),
+)
+MESSAGES_PIECES = st.one_of(
+    st.tuples(TEXTS, st.integers(0, 2)).map(lambda ti: text_delta(*ti)),
+    st.integers(0, 2).map(
+        lambda i: (
+            b"event: content_block_stop\ndata: "
+            + orjson.dumps({"type": "content_block_stop", "index": i})
+            + b"\n\n"
+        )
+    ),
+)
+MESSAGES_START = (
+    b'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1",'
+    b'"type":"message","role":"assistant","model":"m","content":[],"usage":'
+    b'{"input_tokens":5,"output_tokens":1}}}\n\n'
+)
+MESSAGES_END = (
+    b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn"},'
+    b'"usage":{"output_tokens":9}}\n\nevent: message_stop\ndata: {"type":"message_stop"}\n\n'
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(CHAT_PIECES, max_size=25), st.sampled_from(["messages", "responses"]))
+def test_chat_streams_read_alike(pieces: list[bytes], caller: str):
+    events = [chat_chunk({"role": "assistant", "content": ""}), *pieces, b"data: [DONE]\n\n"]
+    expected = translate(events, "chat", caller, templates=False)
+    assert translate(events, "chat", caller, templates=True) == expected
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(MESSAGES_PIECES, max_size=25), st.sampled_from(["chat", "responses"]))
+def test_messages_streams_read_alike(pieces: list[bytes], caller: str):
+    events = [MESSAGES_START, *pieces, MESSAGES_END]
+    expected = translate(events, "messages", caller, templates=False)
+    assert translate(events, "messages", caller, templates=True) == expected
+
+
+@pytest.mark.parametrize(
+    "slot",
+    [b"123", b'{"x":1}', b"null", b'"a","b"', b'"unended', b'["a"]', b'"a"}}, {"b":"c"'],
+)
+def test_what_fits_the_bytes_but_holds_no_string_is_read_whole(slot: bytes):
+    learnt = [text_delta("The", 0), text_delta(" quarterly", 0)]
+    odd = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+    odd += b'"delta":{"type":"text_delta","text":' + slot + b"}}\n\n"
+    events = [MESSAGES_START, *learnt, odd, text_delta(" figures", 0), MESSAGES_END]
+    expected = translate(events, "messages", "chat", templates=False)
+    assert translate(events, "messages", "chat", templates=True) == expected
+
+
+def test_a_learnt_template_reads_the_text_events():
+    """The template is used (not only harmless): a stream of text chunks parses the first
+    whole and reads the rest from it."""
+    template = stream_readers._TextTemplate()
+    first = orjson.loads(chat_chunk({"content": "The"})[6:-2])
+    payload = chat_chunk({"content": "The"})[6:-2].decode()
+    template.learn(payload, first, first["choices"][0]["delta"], "content")
+    assert template.read(chat_chunk({"content": ' "x" é'})[6:-2].decode()) == ' "x" é'
+    assert template.read(chat_chunk({"content": "y"}, usage=None)[6:-2].decode()) is None
+
+
+def test_the_same_bytes_elsewhere_first_teach_no_template():
+    """The text's bytes also stand in another field, before it: a template around those
+    would read that field as the text of every later chunk."""
+
+    def chunk(extra: str, text: str) -> bytes:
+        data = {"extra": {"content": extra}, "choices": [{"delta": {"content": text}}]}
+        return b"data: " + orjson.dumps(data) + b"\n\n"
+
+    events = [chunk("The", "The"), chunk("Other", "The"), b"data: [DONE]\n\n"]
+    expected = translate(events, "chat", "messages", templates=False)
+    assert b"Other" not in expected
+    assert translate(events, "chat", "messages", templates=True) == expected
+
+
+def test_openai_chunks_read_from_the_template_whatever_their_obfuscation():
+    """OpenAI sends each chunk with another ``obfuscation`` (random, of varying length): the
+    template reads past it, and falls back to a whole read where its value needs escapes or
+    is not a plain string; the translated stream is the same as when read whole."""
+    obfuscations = ["xY3k", "a", "", 'q"uote', "back\\slash", "\u2028", "\x01", "é☃"]
+    texts = ["The", " quarterly", ' "figures"', " é ☃", "\n"]
+    events = [chat_chunk({"role": "assistant", "content": ""}, obfuscation="z")]
+    events += [
+        chat_chunk({"content": texts[i % len(texts)]}, obfuscation=o)
+        for i, o in enumerate(obfuscations * 3)
+    ]
+    events.append(chat_chunk({}, obfuscation=7))  # not a string: read whole
+    events.append(b"data: [DONE]\n\n")
+    expected = translate(events, "chat", "messages", templates=False)
+    assert translate(events, "chat", "messages", templates=True) == expected
+    for broken in (b'a"b', b"a\x01b", b"a\\"):  # not JSON: the stream fails as read whole
+        chunk = chat_chunk({"content": "The"}, obfuscation="OBF").replace(b"OBF", broken)
+        stream = [*events[:4], chunk, *events[4:]]
+        expected = translate(stream, "chat", "messages", templates=False)
+        assert b"not valid" in expected
+        assert translate(stream, "chat", "messages", templates=True) == expected
+
+    template = stream_readers._TextTemplate(free="obfuscation")
+    data = chat_chunk({"content": "The"}, obfuscation="xY3k")[6:-2]
+    first = orjson.loads(data)
+    template.learn(data.decode(), first, first["choices"][0]["delta"], "content")
+    later = chat_chunk({"content": " growth"}, obfuscation="Qw9tZ1")[6:-2].decode()
+    assert template.read(later) == " growth"
+    assert template.read(later.replace('"obfuscation"', '"other"')) is None
