@@ -132,7 +132,7 @@ def _records(data: bytes) -> Iterator[tuple[Span, Key, float, dict[str, Any]]]:
 
 
 class JournalLog:
-    """The log and its index. Everything but the worker's writes runs on the event loop."""
+    """The log and its index. Everything but the writer thread's batches runs on the event loop."""
 
     def __init__(
         self,
@@ -243,7 +243,7 @@ class JournalLog:
             self._write_queue()
 
     def _write_queue(self) -> None:
-        """Start the next batch: in a worker thread when it syncs (or no segment is open yet),
+        """Start the next batch: in the writer thread when it syncs (or no segment is open yet),
         else here: a write into the page cache is cheaper than a thread hop."""
         batch, self._queue = self._queue, []
         if not batch:
