@@ -51,6 +51,10 @@ WORKLOADS = {
     "mediated_r1": ("mediated_r1", "bench-mediated"),
     "mediated_r3": ("mediated_r3", "bench-mediated"),
     "destructive_r1": ("mediated_r1", "bench-mediated-write"),
+    # Every request its own (the others send one body c times at once: retries of one request,
+    # which the sidecar runs one at a time, SPEC §8.2).
+    "mediated_r1_distinct": ("mediated_r1_distinct", "bench-mediated"),
+    "destructive_r1_distinct": ("mediated_r1_distinct", "bench-mediated-write"),
     # A Messages caller of the Chat-only provider (contract §18), whole and streamed: compared
     # with anthropic_json and openai_sse (SPEC §19: translation over same-protocol pass-through).
     TRANSLATED: (TRANSLATED, "bench-native"),

@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.profile --workload openai_json --concurrency 16 --seconds 10
     .venv/bin/python -m bench.profile --workload mediated_r3 --target sidecar
+    .venv/bin/python -m bench.profile --workload destructive_r1  # one journaled round
 
 Needs ``py-spy`` on PATH (``pip install py-spy``; it is not a project dependency). Writes the
 collapsed stacks next to the summary so they can be fed to a flame-graph tool.
@@ -29,7 +30,10 @@ WORKLOADS = (
     "mediated_r0",
     "mediated_r1",
     "mediated_r3",
+    "destructive_r1",
 )
+# Workloads that send another workload's body as another agent (as bench.ab names them).
+AS_AGENT = {"destructive_r1": ("mediated_r1", "bench-mediated-write")}
 
 
 def summarize(collapsed: Path, top: int) -> str:
@@ -82,10 +86,11 @@ def main() -> int:
         target = bench.targets[args.target]
         assert target.process is not None
         headers = None
-        if args.workload.startswith("mediated"):
-            headers = {"Authorization": f"Bearer {bench.tokens['bench-mediated']}"}
-        url, route_headers = bench._route(target, args.workload)
-        body = bench.bodies[args.workload]
+        workload, agent = AS_AGENT.get(args.workload, (args.workload, "bench-mediated"))
+        if workload.startswith("mediated"):
+            headers = {"Authorization": f"Bearer {bench.tokens[agent]}"}
+        url, route_headers = bench._route(target, workload)
+        body = bench.bodies[workload]
         loadgen.run_wrk(
             url,
             concurrency=args.concurrency,

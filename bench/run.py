@@ -266,6 +266,8 @@ class Bench:
         }
         for rounds in self.settings.rounds:
             bodies[f"mediated_r{rounds}"] = workloads.openai_chat(f"gpt-bench-r{rounds}")
+        # Requests that are not retries of each other (bench.ab's *_distinct workloads).
+        bodies["mediated_r1_distinct"] = workloads.openai_chat("gpt-bench-r1", distinct=True)
         for name, body in bodies.items():
             path = self.workdir / f"{name}.json"
             path.write_bytes(body)

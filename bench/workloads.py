@@ -29,10 +29,20 @@ def _messages_openai() -> list[dict[str, Any]]:
     ]
 
 
-def openai_chat(model: str, *, stream: bool = False) -> bytes:
+# bench/wrk/post.lua puts a number of its own in place of this in every request it sends.
+REQUEST_NUMBER = "@@request@@"
+
+
+def openai_chat(model: str, *, stream: bool = False, distinct: bool = False) -> bytes:
+    """``distinct``: each request sent asks in its own words (its last user turn ends with a
+    number of its own), so it is another request to the sidecar, not a retry of the others:
+    identical requests run one at a time (SPEC §8.2), which no real load of many runners does."""
+    messages = _messages_openai()
+    if distinct:
+        messages[-1]["content"] += f" (request {REQUEST_NUMBER})"
     body: dict[str, Any] = {
         "model": model,
-        "messages": _messages_openai(),
+        "messages": messages,
         "temperature": 0.2,
         "max_tokens": 512,
     }

@@ -8,6 +8,17 @@ if path and path ~= "" then
   file:close()
 end
 
+-- A body holding @@request@@ (bench/workloads.py REQUEST_NUMBER) gets a number of its own in
+-- every request: numbers start from the clock, so no two cells of a run send the same one.
+if wrk.body and wrk.body:find("@@request@@", 1, true) then
+  local template = wrk.body
+  local number = os.time() * 100000
+  request = function()
+    number = number + 1
+    return wrk.format(nil, nil, nil, (template:gsub("@@request@@", tostring(number))))
+  end
+end
+
 function done(summary, latency, requests)
   local parts = {
     string.format('"requests":%d', summary.requests),

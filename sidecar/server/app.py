@@ -157,5 +157,6 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         await state.tasks.drain()  # tool calls already sent finish and are audited
         await state.executor.close()
         await state.continuity.close()
+        state.journal.close()
         state.objects.close()
         await state.audit.close()  # flushes pending audit records to disk

@@ -7,17 +7,20 @@ whitespace, text-block joins, id punctuation and string/parts re-serialisation n
 the codecs' fingerprints) and the tools the runner declared. ``stream``, ``stream_options``,
 sampling parameters, ``max_tokens``, ``metadata``, ``user`` and headers are not part of it: a
 runner that retries with ``stream: false`` after a failed stream (Claude Code) sends the same
-request. While it runs, its progress is appended to
-``<state>/journal/<agent>/<identity>.jsonl``, each line fsynced before the sidecar acts on it:
+request. While it runs, its progress is appended to the journal log (:mod:`.journal_log`: one
+append-only log for the pod, its lines naming the agent and the identity):
 
-- ``{"turn": body}`` — a model reply that led to tool calls (written before they execute);
+- ``{"turn": body}`` — a model reply that led to tool calls (synced before they execute);
   nothing is written before the first round with a call that is neither read-only nor
   idempotent (running those again is harmless), so a request that only reads costs no I/O;
-- ``{"sent": key}`` — a call of a tool that is neither read-only nor idempotent, before it is
-  sent;
-- ``{"result": key, "outcome": ...}`` — a call answered by its service.
+- ``{"sent": key}`` — a call of a tool that is neither read-only nor idempotent, synced before
+  it is sent;
+- ``{"result": key, "outcome": ...}`` — a call answered by its service, written before the next
+  model call carries it (a killed sidecar keeps it) and synced with the next sync (the next
+  call with side effects, a failed end): a power loss in between leaves the call sent and
+  unanswered, so a retry does not send it again and tells the model its outcome is unknown.
 
-A request that ends with a successful answer, or without having executed any call, deletes its
+A request that ends with a successful answer, or without having executed any call, drops its
 journal: a successful attempt is never replayed. Any other ending (an error answer, a timeout,
 a client that left, a killed process) leaves it, and an identical request within the retry
 window resumes it: the journaled turns are replayed instead of calling the model, answered
@@ -41,23 +44,20 @@ its journals age out; it can never make another agent's journal go.
 Two identical requests at once: the second waits until the first has ended, then resumes it
 if it failed, or runs as a new request if it succeeded.
 
-A request with no journal and no link of its own (the common case) begins with a ``stat`` or
-two on the event loop, without a thread hop; reading and pruning run off the loop.
+A request with no journal and no link of its own (the common case) begins with a look into the
+log's index in memory, without a thread hop; reading and deleting segments run off the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import orjson
 
 from ..manifest import ManagedTool
 from ..model.canonical import (
@@ -68,12 +68,11 @@ from ..model.canonical import (
 )
 from ..model.conversation import Conversation, ToolCall
 from ..model.outcome import ToolOutcome, refused
+from .journal_log import JournalLog, Key, Link, line
 
 log = logging.getLogger(__name__)
 
 DIRECTORY = "journal"
-SUFFIX = ".jsonl"
-LINK_SUFFIX = ".link"
 # How much of a failed attempt's last user turn its link keeps to compare a rewrite with.
 MAX_ASKED = 4096
 # Refusals of calls never sent that a retry may well get past (an approval still pending when
@@ -175,8 +174,8 @@ class _Journaled:
     sent: set[str]
     retried: set[str] = field(default_factory=set)
     """Calls refused unsent for a reason a retry may get past: they run on the retry."""
-    data: bytes = b""
-    adopted: Path | None = None
+    records: list[dict[str, Any]] = field(default_factory=list)
+    adopted: Key | None = None
     """The journal of another request this one took over (a rewritten retry), else None."""
 
 
@@ -200,9 +199,10 @@ class RequestJournal:
         self.agents = max(1, agents)
         self.max_journals = DEFAULT_MAX_JOURNALS if max_journals is None else max_journals
         self._clock = clock
-        self._running: dict[str, asyncio.Future[None]] = {}
-        self._counts: dict[str, int] = {}  # agent directory name -> journals in it
-        self._folders: dict[str, Path] = {}  # agent -> its directory
+        self.log = JournalLog(self.directory, window_s=self.window_s, clock=clock)
+        self._running: dict[Key, deque[asyncio.Future[None]]] = {}
+        """Requests with an attempt running here, each with the identical ones waiting."""
+        self._folders: dict[str, str] = {}  # agent -> its folder name in the log
         self._pruned_at = float("-inf")
 
     @property
@@ -221,182 +221,144 @@ class RequestJournal:
         identical attempt still running here has ended, resuming what an unsuccessful one left
         (or, failing that, what a failed attempt with the same ``history`` left, when its last
         user turn is contained in this one's, ``asked``)."""
-        folder = self.folder(agent)
-        running_key = f"{folder.name}/{request}"
-        while (running := self._running.get(running_key)) is not None:
-            await asyncio.shield(running)
-        self._running[running_key] = asyncio.get_running_loop().create_future()
+        await self.log.recovered()
+        key = (self.folder(agent), request)
+        await self._take_turn(key)
         try:
-            if not (self._prune_due() or self._may_resume(folder, request, history)):
-                earlier = None  # the common case: nothing to read, no thread hop
-            else:
-                earlier = await asyncio.to_thread(
-                    self._prune_and_load, folder, request, history, asked
-                )
+            if self._prune_due():
+                await self._prune()
+            earlier = await self._load(key)
+            if earlier is None and history is not None:
+                earlier = await self._adopt((key[0], history), asked)
         except OSError as exc:
             # An unreadable journal resumes nothing; its writes fail too, and the driver then
             # sends no destructive call.
             log.warning("request journal unavailable: %s", exc)
             earlier = None
         except BaseException:
-            self._release(running_key)
+            self._release(key)
             raise
-        return Attempt(self, folder, request, attempt, earlier, history, asked)
+        return Attempt(self, key, attempt, earlier, history, asked)
 
-    # --- files ------------------------------------------------------------------------------
-
-    def folder(self, agent: str) -> Path:
+    def folder(self, agent: str) -> str:
+        """The agent's name in the log (one digest per agent, not per request)."""
         folder = self._folders.get(agent)
-        if folder is None:  # one digest per agent, not per request
-            folder = self._folders[agent] = self.directory / digest("agent", agent)[:32]
+        if folder is None:
+            folder = self._folders[agent] = digest("agent", agent)[:32]
         return folder
 
-    def path(self, agent: str, request: str) -> Path:
-        return self.folder(agent) / (request + SUFFIX)
+    def holds(self, agent: str, request: str) -> bool:
+        """Whether a journal of this request is kept (for a retry to resume)."""
+        return (self.folder(agent), request) in self.log.journals
 
-    def _prune_and_load(
-        self, folder: Path, request: str, history: str | None, asked: str
-    ) -> _Journaled | None:
-        self._prune_if_due()
-        earlier = self._load(folder / (request + SUFFIX))
-        if earlier is None and history is not None:
-            earlier = self._adopt(folder / (history + LINK_SUFFIX), asked)
+    def close(self) -> None:
+        self.log.close()
+
+    async def _load(self, key: Key) -> _Journaled | None:
+        """What the journal ``key`` holds; the common request has none and reads nothing."""
+        journal = self.log.journals.get(key)
+        if journal is None:
+            return None
+        if self.log.expired(journal.written_at):
+            self.log.drop(key, record=False)
+            return None
+        segments = sorted(journal.segments)
+        earlier = _journaled(await asyncio.to_thread(self.log.read, key, segments))
+        if earlier is None:  # nothing ran: the attempt starting now begins it afresh
+            self.log.drop(key, record=False)
         return earlier
 
-    def _adopt(self, link: Path, asked: str) -> _Journaled | None:
+    async def _adopt(self, link_key: Key, asked: str) -> _Journaled | None:
         """The failed attempt a link names, when this request's last user turn contains that
-        attempt's; taken over once (unlinking claims it)."""
-        try:
-            named = orjson.loads(link.read_bytes())
-            if named["asked"] not in asked:
-                return None
-            target = folder_file(link, named["request"])
-            link.unlink()
-        except (FileNotFoundError, ValueError, KeyError, TypeError):
+        attempt's; taken over once (the link goes as it is claimed)."""
+        link = self.log.links.get(link_key)
+        if link is None or link.asked not in asked:
             return None
-        earlier = self._load(target)
+        del self.log.links[link_key]
+        target = (link_key[0], link.request)
+        earlier = await self._load(target)
         if earlier is not None:
             earlier.adopted = target
         return earlier
 
-    def _load(self, path: Path) -> _Journaled | None:
-        try:
-            age = self._clock() - path.stat().st_mtime
-            data = path.read_bytes()
-        except FileNotFoundError:
-            return None
-        if age > self.window_s:
-            path.unlink(missing_ok=True)
-            return None
-        journaled = _Journaled("", "", [], {}, set(), data=data)
-        for line in data.splitlines():
-            try:
-                record = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue  # a line torn by a crash: its call was not answered
-            if "attempt" in record:
-                journaled.attempt = record["attempt"]
-                journaled.origin = journaled.origin or record.get("origin") or record["attempt"]
-            elif "turn" in record:
-                journaled.turns.append(record["turn"])
-            elif "sent" in record:
-                journaled.sent.add(record["sent"])
-            elif "unsent" in record:
-                journaled.sent.discard(record["unsent"])
-                journaled.retried.add(record["unsent"])
-            elif "result" in record:
-                journaled.results[record["result"]] = ToolOutcome(**record["outcome"])
-        if not (journaled.results or journaled.sent or journaled.retried):
-            return None  # nothing ran: a fresh attempt is the same thing
-        return journaled
-
-    def _open(self, path: Path, *, fresh: bool) -> int:
-        """The journal's descriptor for appending (a fresh attempt starts a new file)."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | (os.O_TRUNC if fresh else 0)
-        fd = os.open(path, flags, 0o600)
-        _fsync_directory(path.parent)  # the file itself survives a crash
-        return fd
-
-    def _admit(self, folder: Path) -> None:
+    def _admit(self, key: Key) -> None:
         """Count a new journal against its agent's quota (raises JournalQuotaReached)."""
-        count = self._counts.get(folder.name)
-        if count is None:
-            count = _count_journals(folder)
-        if count >= self.agent_quota:
-            self._counts[folder.name] = count
+        if self.log.count(key[0]) >= self.agent_quota:
             raise JournalQuotaReached(
                 f"the agent's {self.agent_quota} journals of failed requests are all in use"
             )
-        self._counts[folder.name] = count + 1
+        self.log.add(key)
 
-    def _forget(self, folder: Path) -> None:
-        if folder.name in self._counts:
-            self._counts[folder.name] = max(0, self._counts[folder.name] - 1)
-
-    def _prune_if_due(self) -> None:
+    async def _prune(self) -> None:
         """Drop journals (and links) older than the window; nothing inside it goes for room:
-        the per-agent quota bounds them instead."""
-        if not self._prune_due():
-            return
-        now = self._clock()
-        self._pruned_at = now
-        try:
-            folders = [e for e in os.scandir(self.directory) if e.is_dir()]
-        except FileNotFoundError:
-            return
-        for folder in folders:
-            kept = 0
-            for entry in os.scandir(folder.path):
-                if now - entry.stat().st_mtime > self.window_s:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(entry.path)
-                elif entry.name.endswith(SUFFIX):
-                    kept += 1
-            self._counts[folder.name] = kept
-
-    @staticmethod
-    def _may_resume(folder: Path, request: str, history: str | None) -> bool:
-        """Whether a journal or link ``begin`` would read exists: one or two ``stat`` calls of
-        names the kernel has cached, cheaper than a thread hop (~60 µs of CPU)."""
-        names = [request + SUFFIX, *([history + LINK_SUFFIX] if history else [])]
-        return any(os.path.exists(os.path.join(folder, name)) for name in names)
+        the per-agent quota bounds them instead. Segments nothing needs go off the loop."""
+        self._pruned_at = self._clock()
+        unneeded = self.log.prune(self._running)
+        if unneeded:
+            await asyncio.to_thread(self.log.delete_segments, unneeded)
 
     def _prune_due(self) -> bool:
         return self._clock() - self._pruned_at >= self.window_s / 10
 
-    def _release(self, running_key: str) -> None:
-        running = self._running.pop(running_key, None)
-        if running is not None and not running.done():
-            running.set_result(None)
+    async def _take_turn(self, key: Key) -> None:
+        """Return once no identical attempt runs here: identical requests run one at a time, in
+        the order they came, each woken alone when its turn comes (not all of them at once)."""
+        waiting = self._running.get(key)
+        if waiting is None:
+            self._running[key] = deque()
+            return
+        turn = asyncio.get_running_loop().create_future()
+        waiting.append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self._release(key)  # its turn came as it was cancelled: the next one's now
+            raise
+
+    def _release(self, key: Key) -> None:
+        waiting = self._running.get(key)
+        while waiting:
+            turn = waiting.popleft()
+            if not turn.done():  # else its request went away while waiting
+                turn.set_result(None)
+                return
+        self._running.pop(key, None)
 
 
-def folder_file(link: Path, name: Any) -> Path:
-    """The journal a link names: a bare identity in the link's own folder, nothing else."""
-    if not (isinstance(name, str) and name.isalnum()):
-        raise ValueError(f"link {link.name} does not name a journal")
-    return link.parent / (name + SUFFIX)
-
-
-def _count_journals(folder: Path) -> int:
-    try:
-        return sum(1 for entry in os.scandir(folder) if entry.name.endswith(SUFFIX))
-    except FileNotFoundError:
-        return 0
+def _journaled(records: list[dict[str, Any]]) -> _Journaled | None:
+    """An earlier attempt's records read back; None when nothing ran (a fresh attempt is the
+    same thing)."""
+    journaled = _Journaled("", "", [], {}, set(), records=records)
+    for record in records:
+        if "attempt" in record:
+            journaled.attempt = record["attempt"]
+            journaled.origin = journaled.origin or record.get("origin") or record["attempt"]
+        elif "turn" in record:
+            journaled.turns.append(record["turn"])
+        elif "sent" in record:
+            journaled.sent.add(record["sent"])
+        elif "unsent" in record:
+            journaled.sent.discard(record["unsent"])
+            journaled.retried.add(record["unsent"])
+        elif "result" in record:
+            journaled.results[record["result"]] = ToolOutcome(**record["outcome"])
+    if not (journaled.results or journaled.sent or journaled.retried):
+        return None
+    return journaled
 
 
 @dataclass(slots=True)
 class Attempt:
     """One attempt of a request, as the driver of the mediation loop sees the journal.
 
-    Records are buffered and written with one fsync at the two points where they must be
-    durable: before a call with side effects is sent (the turns that asked for it and its
-    ``sent`` line), and before a journaled result is used (the next model call, the end).
+    Records are buffered and written with one sync where they must be durable: before a call
+    with side effects is sent (the turns that asked for it and its ``sent`` line), and when a
+    failed attempt ends. Results are written, unsynced, before the next model call uses them.
     A result lost in between leaves its call ``sent`` and unanswered: not sent again."""
 
     journal: RequestJournal
-    folder: Path
-    request: str
+    key: Key
     attempt: str
     earlier: _Journaled | None
     history: str | None = None
@@ -404,7 +366,7 @@ class Attempt:
     _replayed: int = 0
     _pending_turns: list[dict[str, Any]] = field(default_factory=list)
     _buffer: list[bytes] = field(default_factory=list)
-    _fd: int | None = None
+    _admitted: bool = False
     _started: bool = False
     _ended: bool = False
 
@@ -412,11 +374,11 @@ class Attempt:
         if self.earlier is not None and self.earlier.adopted is not None:
             # The adopted journal's records become this request's own: a second failure and
             # its retry still know every call the first attempt made.
-            self._buffer.append(self.earlier.data.rstrip(b"\n") + b"\n")
+            self._buffer += [self._line(record) for record in self.earlier.records]
 
     @property
-    def path(self) -> Path:
-        return self.folder / (self.request + SUFFIX)
+    def request(self) -> str:
+        return self.key[1]
 
     @property
     def resumed_from(self) -> str | None:
@@ -479,23 +441,34 @@ class Attempt:
         # copy of the result (a tenth of the cost).
         self._queue({"result": key, "outcome": outcome})
 
-    async def flush(self) -> None:
+    async def flush(self, *, sync: bool = True) -> None:
+        """Write the queued records (OSError if they cannot be); ``sync``: durably."""
         if not self._buffer:
             return
-        if self._fd is None:
-            self._claim_quota()
+        self._claim_quota()
         data, self._buffer = b"".join(self._buffer), []
-        await asyncio.to_thread(self._write, data)
+        await self.journal.log.append(self.key, data, sync=sync)
 
     def _claim_quota(self) -> None:
         """A new journal counts against its agent's quota (an adopted one's place passes to
-        the journal that takes its records over)."""
+        the journal that takes its records over; a resumed one has its place)."""
+        if self._admitted:
+            return
+        self._admitted = True
         if self.earlier is None:
             try:
-                self.journal._admit(self.folder)
+                self.journal._admit(self.key)
             except JournalQuotaReached:
                 self._buffer.clear()
+                self._admitted = False
                 raise
+        else:
+            self.journal.log.add(self.key)
+
+    def _written(self) -> bool:
+        """Whether the log holds records of this request's journal."""
+        held = self.journal.log.journals.get(self.key)
+        return held is not None and bool(held.segments)
 
     async def end(self, *, succeeded: bool) -> None:
         """A successful attempt is never replayed; one that executed nothing has nothing to
@@ -504,53 +477,33 @@ class Attempt:
         if self._ended:
             return
         self._ended = True
+        log_ = self.journal.log
         try:
             adopted = self.earlier.adopted if self.earlier is not None else None
             if succeeded or not (self._started or self.earlier is not None):
                 self._buffer.clear()
-                own = self._fd is not None or (self.earlier is not None and adopted is None)
-                doomed = [path for path in (self.path if own else None, adopted) if path]
-                for path in doomed:
-                    # One metadata operation: cheaper here than a thread hop (~60 µs of CPU).
-                    path.unlink(missing_ok=True)
-                if doomed:  # one place in the quota, whichever file held it
-                    self.journal._forget(self.folder)
+                for key in (self.key, adopted):
+                    if key is not None:
+                        log_.drop(key)
             else:
-                await self.flush()  # a failed write leaves an adopted journal where it was
-                if adopted is not None and self._fd is not None:
+                if self.history is not None and (self._buffer or self._written()):
+                    self._queue({"link": self.history, "asked": self.asked})
+                try:
+                    await self.flush()  # a failed write leaves an adopted journal where it was
+                finally:
+                    if not self._written():  # nothing of it reached the log
+                        log_.drop(self.key, record=False)
+                if adopted is not None:
                     # Its records live on in this request's journal, which took its place.
-                    await asyncio.to_thread(adopted.unlink, True)
-                if self.history is not None and self._fd is not None:
-                    await asyncio.to_thread(self._link)
+                    log_.drop(adopted)
+                if self.history is not None and self._written():
+                    link = Link(self.request, self.asked, self.journal._clock())
+                    log_.links[(self.key[0], self.history)] = link
         finally:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
-            self.journal._release(f"{self.folder.name}/{self.request}")
+            self.journal._release(self.key)
 
     def _queue(self, record: dict[str, Any]) -> None:
-        self._buffer.append(orjson.dumps(record) + b"\n")
+        self._buffer.append(self._line(record))
 
-    def _link(self) -> None:
-        assert self.history is not None
-        link = self.folder / (self.history + LINK_SUFFIX)
-        temporary = link.with_suffix(".tmp")
-        temporary.write_bytes(orjson.dumps({"request": self.request, "asked": self.asked}))
-        os.replace(temporary, link)
-
-    def _write(self, data: bytes) -> None:
-        if self._fd is None:
-            fresh = self.earlier is None or self.earlier.adopted is not None
-            self._fd = self.journal._open(self.path, fresh=fresh)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view) :]
-        os.fsync(self._fd)
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    def _line(self, record: dict[str, Any]) -> bytes:
+        return line(self.key, self.journal._clock(), record)
