@@ -5,7 +5,8 @@ has ended; resuming what a failed one left). :meth:`ExactlyOnce.perform` wraps p
 engine's ``CallModel`` and ``ExecuteTools``: a resumed attempt replays the turns its earlier
 attempt journaled and reuses the outcomes it journaled; a new turn is journaled before any call
 it asks for with side effects, each such call before it is sent (a failed write stops it), and
-each answer is written before the next model call carries it (synced with the next sync).
+each answer is synced before the next model call carries it (SPEC §8.2: durable before the
+result is used; requests running at once share the sync).
 :meth:`ExactlyOnce.end` keeps or drops the journal as the attempt ended.
 
 An agent none of whose tools has side effects never meets the journal: nothing of its requests
@@ -116,10 +117,8 @@ class ExactlyOnce:
             # Its tokens were spent by the earlier attempt, not by this one.
             return ModelReplied({k: v for k, v in replayed.items() if k != "usage"})
         try:
-            # The results this call carries reach the file first (a killed sidecar keeps them);
-            # the next sync covers them: a sent call whose result a power loss took is
-            # answered "outcome unknown" on a retry, never sent again.
-            await self.attempt.flush(sync=False)
+            # The results this call carries are durable before the model sees them (SPEC §8.2).
+            await self.attempt.flush()
         except OSError as exc:
             await report_state_write_failure(self.ctx, StateWriteFailed(str(exc)), "journal")
         event = await ask_model(command)

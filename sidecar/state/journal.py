@@ -15,10 +15,9 @@ append-only log for the pod, its lines naming the agent and the identity):
   idempotent (running those again is harmless), so a request that only reads costs no I/O;
 - ``{"sent": key}`` — a call of a tool that is neither read-only nor idempotent, synced before
   it is sent;
-- ``{"result": key, "outcome": ...}`` — a call answered by its service, written before the next
-  model call carries it (a killed sidecar keeps it) and synced with the next sync (the next
-  call with side effects, a failed end): a power loss in between leaves the call sent and
-  unanswered, so a retry does not send it again and tells the model its outcome is unknown.
+- ``{"result": key, "outcome": ...}`` — a call answered by its service, synced before the next
+  model call carries it (SPEC §8.2); a result a crash took before that leaves the call sent
+  and unanswered, so a retry does not send it again and tells the model its outcome is unknown.
 
 A request that ends with a successful answer, or without having executed any call, drops its
 journal: a successful attempt is never replayed. Any other ending (an error answer, a timeout,
@@ -353,9 +352,8 @@ class Attempt:
     """One attempt of a request, as the driver of the mediation loop sees the journal.
 
     Records are buffered and written with one sync where they must be durable: before a call
-    with side effects is sent (the turns that asked for it and its ``sent`` line), and when a
-    failed attempt ends. Results are written, unsynced, before the next model call uses them.
-    A result lost in between leaves its call ``sent`` and unanswered: not sent again."""
+    with side effects is sent (the turns that asked for it and its ``sent`` line), before the
+    next model call uses a result, and when a failed attempt ends."""
 
     journal: RequestJournal
     key: Key
@@ -441,13 +439,13 @@ class Attempt:
         # copy of the result (a tenth of the cost).
         self._queue({"result": key, "outcome": outcome})
 
-    async def flush(self, *, sync: bool = True) -> None:
-        """Write the queued records (OSError if they cannot be); ``sync``: durably."""
+    async def flush(self) -> None:
+        """Write the queued records durably (OSError if they cannot be)."""
         if not self._buffer:
             return
         self._claim_quota()
         data, self._buffer = b"".join(self._buffer), []
-        await self.journal.log.append(self.key, data, sync=sync)
+        await self.journal.log.append(self.key, data)
 
     def _claim_quota(self) -> None:
         """A new journal counts against its agent's quota (an adopted one's place passes to

@@ -229,12 +229,11 @@ class JournalLog:
 
     # --- writing ----------------------------------------------------------------------------
 
-    async def append(self, key: Key, data: bytes, *, sync: bool = True) -> None:
-        """Write records of journal ``key`` and return once they are in the file, synced with
-        ``sync`` (OSError if they could not be written). Unsynced records survive the sidecar
-        being killed, not the machine losing power; the next sync covers them."""
+    async def append(self, key: Key, data: bytes) -> None:
+        """Write records of journal ``key`` and return once they are synced (OSError if they
+        could not be written)."""
         waiter = asyncio.get_running_loop().create_future()
-        self._enqueue(_Queued(key, data, waiter, sync=sync))
+        self._enqueue(_Queued(key, data, waiter, sync=True))
         await waiter
 
     def _enqueue(self, queued: _Queued) -> None:

@@ -34,7 +34,7 @@ async def destructive(
         running.before_execution(side_effects=True)
         await running.sending("trade")
         running.answered("trade", DONE)
-        await running.flush(sync=False)  # before the next model call
+        await running.flush()  # before the next model call
     except OSError:
         await running.end(succeeded=False)  # as the driver does
         raise
@@ -75,23 +75,23 @@ def segments(state: Path) -> list[str]:
     return sorted(p.name for p in (state / "journal" / "log").iterdir())
 
 
-async def test_a_destructive_round_syncs_once_and_concurrent_requests_share_syncs(
+async def test_a_destructive_round_syncs_twice_and_concurrent_requests_share_syncs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The ``sent`` line is synced before the call goes; the result is written, and rides the
-    next sync. Requests running at once wait for one batch, not one sync each."""
+    """The ``sent`` line is synced before the call goes, the result before the next model call
+    uses it (SPEC §8.2). Requests running at once wait for one batch, not one sync each."""
     sync = CountedSync()
     monkeypatch.setattr(journal_log, "_sync", sync)
     journal = RequestJournal(tmp_path, window_ms=WINDOW_MS)
     await destructive(journal, "a", request_digest("a", body(0)), "req_0", succeed=True)
     await settled(journal)
-    assert sync.calls == 1
+    assert sync.calls == 2
     sync.calls = 0
     requests = [request_digest("a", body(n)) for n in range(16)]
     await asyncio.gather(
         *(destructive(journal, "a", r, f"req_{n}", succeed=False) for n, r in enumerate(requests))
     )
-    assert sync.calls < 16  # group commit: the 15 that queued behind the first share a batch
+    assert sync.calls < 32  # group commit: the 15 that queued behind the first share a batch
     # Each is durable and resumable on its own, after a restart too.
     restarted = RequestJournal(tmp_path, window_ms=WINDOW_MS)
     for n, request in enumerate(requests):

@@ -4,6 +4,8 @@ and answers; a destructive call runs once, whatever the client does."""
 from __future__ import annotations
 
 import asyncio
+import os
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -13,6 +15,7 @@ import orjson
 import pytest
 
 from clawpod.sidecar.model.canonical import canonical_json, digest
+from clawpod.sidecar.state import journal_log
 from tests.mediation.conftest import MediatedPod, PodFactory
 from tests.mediation.scripted import an_calls, an_text, oa_calls, oa_text
 from tests.support.upstream import Reply
@@ -239,3 +242,28 @@ async def test_a_streaming_retry_resumes_too(pod: MediatedPod) -> None:
     assert len(trades(pod)) == 1
     records = await pod.wait_for_audit(2)
     assert records[1]["resumed_from"] == records[0]["id"]
+
+
+async def test_a_result_is_durable_before_the_model_sees_it(
+    pod: MediatedPod, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPEC §8.2: each answered call is written durably (fsync) before the result is used.
+    Every sync records what the journal log held and how many model calls had gone out: the
+    trade's result must be synced while only the first model call had."""
+    synced: list[tuple[int, bytes]] = []
+
+    def recording_sync(fd: int) -> None:
+        os.fdatasync(fd)
+        segment = Path(os.readlink(f"/proc/self/fd/{fd}"))  # the log's fd is write-only
+        synced.append((len(pod.sent("openai")), segment.read_bytes()))
+
+    monkeypatch.setattr(journal_log, "_sync", recording_sync)
+    pod.upstream.enqueue(
+        "openai",
+        Reply.json(oa_calls(("t1", "desk_trade", BUY))),
+        Reply.json(oa_text("Bought AAPL.")),
+    )
+    status, answer = await post_openai(pod, {"model": "gpt-4o", "messages": ASK})
+    assert status == 200, answer
+    assert len(trades(pod)) == 1, (answer, pod.service.requests)
+    assert any(calls == 1 and b'"result"' in data for calls, data in synced), synced
