@@ -26,18 +26,23 @@ def provider_flags(base_url: str) -> list[str]:
     return ["-c", f"model_providers.clawpod={provider}", "-c", "model_provider=clawpod"]
 
 
-async def test_mediated_a_managed_tool(runner_pod: RunnerPod) -> None:
-    codex = runner_binary("codex")
-    env = runner_pod.env("mediated")
-    argv = [
-        str(codex),
+def codex_exec(env: dict[str, str], prompt: str, *switches: str) -> list[str]:
+    """``codex exec`` of ``prompt`` on the sidecar named in ``env``, with ``switches``."""
+    return [
+        str(runner_binary("codex")),
         "exec",
         "--skip-git-repo-check",
+        *switches,
         *provider_flags(env["OPENAI_BASE_URL"]),
         "-m",
         "gpt-5-codex",
-        PROMPT,
+        prompt,
     ]
+
+
+async def test_mediated_a_managed_tool(runner_pod: RunnerPod) -> None:
+    env = runner_pod.env("mediated")
+    argv = codex_exec(env, PROMPT)
     code, out, err = await runner_pod.run(argv, env)
     assert code == 0, (out + err)[-3000:]
     assert "QUOTE-OK /quotes/AAPL" in out
@@ -46,7 +51,6 @@ async def test_mediated_a_managed_tool(runner_pod: RunnerPod) -> None:
 
 
 async def test_native_with_the_compiled_codex_config(runner_pod: RunnerPod, tmp_path: Path) -> None:
-    codex = runner_binary("codex")
     token = runner_pod.tokens["native"]
     home = tmp_path / "codex-home"
     home.mkdir()
@@ -54,16 +58,7 @@ async def test_native_with_the_compiled_codex_config(runner_pod: RunnerPod, tmp_
     config = codex_config("native", runner_pod.sidecar.url + "/mcp", token)
     (home / "config.toml").write_text(config)
     env = runner_pod.env("native", CODEX_HOME=str(home))
-    argv = [
-        str(codex),
-        "exec",
-        "--skip-git-repo-check",
-        "--dangerously-bypass-approvals-and-sandbox",
-        *provider_flags(env["OPENAI_BASE_URL"]),
-        "-m",
-        "gpt-5-codex",
-        PROMPT,
-    ]
+    argv = codex_exec(env, PROMPT, "--dangerously-bypass-approvals-and-sandbox")
     code, out, err = await runner_pod.run(argv, env)
     assert code == 0, (out + err)[-3000:]
     assert "QUOTE-OK /quotes/AAPL" in out
@@ -76,17 +71,8 @@ async def test_native_with_the_compiled_codex_config(runner_pod: RunnerPod, tmp_
 async def test_mediated_a_retry_after_the_order_places_it_once(runner_pod: RunnerPod) -> None:
     """The provider fails on the model call after the order; Codex's own retries run and the
     trading service sees one order."""
-    codex = runner_binary("codex")
     env = runner_pod.env("mediated")
-    argv = [
-        str(codex),
-        "exec",
-        "--skip-git-repo-check",
-        *provider_flags(env["OPENAI_BASE_URL"]),
-        "-m",
-        "gpt-5-codex",
-        "Buy one AAPL.",
-    ]
+    argv = codex_exec(env, "Buy one AAPL.")
     code, out, err = await runner_pod.run(argv, env)
     assert code == 0, (out + err)[-3000:]
     assert "TRADE-OK" in out

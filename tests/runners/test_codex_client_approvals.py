@@ -12,9 +12,9 @@ import pytest
 
 from clawpod.sidecar.manifest import Governance, ToolRule
 from tests.mediation.conftest import desk_tools
-from tests.runners.conftest import RunnerPod, runner_binary, serving
+from tests.runners.conftest import RunnerPod, serving
 from tests.runners.provider import QUOTE, ScriptedProvider
-from tests.runners.test_codex import PROMPT, provider_flags
+from tests.runners.test_codex import PROMPT, codex_exec
 from tests.support.builds import AgentSpec, providers_for
 from tests.support.sidecar import audit_records
 
@@ -37,17 +37,8 @@ async def client_rule_pod(tmp_path: Path) -> AsyncIterator[RunnerPod]:
 
 async def test_codex_meets_a_client_approval(client_rule_pod: RunnerPod) -> None:
     pod = client_rule_pod
-    codex = runner_binary("codex")
     env = pod.env("mediated")
-    argv = [
-        str(codex),
-        "exec",
-        "--skip-git-repo-check",
-        *provider_flags(env["OPENAI_BASE_URL"]),
-        "-m",
-        "gpt-5-codex",
-        PROMPT,
-    ]
+    argv = codex_exec(env, PROMPT)
     code, out, err = await pod.run(argv, env)
     assert code == 0, (out + err)[-3000:]  # Codex 0.169 ends the turn as if answered
     assert "QUOTE-OK" not in out

@@ -15,7 +15,7 @@ from tests.mediation.conftest import TRADING_TOKEN, desk_tools
 from tests.runners.conftest import RunnerPod, runner_binary, serving
 from tests.runners.provider import QUOTE, RUNNER_MARK, ScriptedProvider
 from tests.runners.test_claude_code import QUIET
-from tests.runners.test_codex import provider_flags
+from tests.runners.test_codex import codex_exec
 from tests.support.builds import AgentSpec
 from tests.support.sidecar import audit_records
 
@@ -90,18 +90,12 @@ async def test_claude_code_against_a_chat_only_provider(chat_only_pod: RunnerPod
 @pytest.mark.plan(QUOTE, CODEX_SHELL)
 async def test_codex_against_a_chat_only_provider(chat_only_pod: RunnerPod) -> None:
     pod = chat_only_pod
-    codex = runner_binary("codex")
     env = pod.env("mediated")
-    argv = [
-        str(codex),
-        "exec",
-        "--skip-git-repo-check",
-        "--dangerously-bypass-approvals-and-sandbox",
-        *provider_flags(env["OPENAI_BASE_URL"]),
-        "-m",
-        "gpt-5-codex",
+    argv = codex_exec(
+        env,
         "What is AAPL at? Use the quote tool, then run the marker command.",
-    ]
+        "--dangerously-bypass-approvals-and-sandbox",
+    )
     code, out, err = await pod.run(argv, env)
     assert code == 0, (out + err)[-3000:]
     assert "QUOTE-OK /quotes/AAPL" in out and "RUNNER-OK" in out
