@@ -4,6 +4,8 @@ items the runner executes (contract §18, docs/translation.md)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import openai
 import orjson
 import pytest
@@ -19,6 +21,20 @@ APPLY_PATCH = {
     "format": {"type": "grammar", "syntax": "lark", "definition": 'start: "*** Begin Patch"'},
 }
 PATCH = "*** Begin Patch\n*** End Patch"
+
+
+async def follow_up_sent(
+    pod: TranslatingPod, follow_up: list[dict[str, Any]], tool: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A runner's next request, echoing its tool's call and result: the Chat request the
+    server got, and its assistant turn."""
+    pod.script("chat", Reply.json(oa_calls()))  # any answer; the request is what is checked
+    async with pod.openai("plain") as client:
+        await client.responses.create(
+            model=MODEL["chat"], input=follow_up, tools=[tool], store=False
+        )
+    sent = pod.sent("chat")[-1]
+    return sent, next(m for m in sent["messages"] if m["role"] == "assistant")
 
 
 async def test_a_custom_tool_round_trips_through_a_chat_server(
@@ -38,18 +54,12 @@ async def test_a_custom_tool_round_trips_through_a_chat_server(
     assert 'start: "*** Begin Patch"' in offered["description"]
     assert pod.service.requests == []  # the runner's tool: handed back, never run here
 
-    pod.script("chat", Reply.json(oa_calls()))  # any answer; the request is what is checked
     follow_up = [
         {"role": "user", "content": "fix it"},
         {"type": "custom_tool_call", "call_id": "call_p", "name": "apply_patch", "input": PATCH},
         {"type": "custom_tool_call_output", "call_id": "call_p", "output": "Done!"},
     ]
-    async with pod.openai("plain") as client:
-        await client.responses.create(
-            model=MODEL["chat"], input=follow_up, tools=[APPLY_PATCH], store=False
-        )
-    sent = pod.sent("chat")[-1]
-    assistant = next(m for m in sent["messages"] if m["role"] == "assistant")
+    sent, assistant = await follow_up_sent(pod, follow_up, APPLY_PATCH)
     arguments = assistant["tool_calls"][0]["function"]["arguments"]
     assert orjson.loads(arguments) == {"input": PATCH}
     result = next(m for m in sent["messages"] if m["role"] == "tool")
@@ -106,7 +116,6 @@ async def test_a_namespaced_tool_round_trips_through_a_chat_server(
     assert "web_search" not in str(sent["tools"])  # left out: a Chat server cannot run it
     assert pod.service.requests == []  # the runner's tool: handed back, never run here
 
-    pod.script("chat", Reply.json(oa_calls()))  # any answer; the request is what is checked
     follow_up = [
         {"role": "user", "content": "close a1"},
         {
@@ -118,12 +127,7 @@ async def test_a_namespaced_tool_round_trips_through_a_chat_server(
         },
         {"type": "function_call_output", "call_id": "call_n", "output": "closed"},
     ]
-    async with pod.openai("plain") as client:
-        await client.responses.create(
-            model=MODEL["chat"], input=follow_up, tools=[SUB_AGENTS], store=False
-        )
-    sent = pod.sent("chat")[-1]
-    assistant = next(m for m in sent["messages"] if m["role"] == "assistant")
+    _, assistant = await follow_up_sent(pod, follow_up, SUB_AGENTS)
     assert assistant["tool_calls"][0]["function"]["name"] == FLAT
 
 
