@@ -46,6 +46,18 @@ def requested_id(item: dict[str, Any]) -> str | None:
     return None
 
 
+def is_sidecar_item(item: dict[str, Any]) -> bool:
+    """One of the sidecar's approval requests, or the client's answer to one."""
+    if requested_id(item) is not None:
+        return True
+    answered = item.get("approval_request_id")
+    return (
+        item.get("type") == RESPONSE
+        and isinstance(answered, str)
+        and answered.startswith(APPROVAL_ID_PREFIX)
+    )
+
+
 def check_answers(items: list[dict[str, Any]]) -> None:
     """Every ``mcp_approval_response`` of a request's input has the API's required fields."""
     for item in items:

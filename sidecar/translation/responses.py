@@ -7,12 +7,7 @@ from typing import Any
 
 import orjson
 
-from ..codecs.approval_items import (
-    APPROVAL_ID_PREFIX,
-    RESPONSE,
-    is_sidecar_tool,
-    requested_id,
-)
+from ..codecs.approval_items import is_sidecar_item, is_sidecar_tool
 from ..codecs.base import as_int
 from .ir import (
     Choice,
@@ -138,7 +133,7 @@ def read_request(body: dict[str, Any]) -> tuple[Request, list[str]]:
 
 def _read_item(item: dict[str, Any], position: int, messages: list[Message]) -> None:
     kind = item.get("type", "message")
-    if _sidecars_own(item):
+    if is_sidecar_item(item):  # the engine settles it; no provider ever sees it
         return
     if kind == "message":
         role = item.get("role")
@@ -186,19 +181,6 @@ def _read_item(item: dict[str, Any], position: int, messages: list[Message]) -> 
         _append(messages, "assistant", [_reasoning(item)])
     else:
         raise Untranslatable(f"input[{position}]: an item of type {kind!r}")
-
-
-def _sidecars_own(item: dict[str, Any]) -> bool:
-    """An approval the sidecar asked the client for, or the client's answer to one (SPEC §16):
-    the engine settles them and no provider ever sees them."""
-    if requested_id(item) is not None:
-        return True
-    answered = item.get("approval_request_id")
-    return (
-        item.get("type") == RESPONSE
-        and isinstance(answered, str)
-        and (answered.startswith(APPROVAL_ID_PREFIX))
-    )
 
 
 def _append(messages: list[Message], role: Any, parts: list[Part]) -> None:
