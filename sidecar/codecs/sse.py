@@ -74,6 +74,11 @@ class EventReader:
         self._event: str | None = None  # line by line: the event being read
         self._data: list[str] = []
 
+    @property
+    def at_event_start(self) -> bool:
+        """Nothing of an event is pending (and lines end in LF): the next byte fed starts one."""
+        return not self._pending and not self._by_line
+
     def feed(self, data: bytes) -> list[tuple[str | None, str]]:
         if self._by_line:
             return self._feed_lines(data)

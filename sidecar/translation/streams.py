@@ -28,6 +28,8 @@ from .stream_writers import (
 )
 
 MAX_EVENT_BYTES = 8 << 20
+_FIRST_EVENTS = 8
+"""A stream's first events are read one at a time (a text run may start after them)."""
 """The most one event may take before it completes: a call's whole arguments in one event
 (Ollama sends calls whole) stay far below it; past it, a stream is taken for hostile."""
 
@@ -70,6 +72,31 @@ class StreamTranslator:
         return self._writer.closed
 
     def feed(self, data: bytes) -> bytes:
+        """The caller's bytes for the target's ``data``. The text events a stream mostly is
+        go as runs (``StreamReader.read_text_run``, ``StreamWriter.write_texts``) while a
+        text is open on both sides; the events around them (the stream's first ones, a run's
+        end) one at a time, so that runs start again; the rest as it comes."""
+        frames = b""
+        while data and not self._writer.closed:
+            runs = self._writer.writes_texts() and self._reader.reads_text_runs
+            if runs and self._reader.at_event_start:
+                texts, used = self._reader.read_text_run(data)
+                if texts:
+                    frames += self._writer.write_texts(texts)
+                    self._unfinished = 0
+                    data = data[used:]
+                    continue
+            if not (runs or self._reader.events < _FIRST_EVENTS):
+                break
+            cut = data.find(b"\n\n") + 2
+            if cut < 2:
+                break
+            frames += self._feed(data[:cut])
+            data = data[cut:]
+        return frames + self._feed(data) if data or not frames else frames
+
+    def _feed(self, data: bytes) -> bytes:
+        """``data`` read event by event."""
         if self._writer.closed:
             return b""
         events = self._reader.feed(data)
