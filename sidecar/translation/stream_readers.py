@@ -228,12 +228,13 @@ class _TextTemplate:
         literals: list[bytes] = []
         frees: list[bytes] = []
         find, starts, pos = data.find, data.startswith, 0
+        skip_head, skip_tail = len(prefix), len(tail) + 1
         while starts(prefix, pos):
-            start = pos + len(prefix)
+            start = pos + skip_head
             close = find(b'"', start + 1)  # an escaped quote stops the run: the tail is not next
             if close <= start + 1 or not starts(tail, close + 1):
                 break  # an empty text (no event), or another event
-            pos = close + 1 + len(tail)
+            pos = close + skip_tail
             if free:
                 end = find(b'"}\n\n', pos)
                 if end < 0:

@@ -11,6 +11,8 @@ protocol's error and end.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..codecs.base import Codec
 from ..model.errors import ApiError
 from .ir import FunctionTool
@@ -45,10 +47,17 @@ class StreamTranslator:
     ``finish`` at the stream's end, or ``fail`` when reading it failed; each returns the
     caller's bytes to send now."""
 
-    def __init__(self, reader: StreamReader, writer: StreamWriter, provider: str) -> None:
+    def __init__(
+        self,
+        reader: StreamReader,
+        writer: StreamWriter,
+        provider: str,
+        watch: Callable[[bytes], None] | None = None,
+    ) -> None:
         self._reader = reader
         self._writer = writer
         self._provider = provider
+        self._watch = watch
         self._unfinished = 0  # bytes fed since the last complete event
 
     @property
@@ -96,7 +105,9 @@ class StreamTranslator:
         return frames + self._feed(data) if data or not frames else frames
 
     def _feed(self, data: bytes) -> bytes:
-        """``data`` read event by event."""
+        """``data`` read event by event (and shown to ``watch``)."""
+        if self._watch is not None:
+            self._watch(data)
         if self._writer.closed:
             return b""
         events = self._reader.feed(data)
@@ -140,12 +151,15 @@ def stream_translator(
     include_usage: bool,
     tells: bool = True,
     reshaped: dict[str, FunctionTool] | None = None,
+    watch: Callable[[bytes], None] | None = None,
 ) -> StreamTranslator:
     """A translator from a stream of the ``target`` protocol (``chat``, ``messages``,
     ``responses``) to ``caller``'s. ``model``: the model the caller
     asked for, shown until the target names its own; ``include_usage``: a Chat Completions
     caller asked for the usage chunk; ``tells``: see ``StreamWriter.tells``; ``reshaped``: the
-    Responses caller's custom and namespaced tools (``ResponsesStreamWriter``)."""
+    Responses caller's custom and namespaced tools (``ResponsesStreamWriter``); ``watch``:
+    sees the stream's bytes but the text events read as runs, which hold nothing but text
+    (a usage reader: ``codecs/usage.py``)."""
     writer: StreamWriter
     if caller.name == "chat":
         writer = ChatStreamWriter(model, include_usage=include_usage, error_body=caller.error_body)
@@ -154,4 +168,4 @@ def stream_translator(
     else:
         writer = ResponsesStreamWriter(model, reshaped)
     writer.tells = tells
-    return StreamTranslator(_READERS[target](), writer, provider)
+    return StreamTranslator(_READERS[target](), writer, provider, watch)

@@ -16,6 +16,9 @@ from hypothesis import strategies as st
 from clawpod.sidecar.translation import stream_readers
 from clawpod.sidecar.translation.streams import stream_translator
 from tests.support.codecs import codec_of
+from tests.support.upstream import Reply
+from tests.translation.conftest import DIRECTIONS, MODEL, TranslatingPod
+from tests.translation.streams import EVENTS, stream_through
 from tests.translation.test_stream_text_template import (
     API_OF,
     CHAT_PIECES,
@@ -171,3 +174,25 @@ def test_runs_end_with_the_stream():
     assert in_pieces(cut, [], "chat", "messages") == expected
     after = [*events, *plain_chunks(5)]
     assert_read_alike(after, "chat", "messages")
+
+
+@pytest.mark.parametrize(("caller", "target"), DIRECTIONS)
+async def test_a_stream_read_in_runs_is_charged_as_read_event_by_event(
+    translating_pod: TranslatingPod, caller: str, target: str
+):
+    """The provider's usage is read from what the translator reads event by event (its text
+    runs hold nothing else): a long answer sent in one piece, read in runs, is charged and
+    reaches the caller exactly as the same answer sent one event per write."""
+    pod = translating_pod
+    texts = [f"{WORDS[i % len(WORDS)]}{i}" for i in range(120)]
+    events = EVENTS[target](texts, [], 40)
+    pod.script(target, Reply.sse(events), Reply.sse([b"".join(events)]))
+    event_by_event = await stream_through(pod, caller, "plain", MODEL[target])
+    in_one_piece = await stream_through(pod, caller, "plain", MODEL[target])
+    for got in (event_by_event, in_one_piece):
+        assert got.error is None, got.error
+        assert got.text == "".join(texts)
+    assert in_one_piece.deltas == event_by_event.deltas
+    first, second = pod.audit("plain")
+    assert first["usage"] == second["usage"]
+    assert (second["usage"]["input_tokens"], second["usage"]["output_tokens"]) == (40, 3)
