@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from ..codecs.base import as_int
-from ..codecs.sse import EventReader
+from ..codecs.sse import EventReader, NotUtf8
 from ..model.conversation import CodecError
 from . import chat, messages, responses
 from .ir import Part, Stop, Usage
@@ -62,6 +62,10 @@ class StreamReader(ABC):
         """No event is partly read: the next byte fed starts one."""
         return self._reader.at_event_start
 
+    def take_back(self) -> bytes:
+        """The start of an event read so far, given back to be read again with its rest."""
+        return self._reader.take_back()
+
     def read_text_run(self, data: bytes) -> tuple[list[bytes], int]:
         """The texts of the text events ``data`` starts with, read as one run
         (``_TextTemplate.read_run``), and the bytes they take; none when the stream is not at
@@ -87,9 +91,10 @@ class StreamReader(ABC):
         """The events these bytes complete, up to a malformed one (then ``malformed``)."""
         try:
             events = self._reader.feed(data)
-        except ValueError as exc:  # bad UTF-8
-            self.malformed = str(exc)
-            return []
+        except NotUtf8 as exc:  # the events before it stand, however the bytes were cut
+            found = self._read(exc.events)
+            self.malformed = self.malformed or str(exc)
+            return found
         return self._read(events)
 
     def finish(self) -> list[StreamEvent]:
@@ -234,14 +239,15 @@ class _TextTemplate:
             close = find(b'"', start + 1)  # an escaped quote stops the run: the tail is not next
             if close <= start + 1 or not starts(tail, close + 1):
                 break  # an empty text (no event), or another event
-            pos = close + skip_tail
+            after = close + skip_tail
             if free:
-                end = find(b'"}\n\n', pos)
+                end = find(b'"}\n\n', after)
                 if end < 0:
-                    break
-                frees.append(data[pos:end])
-                pos = end + 4
+                    break  # the piece ends inside the event
+                frees.append(data[after:end])
+                after = end + 4
             literals.append(data[start : close + 1])
+            pos = after
         if not literals or not _plain_run(prefix, literals, frees):
             return [], 0
         if b"\\" in b"".join(literals):  # escapes: written as orjson writes them

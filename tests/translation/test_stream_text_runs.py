@@ -120,6 +120,24 @@ def test_messages_runs_of_any_event_name_read_alike(name: bytes):
     assert_read_alike([MESSAGES_START, *deltas, MESSAGES_END], "messages", "chat")
 
 
+@pytest.mark.parametrize("target", ["chat", "messages"])
+def test_a_stream_cut_anywhere_reads_alike(target: str):
+    """Every place a piece can end: inside a text, its tail, a free field's value, its end
+    or its blank line, just after a run, in the next event's head."""
+    if target == "chat":
+        events = [CHAT_START, *plain_chunks(4, obfuscation="xY3k"), DONE]
+    else:
+        events = [MESSAGES_START, *[text_delta(w, 0) for w in WORDS[:4]], MESSAGES_END]
+    caller = "messages" if target == "chat" else "chat"
+    expected = translate(events, target, caller, templates=False)
+    stream = b"".join(events)
+    for cut in range(1, len(stream)):
+        assert in_pieces(stream, [cut], target, caller) == expected, cut
+    for size in range(2, 80):
+        cuts = list(range(size, len(stream), size))
+        assert in_pieces(stream, cuts, target, caller) == expected, size
+
+
 def test_cr_line_ends_read_alike():
     events = [CHAT_START, *plain_chunks(12), DONE]
     events[7] = events[7].replace(b"\n\n", b"\r\n\r\n")
