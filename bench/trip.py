@@ -56,6 +56,16 @@ WORKLOADS = {
         lambda _, stream: workloads.anthropic_messages(TRANSLATED_MODEL, stream=stream),
         ANTHROPIC_HEADERS,
     ),
+    "responses_to_chat": (
+        "/v1/responses",
+        lambda _, stream: workloads.responses_request(TRANSLATED_MODEL, stream=stream),
+        {},
+    ),
+    "chat_to_messages": (
+        "/v1/chat/completions",
+        lambda _, stream: workloads.openai_chat(ANTHROPIC_MODEL, stream=stream),
+        {},
+    ),
 }
 
 

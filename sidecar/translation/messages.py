@@ -79,6 +79,7 @@ WIRE_TO_STOP: dict[Any, Stop] = {
 _CHOICE_TO_WIRE = {"auto": "auto", "required": "any", "named": "tool"}
 _SERVER_BLOCK = re.compile(r"^(server_tool_use|.*_tool_result|.*_result)$")
 _ID_CHARACTER = re.compile(r"[^a-zA-Z0-9_-]")
+_FORMATS = frozenset({"output_config", "output_format"})  # structured output asked
 
 
 # --- request ----------------------------------------------------------------------------------
@@ -115,7 +116,7 @@ def read_request(body: dict[str, Any]) -> tuple[Request, list[str]]:
             top_p=body.get("top_p"),
             stop=stop_list(body.get("stop_sequences")),
             stream=body.get("stream") is True,
-            json_schema=_json_schema(body),
+            json_schema=None if _FORMATS.isdisjoint(body) else _json_schema(body),
         ),
         dropped,
     )

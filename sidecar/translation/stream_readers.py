@@ -12,6 +12,7 @@ lists.
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -299,10 +300,15 @@ class _TextTemplate:
         the first quote: the same place unless the tail can start inside the text and end
         inside itself."""
         self._run_head = None
-        if free and any(tail[n:] == tail[: len(tail) - n] for n in range(1, len(tail))):
+        if free and _overlaps_itself(tail):
             return
         self._run_head = head.encode()
         self._run_tail = tail.encode() if free else tail.encode() + b"\n\n"
+
+
+@functools.lru_cache(maxsize=64)  # every stream of a provider learns the same tail
+def _overlaps_itself(tail: str) -> bool:
+    return any(tail[n:] == tail[: len(tail) - n] for n in range(1, len(tail)))
 
 
 def _plain(value: str) -> bool:
