@@ -31,6 +31,9 @@ from .stream_writers import (
 
 MAX_EVENT_BYTES = 8 << 20
 _FIRST_EVENTS = 4
+_RUNS_FROM = 2048
+"""A piece too small to hold a few events is read event by event: a run of one or two
+costs more than it saves."""
 """A stream's first events are read one at a time (a text run may start after them)."""
 """The most one event may take before it completes: a call's whole arguments in one event
 (Ollama sends calls whole) stay far below it; past it, a stream is taken for hostile."""
@@ -87,6 +90,8 @@ class StreamTranslator:
         text is open on both sides, an event the last piece began included; the events
         around them (the stream's first ones, a run's end) one at a time, so that runs start
         again; the rest as it comes."""
+        if len(data) < _RUNS_FROM:
+            return self._feed(data)
         frames = b""
         while data and not self._writer.closed:
             runs = self._writer.writes_texts() and self._reader.reads_text_runs

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clawpod.sidecar.translation import stream_readers
+from clawpod.sidecar.translation import stream_readers, streams
 from clawpod.sidecar.translation.streams import stream_translator
 from tests.support.codecs import codec_of
 from tests.support.upstream import Reply
@@ -123,17 +123,20 @@ def test_messages_runs_of_any_event_name_read_alike(name: bytes):
 @pytest.mark.parametrize("target", ["chat", "messages"])
 def test_a_stream_cut_anywhere_reads_alike(target: str):
     """Every place a piece can end: inside a text, its tail, a free field's value, its end
-    or its blank line, just after a run, in the next event's head."""
+    or its blank line, just after a run, in the next event's head (pieces large enough to be
+    read in runs: ``streams._RUNS_FROM``)."""
     if target == "chat":
-        events = [CHAT_START, *plain_chunks(4, obfuscation="xY3k"), DONE]
+        events = [CHAT_START, *plain_chunks(24, obfuscation="xY3k"), DONE]
     else:
-        events = [MESSAGES_START, *[text_delta(w, 0) for w in WORDS[:4]], MESSAGES_END]
+        texts = [text_delta(w, 0) for w in WORDS * 5]
+        events = [MESSAGES_START, *texts, MESSAGES_END]
     caller = "messages" if target == "chat" else "chat"
     expected = translate(events, target, caller, templates=False)
     stream = b"".join(events)
+    assert len(stream) > 2 * streams._RUNS_FROM
     for cut in range(1, len(stream)):
         assert in_pieces(stream, [cut], target, caller) == expected, cut
-    for size in range(2, 80):
+    for size in range(streams._RUNS_FROM, streams._RUNS_FROM + 300, 3):
         cuts = list(range(size, len(stream), size))
         assert in_pieces(stream, cuts, target, caller) == expected, size
 
