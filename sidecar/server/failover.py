@@ -75,7 +75,7 @@ async def open_upstream(ctx: RequestContext, send: Send) -> Response:
         if not pool.pooled and provider.first_byte_timeout_ms is None:
             # One provider, one key, no first-byte bound: the plain path, and nothing to record
             # that the audit record's ``provider`` does not say.
-            return await send(_target(ctx, name, None), model)
+            return await send(ctx.target(name, None), model)
     return await _walk(ctx, send)
 
 
@@ -91,7 +91,7 @@ async def _walk(ctx: RequestContext, send: Send) -> Response:
             if key is None:
                 ctx.attempts.append(_attempt(name, None, "no_key_ready"))
                 break
-            target = _target(ctx, name, key.label if pool.pooled else None)
+            target = ctx.target(name, key.label if pool.pooled else None)
             try:
                 response = await _first_byte(provider, name, send(target, model))
             except UpstreamError as exc:
@@ -179,18 +179,6 @@ def _keys_resting(ctx: RequestContext) -> ApiError:
         f"every key of {names} is rate-limited; try again later",
         "rate_limit_error",
         headers={"retry-after": retry_after_header(min(waits))},
-    )
-
-
-def _target(ctx: RequestContext, provider: str, key: str | None) -> UpstreamTarget:
-    return UpstreamTarget(
-        provider,
-        ctx.route,
-        ctx.forward_headers,
-        ctx.stream,
-        ctx.method,
-        ctx.upstream_path,
-        key,
     )
 
 
