@@ -4,17 +4,37 @@ gate and the span helpers; where they are configured, each still applies."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import openai
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from clawpod.sidecar.manifest import Governance, Provider
+from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.server.routing import plan_route
-from tests.sidecar.conftest import PodFactory
+from tests.sidecar.conftest import Pod, PodFactory
 from tests.support.builds import AgentSpec
+from tests.support.sidecar import audit_records
 from tests.support.upstream import Reply, StubUpstream, openai_completion
 
 PROMPT = [{"role": "user", "content": "hi"}]
 URL = "http://127.0.0.1:9"
+CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+TRACEPARENT = {"traceparent": f"00-{CLIENT_TRACE}-00f067aa0ba902b7-01"}
+
+
+async def _audit(pod: Pod, agent: str, count: int) -> list[dict[str, Any]]:
+    """The agent's audit records, once ``count`` are written (the client may be answered first)."""
+    for _ in range(500):
+        records = audit_records(pod.state_dir, agent)
+        if len(records) >= count:
+            return records
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"expected {count} audit records of {agent}")
 
 
 def _provider(**settings: object) -> Provider:
@@ -72,5 +92,30 @@ async def test_an_agent_without_a_budget_beside_one_with_a_budget(
     await free.chat.completions.create(model="gpt-4o", messages=PROMPT)
     await free.chat.completions.create(model="gpt-4o", messages=PROMPT)
     assert len(upstream.received) == 3
-    assert len(pod.audit_lines("budgeted")) == 2
-    assert len(pod.audit_lines("free")) == 2
+    assert [r["http_status"] for r in await _audit(pod, "budgeted", 2)] == [200, 429]
+    assert [r["http_status"] for r in await _audit(pod, "free", 2)] == [200, 200]
+
+
+@pytest.mark.parametrize("traced", [True, False], ids=["tracing on", "tracing off"])
+async def test_a_pass_through_is_traced_only_while_tracing_is_on(
+    make_pod: PodFactory, upstream: StubUpstream, traced: bool
+) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.use_provider(provider if traced else None)
+    try:
+        pod = await make_pod()
+        upstream.enqueue("openai", Reply.json(openai_completion()))
+        client = pod.openai(default_headers=TRACEPARENT)
+        await client.chat.completions.create(model="gpt-4o", messages=PROMPT)
+    finally:
+        tracing.use_provider(None)
+    (record,) = await _audit(pod, "agent", 1)
+    names = sorted(span.name for span in exporter.get_finished_spans())
+    if traced:
+        assert names == ["chat gpt-4o", "invoke_agent"]
+        assert record["trace_id"] == CLIENT_TRACE
+    else:
+        assert names == []
+        assert "trace_id" not in record
