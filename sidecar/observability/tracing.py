@@ -52,11 +52,6 @@ def use_provider(provider: TracerProvider | None) -> None:
     tracer = None if provider is None else provider.get_tracer("clawpod.sidecar")
 
 
-def active() -> bool:
-    """Spans are recorded (callers may skip building what only a span would carry)."""
-    return tracer is not None
-
-
 def agent_span(route: str, headers: Mapping[str, str]) -> AbstractContextManager[Span | None]:
     """One client request, continuing the client's trace when it sent ``traceparent``; the
     agent is named once it is authenticated (:func:`name_agent`)."""

@@ -67,15 +67,11 @@ async def open_upstream(ctx: RequestContext, send: Send) -> Response:
     ``ctx.model`` to the target that gave it. Raises ``UpstreamError`` when the last target
     could not be reached, ``ApiError`` 429 when every key rests. Attempts are recorded in
     ``ctx.attempts`` when there was a choice (a route, a key pool, a first-byte bound)."""
-    targets = ctx.targets
-    upstream = ctx.state.upstream
-    if len(targets) == 1:
-        name, provider, model = targets[0]
-        pool = upstream.pools[name]
-        if not pool.pooled and provider.first_byte_timeout_ms is None:
-            # One provider, one key, no first-byte bound: the plain path, and nothing to record
-            # that the audit record's ``provider`` does not say.
-            return await send(ctx.target(name, None), model)
+    if not ctx.walks:
+        # One provider, one key, no first-byte bound (``RoutePlan.walks``): the plain path,
+        # and nothing to record that the audit record's ``provider`` does not say.
+        name, _, model = ctx.targets[0]
+        return await send(ctx.target(name), model)
     return await _walk(ctx, send)
 
 

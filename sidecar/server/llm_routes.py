@@ -40,6 +40,7 @@ from .exchange import AiohttpExchange, Exchange
 from .mediated import handle_mediated
 from .mediated_client import CLIENT_CLOSED
 from .passthrough import pass_through
+from .routing import plan_route
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +163,7 @@ async def _read_and_serve(
             else:
                 ctx.provider_name = state.router.first_provider(codec.api, codec.name)
                 ctx.targets = [(ctx.provider_name, state.config.providers[ctx.provider_name], None)]
+                ctx.walks = plan_route(codec.name, ctx.targets).walks  # type: ignore[arg-type]
         except ApiError as err:
             requested = body.get("model")
             ctx.model = requested if isinstance(requested, str) else None

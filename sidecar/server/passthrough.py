@@ -68,7 +68,7 @@ async def _pass_through(
     try:
         if ctx.walks:
             upstream = await open_upstream(ctx, send)
-        else:
+        else:  # the plain path of ``open_upstream``, without entering it
             upstream = await send(ctx.target(ctx.provider_name or ""), ctx.model)
     except UpstreamError as exc:
         return await _fail(exchange, ctx, upstream_api_error(exc))
