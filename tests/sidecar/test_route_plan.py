@@ -4,7 +4,6 @@ gate and the span helpers; where they are configured, each still applies."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import openai
@@ -18,7 +17,7 @@ from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.server.routing import plan_route
 from tests.sidecar.conftest import Pod, PodFactory
 from tests.support.builds import AgentSpec
-from tests.support.sidecar import audit_records
+from tests.support.sidecar import audit_records_when
 from tests.support.upstream import Reply, StubUpstream, openai_completion
 
 PROMPT = [{"role": "user", "content": "hi"}]
@@ -28,13 +27,7 @@ TRACEPARENT = {"traceparent": f"00-{CLIENT_TRACE}-00f067aa0ba902b7-01"}
 
 
 async def _audit(pod: Pod, agent: str, count: int) -> list[dict[str, Any]]:
-    """The agent's audit records, once ``count`` are written (the client may be answered first)."""
-    for _ in range(500):
-        records = audit_records(pod.state_dir, agent)
-        if len(records) >= count:
-            return records
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"expected {count} audit records of {agent}")
+    return await audit_records_when(pod.state_dir, agent, count)
 
 
 def _provider(**settings: object) -> Provider:
