@@ -1,9 +1,10 @@
 """The driver of the mediation engine: it performs each command and sends the engine its event.
 
 The I/O it performs lives beside it: the model call (``model_call.py``), exactly-once around
-model calls and tool rounds (``exactly_once.py``, the one place the journal is met), the
-client's stream and answer (``mediated_client.py``) and the audit record (``accounting.py``),
-written exactly once at the end, also when the client went away in the middle.
+model calls and tool rounds (``exactly_once.py``, the one place the journal is met; for an
+agent without side effects, ``tool_round.py``), the client's stream and answer
+(``mediated_client.py``) and the audit record (``accounting.py``), written exactly once at
+the end, also when the client went away in the middle.
 """
 
 from __future__ import annotations
@@ -28,46 +29,44 @@ from ..mediation.commands import (
 from ..mediation.engine import MediationEngine
 from ..state.continuity import StateWriteFailed
 from ..state.stored_objects import refs
-from .accounting import (
-    ModelCharges,
-    record_mediated,
-    report_state_write_failure,
-    scrubbed,
-)
+from .accounting import ModelCharges, record_mediated, report_state_write_failure, scrubbed
 from .exactly_once import ExactlyOnce, begin_attempt, side_effect_ran
 from .exchange import Exchange
 from .mediated_client import CLIENT_CLOSED, MediatedClient
 from .model_call import call_model
+from .tool_round import Unjournaled
 
 if TYPE_CHECKING:
     from .context import RequestContext
 
 log = logging.getLogger(__name__)
+Once = ExactlyOnce | Unjournaled
 
 
 async def handle_mediated(exchange: Exchange, ctx: RequestContext, body: dict[str, Any]) -> None:
     state = ctx.state
-    quarantine = state.executor.quarantine
+    plan = state.governed.plans[ctx.agent.agent.id]
+    quarantine = state.executor.quarantine if plan.may_drift else None  # drift: not offered
     assert ctx.provider_name is not None
     provider = state.config.providers[ctx.provider_name]
     engine = MediationEngine(
         ctx.codec,
-        quarantine.offered(ctx.agent),  # tools whose definition drifted: not offered
+        quarantine.offered(ctx.agent) if quarantine else ctx.agent,
         body,
         check=state.executor.check,
         # Each model call: its provider's timeout-ms, within the sidecar's upstream bound.
         model_timeout_s=min(provider.timeout_ms, state.config.upstream_timeout_ms) / 1000,
-        withheld=quarantine.withheld(ctx.agent),
+        withheld=quarantine.withheld(ctx.agent) if quarantine else (),
         taint_mode=state.config.taint.mode if state.config.taint is not None else "off",
     )
-    once = await begin_attempt(ctx, engine, body)
+    once = await begin_attempt(ctx, engine, body) if plan.side_effects else Unjournaled(ctx, plan)
     # Its own task: a cancelled handler must not cut a loop (and its audit) short.
     await state.tasks.run(_Driver(exchange, ctx, engine, once).run())
 
 
 class _Driver:
     def __init__(
-        self, exchange: Exchange, ctx: RequestContext, engine: MediationEngine, once: ExactlyOnce
+        self, exchange: Exchange, ctx: RequestContext, engine: MediationEngine, once: Once
     ) -> None:
         self.ctx = ctx
         self.engine = engine
@@ -144,7 +143,8 @@ class _Driver:
     async def _reply(self, command: Respond | Fail) -> None:
         if isinstance(command, Fail):
             self.http_status, self.error_code = command.status, command.code
-        await self.client.reply(command, side_effect_ran(self.engine))
+        ran = isinstance(self.once, ExactlyOnce) and side_effect_ran(self.engine)
+        await self.client.reply(command, ran)
         if self.client.gone and self.error_code is None:
             # The answer was ready but nobody was there to receive it.
             self.http_status, self.error_code = CLIENT_CLOSED, "client_disconnected"
