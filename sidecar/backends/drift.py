@@ -25,7 +25,7 @@ from ..manifest import (
     dump_json,
 )
 from ..observability.metrics import Metrics
-from .http_request import RequestProblem
+from .http import RequestProblem
 from .mcp import LIST_TIMEOUT_S, BackendKey, McpBackends
 from .quarantine import REFUSAL_CODE, Quarantine, may_drift
 

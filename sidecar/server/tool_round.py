@@ -11,7 +11,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from ..execution.runner import CallLimits
+from ..execution.executor import CallLimits
 from ..governance.gate import CallPlan
 from ..mediation.commands import CallModel, Event, ExecuteTools, PlannedExecution, ToolsDone
 from ..model.outcome import ToolOutcome, refused
