@@ -10,6 +10,7 @@ the end, also when the client went away in the middle.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from ..mediation.commands import (
@@ -20,7 +21,6 @@ from ..mediation.commands import (
     Event,
     ExecuteTools,
     Fail,
-    ModelReplied,
     Recall,
     Recalled,
     Remember,
@@ -28,12 +28,11 @@ from ..mediation.commands import (
 )
 from ..mediation.engine import MediationEngine
 from ..state.continuity import StateWriteFailed
-from ..state.stored_objects import refs
-from .accounting import ModelCharges, record_mediated, report_state_write_failure, scrubbed
+from .accounting import record_mediated, report_state_write_failure, scrubbed
 from .exactly_once import ExactlyOnce, begin_attempt, side_effect_ran
 from .exchange import Exchange
 from .mediated_client import CLIENT_CLOSED, MediatedClient
-from .model_call import call_model
+from .model_call import ModelCalls
 from .tool_round import Unjournaled
 
 if TYPE_CHECKING:
@@ -71,10 +70,8 @@ class _Driver:
         self.ctx = ctx
         self.engine = engine
         self.once = once
-        self.codec = ctx.codec
-        """The protocol spoken upstream (the caller's, until translation)."""
         self.client = MediatedClient(exchange, ctx, ctx.codec)
-        self.charges = ModelCharges()
+        self.model = ModelCalls(ctx, engine, self.client)
         self.http_status = 200
         self.error_code: str | None = None
 
@@ -95,14 +92,14 @@ class _Driver:
         finally:
             steps.close()
         await self.once.end(succeeded=self.error_code is None)
-        once, outcome = self.once, (self.http_status, self.error_code)
+        once, charges, outcome = self.once, self.model.charges, (self.http_status, self.error_code)
         await record_mediated(
-            self.ctx, self.engine, self.charges, once.replayed_calls, once.resumed_from, outcome
+            self.ctx, self.engine, charges, once.replayed_calls, once.resumed_from, outcome
         )
 
     async def _perform(self, command: Command) -> Event:
         if isinstance(command, CallModel | ExecuteTools):
-            performing = self.once.perform(command, self._ask_model)
+            performing = self._call_out(command)
             return await (self.client.keeping_alive(performing) if self.client.live else performing)
         if isinstance(command, BeginStream):
             await self.client.begin_stream(self.ctx.codec.client_stream(self.engine.conversation))
@@ -114,17 +111,10 @@ class _Driver:
             raise TypeError(f"unknown command {type(command).__name__}")
         return Done()
 
-    async def _ask_model(self, command: CallModel) -> Event:
-        live = self.client.live
-        show = self.client.show if live is not None else None
-        event = await call_model(self.ctx, self.codec, self.engine.conversation, command, show)
-        if isinstance(event, ModelReplied):
-            if live is not None:
-                await self.client.write(live.end_turn(event.body))
-            if stored := self.codec.stored_ids(event.body):
-                self.ctx.record_objects(refs(stored))
-            self.charges.charge(self.ctx, self.codec, command.body, event.body)
-        return event
+    def _call_out(self, command: CallModel | ExecuteTools) -> Awaitable[Event]:
+        if isinstance(self.once, ExactlyOnce):
+            return self.once.perform(command, self.model)
+        return self.model(command) if isinstance(command, CallModel) else self.once.run(command)
 
     async def _remember(self, command: Remember) -> None:
         """state-durability (issue 14.5): a failed state write never costs the answer."""

@@ -1,8 +1,9 @@
-"""The model calls and tool rounds of an agent none of whose tools has side effects (SPEC
-§8.2): its calls are safe to run again, so nothing of its requests is journaled, resumed or
-waited for, and :class:`Unjournaled` performs them as ``ExactlyOnce`` (``exactly_once.py``)
-does every other agent's, without the journal. A call no governance step applies to
-(``CallPlan``) goes to the executor straight; every other call passes the gate."""
+"""The tool rounds of an agent none of whose tools has side effects (SPEC §8.2): its calls are
+safe to run again, so nothing of its requests is journaled, resumed or waited for, and
+:class:`Unjournaled` runs its rounds as ``ExactlyOnce`` (``exactly_once.py``) runs every other
+agent's, without the journal (its model calls need nothing of either). A call no governance
+step applies to (``CallPlan``) goes to the executor straight; every other call passes the
+gate."""
 
 from __future__ import annotations
 
@@ -13,12 +14,11 @@ from typing import TYPE_CHECKING
 
 from ..execution.executor import CallLimits
 from ..governance.gate import CallPlan
-from ..mediation.commands import CallModel, Event, ExecuteTools, PlannedExecution, ToolsDone
+from ..mediation.commands import ExecuteTools, PlannedExecution, ToolsDone
 from ..model.outcome import ToolOutcome, refused
 
 if TYPE_CHECKING:
     from .context import RequestContext
-    from .exactly_once import AskModel
 
 log = logging.getLogger(__name__)
 
@@ -33,51 +33,40 @@ class Unjournaled:
         self.ctx = ctx
         self.plan = plan
 
-    async def perform(self, command: CallModel | ExecuteTools, ask_model: AskModel) -> Event:
-        if isinstance(command, CallModel):
-            return await ask_model(command)
-        return await run_round(self.ctx, self.plan, command)
+    async def run(self, command: ExecuteTools) -> ToolsDone:
+        started = time.monotonic()
+        deadline = started + command.budget_s
+        runs = (self._run_call(command, e, deadline) for e in command.executions)
+        if command.concurrent and len(command.executions) > 1:
+            outcomes = list(await asyncio.gather(*runs))
+        else:
+            outcomes = [await run for run in runs]
+        return ToolsDone(outcomes, elapsed_s=time.monotonic() - started)
 
     async def end(self, *, succeeded: bool) -> None:
         """Nothing was journaled: nothing to keep or drop."""
 
-
-async def run_round(ctx: RequestContext, plan: CallPlan, command: ExecuteTools) -> ToolsDone:
-    started = time.monotonic()
-    deadline = started + command.budget_s
-    runs = (_run_call(ctx, plan, command, e, deadline) for e in command.executions)
-    if command.concurrent and len(command.executions) > 1:
-        outcomes = list(await asyncio.gather(*runs))
-    else:
-        outcomes = [await run for run in runs]
-    return ToolsDone(outcomes, elapsed_s=time.monotonic() - started)
-
-
-async def _run_call(
-    ctx: RequestContext,
-    plan: CallPlan,
-    command: ExecuteTools,
-    execution: PlannedExecution,
-    deadline: float,
-) -> ToolOutcome:
-    remaining = deadline - time.monotonic()
-    if remaining <= 0:
-        return refused("timeout", "the request's total time budget ran out before this call")
-    state, agent, call = ctx.state, ctx.agent.agent.id, execution.checked
-    limits = CallLimits(min(command.timeout_s, remaining), command.max_result_bytes)
-    try:
-        if not command.taint.tainted and id(call.tool) in plan.ungoverned:
-            # No step of the gate applies to this call: the executor makes it.
-            return await state.executor.execute(agent, call, limits, shielded=True)
-        return await state.governed.execute(
-            agent,
-            call,
-            limits,
-            taint=command.taint,
-            deadline=deadline,
-            client=execution.client,
-            shielded=True,  # the driver runs as a task of its own (server/mediated.py)
-        )
-    except Exception:
-        log.exception("tool %s failed in the executor", call.tool.name)
-        return refused("execution_failed", "the sidecar could not execute this call")
+    async def _run_call(
+        self, command: ExecuteTools, execution: PlannedExecution, deadline: float
+    ) -> ToolOutcome:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return refused("timeout", "the request's total time budget ran out before this call")
+        state, agent, call = self.ctx.state, self.ctx.agent.agent.id, execution.checked
+        limits = CallLimits(min(command.timeout_s, remaining), command.max_result_bytes)
+        try:
+            if not command.taint.tainted and id(call.tool) in self.plan.ungoverned:
+                # No step of the gate applies to this call: the executor makes it.
+                return await state.executor.execute(agent, call, limits, shielded=True)
+            return await state.governed.execute(
+                agent,
+                call,
+                limits,
+                taint=command.taint,
+                deadline=deadline,
+                client=execution.client,
+                shielded=True,  # the driver runs as a task of its own (server/mediated.py)
+            )
+        except Exception:
+            log.exception("tool %s failed in the executor", call.tool.name)
+            return refused("execution_failed", "the sidecar could not execute this call")
