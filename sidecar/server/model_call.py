@@ -208,14 +208,16 @@ async def _streamed(
     """``may_fall_back``: an empty stream, or a status a server refuses streaming with, comes
     back as ``StreamUnanswered`` instead of a failure."""
     streamed = codec.streaming_request(command.body)
-    crossing = translated_stream.LiveCall(ctx, codec)  # a target of another protocol (§18)
+    # A target of another protocol (§18); none without translations.
+    crossing = translated_stream.LiveCall(ctx, codec) if ctx.translations is not None else None
     response = await _open(ctx, streamed, crossing, read_timeout_s=command.timeout_s)
     if isinstance(response, ModelFailed):
         return response
     provider = ctx.provider_name
     assembler = codec.stream_assembler()
     end = codec.end_watch()
-    translator = crossing.translator()  # the provider's stream as the caller's
+    # The provider's stream as the caller's.
+    translator = crossing.translator() if crossing is not None else None
     try:
         if response.status != 200:
             data = ctx.state.upstream.redact(provider, await response.read())
