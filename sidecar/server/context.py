@@ -60,12 +60,9 @@ class SidecarState:
     stream_tools: StreamToolsSupport  # which providers answer streamed tool requests (§7.4)
     state_lock: StateLock | None = None  # held by a started sidecar (SPEC §13.1); /readyz checks it
     body_bytes: BodyBytesInFlight = field(init=False)  # each agent's request bodies at once
-    budgeted: frozenset[str] = field(init=False)
-    """The agents with a daily budget: only their requests meet the budget gate."""
 
     def __post_init__(self) -> None:
         self.body_bytes = BodyBytesInFlight(self.config.max_body_bytes)
-        self.budgeted = frozenset({*self.budgets.limits, *self.budgets.usd_limits})
 
 
 STATE_KEY: web.AppKey[SidecarState] = web.AppKey("claw_state", SidecarState)

@@ -3,7 +3,7 @@ read and route the body, then mediate or pass through. Every failure leaves in t
 protocol shape and nothing internal leaks.
 
 What a request can need is decided before it comes, so its path calls only what applies: the
-budget gate for an agent with a budget (``SidecarState.budgeted``), the translation plan for a
+budget gate for an agent with a budget (``TokenBudgets.governed``), the translation plan for a
 route with a target of another protocol (``RoutePlan.crosses``), the stored-object checks for
 a protocol whose provider stores objects, spans while tracing is on."""
 
@@ -125,7 +125,7 @@ async def _llm_request(exchange: Exchange, state: SidecarState, route: LlmRoute)
         request_id=next(_request_ids),
         started=started,
         forward_headers=_forward_headers(exchange.headers, codec),
-        budgeted=agent.agent.id in state.budgeted,
+        budgeted=agent.agent.id in state.budgets.governed,
     )
     with state.body_bytes.holding(agent.agent.id) as take:
         await _read_and_serve(exchange, state, route, ctx, take)
@@ -230,9 +230,10 @@ def _withheld(agent: AgentBuild, codec: Codec, body: dict[str, Any]) -> str | No
 def _check_stored_objects(ctx: RequestContext, exchange: Exchange, body: dict[str, Any]) -> None:
     """Refuse a request that names a stored object this agent does not hold: every agent
     shares the provider key, so the provider cannot refuse it (see ``stored_objects``)."""
-    referenced = refs(ctx.codec.stored_references(exchange.path_params, body))
-    if not referenced:
+    pairs = ctx.codec.stored_references(exchange.path_params, body)
+    if not pairs:  # always, for a protocol without stored objects
         return
+    referenced = refs(pairs)
     agent = ctx.agent.agent.id
     for ref in referenced:
         why = ctx.state.objects.refusal(agent, ref)
