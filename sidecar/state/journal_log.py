@@ -12,10 +12,16 @@ kept no longer than the journal, as when each journal was a file unlinked on suc
 Why one log and not a file per request: creating, fsyncing (with its directory), unlinking and
 closing a file per request cost about 0.5 ms of CPU in the kernel; an append to an open file
 and a share of one ``fdatasync`` cost a fraction of that. Records that must be durable before
-the sidecar acts on them are **group committed**: while one batch is written and synced by the
-log's writer thread, the records of other requests queue and go together in the next batch, one
-thread hop and one sync for all of them. Records nobody waits for a sync of (an answered call's
-result, an ``end``) are written on the event loop when no batch is out, else with the next.
+the sidecar acts on them are **group committed**: the records of every request that asks for a
+sync in one turn of the event loop, or while a batch is with the log's writer thread, go
+together in one batch, one ``fdatasync`` for all of them. The loop writes a batch's bytes
+(a write into the page cache); the sync runs on the loop while the disk answers fast, else in
+the writer thread: a thread hop costs a wake-up and the GIL handed back and forth, more CPU
+than a fast sync itself (bench/README.md, session 8), but the loop must not wait for a slow
+disk. A sync slower than ``LOOP_SYNC_MAX_S`` sends the next ones to the thread (the loop never
+waits for a slow sync twice in a row); they come back after ``FAST_SYNCS_BEFORE_LOOP`` fast
+syncs there. Records nobody waits for a sync of (an ``end``) are written on the event loop when
+no batch is out, else with the next.
 Losing an ``end`` in a crash leaves a succeeded attempt's journal, whose retry replays it and
 sends nothing again.
 
@@ -38,6 +44,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
@@ -55,6 +62,11 @@ LEGACY_SUFFIX = ".jsonl"
 LEGACY_LINK_SUFFIX = ".link"
 # fdatasync commits the data and the file's size (what reading it back needs), not its times.
 _sync = getattr(os, "fdatasync", os.fsync)
+# The longest sync the event loop waits for without moving the next ones to the writer thread
+# (SPEC §6 allows pass-through 1.5 ms of added p99 latency), and how many syncs in a row must
+# be under it before they come back to the loop.
+LOOP_SYNC_MAX_S = 0.001
+FAST_SYNCS_BEFORE_LOOP = 32
 
 Key = tuple[str, str]
 """A journal: its agent's folder name and its request identity."""
@@ -95,9 +107,12 @@ class _Queued:
     """For an ``end``: the older segments holding the records it drops."""
 
 
-_Job = tuple[asyncio.AbstractEventLoop, list[_Queued], bytes, bool, list[Span]]
-"""A batch for the writer thread: the loop to answer on, its records, their bytes, sync, and
-the spans to blank."""
+Where = tuple[int, int]
+"""Where a batch's bytes went: segment and offset."""
+_Job = tuple[asyncio.AbstractEventLoop, list[_Queued], bytes, list[Span], Where | None]
+"""A batch for the writer thread to sync: the loop to answer on, its records, their bytes and
+the spans to blank when the thread is to write them (a new segment is due), else where the
+loop wrote them."""
 
 
 def line(key: Key, written_at: float, record: dict[str, Any]) -> bytes:
@@ -161,6 +176,8 @@ class JournalLog:
         self._broken = False  # the last write failed: the next one starts a new segment
         self._queue: list[_Queued] = []
         self._writing = False  # a batch is with the writer thread
+        self._flush_due = False  # a batch is to be written and synced later in this loop turn
+        self._fast_syncs = 0  # syncs in a row under LOOP_SYNC_MAX_S
         self._batches: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
         self._closed = False
@@ -238,41 +255,75 @@ class JournalLog:
 
     def _enqueue(self, queued: _Queued) -> None:
         self._queue.append(queued)
-        if not self._writing:
-            self._write_queue()
+        if self._writing or self._flush_due:
+            return
+        if queued.sync and self._syncs_on_loop():
+            # The requests that ask for a sync in the rest of this loop turn share it.
+            self._flush_due = True
+            asyncio.get_running_loop().call_soon(self._flush)
+            return
+        self._write_queue()
+
+    def _flush(self) -> None:
+        self._flush_due = False
+        self._write_queue()
+
+    def _syncs_on_loop(self) -> bool:
+        """Whether a batch that syncs is written here: the disk has answered fast, and the
+        batch goes to the open segment (a new segment's directory sync runs in the thread)."""
+        return (
+            self._fast_syncs >= FAST_SYNCS_BEFORE_LOOP
+            and self._fd is not None
+            and not self._broken
+            and self._size < MAX_SEGMENT_BYTES
+        )
 
     def _write_queue(self) -> None:
-        """Start the next batch: in the writer thread when it syncs (or no segment is open yet),
-        else here: a write into the page cache is cheaper than a thread hop."""
+        """Start the next batch: here when it does not sync or the disk syncs fast (a write
+        into the page cache is cheaper than a thread hop), else in the writer thread (and when
+        no segment is open yet)."""
         batch, self._queue = self._queue, []
         if not batch:
             return
         data = b"".join(q.data for q in batch)
         sync = any(q.sync for q in batch)
         erase = [span for q in batch for span in q.erase]
-        if not sync and self._fd is not None and not self._broken:
+        appendable = self._fd is not None and not self._broken
+        if appendable and (not sync or self._syncs_on_loop()):
             try:
-                self._done(batch, self._write(data, False, erase), None)
+                self._done(batch, self._write(data, sync, erase), None)
             except OSError as exc:
                 self._done(batch, (0, 0), exc)
             return
         if self._closed:
             self._done(batch, (0, 0), OSError("the request journal is closed"))
             return
+        written = None
+        if appendable and self._size < MAX_SEGMENT_BYTES:
+            # Written here, synced there: the thread takes the GIL back once per batch, after
+            # its sync, where each write of its own cost it another round.
+            try:
+                written = self._write(data, False, erase)
+            except OSError as exc:
+                self._done(batch, (0, 0), exc)
+                return
+            data, erase = b"", []
         if self._writer is None:
             self._writer = threading.Thread(target=self._write_batches, daemon=True)
             self._writer.start()
         self._writing = True
-        self._batches.put((asyncio.get_running_loop(), batch, data, sync, erase))
+        self._batches.put((asyncio.get_running_loop(), batch, data, erase, written))
 
     def _write_batches(self) -> None:
         """The writer thread: one batch at a time, each answered on its event loop. Its own
         thread rather than the loop's executor: a batch costs a queue put and a wake-up, not
         the executor's futures chained into the loop's (about half the CPU of a hop)."""
         while (job := self._batches.get()) is not None:
-            loop, batch, data, sync, erase = job
+            loop, batch, data, erase, written = job
             try:
-                where, failure = self._write(data, sync, erase), None
+                where, failure = self._write(data, True, erase), None
+                if written is not None:  # the loop wrote its bytes: ``data`` is empty
+                    where = written
             except BaseException as exc:  # answered on the loop, whatever it is
                 where, failure = (0, 0), exc
             try:
@@ -280,16 +331,12 @@ class JournalLog:
             except RuntimeError:  # the loop closed: nobody waits any more
                 self._writing = False
 
-    def _written(
-        self, batch: list[_Queued], where: tuple[int, int], failure: BaseException | None
-    ) -> None:
+    def _written(self, batch: list[_Queued], where: Where, failure: BaseException | None) -> None:
         self._writing = False
         self._done(batch, where, failure)
         self._write_queue()
 
-    def _done(
-        self, batch: list[_Queued], where: tuple[int, int], failure: BaseException | None
-    ) -> None:
+    def _done(self, batch: list[_Queued], where: Where, failure: BaseException | None) -> None:
         """``where``: the segment and offset the batch's bytes went to."""
         if failure is None:
             self._segments.add(where[0])
@@ -317,14 +364,14 @@ class JournalLog:
             if queued.pins - {segment}:
                 self._pins.setdefault(segment, set()).update(queued.pins - {segment})
 
-    def _write(self, data: bytes, sync: bool, erase: list[Span]) -> tuple[int, int]:
+    def _write(self, data: bytes, sync: bool, erase: list[Span]) -> Where:
         """Append ``data`` to the current segment (a new one when due), synced if ``sync``,
         then blank the spans ``erase``; the segment and offset ``data`` went to. One batch at a
         time: in the writer thread, or on the loop while no batch is with it."""
         if data and (self._fd is None or self._broken or self._size >= MAX_SEGMENT_BYTES):
             self._open_segment()
         offset = self._size
-        if data:
+        if data or sync:
             assert self._fd is not None
             try:
                 view = memoryview(data)
@@ -332,12 +379,19 @@ class JournalLog:
                     view = view[self.write(self._fd, view, self._size) :]
                     self._size = offset + len(data) - len(view)
                 if sync:
+                    started = time.monotonic()
                     _sync(self._fd)
+                    self._timed(time.monotonic() - started)
             except OSError:
                 self._broken = True  # what reached the file is unknown: append nowhere after it
                 raise
         self._blank(erase)
         return self._last_segment, offset
+
+    def _timed(self, sync_s: float) -> None:
+        """Count a sync fast or slow (the loop reads the count; the writer thread writes it
+        only while the loop has no batch of its own)."""
+        self._fast_syncs = self._fast_syncs + 1 if sync_s <= LOOP_SYNC_MAX_S else 0
 
     def _blank(self, spans: list[Span]) -> None:
         """Overwrite records with spaces (a line a reader skips). Not synced, like the unlink
@@ -389,10 +443,14 @@ class JournalLog:
             self._writer.join()
             self._writer = None
         batch, self._queue = self._queue, []
-        if batch and self._fd is not None and not self._broken:
-            erase = [span for q in batch for span in q.erase]
-            with contextlib.suppress(OSError):
-                self._write(b"".join(q.data for q in batch), True, erase)
+        if batch:  # its requests may still wait for it (a flush due in this loop turn)
+            try:
+                if self._fd is None or self._broken:
+                    raise OSError("the request journal is closed")
+                erase = [span for q in batch for span in q.erase]
+                self._done(batch, self._write(b"".join(q.data for q in batch), True, erase), None)
+            except OSError as exc:
+                self._done(batch, (0, 0), exc)
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
