@@ -219,6 +219,40 @@ async def test_a_sync_due_later_in_the_loop_turn_is_written_by_close(
     assert unknown is not None and unknown.error_code == "outcome_unknown"
 
 
+async def test_a_call_waits_for_the_threads_sync_and_a_restart_meanwhile_does_not_send_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop writes a batch and the writer thread syncs it: the ``sent`` record is in the
+    segment before it is durable, and the call waits until it is. A sidecar restarted while
+    the sync is out (the first one killed) finds the record and does not send the call."""
+    monkeypatch.setattr(journal_log, "LOOP_SYNC_MAX_S", -1.0)  # every sync in the thread
+    journal = RequestJournal(tmp_path, window_ms=WINDOW_MS)
+    request = request_digest("a", body("stuck"))
+    await destructive(journal, "a", request_digest("a", body(0)), "req_0", succeed=False)
+    disk_answers = threading.Event()
+
+    def stuck(fd: int) -> None:
+        disk_answers.wait(60)  # a deadlock guard, not a timing assertion
+        os.fdatasync(fd)
+
+    monkeypatch.setattr(journal_log, "_sync", stuck)
+    attempt = await journal.begin("a", request, "req_1")
+    attempt.before_execution(side_effects=True)
+    sending = asyncio.ensure_future(attempt.sending("trade"))
+    for _ in range(GUARD_STEPS):  # until the loop has handed the batch to the thread
+        if journal.log._writing:
+            break
+        await asyncio.sleep(0.001)
+    await asyncio.sleep(0.01)
+    assert not sending.done()  # not durable yet: the call is not sent
+    restarted = RequestJournal(tmp_path, window_ms=WINDOW_MS)
+    resumed = await restarted.begin("a", request, "req_2")
+    unknown = resumed.known_outcome("trade")
+    assert unknown is not None and unknown.error_code == "outcome_unknown"
+    disk_answers.set()
+    await asyncio.wait_for(sending, 60)  # a deadlock guard, not a timing assertion
+
+
 async def test_a_full_disk_refuses_the_batch_and_the_log_goes_on_in_a_new_segment(
     tmp_path: Path, syncs_in: str
 ) -> None:
