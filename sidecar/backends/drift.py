@@ -25,9 +25,9 @@ from ..manifest import (
     dump_json,
 )
 from ..observability.metrics import Metrics
-from .http_request import RequestProblem
+from .http import RequestProblem
 from .mcp import LIST_TIMEOUT_S, BackendKey, McpBackends
-from .quarantine import REFUSAL_CODE, Quarantine
+from .quarantine import REFUSAL_CODE, Quarantine, may_drift
 
 if TYPE_CHECKING:
     import mcp_types as types
@@ -90,7 +90,7 @@ class DriftChecker:
         for agent_id, agent in agents.items():
             for tool in agent.tools.tools:
                 execution = tool.execution
-                if execution.transport != "mcp" or tool.pin is None:
+                if not may_drift(tool):
                     continue
                 try:
                     key = backends.key_for(execution, tool)

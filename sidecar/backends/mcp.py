@@ -21,8 +21,7 @@ import orjson
 from ..manifest import Execution, ManagedTool, ToolAuth
 from ..model.outcome import ToolOutcome, answered, error_envelope
 from ..model.redaction import credential_secrets, redactor_for
-from .http_request import credential_header
-from .http_result import failed
+from .http import credential_header, failed
 from .mcp_http import bounded, bounded_transport, result_bound
 
 if TYPE_CHECKING:  # the SDK is imported when a build has MCP tools (it costs ~0.3 s to import)

@@ -9,6 +9,12 @@ from ..model.outcome import ToolOutcome, refused
 REFUSAL_CODE = "tool_definition_changed"
 
 
+def may_drift(tool: ManagedTool) -> bool:
+    """A tool whose live definition is checked against its pin (``backends/drift.py``): an MCP
+    tool with a pin. No other tool is ever quarantined."""
+    return tool.execution.transport == "mcp" and tool.pin is not None
+
+
 class Quarantine:
     def __init__(self) -> None:
         self._reasons: dict[str, str] = {}  # canonical name -> why

@@ -1,5 +1,7 @@
 """The one tool executor: build the HTTP request of a checked call, call the service, wrap the
-answer in the envelope the model sees (docs/contract.md §4.2 points 7, 8 and 16).
+answer in the envelope the model sees (docs/contract.md §4.2 points 7, 8 and 16). With it, what
+runs a checked call: :class:`ToolRunner`, the one signature the executor and the gate in front
+of it (governance/gate.py) share, and :class:`CallLimits`, the one set of limits.
 
 Used by mediated mode and by the MCP endpoint alike (behind the gate), so both modes share
 encoding, limits and error codes. Arguments arrive checked (:class:`CheckedCall`), and a
@@ -12,9 +14,9 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
-from ..backends.http_request import RequestProblem, build_request
-from ..backends.http_result import send
+from ..backends.http import RequestProblem, build_request, send
 from ..backends.mcp import McpBackends
 from ..backends.quarantine import Quarantine
 from ..manifest import ManagedTool
@@ -28,7 +30,23 @@ from ..transport import (
     HttpClient,
 )
 from .arguments import ArgumentCheck
-from .runner import CallLimits, ToolRunner
+
+
+@dataclass(frozen=True, slots=True)
+class CallLimits:
+    """The bounds of one call, chosen by its caller from the agent's tool policy."""
+
+    timeout_s: float
+    max_result_bytes: int
+    idempotency_key: str | None = None
+    """Sent with a call that is neither read-only nor idempotent (SPEC §8.2)."""
+
+
+class ToolRunner(Protocol):
+    async def execute(self, agent_id: str, call: CheckedCall, limits: CallLimits) -> ToolOutcome:
+        """Run ``call`` for ``agent_id`` and say how it went; refusals are outcomes too."""
+        ...
+
 
 # Tool calls beyond this many at once to one service wait for a free connection.
 MAX_CONNECTIONS_PER_SERVICE = 128

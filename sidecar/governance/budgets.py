@@ -51,12 +51,12 @@ class TokenBudgets:
         self.limits = _limits_of(governance.budgets if governance else {}, agents)
         usd_budgets = governance.usd_budgets if governance else None
         self.usd_limits = _limits_of(usd_budgets or {}, agents)
+        self.governed = frozenset(self.limits) | frozenset(self.usd_limits)
+        """The agents a budget applies to, decided once: every other agent's request skips
+        the budget gate without a call."""
         self._spent = SpentToday(state_dir, self.limits, self.usd_limits, today)
         self._held: Counter[str] = Counter()
         self._held_usd: dict[str, float] = {}
-
-    def governs(self, agent: str) -> bool:
-        return agent in self.limits or agent in self.usd_limits
 
     def admit(self, agent: str, tokens: int, usd: float) -> bool:
         """Hold an estimate of a request's spending, or refuse it. A request that finds the

@@ -12,12 +12,12 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 
 from ..audit.log import AuditLog
-from ..backends.quarantine import Quarantine
+from ..backends.quarantine import Quarantine, may_drift
 from ..execution.arguments import ArgumentCheck
-from ..execution.executor import ToolExecutor
-from ..execution.runner import CallLimits, ToolRunner
+from ..execution.executor import CallLimits, ToolExecutor, ToolRunner
 from ..manifest import (
     AgentBuild,
     Approvals,
@@ -38,6 +38,7 @@ from ..model.taint import (
 )
 from ..observability.metrics import Metrics
 from ..state.approvals import Approval, ApprovalStore, Decision, open_approval
+from ..state.journal import has_side_effects
 from ..tasks import ShieldedTasks
 from .approval_waits import ApprovalWaits
 from .client_approvals import ClientApprovals, asks_client
@@ -64,6 +65,22 @@ def needs_approval(approvals: Approvals, tool: ManagedTool) -> bool:
     if require == "non-read-only":
         return tool.effect is not Effect.READ_ONLY
     return False
+
+
+@dataclass(frozen=True, slots=True)
+class CallPlan:
+    """What the tool calls of one agent can need, decided once when the sidecar starts: a
+    request of the agent reads it instead of entering each step to learn it does nothing."""
+
+    ungoverned: frozenset[int]
+    """Ids of the agent's tools no step of :meth:`GovernedExecutor.execute` applies to while
+    the request is untainted: no rule names them, no approval is required, their output is
+    trusted and their definition is never quarantined. Such a call may go to the executor
+    straight (``GovernedExecutor.executor``)."""
+    may_drift: bool
+    """Some tool's definition is checked against its pin: some may be quarantined."""
+    side_effects: bool
+    """Some tool is neither read-only nor idempotent: the agent's requests meet the journal."""
 
 
 class GovernedExecutor(ToolRunner):
@@ -109,6 +126,23 @@ class GovernedExecutor(ToolRunner):
         self.taint_mode = taint.mode if taint is not None else "off"
         self.argument_guard = (
             ArgumentGuard(taint, agents, credentials) if self.taint_mode != "off" else None
+        )
+        self.plans = {agent_id: self._plan(agent_id, build) for agent_id, build in agents.items()}
+
+    def _plan(self, agent_id: str, build: AgentBuild) -> CallPlan:
+        tools = build.tools.tools
+        ungoverned = [
+            tool
+            for tool in tools
+            if not self.policy.governs(agent_id, tool)
+            and not needs_approval(self.settings, tool)
+            and not tool.untrusted
+            and not may_drift(tool)
+        ]
+        return CallPlan(
+            ungoverned=frozenset(map(id, ungoverned)),
+            may_drift=any(map(may_drift, tools)),
+            side_effects=any(map(has_side_effects, tools)),
         )
 
     @property

@@ -281,6 +281,10 @@ class Policy:
             for agent, agent_rules in rules.items()
         }
 
+    def governs(self, agent: str, tool: ManagedTool) -> bool:
+        """Some rule of ``agent`` names ``tool``: its calls are decided, not simply allowed."""
+        return any(tool_matches(c.rule.tool, tool.name) for c in self._rules.get(agent, ()))
+
     def decide(
         self,
         agent: str,

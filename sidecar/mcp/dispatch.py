@@ -22,8 +22,8 @@ from typing import Any
 from ..audit.log import AuditLog
 from ..audit.records import request_record, usage_record
 from ..audit.trace import trace_call
-from ..backends.http_request import idempotency_key
-from ..execution.runner import CallLimits
+from ..backends.http import idempotency_key
+from ..execution.executor import CallLimits
 from ..governance.gate import GovernedExecutor
 from ..manifest import AgentBuild, Effect, ManagedTool
 from ..model.client_approval import requested_approval

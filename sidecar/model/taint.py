@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..manifest import Effect, ManagedTool
@@ -24,10 +24,11 @@ class RequestTaint:
     """The untrusted tools whose results entered a request, in the order they did."""
 
     sources: tuple[str, ...] = ()
+    tainted: bool = field(init=False, repr=False, compare=False)
+    """Stored, not computed: every governed call and audit record reads it."""
 
-    @property
-    def tainted(self) -> bool:
-        return bool(self.sources)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tainted", bool(self.sources))
 
     def with_sources(self, tools: Iterable[str]) -> RequestTaint:
         added = [tool for tool in dict.fromkeys(tools) if tool not in self.sources]

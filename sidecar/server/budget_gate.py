@@ -58,7 +58,7 @@ def admit(ctx: RequestContext, body: dict[str, Any]) -> ApiError | None:
     """Hold the request's estimated spending against the agent's budgets, or say why not."""
     budgets = ctx.state.budgets
     agent = ctx.agent.agent.id
-    if not budgets.governs(agent):
+    if agent not in budgets.governed:
         return None
     if body.get("background") is True:
         return background_refused()
@@ -90,7 +90,7 @@ def spend_budget(
     state: SidecarState, agent: str, usage: dict[str, int], cost: float | None
 ) -> None:
     budgets = state.budgets
-    if not budgets.governs(agent):
+    if agent not in budgets.governed:
         return
     tokens = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
     usd = cost or 0.0

@@ -23,8 +23,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..backends.http_request import idempotency_key
-from ..execution.runner import CallLimits
+from ..backends.http import idempotency_key
+from ..execution.executor import CallLimits
 from ..mediation.commands import (
     CallModel,
     Event,

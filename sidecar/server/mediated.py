@@ -1,14 +1,16 @@
 """The driver of the mediation engine: it performs each command and sends the engine its event.
 
 The I/O it performs lives beside it: the model call (``model_call.py``), exactly-once around
-model calls and tool rounds (``exactly_once.py``, the one place the journal is met), the
-client's stream and answer (``mediated_client.py``) and the audit record (``accounting.py``),
-written exactly once at the end, also when the client went away in the middle.
+model calls and tool rounds (``exactly_once.py``, the one place the journal is met; for an
+agent without side effects, ``tool_round.py``), the client's stream and answer
+(``mediated_client.py``) and the audit record (``accounting.py``), written exactly once at
+the end, also when the client went away in the middle.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from ..mediation.commands import (
@@ -19,7 +21,6 @@ from ..mediation.commands import (
     Event,
     ExecuteTools,
     Fail,
-    ModelReplied,
     Recall,
     Recalled,
     Remember,
@@ -27,55 +28,50 @@ from ..mediation.commands import (
 )
 from ..mediation.engine import MediationEngine
 from ..state.continuity import StateWriteFailed
-from ..state.stored_objects import refs
-from .accounting import (
-    ModelCharges,
-    record_mediated,
-    report_state_write_failure,
-    scrubbed,
-)
+from .accounting import record_mediated, report_state_write_failure, scrubbed
 from .exactly_once import ExactlyOnce, begin_attempt, side_effect_ran
 from .exchange import Exchange
 from .mediated_client import CLIENT_CLOSED, MediatedClient
-from .model_call import call_model
+from .model_call import ModelCalls
+from .tool_round import Unjournaled
 
 if TYPE_CHECKING:
     from .context import RequestContext
 
 log = logging.getLogger(__name__)
+Once = ExactlyOnce | Unjournaled
 
 
 async def handle_mediated(exchange: Exchange, ctx: RequestContext, body: dict[str, Any]) -> None:
     state = ctx.state
-    quarantine = state.executor.quarantine
+    plan = state.governed.plans[ctx.agent.agent.id]
+    quarantine = state.executor.quarantine if plan.may_drift else None  # drift: not offered
     assert ctx.provider_name is not None
     provider = state.config.providers[ctx.provider_name]
     engine = MediationEngine(
         ctx.codec,
-        quarantine.offered(ctx.agent),  # tools whose definition drifted: not offered
+        quarantine.offered(ctx.agent) if quarantine else ctx.agent,
         body,
         check=state.executor.check,
         # Each model call: its provider's timeout-ms, within the sidecar's upstream bound.
         model_timeout_s=min(provider.timeout_ms, state.config.upstream_timeout_ms) / 1000,
-        withheld=quarantine.withheld(ctx.agent),
+        withheld=quarantine.withheld(ctx.agent) if quarantine else (),
         taint_mode=state.config.taint.mode if state.config.taint is not None else "off",
     )
-    once = await begin_attempt(ctx, engine, body)
+    once = await begin_attempt(ctx, engine, body) if plan.side_effects else Unjournaled(ctx, plan)
     # Its own task: a cancelled handler must not cut a loop (and its audit) short.
     await state.tasks.run(_Driver(exchange, ctx, engine, once).run())
 
 
 class _Driver:
     def __init__(
-        self, exchange: Exchange, ctx: RequestContext, engine: MediationEngine, once: ExactlyOnce
+        self, exchange: Exchange, ctx: RequestContext, engine: MediationEngine, once: Once
     ) -> None:
         self.ctx = ctx
         self.engine = engine
         self.once = once
-        self.codec = ctx.codec
-        """The protocol spoken upstream (the caller's, until translation)."""
         self.client = MediatedClient(exchange, ctx, ctx.codec)
-        self.charges = ModelCharges()
+        self.model = ModelCalls(ctx, engine, self.client)
         self.http_status = 200
         self.error_code: str | None = None
 
@@ -96,14 +92,14 @@ class _Driver:
         finally:
             steps.close()
         await self.once.end(succeeded=self.error_code is None)
-        once, outcome = self.once, (self.http_status, self.error_code)
+        once, charges, outcome = self.once, self.model.charges, (self.http_status, self.error_code)
         await record_mediated(
-            self.ctx, self.engine, self.charges, once.replayed_calls, once.resumed_from, outcome
+            self.ctx, self.engine, charges, once.replayed_calls, once.resumed_from, outcome
         )
 
     async def _perform(self, command: Command) -> Event:
         if isinstance(command, CallModel | ExecuteTools):
-            performing = self.once.perform(command, self._ask_model)
+            performing = self._call_out(command)
             return await (self.client.keeping_alive(performing) if self.client.live else performing)
         if isinstance(command, BeginStream):
             await self.client.begin_stream(self.ctx.codec.client_stream(self.engine.conversation))
@@ -115,17 +111,10 @@ class _Driver:
             raise TypeError(f"unknown command {type(command).__name__}")
         return Done()
 
-    async def _ask_model(self, command: CallModel) -> Event:
-        live = self.client.live
-        show = self.client.show if live is not None else None
-        event = await call_model(self.ctx, self.codec, self.engine.conversation, command, show)
-        if isinstance(event, ModelReplied):
-            if live is not None:
-                await self.client.write(live.end_turn(event.body))
-            if stored := self.codec.stored_ids(event.body):
-                self.ctx.record_objects(refs(stored))
-            self.charges.charge(self.ctx, self.codec, command.body, event.body)
-        return event
+    def _call_out(self, command: CallModel | ExecuteTools) -> Awaitable[Event]:
+        if isinstance(self.once, ExactlyOnce):
+            return self.once.perform(command, self.model)
+        return self.model(command) if isinstance(command, CallModel) else self.once.run(command)
 
     async def _remember(self, command: Remember) -> None:
         """state-durability (issue 14.5): a failed state write never costs the answer."""
@@ -144,7 +133,8 @@ class _Driver:
     async def _reply(self, command: Respond | Fail) -> None:
         if isinstance(command, Fail):
             self.http_status, self.error_code = command.status, command.code
-        await self.client.reply(command, side_effect_ran(self.engine))
+        ran = isinstance(self.once, ExactlyOnce) and side_effect_ran(self.engine)
+        await self.client.reply(command, ran)
         if self.client.gone and self.error_code is None:
             # The answer was ready but nobody was there to receive it.
             self.http_status, self.error_code = CLIENT_CLOSED, "client_disconnected"

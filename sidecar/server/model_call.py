@@ -27,8 +27,10 @@ from ..codecs.streaming import TextDelta
 from ..mediation.commands import CallModel, Event, ModelFailed, ModelReplied
 from ..model.conversation import CodecError, Conversation
 from ..observability import tracing
+from ..state.stored_objects import refs
 from ..transport import Response, TransportError
 from . import translated, translated_stream
+from .accounting import ModelCharges
 from .failover import open_upstream
 from .stream_tools import REFUSAL_STATUSES, offers_tools
 from .unserved import NOT_SERVED, not_served_message
@@ -39,7 +41,9 @@ from .upstream import (
 )
 
 if TYPE_CHECKING:
+    from ..mediation.engine import MediationEngine
     from .context import RequestContext
+    from .mediated_client import MediatedClient
 
 E = TypeVar("E")
 Show = Callable[[dict[str, Any], list[TextDelta]], Awaitable[None]]
@@ -55,6 +59,32 @@ class StreamUnanswered:
     definitive: bool
     """An empty stream says the provider cannot; an error status may have other causes, so
     it counts only when the same call answers whole."""
+
+
+class ModelCalls:
+    """The model calls of one mediated request as its driver asks them: each called (whole, or
+    streamed to a streaming client, whose turn then ends), the objects the provider stored for
+    it noted, its cost charged."""
+
+    def __init__(
+        self, ctx: RequestContext, engine: MediationEngine, client: MediatedClient
+    ) -> None:
+        self.ctx = ctx
+        self.engine = engine
+        self.client = client
+        self.charges = ModelCharges()
+
+    async def __call__(self, command: CallModel) -> Event:
+        ctx, codec, live = self.ctx, self.ctx.codec, self.client.live
+        show = self.client.show if live is not None else None
+        event = await call_model(ctx, codec, self.engine.conversation, command, show)
+        if isinstance(event, ModelReplied):
+            if live is not None:
+                await self.client.write(live.end_turn(event.body))
+            if stored := codec.stored_ids(event.body):
+                ctx.record_objects(refs(stored))
+            self.charges.charge(ctx, codec, command.body, event.body)
+        return event
 
 
 async def call_model(
@@ -178,14 +208,16 @@ async def _streamed(
     """``may_fall_back``: an empty stream, or a status a server refuses streaming with, comes
     back as ``StreamUnanswered`` instead of a failure."""
     streamed = codec.streaming_request(command.body)
-    crossing = translated_stream.LiveCall(ctx, codec)  # a target of another protocol (§18)
+    # A target of another protocol (§18); none without translations.
+    crossing = translated_stream.LiveCall(ctx, codec) if ctx.translations is not None else None
     response = await _open(ctx, streamed, crossing, read_timeout_s=command.timeout_s)
     if isinstance(response, ModelFailed):
         return response
     provider = ctx.provider_name
     assembler = codec.stream_assembler()
     end = codec.end_watch()
-    translator = crossing.translator()  # the provider's stream as the caller's
+    # The provider's stream as the caller's.
+    translator = crossing.translator() if crossing is not None else None
     try:
         if response.status != 200:
             data = ctx.state.upstream.redact(provider, await response.read())

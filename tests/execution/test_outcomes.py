@@ -8,8 +8,7 @@ import socket
 import orjson
 import pytest
 
-from clawpod.sidecar.execution.executor import ToolExecutor
-from clawpod.sidecar.execution.runner import CallLimits
+from clawpod.sidecar.execution.executor import CallLimits, ToolExecutor
 from clawpod.sidecar.manifest import ToolAuth
 from clawpod.sidecar.model.checked_call import CheckedCall
 from clawpod.sidecar.model.outcome import ToolOutcome, refused

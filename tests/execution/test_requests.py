@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from yarl import URL
 
-from clawpod.sidecar.backends.http_request import build_request
+from clawpod.sidecar.backends.http import build_request
 from clawpod.sidecar.execution.executor import ToolExecutor
 from clawpod.sidecar.manifest import ToolAuth
 from tests.support.builds import http_tool

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from clawpod.sidecar.execution.executor import ToolExecutor
-from clawpod.sidecar.execution.runner import CallLimits
+from clawpod.sidecar.execution.executor import CallLimits, ToolExecutor
 from clawpod.sidecar.manifest import ManagedTool
 from clawpod.sidecar.model.outcome import ToolOutcome
 

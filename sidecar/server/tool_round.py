@@ -1,0 +1,72 @@
+"""The tool rounds of an agent none of whose tools has side effects (SPEC §8.2): its calls are
+safe to run again, so nothing of its requests is journaled, resumed or waited for, and
+:class:`Unjournaled` runs its rounds as ``ExactlyOnce`` (``exactly_once.py``) runs every other
+agent's, without the journal (its model calls need nothing of either). A call no governance
+step applies to (``CallPlan``) goes to the executor straight; every other call passes the
+gate."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from ..execution.executor import CallLimits
+from ..governance.gate import CallPlan
+from ..mediation.commands import ExecuteTools, PlannedExecution, ToolsDone
+from ..model.outcome import ToolOutcome, refused
+
+if TYPE_CHECKING:
+    from .context import RequestContext
+
+log = logging.getLogger(__name__)
+
+
+class Unjournaled:
+    """``ExactlyOnce``'s part for an agent whose calls are all safe to repeat."""
+
+    replayed_calls: frozenset[str] = frozenset()
+    resumed_from: str | None = None
+
+    def __init__(self, ctx: RequestContext, plan: CallPlan) -> None:
+        self.ctx = ctx
+        self.plan = plan
+
+    async def run(self, command: ExecuteTools) -> ToolsDone:
+        started = time.monotonic()
+        deadline = started + command.budget_s
+        runs = (self._run_call(command, e, deadline) for e in command.executions)
+        if command.concurrent and len(command.executions) > 1:
+            outcomes = list(await asyncio.gather(*runs))
+        else:
+            outcomes = [await run for run in runs]
+        return ToolsDone(outcomes, elapsed_s=time.monotonic() - started)
+
+    async def end(self, *, succeeded: bool) -> None:
+        """Nothing was journaled: nothing to keep or drop."""
+
+    async def _run_call(
+        self, command: ExecuteTools, execution: PlannedExecution, deadline: float
+    ) -> ToolOutcome:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return refused("timeout", "the request's total time budget ran out before this call")
+        state, agent, call = self.ctx.state, self.ctx.agent.agent.id, execution.checked
+        limits = CallLimits(min(command.timeout_s, remaining), command.max_result_bytes)
+        try:
+            if not command.taint.tainted and id(call.tool) in self.plan.ungoverned:
+                # No step of the gate applies to this call: the executor makes it.
+                return await state.executor.execute(agent, call, limits, shielded=True)
+            return await state.governed.execute(
+                agent,
+                call,
+                limits,
+                taint=command.taint,
+                deadline=deadline,
+                client=execution.client,
+                shielded=True,  # the driver runs as a task of its own (server/mediated.py)
+            )
+        except Exception:
+            log.exception("tool %s failed in the executor", call.tool.name)
+            return refused("execution_failed", "the sidecar could not execute this call")
