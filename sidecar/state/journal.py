@@ -269,8 +269,8 @@ class RequestJournal:
         if self.log.expired(journal.written_at):
             self.log.drop(key, record=False)
             return None
-        segments = sorted(journal.segments)
-        earlier = _journaled(await asyncio.to_thread(self.log.read, key, segments))
+        spans = sorted(journal.spans)
+        earlier = _journaled(await asyncio.to_thread(self.log.read, key, spans))
         if earlier is None:  # nothing ran: the attempt starting now begins it afresh
             self.log.drop(key, record=False)
         return earlier

@@ -81,7 +81,8 @@ class Journal:
     written_at: float
     segments: set[int] = field(default_factory=set)
     spans: list[Span] = field(default_factory=list)
-    """Where its records are (found again on recovery): blanked when it goes."""
+    """Where its records are (found again on recovery): read when it is resumed, blanked when
+    it goes."""
 
 
 @dataclass(slots=True)
@@ -109,8 +110,8 @@ class _Queued:
 
 Where = tuple[int, int]
 """Where a batch's bytes went: segment and offset."""
-_Job = tuple[asyncio.AbstractEventLoop, list[_Queued], bytes, list[Span], Where | None]
-"""A batch for the writer thread to sync: the loop to answer on, its records, their bytes and
+_Job = tuple[asyncio.AbstractEventLoop, list[_Queued], bytes, bool, list[Span], Where | None]
+"""A batch for the writer thread: the loop to answer on, its records, their bytes, sync, and
 the spans to blank when the thread is to write them (a new segment is due), else where the
 loop wrote them."""
 
@@ -312,16 +313,16 @@ class JournalLog:
             self._writer = threading.Thread(target=self._write_batches, daemon=True)
             self._writer.start()
         self._writing = True
-        self._batches.put((asyncio.get_running_loop(), batch, data, erase, written))
+        self._batches.put((asyncio.get_running_loop(), batch, data, sync, erase, written))
 
     def _write_batches(self) -> None:
         """The writer thread: one batch at a time, each answered on its event loop. Its own
         thread rather than the loop's executor: a batch costs a queue put and a wake-up, not
         the executor's futures chained into the loop's (about half the CPU of a hop)."""
         while (job := self._batches.get()) is not None:
-            loop, batch, data, erase, written = job
+            loop, batch, data, sync, erase, written = job
             try:
-                where, failure = self._write(data, True, erase), None
+                where, failure = self._write(data, sync, erase), None
                 if written is not None:  # the loop wrote its bytes: ``data`` is empty
                     where = written
             except BaseException as exc:  # answered on the loop, whatever it is
@@ -457,22 +458,37 @@ class JournalLog:
 
     # --- reading ----------------------------------------------------------------------------
 
-    def read(self, key: Key, segments: list[int]) -> list[dict[str, Any]]:
-        """The records of journal ``key`` in these segments, in order (runs in a thread)."""
-        prefix = b'{"j":' + orjson.dumps(f"{key[0]}/{key[1]}") + b","
+    def read(self, key: Key, spans: list[Span]) -> list[dict[str, Any]]:
+        """The records of journal ``key`` at ``spans`` (in the order written), in a thread.
+        Only its own bytes are read, not the segments around them (up to ``MAX_SEGMENT_BYTES``
+        each, read and split for every resumed request before)."""
         records: list[dict[str, Any]] = []
-        for segment in segments:
-            try:
-                data = self._segment_path(segment).read_bytes()
-            except FileNotFoundError:
-                continue
-            chosen = b"\n".join(raw for raw in data.splitlines() if raw.startswith(prefix))
-            for _, _, record in parse(chosen):
+        for data in self._read_spans(spans):
+            for found, _, record in parse(data):
+                if found != key:
+                    continue
                 if "end" in record or starts_afresh(record):
                     records.clear()  # an earlier journal of the same request
                 if "end" not in record:
                     records.append(record)
         return records
+
+    def _read_spans(self, spans: list[Span]) -> Iterator[bytes]:
+        """The bytes at each span (a span in a segment that went is skipped)."""
+        opened: dict[int, int | None] = {}
+        try:
+            for segment, offset, length in spans:
+                if segment not in opened:
+                    with contextlib.suppress(FileNotFoundError):
+                        opened[segment] = None
+                        opened[segment] = os.open(self._segment_path(segment), os.O_RDONLY)
+                fd = opened[segment]
+                if fd is not None:
+                    yield os.pread(fd, length, offset)
+        finally:
+            for fd in opened.values():
+                if fd is not None:
+                    os.close(fd)
 
     async def recovered(self) -> None:
         """Read what the log holds (and move a previous layout's journals in) once, before the
@@ -524,6 +540,7 @@ class JournalLog:
             if "link" in record:  # it names a journal of lines before it
                 if key in self.journals:
                     self.journals[key].segments.add(segment)
+                    self.journals[key].spans.append((segment, offset, length))
                     asked = str(record.get("asked", ""))
                     self.links[(key[0], str(record["link"]))] = Link(key[1], asked, written_at)
                 continue

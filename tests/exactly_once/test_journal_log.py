@@ -302,6 +302,36 @@ async def test_a_crash_in_the_middle_of_a_batch_loses_only_its_torn_line(
     assert (await again.begin("a", first, "req_5")).known_outcome("trade") == DONE
 
 
+async def test_a_resumed_journal_reads_its_own_records_not_the_segments_around_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, a resumed request read and split every segment its journal had records in (up
+    to 4 MiB each); now it reads the bytes of its own records, after a restart too."""
+    journal = RequestJournal(tmp_path, window_ms=WINDOW_MS)
+    wanted = request_digest("a", body("wanted"))
+    await destructive(journal, "a", wanted, "req_w", succeed=False)
+    for n in range(50):  # other journals' records around it
+        await destructive(journal, "a", request_digest("a", body(n)), f"req_{n}", succeed=False)
+    read: list[int] = []
+    pread = os.pread
+
+    def counted_pread(fd: int, length: int, offset: int) -> bytes:
+        read.append(length)
+        return pread(fd, length, offset)
+
+    monkeypatch.setattr(journal_log.os, "pread", counted_pread)
+    for resuming in (journal, RequestJournal(tmp_path, window_ms=WINDOW_MS)):
+        await resuming.log.recovered()
+        read.clear()
+        own = sum(span[2] for span in resuming.log.journals[(resuming.folder("a"), wanted)].spans)
+        resumed = await resuming.begin("a", wanted, "retry")
+        assert resumed.resumed_from == "req_w"
+        assert resumed.known_outcome("trade") == DONE
+        assert resumed.replayed_turn() == {"turn": "req_w"}
+        assert 0 < sum(read) == own
+        await resumed.end(succeeded=False)
+
+
 async def test_two_agents_share_the_log_and_never_each_others_journals(tmp_path: Path) -> None:
     """The same request identity under two agents names two journals; one agent's flood of
     failures fills its own quota, never the other's, and pushes nothing out."""
