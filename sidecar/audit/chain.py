@@ -62,7 +62,8 @@ def digest(canonical: bytes, key: bytes | None) -> str:
     if key is None:
         return hashlib.sha256(canonical).hexdigest()
     # One call into OpenSSL; hmac.new builds two Python objects around it for every record.
-    return hmac.digest(key, canonical, hashlib.sha256).hex()
+    # The digest named, not passed as hashlib.sha256: OpenSSL need not map a function to it.
+    return hmac.digest(key, canonical, "sha256").hex()
 
 
 def record_hash(record: dict[str, Any], key: bytes | None = None) -> str:

@@ -3,7 +3,8 @@
 Off unless ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set (or a test installs a provider): then every
 client request is an ``invoke_agent`` span continuing the client's W3C ``traceparent``, every
 model call a ``chat {model}`` span and every tool call an ``execute_tool {tool}`` span whose
-context goes to the tool service in ``traceparent``. While off, the helpers cost one check.
+context goes to the tool service in ``traceparent``. While off, the helpers cost one check,
+and every request's own path tests ``tracer`` instead of calling them.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ log = logging.getLogger(__name__)
 
 ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
 SERVICE_NAME = "clawpod-sidecar"
-_tracer: trace.Tracer | None = None
+tracer: trace.Tracer | None = None
+"""None while tracing is off (read it as ``tracing.tracer``: it changes)."""
 # What every span helper returns while tracing is off: reusable, no generator per request.
 _NO_SPAN: AbstractContextManager[None] = contextlib.nullcontext()
 
@@ -46,22 +48,17 @@ def configure_tracing(env: Mapping[str, str]) -> bool:
 
 def use_provider(provider: TracerProvider | None) -> None:
     """Trace through ``provider`` from now on; None turns tracing off."""
-    global _tracer
-    _tracer = None if provider is None else provider.get_tracer("clawpod.sidecar")
-
-
-def active() -> bool:
-    """Spans are recorded (callers may skip building what only a span would carry)."""
-    return _tracer is not None
+    global tracer
+    tracer = None if provider is None else provider.get_tracer("clawpod.sidecar")
 
 
 def agent_span(route: str, headers: Mapping[str, str]) -> AbstractContextManager[Span | None]:
     """One client request, continuing the client's trace when it sent ``traceparent``; the
     agent is named once it is authenticated (:func:`name_agent`)."""
-    if _tracer is None:
+    if tracer is None:
         return _NO_SPAN
     attributes = {"gen_ai.operation.name": "invoke_agent", "url.path": route}
-    return _tracer.start_as_current_span(
+    return tracer.start_as_current_span(
         "invoke_agent",
         context=propagate.extract(headers),
         kind=SpanKind.SERVER,
@@ -70,14 +67,14 @@ def agent_span(route: str, headers: Mapping[str, str]) -> AbstractContextManager
 
 
 def name_agent(agent: str) -> None:
-    if _tracer is not None:
+    if tracer is not None:
         span = trace.get_current_span()
         span.set_attribute("gen_ai.agent.id", agent)
         span.set_attribute("gen_ai.agent.name", agent)
 
 
 def model_span(provider_api: str, model: str | None) -> AbstractContextManager[Span | None]:
-    if _tracer is None:
+    if tracer is None:
         return _NO_SPAN
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "chat",
@@ -85,18 +82,18 @@ def model_span(provider_api: str, model: str | None) -> AbstractContextManager[S
     }
     if model:
         attributes["gen_ai.request.model"] = model
-    return _tracer.start_as_current_span(
+    return tracer.start_as_current_span(
         f"chat {model or ''}".rstrip(), kind=SpanKind.CLIENT, attributes=attributes
     )
 
 
 def tool_span(tool: str, call_id: str | None = None) -> AbstractContextManager[Span | None]:
-    if _tracer is None:
+    if tracer is None:
         return _NO_SPAN
     attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool}
     if call_id:
         attributes["gen_ai.tool.call.id"] = call_id
-    return _tracer.start_as_current_span(
+    return tracer.start_as_current_span(
         f"execute_tool {tool}", kind=SpanKind.CLIENT, attributes=attributes
     )
 
@@ -115,13 +112,13 @@ def record_error(span: Span | None, code: str) -> None:
 
 def inject(headers: MutableMapping[str, str]) -> None:
     """Add the current span's ``traceparent`` (and ``tracestate``) to outgoing headers."""
-    if _tracer is not None:
+    if tracer is not None:
         propagate.inject(headers)
 
 
 def current_trace_id() -> str | None:
     """The trace id the audit record carries, when a span is being recorded."""
-    if _tracer is None:
+    if tracer is None:
         return None
     context = trace.get_current_span().get_span_context()
     return format(context.trace_id, "032x") if context.is_valid else None

@@ -57,7 +57,8 @@ async def record_request(
         cost = call_cost(ctx, ctx.provider_name, ctx.model, usage)
     if cost and ctx.provider_name is not None:
         metrics.count_cost(agent_id, ctx.provider_name, cost)
-    spend_budget(ctx.state, agent_id, usage, cost)
+    if ctx.budgeted:
+        spend_budget(ctx.state, agent_id, usage, cost)
     stamp = rfc3339_now()  # one timestamp for the log line and the audit record
     log_request(
         stamp=stamp,
@@ -87,7 +88,7 @@ async def record_request(
         stream=ctx.stream,
         usage=usage,
         tool_trace=tool_trace,
-        trace_id=tracing.current_trace_id(),
+        trace_id=None if tracing.tracer is None else tracing.current_trace_id(),
     )
     if cost is not None:
         entry["cost_usd"] = round(cost, 9)

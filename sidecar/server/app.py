@@ -31,8 +31,8 @@ from ..tasks import ShieldedTasks
 from ..transport.keepalive import keepalive_interval
 from .auth import TokenVerifier
 from .context import STATE_KEY, SidecarState
+from .edge import protocol_errors
 from .llm_routes import add_llm_routes
-from .protocol_errors import protocol_errors
 from .routes import healthz, mcp, model, models
 from .routing import ModelRouter
 from .stream_tools import StreamToolsSupport

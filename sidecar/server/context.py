@@ -10,9 +10,10 @@ from aiohttp import web
 
 from ..codecs.base import Codec
 from ..manifest import AgentBuild, Provider, SidecarConfig
+from ..request_body import BodyBytesInFlight
 from ..state.stored_objects import StoredRef
 from ..tasks import ShieldedTasks
-from .body_bounds import BodyBytesInFlight
+from .upstream import UpstreamClient, UpstreamTarget
 
 if TYPE_CHECKING:
     from ..audit.log import AuditLog
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
     from .routing import ModelRouter
     from .stream_tools import StreamToolsSupport
     from .translation_plan import Translations
-    from .upstream import UpstreamClient
 
 
 @dataclass
@@ -91,6 +91,18 @@ class RequestContext:
     def note_objects(self, use: str, refs: list[StoredRef]) -> None:
         self.objects += [{"kind": ref.kind, "id": ref.id, "use": use} for ref in refs]
 
+    def target(self, provider: str, key: str | None = None) -> UpstreamTarget:
+        """Where this request goes at ``provider`` (with its pooled ``key``, if any)."""
+        return UpstreamTarget(
+            provider,
+            self.route,
+            self.forward_headers,
+            self.stream,
+            self.method,
+            self.upstream_path,
+            key,
+        )
+
     def record_objects(self, refs: list[StoredRef]) -> None:
         """Bind objects the provider stored for this request to its agent."""
         if refs:
@@ -109,3 +121,7 @@ class RequestContext:
     """Size of the client's body, where budget estimates start (#32)."""
     translations: Translations | None = None
     """Set when a target speaks another protocol than the caller (contract §18)."""
+    walks: bool = True
+    """The targets need the failover walk (``RoutePlan.walks``); False: one plain target."""
+    budgeted: bool = False
+    """The agent has a daily budget: the request is admitted, held and charged (#32)."""

@@ -18,6 +18,10 @@ with a bounded queue and backpressure). This module adds, per connection:
   ``refuse_at_the_edge``);
 - parse failures answered as JSON, not aiohttp's text page with a logged traceback.
 Nothing here parses HTTP: it counts bytes and watches aiohttp's own queue of parsed requests.
+
+What leaves through the edge leaves in the caller's protocol: ``protocol_errors`` answers
+every failure on aiohttp's routes, the edge's refusals among them, as JSON-RPC on ``/mcp`` and
+in the codec's error shape elsewhere, with nothing internal leaked.
 """
 
 from __future__ import annotations
@@ -32,11 +36,17 @@ from typing import Any
 import orjson
 from aiohttp import StreamReader, web
 
+from ..codecs import codec_for_caller
 from ..manifest import EdgeConfig, SidecarConfig
+from ..mcp.http import jsonrpc_error
 from ..model.errors import ApiError, internal_error
+from ..observability.logs import log_request
 from .aiohttp_compat import HandlerBase, RunnerBase, ServerBase, check
+from .auth import AuthError
 
 log = logging.getLogger(__name__)
+JSONRPC_INTERNAL_ERROR = -32603
+_JSON_HEADERS = {"Content-Type": "application/json"}
 # Connections looked at, oldest first, for one to close at the cap: a flood of new connections
 # costs a bounded scan each, even when the oldest are all busy.
 EVICTION_SCAN = 64
@@ -331,7 +341,7 @@ def mark_authenticated(request: web.BaseRequest) -> None:
 
 @web.middleware
 async def refuse_at_the_edge(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Requests aiohttp parsed but the edge refuses; the error middleware (outside this one)
+    """Requests aiohttp parsed but the edge refuses; ``protocol_errors`` (outside this one)
     shapes each refusal in the caller's protocol.
 
     Past the connection cap: 503, which SDKs show and retry with backoff, where a bare close
@@ -356,3 +366,47 @@ async def close_when_refused(request: web.BaseRequest, response: web.StreamRespo
     if over_capacity(request) or response.status in CLOSING_STATUSES:
         response.force_close()
         response.headers["Connection"] = "close"  # the head is built before this hook runs
+
+
+@web.middleware
+async def protocol_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every error leaves in the caller's protocol shape; nothing internal leaks."""
+    try:
+        return await handler(request)
+    except AuthError as err:
+        log_request(route=request.path, status=err.status, code=err.code, agent=None)
+        return _error_reply(request, err)
+    except ApiError as err:
+        return _error_reply(request, err)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _error_reply(request, _from_http_exception(exc))
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return _error_reply(request, internal_error())
+
+
+def _error_reply(request: web.Request, err: ApiError) -> web.Response:
+    if request.path == "/mcp":
+        return jsonrpc_error(err.status, JSONRPC_INTERNAL_ERROR, err.message)
+    codec = codec_for_caller(request.path, request.headers)
+    return web.Response(status=err.status, body=codec.error_json(err), headers=_JSON_HEADERS)
+
+
+def _from_http_exception(exc: web.HTTPException) -> ApiError:
+    codes = {
+        400: "bad_request",
+        404: "not_found",
+        405: "method_not_allowed",
+        413: "request_too_large",
+        431: "request_header_fields_too_large",
+        503: "overloaded",
+    }
+    message = {
+        404: "no such route",
+        405: "method not allowed on this route",
+    }.get(exc.status, exc.reason)
+    return ApiError(exc.status, codes.get(exc.status, f"http_{exc.status}"), message)

@@ -67,15 +67,11 @@ async def open_upstream(ctx: RequestContext, send: Send) -> Response:
     ``ctx.model`` to the target that gave it. Raises ``UpstreamError`` when the last target
     could not be reached, ``ApiError`` 429 when every key rests. Attempts are recorded in
     ``ctx.attempts`` when there was a choice (a route, a key pool, a first-byte bound)."""
-    targets = ctx.targets
-    upstream = ctx.state.upstream
-    if len(targets) == 1:
-        name, provider, model = targets[0]
-        pool = upstream.pools[name]
-        if not pool.pooled and provider.first_byte_timeout_ms is None:
-            # One provider, one key, no first-byte bound: the plain path, and nothing to record
-            # that the audit record's ``provider`` does not say.
-            return await send(_target(ctx, name, None), model)
+    if not ctx.walks:
+        # One provider, one key, no first-byte bound (``RoutePlan.walks``): the plain path,
+        # and nothing to record that the audit record's ``provider`` does not say.
+        name, _, model = ctx.targets[0]
+        return await send(ctx.target(name), model)
     return await _walk(ctx, send)
 
 
@@ -91,7 +87,7 @@ async def _walk(ctx: RequestContext, send: Send) -> Response:
             if key is None:
                 ctx.attempts.append(_attempt(name, None, "no_key_ready"))
                 break
-            target = _target(ctx, name, key.label if pool.pooled else None)
+            target = ctx.target(name, key.label if pool.pooled else None)
             try:
                 response = await _first_byte(provider, name, send(target, model))
             except UpstreamError as exc:
@@ -179,18 +175,6 @@ def _keys_resting(ctx: RequestContext) -> ApiError:
         f"every key of {names} is rate-limited; try again later",
         "rate_limit_error",
         headers={"retry-after": retry_after_header(min(waits))},
-    )
-
-
-def _target(ctx: RequestContext, provider: str, key: str | None) -> UpstreamTarget:
-    return UpstreamTarget(
-        provider,
-        ctx.route,
-        ctx.forward_headers,
-        ctx.stream,
-        ctx.method,
-        ctx.upstream_path,
-        key,
     )
 
 

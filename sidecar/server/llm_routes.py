@@ -1,6 +1,11 @@
 """The LLM routes of every registered codec (and their aliases without ``/v1``): authenticate,
 read and route the body, then mediate or pass through. Every failure leaves in the caller's
-protocol shape and nothing internal leaks."""
+protocol shape and nothing internal leaks.
+
+What a request can need is decided before it comes, so its path calls only what applies: the
+budget gate for an agent with a budget (``TokenBudgets.governed``), the translation plan for a
+route with a target of another protocol (``RoutePlan.crosses``), the stored-object checks for
+a protocol whose provider stores objects, spans while tracing is on."""
 
 from __future__ import annotations
 
@@ -22,11 +27,11 @@ from ..manifest import AgentBuild
 from ..model.errors import ApiError, internal_error
 from ..observability import tracing
 from ..observability.logs import log_request
+from ..request_body import check_shape
 from ..state.stored_objects import refs
 from . import translated
 from .accounting import record_request
 from .auth import AuthError
-from .body_bounds import check_shape
 from .budget_gate import admit, release
 from .context import STATE_KEY, RequestContext, SidecarState
 from .counting import with_managed_tools
@@ -35,6 +40,7 @@ from .exchange import AiohttpExchange, Exchange
 from .mediated import handle_mediated
 from .mediated_client import CLIENT_CLOSED
 from .passthrough import pass_through
+from .routing import plan_route
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +83,11 @@ async def serve_llm(exchange: Exchange, route: LlmRoute, state: SidecarState) ->
     """One request to an LLM route, on whichever server took it; every failure leaves in the
     caller's protocol shape and nothing internal leaks."""
     try:
-        with tracing.agent_span(route.path, exchange.headers):
+        if tracing.tracer is None:
             await _llm_request(exchange, state, route)
+        else:
+            with tracing.agent_span(route.path, exchange.headers):
+                await _llm_request(exchange, state, route)
     except AuthError as err:
         log_request(route=route.path, status=err.status, code=err.code, agent=None)
         await reply_error(exchange, route.codec, err)
@@ -106,7 +115,8 @@ async def _llm_request(exchange: Exchange, state: SidecarState, route: LlmRoute)
     codec = route.codec
     agent = state.verifier.authenticate(exchange.headers)
     exchange.authenticated()
-    tracing.name_agent(agent.agent.id)
+    if tracing.tracer is not None:
+        tracing.name_agent(agent.agent.id)
     ctx = RequestContext(
         state=state,
         agent=agent,
@@ -115,6 +125,7 @@ async def _llm_request(exchange: Exchange, state: SidecarState, route: LlmRoute)
         request_id=next(_request_ids),
         started=started,
         forward_headers=_forward_headers(exchange.headers, codec),
+        budgeted=agent.agent.id in state.budgets.governed,
     )
     with state.body_bytes.holding(agent.agent.id) as take:
         await _read_and_serve(exchange, state, route, ctx, take)
@@ -140,23 +151,26 @@ async def _read_and_serve(
             ctx.stream = body.get("stream") is True or _query_streams(exchange.query)
             if route.upstream is not None:
                 _address_resource(ctx, exchange, route.upstream)
-            _check_stored_objects(ctx, exchange, body)
+            if codec.stores_objects:
+                _check_stored_objects(ctx, exchange, body)
             ctx.request_bytes = len(raw)
             if route.upstream is None or "model" in body:
-                ctx.targets = state.router.route(codec.api, body.get("model"))  # type: ignore[assignment]
-                ctx.provider_name, _, ctx.model = ctx.targets[0]
+                plan = state.router.plan(codec.api, codec.name, body.get("model"))
+                ctx.targets, ctx.walks = plan.targets, plan.walks  # type: ignore[assignment]
+                ctx.provider_name, _, ctx.model = plan.targets[0]
+                if route.upstream is None and plan.crosses:
+                    translated.plan(ctx, body)  # a target of another protocol: refused or planned
             else:
                 ctx.provider_name = state.router.first_provider(codec.api, codec.name)
                 ctx.targets = [(ctx.provider_name, state.config.providers[ctx.provider_name], None)]
-            if route.upstream is None:
-                translated.plan(ctx, body)  # a target of another protocol: refused or planned
+                ctx.walks = plan_route(codec.name, ctx.targets).walks  # type: ignore[arg-type]
         except ApiError as err:
             requested = body.get("model")
             ctx.model = requested if isinstance(requested, str) else None
             await reply_error(exchange, codec, err, final=True)  # the body or its routing
             await record_request(ctx, http_status=err.status, error_code=err.code)
             return
-        refusal = admit(ctx, body)
+        refusal = admit(ctx, body) if ctx.budgeted else None
         if refusal is not None:
             await reply_error(exchange, codec, refusal)
             await record_request(ctx, http_status=refusal.status, error_code=refusal.code)
@@ -167,7 +181,7 @@ async def _read_and_serve(
         withheld = _withheld(agent, codec, body)
         if withheld is not None:
             ctx.audit_extra = {"tools_injected": False, "reason": withheld}
-        if translated.counts_here(ctx):
+        if ctx.translations is not None and translated.counts_here(ctx):
             await translated.answer_count(exchange, ctx, body)
         elif route.mediate and _injects(agent, withheld):
             await handle_mediated(exchange, ctx, body)
@@ -180,7 +194,8 @@ async def _read_and_serve(
             await pass_through(exchange, ctx, raw if raw or route.method == "POST" else None)
     finally:
         inflight[route.path] -= 1
-        release(ctx)
+        if ctx.budgeted:
+            release(ctx)
 
 
 def _ask_stream_usage(ctx: RequestContext, codec: Codec, body: dict[str, Any], raw: bytes) -> bytes:

@@ -121,7 +121,7 @@ async def _traced(ctx: RequestContext, codec: Codec, calling: Awaitable[E]) -> E
     """The call's upstream latency, and its span when tracing is on."""
     started = time.perf_counter()
     try:
-        if not tracing.active():
+        if tracing.tracer is None:
             return await calling
         with tracing.model_span(codec.api, ctx.model) as span:
             event = await calling
@@ -154,6 +154,8 @@ async def _open(
         return upstream.send(target, payload, max_body_bytes=upstream.max_response_bytes, **bound)
 
     try:
+        if not ctx.walks:  # the plain path of ``open_upstream``, without entering it
+            return await send(ctx.target(ctx.provider_name or ""), ctx.model)
         return await open_upstream(ctx, send)
     except translated.CALL_FAILURES as exc:
         return translated.model_failure(exc)

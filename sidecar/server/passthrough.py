@@ -1,12 +1,15 @@
 """Governed pass-through: the client's request goes upstream unchanged, the answer comes back
-unchanged (streams chunk by chunk, never buffered), and the exchange is audited."""
+unchanged (streams chunk by chunk, never buffered), and the exchange is audited.
+
+A request whose route has one plain target (``RoutePlan.walks`` false) is sent to it directly;
+one with no target of another protocol (no ``ctx.translations``) never meets translation."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine
 from typing import Any
 
 import orjson
@@ -24,7 +27,7 @@ from .context import RequestContext
 from .errors import reply_error
 from .exchange import Exchange
 from .failover import open_upstream
-from .unserved import NOT_SERVED, not_served_message
+from .unserved import NO_SUCH_ROUTE, NOT_SERVED, not_served_message
 from .upstream import (
     UpstreamError,
     UpstreamTarget,
@@ -36,9 +39,16 @@ def upstream_api_error(exc: UpstreamError) -> ApiError:
     return upstream_failure(exc.kind, exc.message)
 
 
-async def pass_through(
+def pass_through(
     exchange: Exchange, ctx: RequestContext, raw: bytes | bytearray | None
-) -> None:
+) -> Coroutine[Any, Any, None]:
+    """The pass-through of ``ctx``'s request, in a model span while tracing is on."""
+    if tracing.tracer is None:
+        return _pass_through(exchange, ctx, raw)  # no coroutine around it: one frame less
+    return _traced(exchange, ctx, raw)
+
+
+async def _traced(exchange: Exchange, ctx: RequestContext, raw: bytes | bytearray | None) -> None:
     with tracing.model_span(ctx.codec.api, ctx.model):
         await _pass_through(exchange, ctx, raw)
 
@@ -50,24 +60,28 @@ async def _pass_through(
     client = ctx.state.upstream
 
     def send(target: UpstreamTarget, model: str | None) -> Awaitable[Response]:
-        live = translated_stream.passthrough_streamed(ctx, target, model)
-        if live is not None:  # a streaming caller, a provider of another protocol: live
-            return client.send(*live)
-        crossing = translated.passthrough_send(ctx, target, model)
-        if crossing is not None:  # a provider of another protocol (contract §18)
-            return client.send(*crossing, max_body_bytes=client.max_response_bytes)
+        if ctx.translations is not None:
+            live = translated_stream.passthrough_streamed(ctx, target, model)
+            if live is not None:  # a streaming caller, a provider of another protocol: live
+                return client.send(*live)
+            crossing = translated.passthrough_send(ctx, target, model)
+            if crossing is not None:  # a provider of another protocol (contract §18)
+                return client.send(*crossing, max_body_bytes=client.max_response_bytes)
         same = model is None or model == ctx.model
         return client.send(target, raw if same else _with_model(raw, model))
 
     try:
-        upstream = await open_upstream(ctx, send)
+        if ctx.walks:
+            upstream = await open_upstream(ctx, send)
+        else:  # the plain path of ``open_upstream``, without entering it
+            upstream = await send(ctx.target(ctx.provider_name or ""), ctx.model)
     except UpstreamError as exc:
         return await _fail(exchange, ctx, upstream_api_error(exc))
     except ApiError as err:  # every key rests
         return await _fail(exchange, ctx, err)
     try:
         ctx.state.metrics.observe_upstream(ctx.provider_name, time.monotonic() - sent)
-        translation = translated.answered_in(ctx)
+        translation = None if ctx.translations is None else translated.answered_in(ctx)
         if translation is not None and translated_stream.streams_back(ctx, upstream):
             return await translated_stream.relay_translated_stream(
                 exchange, ctx, upstream, translation
@@ -95,8 +109,10 @@ async def _relay_body(exchange: Exchange, ctx: RequestContext, upstream: Respons
     status = upstream.status
     if status >= 400:
         data = ctx.state.upstream.redact(ctx.provider_name, data)
-    unserved = ctx.upstream_path is None and not_served_message(
-        ctx.codec, ctx.provider_name or "", status, data
+    unserved = (
+        status in NO_SUCH_ROUTE
+        and ctx.upstream_path is None
+        and not_served_message(ctx.codec, ctx.provider_name or "", status, data)
     )
     if unserved:
         return await _fail(exchange, ctx, upstream_failure(NOT_SERVED, unserved))
@@ -118,7 +134,8 @@ async def _relay_body(exchange: Exchange, ctx: RequestContext, upstream: Respons
         usage = usage_record(rounds=1)
         if not ctx.upstream_path:  # a stored object's usage was spent when it was made
             usage = _body_usage(ctx, parsed, len(data))
-        _track_stored_objects(ctx, status, parsed)
+        if ctx.codec.stores_objects:
+            _track_stored_objects(ctx, status, parsed)
     headers = ctx.state.upstream.relayed_headers(ctx.provider_name, upstream.headers)
     await _send(exchange, status, data, headers)
     await record_request(ctx, http_status=status, error_code=error_code, usage=usage)

@@ -1,20 +1,51 @@
 """Model routing: ``provider/model``, else the first fallback route (``routes``) whose glob
 matches, else the first provider whose globs match, those of the route's API first (SPEC §4.1,
-§14). A target of another protocol than the caller's gets the request translated (§18)."""
+§14). A target of another protocol than the caller's gets the request translated (§18).
+
+A caller's route to a model is planned once (``RoutePlan``, memoised): besides its targets, it
+says whether the request can need the failover walk or a translation at all, so the request
+path of a plain route (one provider, one key, the caller's protocol) calls neither."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
 from ..codecs.base import ProviderApi
 from ..manifest import MODEL_GLOB_CHARACTERS, Provider, SidecarConfig, is_model_glob
 from ..model.errors import ApiError
 from ..model.known_models import KNOWN_MODELS
+from ..translation import target_protocol
 
 Api = ProviderApi
 _CACHE_LIMIT = 4096
 # A request's upstream candidates in order: (provider name, provider, upstream model).
 Target = tuple[str, Provider, str]
+
+
+@dataclass(frozen=True, slots=True)
+class RoutePlan:
+    """What a request of one protocol for one model needs, decided once."""
+
+    targets: list[Target]
+    walks: bool
+    """More than one target, a key pool or a first-byte bound: the failover walk decides
+    (``failover.py``); else the one target is sent to directly."""
+    crosses: bool
+    """Some target speaks another protocol than the caller: the request is translated for it
+    (``translated.py``)."""
+
+
+def plan_route(protocol: str, targets: list[Target]) -> RoutePlan:
+    """The plan of a request in ``protocol`` to ``targets``."""
+    provider = targets[0][1]
+    walks = (
+        len(targets) > 1
+        or len(provider.key_envs) > 1  # a key pool (``KeyPool.pooled``)
+        or provider.first_byte_timeout_ms is not None
+    )
+    crosses = any(target_protocol(protocol, p.served) != protocol for _, p, _ in targets)
+    return RoutePlan(targets, walks, crosses)
 
 
 class ModelRouter:
@@ -32,6 +63,7 @@ class ModelRouter:
             for glob, targets in (config.routes or {}).items()
         ]
         self._cache: dict[tuple[str, str], list[Target]] = {}
+        self._plans: dict[tuple[str, str], RoutePlan] = {}
 
     def resolve(self, api: Api, model: object) -> tuple[str, Provider, str]:
         """The first target of ``model``."""
@@ -56,6 +88,16 @@ class ModelRouter:
             if len(self._cache) >= _CACHE_LIMIT:
                 self._cache.clear()
             self._cache[key] = found
+        return found
+
+    def plan(self, api: Api, protocol: str, model: object) -> RoutePlan:
+        """The plan of a request in ``protocol`` (of ``api``) for ``model``, memoised."""
+        found = self._plans.get((protocol, model)) if isinstance(model, str) else None
+        if found is None:
+            found = plan_route(protocol, self.route(api, model))  # refuses what is no model id
+            if len(self._plans) >= _CACHE_LIMIT:
+                self._plans.clear()
+            self._plans[protocol, model] = found  # type: ignore[index]
         return found
 
     def _resolve(self, api: Api, model: str) -> list[Target]:

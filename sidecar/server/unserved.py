@@ -18,14 +18,14 @@ from ..codecs.base import WireCodec
 
 NOT_SERVED = "not_served"
 """The ``ModelFailed`` kind (and ``upstream_failure`` kind) of this refusal."""
-# Statuses a server answers for a route it does not have.
-_NO_SUCH_ROUTE = frozenset({404, 405})
+# Statuses a server answers for a route it does not have: no other answer is tested.
+NO_SUCH_ROUTE = frozenset({404, 405})
 
 
 def not_served_message(codec: WireCodec, provider: str, status: int, body: bytes) -> str | None:
     """The refusal's message when the provider's answer says it has no route for ``codec``'s
     protocol; None for any other answer (a 404 about the model is the provider's own error)."""
-    if status not in _NO_SUCH_ROUTE or (status == 404 and _names_a_model(body)):
+    if status not in NO_SUCH_ROUTE or (status == 404 and _names_a_model(body)):
         return None
     others = [
         f"{other.title} ({other.route})"

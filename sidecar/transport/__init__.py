@@ -1,6 +1,6 @@
 """Outbound HTTP: pooled keep-alive HTTP/1.1 to LLM providers and tool services."""
 
-from .client import HttpClient, PreparedRequest
+from .client import ConnectionCounts, HttpClient, PreparedRequest
 from .errors import (
     BodyTooLarge,
     ConnectError,
@@ -10,7 +10,6 @@ from .errors import (
     TransportError,
 )
 from .http1 import Headers, Response
-from .pool import ConnectionCounts
 
 __all__ = [
     "BodyTooLarge",

@@ -11,12 +11,12 @@ import aiohttp
 import orjson
 import pytest
 
-from clawpod.sidecar.audit.bounds import (
+from clawpod.sidecar.audit.log import (
     MAX_STRING_BYTES,
+    AuditLog,
     bounded_string,
     may_hold_long_strings,
 )
-from clawpod.sidecar.audit.log import AuditLog
 from clawpod.sidecar.audit.trace import MAX_ARGUMENT_BYTES, trace_call
 from clawpod.sidecar.model.outcome import refused
 from tests.audit.test_audit import KEY, TOOL, verify

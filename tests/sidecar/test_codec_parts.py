@@ -16,7 +16,7 @@ SIDECAR = Path(__file__).resolve().parents[2] / "sidecar"
 WIRE_ONLY = [
     "server/passthrough.py",
     "server/errors.py",
-    "server/protocol_errors.py",
+    "server/edge.py",
     "server/routes.py",
     "server/upstream.py",
     "server/unserved.py",

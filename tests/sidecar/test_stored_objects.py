@@ -4,7 +4,6 @@ key, so only the sidecar can tell them apart). Driven by the real openai SDK."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ from clawpod.sidecar.state.stored_objects import OWNERS_FILE, StoredObjects, Sto
 from tests.sidecar.conftest import Pod, PodFactory
 from tests.support import responses as r
 from tests.support.builds import AgentSpec
-from tests.support.sidecar import audit_records, start_sidecar
+from tests.support.sidecar import audit_records_when, start_sidecar
 
 AGENTS = [AgentSpec("alice", mode="native"), AgentSpec("bob", mode="native")]
 
@@ -30,12 +29,7 @@ def client(pod: Pod, agent: str) -> openai.AsyncOpenAI:
 
 
 async def records_of(pod: Pod, agent: str, count: int) -> list[dict[str, Any]]:
-    for _ in range(500):
-        records = audit_records(pod.state_dir, agent)
-        if len(records) >= count:
-            return records
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"expected {count} audit records of {agent}")
+    return await audit_records_when(pod.state_dir, agent, count)
 
 
 async def alice_creates(pod: Pod, response_id: str, *, stream: bool = False) -> None:

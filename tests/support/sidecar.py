@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +69,17 @@ def audit_records(state_dir: Path, agent: str) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+async def audit_records_when(state_dir: Path, agent: str, count: int) -> list[dict[str, Any]]:
+    """The agent's audit records once ``count`` are written (a client may be answered before
+    its request's record is written)."""
+    for _ in range(500):
+        records = audit_records(state_dir, agent)
+        if len(records) >= count:
+            return records
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"expected {count} audit records of {agent}")
 
 
 async def start_sidecar(

@@ -1,0 +1,114 @@
+"""What a request can need is decided once (``routing.RoutePlan``, ``SidecarState.budgeted``):
+a plain route, an agent without a budget and tracing off skip the failover walk, the budget
+gate and the span helpers; where they are configured, each still applies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from clawpod.sidecar.manifest import Governance, Provider
+from clawpod.sidecar.observability import tracing
+from clawpod.sidecar.server.routing import plan_route
+from tests.sidecar.conftest import Pod, PodFactory
+from tests.support.builds import AgentSpec
+from tests.support.sidecar import audit_records_when
+from tests.support.upstream import Reply, StubUpstream, openai_completion
+
+PROMPT = [{"role": "user", "content": "hi"}]
+URL = "http://127.0.0.1:9"
+CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+TRACEPARENT = {"traceparent": f"00-{CLIENT_TRACE}-00f067aa0ba902b7-01"}
+
+
+async def _audit(pod: Pod, agent: str, count: int) -> list[dict[str, Any]]:
+    return await audit_records_when(pod.state_dir, agent, count)
+
+
+def _provider(**settings: object) -> Provider:
+    return Provider(
+        **{"api": "openai", "base_url": URL, "key_env": "K", "models": ["*"], **settings}
+    )  # type: ignore[arg-type]
+
+
+def test_one_provider_with_one_key_in_the_callers_protocol_is_plain() -> None:
+    plan = plan_route("chat", [("p", _provider(), "gpt-4o")])
+    assert (plan.walks, plan.crosses) == (False, False)
+
+
+@pytest.mark.parametrize(
+    "targets",
+    [
+        [("p", _provider(key_env=["K1", "K2"]), "gpt-4o")],
+        [("p", _provider(first_byte_timeout_ms=500), "gpt-4o")],
+        [("p", _provider(), "gpt-4o"), ("q", _provider(), "gpt-4o-mini")],
+    ],
+    ids=["key pool", "first-byte bound", "fallback route"],
+)
+def test_a_key_pool_a_first_byte_bound_or_a_fallback_needs_the_walk(
+    targets: list[tuple[str, Provider, str]],
+) -> None:
+    assert plan_route("chat", targets).walks
+
+
+def test_a_target_of_another_protocol_is_translated() -> None:
+    chat_only = _provider(protocols=["chat"])
+    assert plan_route("messages", [("p", chat_only, "m")]).crosses
+    assert plan_route("responses", [("p", chat_only, "m")]).crosses
+    assert not plan_route("chat", [("p", chat_only, "m")]).crosses
+    messages = Provider(api="anthropic", base_url=URL, key_env="K", models=["*"])
+    assert plan_route("chat", [("p", _provider(), "m"), ("q", messages, "m")]).crosses
+
+
+async def test_an_agent_without_a_budget_beside_one_with_a_budget(
+    make_pod: PodFactory, upstream: StubUpstream
+) -> None:
+    """The budgeted agent is still held to its budget; the other is never refused, and both
+    requests are audited."""
+    pod = await make_pod(
+        agents=[AgentSpec("budgeted", mode="native"), AgentSpec("free", mode="native")],
+        governance=Governance(budgets={"budgeted": 10}),
+    )
+    for _ in range(3):
+        upstream.enqueue("openai", Reply.json(openai_completion()))
+    budgeted = pod.openai(token=pod.tokens["budgeted"])
+    free = pod.openai(token=pod.tokens["free"])
+    await budgeted.chat.completions.create(model="gpt-4o", messages=PROMPT)  # spends 13 of 10
+    with pytest.raises(openai.RateLimitError) as refused:
+        await budgeted.chat.completions.create(model="gpt-4o", messages=PROMPT)
+    assert refused.value.code == "budget_exhausted"
+    await free.chat.completions.create(model="gpt-4o", messages=PROMPT)
+    await free.chat.completions.create(model="gpt-4o", messages=PROMPT)
+    assert len(upstream.received) == 3
+    assert [r["http_status"] for r in await _audit(pod, "budgeted", 2)] == [200, 429]
+    assert [r["http_status"] for r in await _audit(pod, "free", 2)] == [200, 200]
+
+
+@pytest.mark.parametrize("traced", [True, False], ids=["tracing on", "tracing off"])
+async def test_a_pass_through_is_traced_only_while_tracing_is_on(
+    make_pod: PodFactory, upstream: StubUpstream, traced: bool
+) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.use_provider(provider if traced else None)
+    try:
+        pod = await make_pod()
+        upstream.enqueue("openai", Reply.json(openai_completion()))
+        client = pod.openai(default_headers=TRACEPARENT)
+        await client.chat.completions.create(model="gpt-4o", messages=PROMPT)
+    finally:
+        tracing.use_provider(None)
+    (record,) = await _audit(pod, "agent", 1)
+    names = sorted(span.name for span in exporter.get_finished_spans())
+    if traced:
+        assert names == ["chat gpt-4o", "invoke_agent"]
+        assert record["trace_id"] == CLIENT_TRACE
+    else:
+        assert names == []
+        assert "trace_id" not in record
