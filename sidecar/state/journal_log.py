@@ -13,15 +13,13 @@ Why one log and not a file per request: creating, fsyncing (with its directory),
 closing a file per request cost about 0.5 ms of CPU in the kernel; an append to an open file
 and a share of one ``fdatasync`` cost a fraction of that. Records that must be durable before
 the sidecar acts on them are **group committed**: the records of every request that asks for a
-sync in one turn of the event loop, or while a batch is with the log's writer thread, go
-together in one batch, one ``fdatasync`` for all of them. The loop writes a batch's bytes
-(a write into the page cache); the sync runs on the loop while the disk answers fast, else in
-the writer thread: a thread hop costs a wake-up and the GIL handed back and forth, more CPU
-than a fast sync itself (bench/README.md, session 8), but the loop must not wait for a slow
-disk. A sync slower than ``LOOP_SYNC_MAX_S`` sends the next ones to the thread (the loop never
-waits for a slow sync twice in a row); they come back after ``FAST_SYNCS_BEFORE_LOOP`` fast
-syncs there. Records nobody waits for a sync of (an ``end``) are written on the event loop when
-no batch is out, else with the next.
+sync while a batch is with the log's writer thread go together in the next batch, one
+``fdatasync`` for all of them. The loop writes a batch's bytes (a write into the page cache)
+and the thread only syncs them: the thread takes the GIL back once per batch, not after each
+write. The loop never waits for a sync: on this kind of disk one can take milliseconds, and
+every agent's requests would wait with it (bench/README.md, session 8, measured syncing on
+the loop while the disk is fast and kept the thread). Records nobody waits for a sync of (an
+``end``) are written on the event loop when no batch is out, else with the next.
 Losing an ``end`` in a crash leaves a succeeded attempt's journal, whose retry replays it and
 sends nothing again.
 
@@ -44,7 +42,6 @@ import logging
 import os
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
@@ -62,11 +59,6 @@ LEGACY_SUFFIX = ".jsonl"
 LEGACY_LINK_SUFFIX = ".link"
 # fdatasync commits the data and the file's size (what reading it back needs), not its times.
 _sync = getattr(os, "fdatasync", os.fsync)
-# The longest sync the event loop waits for without moving the next ones to the writer thread
-# (SPEC §6 allows pass-through 1.5 ms of added p99 latency), and how many syncs in a row must
-# be under it before they come back to the loop.
-LOOP_SYNC_MAX_S = 0.001
-FAST_SYNCS_BEFORE_LOOP = 32
 
 Key = tuple[str, str]
 """A journal: its agent's folder name and its request identity."""
@@ -177,8 +169,6 @@ class JournalLog:
         self._broken = False  # the last write failed: the next one starts a new segment
         self._queue: list[_Queued] = []
         self._writing = False  # a batch is with the writer thread
-        self._flush_due = False  # a batch is to be written and synced later in this loop turn
-        self._fast_syncs = 0  # syncs in a row under LOOP_SYNC_MAX_S
         self._batches: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
         self._closed = False
@@ -256,33 +246,13 @@ class JournalLog:
 
     def _enqueue(self, queued: _Queued) -> None:
         self._queue.append(queued)
-        if self._writing or self._flush_due:
-            return
-        if queued.sync and self._syncs_on_loop():
-            # The requests that ask for a sync in the rest of this loop turn share it.
-            self._flush_due = True
-            asyncio.get_running_loop().call_soon(self._flush)
-            return
-        self._write_queue()
-
-    def _flush(self) -> None:
-        self._flush_due = False
-        self._write_queue()
-
-    def _syncs_on_loop(self) -> bool:
-        """Whether a batch that syncs is written here: the disk has answered fast, and the
-        batch goes to the open segment (a new segment's directory sync runs in the thread)."""
-        return (
-            self._fast_syncs >= FAST_SYNCS_BEFORE_LOOP
-            and self._fd is not None
-            and not self._broken
-            and self._size < MAX_SEGMENT_BYTES
-        )
+        if not self._writing:
+            self._write_queue()
 
     def _write_queue(self) -> None:
-        """Start the next batch: here when it does not sync or the disk syncs fast (a write
-        into the page cache is cheaper than a thread hop), else in the writer thread (and when
-        no segment is open yet)."""
+        """Start the next batch: here when it does not sync (a write into the page cache is
+        cheaper than a thread hop), else written here and synced in the writer thread (written
+        there too when a new segment is due: opening one syncs its directory)."""
         batch, self._queue = self._queue, []
         if not batch:
             return
@@ -290,9 +260,9 @@ class JournalLog:
         sync = any(q.sync for q in batch)
         erase = [span for q in batch for span in q.erase]
         appendable = self._fd is not None and not self._broken
-        if appendable and (not sync or self._syncs_on_loop()):
+        if appendable and not sync:
             try:
-                self._done(batch, self._write(data, sync, erase), None)
+                self._done(batch, self._write(data, False, erase), None)
             except OSError as exc:
                 self._done(batch, (0, 0), exc)
             return
@@ -380,19 +350,12 @@ class JournalLog:
                     view = view[self.write(self._fd, view, self._size) :]
                     self._size = offset + len(data) - len(view)
                 if sync:
-                    started = time.monotonic()
                     _sync(self._fd)
-                    self._timed(time.monotonic() - started)
             except OSError:
                 self._broken = True  # what reached the file is unknown: append nowhere after it
                 raise
         self._blank(erase)
         return self._last_segment, offset
-
-    def _timed(self, sync_s: float) -> None:
-        """Count a sync fast or slow (the loop reads the count; the writer thread writes it
-        only while the loop has no batch of its own)."""
-        self._fast_syncs = self._fast_syncs + 1 if sync_s <= LOOP_SYNC_MAX_S else 0
 
     def _blank(self, spans: list[Span]) -> None:
         """Overwrite records with spaces (a line a reader skips). Not synced, like the unlink
@@ -444,7 +407,7 @@ class JournalLog:
             self._writer.join()
             self._writer = None
         batch, self._queue = self._queue, []
-        if batch:  # its requests may still wait for it (a flush due in this loop turn)
+        if batch:  # its requests may still wait for it (queued behind the thread's last batch)
             try:
                 if self._fd is None or self._broken:
                     raise OSError("the request journal is closed")
