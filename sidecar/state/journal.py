@@ -89,14 +89,12 @@ def identities(
 ) -> tuple[str, str | None, str]:
     """What :meth:`RequestJournal.begin` takes of a request: its identity, its history's (None
     without one) and its last user text. A body the codec could not read (``conversation``
-    None) is identified by its bytes alone."""
+    None) is identified by its bytes alone. The turns and tools are read once for both
+    identities (every message fingerprinted is most of a journaled request's identity)."""
     if conversation is None:
         return request_digest(agent, body), None, ""
-    return (
-        request_identity(agent, api, conversation),
-        history_identity(agent, api, conversation),
-        last_user_text(conversation),
-    )
+    parts = _Identifying(agent, api, conversation)
+    return parts.request(), parts.history(), last_user_text(conversation)
 
 
 def request_digest(agent: str, body: dict[str, Any]) -> str:
@@ -107,21 +105,35 @@ def request_digest(agent: str, body: dict[str, Any]) -> str:
 def request_identity(agent: str, api: str, conversation: Conversation) -> str:
     """Retries of one request share this: the agent, the conversation's turns as the codec
     fingerprints them, and the tools the runner declared (not sampling or transport fields)."""
-    turns = (f"{role}:{fingerprint}" for role, fingerprint in _turns(conversation))
-    tools = canonical_json(sorted(conversation.runner_tool_names)).decode()
-    return digest(agent, api, conversation.seed, tools, *turns)
+    return _Identifying(agent, api, conversation).request()
 
 
 def history_identity(agent: str, api: str, conversation: Conversation) -> str | None:
     """The identity of the conversation before its last user turn (None without one): what a
     runner that rewrites or extends that turn keeps the same between retries."""
-    turns = _turns(conversation)
-    last_user = max((i for i, (role, _) in enumerate(turns) if role == "user"), default=None)
-    if last_user is None:
-        return None
-    tools = canonical_json(sorted(conversation.runner_tool_names)).decode()
-    before = (f"{role}:{fingerprint}" for role, fingerprint in turns[:last_user])
-    return digest("history", agent, api, conversation.seed, tools, *before)
+    return _Identifying(agent, api, conversation).history()
+
+
+class _Identifying:
+    """What both identities of a request are digests of."""
+
+    def __init__(self, agent: str, api: str, conversation: Conversation) -> None:
+        self.head = (agent, api, conversation.seed)
+        self.tools = canonical_json(sorted(conversation.runner_tool_names)).decode()
+        self.roles = conversation.roles
+        self.turns = [
+            f"{role}:{fingerprint}"
+            for role, fingerprint in zip(conversation.roles, conversation.fingerprints, strict=True)
+        ]
+
+    def request(self) -> str:
+        return digest(*self.head, self.tools, *self.turns)
+
+    def history(self) -> str | None:
+        last_user = max((i for i, role in enumerate(self.roles) if role == "user"), default=None)
+        if last_user is None:
+            return None
+        return digest("history", *self.head, self.tools, *self.turns[:last_user])
 
 
 def last_user_text(conversation: Conversation) -> str:
@@ -145,10 +157,6 @@ def _texts(value: Any) -> list[str]:
         inner = value.get(key)
         found += [inner] if isinstance(inner, str) else _texts(inner)
     return found
-
-
-def _turns(conversation: Conversation) -> list[tuple[str, str]]:
-    return list(zip(conversation.roles, conversation.fingerprints, strict=True))
 
 
 def has_side_effects(tool: ManagedTool) -> bool:
@@ -261,8 +269,8 @@ class RequestJournal:
         if self.log.expired(journal.written_at):
             self.log.drop(key, record=False)
             return None
-        segments = sorted(journal.segments)
-        earlier = _journaled(await asyncio.to_thread(self.log.read, key, segments))
+        spans = sorted(journal.spans)
+        earlier = _journaled(await asyncio.to_thread(self.log.read, key, spans))
         if earlier is None:  # nothing ran: the attempt starting now begins it afresh
             self.log.drop(key, record=False)
         return earlier

@@ -12,10 +12,14 @@ kept no longer than the journal, as when each journal was a file unlinked on suc
 Why one log and not a file per request: creating, fsyncing (with its directory), unlinking and
 closing a file per request cost about 0.5 ms of CPU in the kernel; an append to an open file
 and a share of one ``fdatasync`` cost a fraction of that. Records that must be durable before
-the sidecar acts on them are **group committed**: while one batch is written and synced by the
-log's writer thread, the records of other requests queue and go together in the next batch, one
-thread hop and one sync for all of them. Records nobody waits for a sync of (an answered call's
-result, an ``end``) are written on the event loop when no batch is out, else with the next.
+the sidecar acts on them are **group committed**: the records of every request that asks for a
+sync while a batch is with the log's writer thread go together in the next batch, one
+``fdatasync`` for all of them. The loop writes a batch's bytes (a write into the page cache)
+and the thread only syncs them: the thread takes the GIL back once per batch, not after each
+write. The loop never waits for a sync: on this kind of disk one can take milliseconds, and
+every agent's requests would wait with it (bench/README.md, session 8, measured syncing on
+the loop while the disk is fast and kept the thread). Records nobody waits for a sync of (an
+``end``) are written on the event loop when no batch is out, else with the next.
 Losing an ``end`` in a crash leaves a succeeded attempt's journal, whose retry replays it and
 sends nothing again.
 
@@ -69,7 +73,8 @@ class Journal:
     written_at: float
     segments: set[int] = field(default_factory=set)
     spans: list[Span] = field(default_factory=list)
-    """Where its records are (found again on recovery): blanked when it goes."""
+    """Where its records are (found again on recovery): read when it is resumed, blanked when
+    it goes."""
 
 
 @dataclass(slots=True)
@@ -95,9 +100,12 @@ class _Queued:
     """For an ``end``: the older segments holding the records it drops."""
 
 
-_Job = tuple[asyncio.AbstractEventLoop, list[_Queued], bytes, bool, list[Span]]
+Where = tuple[int, int]
+"""Where a batch's bytes went: segment and offset."""
+_Job = tuple[asyncio.AbstractEventLoop, list[_Queued], bytes, bool, list[Span], Where | None]
 """A batch for the writer thread: the loop to answer on, its records, their bytes, sync, and
-the spans to blank."""
+the spans to blank when the thread is to write them (a new segment is due), else where the
+loop wrote them."""
 
 
 def line(key: Key, written_at: float, record: dict[str, Any]) -> bytes:
@@ -242,15 +250,17 @@ class JournalLog:
             self._write_queue()
 
     def _write_queue(self) -> None:
-        """Start the next batch: in the writer thread when it syncs (or no segment is open yet),
-        else here: a write into the page cache is cheaper than a thread hop."""
+        """Start the next batch: here when it does not sync (a write into the page cache is
+        cheaper than a thread hop), else written here and synced in the writer thread (written
+        there too when a new segment is due: opening one syncs its directory)."""
         batch, self._queue = self._queue, []
         if not batch:
             return
         data = b"".join(q.data for q in batch)
         sync = any(q.sync for q in batch)
         erase = [span for q in batch for span in q.erase]
-        if not sync and self._fd is not None and not self._broken:
+        appendable = self._fd is not None and not self._broken
+        if appendable and not sync:
             try:
                 self._done(batch, self._write(data, False, erase), None)
             except OSError as exc:
@@ -259,20 +269,32 @@ class JournalLog:
         if self._closed:
             self._done(batch, (0, 0), OSError("the request journal is closed"))
             return
+        written = None
+        if appendable and self._size < MAX_SEGMENT_BYTES:
+            # Written here, synced there: the thread takes the GIL back once per batch, after
+            # its sync, where each write of its own cost it another round.
+            try:
+                written = self._write(data, False, erase)
+            except OSError as exc:
+                self._done(batch, (0, 0), exc)
+                return
+            data, erase = b"", []
         if self._writer is None:
             self._writer = threading.Thread(target=self._write_batches, daemon=True)
             self._writer.start()
         self._writing = True
-        self._batches.put((asyncio.get_running_loop(), batch, data, sync, erase))
+        self._batches.put((asyncio.get_running_loop(), batch, data, sync, erase, written))
 
     def _write_batches(self) -> None:
         """The writer thread: one batch at a time, each answered on its event loop. Its own
         thread rather than the loop's executor: a batch costs a queue put and a wake-up, not
         the executor's futures chained into the loop's (about half the CPU of a hop)."""
         while (job := self._batches.get()) is not None:
-            loop, batch, data, sync, erase = job
+            loop, batch, data, sync, erase, written = job
             try:
                 where, failure = self._write(data, sync, erase), None
+                if written is not None:  # the loop wrote its bytes: ``data`` is empty
+                    where = written
             except BaseException as exc:  # answered on the loop, whatever it is
                 where, failure = (0, 0), exc
             try:
@@ -280,16 +302,12 @@ class JournalLog:
             except RuntimeError:  # the loop closed: nobody waits any more
                 self._writing = False
 
-    def _written(
-        self, batch: list[_Queued], where: tuple[int, int], failure: BaseException | None
-    ) -> None:
+    def _written(self, batch: list[_Queued], where: Where, failure: BaseException | None) -> None:
         self._writing = False
         self._done(batch, where, failure)
         self._write_queue()
 
-    def _done(
-        self, batch: list[_Queued], where: tuple[int, int], failure: BaseException | None
-    ) -> None:
+    def _done(self, batch: list[_Queued], where: Where, failure: BaseException | None) -> None:
         """``where``: the segment and offset the batch's bytes went to."""
         if failure is None:
             self._segments.add(where[0])
@@ -317,14 +335,14 @@ class JournalLog:
             if queued.pins - {segment}:
                 self._pins.setdefault(segment, set()).update(queued.pins - {segment})
 
-    def _write(self, data: bytes, sync: bool, erase: list[Span]) -> tuple[int, int]:
+    def _write(self, data: bytes, sync: bool, erase: list[Span]) -> Where:
         """Append ``data`` to the current segment (a new one when due), synced if ``sync``,
         then blank the spans ``erase``; the segment and offset ``data`` went to. One batch at a
         time: in the writer thread, or on the loop while no batch is with it."""
         if data and (self._fd is None or self._broken or self._size >= MAX_SEGMENT_BYTES):
             self._open_segment()
         offset = self._size
-        if data:
+        if data or sync:
             assert self._fd is not None
             try:
                 view = memoryview(data)
@@ -389,32 +407,51 @@ class JournalLog:
             self._writer.join()
             self._writer = None
         batch, self._queue = self._queue, []
-        if batch and self._fd is not None and not self._broken:
-            erase = [span for q in batch for span in q.erase]
-            with contextlib.suppress(OSError):
-                self._write(b"".join(q.data for q in batch), True, erase)
+        if batch:  # its requests may still wait for it (queued behind the thread's last batch)
+            try:
+                if self._fd is None or self._broken:
+                    raise OSError("the request journal is closed")
+                erase = [span for q in batch for span in q.erase]
+                self._done(batch, self._write(b"".join(q.data for q in batch), True, erase), None)
+            except OSError as exc:
+                self._done(batch, (0, 0), exc)
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
 
     # --- reading ----------------------------------------------------------------------------
 
-    def read(self, key: Key, segments: list[int]) -> list[dict[str, Any]]:
-        """The records of journal ``key`` in these segments, in order (runs in a thread)."""
-        prefix = b'{"j":' + orjson.dumps(f"{key[0]}/{key[1]}") + b","
+    def read(self, key: Key, spans: list[Span]) -> list[dict[str, Any]]:
+        """The records of journal ``key`` at ``spans`` (in the order written), in a thread.
+        Only its own bytes are read, not the segments around them (up to ``MAX_SEGMENT_BYTES``
+        each, read and split for every resumed request before)."""
         records: list[dict[str, Any]] = []
-        for segment in segments:
-            try:
-                data = self._segment_path(segment).read_bytes()
-            except FileNotFoundError:
-                continue
-            chosen = b"\n".join(raw for raw in data.splitlines() if raw.startswith(prefix))
-            for _, _, record in parse(chosen):
+        for data in self._read_spans(spans):
+            for found, _, record in parse(data):
+                if found != key:
+                    continue
                 if "end" in record or starts_afresh(record):
                     records.clear()  # an earlier journal of the same request
                 if "end" not in record:
                     records.append(record)
         return records
+
+    def _read_spans(self, spans: list[Span]) -> Iterator[bytes]:
+        """The bytes at each span (a span in a segment that went is skipped)."""
+        opened: dict[int, int | None] = {}
+        try:
+            for segment, offset, length in spans:
+                if segment not in opened:
+                    with contextlib.suppress(FileNotFoundError):
+                        opened[segment] = None
+                        opened[segment] = os.open(self._segment_path(segment), os.O_RDONLY)
+                fd = opened[segment]
+                if fd is not None:
+                    yield os.pread(fd, length, offset)
+        finally:
+            for fd in opened.values():
+                if fd is not None:
+                    os.close(fd)
 
     async def recovered(self) -> None:
         """Read what the log holds (and move a previous layout's journals in) once, before the
@@ -466,6 +503,7 @@ class JournalLog:
             if "link" in record:  # it names a journal of lines before it
                 if key in self.journals:
                     self.journals[key].segments.add(segment)
+                    self.journals[key].spans.append((segment, offset, length))
                     asked = str(record.get("asked", ""))
                     self.links[(key[0], str(record["link"]))] = Link(key[1], asked, written_at)
                 continue

@@ -7,6 +7,7 @@ import asyncio
 import errno
 import logging
 import os
+import threading
 from pathlib import Path
 
 import orjson
@@ -50,12 +51,19 @@ async def settled(journal: RequestJournal) -> None:
 
 
 class CountedSync:
+    """``fdatasync`` that counts its calls and the threads they ran in."""
+
     def __init__(self) -> None:
         self.calls = 0
+        self.threads: list[threading.Thread] = []
 
     def __call__(self, fd: int) -> None:
         self.calls += 1
+        self.threads.append(threading.current_thread())
         os.fdatasync(fd)
+
+    def on_the_loop(self) -> list[bool]:
+        return [thread is threading.main_thread() for thread in self.threads]
 
 
 class FullDisk:
@@ -92,6 +100,7 @@ async def test_a_destructive_round_syncs_twice_and_concurrent_requests_share_syn
         *(destructive(journal, "a", r, f"req_{n}", succeed=False) for n, r in enumerate(requests))
     )
     assert sync.calls < 32  # group commit: the 15 that queued behind the first share a batch
+    assert not any(sync.on_the_loop())  # a slow disk never stalls every agent's requests
     # Each is durable and resumable on its own, after a restart too.
     restarted = RequestJournal(tmp_path, window_ms=WINDOW_MS)
     for n, request in enumerate(requests):
@@ -99,6 +108,94 @@ async def test_a_destructive_round_syncs_twice_and_concurrent_requests_share_syn
         assert resumed.resumed_from == f"req_{n}"
         assert resumed.known_outcome("trade") == DONE
         await resumed.end(succeeded=True)
+
+
+async def test_the_event_loop_never_waits_for_a_sync_however_fast_the_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sync can take milliseconds; on the loop, every agent's requests would wait with it.
+    Forty fast syncs in a row still run in the writer thread."""
+    sync = CountedSync()
+    monkeypatch.setattr(journal_log, "_sync", sync)
+    journal = RequestJournal(tmp_path, window_ms=WINDOW_MS)
+    for n in range(20):
+        await destructive(journal, "a", request_digest("a", body(n)), f"req_{n}", succeed=False)
+    assert sync.calls >= 40
+    assert not any(sync.on_the_loop())
+
+
+async def test_a_sync_that_fails_refuses_its_batch_and_the_next_goes_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An I/O error in fdatasync: what reached the disk is unknown, so the call is not sent
+    and nothing more is appended to that segment."""
+    journal = RequestJournal(tmp_path, window_ms=WINDOW_MS)
+    await destructive(journal, "a", request_digest("a", body(0)), "req_0", succeed=False)
+
+    def failing(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(journal_log, "_sync", failing)
+    with pytest.raises(OSError, match="Input/output"):
+        await destructive(journal, "a", request_digest("a", body(1)), "req_1", succeed=False)
+    monkeypatch.undo()
+    await destructive(journal, "a", request_digest("a", body(2)), "req_2", succeed=False)
+    assert len(segments(tmp_path)) == 2
+    restarted = RequestJournal(tmp_path, window_ms=WINDOW_MS)
+    for n in (0, 2):
+        resumed = await restarted.begin("a", request_digest("a", body(n)), "retry")
+        assert resumed.resumed_from == f"req_{n}"
+
+
+async def test_a_batch_queued_at_shutdown_is_written_by_close(tmp_path: Path) -> None:
+    """Shutdown between a request queueing its ``sent`` record and its sync: the record is
+    written and synced, and the request learns it (it never waits forever)."""
+    journal = RequestJournal(tmp_path, window_ms=WINDOW_MS)
+    kept, last = request_digest("a", body("kept")), request_digest("a", body("last"))
+    await destructive(journal, "a", kept, "req_0", succeed=False)
+    attempt = await journal.begin("a", last, "req_1")
+    attempt.before_execution(side_effects=True)
+    sending = asyncio.ensure_future(attempt.sending("trade"))
+    await asyncio.sleep(0)  # queued
+    journal.close()
+    await asyncio.wait_for(sending, 10)  # a deadlock guard, not a timing assertion
+    restarted = RequestJournal(tmp_path, window_ms=WINDOW_MS)
+    resumed = await restarted.begin("a", last, "retry")
+    unknown = resumed.known_outcome("trade")  # sent, never answered: not sent again
+    assert unknown is not None and unknown.error_code == "outcome_unknown"
+
+
+async def test_a_call_waits_for_the_threads_sync_and_a_restart_meanwhile_does_not_send_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop writes a batch and the writer thread syncs it: the ``sent`` record is in the
+    segment before it is durable, and the call waits until it is. A sidecar restarted while
+    the sync is out (the first one killed) finds the record and does not send the call."""
+    journal = RequestJournal(tmp_path, window_ms=WINDOW_MS)
+    request = request_digest("a", body("stuck"))
+    await destructive(journal, "a", request_digest("a", body(0)), "req_0", succeed=False)
+    disk_answers = threading.Event()
+
+    def stuck(fd: int) -> None:
+        disk_answers.wait(60)  # a deadlock guard, not a timing assertion
+        os.fdatasync(fd)
+
+    monkeypatch.setattr(journal_log, "_sync", stuck)
+    attempt = await journal.begin("a", request, "req_1")
+    attempt.before_execution(side_effects=True)
+    sending = asyncio.ensure_future(attempt.sending("trade"))
+    for _ in range(GUARD_STEPS):  # until the loop has handed the batch to the thread
+        if journal.log._writing:
+            break
+        await asyncio.sleep(0.001)
+    await asyncio.sleep(0.01)
+    assert not sending.done()  # not durable yet: the call is not sent
+    restarted = RequestJournal(tmp_path, window_ms=WINDOW_MS)
+    resumed = await restarted.begin("a", request, "req_2")
+    unknown = resumed.known_outcome("trade")
+    assert unknown is not None and unknown.error_code == "outcome_unknown"
+    disk_answers.set()
+    await asyncio.wait_for(sending, 60)  # a deadlock guard, not a timing assertion
 
 
 async def test_a_full_disk_refuses_the_batch_and_the_log_goes_on_in_a_new_segment(
@@ -127,7 +224,9 @@ async def test_a_full_disk_refuses_the_batch_and_the_log_goes_on_in_a_new_segmen
     assert (await restarted.begin("a", refused, "retry")).resumed_from is None
 
 
-async def test_a_crash_in_the_middle_of_a_batch_loses_only_its_torn_line(tmp_path: Path) -> None:
+async def test_a_crash_in_the_middle_of_a_batch_loses_only_its_torn_line(
+    tmp_path: Path,
+) -> None:
     """Killed while a batch was written: its complete lines count, its torn one does not, and
     the restarted sidecar appends to a new segment rather than after the torn bytes."""
     journal = RequestJournal(tmp_path, window_ms=WINDOW_MS)
@@ -146,6 +245,36 @@ async def test_a_crash_in_the_middle_of_a_batch_loses_only_its_torn_line(tmp_pat
     again = RequestJournal(tmp_path, window_ms=WINDOW_MS)
     assert (await again.begin("a", second, "req_4")).resumed_from == "req_3"
     assert (await again.begin("a", first, "req_5")).known_outcome("trade") == DONE
+
+
+async def test_a_resumed_journal_reads_its_own_records_not_the_segments_around_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, a resumed request read and split every segment its journal had records in (up
+    to 4 MiB each); now it reads the bytes of its own records, after a restart too."""
+    journal = RequestJournal(tmp_path, window_ms=WINDOW_MS)
+    wanted = request_digest("a", body("wanted"))
+    await destructive(journal, "a", wanted, "req_w", succeed=False)
+    for n in range(50):  # other journals' records around it
+        await destructive(journal, "a", request_digest("a", body(n)), f"req_{n}", succeed=False)
+    read: list[int] = []
+    pread = os.pread
+
+    def counted_pread(fd: int, length: int, offset: int) -> bytes:
+        read.append(length)
+        return pread(fd, length, offset)
+
+    monkeypatch.setattr(journal_log.os, "pread", counted_pread)
+    for resuming in (journal, RequestJournal(tmp_path, window_ms=WINDOW_MS)):
+        await resuming.log.recovered()
+        read.clear()
+        own = sum(span[2] for span in resuming.log.journals[(resuming.folder("a"), wanted)].spans)
+        resumed = await resuming.begin("a", wanted, "retry")
+        assert resumed.resumed_from == "req_w"
+        assert resumed.known_outcome("trade") == DONE
+        assert resumed.replayed_turn() == {"turn": "req_w"}
+        assert 0 < sum(read) == own
+        await resumed.end(succeeded=False)
 
 
 async def test_two_agents_share_the_log_and_never_each_others_journals(tmp_path: Path) -> None:
