@@ -31,6 +31,7 @@ from pathlib import Path
 
 from bench.processes import free_port
 from bench.run import (
+    OTHER_DIRECTIONS,
     PROVIDER_KEYS,
     REPO,
     TRANSLATED,
@@ -60,6 +61,7 @@ WORKLOADS = {
     # with anthropic_json and openai_sse (SPEC §19: translation over same-protocol pass-through).
     TRANSLATED: (TRANSLATED, "bench-native"),
     TRANSLATED_SSE: (TRANSLATED_SSE, "bench-native"),
+    **{name: (name, "bench-native") for name in OTHER_DIRECTIONS},
 }
 WHOLE = ("openai_json", "mediated_r0", "mediated_r1", "destructive_r1")
 # SPEC §19's bounds, ms of CPU per request.
@@ -70,6 +72,10 @@ OVER = {
     "mediated_r0": ("openai_json", 0.15),
     TRANSLATED: ("anthropic_json", 0.05),
     TRANSLATED_SSE: ("openai_sse", None),
+    **{
+        name: ("openai_sse" if name.endswith("sse") else "openai_json", None)
+        for name in OTHER_DIRECTIONS
+    },
 }
 
 

@@ -27,6 +27,7 @@ WORKLOADS = (
     "openai_sse",
     "anthropic_json",
     "anthropic_to_chat_json",
+    "anthropic_to_chat_sse",
     "mediated_r0",
     "mediated_r1",
     "mediated_r3",

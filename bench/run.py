@@ -47,6 +47,15 @@ TRANSLATED = "anthropic_to_chat_json"
 # The same, streamed: the Chat-only provider's 200-chunk stream translated live into Messages,
 # compared with the same stream relayed untouched to a Chat caller (openai_sse).
 TRANSLATED_SSE = "anthropic_to_chat_sse"
+# The other directions, whole and streamed: a Responses caller (Codex) of the Chat-only
+# provider, and a Chat caller of a Messages provider; each over the Chat caller's pass-through
+# (openai_json, openai_sse): the bench's upstream serves no Responses route to pass through.
+OTHER_DIRECTIONS = {
+    "responses_to_chat_json": lambda: workloads.responses_request(TRANSLATED_MODEL),
+    "responses_to_chat_sse": lambda: workloads.responses_request(TRANSLATED_MODEL, stream=True),
+    "chat_to_messages_json": lambda: workloads.openai_chat(ANTHROPIC_MODEL),
+    "chat_to_messages_sse": lambda: workloads.openai_chat(ANTHROPIC_MODEL, stream=True),
+}
 TARGET_NAMES = ("direct", "bare", "sidecar", "litellm")
 TTFB_MAX_SECONDS = 15.0  # caps slow proxies' stream runs (LiteLLM needs ~0.2 s per stream)
 
@@ -264,6 +273,7 @@ class Bench:
             "slow_sse": workloads.openai_chat("gpt-bench-slow", stream=True),
             "gap_sse": workloads.openai_chat(f"{PASS_MODEL}-gap", stream=True),
         }
+        bodies.update({name: make() for name, make in OTHER_DIRECTIONS.items()})
         for rounds in self.settings.rounds:
             bodies[f"mediated_r{rounds}"] = workloads.openai_chat(f"gpt-bench-r{rounds}")
         # Requests that are not retries of each other (bench.ab's *_distinct workloads).
@@ -279,6 +289,8 @@ class Bench:
         if workload.startswith("anthropic"):
             assert target.anthropic_headers is not None
             return target.base_url + "/v1/messages", target.anthropic_headers
+        if workload.startswith("responses"):
+            return target.base_url + "/v1/responses", target.openai_headers
         return target.base_url + "/v1/chat/completions", target.openai_headers
 
     def measure(

@@ -4,6 +4,7 @@
     .venv/bin/python -m bench.trip --rounds 0      # no tool round
     .venv/bin/python -m bench.trip --profile 2000  # cProfile over 2000 requests: the fixed cost
     .venv/bin/python -m bench.trip --cpu 2000      # CPU per request, client and stubs included
+    .venv/bin/python -m bench.trip --agent bench-native --workload anthropic_to_chat --profile 2000
 
 Everything runs in this process on 127.0.0.1: the bench's scripted upstream and tool service and
 a real sidecar serving the bench build. A first request warms every cache; the second is traced
@@ -32,9 +33,40 @@ import aiohttp
 from aiohttp import web
 
 from bench import toolservice, upstream, workloads
-from bench.run import write_bench_build
+from bench.run import ANTHROPIC_MODEL, TRANSLATED_MODEL, write_bench_build
 
 PACKAGE = "clawpod.sidecar."
+ANTHROPIC_HEADERS = {"anthropic-version": "2023-06-01"}
+# Workload -> (route, body maker taking the model the rounds pick, extra headers): the caller's
+# protocol and the model's provider; ``*_to_*`` ones are translated (contract §18), to be
+# compared with the same caller's pass-through.
+WORKLOADS = {
+    "openai": (
+        "/v1/chat/completions",
+        lambda model, stream: workloads.openai_chat(model, stream=stream),
+        {},
+    ),
+    "anthropic": (
+        "/v1/messages",
+        lambda _, stream: workloads.anthropic_messages(ANTHROPIC_MODEL, stream=stream),
+        ANTHROPIC_HEADERS,
+    ),
+    "anthropic_to_chat": (
+        "/v1/messages",
+        lambda _, stream: workloads.anthropic_messages(TRANSLATED_MODEL, stream=stream),
+        ANTHROPIC_HEADERS,
+    ),
+    "responses_to_chat": (
+        "/v1/responses",
+        lambda _, stream: workloads.responses_request(TRANSLATED_MODEL, stream=stream),
+        {},
+    ),
+    "chat_to_messages": (
+        "/v1/chat/completions",
+        lambda _, stream: workloads.openai_chat(ANTHROPIC_MODEL, stream=stream),
+        {},
+    ),
+}
 
 
 class Trip:
@@ -72,7 +104,9 @@ async def _serve(app: web.Application) -> tuple[web.AppRunner, str]:
     return runner, f"http://127.0.0.1:{port}"
 
 
-async def run(rounds: int, agent: str, profile: int, stream: bool, cpu: int = 0) -> str:
+async def run(
+    rounds: int, agent: str, profile: int, stream: bool, cpu: int = 0, workload: str = "openai"
+) -> str:
     from tests.support.sidecar import start_sidecar
 
     stubs = [await _serve(upstream.make_app()), await _serve(toolservice.make_app())]
@@ -81,9 +115,10 @@ async def run(rounds: int, agent: str, profile: int, stream: bool, cpu: int = 0)
             root = Path(scratch)
             tokens = write_bench_build(root / "build", stubs[0][1], stubs[1][1])
             sidecar = await start_sidecar(root / "build", root / "state")
-            body = workloads.openai_chat(f"gpt-bench-r{rounds}", stream=stream)
-            headers = {"Authorization": f"Bearer {tokens[agent]}"}
-            url = sidecar.url + "/v1/chat/completions"
+            route, make_body, extra = WORKLOADS[workload]
+            body = make_body(f"gpt-bench-r{rounds}", stream)
+            headers = {**extra, "Authorization": f"Bearer {tokens[agent]}"}
+            url = sidecar.url + route
             async with sidecar, aiohttp.ClientSession() as client:
 
                 async def ask() -> None:
@@ -141,10 +176,17 @@ def main(argv: list[str] | None = None) -> int:
         choices=["bench-mediated", "bench-mediated-write", "bench-native"],
     )
     parser.add_argument("--stream", action="store_true", help="the client streams")
+    parser.add_argument(
+        "--workload", default="openai", choices=WORKLOADS, help="the caller's protocol and model"
+    )
     parser.add_argument("--profile", type=int, default=0, help="cProfile over N requests")
     parser.add_argument("--cpu", type=int, default=0, help="CPU per request over N requests")
     args = parser.parse_args(argv)
-    print(asyncio.run(run(args.rounds, args.agent, args.profile, args.stream, args.cpu)))
+    print(
+        asyncio.run(
+            run(args.rounds, args.agent, args.profile, args.stream, args.cpu, args.workload)
+        )
+    )
     return 0
 
 

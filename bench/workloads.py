@@ -62,3 +62,16 @@ def anthropic_messages(model: str, *, stream: bool = False) -> bytes:
     if stream:
         body["stream"] = True
     return orjson.dumps(body)
+
+
+def responses_request(model: str, *, stream: bool = False) -> bytes:
+    """The same conversation as a Responses request (Codex's protocol)."""
+    body: dict[str, Any] = {
+        "model": model,
+        "instructions": SYSTEM,
+        "input": [{"role": role, "content": text} for role, text in TURNS],
+        "max_output_tokens": 512,
+    }
+    if stream:
+        body["stream"] = True
+    return orjson.dumps(body)

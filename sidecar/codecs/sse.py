@@ -52,6 +52,14 @@ def pieces(text: str, size: int) -> Iterator[str]:
         yield text[start : start + size]
 
 
+class NotUtf8(ValueError):
+    """A stream's event is not UTF-8; ``events``: those the same bytes completed before it."""
+
+    def __init__(self, message: str, events: list[tuple[str | None, str]]) -> None:
+        super().__init__(message)
+        self.events = events
+
+
 _LF = 10  # b"\n"[0]
 _CR = 13  # b"\r"[0]
 
@@ -74,14 +82,37 @@ class EventReader:
         self._event: str | None = None  # line by line: the event being read
         self._data: list[str] = []
 
-    def feed(self, data: bytes) -> list[tuple[str | None, str]]:
+    @property
+    def at_event_start(self) -> bool:
+        """Nothing of an event is pending (and lines end in LF): the next byte fed starts one."""
+        return not self._pending and not self._by_line
+
+    def take_back(self) -> bytes:
+        """The start of an event fed so far, given back (the next bytes fed start an event);
+        nothing once lines are read one by one."""
         if self._by_line:
-            return self._feed_lines(data)
+            return b""
+        pending, self._pending = self._pending, b""
+        return pending
+
+    def feed(self, data: bytes) -> list[tuple[str | None, str]]:
+        """The events ``data`` completes; ``NotUtf8`` (a ``ValueError``) at one that is not
+        UTF-8, holding those before it."""
+        events: list[tuple[str | None, str]] = []
+        try:
+            return self._feed(data, events)
+        except UnicodeDecodeError as exc:
+            raise NotUtf8(str(exc), events) from None
+
+    def _feed(
+        self, data: bytes, events: list[tuple[str | None, str]]
+    ) -> list[tuple[str | None, str]]:
+        if self._by_line:
+            return self._feed_lines(data, events)
         buffer = self._pending + data if self._pending else data
         if _CR in buffer:
             self._by_line, self._pending = True, b""
-            return self._feed_lines(buffer)
-        events: list[tuple[str | None, str]] = []
+            return self._feed_lines(buffer, events)
         find, size, start = buffer.find, len(buffer), 0
         while True:
             end = find(b"\n", start)  # the end of the event's first line
@@ -130,13 +161,14 @@ class EventReader:
             self._line(line, events)
         self._line("", events)
 
-    def _feed_lines(self, data: bytes) -> list[tuple[str | None, str]]:
+    def _feed_lines(
+        self, data: bytes, events: list[tuple[str | None, str]]
+    ) -> list[tuple[str | None, str]]:
         lines = (self._pending + data).splitlines(keepends=True)
         self._pending = b""
         if lines and (not lines[-1].endswith((b"\n", b"\r")) or lines[-1].endswith(b"\r")):
             # Unfinished, or a CR whose LF may be in the next piece.
             self._pending = lines.pop()
-        events: list[tuple[str | None, str]] = []
         for line in lines:
             self._line(line.rstrip(b"\r\n").decode("utf-8"), events)
         return events

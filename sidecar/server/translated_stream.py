@@ -55,9 +55,15 @@ def crossing_protocol(ctx: RequestContext, provider: str) -> str | None:
 
 
 def translator_for(
-    ctx: RequestContext, caller: Codec, translated: Translated, *, tells: bool = True
+    ctx: RequestContext,
+    caller: Codec,
+    translated: Translated,
+    *,
+    tells: bool = True,
+    usage: StreamUsage | None = None,
 ) -> StreamTranslator:
-    """The translator of the answer to ``translated`` (a request in its target's protocol)."""
+    """The translator of the answer to ``translated`` (a request in its target's protocol);
+    ``usage`` reads the provider's usage from the stream as it is translated."""
     translations = ctx.translations
     return stream_translator(
         translated.target,
@@ -67,6 +73,7 @@ def translator_for(
         include_usage=translations is not None and translations.include_usage,
         tells=tells,
         reshaped=reshaped_tools(translated.request),
+        watch=None if usage is None else usage.feed,
     )
 
 
@@ -99,8 +106,9 @@ async def relay_translated_stream(
 ) -> None:
     """The provider's stream, in the caller's protocol as it arrives; the caller's stream
     always ends with its protocol's end, also when the provider's fails or stops short."""
-    translator = translator_for(ctx, ctx.codec, translated)
     usage = StreamUsage(_CODECS[translated.target])  # the provider's counts, in its own sense
+    # It reads what the translator reads event by event: text runs hold no usage.
+    translator = translator_for(ctx, ctx.codec, translated, usage=usage)
     kept = {name: upstream.headers[name] for name in _KEPT_HEADERS if name in upstream.headers}
     await exchange.start_stream(200, {**SSE_HEADERS, **kept})
     try:
@@ -149,7 +157,6 @@ async def _relay(
         if translator.closed:
             after_end += len(chunk)
             continue
-        usage.feed(chunk)
         usage.events += chunk.count(b"data:")
         frames = translator.feed(chunk)
         if frames:

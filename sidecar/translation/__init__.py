@@ -39,6 +39,7 @@ Design (for whoever wires or extends it; docs/translation.md has the tables):
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -86,6 +87,7 @@ class Translated:
     """Caller fields with no counterpart, dropped (audited)."""
 
 
+@functools.cache  # asked for every target of every request; a pod has few pairs
 def target_protocol(caller: str, served: tuple[str, ...]) -> str:
     """The protocol to speak to a provider that serves ``served``: the caller's own when it
     is served, else the first served one in order of preference."""

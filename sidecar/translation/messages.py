@@ -79,14 +79,15 @@ WIRE_TO_STOP: dict[Any, Stop] = {
 _CHOICE_TO_WIRE = {"auto": "auto", "required": "any", "named": "tool"}
 _SERVER_BLOCK = re.compile(r"^(server_tool_use|.*_tool_result|.*_result)$")
 _ID_CHARACTER = re.compile(r"[^a-zA-Z0-9_-]")
+_FORMATS = frozenset({"output_config", "output_format"})  # structured output asked
 
 
 # --- request ----------------------------------------------------------------------------------
 
 
 def read_request(body: dict[str, Any]) -> tuple[Request, list[str]]:
-    for name in REFUSED.keys() & body.keys():
-        if REFUSED[name](body[name]):
+    for name, refused in REFUSED.items():  # three lookups: no set of the body's keys made
+        if name in body and refused(body[name]):
             raise Untranslatable(name)
     dropped = [name for name in body if name not in MAPPED]
     messages = []
@@ -100,12 +101,14 @@ def read_request(body: dict[str, Any]) -> tuple[Request, list[str]]:
         else:
             messages.append(Message(role, _parts(content, position)))
     choice, parallel = _choice(body.get("tool_choice"))
+    system = body.get("system")
+    tools = body.get("tools")
     return (
         Request(
             model=body.get("model"),
-            system=_parts(body.get("system"), -1) if body.get("system") is not None else [],
+            system=[] if system is None else _parts(system, -1),
             messages=messages,
-            tools=[_tool(t) for t in body.get("tools") or []],
+            tools=[_tool(t) for t in tools] if tools else [],
             choice=choice,
             parallel_tool_calls=parallel,
             max_tokens=body.get("max_tokens"),
@@ -113,7 +116,7 @@ def read_request(body: dict[str, Any]) -> tuple[Request, list[str]]:
             top_p=body.get("top_p"),
             stop=stop_list(body.get("stop_sequences")),
             stream=body.get("stream") is True,
-            json_schema=_json_schema(body),
+            json_schema=None if _FORMATS.isdisjoint(body) else _json_schema(body),
         ),
         dropped,
     )

@@ -12,13 +12,14 @@ lists.
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from typing import Any
 
 import orjson
 
 from ..codecs.base import as_int
-from ..codecs.sse import EventReader
+from ..codecs.sse import EventReader, NotUtf8
 from ..model.conversation import CodecError
 from . import chat, messages, responses
 from .ir import Part, Stop, Usage
@@ -50,14 +51,51 @@ class StreamReader(ABC):
         """SSE events read: a stream with none said nothing at all."""
         self.malformed: str | None = None
         """Why the stream is not valid, once an event was not (nothing after it is read)."""
+        self._template: _TextTemplate | None = None
+
+    @property
+    def reads_text_runs(self) -> bool:
+        """Text events may be read as runs (``read_text_run``): a template was learnt."""
+        return self._template is not None and self._template.reads_runs
+
+    @property
+    def at_event_start(self) -> bool:
+        """No event is partly read: the next byte fed starts one."""
+        return self._reader.at_event_start
+
+    def take_back(self) -> bytes:
+        """The start of an event read so far, given back to be read again with its rest."""
+        return self._reader.take_back()
+
+    def read_text_run(self, data: bytes) -> tuple[list[bytes], int]:
+        """The texts of the text events ``data`` starts with, read as one run
+        (``_TextTemplate.read_run``), and the bytes they take; none when the stream is not at
+        the start of such an event or a text event is not all they would say."""
+        template = self._template
+        if (
+            template is None
+            or self.ended
+            or self.malformed
+            or not self.at_event_start
+            or not self._texts_only()
+        ):
+            return [], 0
+        texts, used = template.read_run(data)
+        self.events += len(texts)
+        return texts, used
+
+    def _texts_only(self) -> bool:
+        """A text event would make one text event and nothing else."""
+        return True
 
     def feed(self, data: bytes) -> list[StreamEvent]:
         """The events these bytes complete, up to a malformed one (then ``malformed``)."""
         try:
             events = self._reader.feed(data)
-        except ValueError as exc:  # bad UTF-8
-            self.malformed = str(exc)
-            return []
+        except NotUtf8 as exc:  # the events before it stand, however the bytes were cut
+            found = self._read(exc.events)
+            self.malformed = self.malformed or str(exc)
+            return found
         return self._read(events)
 
     def finish(self) -> list[StreamEvent]:
@@ -130,7 +168,16 @@ class _TextTemplate:
     plain JSON string. A provider whose text events differ elsewhere too never matches: after
     a few templates that never matched, it stops learning and every event is read whole."""
 
-    __slots__ = ("_free", "_head", "_learns", "_tail", "_text_end", "_text_start")
+    __slots__ = (
+        "_free",
+        "_head",
+        "_learns",
+        "_run_head",
+        "_run_tail",
+        "_tail",
+        "_text_end",
+        "_text_start",
+    )
 
     def __init__(self, free: str | None = None) -> None:
         self._free = free
@@ -139,6 +186,8 @@ class _TextTemplate:
         self._text_start = 0  # len(head)
         self._text_end = 0  # -len(tail), or 0 with a free field
         self._learns = 3  # templates it may still learn before one matches
+        self._run_head: bytes | None = None  # the head as bytes, when runs may be read
+        self._run_tail = b""  # the tail as bytes; without a free field, the event's end too
 
     def read(self, payload: str) -> str | None:
         """The text of a payload the template fits; None: it does not (read it whole)."""
@@ -164,13 +213,61 @@ class _TextTemplate:
         self._learns = 3
         return text
 
+    @property
+    def reads_runs(self) -> bool:
+        return self._run_head is not None
+
+    def read_run(self, data: bytes) -> tuple[list[bytes], int]:
+        """The events at the start of ``data`` that ``read`` would read as non-empty text, as
+        one run: their texts as orjson writes them (JSON string literals, quotes included)
+        and the bytes they take. For the run of text events a stream mostly is, with bytes
+        searches over the whole piece and no event cut, decoded or parsed on its own; the
+        whole run is checked at once (no control character, valid UTF-8, a plain free field),
+        and one that fails is left to ``read``, event by event."""
+        head = self._run_head
+        if head is None or not data:
+            return [], 0
+        prefix = b"data: " + head
+        if data.startswith(b"event: "):  # a named event (Messages): ``read`` ignores the name
+            prefix = data[: data.find(b"\n") + 1] + prefix
+        tail, free = self._run_tail, not self._text_end
+        literals: list[bytes] = []
+        frees: list[bytes] = []
+        find, starts, pos = data.find, data.startswith, 0
+        skip_head, skip_tail = len(prefix), len(tail) + 1
+        while starts(prefix, pos):
+            start = pos + skip_head
+            close = find(b'"', start + 1)  # an escaped quote stops the run: the tail is not next
+            if close <= start + 1 or not starts(tail, close + 1):
+                break  # an empty text (no event), or another event
+            after = close + skip_tail
+            if free:
+                end = find(b'"}\n\n', after)
+                if end < 0:
+                    break  # the piece ends inside the event
+                frees.append(data[after:end])
+                after = end + 4
+            literals.append(data[start : close + 1])
+            pos = after
+        if not literals or not _plain_run(prefix, literals, frees):
+            return [], 0
+        if b"\\" in b"".join(literals):  # escapes: written as orjson writes them
+            try:
+                literals = [
+                    orjson.dumps(orjson.loads(lit)) if b"\\" in lit else lit for lit in literals
+                ]
+            except orjson.JSONDecodeError:
+                return [], 0
+        self._learns = 3
+        return literals, pos
+
     def learn(self, payload: str, event: dict[str, Any], holder: dict[str, Any], key: str) -> None:
         """Learn from ``payload`` (read whole into ``event``) whose text is ``holder[key]``."""
         if self._learns <= 0:
             return
         self._learns -= 1
         if not self._learns:  # the templates learnt never matched: read every event whole
-            self._head = None
+            self._head = self._run_head = None
             return
         text = holder[key]
         literal = orjson.dumps(text).decode()
@@ -195,11 +292,51 @@ class _TextTemplate:
         if fits and tail:  # a JSON object's text is followed by its end at least
             self._head, self._tail = head, tail
             self._text_start, self._text_end = len(head), 0 if free else -len(tail)
+            self._learn_runs(head, tail, free is not None)
+
+    def _learn_runs(self, head: str, tail: str, free: bool) -> None:
+        """Runs are read only where ``read_run`` finds the text where ``read`` does. With a
+        free field ``read`` takes the first tail after the head, ``read_run`` the tail after
+        the first quote: the same place unless the tail can start inside the text and end
+        inside itself."""
+        self._run_head = None
+        if free and _overlaps_itself(tail):
+            return
+        self._run_head = head.encode()
+        self._run_tail = tail.encode() if free else tail.encode() + b"\n\n"
+
+
+@functools.lru_cache(maxsize=64)  # every stream of a provider learns the same tail
+def _overlaps_itself(tail: str) -> bool:
+    return any(tail[n:] == tail[: len(tail) - n] for n in range(1, len(tail)))
 
 
 def _plain(value: str) -> bool:
     """A JSON string's content that needs no escape: read as it stands."""
     return '"' not in value and "\\" not in value and value.isprintable()
+
+
+# Bytes a JSON string never holds as they are; the ASCII ones ``_plain`` refuses too.
+_CONTROLS = bytes(range(0x20))
+_UNPRINTABLE = _CONTROLS + b'"\\\x7f'
+
+
+def _plain_run(prefix: bytes, literals: list[bytes], frees: list[bytes]) -> bool:
+    """Whether a run's texts are JSON strings ``read`` reads (no raw control character,
+    valid UTF-8) and its free fields values ``_plain`` takes, all checked at once."""
+    texts = b"".join(literals)
+    if texts.translate(None, _CONTROLS) != texts or b"\r" in prefix:
+        return False
+    values = b"".join(frees)
+    if values.translate(None, _UNPRINTABLE) != values:
+        return False
+    try:
+        prefix.decode()  # an event's name
+        if not texts.isascii():
+            texts.decode()
+        return values.isascii() or values.decode().isprintable()
+    except UnicodeDecodeError:
+        return False
 
 
 _PROBE = "probe"
@@ -219,6 +356,9 @@ class ChatStreamReader(StreamReader):
         self._thought = ""  # reasoning_content, out whole before the answer
         self._stop: Stop | None = None
         self._template = _TextTemplate(free="obfuscation")  # OpenAI's, different every chunk
+
+    def _texts_only(self) -> bool:
+        return not self._thought  # reasoning read so far goes out before the next text
 
     def _event(self, name: str | None, payload: str, found: list[StreamEvent]) -> None:
         if not self._thought and (text := self._template.read(payload)) is not None:

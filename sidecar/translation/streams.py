@@ -11,6 +11,8 @@ protocol's error and end.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..codecs.base import Codec
 from ..model.errors import ApiError
 from .ir import FunctionTool
@@ -28,6 +30,11 @@ from .stream_writers import (
 )
 
 MAX_EVENT_BYTES = 8 << 20
+_FIRST_EVENTS = 4
+_RUNS_FROM = 2048
+"""A piece too small to hold a few events is read event by event: a run of one or two
+costs more than it saves."""
+"""A stream's first events are read one at a time (a text run may start after them)."""
 """The most one event may take before it completes: a call's whole arguments in one event
 (Ollama sends calls whole) stay far below it; past it, a stream is taken for hostile."""
 
@@ -43,10 +50,18 @@ class StreamTranslator:
     ``finish`` at the stream's end, or ``fail`` when reading it failed; each returns the
     caller's bytes to send now."""
 
-    def __init__(self, reader: StreamReader, writer: StreamWriter, provider: str) -> None:
+    def __init__(
+        self,
+        reader: StreamReader,
+        writer: StreamWriter,
+        provider: str,
+        watch: Callable[[bytes], None] | None = None,
+    ) -> None:
         self._reader = reader
         self._writer = writer
         self._provider = provider
+        self._watch = watch
+        self._seen = 0  # bytes ahead of the next ones read that ``watch`` saw
         self._unfinished = 0  # bytes fed since the last complete event
 
     @property
@@ -70,6 +85,56 @@ class StreamTranslator:
         return self._writer.closed
 
     def feed(self, data: bytes) -> bytes:
+        """The caller's bytes for the target's ``data``. The text events a stream mostly is
+        go as runs (``StreamReader.read_text_run``, ``StreamWriter.write_texts``) while a
+        text is open on both sides, an event the last piece began included; the events
+        around them (the stream's first ones, a run's end) one at a time, so that runs start
+        again; the rest as it comes."""
+        if len(data) < _RUNS_FROM:
+            return self._feed(data)
+        frames = b""
+        while data and not self._writer.closed:
+            runs = self._writer.writes_texts() and self._reader.reads_text_runs
+            if runs:
+                data = self._taken_back(data)
+            if runs and self._reader.at_event_start:
+                texts, used = self._reader.read_text_run(data)
+                if texts:
+                    frames += self._writer.write_texts(texts)
+                    self._unfinished = 0
+                    self._watch_rest_of_first(data)
+                    data = data[used:]
+                    continue
+            if not (runs or self._reader.events < _FIRST_EVENTS):
+                break
+            cut = data.find(b"\n\n") + 2
+            if cut < 2:
+                break
+            frames += self._feed(data[:cut])
+            data = data[cut:]
+        return frames + self._feed(data) if data or not frames else frames
+
+    def _taken_back(self, data: bytes) -> bytes:
+        """``data`` with the start of an event the reader holds before it (read again, as a
+        run if it is one of the template's)."""
+        started = self._reader.take_back()
+        if started:
+            self._unfinished -= len(started)
+            self._seen = len(started)  # shown to ``watch`` already
+        return started + data
+
+    def _watch_rest_of_first(self, data: bytes) -> None:
+        """``watch`` saw the start of a run's first event: it sees the rest of it (the event
+        holds no usage; its lines end where they should)."""
+        if self._seen and self._watch is not None:
+            self._watch(data[self._seen : data.find(b"\n\n") + 2])
+        self._seen = 0
+
+    def _feed(self, data: bytes) -> bytes:
+        """``data`` read event by event (and shown to ``watch``)."""
+        if self._watch is not None:
+            self._watch(data[self._seen :] if self._seen else data)
+        self._seen = 0
         if self._writer.closed:
             return b""
         events = self._reader.feed(data)
@@ -113,12 +178,15 @@ def stream_translator(
     include_usage: bool,
     tells: bool = True,
     reshaped: dict[str, FunctionTool] | None = None,
+    watch: Callable[[bytes], None] | None = None,
 ) -> StreamTranslator:
     """A translator from a stream of the ``target`` protocol (``chat``, ``messages``,
     ``responses``) to ``caller``'s. ``model``: the model the caller
     asked for, shown until the target names its own; ``include_usage``: a Chat Completions
     caller asked for the usage chunk; ``tells``: see ``StreamWriter.tells``; ``reshaped``: the
-    Responses caller's custom and namespaced tools (``ResponsesStreamWriter``)."""
+    Responses caller's custom and namespaced tools (``ResponsesStreamWriter``); ``watch``:
+    sees the stream's bytes but the text events read as runs, which hold nothing but text
+    (a usage reader: ``codecs/usage.py``)."""
     writer: StreamWriter
     if caller.name == "chat":
         writer = ChatStreamWriter(model, include_usage=include_usage, error_body=caller.error_body)
@@ -127,4 +195,4 @@ def stream_translator(
     else:
         writer = ResponsesStreamWriter(model, reshaped)
     writer.tells = tells
-    return StreamTranslator(_READERS[target](), writer, provider)
+    return StreamTranslator(_READERS[target](), writer, provider, watch)

@@ -28,14 +28,16 @@ def translate(events: list[bytes], target: str, caller: str, *, templates: bool)
     translator = stream_translator(
         target, codec_of(API_OF[caller]), provider="p", model="m", include_usage=True
     )
-    read = stream_readers._TextTemplate.read
-    if not templates:
-        stream_readers._TextTemplate.read = lambda self, payload: None  # type: ignore[method-assign]
+    template = stream_readers._TextTemplate
+    read, read_run = template.read, template.read_run
+    if not templates:  # nor runs of them (test_stream_text_runs.py)
+        template.read = lambda self, payload: None  # type: ignore[method-assign]
+        template.read_run = lambda self, data: ([], 0)  # type: ignore[method-assign]
     try:
         out = b"".join(translator.feed(event) for event in events) + translator.finish()
         return REASONING_ID.sub(b'"rs_"', out)
     finally:
-        stream_readers._TextTemplate.read = read  # type: ignore[method-assign]
+        template.read, template.read_run = read, read_run  # type: ignore[method-assign]
 
 
 def chat_chunk(delta: dict[str, Any], **fields: Any) -> bytes:
