@@ -29,6 +29,7 @@ from tests.docker.pod import (
     MEDIATED_AGENT,
     NATIVE_AGENT,
     SIDECAR,
+    TOOL_SERVICES,
     UPSTREAM,
     Pod,
     PodFiles,
@@ -149,8 +150,11 @@ class Stack(Pod):
             "stack", "deploy", "--resolve-image", "never", "-c", str(self.files.out / "stack.yml"),
             "-c", str(self.files.out / "stack.e2e.yml"), self.project, env=env,
         )  # fmt: skip
-        self.wait_healthy(SIDECAR, STACK_GUARD_S)
-        for service in (UPSTREAM, MEDIATED_AGENT, NATIVE_AGENT, "trading-api"):
+        # The upstream has a health check; the tool services do not, and a mediated call sent
+        # before its tool service's task runs finds nobody to answer it.
+        for service in (SIDECAR, UPSTREAM):
+            self.wait_healthy(service, STACK_GUARD_S)
+        for service in (MEDIATED_AGENT, NATIVE_AGENT, *TOOL_SERVICES):
             self.wait_running(service, STACK_GUARD_S)
 
     def remove(self) -> list[str]:

@@ -26,7 +26,7 @@ def test_compile_warns_what_swarm_cannot_enforce(stack: Stack) -> None:
 def test_mediated_call_through_the_stack(stack: Stack) -> None:
     reply = stack.chat(MEDIATED_AGENT, [QUESTION])
     envelope = _tool_data(reply["content"])
-    assert envelope["ok"] is True and envelope["data"]["agent"] == MEDIATED_AGENT
+    assert envelope["ok"] is True and envelope["data"]["agent"] == MEDIATED_AGENT, envelope
     records = stack.audit(MEDIATED_AGENT)
     assert records[-1]["outcome"]["status"] == "ok"
     assert records[-1]["instance"]  # the sidecar task's host name
