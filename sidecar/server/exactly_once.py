@@ -17,7 +17,6 @@ journal's look-up that every other mediated request pays.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -38,6 +37,7 @@ from ..model.outcome import ToolOutcome, refused
 from ..state.continuity import StateWriteFailed
 from ..state.journal import Attempt, call_key, has_side_effects, identities
 from .accounting import report_state_write_failure
+from .tool_round import run_round
 
 if TYPE_CHECKING:
     from .context import RequestContext
@@ -127,14 +127,7 @@ class ExactlyOnce:
         return event
 
     async def _execute(self, command: ExecuteTools) -> ToolsDone:
-        started = time.monotonic()
-        deadline = started + command.budget_s
-        runs = (self._run_one(command, e, deadline) for e in command.executions)
-        if command.concurrent and len(command.executions) > 1:
-            outcomes = list(await asyncio.gather(*runs))
-        else:
-            outcomes = [await run for run in runs]
-        return ToolsDone(outcomes, elapsed_s=time.monotonic() - started)
+        return await run_round(command, self._run_one)
 
     async def _run_one(
         self, command: ExecuteTools, execution: PlannedExecution, deadline: float

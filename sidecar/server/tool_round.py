@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from ..execution.executor import CallLimits
@@ -21,6 +22,21 @@ if TYPE_CHECKING:
     from .context import RequestContext
 
 log = logging.getLogger(__name__)
+
+RunCall = Callable[[ExecuteTools, PlannedExecution, float], Awaitable[ToolOutcome]]
+"""One call of a round: the command, the call, and the round's deadline (monotonic)."""
+
+
+async def run_round(command: ExecuteTools, run_call: RunCall) -> ToolsDone:
+    """A round's calls within its time budget, at once where the command allows it."""
+    started = time.monotonic()
+    deadline = started + command.budget_s
+    runs = (run_call(command, e, deadline) for e in command.executions)
+    if command.concurrent and len(command.executions) > 1:
+        outcomes = list(await asyncio.gather(*runs))
+    else:
+        outcomes = [await run for run in runs]
+    return ToolsDone(outcomes, elapsed_s=time.monotonic() - started)
 
 
 class Unjournaled:
@@ -34,14 +50,7 @@ class Unjournaled:
         self.plan = plan
 
     async def run(self, command: ExecuteTools) -> ToolsDone:
-        started = time.monotonic()
-        deadline = started + command.budget_s
-        runs = (self._run_call(command, e, deadline) for e in command.executions)
-        if command.concurrent and len(command.executions) > 1:
-            outcomes = list(await asyncio.gather(*runs))
-        else:
-            outcomes = [await run for run in runs]
-        return ToolsDone(outcomes, elapsed_s=time.monotonic() - started)
+        return await run_round(command, self._run_call)
 
     async def end(self, *, succeeded: bool) -> None:
         """Nothing was journaled: nothing to keep or drop."""
