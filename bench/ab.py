@@ -17,11 +17,19 @@ prints them as one table with the base commit's column beside this tree's, and b
 bare aiohttp forwarder's pass-through cells of the same run (SPEC §19 sets pass-through's c=16
 throughput against it). ``--floor`` measures those forwarder cells beside any run that has
 ``openai_json``.
+
+``--own-builds`` gives each side a build its own tree writes (its ``bench/run.py``
+``write_bench_build``), for a base whose sidecar cannot read this tree's build, such as the
+commit an issue's targets were measured on. Workloads whose agent the base's build lacks are
+measured for this side only.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import os
 import secrets
 import statistics
 import subprocess
@@ -79,26 +87,54 @@ OVER = {
 }
 
 
-def start_sidecar(bench: Bench, label: str, tree: Path) -> Target:
-    # The package is `clawpod` (the tree's root): a directory holding a `clawpod` link to the
-    # tree, first on the path, wins over the editable install of this tree.
+def packages_for(bench: Bench, label: str, tree: Path) -> Path:
+    """A directory holding a `clawpod` link to the tree: first on the path, it wins over the
+    editable install of this tree (the package is the tree's root)."""
     packages = bench.workdir / f"packages-{label}"
     packages.mkdir()
     (packages / "clawpod").symlink_to(tree.resolve(), target_is_directory=True)
+    return packages
+
+
+def write_own_build(bench: Bench, label: str, tree: Path) -> tuple[Path, dict[str, str]]:
+    """The bench build as the tree's own writer makes it, and its agents' tokens."""
+    build = bench.workdir / f"build-{label}"
+    writer = (
+        "import json, sys; from pathlib import Path; from bench.run import write_bench_build; "
+        "print(json.dumps(write_bench_build(Path(sys.argv[1]), sys.argv[2], sys.argv[3])))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", writer, str(build), bench.upstream.url(), bench.tools.url()],
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(bench.workdir / f"packages-{label}")},
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return build, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def start_sidecar(bench: Bench, label: str, tree: Path, own_build: bool) -> Target:
+    packages = packages_for(bench, label, tree)
+    shared = (bench.workdir / "build", bench.tokens)
+    build, tokens = write_own_build(bench, label, tree) if own_build else shared
     server = bench._start(
         f"sidecar-{label}",
-        sidecar_command(bench.workdir / "build", bench.workdir / f"state-{label}", free_port()),
+        sidecar_command(build, bench.workdir / f"state-{label}", free_port()),
         # The sidecar refuses to start without an audit key.
         env={**PROVIDER_KEYS, AUDIT_KEY_ENV: secrets.token_hex(32), "PYTHONPATH": str(packages)},
         cwd=tree,
     )
-    return Target(label, server.url(), {}, {"anthropic-version": "2023-06-01"}, server)
+    return Target(label, server.url(), {}, {"anthropic-version": "2023-06-01"}, server, tokens)
 
 
-def headers_for(bench: Bench, target: Target, workload: str) -> dict[str, str]:
+def headers_for(target: Target, workload: str) -> dict[str, str] | None:
+    """The workload's headers for this side, or None if its build has no such agent."""
     body, agent = WORKLOADS[workload]
+    if agent not in target.tokens:
+        return None
     route = target.anthropic_headers if body.startswith("anthropic") else target.openai_headers
-    return {**(route or {}), "Authorization": f"Bearer {bench.tokens[agent]}"}
+    return {**(route or {}), "Authorization": f"Bearer {target.tokens[agent]}"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,6 +146,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--floor", action="store_true", help="the bare forwarder's openai_json cells too"
+    )
+    parser.add_argument(
+        "--own-builds",
+        action="store_true",
+        help="each side on a build its own tree writes (for bases that cannot read this one's)",
     )
     parser.add_argument("--reps", type=int, default=6, help="cells per side")
     parser.add_argument("--concurrency", type=int, default=16)
@@ -133,15 +174,17 @@ def main(argv: list[str] | None = None) -> int:
         try:
             bench.start()
             targets = {
-                "base": start_sidecar(bench, "base", base_tree),
-                "this": start_sidecar(bench, "this", REPO),
+                "base": start_sidecar(bench, "base", base_tree, args.own_builds),
+                "this": start_sidecar(bench, "this", REPO, args.own_builds),
             }
             for rep in range(args.reps):
                 order = ("base", "this") if rep % 2 == 0 else ("this", "base")
                 for workload in workloads:
                     for label in order:
                         target = targets[label]
-                        headers = headers_for(bench, target, workload)
+                        headers = headers_for(target, workload)
+                        if headers is None:
+                            continue
                         body = WORKLOADS[workload][0]
                         cell = bench.measure(target, body, args.concurrency, headers)
                         cells[workload][label].append(cell)
@@ -227,7 +270,8 @@ def _target(cpu: dict[str, dict[str, float]], workload: str) -> str:
 
 
 def _median(cells: list[dict], key: str) -> float:
-    return statistics.median(c[key] for c in cells)
+    """The cells' median, or NaN where a side measured none (its build lacks the agent)."""
+    return statistics.median(c[key] for c in cells) if cells else math.nan
 
 
 if __name__ == "__main__":

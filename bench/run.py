@@ -101,6 +101,8 @@ class Target:
     openai_headers: dict[str, str]
     anthropic_headers: dict[str, str] | None
     process: Server | None = None
+    # Agent -> token, where the target is a sidecar on a build of its own (bench.ab --own-builds).
+    tokens: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
