@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -30,7 +29,7 @@ from ..translation import (
 from ..translation import (
     translate_error as translate_provider_error,
 )
-from ..transport import Response, TransportError
+from ..transport import Headers, Response, TransportError
 from .accounting import record_request
 from .budget_gate import BYTES_PER_TOKEN
 from .counting import with_managed_tools
@@ -85,7 +84,10 @@ def plan(ctx: RequestContext, body: dict[str, Any]) -> None:
     dropped = {name for t in found.values() for name in t.dropped}
     if dropped:
         record["dropped"] = sorted(dropped)
-    ctx.audit_extra = {**(ctx.audit_extra or {}), "translation": record}
+    if ctx.audit_extra:
+        ctx.audit_extra = {**ctx.audit_extra, "translation": record}
+    else:
+        ctx.audit_extra = {"translation": record}
 
 
 def retarget(target: UpstreamTarget, protocol: str, *, stream: bool = False) -> UpstreamTarget:
@@ -149,14 +151,14 @@ async def relay_translated(
     except TransportError as exc:
         failure = translate_error(exc, provider)
         return await _fail(ctx, exchange, upstream_failure(failure.kind, failure.message))
-    reply = UpstreamResponse(upstream.status, upstream.headers, data)
     streamed = upstream.content_type == "text/event-stream"
-    event = _reply_event(ctx, reply, translated, ctx.codec, streamed=streamed)
+    event = _reply_event(
+        ctx, upstream.status, upstream.headers, data, translated, ctx.codec, streamed
+    )
     if isinstance(event, ApiError):
         return await _fail(ctx, exchange, event)
-    body = event.body
-    target = _CODECS[translated.target]
-    usage = _usage(target, translated.body, event.upstream_usage)
+    body, upstream_usage = event
+    usage = _usage(_CODECS[translated.target], translated.body, upstream_usage)
     headers = _kept_headers(upstream)
     with contextlib.suppress(ConnectionError):  # a client that left is still audited
         if ctx.stream:
@@ -263,50 +265,45 @@ def reply_event(
     (``translated`` None: the provider speaks it); live streams use it for an answer that
     came whole or refused (``translated_stream.py``)."""
     assert ctx.translations is not None
-    event = _reply_event(ctx, reply, translated, ctx.translations.caller)
-    if isinstance(event, _Replied):
-        return ModelReplied(event.body)
+    streamed = "text/event-stream" in reply.headers.get("Content-Type", "")
+    event = _reply_event(
+        ctx, reply.status, reply.headers, reply.body, translated, ctx.translations.caller, streamed
+    )
+    if not isinstance(event, ApiError):
+        return ModelReplied(event[0])
     if event.code == "upstream_protocol_error":
         return ModelFailed("protocol", event.message)
     return ModelFailed("status", event.message, event.status, event.headers.get("retry-after"))
 
 
-@dataclass(slots=True)
-class _Replied:
-    body: dict[str, Any]
-    upstream_usage: Any
-
-
 def _reply_event(
     ctx: RequestContext,
-    reply: UpstreamResponse,
+    status: int,
+    headers: Headers,
+    data: bytes,
     translated: Translated | None,
     caller: Codec,
-    *,
-    streamed: bool | None = None,
-) -> _Replied | ApiError:
-    """The provider's answer in the caller's protocol (``translated`` None: it speaks it), or
-    the error to tell the caller. ``streamed``: whether the answer is a stream, when the caller
-    knows it already (else its headers say)."""
-    if streamed is None:
-        streamed = "text/event-stream" in reply.headers.get("Content-Type", "")
+    streamed: bool,
+) -> tuple[dict[str, Any], Any] | ApiError:
+    """The provider's answer in the caller's protocol (``translated`` None: it speaks it) and
+    the usage the provider reported, or the error to tell the caller. A tuple, not an object:
+    this runs on every translated answer."""
     provider = ctx.provider_name or ""
     protocol = translated.target if translated is not None else caller.name
-    codec = _CODECS[protocol]
-    if not 200 <= reply.status < 300:
-        data = ctx.state.upstream.redact(provider, reply.body)
-        err = translate_provider_error(reply.status, data, provider, protocol)
-        retry_after = reply.headers.get("Retry-After")
+    if not 200 <= status < 300:
+        data = ctx.state.upstream.redact(provider, data)
+        err = translate_provider_error(status, data, provider, protocol)
+        retry_after = headers.get("Retry-After")
         if retry_after:
             err.headers["retry-after"] = retry_after
         return err
     try:
-        answer = codec.assemble_stream(reply.body) if streamed else orjson.loads(reply.body)
+        answer = _CODECS[protocol].assemble_stream(data) if streamed else orjson.loads(data)
         if translated is None:
             if not isinstance(answer, dict):
                 raise Untranslatable("the answer is not a JSON object")
-            return _Replied(answer, answer.get("usage"))
-        return _Replied(translate_reply(answer, translated), answer.get("usage"))
+            return answer, answer.get("usage")
+        return translate_reply(answer, translated), answer.get("usage")
     except (Untranslatable, ValueError, KeyError, TypeError, IndexError) as exc:
         return unusable_reply(Untranslatable(str(exc)), provider, protocol)
 

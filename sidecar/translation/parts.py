@@ -122,11 +122,13 @@ def read_openai_usage(raw: Any, input_key: str, output_key: str) -> Usage | None
         return None
     details = raw.get(input_key + "_details")
     output = raw.get(output_key + "_details")
+    # Positional: a keyword call of a dataclass costs twice as much, on every answer.
     return Usage(
-        input=as_int(raw.get(input_key)),
-        output=as_int(raw.get(output_key)),
-        cache_read=as_int(details.get("cached_tokens")) if isinstance(details, dict) else 0,
-        reasoning=as_int(output.get("reasoning_tokens")) if isinstance(output, dict) else 0,
+        as_int(raw.get(input_key)),
+        as_int(raw.get(output_key)),
+        as_int(details.get("cached_tokens")) if isinstance(details, dict) else 0,
+        0,  # cache_creation: OpenAI reports none
+        as_int(output.get("reasoning_tokens")) if isinstance(output, dict) else 0,
     )
 
 
