@@ -122,10 +122,11 @@ def passthrough_send(
     """The target and body of a pass-through to a provider of another protocol; None when
     the provider speaks the caller's."""
     translations = ctx.translations
-    provider = _provider(ctx, target.provider)
-    protocol = translations and translations.protocol_of(target.provider, provider)
+    providers = ctx.state.config.providers
+    protocol = translations and translations.protocol_of(target.provider, providers)
     if not protocol:
         return None
+    provider = providers[target.provider]
     body = for_provider(translations.by_protocol[protocol].body, model, provider)
     return retarget(target, protocol), orjson.dumps(body)
 
@@ -136,7 +137,7 @@ def answered_in(ctx: RequestContext) -> Translated | None:
     if translations is None or ctx.provider_name is None:
         return None
     name = ctx.provider_name
-    protocol = translations.protocol_of(name, _provider(ctx, name))
+    protocol = translations.protocol_of(name, ctx.state.config.providers)
     return translations.by_protocol[protocol] if protocol else None
 
 
@@ -224,8 +225,9 @@ async def call_model(ctx: RequestContext, command: CallModel) -> Event:
     spoken: dict[str, Translated | None] = {}
 
     def send(target: UpstreamTarget, model: str | None) -> Awaitable[Response]:
-        provider = _provider(ctx, target.provider)
-        protocol = translations.protocol_of(target.provider, provider)
+        providers = ctx.state.config.providers
+        provider = providers[target.provider]
+        protocol = translations.protocol_of(target.provider, providers)
         body, translated = command.body, None
         if protocol is not None:
             translated = translate_request(body, translations.caller.name, protocol)
@@ -329,7 +331,3 @@ async def answer_count(exchange: Exchange, ctx: RequestContext, body: dict[str, 
         await exchange.respond(200, orjson.dumps(answer), JSON_HEADERS)
     usage = usage_record(rounds=0)
     await record_request(ctx, http_status=200, usage=usage, extra={"estimated_count": True})
-
-
-def _provider(ctx: RequestContext, name: str) -> Provider:
-    return ctx.state.config.providers[name]

@@ -51,7 +51,7 @@ def crossing_protocol(ctx: RequestContext, provider: str) -> str | None:
     translations = ctx.translations
     if translations is None:
         return None
-    return translations.protocol_of(provider, ctx.state.config.providers[provider])
+    return translations.protocol_of(provider, ctx.state.config.providers)
 
 
 def translator_for(

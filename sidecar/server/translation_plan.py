@@ -3,6 +3,7 @@ written in each of them (contract §18); filled by ``translated.plan``."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -26,9 +27,10 @@ class Translations:
     """The protocol each target provider needs, by name (None: the caller's), as ``plan``
     found it: asked again for every call, its answer and its stream."""
 
-    def protocol_of(self, name: str, provider: Provider) -> str | None:
-        """The protocol of a provider that needs a translation; None: it speaks the caller's."""
+    def protocol_of(self, name: str, providers: Mapping[str, Provider]) -> str | None:
+        """The protocol of provider ``name`` (of ``providers``, looked up only when ``plan``
+        did not see it) when it needs a translation; None: it speaks the caller's."""
         if name in self.by_provider:
             return self.by_provider[name]
-        protocol = target_protocol(self.caller.name, provider.served)
+        protocol = target_protocol(self.caller.name, providers[name].served)
         return None if protocol == self.caller.name else protocol
