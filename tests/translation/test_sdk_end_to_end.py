@@ -149,8 +149,10 @@ async def test_provider_error_in_the_callers_shape_naming_the_provider(
         Reply.json([1, 2, 3]),
         Reply.json({"choices": [{"message": {"tool_calls": [{"function": 5}]}}]}),
         Reply.garbage(status=500, content_type="text/html"),
+        Reply(body=b'{"id": "x", "choices": [{"message": {"content": "cut sh'),
+        Reply.json({"id": "x", "content": [], "output": []}, content_type="text/event-stream"),
     ],
-    ids=["not-json", "wrong-types", "array", "bad-call", "html-500"],
+    ids=["not-json", "wrong-types", "array", "bad-call", "html-500", "truncated", "json-as-sse"],
 )
 @pytest.mark.parametrize("agent", ["plain", "analyst"])
 async def test_a_hostile_upstream_body_is_a_clear_error_in_the_callers_protocol(

@@ -1,0 +1,144 @@
+"""Instructions the sidecar executes per request, counted by valgrind: the same on any load.
+
+    .venv/bin/python -m bench.instructions anthropic anthropic_to_chat       # 200 requests each
+    .venv/bin/python -m bench.instructions openai chat_to_messages --requests 100 --stream
+
+CPU time on a shared two-core machine moves by more than a translation costs (bench.ab reads
+±0.03 ms run to run), so differences of a few microseconds cannot be seen there. Here the
+bench's upstream and the client run in this process, the sidecar (``python -m
+clawpod.sidecar`` on the bench build, production settings) under ``valgrind --tool=callgrind``;
+after a warm-up, its counters are zeroed, one workload's requests are sent one at a time, and
+the counters are dumped (``callgrind_control``): user-space instructions per request, for the
+sidecar alone, repeatable to about 1 %. Kernel time (sockets, fsync) is not in the figure, so it
+ranks changes to Python code; bench.ab still says what a request costs. Workloads are
+``bench.trip``'s (the caller's protocol and the model's provider); the first is the base the
+others are shown over. Needs valgrind (the Debian package); the sidecar starts in about a
+minute under it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import aiohttp
+
+from bench import toolservice, upstream
+from bench.processes import free_port
+from bench.run import PROVIDER_KEYS, sidecar_command, write_bench_build
+from bench.trip import WORKLOADS, _serve
+from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
+
+WARM_REQUESTS = 30
+READY_TIMEOUT_S = 300
+
+
+def _total(dump: Path) -> int:
+    for line in dump.read_text().splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split()[1])
+    raise RuntimeError(f"no totals in {dump}")
+
+
+def _control(*args: str) -> None:
+    subprocess.run(["callgrind_control", *args], check=True, capture_output=True)
+
+
+async def _wait_ready(client: aiohttp.ClientSession, url: str, sidecar: subprocess.Popen) -> None:
+    for _ in range(READY_TIMEOUT_S * 2):
+        if sidecar.poll() is not None:
+            raise RuntimeError("the sidecar exited under valgrind")
+        try:
+            async with client.get(url + "/healthz"):
+                return
+        except aiohttp.ClientError:
+            await asyncio.sleep(0.5)
+    raise RuntimeError("the sidecar did not start")
+
+
+async def measure(workloads: list[str], requests: int, stream: bool) -> dict[str, float]:
+    """Instructions per request of each workload, in order, on one sidecar."""
+    stubs = [await _serve(upstream.make_app()), await _serve(toolservice.make_app())]
+    scratch = Path(tempfile.mkdtemp(prefix="clawpod-instructions-"))
+    out = scratch / "callgrind.out"
+    tokens = write_bench_build(scratch / "build", stubs[0][1], stubs[1][1])
+    port = free_port()
+    command = sidecar_command(scratch / "build", scratch / "state", free_port())
+    env = {**os.environ, **PROVIDER_KEYS, AUDIT_KEY_ENV: secrets.token_hex(32)}
+    sidecar = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+        + [part.replace("{port}", str(port)) for part in command],
+        env={**env, "PYTHONHASHSEED": "0"},  # the same dict layouts in every run
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    found: dict[str, float] = {}
+    try:
+        async with aiohttp.ClientSession() as client:
+            await _wait_ready(client, url, sidecar)
+            asks = {name: _asker(client, url, tokens, name, stream) for name in workloads}
+            for ask in asks.values():
+                for _ in range(WARM_REQUESTS):
+                    await ask()
+            for name, ask in asks.items():
+                _control("--zero", str(sidecar.pid))
+                for _ in range(requests):
+                    await ask()
+                await asyncio.sleep(0.3)  # the audit write of the last request
+                before = set(scratch.glob("callgrind.out*"))
+                _control("--dump", str(sidecar.pid))
+                (dump,) = set(scratch.glob("callgrind.out*")) - before
+                found[name] = _total(dump) / requests
+    finally:
+        sidecar.terminate()
+        sidecar.wait()
+        for runner, _ in stubs:
+            await runner.cleanup()
+        shutil.rmtree(scratch, ignore_errors=True)
+    return found
+
+
+def _asker(
+    client: aiohttp.ClientSession, url: str, tokens: dict[str, str], workload: str, stream: bool
+) -> Callable[[], Awaitable[None]]:
+    route, make_body, extra = WORKLOADS[workload]
+    body = make_body("gpt-bench-r0", stream)
+    headers = {**extra, "Authorization": f"Bearer {tokens['bench-native']}"}
+
+    async def ask() -> None:
+        async with client.post(url + route, data=body, headers=headers) as response:
+            await response.read()
+            if response.status != 200:
+                raise RuntimeError(f"{workload}: HTTP {response.status}")
+
+    return ask
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("workloads", nargs="+", choices=WORKLOADS, metavar="WORKLOAD")
+    parser.add_argument("--requests", type=int, default=200, help="requests per workload")
+    parser.add_argument("--stream", action="store_true", help="the client streams")
+    args = parser.parse_args(argv)
+    if not (shutil.which("valgrind") and shutil.which("callgrind_control")):
+        print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
+        return 2
+    found = asyncio.run(measure(args.workloads, args.requests, args.stream))
+    base = found[args.workloads[0]]
+    for name, count in found.items():
+        over = "" if name == args.workloads[0] else f"  ({(count - base) / 1000:+.1f}k over)"
+        print(f"{name:20s} {count / 1000:8.1f}k instructions per request{over}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
