@@ -128,8 +128,10 @@ def read_request(body: dict[str, Any]) -> tuple[Request, list[str]]:
         else:
             raise Untranslatable(f"messages[{position}]: role {role!r}")
     functions = body.get("functions")
-    tools = [_tool(t) for t in body.get("tools") or []]
-    tools += [_function(f) for f in functions or []]
+    raw_tools = body.get("tools")
+    tools = [_tool(t) for t in raw_tools] if raw_tools else []
+    if functions:
+        tools += [_function(f) for f in functions]
     choice = body.get("tool_choice")
     if choice is None and body.get("function_call") is not None:
         choice = _legacy_choice(body["function_call"])

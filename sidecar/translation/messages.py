@@ -302,16 +302,20 @@ def _wire_messages(messages: list[Message]) -> list[dict[str, Any]]:
         if message.role == "system":
             continue
         blocks = [b for b in map(_wire_block, message.parts) if b is not None]
-        if message.role == "user":
-            blocks.sort(key=lambda b: b["type"] != "tool_result")
+        if message.role == "user" and len(blocks) > 1:  # (one block: no key function called)
+            blocks.sort(key=_results_first)
         if wire and wire[-1]["role"] == message.role:
             joined = wire[-1]["content"] + blocks
             if message.role == "user":
-                joined.sort(key=lambda b: b["type"] != "tool_result")
+                joined.sort(key=_results_first)
             wire[-1]["content"] = joined
         else:
             wire.append({"role": message.role, "content": blocks})
     return [m for m in wire if m["content"]]
+
+
+def _results_first(block: dict[str, Any]) -> bool:
+    return block["type"] != "tool_result"
 
 
 def _wire_block(part: Part, reply: bool = False) -> dict[str, Any] | None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from ..codecs.approval_items import is_sidecar_item, is_sidecar_tool
+from ..codecs.approval_items import REQUEST, RESPONSE, is_sidecar_item, is_sidecar_tool
 from ..codecs.base import as_int
 from .ir import (
     Choice,
@@ -137,7 +137,9 @@ def read_request(body: dict[str, Any]) -> tuple[Request, list[str]]:
 
 def _read_item(item: dict[str, Any], position: int, messages: list[Message]) -> None:
     kind = item.get("type", "message")
-    if is_sidecar_item(item):  # the engine settles it; no provider ever sees it
+    # The engine settles the sidecar's approval items; no provider ever sees them. Only an
+    # item of their two types can be one: a message is not asked (this runs per item).
+    if kind in (REQUEST, RESPONSE) and is_sidecar_item(item):
         return
     if kind == "message":
         role = item.get("role")
