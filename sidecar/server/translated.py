@@ -95,9 +95,11 @@ def retarget(target: UpstreamTarget, protocol: str, *, stream: bool = False) -> 
     ``stream``: its answer is read as a stream (``translated_stream.py``)."""
     codec = _CODECS[protocol]
     forwarded = target.forward_headers
-    headers = {k: v for k, v in forwarded.items() if k in codec.forwarded_headers}
+    if forwarded:  # most clients forward none
+        understood = codec.forwarded_headers
+        forwarded = {k: v for k, v in forwarded.items() if k in understood}
     # Built, not ``dataclasses.replace``d: this runs on every translated call.
-    return UpstreamTarget(target.provider, codec.route, headers, stream, key=target.key)
+    return UpstreamTarget(target.provider, codec.route, forwarded, stream, key=target.key)
 
 
 def for_provider(body: dict[str, Any], model: str | None, provider: Provider) -> dict[str, Any]:
