@@ -54,6 +54,10 @@ log = logging.getLogger(__name__)
 LOG_DIRECTORY = "log"
 SEGMENT_SUFFIX = ".jsonl"
 MAX_SEGMENT_BYTES = 4 * 1024 * 1024
+# How long a batch that syncs waits for the records of other requests with journal work under
+# way (PostgreSQL's commit_delay): one sync and one wake-up of the writer thread then serve
+# more of them. A request alone is never delayed.
+COMMIT_DELAY_S = 0.001
 # The previous layout's file names (a file per journal, a link per failed history).
 LEGACY_SUFFIX = ".jsonl"
 LEGACY_LINK_SUFFIX = ".link"
@@ -149,9 +153,13 @@ class JournalLog:
         window_s: float,
         clock: Callable[[], float],
         write: Callable[[int, memoryview, int], int] = os.pwrite,
+        in_flight: Callable[[], int] = lambda: 0,
+        commit_delay_s: float = COMMIT_DELAY_S,
     ) -> None:
         """``directory``: the journal directory (``<state>/journal``); ``write``: how bytes reach
-        a segment (a test's full disk)."""
+        a segment (a test's full disk); ``in_flight``: how many requests have journal work
+        under way (those not waiting for a sync yet are what a batch's ``commit_delay_s``
+        waits for)."""
         self.directory = directory
         self.write = write
         self.segments_directory = directory / LOG_DIRECTORY
@@ -169,6 +177,10 @@ class JournalLog:
         self._broken = False  # the last write failed: the next one starts a new segment
         self._queue: list[_Queued] = []
         self._writing = False  # a batch is with the writer thread
+        self.in_flight = in_flight
+        self.commit_delay_s = commit_delay_s
+        self._waiting = 0  # queued records whose request waits for their sync
+        self._gathering: asyncio.TimerHandle | None = None  # a delayed batch's deadline
         self._batches: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
         self._closed = False
@@ -246,14 +258,38 @@ class JournalLog:
 
     def _enqueue(self, queued: _Queued) -> None:
         self._queue.append(queued)
-        if not self._writing:
+        self._waiting += queued.waiter is not None
+        if self._gathering is not None:
+            self.others_may_come()
+        elif not self._writing:
+            self._next_batch()
+
+    def others_may_come(self) -> None:
+        """A delayed batch goes as soon as no other request with journal work under way
+        could join it (each waits for its sync, or has ended)."""
+        if self._gathering is not None and self.in_flight() <= self._waiting:
+            self._gathering.cancel()
+            self._gathering = None
             self._write_queue()
+
+    def _next_batch(self) -> None:
+        """Start the next batch now, or, when it syncs and other requests with journal work
+        under way could join it, after ``commit_delay_s`` at the most."""
+        if self._waiting and self.commit_delay_s > 0 and self.in_flight() > self._waiting:
+            loop = asyncio.get_running_loop()
+            self._gathering = loop.call_later(self.commit_delay_s, self._gathered)
+            return
+        self._write_queue()
+
+    def _gathered(self) -> None:
+        self._gathering = None
+        self._write_queue()
 
     def _write_queue(self) -> None:
         """Start the next batch: here when it does not sync (a write into the page cache is
         cheaper than a thread hop), else written here and synced in the writer thread (written
         there too when a new segment is due: opening one syncs its directory)."""
-        batch, self._queue = self._queue, []
+        batch, self._queue, self._waiting = self._queue, [], 0
         if not batch:
             return
         data = b"".join(q.data for q in batch)
@@ -305,7 +341,7 @@ class JournalLog:
     def _written(self, batch: list[_Queued], where: Where, failure: BaseException | None) -> None:
         self._writing = False
         self._done(batch, where, failure)
-        self._write_queue()
+        self._next_batch()
 
     def _done(self, batch: list[_Queued], where: Where, failure: BaseException | None) -> None:
         """``where``: the segment and offset the batch's bytes went to."""
@@ -402,11 +438,14 @@ class JournalLog:
         """At shutdown, after the last request: what is queued is written, then the segment
         is closed."""
         self._closed = True
+        if self._gathering is not None:
+            self._gathering.cancel()
+            self._gathering = None
         if self._writer is not None:
             self._batches.put(None)
             self._writer.join()
             self._writer = None
-        batch, self._queue = self._queue, []
+        batch, self._queue, self._waiting = self._queue, [], 0
         if batch:  # its requests may still wait for it (queued behind the thread's last batch)
             try:
                 if self._fd is None or self._broken:
