@@ -57,7 +57,7 @@ MAX_SEGMENT_BYTES = 4 * 1024 * 1024
 # How long a batch that syncs waits for the records of other requests with journal work under
 # way (PostgreSQL's commit_delay): one sync and one wake-up of the writer thread then serve
 # more of them. A request alone is never delayed.
-COMMIT_DELAY_S = 0.001
+COMMIT_DELAY_S = 0.003
 # The previous layout's file names (a file per journal, a link per failed history).
 LEGACY_SUFFIX = ".jsonl"
 LEGACY_LINK_SUFFIX = ".link"
