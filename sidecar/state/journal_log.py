@@ -378,13 +378,20 @@ class JournalLog:
         if data and (self._fd is None or self._broken or self._size >= MAX_SEGMENT_BYTES):
             self._open_segment()
         offset = self._size
+        erase = _coalesced(erase)
+        lead = b""
+        if data and erase and erase[-1][0] == self._last_segment and sum(erase[-1][1:]) == offset:
+            # Records that end where ``data`` begins (a request's own, usually, as its ``end``
+            # goes): blanked by the same write.
+            lead = _blank_line(erase.pop()[2])
         if data or sync:
             assert self._fd is not None
             try:
-                view = memoryview(data)
+                written = lead + data if lead else data
+                start, view = offset - len(lead), memoryview(written)
                 while view:
-                    view = view[self.write(self._fd, view, self._size) :]
-                    self._size = offset + len(data) - len(view)
+                    view = view[self.write(self._fd, view, start + len(written) - len(view)) :]
+                self._size = offset + len(data)
                 if sync:
                     _sync(self._fd)
             except OSError:
@@ -397,8 +404,8 @@ class JournalLog:
         """Overwrite records with spaces (a line a reader skips). Not synced, like the unlink
         of a journal file was not: a crash may bring a succeeded attempt's journal back, whose
         retry replays it and sends nothing again."""
-        for segment, offset, length in spans:
-            blank = b" " * (length - 1) + b"\n"
+        for segment, offset, length in _coalesced(spans):
+            blank = _blank_line(length)
             try:
                 if segment == self._last_segment and self._fd is not None:
                     os.pwrite(self._fd, blank, offset)
@@ -621,6 +628,22 @@ def _legacy_lines(folder: str, name: str, path: str, written_at: float) -> list[
         history = name.removesuffix(LEGACY_LINK_SUFFIX)
         return [line((folder, request), written_at, {"link": history, "asked": asked})]
     return []
+
+
+def _coalesced(spans: Iterable[Span]) -> list[Span]:
+    """``spans`` in order, those that touch made one: one write of spaces, not one a record."""
+    merged: list[Span] = []
+    for segment, offset, length in sorted(spans):
+        if merged and merged[-1][0] == segment and sum(merged[-1][1:]) == offset:
+            merged[-1] = (segment, merged[-1][1], merged[-1][2] + length)
+        else:
+            merged.append((segment, offset, length))
+    return merged
+
+
+def _blank_line(length: int) -> bytes:
+    """Spaces in place of ``length`` bytes of records: one line a reader skips."""
+    return b" " * (length - 1) + b"\n"
 
 
 def _fsync_directory(directory: Path) -> None:
