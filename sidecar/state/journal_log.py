@@ -14,12 +14,16 @@ closing a file per request cost about 0.5 ms of CPU in the kernel; an append to 
 and a share of one ``fdatasync`` cost a fraction of that. Records that must be durable before
 the sidecar acts on them are **group committed**: the records of every request that asks for a
 sync while a batch is with the log's writer thread go together in the next batch, one
-``fdatasync`` for all of them. The loop writes a batch's bytes (a write into the page cache)
-and the thread only syncs them: the thread takes the GIL back once per batch, not after each
-write. The loop never waits for a sync: on this kind of disk one can take milliseconds, and
-every agent's requests would wait with it (bench/README.md, session 8, measured syncing on
-the loop while the disk is fast and kept the thread). Records nobody waits for a sync of (an
-``end``) are written on the event loop when no batch is out, else with the next.
+``fdatasync`` for all of them; a batch waits up to ``COMMIT_DELAY_S`` for the other requests
+with journal work under way (PostgreSQL's commit_delay), and goes at once when each of them is
+in it or none is under way, so a request alone never waits. The loop writes a batch's bytes
+(a write into the page cache) and the thread only syncs them: the thread takes the GIL back
+once per batch, not after each write. The loop never waits for a sync: on this kind of disk
+one can take milliseconds, and every agent's requests would wait with it (bench/README.md,
+session 8, measured syncing on the loop while the disk is fast and kept the thread). Records
+nobody waits for a sync of (an ``end``) are written on the event loop when no batch is out,
+else with the next; the records a journal that goes leaves are blanked by one write where they
+touch (by the ``end`` line's own when they end where it begins).
 Losing an ``end`` in a crash leaves a succeeded attempt's journal, whose retry replays it and
 sends nothing again.
 
