@@ -382,7 +382,7 @@ class JournalLog:
         if data and (self._fd is None or self._broken or self._size >= MAX_SEGMENT_BYTES):
             self._open_segment()
         offset = self._size
-        erase = _coalesced(erase)
+        erase = _coalesced(erase) if erase else erase
         lead = b""
         if data and erase and erase[-1][0] == self._last_segment and sum(erase[-1][1:]) == offset:
             # Records that end where ``data`` begins (a request's own, usually, as its ``end``
