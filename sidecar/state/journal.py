@@ -208,9 +208,11 @@ class RequestJournal:
         self._clock = clock
         self._running: dict[Key, deque[asyncio.Future[None]]] = {}
         """Requests with an attempt running here, each with the identical ones waiting."""
-        in_flight = self._running.__len__
         self.log = JournalLog(
-            self.directory, window_s=self.window_s, clock=clock, in_flight=in_flight
+            self.directory,
+            window_s=self.window_s,
+            clock=clock,
+            in_flight=lambda: len(self._running),  # what a delayed batch waits for
         )
         self._folders: dict[str, str] = {}  # agent -> its folder name in the log
         self._pruned_at = float("-inf")
