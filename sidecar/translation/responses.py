@@ -113,13 +113,14 @@ def read_request(body: dict[str, Any]) -> tuple[Request, list[str]]:
         separator = [{"type": "text", "text": "\n\n"}] if system else []
         system = [*system, *separator, *messages.pop(0).parts]
     reasoning = body.get("reasoning")
+    raw_tools = body.get("tools")
     # Positional, in Request's field order: a keyword call of a dataclass of this many
     # fields costs twice as much, on every request.
     request = Request(
         body.get("model"),
         system,
         messages,
-        _tools(body.get("tools") or [], dropped),
+        _tools(raw_tools, dropped) if raw_tools else [],
         _choice(body.get("tool_choice")),
         body.get("parallel_tool_calls"),
         body.get("max_output_tokens"),
