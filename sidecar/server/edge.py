@@ -174,6 +174,7 @@ class EdgeConnection(HandlerBase):
 
     def __init__(self, manager: EdgeServer, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
+        self.server = manager  # kept past connection_lost, which clears aiohttp's own
         self.limits = manager.limits
         self.over_capacity = False
         self.evicted = False
@@ -183,12 +184,6 @@ class EdgeConnection(HandlerBase):
         self._body: StreamReader | None = None  # the request body still arriving, if any
         self._body_seen = 0.0  # loop time of the body's last bytes
         self._body_timer: asyncio.TimerHandle | None = None
-
-    @property
-    def server(self) -> EdgeServer:
-        manager = self.manager
-        assert isinstance(manager, EdgeServer)
-        return manager
 
     @property
     def idle(self) -> bool:
