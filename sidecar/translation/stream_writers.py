@@ -343,10 +343,24 @@ class ResponsesStreamWriter(StreamWriter):
         self._positions: dict[str, int] = {}  # item id -> output index
         self._reshaped = reshaped or {}
         self._held: tuple[int, Part] | None = None  # (source call, the call) of a custom tool
-        # The open message's text delta up to its text, and its text so far, in pieces (joined
-        # once it closes: adding each piece to one string copies the answer once per event).
+        # The open message's text delta up to its text, and its text so far as the JSON strings
+        # its deltas carry (decoded and joined once it closes: adding each piece to one string
+        # copies the answer once per event, and a run's texts are never decoded one by one).
         self._text_head: bytes | None = None
-        self._text: list[str] = []
+        self._text: list[bytes] = []
+
+    def writes_texts(self) -> bool:
+        return self._text_head is not None and not self.closed
+
+    def write_texts(self, texts: list[bytes]) -> bytes:
+        head, first = self._text_head, self._sequence
+        assert head is not None
+        self._text += texts
+        self._sequence += len(texts)
+        return b"".join(
+            head + text + _RESPONSES_TEXT_TAIL % sequence
+            for sequence, text in enumerate(texts, first)
+        )
 
     def _open(self) -> bytes:
         started = self._response("in_progress")
@@ -359,10 +373,9 @@ class ResponsesStreamWriter(StreamWriter):
             frames = b""
             if self._text_head is None:
                 frames = self._open_message()
-            self._text.append(event.text)
-            frame = (
-                self._text_head + orjson.dumps(event.text) + _RESPONSES_TEXT_TAIL % self._sequence  # type: ignore[operator]
-            )
+            text = orjson.dumps(event.text)
+            self._text.append(text)
+            frame = self._text_head + text + _RESPONSES_TEXT_TAIL % self._sequence  # type: ignore[operator]
             self._sequence += 1
             return frames + frame
         if isinstance(event, Reasoning):
@@ -450,7 +463,7 @@ class ResponsesStreamWriter(StreamWriter):
         frames = []
         if item["type"] == "message":
             part = item["content"][0]
-            part["text"] = "".join(self._text)
+            part["text"] = "".join(orjson.loads(b"[%b]" % b",".join(self._text)))
             self._text_head = None
             at = {**where, "content_index": 0}
             text = {**at, "text": part["text"], "logprobs": []}

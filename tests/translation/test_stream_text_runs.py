@@ -159,9 +159,11 @@ def test_empty_texts_and_calls_between_runs_read_alike():
         assert_read_alike([CHAT_START, *chunks, DONE], "chat", caller)
 
 
-def test_a_stream_of_text_is_read_in_runs(monkeypatch: pytest.MonkeyPatch):
+@pytest.mark.parametrize("caller", ["messages", "responses"])
+def test_a_stream_of_text_is_read_in_runs(monkeypatch: pytest.MonkeyPatch, caller: str):
     """Runs are used, not only harmless: after its first events, a stream of text chunks fed
-    in large pieces reads no event on its own."""
+    in large pieces reads no event on its own, for every caller's writer (Responses numbers
+    each event: a run's events are numbered in turn)."""
     reads = []
     read = stream_readers._TextTemplate.read
     monkeypatch.setattr(
@@ -169,8 +171,8 @@ def test_a_stream_of_text_is_read_in_runs(monkeypatch: pytest.MonkeyPatch):
     )
     events = [CHAT_START, *plain_chunks(200, obfuscation="xY3k"), DONE]
     stream = b"".join(events)
-    out = in_pieces(stream, list(range(16384, len(stream), 16384)), "chat", "messages")
-    assert out == translate(events, "chat", "messages", templates=False)
+    out = in_pieces(stream, list(range(16384, len(stream), 16384)), "chat", caller)
+    assert out == translate(events, "chat", caller, templates=False)
     assert len(reads) < 20  # of 200: the first events, and those a piece cuts in two
 
 
