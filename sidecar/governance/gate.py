@@ -26,9 +26,8 @@ from ..manifest import (
     ManagedTool,
     Taint,
 )
-from ..model.checked_call import CheckedCall
 from ..model.client_approval import ClientApproval
-from ..model.outcome import ToolOutcome, refused
+from ..model.outcome import CheckedCall, ToolOutcome, refused
 from ..model.taint import (
     TAINTED,
     UNTAINTED,

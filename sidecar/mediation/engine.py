@@ -19,7 +19,6 @@ from ..codecs.approval_items import asking_turn
 from ..codecs.base import Codec
 from ..manifest import AgentBuild, Effect, ManagedTool, TaintMode
 from ..model.canonical import digest
-from ..model.checked_call import CheckedCall
 from ..model.client_approval import ClientAnswer, ClientApproval, unanswered
 from ..model.conversation import (
     CodecError,
@@ -30,7 +29,7 @@ from ..model.conversation import (
     ToolSpec,
 )
 from ..model.errors import upstream_failure
-from ..model.outcome import ToolOutcome, refused
+from ..model.outcome import CheckedCall, ToolOutcome, refused
 from ..model.taint import UNTAINTED, RequestTaint, held_when_tainted, withdrawn
 from ..model.usage import Usage
 from .client_approvals import (
