@@ -3,14 +3,21 @@
     .venv/bin/python -m bench.profile --workload openai_json --concurrency 16 --seconds 10
     .venv/bin/python -m bench.profile --workload mediated_r3 --target sidecar
     .venv/bin/python -m bench.profile --workload destructive_r1  # one journaled round
+    .venv/bin/python -m bench.profile --workload destructive_r1_distinct --count
 
-Needs ``py-spy`` on PATH (``pip install py-spy``; it is not a project dependency). Writes the
-collapsed stacks next to the summary so they can be fed to a flame-graph tool.
+``--count`` samples nothing: it prints, per request, the CPU, each thread's context switches
+(a voluntary one is a wait the thread was woken from) and, where ``perf`` may trace system calls,
+the ``fdatasync``, ``pwrite64`` and ``futex`` calls: how many syncs and wake-ups a request costs.
+
+Needs ``py-spy`` on PATH, but not for ``--count`` (``pip install py-spy``; it is not a project
+dependency). Writes the collapsed stacks next to the summary so they can be fed to a flame-graph
+tool.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -32,9 +39,56 @@ WORKLOADS = (
     "mediated_r1",
     "mediated_r3",
     "destructive_r1",
+    "destructive_r1_distinct",
+    "mediated_r1_distinct",
 )
 # Workloads that send another workload's body as another agent (as bench.ab names them).
-AS_AGENT = {"destructive_r1": ("mediated_r1", "bench-mediated-write")}
+AS_AGENT = {
+    "destructive_r1": ("mediated_r1", "bench-mediated-write"),
+    "destructive_r1_distinct": ("mediated_r1_distinct", "bench-mediated-write"),
+}
+COUNTED_CALLS = ("fdatasync", "pwrite64", "futex")
+
+
+def _threads(pid: int) -> dict[str, tuple[float, int, int]]:
+    """Each thread of ``pid`` (``name/tid``): CPU seconds, voluntary and involuntary switches."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    found = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        status = dict(line.split(":\t", 1) for line in (task / "status").read_text().splitlines())
+        fields = (task / "stat").read_text().rpartition(")")[2].split()
+        cpu = (int(fields[11]) + int(fields[12])) / ticks
+        switches = int(status["voluntary_ctxt_switches"]), int(status["nonvoluntary_ctxt_switches"])
+        found[f"{status['Name'].strip()}/{task.name}"] = (cpu, *switches)
+    return found
+
+
+def _perf(pid: int, seconds: int) -> subprocess.Popen[str] | None:
+    """``perf stat`` counting the system calls of COUNTED_CALLS (None without perf)."""
+    perf = shutil.which("perf")
+    if not perf:
+        return None
+    events = ",".join(f"syscalls:sys_enter_{call}" for call in COUNTED_CALLS)
+    argv = [perf, "stat", "-x", ",", "-e", events, "-p", str(pid), "--", "sleep", str(seconds)]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def counted(before: dict, after: dict, perf_output: str, requests: int) -> str:
+    """Per request: each thread's CPU ms and switches, and the counted system calls."""
+    lines = [f"{requests} requests; per request:", "thread  CPU ms  voluntary  involuntary"]
+    for thread, (cpu, voluntary, involuntary) in sorted(after.items()):
+        cpu0, voluntary0, involuntary0 = before.get(thread, (0.0, 0, 0))
+        lines.append(
+            f"{thread}  {1000 * (cpu - cpu0) / requests:.3f}"
+            f"  {(voluntary - voluntary0) / requests:.2f}"
+            f"  {(involuntary - involuntary0) / requests:.2f}"
+        )
+    for row in perf_output.splitlines():
+        value, _, rest = row.partition(",")
+        event = next((c for c in COUNTED_CALLS if f"sys_enter_{c}," in rest + ","), None)
+        if event and value.isdigit():
+            lines.append(f"{event}: {int(value) / requests:.2f}")
+    return "\n".join(lines)
 
 
 def summarize(collapsed: Path, top: int) -> str:
@@ -68,12 +122,13 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--top", type=int, default=40)
+    parser.add_argument("--count", action="store_true", help="syncs and switches per request")
     parser.add_argument(
         "--output", type=Path, default=Path(tempfile.gettempdir()) / "clawpod-profile"
     )
     args = parser.parse_args()
     py_spy = shutil.which("py-spy")
-    if not py_spy:
+    if not (py_spy or args.count):
         print("py-spy is not on PATH (pip install py-spy)", file=sys.stderr)
         return 2
     settings = Settings(
@@ -99,6 +154,9 @@ def main() -> int:
             headers=headers or route_headers,
             body_file=body,
         )
+        if args.count:
+            return _count(target.process.pid, args, url, headers or route_headers, body)
+        assert py_spy is not None
         recorder = subprocess.Popen(
             [
                 py_spy,
@@ -142,6 +200,20 @@ def main() -> int:
     )
     print(summarize(collapsed, args.top))
     print(f"collapsed stacks: {collapsed}")
+    return 0
+
+
+def _count(pid: int, args: argparse.Namespace, url: str, headers: dict, body: Path) -> int:
+    before = _threads(pid)
+    perf = _perf(pid, args.seconds)
+    result = loadgen.run_wrk(
+        url, concurrency=args.concurrency, duration_s=args.seconds, headers=headers, body_file=body
+    )
+    after = _threads(pid)
+    perf_output = perf.communicate(timeout=60)[1] if perf is not None else ""
+    requests = max(1, result["requests"])
+    print(f"{args.workload} c={args.concurrency}: {result['throughput_rps']:.0f} rps")
+    print(counted(before, after, perf_output, requests))
     return 0
 
 

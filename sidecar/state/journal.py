@@ -206,9 +206,14 @@ class RequestJournal:
         self.agents = max(1, agents)
         self.max_journals = DEFAULT_MAX_JOURNALS if max_journals is None else max_journals
         self._clock = clock
-        self.log = JournalLog(self.directory, window_s=self.window_s, clock=clock)
         self._running: dict[Key, deque[asyncio.Future[None]]] = {}
         """Requests with an attempt running here, each with the identical ones waiting."""
+        self.log = JournalLog(
+            self.directory,
+            window_s=self.window_s,
+            clock=clock,
+            in_flight=lambda: len(self._running),  # what a delayed batch waits for
+        )
         self._folders: dict[str, str] = {}  # agent -> its folder name in the log
         self._pruned_at = float("-inf")
 
@@ -331,6 +336,7 @@ class RequestJournal:
                 turn.set_result(None)
                 return
         self._running.pop(key, None)
+        self.log.others_may_come()
 
 
 def _journaled(records: list[dict[str, Any]]) -> _Journaled | None:

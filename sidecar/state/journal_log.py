@@ -14,12 +14,16 @@ closing a file per request cost about 0.5 ms of CPU in the kernel; an append to 
 and a share of one ``fdatasync`` cost a fraction of that. Records that must be durable before
 the sidecar acts on them are **group committed**: the records of every request that asks for a
 sync while a batch is with the log's writer thread go together in the next batch, one
-``fdatasync`` for all of them. The loop writes a batch's bytes (a write into the page cache)
-and the thread only syncs them: the thread takes the GIL back once per batch, not after each
-write. The loop never waits for a sync: on this kind of disk one can take milliseconds, and
-every agent's requests would wait with it (bench/README.md, session 8, measured syncing on
-the loop while the disk is fast and kept the thread). Records nobody waits for a sync of (an
-``end``) are written on the event loop when no batch is out, else with the next.
+``fdatasync`` for all of them; a batch waits up to ``COMMIT_DELAY_S`` for the other requests
+with journal work under way (PostgreSQL's commit_delay), and goes at once when each of them is
+in it or none is under way, so a request alone never waits. The loop writes a batch's bytes
+(a write into the page cache) and the thread only syncs them: the thread takes the GIL back
+once per batch, not after each write. The loop never waits for a sync: on this kind of disk
+one can take milliseconds, and every agent's requests would wait with it (bench/README.md,
+session 8, measured syncing on the loop while the disk is fast and kept the thread). Records
+nobody waits for a sync of (an ``end``) are written on the event loop when no batch is out,
+else with the next; the records a journal that goes leaves are blanked by one write where they
+touch (by the ``end`` line's own when they end where it begins).
 Losing an ``end`` in a crash leaves a succeeded attempt's journal, whose retry replays it and
 sends nothing again.
 
@@ -54,6 +58,10 @@ log = logging.getLogger(__name__)
 LOG_DIRECTORY = "log"
 SEGMENT_SUFFIX = ".jsonl"
 MAX_SEGMENT_BYTES = 4 * 1024 * 1024
+# How long a batch that syncs waits for the records of other requests with journal work under
+# way (PostgreSQL's commit_delay): one sync and one wake-up of the writer thread then serve
+# more of them. A request alone is never delayed.
+COMMIT_DELAY_S = 0.003
 # The previous layout's file names (a file per journal, a link per failed history).
 LEGACY_SUFFIX = ".jsonl"
 LEGACY_LINK_SUFFIX = ".link"
@@ -149,9 +157,13 @@ class JournalLog:
         window_s: float,
         clock: Callable[[], float],
         write: Callable[[int, memoryview, int], int] = os.pwrite,
+        in_flight: Callable[[], int] = lambda: 0,
+        commit_delay_s: float = COMMIT_DELAY_S,
     ) -> None:
         """``directory``: the journal directory (``<state>/journal``); ``write``: how bytes reach
-        a segment (a test's full disk)."""
+        a segment (a test's full disk); ``in_flight``: how many requests have journal work
+        under way (those not waiting for a sync yet are what a batch's ``commit_delay_s``
+        waits for)."""
         self.directory = directory
         self.write = write
         self.segments_directory = directory / LOG_DIRECTORY
@@ -169,6 +181,10 @@ class JournalLog:
         self._broken = False  # the last write failed: the next one starts a new segment
         self._queue: list[_Queued] = []
         self._writing = False  # a batch is with the writer thread
+        self.in_flight = in_flight
+        self.commit_delay_s = commit_delay_s
+        self._waiting = 0  # queued records whose request waits for their sync
+        self._gathering: asyncio.TimerHandle | None = None  # a delayed batch's deadline
         self._batches: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
         self._closed = False
@@ -246,14 +262,38 @@ class JournalLog:
 
     def _enqueue(self, queued: _Queued) -> None:
         self._queue.append(queued)
-        if not self._writing:
+        self._waiting += queued.waiter is not None
+        if self._gathering is not None:
+            self.others_may_come()
+        elif not self._writing:
+            self._next_batch()
+
+    def others_may_come(self) -> None:
+        """A delayed batch goes as soon as no other request with journal work under way
+        could join it (each waits for its sync, or has ended)."""
+        if self._gathering is not None and self.in_flight() <= self._waiting:
+            self._gathering.cancel()
+            self._gathering = None
             self._write_queue()
+
+    def _next_batch(self) -> None:
+        """Start the next batch now, or, when it syncs and other requests with journal work
+        under way could join it, after ``commit_delay_s`` at the most."""
+        if self._waiting and self.commit_delay_s > 0 and self.in_flight() > self._waiting:
+            loop = asyncio.get_running_loop()
+            self._gathering = loop.call_later(self.commit_delay_s, self._gathered)
+            return
+        self._write_queue()
+
+    def _gathered(self) -> None:
+        self._gathering = None
+        self._write_queue()
 
     def _write_queue(self) -> None:
         """Start the next batch: here when it does not sync (a write into the page cache is
         cheaper than a thread hop), else written here and synced in the writer thread (written
         there too when a new segment is due: opening one syncs its directory)."""
-        batch, self._queue = self._queue, []
+        batch, self._queue, self._waiting = self._queue, [], 0
         if not batch:
             return
         data = b"".join(q.data for q in batch)
@@ -305,7 +345,7 @@ class JournalLog:
     def _written(self, batch: list[_Queued], where: Where, failure: BaseException | None) -> None:
         self._writing = False
         self._done(batch, where, failure)
-        self._write_queue()
+        self._next_batch()
 
     def _done(self, batch: list[_Queued], where: Where, failure: BaseException | None) -> None:
         """``where``: the segment and offset the batch's bytes went to."""
@@ -342,13 +382,20 @@ class JournalLog:
         if data and (self._fd is None or self._broken or self._size >= MAX_SEGMENT_BYTES):
             self._open_segment()
         offset = self._size
+        erase = _coalesced(erase) if erase else erase
+        lead = b""
+        if data and erase and erase[-1][0] == self._last_segment and sum(erase[-1][1:]) == offset:
+            # Records that end where ``data`` begins (a request's own, usually, as its ``end``
+            # goes): blanked by the same write.
+            lead = _blank_line(erase.pop()[2])
         if data or sync:
             assert self._fd is not None
             try:
-                view = memoryview(data)
+                written = lead + data if lead else data
+                start, view = offset - len(lead), memoryview(written)
                 while view:
-                    view = view[self.write(self._fd, view, self._size) :]
-                    self._size = offset + len(data) - len(view)
+                    view = view[self.write(self._fd, view, start + len(written) - len(view)) :]
+                self._size = offset + len(data)
                 if sync:
                     _sync(self._fd)
             except OSError:
@@ -361,8 +408,8 @@ class JournalLog:
         """Overwrite records with spaces (a line a reader skips). Not synced, like the unlink
         of a journal file was not: a crash may bring a succeeded attempt's journal back, whose
         retry replays it and sends nothing again."""
-        for segment, offset, length in spans:
-            blank = b" " * (length - 1) + b"\n"
+        for segment, offset, length in _coalesced(spans):
+            blank = _blank_line(length)
             try:
                 if segment == self._last_segment and self._fd is not None:
                     os.pwrite(self._fd, blank, offset)
@@ -402,11 +449,14 @@ class JournalLog:
         """At shutdown, after the last request: what is queued is written, then the segment
         is closed."""
         self._closed = True
+        if self._gathering is not None:
+            self._gathering.cancel()
+            self._gathering = None
         if self._writer is not None:
             self._batches.put(None)
             self._writer.join()
             self._writer = None
-        batch, self._queue = self._queue, []
+        batch, self._queue, self._waiting = self._queue, [], 0
         if batch:  # its requests may still wait for it (queued behind the thread's last batch)
             try:
                 if self._fd is None or self._broken:
@@ -582,6 +632,22 @@ def _legacy_lines(folder: str, name: str, path: str, written_at: float) -> list[
         history = name.removesuffix(LEGACY_LINK_SUFFIX)
         return [line((folder, request), written_at, {"link": history, "asked": asked})]
     return []
+
+
+def _coalesced(spans: Iterable[Span]) -> list[Span]:
+    """``spans`` in order, those that touch made one: one write of spaces, not one a record."""
+    merged: list[Span] = []
+    for segment, offset, length in sorted(spans):
+        if merged and merged[-1][0] == segment and sum(merged[-1][1:]) == offset:
+            merged[-1] = (segment, merged[-1][1], merged[-1][2] + length)
+        else:
+            merged.append((segment, offset, length))
+    return merged
+
+
+def _blank_line(length: int) -> bytes:
+    """Spaces in place of ``length`` bytes of records: one line a reader skips."""
+    return b" " * (length - 1) + b"\n"
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -446,3 +446,41 @@ async def test_a_log_that_could_not_be_recovered_is_appended_to_past_its_segment
     monkeypatch.setattr(journal.log, "recover", unreadable)
     await destructive(journal, "a", request_digest("a", body(1)), "req_1", succeed=False)
     assert segments(tmp_path) == ["000000000001.jsonl", "000000000002.jsonl"]
+
+
+async def test_a_succeeded_request_blanks_its_records_with_its_end_line_in_one_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request alone writes three times: its ``sent`` batch, its result, and its ``end`` line
+    with the spaces over its records before it (they touch), not a write for each record. What
+    it held is gone all the same, and a retry runs afresh."""
+    writes: list[int] = []
+    pwrite = os.pwrite
+
+    def counted(fd: int, data: bytes | memoryview, offset: int) -> int:
+        writes.append(offset)
+        return pwrite(fd, data, offset)
+
+    journal = RequestJournal(tmp_path, window_ms=WINDOW_MS)
+    journal.log.write = counted
+    monkeypatch.setattr(journal_log.os, "pwrite", counted)
+    secret = "sk-model-sent-this-credential"
+    request = request_digest("a", body("once"))
+    await destructive(journal, "a", request_digest("a", body(0)), "req_0", succeed=False)
+    writes.clear()
+    running = await journal.begin("a", request, "req_1")
+    running.model_replied({"turn": secret})
+    running.before_execution(side_effects=True)
+    await running.sending("trade")
+    running.answered("trade", DONE)
+    await running.flush()
+    await running.end(succeeded=True)
+    await settled(journal)
+    assert len(writes) == 3
+    monkeypatch.undo()
+    (segment,) = (tmp_path / "journal" / "log").iterdir()
+    assert secret.encode() not in segment.read_bytes()
+    restarted = RequestJournal(tmp_path, window_ms=WINDOW_MS)
+    assert (await restarted.begin("a", request, "req_2")).resumed_from is None
+    resumed = await restarted.begin("a", request_digest("a", body(0)), "retry")
+    assert resumed.known_outcome("trade") == DONE  # the record before it is untouched
