@@ -243,6 +243,12 @@ class AuditLog:
 
     async def append(self, agent_id: str, record: dict[str, Any]) -> dict[str, Any]:
         """Chain, write and return one record (adds id, time, agent, prev, hash)."""
+        return self.append_now(agent_id, record)
+
+    def append_now(self, agent_id: str, record: dict[str, Any]) -> dict[str, Any]:
+        """``append`` for a caller on the event loop that need not wait: nothing in it awaits
+        (the write is the loop's, at the end of its iteration), and every request's end calls
+        it, where a coroutine more is a measurable share."""
         handle = self._files.get(agent_id)
         if handle is None:
             handle = _AgentFile(audit_path(self.state_dir, agent_id), self.key)

@@ -67,9 +67,16 @@ def configure_logging(level: str = "INFO") -> None:
 def log_request(*, stamp: str | None = None, **fields: Any) -> None:
     """Write one JSON line describing a finished request (agent, route, status, latency...);
     ``stamp`` is its time (RFC 3339) when the caller has it already."""
+    log_request_fields(stamp, fields)
+
+
+def log_request_fields(stamp: str | None, fields: dict[str, Any]) -> None:
+    """``log_request`` with the fields in a dict: the end of every request calls this, and a
+    call with a dozen keywords costs more than building the dict (~0.5 us)."""
     if not _request_logger.isEnabledFor(logging.INFO):
         return
-    line = {"time": stamp or rfc3339_now(), "level": "info", "logger": REQUEST_LOGGER, **fields}
+    line = {"time": stamp or rfc3339_now(), "level": "info", "logger": REQUEST_LOGGER}
+    line.update(fields)
     _pending.append(orjson.dumps(line, default=str).decode())
     if len(_pending) == 1:
         try:

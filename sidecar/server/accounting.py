@@ -20,7 +20,7 @@ from ..mediation.engine import MediationEngine
 from ..model.taint import TAINTED_ARGUMENT
 from ..model.usage import cost_usd
 from ..observability import tracing
-from ..observability.logs import log_request, rfc3339_now
+from ..observability.logs import log_request_fields, rfc3339_now
 from .budget_gate import BYTES_PER_TOKEN, spend_budget
 
 if TYPE_CHECKING:
@@ -59,21 +59,23 @@ async def record_request(
     if ctx.budgeted:
         spend_budget(ctx.state, agent_id, usage, cost)
     stamp = rfc3339_now()  # one timestamp for the log line and the audit record
-    log_request(
-        stamp=stamp,
-        request_id=ctx.request_id,
-        agent=agent_id,
-        route=ctx.route,
-        mode=mode,
-        model=ctx.model,
-        provider=ctx.provider_name,
-        status=http_status,
-        code=error_code,
-        stream=ctx.stream,
-        input_tokens=usage.get("input_tokens", 0),
-        output_tokens=usage.get("output_tokens", 0),
-        rounds=usage.get("rounds", 0),
-        duration_ms=round((time.monotonic() - ctx.started) * 1000, 3),
+    log_request_fields(
+        stamp,
+        {
+            "request_id": ctx.request_id,
+            "agent": agent_id,
+            "route": ctx.route,
+            "mode": mode,
+            "model": ctx.model,
+            "provider": ctx.provider_name,
+            "status": http_status,
+            "code": error_code,
+            "stream": ctx.stream,
+            "input_tokens": usage.get("input_tokens", 0),
+            "output_tokens": usage.get("output_tokens", 0),
+            "rounds": usage.get("rounds", 0),
+            "duration_ms": round((time.monotonic() - ctx.started) * 1000, 3),
+        },
     )
     entry = request_record(
         record_id=ctx.request_id,
@@ -100,7 +102,7 @@ async def record_request(
     if ctx.objects:
         entry["objects"] = ctx.objects  # stored objects used, made or refused, by id
     try:
-        await ctx.state.audit.append(agent_id, entry)
+        ctx.state.audit.append_now(agent_id, entry)
     except Exception:
         # The client already has its answer; losing the record must be loud, not fatal.
         log.exception("audit append failed for request %s of agent %s", ctx.request_id, agent_id)

@@ -122,7 +122,7 @@ def create_app(
     app[STATE_KEY] = state
     app.cleanup_ctx.append(_lifecycle)
     app.on_shutdown.append(_end_waiting_approvals)
-    add_llm_routes(app.router)
+    add_llm_routes(app)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/v1/models/{model_id:.+}", model)  # ids may hold a provider/ prefix
     app.router.add_route("*", "/mcp", mcp)

@@ -19,6 +19,10 @@ with a bounded queue and backpressure). This module adds, per connection:
 - parse failures answered as JSON, not aiohttp's text page with a logged traceback.
 Nothing here parses HTTP: it counts bytes and watches aiohttp's own queue of parsed requests.
 
+Direct routes (``DIRECT_ROUTES``, the LLM routes without path parameters) are handed their
+request by the edge itself when it refuses nothing: the application's router, middlewares and
+response signal, which every request would otherwise enter, are for the routes that need them.
+
 What leaves through the edge leaves in the caller's protocol: ``protocol_errors`` answers
 every failure on aiohttp's routes, the edge's refusals among them, as JSON-RPC on ``/mcp`` and
 in the codec's error shape elsewhere, with nothing internal leaked.
@@ -34,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from aiohttp import StreamReader, web
+from aiohttp import StreamReader, hdrs, web
 
 from ..codecs import codec_for_caller
 from ..manifest import EdgeConfig, SidecarConfig
@@ -50,6 +54,11 @@ _JSON_HEADERS = {"Content-Type": "application/json"}
 # Connections looked at, oldest first, for one to close at the cap: a flood of new connections
 # costs a bounded scan each, even when the oldest are all busy.
 EVICTION_SCAN = 64
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+DirectRoutes = dict[tuple[str, str], Handler]
+# (method, path as the router matches it) -> the handler, which shapes its own errors and
+# needs no route parameters, no middleware and no response signal.
+DIRECT_ROUTES: web.AppKey[DirectRoutes] = web.AppKey("claw_direct_routes", dict)
 
 
 @dataclass(frozen=True)
@@ -92,9 +101,15 @@ class EdgeServer(ServerBase):
     """aiohttp's low-level server whose connections are ``EdgeConnection``s, counted in all
     and per peer address."""
 
-    def __init__(self, *args: Any, limits: EdgeLimits, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs, **limits.handler_options())
+    def __init__(
+        self, handler: Handler, *args: Any, limits: EdgeLimits, direct: DirectRoutes, **kwargs: Any
+    ) -> None:
+        super().__init__(handler, *args, **kwargs, **limits.handler_options())
         self.limits = limits
+        self._application = handler
+        self._direct = direct
+        if direct:
+            self.request_handler = self._dispatch
         self.open_connections = 0  # not counting those closed to make room, already gone
         self._per_peer: Counter[str] = Counter()
         # Connections that never carried an authenticated request, least recently active first.
@@ -102,6 +117,15 @@ class EdgeServer(ServerBase):
 
     def __call__(self) -> EdgeConnection:
         return EdgeConnection(self, loop=self.event_loop, **self.connection_options)
+
+    async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
+        """A direct route's request to its handler, unless the edge refuses it or the client
+        expects a 100 Continue (the application does both)."""
+        handler = self._direct.get((request.method, request.rel_url.path_safe))
+        if handler is None or refusal(request) is not None or hdrs.EXPECT in request.headers:
+            return await self._application(request)
+        assert isinstance(request, web.Request)  # the application's request factory made it
+        return await handler(request)
 
     def admit(self, connection: EdgeConnection) -> bool:
         """Count a new connection in; whether it is over capacity (all, or its peer's)."""
@@ -150,6 +174,7 @@ class EdgeConnection(HandlerBase):
 
     def __init__(self, manager: EdgeServer, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
+        self.server = manager  # kept past connection_lost, which clears aiohttp's own
         self.limits = manager.limits
         self.over_capacity = False
         self.evicted = False
@@ -159,12 +184,6 @@ class EdgeConnection(HandlerBase):
         self._body: StreamReader | None = None  # the request body still arriving, if any
         self._body_seen = 0.0  # loop time of the body's last bytes
         self._body_timer: asyncio.TimerHandle | None = None
-
-    @property
-    def server(self) -> EdgeServer:
-        manager = self.manager
-        assert isinstance(manager, EdgeServer)
-        return manager
 
     @property
     def idle(self) -> bool:
@@ -318,11 +337,9 @@ class EdgeRunner(RunnerBase):
             request_factory=plain.request_factory,
             handler_cancellation=plain.handler_cancellation,
             limits=self._limits,
+            direct=self.app.get(DIRECT_ROUTES, {}),
             access_log=None,
         )
-
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 CLOSING_STATUSES = frozenset({413, 431})  # the rest of the request will not be read
@@ -339,33 +356,44 @@ def mark_authenticated(request: web.BaseRequest) -> None:
         connection.server.trusted(connection)
 
 
-@web.middleware
-async def refuse_at_the_edge(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Requests aiohttp parsed but the edge refuses; ``protocol_errors`` (outside this one)
-    shapes each refusal in the caller's protocol.
-
-    Past the connection cap: 503, which SDKs show and retry with backoff, where a bare close
-    reads as a network failure; ``close_when_refused`` then ends the connection."""
+def refusal(request: web.BaseRequest) -> web.HTTPException | None:
+    """Why the edge refuses a request aiohttp parsed, or None. Past the connection cap: 503,
+    which SDKs show and retry with backoff, where a bare close reads as a network failure."""
     if over_capacity(request):
-        raise web.HTTPServiceUnavailable(
+        return web.HTTPServiceUnavailable(
             reason="too many connections to the sidecar; retry shortly"
         )
     limits = getattr(request.protocol, "limits", None)
     if limits is not None and _head_size(request.raw_headers) > limits.max_head_bytes:
-        raise web.HTTPRequestHeaderFieldsTooLarge(
+        return web.HTTPRequestHeaderFieldsTooLarge(
             reason=f"the request's header fields exceed {limits.max_head_bytes} bytes"
         )
     if request.version >= (1, 1) and "Host" not in request.headers:
-        raise web.HTTPBadRequest(reason="an HTTP/1.1 request needs a Host header")
+        return web.HTTPBadRequest(reason="an HTTP/1.1 request needs a Host header")
+    return None
+
+
+@web.middleware
+async def refuse_at_the_edge(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The edge's refusals; ``protocol_errors`` (outside this one) shapes each in the caller's
+    protocol, and ``close_when_refused`` then ends the connection."""
+    refused = refusal(request)
+    if refused is not None:
+        raise refused
     return await handler(request)
 
 
-async def close_when_refused(request: web.BaseRequest, response: web.StreamResponse) -> None:
-    """``on_response_prepare``: an over-capacity connection, and a request whose rest will not
-    be read, end with the answer: ``Connection: close``."""
+def close_if_refused(request: web.BaseRequest, response: web.StreamResponse) -> None:
+    """Before a response's head is built: an over-capacity connection, and a request whose
+    rest will not be read, end with the answer (``Connection: close``)."""
     if over_capacity(request) or response.status in CLOSING_STATUSES:
         response.force_close()
-        response.headers["Connection"] = "close"  # the head is built before this hook runs
+        response.headers["Connection"] = "close"
+
+
+async def close_when_refused(request: web.BaseRequest, response: web.StreamResponse) -> None:
+    """``on_response_prepare`` (a direct route's handler calls ``close_if_refused`` itself)."""
+    close_if_refused(request, response)
 
 
 @web.middleware

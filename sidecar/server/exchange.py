@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 from aiohttp import web
 
 from ..model.errors import ApiError
 from ..request_body import no_accounting, read_body_once
-from .edge import mark_authenticated
+from .edge import close_if_refused, mark_authenticated
 
 ResponseHeaders = Mapping[str, str]
+_NO_PARAMS: Mapping[str, str] = MappingProxyType({})
 
 
 class Exchange(ABC):
@@ -73,16 +75,17 @@ def too_large(limit: int) -> ApiError:
 
 
 class AiohttpExchange(Exchange):
-    """An exchange on a connection aiohttp serves; the route returns ``response``."""
+    """An exchange on a connection aiohttp serves; the route returns ``response``. A direct
+    route's request (``edge.DIRECT_ROUTES``) was never routed: it has no parameters."""
 
     __slots__ = ("_request", "headers", "method", "path", "path_params", "query", "response")
 
-    def __init__(self, request: web.Request) -> None:
+    def __init__(self, request: web.Request, *, routed: bool = True) -> None:
         self._request = request
         self.method = request.method
         self.path = request.path
         self.query = request.query_string
-        self.path_params = request.match_info
+        self.path_params = request.match_info if routed else _NO_PARAMS
         self.headers = request.headers
         self.response: web.StreamResponse | None = None
 
@@ -106,13 +109,21 @@ class AiohttpExchange(Exchange):
         return transport is None or transport.is_closing()
 
     async def respond(self, status: int, body: bytes, headers: ResponseHeaders) -> None:
-        self.response = web.Response(status=status, body=body, headers=headers)
-        await self.response.prepare(self._request)
-        await self.response.write_eof()
+        response = self._started(web.Response(status=status, body=body, headers=headers))
+        await response.prepare(self._request)
+        await response.write_eof()
 
     async def start_stream(self, status: int, headers: ResponseHeaders) -> None:
-        self.response = web.StreamResponse(status=status, headers=headers)
-        await self.response.prepare(self._request)
+        await self._started(web.StreamResponse(status=status, headers=headers)).prepare(
+            self._request
+        )
+
+    def _started(self, response: web.StreamResponse) -> web.StreamResponse:
+        # A direct route's response meets no on_response_prepare signal: the edge's receiver
+        # is called here (for a routed one it runs twice, to the same effect).
+        close_if_refused(self._request, response)
+        self.response = response
+        return response
 
     async def write(self, data: bytes) -> None:
         assert self.response is not None

@@ -35,6 +35,7 @@ from .auth import AuthError
 from .budget_gate import admit, release
 from .context import STATE_KEY, RequestContext, SidecarState
 from .counting import with_managed_tools
+from .edge import DIRECT_ROUTES
 from .errors import reply_error
 from .exchange import AiohttpExchange, Exchange
 from .mediated import handle_mediated
@@ -100,10 +101,12 @@ async def serve_llm(exchange: Exchange, route: LlmRoute, state: SidecarState) ->
         await reply_error(exchange, route.codec, internal_error())
 
 
-def _aiohttp_llm_handler(route: LlmRoute) -> Handler:
+def _aiohttp_llm_handler(route: LlmRoute, app: web.Application, *, routed: bool) -> Handler:
+    """The route's aiohttp handler; ``routed`` False: the edge hands it requests directly."""
+
     async def handle(request: web.Request) -> web.StreamResponse:
-        exchange = AiohttpExchange(request)
-        await serve_llm(exchange, route, request.app[STATE_KEY])
+        exchange = AiohttpExchange(request, routed=routed)
+        await serve_llm(exchange, route, app[STATE_KEY])
         # None: the client left before anything was sent; aiohttp discards this.
         return exchange.response or web.Response(status=CLIENT_CLOSED)
 
@@ -280,9 +283,15 @@ def _forward_headers(headers: Mapping[str, str], codec: Codec) -> dict[str, str]
     return forwarded
 
 
-def add_llm_routes(router: web.UrlDispatcher) -> None:
-    """Every codec's routes, each also without ``/v1``."""
+def add_llm_routes(app: web.Application) -> None:
+    """Every codec's routes, each also without ``/v1``; those without parameters are also the
+    edge's direct routes (served without the router, the middlewares and the response signal:
+    ``serve_llm`` shapes every failure itself)."""
+    direct = app.setdefault(DIRECT_ROUTES, {})
     for route in LLM_ROUTES:
-        handler = _aiohttp_llm_handler(route)
+        handler = _aiohttp_llm_handler(route, app, routed=True)
         for path in aliases(route.path):
-            router.add_route(route.method, path, handler)
+            app.router.add_route(route.method, path, handler)
+        if route.upstream is None:
+            unrouted = _aiohttp_llm_handler(route, app, routed=False)
+            direct.update({(route.method, path): unrouted for path in aliases(route.path)})

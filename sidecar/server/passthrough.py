@@ -137,7 +137,10 @@ async def _relay_body(exchange: Exchange, ctx: RequestContext, upstream: Respons
         if ctx.codec.stores_objects:
             _track_stored_objects(ctx, status, parsed)
     headers = ctx.state.upstream.relayed_headers(ctx.provider_name, upstream.headers)
-    await _send(exchange, status, data, headers)
+    # The whole response now, so the audit write that follows adds no client latency; a client
+    # that left is still audited.
+    with contextlib.suppress(ConnectionError):
+        await exchange.respond(status, data, headers)
     await record_request(ctx, http_status=status, error_code=error_code, usage=usage)
 
 
@@ -221,12 +224,6 @@ def _track_stored_objects(ctx: RequestContext, status: int, parsed: Any) -> None
                 ctx.state.objects.forget(ctx.agent.agent.id, StoredRef(ref["kind"], ref["id"]))
         return
     ctx.record_objects(refs(ctx.codec.stored_ids(parsed)))
-
-
-async def _send(exchange: Exchange, status: int, body: bytes, headers: dict[str, str]) -> None:
-    """Send the whole response now, so the audit write that follows adds no client latency."""
-    with contextlib.suppress(ConnectionError):  # a client that left is still audited
-        await exchange.respond(status, body, headers)
 
 
 def _record_later(ctx: RequestContext, code: str | None, usage: StreamUsage) -> None:

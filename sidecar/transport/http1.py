@@ -150,6 +150,8 @@ class Response:
 
     async def read(self) -> bytes:
         """The whole (remaining) body."""
+        if self.complete:  # it has all arrived (most answers): taken without a coroutine a chunk
+            return self._take() if self._chunks else b""
         parts = []
         while chunk := await self.read_chunk():
             parts.append(chunk)
