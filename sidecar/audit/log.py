@@ -12,7 +12,7 @@ the build gets its (empty) log and head at start, so a deleted pair is noticed t
 of a record is bounded, so a caller cannot grow the log at will (a 4 MB tool name or JSON-RPC
 id would otherwise be written in full on every request): a long string keeps its first
 ``MAX_STRING_BYTES`` bytes and a SHA-256 of the rest, so the operator can still tell values
-apart and check a suspected value. Tool arguments are exempt: :mod:`clawpod.sidecar.audit.trace`
+apart and check a suspected value. Tool arguments are exempt: :mod:`clawpod.sidecar.audit.records`
 already bounds that copy as a whole.
 
 Durability policy: a record is chained (``prev``, ``hash``) the moment it is appended, so

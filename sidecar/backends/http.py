@@ -18,8 +18,7 @@ import orjson
 
 from ..manifest import ManagedTool
 from ..model.canonical import digest
-from ..model.checked_call import CheckedCall
-from ..model.outcome import ToolOutcome, answered, error_envelope, invalid_arguments
+from ..model.outcome import CheckedCall, ToolOutcome, answered, error_envelope, invalid_arguments
 from ..model.redaction import credential_secrets, redactor_for
 from ..transport import (
     ConnectError,

@@ -16,8 +16,7 @@ from jsonschema.exceptions import ValidationError
 
 from ..manifest import ManagedTool
 from ..model.canonical import canonical_json
-from ..model.checked_call import CheckedCall
-from ..model.outcome import ToolOutcome, invalid_arguments
+from ..model.outcome import CheckedCall, ToolOutcome, invalid_arguments
 
 MAX_REPORTED_SCHEMA_ERRORS = 8
 MAX_ERROR_TEXT = 300

@@ -16,13 +16,12 @@ from typing import Any
 
 from ..audit.log import AuditLog
 from ..manifest import Approvals
-from ..model.checked_call import CheckedCall
 from ..model.client_approval import (
     ClientAnswer,
     ClientApproval,
     approval_requested,
 )
-from ..model.outcome import ToolOutcome, refused
+from ..model.outcome import CheckedCall, ToolOutcome, refused
 from ..observability.metrics import Metrics
 from ..state.approvals import (
     Approval,

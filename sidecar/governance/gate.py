@@ -26,9 +26,8 @@ from ..manifest import (
     ManagedTool,
     Taint,
 )
-from ..model.checked_call import CheckedCall
 from ..model.client_approval import ClientApproval
-from ..model.outcome import ToolOutcome, refused
+from ..model.outcome import CheckedCall, ToolOutcome, refused
 from ..model.taint import (
     TAINTED,
     UNTAINTED,
@@ -81,6 +80,9 @@ class CallPlan:
     """Some tool's definition is checked against its pin: some may be quarantined."""
     side_effects: bool
     """Some tool is neither read-only nor idempotent: the agent's requests meet the journal."""
+    untrusted: frozenset[str]
+    """Names of the tools whose results are open-world content that taints a request (§17):
+    the engine reads this instead of asking each called tool after every round."""
 
 
 class GovernedExecutor(ToolRunner):
@@ -143,6 +145,7 @@ class GovernedExecutor(ToolRunner):
             ungoverned=frozenset(map(id, ungoverned)),
             may_drift=any(map(may_drift, tools)),
             side_effects=any(map(has_side_effects, tools)),
+            untrusted=frozenset(tool.name for tool in tools if tool.untrusted),
         )
 
     @property

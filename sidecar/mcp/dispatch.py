@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..audit.log import AuditLog
-from ..audit.records import request_record, usage_record
-from ..audit.trace import trace_call
+from ..audit.records import request_record, trace_call, usage_record
 from ..backends.http import idempotency_key
 from ..execution.executor import CallLimits
 from ..governance.gate import GovernedExecutor

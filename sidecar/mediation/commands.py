@@ -9,11 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model.checked_call import CheckedCall
 from ..model.client_approval import ClientApproval
 from ..model.conversation import ToolCall
 from ..model.errors import internal_error
-from ..model.outcome import ToolOutcome
+from ..model.outcome import CheckedCall, ToolOutcome
 from ..model.taint import UNTAINTED, RequestTaint
 
 # --- commands -------------------------------------------------------------------------------

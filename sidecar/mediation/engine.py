@@ -19,7 +19,6 @@ from ..codecs.approval_items import asking_turn
 from ..codecs.base import Codec
 from ..manifest import AgentBuild, Effect, ManagedTool, TaintMode
 from ..model.canonical import digest
-from ..model.checked_call import CheckedCall
 from ..model.client_approval import ClientAnswer, ClientApproval, unanswered
 from ..model.conversation import (
     CodecError,
@@ -30,7 +29,7 @@ from ..model.conversation import (
     ToolSpec,
 )
 from ..model.errors import upstream_failure
-from ..model.outcome import ToolOutcome, refused
+from ..model.outcome import CheckedCall, ToolOutcome, refused
 from ..model.taint import UNTAINTED, RequestTaint, held_when_tainted, withdrawn
 from ..model.usage import Usage
 from .client_approvals import (
@@ -136,10 +135,12 @@ class MediationEngine:
         model_timeout_s: float,
         withheld: Sequence[tuple[ManagedTool, ToolOutcome]] = (),
         taint_mode: TaintMode = "off",
+        untrusted: frozenset[str] = frozenset(),
     ) -> None:
         """``withheld``: the agent's tools not offered now (quarantined, §11.2), each with the
         refusal a call to it gets: a model that still calls one is refused, not handed to the
-        runner as a tool nobody knows."""
+        runner as a tool nobody knows. ``untrusted``: the names of the agent's tools whose
+        results taint the request (§17), decided once per agent (``CallPlan.untrusted``)."""
         self.codec = codec
         self._withheld_tools = withheld
         self.agent = agent
@@ -162,6 +163,7 @@ class MediationEngine:
         """Hidden rounds of earlier turns put back into this request (for the audit)."""
         self._seen: dict[tuple[str, bytes], tuple[str, ToolOutcome]] = {}
         self.taint_mode = taint_mode
+        self.untrusted = untrusted
         self.taint: RequestTaint = UNTAINTED
         """Untrusted results in this request's conversation, restored ones included (§17)."""
         self.withdrawn: set[str] = set()
@@ -532,11 +534,13 @@ class MediationEngine:
         """The untrusted tools whose calls reached their service taint the request from now on
         (a refused call brought nothing in, nor does a call of a tool this request no longer
         has, such as a quarantined one)."""
+        if not self.untrusted:
+            return
         tools = [self.tools.get(call.name) for call in calls]
         sources = [
             t.name
             for t, o in zip(tools, outcomes, strict=True)
-            if t is not None and t.untrusted and o.executed
+            if t is not None and t.name in self.untrusted and o.executed
         ]
         if sources:
             self._taint_with_sources(sources)

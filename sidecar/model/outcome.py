@@ -1,4 +1,6 @@
-"""The result of one tool call, as the model sees it and as the audit records it."""
+"""One managed tool call as the sidecar runs it, in both modes: the call its one argument check
+admits (:class:`CheckedCall`) and the outcome it ends in (:class:`ToolOutcome`), as the model
+sees it and as the audit records it."""
 
 from __future__ import annotations
 
@@ -7,6 +9,31 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+from ..manifest import Effect, ManagedTool
+from .canonical import digest
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedCall:
+    """A tool call whose arguments passed its tool's input schema: what the one argument check
+    (``execution/arguments.py``) makes, and what the engine, the gate and the executor read
+    without checking again (issue 23: each mediated call was checked three times)."""
+
+    tool: ManagedTool
+    arguments: dict[str, Any]
+    """Parsed and checked against ``tool.input_schema``; read-only from here on."""
+    canonical: bytes
+    """Canonical JSON of ``arguments``: the key of duplicates, approvals and Idempotency-Key."""
+    effect: Effect
+    """``tool.effect``: what running it does (the build's, decided by clawc)."""
+    call_id: str = ""
+    """The model's call id (mediated) or the JSON-RPC id (MCP)."""
+
+    @property
+    def args_digest(self) -> str:
+        """What an approval names the arguments by (SPEC §9.3)."""
+        return digest(self.canonical.decode())
 
 
 @dataclass(frozen=True, slots=True)

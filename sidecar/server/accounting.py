@@ -13,13 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..audit.records import request_record, usage_record
-from ..audit.trace import trace_call
+from ..audit.records import request_record, trace_call, usage_record
 from ..codecs.base import Codec
 from ..codecs.usage import StreamUsage
 from ..mediation.engine import MediationEngine
-from ..model.prices import cost_usd
 from ..model.taint import TAINTED_ARGUMENT
+from ..model.usage import cost_usd
 from ..observability import tracing
 from ..observability.logs import log_request_fields, rfc3339_now
 from .budget_gate import BYTES_PER_TOKEN, spend_budget

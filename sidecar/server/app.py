@@ -20,7 +20,7 @@ from ..governance.taint_guard import held_credentials
 from ..governance.webhooks import WEBHOOK_SECRET_ENV, ApprovalWebhook, webhook_signer
 from ..manifest import Build
 from ..mcp.endpoint import McpEndpoint
-from ..model.prices import PriceBook
+from ..model.usage import PriceBook
 from ..observability.metrics import Metrics
 from ..state.approvals import ApprovalStore
 from ..state.continuity import ContinuityStore

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..governance.budgets import seconds_to_next_day
 from ..model.errors import ApiError
-from ..model.prices import TOKENS_PER_PRICE_UNIT
+from ..model.usage import TOKENS_PER_PRICE_UNIT
 from .key_pool import retry_after_header
 
 if TYPE_CHECKING:

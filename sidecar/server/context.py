@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ..governance.budgets import TokenBudgets
     from ..governance.gate import GovernedExecutor
     from ..mcp.endpoint import McpEndpoint
-    from ..model.prices import PriceBook
+    from ..model.usage import PriceBook
     from ..observability.metrics import Metrics
     from ..state.continuity import ContinuityStore
     from ..state.journal import RequestJournal

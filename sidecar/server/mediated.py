@@ -57,6 +57,7 @@ async def handle_mediated(exchange: Exchange, ctx: RequestContext, body: dict[st
         model_timeout_s=min(provider.timeout_ms, state.config.upstream_timeout_ms) / 1000,
         withheld=quarantine.withheld(ctx.agent) if quarantine else (),
         taint_mode=state.config.taint.mode if state.config.taint is not None else "off",
+        untrusted=plan.untrusted,
     )
     once = await begin_attempt(ctx, engine, body) if plan.side_effects else Unjournaled(ctx, plan)
     # Its own task: a cancelled handler must not cut a loop (and its audit) short.

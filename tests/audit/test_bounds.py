@@ -17,7 +17,7 @@ from clawpod.sidecar.audit.log import (
     bounded_string,
     may_hold_long_strings,
 )
-from clawpod.sidecar.audit.trace import MAX_ARGUMENT_BYTES, trace_call
+from clawpod.sidecar.audit.records import MAX_ARGUMENT_BYTES, trace_call
 from clawpod.sidecar.model.outcome import refused
 from tests.audit.test_audit import KEY, TOOL, verify
 from tests.support.builds import AgentSpec, http_tool, providers_for, write_build

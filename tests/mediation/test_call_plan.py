@@ -132,6 +132,20 @@ async def test_a_read_only_request_meets_neither_the_journal_nor_the_gate(pod: M
     assert '"ok":true' in results(pod, 1)["q1"].replace(" ", "")
 
 
+async def test_a_round_asks_no_tool_whether_its_output_is_untrusted(pod: MediatedPod) -> None:
+    """Which tools taint a request is the agent's plan (``CallPlan.untrusted``): once its route
+    is planned, a request's round of a trusted tool never enters the build's models."""
+    for _ in range(2):  # the first plans the route to the model, which reads the providers
+        pod.upstream.enqueue(
+            "openai", Reply.json(oa_calls(("q1", "desk_quote", QUOTE))), Reply.json(oa_text("Up."))
+        )
+    await ask(pod, "reader")
+    with modules_entered() as entered:
+        await ask(pod, "reader")
+    assert "manifest" not in entered
+    assert [r.path for r in pod.service.requests] == ["/quotes/AAPL"] * 2
+
+
 async def test_an_agent_with_a_tool_with_side_effects_still_meets_the_journal(
     pod: MediatedPod,
 ) -> None:
@@ -177,6 +191,8 @@ def test_the_plan_leaves_to_the_gate_every_tool_a_step_applies_to(pod: MediatedP
     assert ungoverned(pod, "news") == {"desk.quote"}  # the untrusted news is the gate's
     assert ungoverned(pod, "analyst") == {"desk.quote", "desk.trade"}  # slow needs approval
     assert [plans[a].side_effects for a in ("reader", "news", "analyst")] == [False, False, True]
+    assert plans["news"].untrusted == {"desk.news"}
+    assert not plans["reader"].untrusted
     assert not any(plan.may_drift for plan in plans.values())
 
 

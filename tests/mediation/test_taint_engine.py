@@ -43,6 +43,7 @@ def engine(api: str, body: dict, mode: str = "confirm") -> MediationEngine:
         check=CHECK,
         model_timeout_s=MODEL_TIMEOUT_S,
         taint_mode=mode,  # type: ignore[arg-type]
+        untrusted=frozenset({NEWS.name}),
     )
 
 

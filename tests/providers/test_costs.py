@@ -10,7 +10,7 @@ import pytest
 
 from clawpod.cli.audit import show_command
 from clawpod.sidecar.manifest import Governance
-from clawpod.sidecar.model.prices import BUILT_IN_PRICES, price_of
+from clawpod.sidecar.model.usage import BUILT_IN_PRICES, price_of
 from tests.mediation.scripted import oa_calls, oa_text
 from tests.providers.conftest import PodMaker
 from tests.providers.streams import messages_stream_events

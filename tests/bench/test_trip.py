@@ -1,0 +1,22 @@
+"""The trip of one mediated request (``python -m bench.trip``) enters no more sidecar modules
+than it did when #23's moves were made: a counted figure, the same on any machine, so a change
+that spreads one request over new homes fails here, not only in the bench's table."""
+
+from __future__ import annotations
+
+import re
+
+from bench import trip
+
+# One read-only round: 37 modules at 8cda331, 33 once the concepts split in two were joined
+# (session 9, bench/README.md). A change that lowers it lowers this bound with it.
+READ_ONLY_ROUND_MODULES = 33
+
+
+async def test_one_read_only_round_enters_at_most_its_modules() -> None:
+    report = await trip.run(rounds=1, agent="bench-mediated", profile=0, stream=False)
+    found = re.match(r"(\d+) stays in (\d+) sidecar modules", report)
+    assert found is not None, report
+    assert int(found[2]) <= READ_ONLY_ROUND_MODULES, report
+    for gone in ("model.checked_call", "model.prices", "audit.trace", "manifest"):
+        assert f"  {gone}\n" not in report + "\n", report
