@@ -135,12 +135,13 @@ class MediationEngine:
         model_timeout_s: float,
         withheld: Sequence[tuple[ManagedTool, ToolOutcome]] = (),
         taint_mode: TaintMode = "off",
-        untrusted: frozenset[str] = frozenset(),
+        untrusted: frozenset[str] | None = None,
     ) -> None:
         """``withheld``: the agent's tools not offered now (quarantined, §11.2), each with the
         refusal a call to it gets: a model that still calls one is refused, not handed to the
         runner as a tool nobody knows. ``untrusted``: the names of the agent's tools whose
-        results taint the request (§17), decided once per agent (``CallPlan.untrusted``)."""
+        results taint the request (§17), decided once per agent (``CallPlan.untrusted``); left
+        out, read from the agent's tools, so that no caller trusts a tool by omission."""
         self.codec = codec
         self._withheld_tools = withheld
         self.agent = agent
@@ -163,7 +164,11 @@ class MediationEngine:
         """Hidden rounds of earlier turns put back into this request (for the audit)."""
         self._seen: dict[tuple[str, bytes], tuple[str, ToolOutcome]] = {}
         self.taint_mode = taint_mode
-        self.untrusted = untrusted
+        self.untrusted = (
+            frozenset(t.name for t in agent.tools.tools if t.untrusted)
+            if untrusted is None
+            else untrusted
+        )
         self.taint: RequestTaint = UNTAINTED
         """Untrusted results in this request's conversation, restored ones included (§17)."""
         self.withdrawn: set[str] = set()

@@ -35,7 +35,9 @@ NEWS = tool(
 TRADE_ARGS = {"symbol": "NVDA", "qty": 1000}
 
 
-def engine(api: str, body: dict, mode: str = "confirm") -> MediationEngine:
+def engine(api: str, body: dict, mode: str = "confirm", *, planned: bool = True) -> MediationEngine:
+    """``planned``: handed the untrusted tools as the agent's CallPlan names them (else the
+    engine reads them from the agent's tools)."""
     return MediationEngine(
         codec_of(api),
         agent(NEWS, LOOKUP, TRADE),
@@ -43,7 +45,7 @@ def engine(api: str, body: dict, mode: str = "confirm") -> MediationEngine:
         check=CHECK,
         model_timeout_s=MODEL_TIMEOUT_S,
         taint_mode=mode,  # type: ignore[arg-type]
-        untrusted=frozenset({NEWS.name}),
+        **({"untrusted": frozenset({NEWS.name})} if planned else {}),
     )
 
 
@@ -55,10 +57,15 @@ def taints(run: Transcript) -> list[RequestTaint]:
     return [command.taint for command in run.of(ExecuteTools)]
 
 
+@pytest.mark.parametrize("planned", [True, False])
 @pytest.mark.parametrize("api", EVERY_API)
-def test_the_taint_starts_with_the_round_after_the_untrusted_result(api: str) -> None:
+def test_the_taint_starts_with_the_round_after_the_untrusted_result(
+    api: str, planned: bool
+) -> None:
+    """Also when the engine is not told which tools are untrusted: no tool is trusted by
+    omission."""
     run = drive(
-        engine(api, request(api)),
+        engine(api, request(api), planned=planned),
         [
             calls(api, ("c1", "desk_news", {"q": "NVDA"}), ("c2", "desk_lookup", {"symbol": "A"})),
             calls(api, ("c3", "desk_trade", TRADE_ARGS)),
