@@ -48,11 +48,14 @@ TRANSLATED = "anthropic_to_chat_json"
 # compared with the same stream relayed untouched to a Chat caller (openai_sse).
 TRANSLATED_SSE = "anthropic_to_chat_sse"
 # The other directions, whole and streamed: a Responses caller (Codex) of the Chat-only
-# provider, and a Chat caller of a Messages provider; each over the Chat caller's pass-through
-# (openai_json, openai_sse): the bench's upstream serves no Responses route to pass through.
+# provider and of a Messages provider, and a Chat caller of a Messages provider; each over the
+# Chat caller's pass-through (openai_json, openai_sse): the bench's upstream serves no
+# Responses route to pass through.
 OTHER_DIRECTIONS = {
     "responses_to_chat_json": lambda: workloads.responses_request(TRANSLATED_MODEL),
     "responses_to_chat_sse": lambda: workloads.responses_request(TRANSLATED_MODEL, stream=True),
+    "responses_to_messages_json": lambda: workloads.responses_request(ANTHROPIC_MODEL),
+    "responses_to_messages_sse": lambda: workloads.responses_request(ANTHROPIC_MODEL, stream=True),
     "chat_to_messages_json": lambda: workloads.openai_chat(ANTHROPIC_MODEL),
     "chat_to_messages_sse": lambda: workloads.openai_chat(ANTHROPIC_MODEL, stream=True),
 }

@@ -61,6 +61,11 @@ WORKLOADS = {
         lambda _, stream: workloads.responses_request(TRANSLATED_MODEL, stream=stream),
         {},
     ),
+    "responses_to_messages": (
+        "/v1/responses",
+        lambda _, stream: workloads.responses_request(ANTHROPIC_MODEL, stream=stream),
+        {},
+    ),
     "chat_to_messages": (
         "/v1/chat/completions",
         lambda _, stream: workloads.openai_chat(ANTHROPIC_MODEL, stream=stream),
