@@ -74,16 +74,22 @@ WORKLOADS = {
 WHOLE = ("openai_json", "mediated_r0", "mediated_r1", "destructive_r1")
 # SPEC §19's bounds, ms of CPU per request.
 TARGETS = {"mediated_r1": 0.45, "destructive_r1": 0.6}
+
+
+def _pass_through_of(workload: str) -> str:
+    """The same caller's pass-through (streams: the Chat stream's, the one the bench has)."""
+    if workload.endswith("sse"):
+        return "openai_sse"
+    return "anthropic_json" if workload.startswith("anthropic") else "openai_json"
+
+
 # Workloads whose figure is over another's (its same-protocol pass-through), with the bound
 # over it where SPEC §19 sets one.
 OVER = {
     "mediated_r0": ("openai_json", 0.15),
     TRANSLATED: ("anthropic_json", 0.05),
     TRANSLATED_SSE: ("openai_sse", None),
-    **{
-        name: ("openai_sse" if name.endswith("sse") else "openai_json", None)
-        for name in OTHER_DIRECTIONS
-    },
+    **{name: (_pass_through_of(name), None) for name in OTHER_DIRECTIONS},
 }
 
 

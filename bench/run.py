@@ -47,10 +47,12 @@ TRANSLATED = "anthropic_to_chat_json"
 # The same, streamed: the Chat-only provider's 200-chunk stream translated live into Messages,
 # compared with the same stream relayed untouched to a Chat caller (openai_sse).
 TRANSLATED_SSE = "anthropic_to_chat_sse"
+# A provider that serves OpenAI Responses only: Chat and Messages callers of it are translated.
+RESPONSES_MODEL = "resp-bench"
 # The other directions, whole and streamed: a Responses caller (Codex) of the Chat-only
-# provider and of a Messages provider, and a Chat caller of a Messages provider; each over the
-# Chat caller's pass-through (openai_json, openai_sse): the bench's upstream serves no
-# Responses route to pass through.
+# provider and of a Messages provider, a Chat caller of a Messages provider, and Chat and
+# Messages callers of a Responses-only provider; each over its caller's pass-through
+# (openai_json or anthropic_json; streams over openai_sse).
 OTHER_DIRECTIONS = {
     "responses_to_chat_json": lambda: workloads.responses_request(TRANSLATED_MODEL),
     "responses_to_chat_sse": lambda: workloads.responses_request(TRANSLATED_MODEL, stream=True),
@@ -58,6 +60,12 @@ OTHER_DIRECTIONS = {
     "responses_to_messages_sse": lambda: workloads.responses_request(ANTHROPIC_MODEL, stream=True),
     "chat_to_messages_json": lambda: workloads.openai_chat(ANTHROPIC_MODEL),
     "chat_to_messages_sse": lambda: workloads.openai_chat(ANTHROPIC_MODEL, stream=True),
+    "chat_to_responses_json": lambda: workloads.openai_chat(RESPONSES_MODEL),
+    "chat_to_responses_sse": lambda: workloads.openai_chat(RESPONSES_MODEL, stream=True),
+    "anthropic_to_responses_json": lambda: workloads.anthropic_messages(RESPONSES_MODEL),
+    "anthropic_to_responses_sse": lambda: workloads.anthropic_messages(
+        RESPONSES_MODEL, stream=True
+    ),
 }
 TARGET_NAMES = ("direct", "bare", "sidecar", "litellm")
 TTFB_MAX_SECONDS = 15.0  # caps slow proxies' stream runs (LiteLLM needs ~0.2 s per stream)
@@ -624,6 +632,13 @@ def write_bench_build(root: Path, upstream_url: str, tools_url: str) -> dict[str
         base_url=upstream_url + "/v1",
         key_env="OPENAI_API_KEY",
         models=[TRANSLATED_MODEL],
+    )
+    providers["responses-only"] = Provider(
+        api="openai",
+        protocols=["responses"],
+        base_url=upstream_url + "/v1",
+        key_env="OPENAI_API_KEY",
+        models=[RESPONSES_MODEL],
     )
     return write_build(root, agents, providers, pod="bench")
 

@@ -33,7 +33,7 @@ import aiohttp
 from aiohttp import web
 
 from bench import toolservice, upstream, workloads
-from bench.run import ANTHROPIC_MODEL, TRANSLATED_MODEL, write_bench_build
+from bench.run import ANTHROPIC_MODEL, RESPONSES_MODEL, TRANSLATED_MODEL, write_bench_build
 
 PACKAGE = "clawpod.sidecar."
 ANTHROPIC_HEADERS = {"anthropic-version": "2023-06-01"}
@@ -65,6 +65,16 @@ WORKLOADS = {
         "/v1/responses",
         lambda _, stream: workloads.responses_request(ANTHROPIC_MODEL, stream=stream),
         {},
+    ),
+    "chat_to_responses": (
+        "/v1/chat/completions",
+        lambda _, stream: workloads.openai_chat(RESPONSES_MODEL, stream=stream),
+        {},
+    ),
+    "anthropic_to_responses": (
+        "/v1/messages",
+        lambda _, stream: workloads.anthropic_messages(RESPONSES_MODEL, stream=stream),
+        ANTHROPIC_HEADERS,
     ),
     "chat_to_messages": (
         "/v1/chat/completions",

@@ -1,4 +1,5 @@
-"""An LLM upstream that answers instantly, for OpenAI Chat Completions and Anthropic Messages.
+"""An LLM upstream that answers instantly, for OpenAI Chat Completions and Responses and
+Anthropic Messages.
 
 Answers are realistic in shape and size (a ~600-byte text answer; streams of 200 SSE chunks)
 and pre-encoded per model name, so the stub spends as little CPU as aiohttp allows.
@@ -14,6 +15,7 @@ The model name scripts the conversation:
   it waits for CPU while the stub bursts the other 199 (as a real model, which spaces its
   chunks, never does).
 - anything else: answer with text at once.
+The Responses route answers text only (the bench translates to it; it scripts no rounds).
 """
 
 from __future__ import annotations
@@ -223,6 +225,83 @@ def last_anthropic_tool(body: dict) -> str | None:
     return tools[-1]["name"] if tools else None
 
 
+# --- OpenAI Responses ---------------------------------------------------------------------
+
+USAGE_RESPONSES = {
+    "input_tokens": 412,
+    "input_tokens_details": {"cached_tokens": 0},
+    "output_tokens": 137,
+    "output_tokens_details": {"reasoning_tokens": 0},
+    "total_tokens": 549,
+}
+RESPONSES_MESSAGE_ID = "msg_bench0001"
+
+
+def _responses_body(model: str, status: str, output: list, usage: dict | None) -> dict:
+    return {
+        "id": "resp_bench0001",
+        "object": "response",
+        "created_at": 1767225600,
+        "status": status,
+        "error": None,
+        "incomplete_details": None,
+        "model": model,
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "store": False,
+        "usage": usage,
+    }
+
+
+def _responses_message(text: str, status: str = "completed") -> dict:
+    part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+    return {
+        "id": RESPONSES_MESSAGE_ID,
+        "type": "message",
+        "status": status,
+        "role": "assistant",
+        "content": [part],
+    }
+
+
+@cache
+def responses_text(model: str) -> bytes:
+    message = _responses_message(ANSWER_TEXT)
+    return orjson.dumps(_responses_body(model, "completed", [message], USAGE_RESPONSES))
+
+
+@cache
+def responses_stream(model: str) -> tuple[bytes, ...]:
+    """The documented event order, ``sequence_number`` counting from 0: 200 events, 192 of
+    them text deltas."""
+    events: list[bytes] = []
+
+    def emit(kind: str, **payload: object) -> None:
+        data = {"type": kind, **payload, "sequence_number": len(events)}
+        events.append(b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n")
+
+    words = [ANSWER_WORDS[i % len(ANSWER_WORDS)] for i in range(STREAM_CHUNKS - 8)]
+    text = "".join(words)
+    at = {"item_id": RESPONSES_MESSAGE_ID, "output_index": 0, "content_index": 0}
+    emit("response.created", response=_responses_body(model, "in_progress", [], None))
+    emit("response.in_progress", response=_responses_body(model, "in_progress", [], None))
+    opened = {**_responses_message("", "in_progress"), "content": []}
+    emit("response.output_item.added", output_index=0, item=opened)
+    empty = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+    emit("response.content_part.added", **at, part=empty)
+    for word in words:
+        emit("response.output_text.delta", **at, delta=word, logprobs=[], obfuscation="xY3k")
+    emit("response.output_text.done", **at, text=text, logprobs=[])
+    emit("response.content_part.done", **at, part={**empty, "text": text})
+    done = _responses_message(text)
+    emit("response.output_item.done", output_index=0, item=done)
+    completed = _responses_body(model, "completed", [done], USAGE_RESPONSES)
+    emit("response.completed", response=completed)
+    return tuple(events)
+
+
 # --- handlers -----------------------------------------------------------------------------
 
 
@@ -283,6 +362,14 @@ async def messages(request: web.Request) -> web.StreamResponse:
     return _json(anthropic_text(model))
 
 
+async def responses(request: web.Request) -> web.StreamResponse:
+    body = orjson.loads(await request.read())
+    model = body.get("model", "resp-bench")
+    if body.get("stream"):
+        return await _stream(request, responses_stream(model), model)
+    return _json(responses_text(model))
+
+
 async def models(_: web.Request) -> web.Response:
     listing = {
         "object": "list",
@@ -296,6 +383,7 @@ def make_app() -> web.Application:
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/chat/completions", chat_completions)
     app.router.add_post("/v1/messages", messages)
+    app.router.add_post("/v1/responses", responses)
     app.router.add_get("/v1/models", models)
     return app
 
