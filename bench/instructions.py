@@ -34,7 +34,7 @@ import aiohttp
 from bench import toolservice, upstream
 from bench.processes import free_port
 from bench.run import PROVIDER_KEYS, sidecar_command, write_bench_build
-from bench.trip import WORKLOADS, _serve
+from bench.trip import WORKLOADS, _serve, request_for
 from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
 
 WARM_REQUESTS = 30
@@ -110,8 +110,7 @@ async def measure(workloads: list[str], requests: int, stream: bool) -> dict[str
 def _asker(
     client: aiohttp.ClientSession, url: str, tokens: dict[str, str], workload: str, stream: bool
 ) -> Callable[[], Awaitable[None]]:
-    route, make_body, extra = WORKLOADS[workload]
-    body = make_body("gpt-bench-r0", stream)
+    route, body, extra = request_for(workload, 0, stream)
     headers = {**extra, "Authorization": f"Bearer {tokens['bench-native']}"}
 
     async def ask() -> None:

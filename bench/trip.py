@@ -25,6 +25,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -37,51 +38,32 @@ from bench.run import ANTHROPIC_MODEL, RESPONSES_MODEL, TRANSLATED_MODEL, write_
 
 PACKAGE = "clawpod.sidecar."
 ANTHROPIC_HEADERS = {"anthropic-version": "2023-06-01"}
-# Workload -> (route, body maker taking the model the rounds pick, extra headers): the caller's
-# protocol and the model's provider; ``*_to_*`` ones are translated (contract §18), to be
-# compared with the same caller's pass-through.
-WORKLOADS = {
-    "openai": (
-        "/v1/chat/completions",
-        lambda model, stream: workloads.openai_chat(model, stream=stream),
-        {},
-    ),
-    "anthropic": (
-        "/v1/messages",
-        lambda _, stream: workloads.anthropic_messages(ANTHROPIC_MODEL, stream=stream),
-        ANTHROPIC_HEADERS,
-    ),
-    "anthropic_to_chat": (
-        "/v1/messages",
-        lambda _, stream: workloads.anthropic_messages(TRANSLATED_MODEL, stream=stream),
-        ANTHROPIC_HEADERS,
-    ),
-    "responses_to_chat": (
-        "/v1/responses",
-        lambda _, stream: workloads.responses_request(TRANSLATED_MODEL, stream=stream),
-        {},
-    ),
-    "responses_to_messages": (
-        "/v1/responses",
-        lambda _, stream: workloads.responses_request(ANTHROPIC_MODEL, stream=stream),
-        {},
-    ),
-    "chat_to_responses": (
-        "/v1/chat/completions",
-        lambda _, stream: workloads.openai_chat(RESPONSES_MODEL, stream=stream),
-        {},
-    ),
-    "anthropic_to_responses": (
-        "/v1/messages",
-        lambda _, stream: workloads.anthropic_messages(RESPONSES_MODEL, stream=stream),
-        ANTHROPIC_HEADERS,
-    ),
-    "chat_to_messages": (
-        "/v1/chat/completions",
-        lambda _, stream: workloads.openai_chat(ANTHROPIC_MODEL, stream=stream),
-        {},
-    ),
+# The caller's protocol -> its route, the body maker (model, stream), its extra headers.
+CALLERS: dict[str, tuple[str, Callable[..., bytes], dict[str, str]]] = {
+    "chat": ("/v1/chat/completions", workloads.openai_chat, {}),
+    "messages": ("/v1/messages", workloads.anthropic_messages, ANTHROPIC_HEADERS),
+    "responses": ("/v1/responses", workloads.responses_request, {}),
 }
+# Workload -> the caller's protocol and the model it asks for (None: the scripted one the
+# rounds pick), which names the provider; ``*_to_*`` ones are translated (contract §18), to be
+# compared with the same caller's pass-through.
+WORKLOADS: dict[str, tuple[str, str | None]] = {
+    "openai": ("chat", None),
+    "anthropic": ("messages", ANTHROPIC_MODEL),
+    "anthropic_to_chat": ("messages", TRANSLATED_MODEL),
+    "responses_to_chat": ("responses", TRANSLATED_MODEL),
+    "responses_to_messages": ("responses", ANTHROPIC_MODEL),
+    "chat_to_responses": ("chat", RESPONSES_MODEL),
+    "anthropic_to_responses": ("messages", RESPONSES_MODEL),
+    "chat_to_messages": ("chat", ANTHROPIC_MODEL),
+}
+
+
+def request_for(workload: str, rounds: int, stream: bool) -> tuple[str, bytes, dict[str, str]]:
+    """The workload's route, body and extra headers."""
+    caller, model = WORKLOADS[workload]
+    route, make_body, extra = CALLERS[caller]
+    return route, make_body(model or f"gpt-bench-r{rounds}", stream=stream), extra
 
 
 class Trip:
@@ -130,8 +112,7 @@ async def run(
             root = Path(scratch)
             tokens = write_bench_build(root / "build", stubs[0][1], stubs[1][1])
             sidecar = await start_sidecar(root / "build", root / "state")
-            route, make_body, extra = WORKLOADS[workload]
-            body = make_body(f"gpt-bench-r{rounds}", stream)
+            route, body, extra = request_for(workload, rounds, stream)
             headers = {**extra, "Authorization": f"Bearer {tokens[agent]}"}
             url = sidecar.url + route
             async with sidecar, aiohttp.ClientSession() as client:
