@@ -626,20 +626,19 @@ def write_bench_build(root: Path, upstream_url: str, tools_url: str) -> dict[str
         AgentSpec("bench-mediated-write", tools=[write], policy=policy),
     ]
     providers = providers_for(upstream_url + "/v1", upstream_url)
-    providers["local"] = Provider(
-        api="openai",
-        protocols=["chat"],
-        base_url=upstream_url + "/v1",
-        key_env="OPENAI_API_KEY",
-        models=[TRANSLATED_MODEL],
-    )
-    providers["responses-only"] = Provider(
-        api="openai",
-        protocols=["responses"],
-        base_url=upstream_url + "/v1",
-        key_env="OPENAI_API_KEY",
-        models=[RESPONSES_MODEL],
-    )
+    # OpenAI-API providers that serve one protocol only (a local Chat server, a Responses-only
+    # model): their callers of the other protocols are translated.
+    for name, protocol, model in (
+        ("local", "chat", TRANSLATED_MODEL),
+        ("responses-only", "responses", RESPONSES_MODEL),
+    ):
+        providers[name] = Provider(
+            api="openai",
+            protocols=[protocol],
+            base_url=upstream_url + "/v1",
+            key_env="OPENAI_API_KEY",
+            models=[model],
+        )
     return write_build(root, agents, providers, pod="bench")
 
 
