@@ -89,7 +89,6 @@ class Request:
     """A Chat caller that used ``functions``: its answer carries ``function_call``."""
     system_role: str = "system"
     """``system`` or ``developer``: the OpenAI protocols tell them apart, Messages does not."""
-    """A Chat caller that used ``functions``: its answer carries ``function_call``."""
 
 
 @dataclass(slots=True)
