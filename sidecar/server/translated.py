@@ -84,10 +84,7 @@ def plan(ctx: RequestContext, body: dict[str, Any]) -> None:
     dropped = {name for t in found.values() for name in t.dropped}
     if dropped:
         record["dropped"] = sorted(dropped)
-    if ctx.audit_extra:
-        ctx.audit_extra = {**ctx.audit_extra, "translation": record}
-    else:
-        ctx.audit_extra = {"translation": record}
+    ctx.audit_extra = {**(ctx.audit_extra or {}), "translation": record}
 
 
 def retarget(target: UpstreamTarget, protocol: str, *, stream: bool = False) -> UpstreamTarget:
