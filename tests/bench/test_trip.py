@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from bench import trip
 
 # One read-only round: 37 modules at 8cda331, 33 once the concepts split in two were joined
@@ -20,3 +22,14 @@ async def test_one_read_only_round_enters_at_most_its_modules() -> None:
     assert int(found[2]) <= READ_ONLY_ROUND_MODULES, report
     for gone in ("model.checked_call", "model.prices", "audit.trace", "manifest"):
         assert f"  {gone}\n" not in report + "\n", report
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("workload", sorted(trip.WORKLOADS))
+async def test_every_caller_and_provider_pair_is_answered(workload: str, stream: bool) -> None:
+    """The bench's upstream serves each protocol a workload targets (Responses too, whole and
+    streamed) and the sidecar answers it: ``trip.run`` fails on any answer but a 200."""
+    report = await trip.run(
+        rounds=0, agent="bench-native", profile=0, stream=stream, workload=workload
+    )
+    assert re.match(r"\d+ stays in \d+ sidecar modules", report), report
