@@ -27,26 +27,9 @@ from collections import Counter
 from pathlib import Path
 
 from bench import loadgen
+from bench.ab import WORKLOADS
 from bench.run import Bench, Settings
 
-WORKLOADS = (
-    "openai_json",
-    "openai_sse",
-    "anthropic_json",
-    "anthropic_to_chat_json",
-    "anthropic_to_chat_sse",
-    "mediated_r0",
-    "mediated_r1",
-    "mediated_r3",
-    "destructive_r1",
-    "destructive_r1_distinct",
-    "mediated_r1_distinct",
-)
-# Workloads that send another workload's body as another agent (as bench.ab names them).
-AS_AGENT = {
-    "destructive_r1": ("mediated_r1", "bench-mediated-write"),
-    "destructive_r1_distinct": ("mediated_r1_distinct", "bench-mediated-write"),
-}
 COUNTED_CALLS = ("fdatasync", "pwrite64", "futex")
 
 
@@ -142,7 +125,7 @@ def main() -> int:
         target = bench.targets[args.target]
         assert target.process is not None
         headers = None
-        workload, agent = AS_AGENT.get(args.workload, (args.workload, "bench-mediated"))
+        workload, agent = WORKLOADS[args.workload]  # the body it sends, as which agent
         if workload.startswith("mediated"):
             headers = {"Authorization": f"Bearer {bench.tokens[agent]}"}
         url, route_headers = bench._route(target, workload)
