@@ -12,7 +12,8 @@ lists.
 
 from __future__ import annotations
 
-import functools
+import itertools
+import re
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -80,8 +81,8 @@ class StreamReader(ABC):
             or not self._texts_only()
         ):
             return [], 0
-        texts, used = template.read_run(data)
-        self.events += len(texts)
+        texts, events, used = template.read_run(data)
+        self.events += events
         return texts, used
 
     def _texts_only(self) -> bool:
@@ -156,54 +157,61 @@ def _reasoning(parts: list[Part], found: list[StreamEvent]) -> None:
     found += [Reasoning(p) for p in parts if p["type"] == "reasoning"]
 
 
+# The kinds of a template's slots, the places its events differ in.
+_TEXT, _FREE, _NUMBER = 0, 1, 2
+# A slot (``_slot``): what ends its value, the template's bytes after it and their length,
+# its kind, and how much of what is around its value it is taken with (a string's quotes).
+_Slot = tuple[Any, Any, int, int, int]
+_PROBE = "probe"
+_INTEGER = re.compile(r"0|[1-9][0-9]*")
+_INTEGERS = re.compile(rb"(?:0|[1-9][0-9]*)(?:,(?:0|[1-9][0-9]*))*")
+
+
 class _TextTemplate:
     """A text event's payload around its text, learnt from one event read whole: a later
     payload of the same bytes around a JSON string is the same event with that text, read
     without parsing the rest (most events of a stream differ only in their text; parsing each
     was a third of a translated stream's cost). Learnt only when a probe proves it: the
-    payload with another string in that place parses to the same event with that string.
+    payload with other values in its slots parses to the same event with those values.
 
-    ``free``: a last field of the event, a string its reader ignores, that may differ from
-    event to event (OpenAI's per-chunk ``obfuscation``); its value is only checked to be a
-    plain JSON string. A provider whose text events differ elsewhere too never matches: after
-    a few templates that never matched, it stops learning and every event is read whole."""
+    Two other fields of the event may differ from event to event, wherever they stand, their
+    values ignored by the reader: ``free``, a string (OpenAI's per-chunk ``obfuscation``),
+    only checked to be a plain JSON string, and ``numbered``, an integer (a Responses event's
+    ``sequence_number``), only checked to be one as JSON writes it. A provider whose text
+    events differ elsewhere too never matches: after a few templates that never matched, it
+    stops learning and every event is read whole.
 
-    __slots__ = (
-        "_free",
-        "_head",
-        "_learns",
-        "_run_head",
-        "_run_tail",
-        "_tail",
-        "_text_end",
-        "_text_start",
-    )
+    Each value ends where the template's next bytes start (``_slot``): what is between is
+    checked to be what the reader would parse there (a JSON string, a plain string, an
+    integer), or the event is read whole."""
 
-    def __init__(self, free: str | None = None) -> None:
+    __slots__ = ("_free", "_layout", "_learns", "_numbered", "_run_layout")
+
+    def __init__(self, free: str | None = None, numbered: str | None = None) -> None:
         self._free = free
-        self._head: str | None = None
-        self._tail = ""  # after the text; with a free field, up to its value's opening quote
-        self._text_start = 0  # len(head)
-        self._text_end = 0  # -len(tail), or 0 with a free field
+        self._numbered = numbered
+        self._layout: tuple[str, tuple[_Slot, ...]] | None = None  # the head, then each slot
+        self._run_layout: tuple[bytes, tuple[_Slot, ...]] | None = None  # the same, as bytes
         self._learns = 3  # templates it may still learn before one matches
-        self._run_head: bytes | None = None  # the head as bytes, when runs may be read
-        self._run_tail = b""  # the tail as bytes; without a free field, the event's end too
 
     def read(self, payload: str) -> str | None:
         """The text of a payload the template fits; None: it does not (read it whole)."""
-        head = self._head
-        if head is None or not payload.startswith(head):
+        layout = self._layout
+        if layout is None or not payload.startswith(layout[0]):
             return None
-        if self._text_end:
-            if not payload.endswith(self._tail):
+        at, literal = len(layout[0]), ""
+        for stop, following, skip, kind, pad in layout[1]:
+            end = payload.find(stop, at)
+            if end < 0 or not payload.startswith(following, end):
                 return None
-            literal = payload[self._text_start : self._text_end]
-        else:  # the tail, then the free field's value and the event's end
-            end = payload.find(self._tail, self._text_start)
-            free = payload[end + len(self._tail) : -2]
-            if end < 0 or not payload.endswith('"}') or not _plain(free):
+            value = payload[at - pad : end + pad]
+            if kind == _TEXT:
+                literal = value
+            elif not (_plain(value[1:-1]) if kind == _FREE else _INTEGER.fullmatch(value)):
                 return None
-            literal = payload[self._text_start : end]
+            at = end + skip
+        if at != len(payload):
+            return None
         try:
             text = orjson.loads(literal)
         except orjson.JSONDecodeError:
@@ -215,51 +223,56 @@ class _TextTemplate:
 
     @property
     def reads_runs(self) -> bool:
-        return self._run_head is not None
+        return self._run_layout is not None
 
-    def read_run(self, data: bytes) -> tuple[list[bytes], int]:
-        """The events at the start of ``data`` that ``read`` would read as non-empty text, as
-        one run: their texts as orjson writes them (JSON string literals, quotes included)
-        and the bytes they take. For the run of text events a stream mostly is, with bytes
-        searches over the whole piece and no event cut, decoded or parsed on its own; the
-        whole run is checked at once (no control character, valid UTF-8, a plain free field),
-        and one that fails is left to ``read``, event by event."""
-        head = self._run_head
-        if head is None or not data:
-            return [], 0
-        prefix = b"data: " + head
-        if data.startswith(b"event: "):  # a named event (Messages): ``read`` ignores the name
+    def read_run(self, data: bytes) -> tuple[list[bytes], int, int]:
+        """The events at the start of ``data`` that ``read`` would read, as one run: the
+        non-empty texts among them as orjson writes them (JSON string literals, quotes
+        included), how many events they are and the bytes they take. For the run of text
+        events a stream mostly is, with bytes searches over the whole piece and no event cut,
+        decoded or parsed on its own; the whole run is checked at once (no control character,
+        valid UTF-8, plain free values, integers), and one that fails is left to ``read``,
+        event by event."""
+        layout = self._run_layout
+        if layout is None or not data:
+            return [], 0, 0
+        prefix = b"data: " + layout[0]
+        if data.startswith(b"event: "):  # a named event: ``read`` ignores the name
             prefix = data[: data.find(b"\n") + 1] + prefix
-        tail, free = self._run_tail, not self._text_end
-        literals: list[bytes] = []
-        frees: list[bytes] = []
-        find, starts, pos = data.find, data.startswith, 0
-        skip_head, skip_tail = len(prefix), len(tail) + 1
+        values: tuple[list[bytes], list[bytes], list[bytes]] = ([], [], [])
+        slots = [
+            (stop, after, skip, values[kind], pad) for stop, after, skip, kind, pad in layout[1]
+        ]
+        find, starts, skip_head = data.find, data.startswith, len(prefix)
+        events = pos = 0
         while starts(prefix, pos):
-            start = pos + skip_head
-            close = find(b'"', start + 1)  # an escaped quote stops the run: the tail is not next
-            if close <= start + 1 or not starts(tail, close + 1):
-                break  # an empty text (no event), or another event
-            after = close + skip_tail
-            if free:
-                end = find(b'"}\n\n', after)
-                if end < 0:
-                    break  # the piece ends inside the event
-                frees.append(data[after:end])
-                after = end + 4
-            literals.append(data[start : close + 1])
-            pos = after
-        if not literals or not _plain_run(prefix, literals, frees):
-            return [], 0
-        if b"\\" in b"".join(literals):  # escapes: written as orjson writes them
+            at = pos + skip_head
+            for stop, following, skip, found, pad in slots:
+                end = find(stop, at)
+                if end < 0 or not starts(following, end):
+                    break  # another event, or the piece ends inside this one
+                found.append(data[at - pad : end + pad])
+                at = end + skip
+            else:
+                events += 1
+                pos = at
+                continue
+            break
+        texts, frees, numbers = values
+        del texts[events:], frees[events:], numbers[events:]
+        if not events or not _plain_run(prefix, texts, frees, numbers):
+            return [], 0, 0
+        if b'""' in texts:  # an empty text makes no event
+            texts = [text for text in texts if text != b'""']
+        if b"\\" in b"".join(texts):  # escapes: written as orjson writes them
             try:
-                literals = [
-                    orjson.dumps(orjson.loads(lit)) if b"\\" in lit else lit for lit in literals
-                ]
+                texts = [orjson.dumps(orjson.loads(t)) if b"\\" in t else t for t in texts]
             except orjson.JSONDecodeError:
-                return [], 0
+                return [], 0, 0
+        if not texts:
+            return [], 0, 0
         self._learns = 3
-        return literals, pos
+        return texts, events, pos
 
     def learn(self, payload: str, event: dict[str, Any], holder: dict[str, Any], key: str) -> None:
         """Learn from ``payload`` (read whole into ``event``) whose text is ``holder[key]``."""
@@ -267,48 +280,93 @@ class _TextTemplate:
             return
         self._learns -= 1
         if not self._learns:  # the templates learnt never matched: read every event whole
-            self._head = self._run_head = None
+            self._layout = self._run_layout = None
             return
+        places = self._places(payload, event, holder[key], key)
+        if places is None or not self._probe_fits(payload, places, event, holder, key):
+            return
+        head = payload[: places[0][0]]
+        ends = [start for start, _, _ in places[1:]] + [len(payload)]
+        slots = [
+            _slot(kind, payload[end:next_start])
+            for (_, end, kind), next_start in zip(places, ends, strict=True)
+        ]
+        self._layout = head, tuple(slots)
+        afters = [after.encode() for _, after, _, _, _ in slots]
+        afters[-1] += b"\n\n"  # the event's end
+        run_slots = [_slot(s[3], after, run=True) for s, after in zip(slots, afters, strict=True)]
+        self._run_layout = head.encode(), tuple(run_slots)
+
+    def _places(
+        self, payload: str, event: dict[str, Any], text: str, key: str
+    ) -> list[tuple[int, int, int]] | None:
+        """Where the text's value, and the free and numbered fields' if the event has them,
+        stand in ``payload`` (a string's without its quotes), in order; None: not as orjson
+        writes them, or overlapping."""
+        fields = [(key, orjson.dumps(text).decode(), _TEXT)]
+        free = event.get(self._free) if self._free else None
+        if type(free) is str and _plain(free):
+            fields.append((self._free, f'"{free}"', _FREE))
+        number = event.get(self._numbered) if self._numbered else None
+        if type(number) is int:
+            fields.append((self._numbered, str(number), _NUMBER))
+        places = []
+        for name, literal, kind in fields:
+            start = payload.find(f'"{name}":{literal}')
+            if start < 0:  # written otherwise than orjson writes it (escapes, spaces)
+                return None
+            start += len(name) + 3
+            pad = int(kind != _NUMBER)
+            places.append((start + pad, start + len(literal) - pad, kind))
+        places.sort()
+        if any(a[1] >= b[0] for a, b in itertools.pairwise(places)):
+            return None
+        return places
+
+    def _probe_fits(
+        self,
+        payload: str,
+        places: list[tuple[int, int, int]],
+        event: dict[str, Any],
+        holder: dict[str, Any],
+        key: str,
+    ) -> bool:
+        """The payload with other values in its places parses to the event with those."""
         text = holder[key]
-        literal = orjson.dumps(text).decode()
-        start = payload.find(f'"{key}":{literal}')
-        if start < 0:  # written otherwise than orjson writes it (escapes, spaces)
-            return
-        start += len(key) + 3
-        head, tail = payload[:start], payload[start + len(literal) :]
-        free = self._free if isinstance(event.get(self._free or ""), str) else None
-        if free is not None and tail.endswith(f'"{free}":"{event[free]}"}}'):
-            tail = tail[: len(tail) - len(event[free]) - 2]
-        else:
-            free = None
+        probes = {
+            _TEXT: _PROBE if text != _PROBE else _PROBE * 2,
+            _FREE: _PROBE if event.get(self._free or "") != _PROBE else _PROBE * 2,
+            _NUMBER: str(as_int(event.get(self._numbered or "")) + 1),
+        }
+        pieces, at = [], 0
+        for start, end, kind in places:
+            pieces += [payload[at:start], probes[kind]]
+            at = end
         try:
-            probe = orjson.loads(f'{head}"{_PROBE}"{tail}' + ('probe"}' if free else ""))
+            probe = orjson.loads("".join(pieces) + payload[at:])
         except orjson.JSONDecodeError:
-            return
-        expected = {**event, free: _PROBE} if free else event
-        holder[key] = _PROBE
+            return False
+        holder[key] = probes[_TEXT]
+        expected = dict(event)
+        kinds = {kind for _, _, kind in places}
+        if _FREE in kinds:
+            expected[self._free] = probes[_FREE]
+        if _NUMBER in kinds:
+            expected[self._numbered] = int(probes[_NUMBER])
         fits = probe == expected
         holder[key] = text
-        if fits and tail:  # a JSON object's text is followed by its end at least
-            self._head, self._tail = head, tail
-            self._text_start, self._text_end = len(head), 0 if free else -len(tail)
-            self._learn_runs(head, tail, free is not None)
-
-    def _learn_runs(self, head: str, tail: str, free: bool) -> None:
-        """Runs are read only where ``read_run`` finds the text where ``read`` does. With a
-        free field ``read`` takes the first tail after the head, ``read_run`` the tail after
-        the first quote: the same place unless the tail can start inside the text and end
-        inside itself."""
-        self._run_head = None
-        if free and _overlaps_itself(tail):
-            return
-        self._run_head = head.encode()
-        self._run_tail = tail.encode() if free else tail.encode() + b"\n\n"
+        return fits
 
 
-@functools.lru_cache(maxsize=64)  # every stream of a provider learns the same tail
-def _overlaps_itself(tail: str) -> bool:
-    return any(tail[n:] == tail[: len(tail) - n] for n in range(1, len(tail)))
+def _slot(kind: int, following: Any, *, run: bool = False) -> _Slot:
+    """A slot of ``kind`` followed by ``following`` (str, or bytes for runs). A free value
+    ends at its first quote (it holds no escape), a number at the character after it. A text
+    read alone (``read``) ends where ``following`` starts, after any escaped quote (the first
+    such place; one that was not the text's end leaves a literal that is not JSON); in a run it
+    ends at its first quote, as a free value does, for ``following`` may stand in later events
+    of the piece: an escaped quote ends the run."""
+    stop = following if kind == _TEXT and not run else following[:1]
+    return stop, following, len(following), kind, int(kind != _NUMBER)
 
 
 def _plain(value: str) -> bool:
@@ -316,30 +374,32 @@ def _plain(value: str) -> bool:
     return '"' not in value and "\\" not in value and value.isprintable()
 
 
-# Bytes a JSON string never holds as they are; the ASCII ones ``_plain`` refuses too.
+# Bytes a JSON string never holds as they are.
 _CONTROLS = bytes(range(0x20))
-_UNPRINTABLE = _CONTROLS + b'"\\\x7f'
+_UNESCAPED = _CONTROLS + b"\\"
 
 
-def _plain_run(prefix: bytes, literals: list[bytes], frees: list[bytes]) -> bool:
+def _plain_run(prefix: bytes, texts: list[bytes], frees: list[bytes], numbers: list[bytes]) -> bool:
     """Whether a run's texts are JSON strings ``read`` reads (no raw control character,
-    valid UTF-8) and its free fields values ``_plain`` takes, all checked at once."""
-    texts = b"".join(literals)
-    if texts.translate(None, _CONTROLS) != texts or b"\r" in prefix:
+    valid UTF-8), its free values plain JSON strings (no escape either) and its numbers
+    integers as JSON writes them, all checked at once."""
+    joined = b"".join(texts)
+    if joined.translate(None, _CONTROLS) != joined or b"\r" in prefix:
         return False
     values = b"".join(frees)
-    if values.translate(None, _UNPRINTABLE) != values:
+    if values.translate(None, _UNESCAPED) != values:
+        return False
+    if numbers and not _INTEGERS.fullmatch(b",".join(numbers)):
         return False
     try:
         prefix.decode()  # an event's name
-        if not texts.isascii():
-            texts.decode()
-        return values.isascii() or values.decode().isprintable()
+        if not joined.isascii():
+            joined.decode()
+        if not values.isascii():
+            values.decode()
     except UnicodeDecodeError:
         return False
-
-
-_PROBE = "probe"
+    return True
 
 
 class ChatStreamReader(StreamReader):
@@ -480,7 +540,8 @@ class MessagesStreamReader(StreamReader):
         if kind == "content_block_delta":
             delta = _dict(data.get("delta"))
             self._delta(index, delta, found)
-            if delta.get("type") == "text_delta" and type(delta.get("text")) is str:
+            text_delta = delta.get("type") == "text_delta" and type(delta.get("text")) is str
+            if text_delta and "type" in data:  # ``read`` ignores the event's name
                 self._template.learn(payload, data, delta, "text")
         elif kind == "message_start":
             message = _dict(data.get("message"))
@@ -553,8 +614,14 @@ class ResponsesStreamReader(StreamReader):
         self._last = -1
         self._arguments: dict[int, int] = {}  # a call's output index -> argument chars passed
         self._refused = False
+        # Every event numbered in turn, OpenAI's chunks obfuscated: neither says anything here.
+        self._template = _TextTemplate(free="obfuscation", numbered="sequence_number")
 
     def _event(self, name: str | None, payload: str, found: list[StreamEvent]) -> None:
+        if (text := self._template.read(payload)) is not None:
+            if text:
+                found.append(Text(text))
+            return
         data = _object(payload)
         kind = data.get("type", name)
         if kind == "response.created":
@@ -565,6 +632,8 @@ class ResponsesStreamReader(StreamReader):
             self._added(data, _dict(data.get("item")), found)
         elif kind == "response.output_text.delta" and (text := _str(data.get("delta"))):
             found.append(Text(text))
+            if "type" in data:  # not named by the event's name alone, which ``read`` ignores
+                self._template.learn(payload, data, data, "delta")
         elif kind == "response.refusal.delta" and (text := _str(data.get("delta"))):
             self._refused = True
             found.append(Text(text, refusal=True))

@@ -30,13 +30,15 @@ from .stream_writers import (
 )
 
 MAX_EVENT_BYTES = 8 << 20
-_FIRST_EVENTS = 4
+"""The most one event may take before it completes: a call's whole arguments in one event
+(Ollama sends calls whole) stay far below it; past it, a stream is taken for hostile."""
+_FIRST_EVENTS = 6
+"""A stream's first events are read one at a time (a text run may start after them): the
+first text, which teaches the reader its template, is the fifth event of a Responses stream
+(created, in progress, the item and its part added first)."""
 _RUNS_FROM = 2048
 """A piece too small to hold a few events is read event by event: a run of one or two
 costs more than it saves."""
-"""A stream's first events are read one at a time (a text run may start after them)."""
-"""The most one event may take before it completes: a call's whole arguments in one event
-(Ollama sends calls whole) stay far below it; past it, a stream is taken for hostile."""
 
 _READERS: dict[str, type[StreamReader]] = {
     "chat": ChatStreamReader,

@@ -8,11 +8,15 @@ whole), named events, CR line ends, OpenAI's ``obfuscation`` of any value."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench import upstream
+from bench.run import RESPONSES_MODEL
 from clawpod.sidecar.translation import stream_readers, streams
 from clawpod.sidecar.translation.streams import stream_translator
 from tests.support.codecs import codec_of
@@ -22,11 +26,17 @@ from tests.translation.streams import EVENTS, stream_through
 from tests.translation.test_stream_text_template import (
     API_OF,
     CHAT_PIECES,
+    DROP,
     MESSAGES_END,
     MESSAGES_PIECES,
     MESSAGES_START,
     REASONING_ID,
+    RESPONSES_END,
+    RESPONSES_ORDERS,
+    RESPONSES_PIECES,
+    RESPONSES_START,
     chat_chunk,
+    responses_delta,
     text_delta,
     translate,
 )
@@ -84,6 +94,92 @@ def test_messages_streams_in_any_pieces_read_alike(
     assert in_pieces(b"".join(events), cuts, "messages", caller) == expected
 
 
+# Each Responses caller's test reads another order of the provider's fields.
+RESPONSES_ORDER = {"chat": "openai", "messages": "sorted"}
+RESPONSES_CALLERS = [("responses", caller) for caller in RESPONSES_ORDER]
+
+
+def plain_deltas(n: int, order: str = "openai", first: int = 4) -> list[bytes]:
+    return [responses_delta(WORDS[i % len(WORDS)], first + i, order) for i in range(n)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(RESPONSES_PIECES, max_size=40),
+    st.lists(st.integers(0, 1 << 16), max_size=8),
+    st.sampled_from(list(RESPONSES_ORDERS)),
+    st.sampled_from(["chat", "messages"]),
+)
+def test_responses_streams_in_any_pieces_read_alike(
+    pieces: list[bytes], cuts: list[int], order: str, caller: str
+):
+    events = [*RESPONSES_START, *plain_deltas(12, order), *pieces, *RESPONSES_END]
+    expected = translate(events, "responses", caller, templates=False)
+    assert in_pieces(b"".join(events), cuts, "responses", caller) == expected
+
+
+def _delta(text: str = "x", **changes: Any) -> Callable[[str], bytes]:
+    return lambda order: responses_delta(text, 10, order, **changes)
+
+
+def _changed(old: bytes, new: bytes, text: str = "x") -> Callable[[str], bytes]:
+    return lambda order: responses_delta(text, 10, order).replace(old, new)
+
+
+ODD_DELTAS = {
+    # Another item, output or part, or a field more or less: not the template's event.
+    "item": _delta(item_id="msg_2"),
+    "output": _delta(output_index=1),
+    "part": _delta(content_index=1),
+    "more": _delta(annotations=[]),
+    "logprobs": _delta(logprobs=[{"token": "x", "logprob": -0.5}]),
+    "no-obfuscation": _delta(obfuscation=DROP),
+    "no-number": _delta(sequence_number=DROP),
+    # A number that is not an integer as JSON writes it, or not the next one.
+    "fraction": _delta(sequence_number=1.5),
+    "negative": _delta(sequence_number=-1),
+    "string": _delta(sequence_number="10"),
+    "null": _delta(sequence_number=None),
+    "bool": _delta(sequence_number=True),
+    "leading-zero": _changed(b'"sequence_number":10', b'"sequence_number":010'),
+    "exponent": _changed(b'"sequence_number":10', b'"sequence_number":1e1'),
+    "jump": lambda order: responses_delta("x", 99, order),
+    "huge": _changed(b'"sequence_number":10', b'"sequence_number":' + b"9" * 30),
+    # Escapes, characters beyond ASCII, raw control characters, bad UTF-8.
+    "quotes": _delta('a "quoted" word'),
+    "escapes": _changed(b"SLOT", b"caf\\u00e9 \\/ \\n", "SLOT"),
+    "unicode": _delta("é ☃ 𝄞 \u2028"),
+    "control": _changed(b"SLOT", b"raw\x01control", "SLOT"),
+    "bad-utf-8": _changed(b"SLOT", b"bad \xff utf-8", "SLOT"),
+    "cut-utf-8": _changed(b"SLOT", b"bad \xc3", "SLOT"),
+    "obfuscation-quote": _delta(obfuscation='q"uote'),
+    "obfuscation-unicode": _delta(obfuscation="\u2028"),
+    "obfuscation-control": _changed(b"xY3k", b"x\x01k"),
+    "obfuscation-utf-8": _changed(b"xY3k", b"\xc3"),
+    # The template's own bytes inside the text.
+    "tail-in-text": _delta('","logprobs":[],"obfuscation":"'),
+    "head-in-text": _delta('"sequence_number":5,"item_id":"msg_1"'),
+    "event-end-in-text": _delta("}\n\ndata: "),
+    # A refusal, another event name, an event cut short (not JSON: the stream fails).
+    "refusal": _delta(type="response.refusal.delta"),
+    "name": _changed(b"event: response.output_text.delta", b"event: other"),
+    "cut-short": lambda order: responses_delta("x", 10, order)[:70] + b"\n\n",
+    "cut-end": lambda order: responses_delta("x", 10, order)[:-3] + b"\n\n",
+}
+
+
+@pytest.mark.parametrize("odd", list(ODD_DELTAS))
+@pytest.mark.parametrize("order", ["openai", "bench"])
+@pytest.mark.parametrize("caller", ["chat", "messages"])
+def test_odd_responses_deltas_inside_a_run_read_alike(odd: str, order: str, caller: str):
+    """Whatever one event of a run of Responses deltas holds, the stream translates as when
+    every event is parsed whole: the run ends before an event that is not the template's, and
+    one whose values the run cannot take is read whole, as is the rest of its piece."""
+    deltas = plain_deltas(16, order)
+    deltas[6] = ODD_DELTAS[odd](order)
+    assert_read_alike([*RESPONSES_START, *deltas, *RESPONSES_END], "responses", caller)
+
+
 @pytest.mark.parametrize(
     "odd",
     [
@@ -120,13 +216,15 @@ def test_messages_runs_of_any_event_name_read_alike(name: bytes):
     assert_read_alike([MESSAGES_START, *deltas, MESSAGES_END], "messages", "chat")
 
 
-@pytest.mark.parametrize("target", ["chat", "messages"])
+@pytest.mark.parametrize("target", ["chat", "messages", "responses"])
 def test_a_stream_cut_anywhere_reads_alike(target: str):
     """Every place a piece can end: inside a text, its tail, a free field's value, its end
     or its blank line, just after a run, in the next event's head (pieces large enough to be
     read in runs: ``streams._RUNS_FROM``)."""
     if target == "chat":
         events = [CHAT_START, *plain_chunks(24, obfuscation="xY3k"), DONE]
+    elif target == "responses":
+        events = [*RESPONSES_START, *plain_deltas(20), *RESPONSES_END]
     else:
         texts = [text_delta(w, 0) for w in WORDS * 5]
         events = [MESSAGES_START, *texts, MESSAGES_END]
@@ -159,33 +257,42 @@ def test_empty_texts_and_calls_between_runs_read_alike():
         assert_read_alike([CHAT_START, *chunks, DONE], "chat", caller)
 
 
-@pytest.mark.parametrize("caller", ["messages", "responses"])
-def test_a_stream_of_text_is_read_in_runs(monkeypatch: pytest.MonkeyPatch, caller: str):
-    """Runs are used, not only harmless: after its first events, a stream of text chunks fed
-    in large pieces reads no event on its own, for every caller's writer (Responses numbers
-    each event: a run's events are numbered in turn)."""
-    reads = []
-    read = stream_readers._TextTemplate.read
-    monkeypatch.setattr(
-        stream_readers._TextTemplate, "read", lambda self, p: reads.append(p) or read(self, p)
-    )
-    events = [CHAT_START, *plain_chunks(200, obfuscation="xY3k"), DONE]
+@pytest.mark.parametrize(
+    ("target", "caller"), [("chat", "messages"), ("chat", "responses"), *RESPONSES_CALLERS]
+)
+def test_a_stream_of_text_is_read_in_runs(
+    monkeypatch: pytest.MonkeyPatch, target: str, caller: str
+):
+    """Runs are used, not only harmless: after its first events, a stream of text events fed
+    in large pieces parses no event on its own, for every caller's writer (Responses numbers
+    each event: a run's events are numbered in turn) and from a Responses provider, whose
+    deltas are numbered too, wherever the number stands."""
+    if target == "chat":
+        events = [CHAT_START, *plain_chunks(200, obfuscation="xY3k"), DONE]
+    else:
+        events = [*RESPONSES_START, *plain_deltas(200, RESPONSES_ORDER[caller]), *RESPONSES_END]
+    assert_read_in_runs(monkeypatch, events, target, caller)
+
+
+def assert_read_in_runs(
+    monkeypatch: pytest.MonkeyPatch, events: list[bytes], target: str, caller: str
+) -> None:
+    """Fed in 16 KiB pieces, the stream reads alike and parses fewer than 20 events whole
+    (of 200: the first events, the last, those a piece cuts in two)."""
+    expected = translate(events, target, caller, templates=False)
+    parsed = []
+    parse = stream_readers._object
+    monkeypatch.setattr(stream_readers, "_object", lambda p: parsed.append(p) or parse(p))
     stream = b"".join(events)
-    out = in_pieces(stream, list(range(16384, len(stream), 16384)), "chat", caller)
-    assert out == translate(events, "chat", caller, templates=False)
-    assert len(reads) < 20  # of 200: the first events, and those a piece cuts in two
+    assert in_pieces(stream, list(range(16384, len(stream), 16384)), target, caller) == expected
+    assert len(parsed) < 20
 
 
-def test_a_tail_that_overlaps_itself_reads_no_runs():
-    """With a free field ``read`` takes the first tail after the text: a tail that could
-    start inside the text and end inside itself might be found earlier there."""
-    template = stream_readers._TextTemplate(free="o")
-    template._learn_runs('{"c":', '"x"x"o":"', free=True)
-    assert not template.reads_runs
-    template._learn_runs('{"c":', '},"o":"', free=True)
-    assert template.reads_runs
-    template._learn_runs('{"c":', "}}", free=False)  # read slices: the tail's place is fixed
-    assert template.reads_runs
+def test_the_bench_responses_stream_is_read_in_runs(monkeypatch: pytest.MonkeyPatch):
+    """The stream bench.ab measures the Responses provider with (its number last) is read in
+    runs as the providers' own orders are."""
+    events = list(upstream.responses_stream(RESPONSES_MODEL))
+    assert_read_in_runs(monkeypatch, events, "responses", "messages")
 
 
 def test_runs_end_with_the_stream():

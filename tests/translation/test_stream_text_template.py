@@ -32,7 +32,7 @@ def translate(events: list[bytes], target: str, caller: str, *, templates: bool)
     read, read_run = template.read, template.read_run
     if not templates:  # nor runs of them (test_stream_text_runs.py)
         template.read = lambda self, payload: None  # type: ignore[method-assign]
-        template.read_run = lambda self, data: ([], 0)  # type: ignore[method-assign]
+        template.read_run = lambda self, data: ([], 0, 0)  # type: ignore[method-assign]
     try:
         out = b"".join(translator.feed(event) for event in events) + translator.finish()
         return REASONING_ID.sub(b'"rs_"', out)
@@ -84,6 +84,82 @@ MESSAGES_PIECES = st.one_of(
         )
     ),
 )
+# The orders a Responses text delta's fields come in: OpenAI's (``sequence_number`` in the
+# head, ``obfuscation`` last), the bench's upstream's (the number last), fields sorted by name
+# (as Codex logs them), and a server that obfuscates nothing (tests/support/responses.py).
+RESPONSES_ORDERS = {
+    "openai": ("sequence_number", "item_id", "output_index", "content_index", "delta"),
+    "bench": ("item_id", "output_index", "content_index", "delta", "logprobs", "obfuscation"),
+    "sorted": ("content_index", "delta", "item_id", "logprobs", "obfuscation", "output_index"),
+    "plain": ("sequence_number", "item_id", "output_index", "content_index", "delta"),
+}
+DROP = object()  # a field left out of an event
+
+
+def responses_event(kind: str, **fields: Any) -> bytes:
+    data = {"type": kind, **fields}
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+def responses_delta(text: str, number: int, order: str = "openai", **changes: Any) -> bytes:
+    """A ``response.output_text.delta`` of item msg_1 with its fields in ``order``; ``changes``
+    replace fields (``DROP``: leave one out) or add them at the end."""
+    fields: dict[str, Any] = {"sequence_number": number, "item_id": "msg_1", "output_index": 0}
+    fields |= {"content_index": 0, "delta": text, "logprobs": []}
+    if order != "plain":
+        fields["obfuscation"] = "xY3k"
+    ordered = [*RESPONSES_ORDERS[order], *(k for k in fields if k not in RESPONSES_ORDERS[order])]
+    data = {key: fields[key] for key in ordered} | changes
+    kept = {key: value for key, value in data.items() if value is not DROP}
+    return responses_event("response.output_text.delta", **kept)
+
+
+_RESPONSE = {"id": "resp_1", "object": "response", "created_at": 1, "model": "m", "output": []}
+_ITEM = {"id": "msg_1", "type": "message", "status": "in_progress", "role": "assistant"}
+_AT = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
+_PART = {"type": "output_text", "text": "", "annotations": []}
+RESPONSES_START = [
+    responses_event("response.created", sequence_number=0, response=_RESPONSE),
+    responses_event("response.in_progress", sequence_number=1, response=_RESPONSE),
+    responses_event(
+        "response.output_item.added",
+        sequence_number=2,
+        output_index=0,
+        item={**_ITEM, "content": []},
+    ),
+    responses_event("response.content_part.added", sequence_number=3, **_AT, part=_PART),
+]
+_USAGE = {"input_tokens": 5, "output_tokens": 9, "total_tokens": 14}
+RESPONSES_END = [
+    responses_event("response.output_text.done", sequence_number=900, **_AT, text="..."),
+    responses_event("response.content_part.done", sequence_number=901, **_AT, part=_PART),
+    responses_event(
+        "response.output_item.done",
+        sequence_number=902,
+        output_index=0,
+        item={**_ITEM, "content": [_PART]},
+    ),
+    responses_event(
+        "response.completed",
+        sequence_number=903,
+        response={**_RESPONSE, "status": "completed", "usage": _USAGE},
+    ),
+]
+RESPONSES_PIECES = st.one_of(
+    st.tuples(TEXTS, st.integers(0, 1 << 40), st.sampled_from(list(RESPONSES_ORDERS))).map(
+        lambda tno: responses_delta(*tno)
+    ),
+    st.tuples(TEXTS, st.sampled_from([1.5, -1, "7", None, True, DROP])).map(
+        lambda tn: responses_delta(tn[0], 0, sequence_number=tn[1])
+    ),
+    st.tuples(
+        TEXTS, st.sampled_from([("item_id", "msg_2"), ("output_index", 1), ("obfuscation", 7)])
+    ).map(lambda tf: responses_delta(tf[0], 5, **{tf[1][0]: tf[1][1]})),
+    TEXTS.map(
+        lambda t: responses_event("response.refusal.delta", sequence_number=4, **_AT, delta=t)
+    ),
+    st.just(responses_event("response.output_text.done", sequence_number=5, **_AT, text="x")),
+)
 MESSAGES_START = (
     b'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1",'
     b'"type":"message","role":"assistant","model":"m","content":[],"usage":'
@@ -109,6 +185,19 @@ def test_messages_streams_read_alike(pieces: list[bytes], caller: str):
     events = [MESSAGES_START, *pieces, MESSAGES_END]
     expected = translate(events, "messages", caller, templates=False)
     assert translate(events, "messages", caller, templates=True) == expected
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(RESPONSES_PIECES, max_size=25),
+    st.sampled_from(list(RESPONSES_ORDERS)),
+    st.sampled_from(["chat", "messages"]),
+)
+def test_responses_streams_read_alike(pieces: list[bytes], order: str, caller: str):
+    first = [responses_delta(w, 4 + n, order) for n, w in enumerate(["The", " quarterly"])]
+    events = [*RESPONSES_START, *first, *pieces, *RESPONSES_END]
+    expected = translate(events, "responses", caller, templates=False)
+    assert translate(events, "responses", caller, templates=True) == expected
 
 
 @pytest.mark.parametrize(
@@ -178,3 +267,59 @@ def test_openai_chunks_read_from_the_template_whatever_their_obfuscation():
     later = chat_chunk({"content": " growth"}, obfuscation="Qw9tZ1")[6:-2].decode()
     assert template.read(later) == " growth"
     assert template.read(later.replace('"obfuscation"', '"other"')) is None
+
+
+@pytest.mark.parametrize("order", list(RESPONSES_ORDERS))
+def test_a_learnt_template_reads_responses_deltas_wherever_their_number_stands(order: str):
+    """A Responses delta's ``sequence_number`` differs in every event, before or after its
+    text: the template reads past it, and only an integer as JSON writes it there."""
+    template = stream_readers._TextTemplate(free="obfuscation", numbered="sequence_number")
+    payload = responses_delta("The", 4, order).split(b"data: ")[1][:-2].decode()
+    first = orjson.loads(payload)
+    template.learn(payload, first, first, "delta")
+    assert template.reads_runs
+
+    def read(event: bytes) -> str | None:
+        return template.read(event.split(b"data: ")[1][:-2].decode())
+
+    assert read(responses_delta(' "x" é', 123456, order)) == ' "x" é'
+    obfuscated = read(responses_delta("y", 0, order, obfuscation="Qw9tZ1"))
+    assert obfuscated == (None if order == "plain" else "y")  # plain: a field it never had
+    for other in ("01", "1.5", "-1", '"7"', "null", "1e3"):
+        odd = responses_delta("y", 777, order).replace(b":777", b":" + other.encode())
+        assert read(odd) is None, other
+    assert read(responses_delta("y", 5, order, item_id="msg_2")) is None
+    assert read(responses_delta("y", 5, order, output_index=1)) is None
+    assert read(responses_delta("y", 5, order, annotations=[])) is None
+
+
+@pytest.mark.parametrize("target", ["messages", "responses"])
+def test_a_text_event_named_only_by_its_event_line_teaches_no_template(target: str):
+    """A payload without ``type`` is read as its event's name says: the same payload under
+    another name is another event, which a template (it ignores names) would read as text."""
+    if target == "messages":
+        kind, other = "content_block_delta", "ping"
+        payload = {"index": 0, "delta": {"type": "text_delta", "text": "The"}}
+        events = [
+            MESSAGES_START,
+            *(
+                b"event: %s\ndata: " % k.encode() + orjson.dumps(payload) + b"\n\n"
+                for k in (kind, kind, other, kind)
+            ),
+            MESSAGES_END,
+        ]
+    else:
+        kind, other = "response.output_text.delta", "response.output_text.done"
+        payload = {**_AT, "delta": "The"}
+        events = [
+            *RESPONSES_START,
+            *(
+                b"event: %s\ndata: " % k.encode() + orjson.dumps(payload) + b"\n\n"
+                for k in (kind, kind, other, kind)
+            ),
+            *RESPONSES_END,
+        ]
+    caller = "chat"
+    expected = translate(events, target, caller, templates=False)
+    assert expected.count(b'"The"') == 3
+    assert translate(events, target, caller, templates=True) == expected
