@@ -10,6 +10,7 @@ ids and reasoning are written as the whole-answer writers of this package write 
 
 from __future__ import annotations
 
+import itertools
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -343,24 +344,25 @@ class ResponsesStreamWriter(StreamWriter):
         self._positions: dict[str, int] = {}  # item id -> output index
         self._reshaped = reshaped or {}
         self._held: tuple[int, Part] | None = None  # (source call, the call) of a custom tool
-        # The open message's text delta up to its text, and its text so far as the JSON strings
-        # its deltas carry (decoded and joined once it closes: adding each piece to one string
-        # copies the answer once per event, and a run's texts are never decoded one by one).
-        self._text_head: bytes | None = None
+        # The open message's text delta as a format of its text and sequence number, and its
+        # text so far as the JSON strings its deltas carry (decoded and joined once it closes:
+        # adding each piece to one string copies the answer once per event, and a run's texts
+        # are never decoded one by one).
+        self._text_format: bytes | None = None
         self._text: list[bytes] = []
 
     def writes_texts(self) -> bool:
-        return self._text_head is not None and not self.closed
+        return self._text_format is not None and not self.closed
 
     def write_texts(self, texts: list[bytes]) -> bytes:
-        head, first = self._text_head, self._sequence
-        assert head is not None
+        """The run's events in one format: each numbered in turn, no bytecode per event (a
+        format per event was a third of a run's cost)."""
+        assert self._text_format is not None
+        first, self._sequence = self._sequence, self._sequence + len(texts)
         self._text += texts
-        self._sequence += len(texts)
-        return b"".join(
-            head + text + _RESPONSES_TEXT_TAIL % sequence
-            for sequence, text in enumerate(texts, first)
-        )
+        numbers = range(first, self._sequence)
+        numbered = itertools.chain.from_iterable(zip(texts, numbers, strict=True))
+        return self._text_format * len(texts) % tuple(numbered)
 
     def _open(self) -> bytes:
         started = self._response("in_progress")
@@ -371,11 +373,11 @@ class ResponsesStreamWriter(StreamWriter):
     def _content(self, event: Content) -> bytes:
         if type(event) is Text:
             frames = b""
-            if self._text_head is None:
+            if self._text_format is None:
                 frames = self._open_message()
             text = orjson.dumps(event.text)
             self._text.append(text)
-            frame = self._text_head + text + _RESPONSES_TEXT_TAIL % self._sequence  # type: ignore[operator]
+            frame = self._text_format % (text, self._sequence)  # type: ignore[operator]
             self._sequence += 1
             return frames + frame
         if isinstance(event, Reasoning):
@@ -432,11 +434,9 @@ class ResponsesStreamWriter(StreamWriter):
         message["content"].append(part)
         where = self._where(message)
         at = {**where, "content_index": 0, "part": dict(part)}
-        self._text_head = (
-            _RESPONSES_TEXT_HEAD
-            + orjson.dumps(where["item_id"])
-            + _RESPONSES_TEXT_AT % where["output_index"]
-        )
+        item_id = orjson.dumps(where["item_id"]).replace(b"%", b"%%")
+        at_index = _RESPONSES_TEXT_AT % where["output_index"]
+        self._text_format = _RESPONSES_TEXT_HEAD + item_id + at_index + b"%b" + _RESPONSES_TEXT_TAIL
         self._text = []
         return frames + self._event("response.content_part.added", at)
 
@@ -464,7 +464,7 @@ class ResponsesStreamWriter(StreamWriter):
         if item["type"] == "message":
             part = item["content"][0]
             part["text"] = "".join(orjson.loads(b"[%b]" % b",".join(self._text)))
-            self._text_head = None
+            self._text_format = None
             at = {**where, "content_index": 0}
             text = {**at, "text": part["text"], "logprobs": []}
             frames.append(self._event("response.output_text.done", text))
