@@ -50,6 +50,7 @@ CALLERS: dict[str, tuple[str, Callable[..., bytes], dict[str, str]]] = {
 WORKLOADS: dict[str, tuple[str, str | None]] = {
     "openai": ("chat", None),
     "anthropic": ("messages", ANTHROPIC_MODEL),
+    "responses": ("responses", RESPONSES_MODEL),
     "anthropic_to_chat": ("messages", TRANSLATED_MODEL),
     "responses_to_chat": ("responses", TRANSLATED_MODEL),
     "responses_to_messages": ("responses", ANTHROPIC_MODEL),
