@@ -11,12 +11,14 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench import upstream
 from bench.run import RESPONSES_MODEL
+from clawpod.sidecar.codecs.sse import parse_events
 from clawpod.sidecar.translation import stream_readers, streams
 from clawpod.sidecar.translation.streams import stream_translator
 from tests.support.codecs import codec_of
@@ -326,3 +328,25 @@ async def test_a_stream_read_in_runs_is_charged_as_read_event_by_event(
     first, second = pod.audit("plain")
     assert first["usage"] == second["usage"]
     assert (second["usage"]["input_tokens"], second["usage"]["output_tokens"]) == (40, 3)
+
+
+@pytest.mark.parametrize("provider_id", ["chatcmpl-%d%s%%b%", "chatcmpl-%(x)s"])
+def test_a_provider_id_holding_format_characters_reaches_a_responses_caller_as_it_is(
+    provider_id: str,
+):
+    """The Responses writer writes a run's deltas with one format of the message's delta,
+    whose item id holds the provider's answer id: a ``%`` in that id is its own."""
+    chunks = [c.replace(b'"chatcmpl-1"', orjson.dumps(provider_id)) for c in plain_chunks(40)]
+    start = CHAT_START.replace(b'"chatcmpl-1"', orjson.dumps(provider_id))
+    stream = b"".join([start, *chunks, DONE])
+    for cuts in ([], list(range(1, len(stream)))):
+        out = in_pieces(stream, cuts, "chat", "responses")
+        deltas = [
+            orjson.loads(payload)
+            for name, payload in parse_events(out)
+            if name == "response.output_text.delta"
+        ]
+        assert {d["item_id"] for d in deltas} == {f"msg_0_{provider_id}"}
+        assert "".join(d["delta"] for d in deltas) == "".join(WORDS * 5)
+        numbers = [d["sequence_number"] for d in deltas]
+        assert numbers == list(range(numbers[0], numbers[0] + 40))
