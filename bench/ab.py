@@ -57,6 +57,8 @@ WORKLOADS = {
     "openai_json": ("openai_json", "bench-native"),
     "anthropic_json": ("anthropic_json", "bench-native"),
     "openai_sse": ("openai_sse", "bench-native"),
+    "anthropic_sse": ("anthropic_sse", "bench-native"),
+    "responses_sse": ("responses_sse", "bench-native"),
     "mediated_r0": ("mediated_r0", "bench-mediated"),
     "mediated_r1": ("mediated_r1", "bench-mediated"),
     "mediated_r3": ("mediated_r3", "bench-mediated"),
@@ -66,7 +68,8 @@ WORKLOADS = {
     "mediated_r1_distinct": ("mediated_r1_distinct", "bench-mediated"),
     "destructive_r1_distinct": ("mediated_r1_distinct", "bench-mediated-write"),
     # A Messages caller of the Chat-only provider (contract §18), whole and streamed: compared
-    # with anthropic_json and openai_sse (SPEC §19: translation over same-protocol pass-through).
+    # with anthropic_json and anthropic_sse (SPEC §19: translation over same-protocol
+    # pass-through).
     TRANSLATED: (TRANSLATED, "bench-native"),
     TRANSLATED_SSE: (TRANSLATED_SSE, "bench-native"),
     **{name: (name, "bench-native") for name in OTHER_DIRECTIONS},
@@ -77,10 +80,12 @@ TARGETS = {"mediated_r1": 0.45, "destructive_r1": 0.6}
 
 
 def _pass_through_of(workload: str) -> str:
-    """The same caller's pass-through (streams: the Chat stream's, the one the bench has)."""
+    """The same caller's pass-through: its stream for a stream; a whole answer over
+    anthropic_json or openai_json (the bench has no whole Responses pass-through)."""
+    caller = workload.split("_to_")[0]
     if workload.endswith("sse"):
-        return "openai_sse"
-    return "anthropic_json" if workload.startswith("anthropic") else "openai_json"
+        return "openai_sse" if caller == "chat" else f"{caller}_sse"
+    return "anthropic_json" if caller == "anthropic" else "openai_json"
 
 
 # Workloads whose figure is over another's (its same-protocol pass-through), with the bound
@@ -88,7 +93,7 @@ def _pass_through_of(workload: str) -> str:
 OVER = {
     "mediated_r0": ("openai_json", 0.15),
     TRANSLATED: ("anthropic_json", 0.05),
-    TRANSLATED_SSE: ("openai_sse", None),
+    TRANSLATED_SSE: ("anthropic_sse", None),
     **{name: (_pass_through_of(name), None) for name in OTHER_DIRECTIONS},
 }
 

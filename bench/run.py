@@ -52,7 +52,7 @@ RESPONSES_MODEL = "resp-bench"
 # The other directions, whole and streamed: a Responses caller (Codex) of the Chat-only
 # provider and of a Messages provider, a Chat caller of a Messages provider, and Chat and
 # Messages callers of a Responses-only provider; each over its caller's pass-through
-# (openai_json or anthropic_json; streams over openai_sse).
+# (openai_json or anthropic_json; streams over openai_sse, anthropic_sse or responses_sse).
 OTHER_DIRECTIONS = {
     "responses_to_chat_json": lambda: workloads.responses_request(TRANSLATED_MODEL),
     "responses_to_chat_sse": lambda: workloads.responses_request(TRANSLATED_MODEL, stream=True),
@@ -281,6 +281,10 @@ class Bench:
             "openai_json": workloads.openai_chat(PASS_MODEL),
             "openai_sse": workloads.openai_chat(PASS_MODEL, stream=True),
             "anthropic_json": workloads.anthropic_messages(ANTHROPIC_MODEL),
+            # The Messages and Responses callers' own streams, relayed untouched: the same
+            # caller's pass-through of the streamed directions (bench.ab).
+            "anthropic_sse": workloads.anthropic_messages(ANTHROPIC_MODEL, stream=True),
+            "responses_sse": workloads.responses_request(RESPONSES_MODEL, stream=True),
             TRANSLATED: workloads.anthropic_messages(TRANSLATED_MODEL),
             TRANSLATED_SSE: workloads.anthropic_messages(TRANSLATED_MODEL, stream=True),
             "slow_sse": workloads.openai_chat("gpt-bench-slow", stream=True),
