@@ -159,9 +159,14 @@ def _reasoning(parts: list[Part], found: list[StreamEvent]) -> None:
 
 # The kinds of a template's slots, the places its events differ in.
 _TEXT, _FREE, _NUMBER = 0, 1, 2
-# A slot (``_slot``): what ends its value, the template's bytes after it and their length,
-# its kind, and how much of what is around its value it is taken with (a string's quotes).
-_Slot = tuple[Any, Any, int, int, int]
+# A slot: the template's bytes after its value and their length, its kind, and how much of
+# what is around its value it is taken with (a text's quotes: texts go out as JSON strings).
+_Slot = tuple[Any, int, int, int]
+# A slot of a run before the event's last: what is searched for to find its value's end (the
+# bytes after it, or their first when they are long: a long needle costs more to search
+# for than one byte and a comparison), then the slot.
+_RunSlot = tuple[bytes, bytes, int, int, int]
+_LONG_NEEDLE = 32
 _PROBE = "probe"
 _INTEGER = re.compile(r"0|[1-9][0-9]*")
 _INTEGERS = re.compile(rb"(?:0|[1-9][0-9]*)(?:,(?:0|[1-9][0-9]*))*")
@@ -181,9 +186,10 @@ class _TextTemplate:
     events differ elsewhere too never matches: after a few templates that never matched, it
     stops learning and every event is read whole.
 
-    Each value ends where the template's next bytes start (``_slot``): what is between is
-    checked to be what the reader would parse there (a JSON string, a plain string, an
-    integer), or the event is read whole."""
+    Each value ends where the template's next bytes first stand after it; what is between is
+    then checked to be what the reader would parse there (a JSON string, a plain string, an
+    integer), or the event is read whole. A value found to end beyond its own (an event of
+    other bytes after it) holds a quote, a control character or a non-digit, and fails."""
 
     __slots__ = ("_free", "_layout", "_learns", "_numbered", "_run_layout")
 
@@ -191,7 +197,8 @@ class _TextTemplate:
         self._free = free
         self._numbered = numbered
         self._layout: tuple[str, tuple[_Slot, ...]] | None = None  # the head, then each slot
-        self._run_layout: tuple[bytes, tuple[_Slot, ...]] | None = None  # the same, as bytes
+        # The same as bytes, its last slot apart (its bytes after it end the event).
+        self._run_layout: tuple[bytes, tuple[_RunSlot, ...], _Slot] | None = None
         self._learns = 3  # templates it may still learn before one matches
 
     def read(self, payload: str) -> str | None:
@@ -200,14 +207,14 @@ class _TextTemplate:
         if layout is None or not payload.startswith(layout[0]):
             return None
         at, literal = len(layout[0]), ""
-        for stop, following, skip, kind, pad in layout[1]:
-            end = payload.find(stop, at)
-            if end < 0 or not payload.startswith(following, end):
+        for following, skip, kind, pad in layout[1]:
+            end = payload.find(following, at)
+            if end < 0:
                 return None
             value = payload[at - pad : end + pad]
             if kind == _TEXT:
                 literal = value
-            elif not (_plain(value[1:-1]) if kind == _FREE else _INTEGER.fullmatch(value)):
+            elif not (_plain(value) if kind == _FREE else _INTEGER.fullmatch(value)):
                 return None
             at = end + skip
         if at != len(payload):
@@ -240,37 +247,41 @@ class _TextTemplate:
         if data.startswith(b"event: "):  # a named event: ``read`` ignores the name
             prefix = data[: data.find(b"\n") + 1] + prefix
         values: tuple[list[bytes], list[bytes], list[bytes]] = ([], [], [])
-        slots = [
-            (stop, after, skip, values[kind], pad) for stop, after, skip, kind, pad in layout[1]
-        ]
+        slots = [(stop, f, n, values[kind].append, pad) for stop, f, n, kind, pad in layout[1]]
+        last, last_skip, last_kind, last_pad = layout[2]
+        keep_last = values[last_kind].append
         find, starts, skip_head = data.find, data.startswith, len(prefix)
         events = pos = 0
         while starts(prefix, pos):
             at = pos + skip_head
-            for stop, following, skip, found, pad in slots:
+            for stop, following, skip, keep, pad in slots:
                 end = find(stop, at)
-                if end < 0 or not starts(following, end):
+                if end < 0 or (stop is not following and not starts(following, end)):
                     break  # another event, or the piece ends inside this one
-                found.append(data[at - pad : end + pad])
+                keep(data[at - pad : end + pad])
                 at = end + skip
             else:
-                events += 1
-                pos = at
-                continue
+                end = find(last, at)  # the event's end
+                if end >= 0:
+                    keep_last(data[at - last_pad : end + last_pad])
+                    events += 1
+                    pos = end + last_skip
+                    continue
             break
         texts, frees, numbers = values
         del texts[events:], frees[events:], numbers[events:]
-        if not events or not _plain_run(prefix, texts, frees, numbers):
+        joined = _plain_run(prefix, texts, frees, numbers) if events else None
+        if joined is None:
             return [], 0, 0
+        if b"\\" in joined or joined.count(b'"') != 2 * events:
+            checked = _as_orjson_writes(texts)
+            if checked is None:
+                return [], 0, 0
+            texts = checked
         if b'""' in texts:  # an empty text makes no event
             texts = [text for text in texts if text != b'""']
-        if b"\\" in b"".join(texts):  # escapes: written as orjson writes them
-            try:
-                texts = [orjson.dumps(orjson.loads(t)) if b"\\" in t else t for t in texts]
-            except orjson.JSONDecodeError:
+            if not texts:
                 return [], 0, 0
-        if not texts:
-            return [], 0, 0
         self._learns = 3
         return texts, events, pos
 
@@ -292,10 +303,9 @@ class _TextTemplate:
             for (_, end, kind), next_start in zip(places, ends, strict=True)
         ]
         self._layout = head, tuple(slots)
-        afters = [after.encode() for _, after, _, _, _ in slots]
-        afters[-1] += b"\n\n"  # the event's end
-        run_slots = [_slot(s[3], after, run=True) for s, after in zip(slots, afters, strict=True)]
-        self._run_layout = head.encode(), tuple(run_slots)
+        *inner, (after, _, kind, _) = slots
+        run_slots = tuple(_run_slot(*_slot(kind, f.encode())) for f, _, kind, _ in inner)
+        self._run_layout = head.encode(), run_slots, _slot(kind, after.encode() + b"\n\n")
 
     def _places(
         self, payload: str, event: dict[str, Any], text: str, key: str
@@ -358,15 +368,13 @@ class _TextTemplate:
         return fits
 
 
-def _slot(kind: int, following: Any, *, run: bool = False) -> _Slot:
-    """A slot of ``kind`` followed by ``following`` (str, or bytes for runs). A free value
-    ends at its first quote (it holds no escape), a number at the character after it. A text
-    read alone (``read``) ends where ``following`` starts, after any escaped quote (the first
-    such place; one that was not the text's end leaves a literal that is not JSON); in a run it
-    ends at its first quote, as a free value does, for ``following`` may stand in later events
-    of the piece: an escaped quote ends the run."""
-    stop = following if kind == _TEXT and not run else following[:1]
-    return stop, following, len(following), kind, int(kind != _NUMBER)
+def _slot(kind: int, following: Any) -> _Slot:
+    return following, len(following), kind, int(kind == _TEXT)
+
+
+def _run_slot(following: bytes, skip: int, kind: int, pad: int) -> _RunSlot:
+    stop = following if len(following) <= _LONG_NEEDLE else following[:1]
+    return stop, following, skip, kind, pad
 
 
 def _plain(value: str) -> bool:
@@ -374,23 +382,25 @@ def _plain(value: str) -> bool:
     return '"' not in value and "\\" not in value and value.isprintable()
 
 
-# Bytes a JSON string never holds as they are.
+# Bytes a JSON string never holds as they are; and those a plain one holds neither.
 _CONTROLS = bytes(range(0x20))
-_UNESCAPED = _CONTROLS + b"\\"
+_UNPLAIN = _CONTROLS + b'"\\'
 
 
-def _plain_run(prefix: bytes, texts: list[bytes], frees: list[bytes], numbers: list[bytes]) -> bool:
-    """Whether a run's texts are JSON strings ``read`` reads (no raw control character,
-    valid UTF-8), its free values plain JSON strings (no escape either) and its numbers
-    integers as JSON writes them, all checked at once."""
+def _plain_run(
+    prefix: bytes, texts: list[bytes], frees: list[bytes], numbers: list[bytes]
+) -> bytes | None:
+    """A run's texts joined, if they hold no raw control character and are valid UTF-8, its
+    free values plain JSON strings (no quote, escape or control character) and its numbers
+    integers as JSON writes them, all checked at once; None if not."""
     joined = b"".join(texts)
     if joined.translate(None, _CONTROLS) != joined or b"\r" in prefix:
-        return False
+        return None
     values = b"".join(frees)
-    if values.translate(None, _UNESCAPED) != values:
-        return False
+    if values.translate(None, _UNPLAIN) != values:
+        return None
     if numbers and not _INTEGERS.fullmatch(b",".join(numbers)):
-        return False
+        return None
     try:
         prefix.decode()  # an event's name
         if not joined.isascii():
@@ -398,8 +408,19 @@ def _plain_run(prefix: bytes, texts: list[bytes], frees: list[bytes], numbers: l
         if not values.isascii():
             values.decode()
     except UnicodeDecodeError:
-        return False
-    return True
+        return None
+    return joined
+
+
+def _as_orjson_writes(texts: list[bytes]) -> list[bytes] | None:
+    """A run's texts as orjson writes them (escapes its own way), or None if one is not a
+    JSON string: a bad escape, or a text found to end past its own (it holds its quote)."""
+    try:
+        return [
+            orjson.dumps(orjson.loads(t)) if b"\\" in t or t.count(b'"') != 2 else t for t in texts
+        ]
+    except orjson.JSONDecodeError:
+        return None
 
 
 class ChatStreamReader(StreamReader):
