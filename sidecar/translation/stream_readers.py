@@ -246,6 +246,8 @@ class _TextTemplate:
         prefix = b"data: " + layout[0]
         if data.startswith(b"event: "):  # a named event: ``read`` ignores the name
             prefix = data[: data.find(b"\n") + 1] + prefix
+        if not data.startswith(prefix):
+            return [], 0, 0  # another event, or the rest of one (after each run of a piece)
         values: tuple[list[bytes], list[bytes], list[bytes]] = ([], [], [])
         slots = [(stop, f, n, values[kind].append, pad) for stop, f, n, kind, pad in layout[1]]
         last, last_skip, last_kind, last_pad = layout[2]
