@@ -7,6 +7,7 @@ Requests, whole answers and errors cross at ``translated.py``; this module is th
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -74,6 +75,7 @@ def translator_for(
         tells=tells,
         reshaped=reshaped_tools(translated.request),
         watch=None if usage is None else usage.feed,
+        redact=functools.partial(ctx.state.upstream.redact_text, ctx.provider_name),
     )
 
 

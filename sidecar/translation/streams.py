@@ -16,6 +16,7 @@ from collections.abc import Callable
 from ..codecs.base import Codec
 from ..model.errors import ApiError
 from .ir import FunctionTool
+from .stream_events import Failed, StreamEvent
 from .stream_readers import (
     ChatStreamReader,
     MessagesStreamReader,
@@ -58,11 +59,13 @@ class StreamTranslator:
         writer: StreamWriter,
         provider: str,
         watch: Callable[[bytes], None] | None = None,
+        redact: Callable[[str], str] | None = None,
     ) -> None:
         self._reader = reader
         self._writer = writer
         self._provider = provider
         self._watch = watch
+        self._redact = redact
         self._seen = 0  # bytes ahead of the next ones read that ``watch`` saw
         self._unfinished = 0  # bytes fed since the last complete event
 
@@ -141,7 +144,7 @@ class StreamTranslator:
             return b""
         events = self._reader.feed(data)
         self._unfinished = 0 if events else self._unfinished + len(data)
-        frames = self._writer.write(events)
+        frames = self._writer.write(self._told(events))
         if self._reader.malformed is not None:
             return frames + self._writer.fail(self._malformed(self._reader.malformed))
         if self._unfinished > MAX_EVENT_BYTES:
@@ -154,13 +157,22 @@ class StreamTranslator:
         it stopped before its end marker."""
         frames = self.feed(b"")
         if not self._writer.closed:
-            frames += self._writer.write(self._reader.finish())
+            frames += self._writer.write(self._told(self._reader.finish()))
         if not self._writer.closed and self._reader.malformed is not None:
             frames += self._writer.fail(self._malformed(self._reader.malformed))
         if not self._writer.closed:
             message = f"provider {self._provider!r} ended the stream before its end"
             frames += self._writer.fail(ApiError(502, "upstream_protocol_error", message))
         return frames
+
+    def _told(self, events: list[StreamEvent]) -> list[StreamEvent]:
+        """``events`` with the provider's failure (it ends them) told without its key: a
+        provider may echo the key it was sent in its error's message."""
+        failure = events[-1] if events and self._redact is not None else None
+        if type(failure) is Failed and self._redact is not None:
+            redact = self._redact
+            events[-1] = Failed(redact(failure.code), redact(failure.message), failure.type)
+        return events
 
     def fail(self, err: ApiError) -> bytes:
         """Reading the target failed (a timeout, a reset): the caller's error and end."""
@@ -181,6 +193,7 @@ def stream_translator(
     tells: bool = True,
     reshaped: dict[str, FunctionTool] | None = None,
     watch: Callable[[bytes], None] | None = None,
+    redact: Callable[[str], str] | None = None,
 ) -> StreamTranslator:
     """A translator from a stream of the ``target`` protocol (``chat``, ``messages``,
     ``responses``) to ``caller``'s. ``model``: the model the caller
@@ -188,7 +201,8 @@ def stream_translator(
     caller asked for the usage chunk; ``tells``: see ``StreamWriter.tells``; ``reshaped``: the
     Responses caller's custom and namespaced tools (``ResponsesStreamWriter``); ``watch``:
     sees the stream's bytes but the text events read as runs, which hold nothing but text
-    (a usage reader: ``codecs/usage.py``)."""
+    (a usage reader: ``codecs/usage.py``); ``redact``: removes the provider's key from the
+    failure it reports in the stream."""
     writer: StreamWriter
     if caller.name == "chat":
         writer = ChatStreamWriter(model, include_usage=include_usage, error_body=caller.error_body)
@@ -197,4 +211,4 @@ def stream_translator(
     else:
         writer = ResponsesStreamWriter(model, reshaped)
     writer.tells = tells
-    return StreamTranslator(_READERS[target](), writer, provider, watch)
+    return StreamTranslator(_READERS[target](), writer, provider, watch, redact)

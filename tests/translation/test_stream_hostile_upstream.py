@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
 from clawpod.sidecar.translation.streams import MAX_EVENT_BYTES
@@ -81,3 +83,37 @@ async def test_hostile_stream_in_a_mediated_round_fails_it_cleanly(
     assert got.deltas == ["AAPL "]
     assert got.error is not None
     assert pod.service.requests == []
+
+
+def _echoing_failure(target: str) -> bytes:
+    """The provider's in-stream error, echoing the key the sidecar sent it."""
+    key = TEST_PROVIDER_KEYS["ANTHROPIC_API_KEY" if target == "messages" else "OPENAI_API_KEY"]
+    error = {"type": "invalid_request_error", "message": f"invalid api key {key}"}
+    if target == "chat":
+        return b"data: " + orjson.dumps({"error": error}) + b"\n\n"
+    if target == "messages":
+        return _sse_event("error", {"error": error})
+    failed = {"id": "resp_up", "status": "failed", "error": {"code": key, **error}}
+    return _sse_event("response.failed", {"response": failed})
+
+
+def _sse_event(kind: str, payload: dict[str, Any]) -> bytes:
+    return (
+        b"event: " + kind.encode() + b"\ndata: " + orjson.dumps({"type": kind, **payload}) + b"\n\n"
+    )
+
+
+@pytest.mark.parametrize(("caller", "target"), DIRECTIONS)
+async def test_a_key_the_provider_echoes_in_its_stream_error_never_reaches_the_caller(
+    translating_pod: TranslatingPod, caller: str, target: str
+):
+    """A pass-through stream's error events are redacted (``StreamRedactor``); a translated
+    stream's failure is told in the caller's protocol from the provider's message, which may
+    echo the key: it is told without it."""
+    pod = translating_pod
+    pod.script(target, Reply.sse([*opening(target), _echoing_failure(target)]))
+    got = await stream_through(pod, caller, "plain", MODEL[target])
+    assert got.error is not None
+    assert "invalid api key [redacted]" in str(got.error)
+    for key in TEST_PROVIDER_KEYS.values():
+        assert key not in str(got.error)
