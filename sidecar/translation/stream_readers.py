@@ -168,7 +168,6 @@ _Slot = tuple[Any, int, int, int]
 _RunSlot = tuple[bytes, bytes, int, int, int]
 _LONG_NEEDLE = 32
 _PROBE = "probe"
-_INTEGER = re.compile(r"0|[1-9][0-9]*")
 _INTEGERS = re.compile(rb"(?:0|[1-9][0-9]*)(?:,(?:0|[1-9][0-9]*))*")
 
 
@@ -191,34 +190,45 @@ class _TextTemplate:
     integer), or the event is read whole. A value found to end beyond its own (an event of
     other bytes after it) holds a quote, a control character or a non-digit, and fails."""
 
-    __slots__ = ("_free", "_layout", "_learns", "_numbered", "_run_layout")
+    __slots__ = (
+        "_free",
+        "_head",
+        "_learns",
+        "_numbered",
+        "_run_layout",
+        "_tail",
+        "_text_end",
+        "_text_start",
+    )
 
     def __init__(self, free: str | None = None, numbered: str | None = None) -> None:
         self._free = free
         self._numbered = numbered
-        self._layout: tuple[str, tuple[_Slot, ...]] | None = None  # the head, then each slot
+        self._head: str | None = None  # ``read``'s: the payload up to its text's quote
+        self._tail = ""  # after the text; with a free field, up to its value's opening quote
+        self._text_start = 0  # len(head)
+        self._text_end = 0  # -len(tail), or 0 with a free field
         # The same as bytes, its last slot apart (its bytes after it end the event).
         self._run_layout: tuple[bytes, tuple[_RunSlot, ...], _Slot] | None = None
         self._learns = 3  # templates it may still learn before one matches
 
     def read(self, payload: str) -> str | None:
-        """The text of a payload the template fits; None: it does not (read it whole)."""
-        layout = self._layout
-        if layout is None or not payload.startswith(layout[0]):
+        """The text of a payload the template fits; None: it does not (read it whole). Only
+        a text with nothing after it but fixed bytes, or a free field last: a Responses
+        delta's three slots cost more to read past than its JSON to parse."""
+        head = self._head
+        if head is None or not payload.startswith(head):
             return None
-        at, literal = len(layout[0]), ""
-        for following, skip, kind, pad in layout[1]:
-            end = payload.find(following, at)
-            if end < 0:
+        if self._text_end:
+            if not payload.endswith(self._tail):
                 return None
-            value = payload[at - pad : end + pad]
-            if kind == _TEXT:
-                literal = value
-            elif not (_plain(value) if kind == _FREE else _INTEGER.fullmatch(value)):
+            literal = payload[self._text_start : self._text_end]
+        else:  # the tail, then the free field's value and the event's end
+            end = payload.find(self._tail, self._text_start)
+            free = payload[end + len(self._tail) : -2]
+            if end < 0 or not payload.endswith('"}') or not _plain(free):
                 return None
-            at = end + skip
-        if at != len(payload):
-            return None
+            literal = payload[self._text_start : end]
         try:
             text = orjson.loads(literal)
         except orjson.JSONDecodeError:
@@ -293,7 +303,7 @@ class _TextTemplate:
             return
         self._learns -= 1
         if not self._learns:  # the templates learnt never matched: read every event whole
-            self._layout = self._run_layout = None
+            self._head = self._run_layout = None
             return
         places = self._places(payload, event, holder[key], key)
         if places is None or not self._probe_fits(payload, places, event, holder, key):
@@ -304,10 +314,24 @@ class _TextTemplate:
             _slot(kind, payload[end:next_start])
             for (_, end, kind), next_start in zip(places, ends, strict=True)
         ]
-        self._layout = head, tuple(slots)
         *inner, (after, _, kind, _) = slots
+        self._learn_read(head, slots)
         run_slots = tuple(_run_slot(*_slot(kind, f.encode())) for f, _, kind, _ in inner)
         self._run_layout = head.encode(), run_slots, _slot(kind, after.encode() + b"\n\n")
+
+    def _learn_read(self, head: str, slots: list[_Slot]) -> None:
+        """``read``'s head and tail (before and after the text's quotes), for a text last or
+        followed by the free field alone, last."""
+        self._head = None
+        text_after = slots[0][0][1:]  # the bytes after the text's closing quote
+        if len(slots) == 1:
+            self._tail, self._text_end = text_after, -len(text_after)
+        elif len(slots) == 2 and slots[1][2] == _FREE and slots[1][0] == '"}':
+            self._tail, self._text_end = text_after, 0
+        else:
+            return
+        if slots[0][2] == _TEXT:
+            self._head, self._text_start = head[:-1], len(head) - 1
 
     def _places(
         self, payload: str, event: dict[str, Any], text: str, key: str

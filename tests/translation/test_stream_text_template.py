@@ -270,27 +270,37 @@ def test_openai_chunks_read_from_the_template_whatever_their_obfuscation():
 
 
 @pytest.mark.parametrize("order", list(RESPONSES_ORDERS))
-def test_a_learnt_template_reads_responses_deltas_wherever_their_number_stands(order: str):
+def test_a_learnt_template_reads_runs_of_responses_deltas_wherever_their_number_stands(
+    order: str,
+):
     """A Responses delta's ``sequence_number`` differs in every event, before or after its
-    text: the template reads past it, and only an integer as JSON writes it there."""
+    text: a run reads past it, and only an integer as JSON writes it there; an event that
+    differs anywhere else ends the run before it."""
     template = stream_readers._TextTemplate(free="obfuscation", numbered="sequence_number")
     payload = responses_delta("The", 4, order).split(b"data: ")[1][:-2].decode()
     first = orjson.loads(payload)
     template.learn(payload, first, first, "delta")
     assert template.reads_runs
 
-    def read(event: bytes) -> str | None:
-        return template.read(event.split(b"data: ")[1][:-2].decode())
+    def run(middle: bytes) -> tuple[list[str], int]:
+        events = [responses_delta("a", 10, order), middle, responses_delta("b", 12, order)]
+        texts, count, used = template.read_run(b"".join(events))
+        assert used == len(b"".join(events[:count]))
+        return [orjson.loads(text) for text in texts], count
 
-    assert read(responses_delta(' "x" é', 123456, order)) == ' "x" é'
-    obfuscated = read(responses_delta("y", 0, order, obfuscation="Qw9tZ1"))
-    assert obfuscated == (None if order == "plain" else "y")  # plain: a field it never had
-    for other in ("01", "1.5", "-1", '"7"', "null", "1e3"):
-        odd = responses_delta("y", 777, order).replace(b":777", b":" + other.encode())
-        assert read(odd) is None, other
-    assert read(responses_delta("y", 5, order, item_id="msg_2")) is None
-    assert read(responses_delta("y", 5, order, output_index=1)) is None
-    assert read(responses_delta("y", 5, order, annotations=[])) is None
+    assert run(responses_delta("x é", 123456, order)) == (["a", "x é", "b"], 3)
+    quoted = run(responses_delta(' "x" é', 11, order))  # a run may end at an escaped quote
+    assert quoted in ((["a", ' "x" é', "b"], 3), (["a"], 1))
+    obfuscated = run(responses_delta("y", 11, order, obfuscation="Qw9tZ1"))
+    if order == "plain":  # a field it never had: not the template's event
+        assert obfuscated[1] <= 1
+    else:
+        assert obfuscated == (["a", "y", "b"], 3)
+    for other in (b"01", b"1.5", b"-1", b'"7"', b"null", b"1e3"):
+        odd = responses_delta("y", 777, order).replace(b":777", b":" + other)
+        assert run(odd)[1] <= 1, other  # the run stops before it, or is read whole
+    for changed in ({"item_id": "msg_2"}, {"output_index": 1}, {"annotations": []}):
+        assert run(responses_delta("y", 11, order, **changed))[1] <= 1, changed
 
 
 @pytest.mark.parametrize("target", ["messages", "responses"])
