@@ -208,8 +208,9 @@ class _TextTemplate:
         self._tail = ""  # after the text; with a free field, up to its value's opening quote
         self._text_start = 0  # len(head)
         self._text_end = 0  # -len(tail), or 0 with a free field
-        # The same as bytes, its last slot apart (its bytes after it end the event).
-        self._run_layout: tuple[bytes, tuple[_RunSlot, ...], _Slot] | None = None
+        # The slots as bytes, the last apart (its bytes after it end the event), and where the
+        # text, free and numbered values stand among an event's (-1: it has none).
+        self._run_layout: tuple[bytes, tuple[_RunSlot, ...], _Slot, tuple[int, ...]] | None = None
         self._learns = 3  # templates it may still learn before one matches
 
     def read(self, payload: str) -> str | None:
@@ -258,15 +259,14 @@ class _TextTemplate:
             prefix = data[: data.find(b"\n") + 1] + prefix
         if not data.startswith(prefix):
             return [], 0, 0  # another event, or the rest of one (after each run of a piece)
-        values: tuple[list[bytes], list[bytes], list[bytes]] = ([], [], [])
-        slots = [(stop, f, n, values[kind].append, pad) for stop, f, n, kind, pad in layout[1]]
-        last, last_skip, last_kind, last_pad = layout[2]
-        keep_last = values[last_kind].append
+        _, inner, (last, last_skip, _, last_pad), (text, free, number) = layout
+        found: list[bytes] = []  # each event's values, slot after slot
+        keep = found.append
         find, starts, skip_head = data.find, data.startswith, len(prefix)
         events = pos = 0
         while starts(prefix, pos):
             at = pos + skip_head
-            for stop, following, skip, keep, pad in slots:
+            for stop, following, skip, _, pad in inner:
                 end = find(stop, at)
                 if end < 0 or (stop is not following and not starts(following, end)):
                     break  # another event, or the piece ends inside this one
@@ -275,13 +275,16 @@ class _TextTemplate:
             else:
                 end = find(last, at)  # the event's end
                 if end >= 0:
-                    keep_last(data[at - last_pad : end + last_pad])
+                    keep(data[at - last_pad : end + last_pad])
                     events += 1
                     pos = end + last_skip
                     continue
             break
-        texts, frees, numbers = values
-        del texts[events:], frees[events:], numbers[events:]
+        width = len(inner) + 1
+        del found[events * width :]
+        texts = found[text::width]
+        frees = found[free::width] if free >= 0 else []
+        numbers = found[number::width] if number >= 0 else []
         joined = _plain_run(prefix, texts, frees, numbers) if events else None
         if joined is None:
             return [], 0, 0
@@ -317,7 +320,10 @@ class _TextTemplate:
         *inner, (after, _, kind, _) = slots
         self._learn_read(head, slots)
         run_slots = tuple(_run_slot(*_slot(kind, f.encode())) for f, _, kind, _ in inner)
-        self._run_layout = head.encode(), run_slots, _slot(kind, after.encode() + b"\n\n")
+        kinds = [kind for _, _, kind, _ in slots]
+        places = tuple(kinds.index(k) if k in kinds else -1 for k in (_TEXT, _FREE, _NUMBER))
+        last = _slot(kind, after.encode() + b"\n\n")
+        self._run_layout = head.encode(), run_slots, last, places
 
     def _learn_read(self, head: str, slots: list[_Slot]) -> None:
         """``read``'s head and tail (before and after the text's quotes), for a text last or
