@@ -668,13 +668,12 @@ class ResponsesStreamReader(StreamReader):
         self._arguments: dict[int, int] = {}  # a call's output index -> argument chars passed
         self._refused = False
         # Every event numbered in turn, OpenAI's chunks obfuscated: neither says anything here.
+        # Runs alone read deltas from it (``_TextTemplate.read`` takes no numbered field), and
+        # it is learnt from the first deltas read whole until one teaches it.
         self._template = _TextTemplate(free="obfuscation", numbered="sequence_number")
+        self._learnt = False
 
     def _event(self, name: str | None, payload: str, found: list[StreamEvent]) -> None:
-        if (text := self._template.read(payload)) is not None:
-            if text:
-                found.append(Text(text))
-            return
         data = _object(payload)
         kind = data.get("type", name)
         if kind == "response.created":
@@ -685,8 +684,9 @@ class ResponsesStreamReader(StreamReader):
             self._added(data, _dict(data.get("item")), found)
         elif kind == "response.output_text.delta" and (text := _str(data.get("delta"))):
             found.append(Text(text))
-            if "type" in data:  # not named by the event's name alone, which ``read`` ignores
+            if not self._learnt and "type" in data:  # not named by its event's name alone
                 self._template.learn(payload, data, data, "delta")
+                self._learnt = self._template.reads_runs
         elif kind == "response.refusal.delta" and (text := _str(data.get("delta"))):
             self._refused = True
             found.append(Text(text, refusal=True))

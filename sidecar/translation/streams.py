@@ -144,7 +144,7 @@ class StreamTranslator:
             return b""
         events = self._reader.feed(data)
         self._unfinished = 0 if events else self._unfinished + len(data)
-        frames = self._writer.write(self._told(events))
+        frames = self._writer.write(self._told(events) if self._reader.ended else events)
         if self._reader.malformed is not None:
             return frames + self._writer.fail(self._malformed(self._reader.malformed))
         if self._unfinished > MAX_EVENT_BYTES:
@@ -157,7 +157,8 @@ class StreamTranslator:
         it stopped before its end marker."""
         frames = self.feed(b"")
         if not self._writer.closed:
-            frames += self._writer.write(self._told(self._reader.finish()))
+            finished = self._reader.finish()
+            frames += self._writer.write(self._told(finished) if self._reader.ended else finished)
         if not self._writer.closed and self._reader.malformed is not None:
             frames += self._writer.fail(self._malformed(self._reader.malformed))
         if not self._writer.closed:
