@@ -35,7 +35,7 @@ from bench import toolservice, upstream
 from bench.processes import free_port
 from bench.run import PROVIDER_KEYS, sidecar_command, write_bench_build
 from bench.trip import WORKLOADS, _serve, request_for
-from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
+from clawpod.sidecar.audit.log import AUDIT_KEY_ENV
 
 WARM_REQUESTS = 30
 READY_TIMEOUT_S = 300

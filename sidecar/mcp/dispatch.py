@@ -19,8 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..audit.log import AuditLog
-from ..audit.records import request_record, trace_call, usage_record
+from ..audit.log import AuditLog, request_record, trace_call, usage_record
 from ..backends.http import idempotency_key
 from ..execution.executor import CallLimits
 from ..governance.gate import GovernedExecutor

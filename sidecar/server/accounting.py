@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..audit.records import request_record, trace_call, usage_record
+from ..audit.log import request_record, trace_call, usage_record
 from ..codecs.base import Codec
 from ..codecs.usage import StreamUsage
 from ..mediation.engine import MediationEngine

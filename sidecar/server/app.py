@@ -9,8 +9,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from ..audit.chain import AUDIT_KEY_ENV, audit_key
-from ..audit.log import AuditLog
+from ..audit.log import AUDIT_KEY_ENV, AuditLog, audit_key
 from ..backends.drift import DriftChecker
 from ..credential_files import OPERATOR_TOKEN_ENV
 from ..execution.executor import ToolExecutor

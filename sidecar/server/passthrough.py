@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from ..audit.records import usage_record
+from ..audit.log import usage_record
 from ..codecs.usage import StreamUsage
 from ..model.errors import ApiError, upstream_failure
 from ..observability import tracing

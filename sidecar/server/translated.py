@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..audit.records import usage_record
+from ..audit.log import usage_record
 from ..codecs import CODECS
 from ..codecs.base import Codec
 from ..mediation.commands import CallModel, Event, ModelFailed, ModelReplied
