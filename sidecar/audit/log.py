@@ -55,7 +55,7 @@ from typing import Any
 import orjson
 
 from ..manifest import ManagedTool
-from ..model.outcome import ToolOutcome
+from ..model.conversation import ToolOutcome
 from ..observability.logs import rfc3339_now
 
 # Arguments are kept for the operator, but a runaway model must not bloat the log.

@@ -16,7 +16,7 @@ from jsonschema.exceptions import ValidationError
 
 from ..manifest import ManagedTool
 from ..model.canonical import canonical_json
-from ..model.outcome import CheckedCall, ToolOutcome, invalid_arguments
+from ..model.conversation import CheckedCall, ToolOutcome, invalid_arguments
 
 MAX_REPORTED_SCHEMA_ERRORS = 8
 MAX_ERROR_TEXT = 300

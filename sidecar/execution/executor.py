@@ -20,7 +20,7 @@ from ..backends.http import RequestProblem, build_request, send
 from ..backends.mcp import McpBackends
 from ..backends.quarantine import Quarantine
 from ..manifest import ManagedTool
-from ..model.outcome import CheckedCall, ToolOutcome
+from ..model.conversation import CheckedCall, ToolOutcome
 from ..observability import tracing
 from ..observability.metrics import Metrics, connection_counts
 from ..path_template import split_path_template

@@ -27,7 +27,7 @@ from ..manifest import (
     Taint,
 )
 from ..model.client_approval import ClientApproval
-from ..model.outcome import CheckedCall, ToolOutcome, refused
+from ..model.conversation import CheckedCall, ToolOutcome, refused
 from ..model.taint import (
     TAINTED,
     UNTAINTED,

@@ -25,7 +25,7 @@ from ..execution.executor import CallLimits
 from ..governance.gate import GovernedExecutor
 from ..manifest import AgentBuild, Effect, ManagedTool
 from ..model.client_approval import requested_approval
-from ..model.outcome import ToolOutcome, refused
+from ..model.conversation import ToolOutcome, refused
 from ..observability import tracing
 from ..observability.metrics import Metrics
 from ..state.journal import has_side_effects

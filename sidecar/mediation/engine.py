@@ -21,15 +21,17 @@ from ..manifest import AgentBuild, Effect, ManagedTool, TaintMode
 from ..model.canonical import digest
 from ..model.client_approval import ClientAnswer, ClientApproval, unanswered
 from ..model.conversation import (
+    CheckedCall,
     CodecError,
     ModelTurn,
     ToolCall,
     ToolChoice,
+    ToolOutcome,
     ToolResult,
     ToolSpec,
+    refused,
 )
 from ..model.errors import upstream_failure
-from ..model.outcome import CheckedCall, ToolOutcome, refused
 from ..model.taint import UNTAINTED, RequestTaint, held_when_tainted, withdrawn
 from ..model.usage import Usage
 from .client_approvals import (

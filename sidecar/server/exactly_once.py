@@ -33,7 +33,7 @@ from ..mediation.commands import (
     ToolsDone,
 )
 from ..mediation.engine import MediationEngine
-from ..model.outcome import ToolOutcome, refused
+from ..model.conversation import ToolOutcome, refused
 from ..state.continuity import StateWriteFailed
 from ..state.journal import Attempt, call_key, has_side_effects, identities
 from .accounting import report_state_write_failure

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from ..execution.executor import CallLimits
 from ..governance.gate import CallPlan
 from ..mediation.commands import ExecuteTools, PlannedExecution, ToolsDone
-from ..model.outcome import ToolOutcome, refused
+from ..model.conversation import ToolOutcome, refused
 
 if TYPE_CHECKING:
     from .context import RequestContext

@@ -65,8 +65,7 @@ from ..model.canonical import (
     digest,
     normalise_text,
 )
-from ..model.conversation import Conversation, ToolCall
-from ..model.outcome import ToolOutcome, refused
+from ..model.conversation import Conversation, ToolCall, ToolOutcome, refused
 from .journal_log import JournalLog, Key, Link, line
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from clawpod.sidecar.audit.log import (
     record_hash,
     trace_call,
 )
-from clawpod.sidecar.model.outcome import ToolOutcome, refused
+from clawpod.sidecar.model.conversation import ToolOutcome, refused
 from tests.support.builds import http_tool
 
 KEY = b"audit-test-key-0123456789abcdef"

@@ -19,7 +19,7 @@ from clawpod.sidecar.audit.log import (
     may_hold_long_strings,
     trace_call,
 )
-from clawpod.sidecar.model.outcome import refused
+from clawpod.sidecar.model.conversation import refused
 from tests.audit.test_audit import KEY, TOOL, verify
 from tests.support.builds import AgentSpec, http_tool, providers_for, write_build
 from tests.support.services import ToolService

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from clawpod.sidecar.model.conversation import ToolCall
-from clawpod.sidecar.model.outcome import ToolOutcome
+from clawpod.sidecar.model.conversation import ToolCall, ToolOutcome
 from clawpod.sidecar.state.journal import (
     JournalQuotaReached,
     RequestJournal,
