@@ -39,7 +39,7 @@ from .edge import DIRECT_ROUTES
 from .errors import reply_error
 from .exchange import AiohttpExchange, Exchange
 from .mediated import handle_mediated
-from .mediated_client import CLIENT_CLOSED
+from .model_call import CLIENT_CLOSED
 from .passthrough import pass_through
 from .routing import plan_route
 

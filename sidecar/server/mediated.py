@@ -1,10 +1,10 @@
 """The driver of the mediation engine: it performs each command and sends the engine its event.
 
-The I/O it performs lives beside it: the model call (``model_call.py``), exactly-once around
-model calls and tool rounds (``exactly_once.py``, the one place the journal is met; for an
-agent without side effects, ``tool_round.py``), the client's stream and answer
-(``mediated_client.py``) and the audit record (``accounting.py``), written exactly once at
-the end, also when the client went away in the middle.
+The I/O it performs lives beside it: the model call and the client's stream and answer
+(``model_call.py``), exactly-once around model calls and tool rounds (``exactly_once.py``, the
+one place the journal is met; for an agent without side effects, ``tool_round.py``) and the
+audit record (``accounting.py``), written exactly once at the end, also when the client went
+away in the middle.
 """
 
 from __future__ import annotations
@@ -31,8 +31,7 @@ from ..state.continuity import StateWriteFailed
 from .accounting import record_mediated, report_state_write_failure, scrubbed
 from .exactly_once import ExactlyOnce, begin_attempt, side_effect_ran
 from .exchange import Exchange
-from .mediated_client import CLIENT_CLOSED, MediatedClient
-from .model_call import ModelCalls
+from .model_call import CLIENT_CLOSED, MediatedClient, ModelCalls
 from .tool_round import Unjournaled
 
 if TYPE_CHECKING:
