@@ -28,9 +28,8 @@ from ..state.lock import StateLock, instance_name
 from ..state.stored_objects import StoredObjects
 from ..tasks import ShieldedTasks
 from ..transport.keepalive import keepalive_interval
-from .auth import TokenVerifier
 from .context import STATE_KEY, SidecarState
-from .edge import protocol_errors
+from .edge import TokenVerifier, protocol_errors
 from .llm_routes import add_llm_routes
 from .routes import healthz, mcp, model, models
 from .routing import ModelRouter

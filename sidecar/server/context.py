@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ..state.journal import RequestJournal
     from ..state.lock import StateLock
     from ..state.stored_objects import StoredObjects
-    from .auth import TokenVerifier
+    from .edge import TokenVerifier
     from .routing import ModelRouter
     from .stream_tools import StreamToolsSupport
     from .translation_plan import Translations

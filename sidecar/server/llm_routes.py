@@ -31,11 +31,10 @@ from ..request_body import check_shape
 from ..state.stored_objects import refs
 from . import translated
 from .accounting import record_request
-from .auth import AuthError
 from .budget_gate import admit, release
 from .context import STATE_KEY, RequestContext, SidecarState
 from .counting import with_managed_tools
-from .edge import DIRECT_ROUTES
+from .edge import DIRECT_ROUTES, AuthError
 from .errors import reply_error
 from .exchange import AiohttpExchange, Exchange
 from .mediated import handle_mediated
