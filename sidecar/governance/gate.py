@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 from ..audit.log import AuditLog
 from ..backends.quarantine import Quarantine, may_drift
-from ..execution.arguments import ArgumentCheck
-from ..execution.executor import CallLimits, ToolExecutor, ToolRunner
+from ..execution.executor import ArgumentCheck, CallLimits, ToolExecutor, ToolRunner
 from ..manifest import (
     AgentBuild,
     Approvals,

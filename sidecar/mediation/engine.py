@@ -63,8 +63,8 @@ from .commands import (
 )
 
 CheckArguments = Callable[[ManagedTool, Any, str], "CheckedCall | ToolOutcome"]
-"""The one argument check (execution/arguments.py), given by the driver: the engine stays
-sans-IO and never loads a schema validator itself."""
+"""The one argument check (``ArgumentCheck``, execution/executor.py), given by the driver: the
+engine stays sans-IO and never loads a schema validator itself."""
 Run = Generator[Command, Event, None]
 
 # Tools are withdrawn once this share of total_timeout_ms is spent (docs/contract.md §4.2

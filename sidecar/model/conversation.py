@@ -25,7 +25,7 @@ from .canonical import digest
 @dataclass(frozen=True, slots=True)
 class CheckedCall:
     """A tool call whose arguments passed its tool's input schema: what the one argument check
-    (``execution/arguments.py``) makes, and what the engine, the gate and the executor read
+    (``execution/executor.py``) makes, and what the engine, the gate and the executor read
     without checking again (issue 23: each mediated call was checked three times)."""
 
     tool: ManagedTool

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from clawpod.sidecar.execution.arguments import ArgumentCheck
+from clawpod.sidecar.execution.executor import ArgumentCheck
 from clawpod.sidecar.manifest import (
     AgentBuild,
     AgentManifest,
