@@ -32,9 +32,8 @@ from .context import STATE_KEY, SidecarState
 from .edge import TokenVerifier, protocol_errors
 from .llm_routes import add_llm_routes
 from .routes import healthz, mcp, model, models
-from .routing import ModelRouter
 from .stream_tools import StreamToolsSupport
-from .upstream import UpstreamClient
+from .upstream import ModelRouter, UpstreamClient
 
 
 def create_app(

@@ -29,9 +29,9 @@ if TYPE_CHECKING:
     from ..state.lock import StateLock
     from ..state.stored_objects import StoredObjects
     from .edge import TokenVerifier
-    from .routing import ModelRouter
     from .stream_tools import StreamToolsSupport
     from .translation_plan import Translations
+    from .upstream import ModelRouter
 
 
 @dataclass

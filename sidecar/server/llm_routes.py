@@ -40,7 +40,7 @@ from .exchange import AiohttpExchange, Exchange
 from .mediated import handle_mediated
 from .model_call import CLIENT_CLOSED
 from .passthrough import pass_through
-from .routing import plan_route
+from .upstream import plan_route
 
 log = logging.getLogger(__name__)
 
