@@ -24,7 +24,7 @@ from ..observability.logs import log_request_fields, rfc3339_now
 from .budget_gate import BYTES_PER_TOKEN, spend_budget
 
 if TYPE_CHECKING:
-    from .context import RequestContext
+    from .exchange import RequestContext
 
 log = logging.getLogger(__name__)
 

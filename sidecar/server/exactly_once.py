@@ -40,7 +40,7 @@ from .accounting import report_state_write_failure
 from .tool_round import run_round
 
 if TYPE_CHECKING:
-    from .context import RequestContext
+    from .exchange import RequestContext
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from .model_call import CLIENT_CLOSED, MediatedClient, ModelCalls
 from .tool_round import Unjournaled
 
 if TYPE_CHECKING:
-    from .context import RequestContext
+    from .exchange import RequestContext
 
 log = logging.getLogger(__name__)
 Once = ExactlyOnce | Unjournaled

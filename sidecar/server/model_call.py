@@ -52,7 +52,7 @@ from .upstream import (
 
 if TYPE_CHECKING:
     from ..mediation.engine import MediationEngine
-    from .context import RequestContext
+    from .exchange import RequestContext
 
 log = logging.getLogger(__name__)
 

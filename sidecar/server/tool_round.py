@@ -19,7 +19,7 @@ from ..mediation.commands import ExecuteTools, PlannedExecution, ToolsDone
 from ..model.conversation import ToolOutcome, refused
 
 if TYPE_CHECKING:
-    from .context import RequestContext
+    from .exchange import RequestContext
 
 log = logging.getLogger(__name__)
 

@@ -46,8 +46,7 @@ from .upstream import (
 
 if TYPE_CHECKING:
     from ..manifest import Provider
-    from .context import RequestContext
-    from .exchange import Exchange
+    from .exchange import Exchange, RequestContext
 
 _CODECS = {codec.name: codec for codec in CODECS}
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
