@@ -58,7 +58,11 @@ async def handle_mediated(exchange: Exchange, ctx: RequestContext, body: dict[st
         taint_mode=state.config.taint.mode if state.config.taint is not None else "off",
         untrusted=plan.untrusted,
     )
-    once = await begin_attempt(ctx, engine, body) if plan.side_effects else Unjournaled(ctx, plan)
+    once = (
+        await begin_attempt(ctx, plan, engine, body)
+        if plan.side_effects
+        else Unjournaled(ctx, plan)
+    )
     # Its own task: a cancelled handler must not cut a loop (and its audit) short.
     await state.tasks.run(_Driver(exchange, ctx, engine, once).run())
 
