@@ -4,10 +4,12 @@ does to it (SPEC §8.2)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from pathlib import Path
 
 import pytest
 
+from clawpod.sidecar.model.canonical import digest
 from clawpod.sidecar.model.conversation import ToolCall, ToolOutcome
 from clawpod.sidecar.state.journal import (
     JournalQuotaReached,
@@ -51,6 +53,16 @@ def test_the_digest_ignores_key_order_but_not_the_agent() -> None:
     reordered = {"messages": BODY["messages"], "model": "gpt-4o"}
     assert request_digest("a", BODY) == request_digest("a", reordered)
     assert request_digest("a", BODY) != request_digest("b", BODY)
+
+
+def test_digests_keep_their_value_across_versions() -> None:
+    """Identities name journals on disk (and continuity keys, approvals' argument digests): a
+    retry after an upgrade must find its journal. Each part is followed by a NUL byte."""
+    assert digest() == hashlib.sha256(b"").hexdigest()
+    assert digest("", "é") == hashlib.sha256("\x00é\x00".encode()).hexdigest()
+    assert request_digest("a", BODY) == (
+        "b4c6a255bafb753e47beabfc5c7767dc6d7c215f855d8c5629ec8c967ab80743"
+    )
 
 
 async def test_a_failed_attempt_is_resumed_with_its_turns_and_results(tmp_path: Path) -> None:
