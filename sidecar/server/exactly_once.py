@@ -61,8 +61,8 @@ async def begin_attempt(
     conversation; one the codec cannot read, by its bytes."""
     agent = ctx.agent.agent.id
     conversation = engine.conversation if engine.prepare() is None else None
-    request, history, asked = identities(agent, ctx.codec.api, conversation, body)
-    attempt = await ctx.state.journal.begin(agent, request, ctx.request_id, history, asked)
+    request, rewrite = identities(agent, ctx.codec.api, conversation, body)
+    attempt = await ctx.state.journal.begin(agent, request, ctx.request_id, rewrite)
     return ExactlyOnce(ctx, plan, attempt)
 
 
