@@ -90,14 +90,16 @@ class ExactlyOnce:
     def resumed_from(self) -> str | None:
         return self.attempt.resumed_from
 
-    async def perform(self, command: CallModel | ExecuteTools, ask_model: AskModel) -> Event:
+    def perform(self, command: CallModel | ExecuteTools, ask_model: AskModel) -> Awaitable[Event]:
+        """What performs ``command`` (not a coroutine of its own: each of the model call's and
+        the round's suspensions would pass through it)."""
         if isinstance(command, CallModel):
-            return await self._model_turn(command, ask_model)
+            return self._model_turn(command, ask_model)
         # The turns asking for it go with the first call with side effects (_run_one).
         self.attempt.before_execution(
             any(has_side_effects(e.checked.tool) for e in command.executions)
         )
-        return await run_round(command, self._run_one)
+        return run_round(command, self._run_one)
 
     async def end(self, *, succeeded: bool) -> None:
         try:
