@@ -53,7 +53,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -258,13 +258,17 @@ class RequestJournal:
         identical attempt still running here has ended, resuming what an unsuccessful one left
         (or, failing that, what a failed attempt with the same history left, when its last
         user turn is contained in this one's: ``rewrite``)."""
-        await self.log.recovered()
+        if not self.log.is_recovered:
+            await self.log.recovered()
         key = (self.folder(agent), request)
-        await self._take_turn(key)
+        turn = self._queue_up(key)
+        if turn is not None:  # an identical attempt runs here
+            await self._take_turn(key, turn)
         try:
             if self._prune_due():
                 await self._prune()
-            earlier = await self._load(key)
+            # The common request has no journal and reads nothing.
+            earlier = await self._load(key) if key in self.log.journals else None
             if earlier is None and rewrite is not None and self.log.links:
                 earlier = await self._adopt(key[0], rewrite)
         except OSError as exc:
@@ -340,15 +344,19 @@ class RequestJournal:
     def _prune_due(self) -> bool:
         return self._clock() - self._pruned_at >= self.window_s / 10
 
-    async def _take_turn(self, key: Key) -> None:
-        """Return once no identical attempt runs here: identical requests run one at a time, in
-        the order they came, each woken alone when its turn comes (not all of them at once)."""
+    def _queue_up(self, key: Key) -> asyncio.Future[None] | None:
+        """Identical requests run one at a time, in the order they came, each woken alone when
+        its turn comes (not all of them at once): None when no identical attempt runs here (it
+        runs now), else the future its turn resolves."""
         waiting = self._running.get(key)
         if waiting is None:
             self._running[key] = deque()
-            return
+            return None
         turn = asyncio.get_running_loop().create_future()
         waiting.append(turn)
+        return turn
+
+    async def _take_turn(self, key: Key, turn: asyncio.Future[None]) -> None:
         try:
             await turn
         except asyncio.CancelledError:
@@ -463,10 +471,10 @@ class Attempt:
             return refused("outcome_unknown", OUTCOME_UNKNOWN)
         return None
 
-    async def sending(self, key: str) -> None:
+    def sending(self, key: str) -> Awaitable[None]:
         """Durably record that this call is about to be sent (raises OSError if it cannot)."""
         self._queue({"sent": key})
-        await self.flush()
+        return self.flush()
 
     def answered(self, key: str, outcome: ToolOutcome) -> None:
         if not self._started:  # a read-only round before any side effect: see before_execution

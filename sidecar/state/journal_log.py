@@ -252,12 +252,13 @@ class JournalLog:
 
     # --- writing ----------------------------------------------------------------------------
 
-    async def append(self, key: Key, data: bytes) -> None:
-        """Write records of journal ``key`` and return once they are synced (OSError if they
-        could not be written)."""
+    def append(self, key: Key, data: bytes) -> asyncio.Future[None]:
+        """Write records of journal ``key``: done once they are synced (OSError if they could
+        not be written). The future itself, not a coroutine around it: the request's task
+        waits on it without another frame to resume."""
         waiter = asyncio.get_running_loop().create_future()
         self._enqueue(_Queued(key, data, waiter))
-        await waiter
+        return waiter
 
     def _enqueue(self, queued: _Queued) -> None:
         self._queue.append(queued)
@@ -517,11 +518,16 @@ class JournalLog:
                 if fd is not None:
                     os.close(fd)
 
+    @property
+    def is_recovered(self) -> bool:
+        """Whether :meth:`recovered` has read the log (for every request but the first)."""
+        return self._recovered is not None and self._recovered.done()
+
     async def recovered(self) -> None:
         """Read what the log holds (and move a previous layout's journals in) once, before the
         first request uses the index."""
-        if self._recovered is not None and self._recovered.done():
-            return  # every request but the first
+        if self.is_recovered:
+            return
         if self._recovered is None:
             self._recovered = asyncio.get_running_loop().create_future()
             try:
