@@ -79,6 +79,9 @@ class CallPlan:
     """Some tool's definition is checked against its pin: some may be quarantined."""
     side_effects: bool
     """Some tool is neither read-only nor idempotent: the agent's requests meet the journal."""
+    repeatable: frozenset[int]
+    """Ids of the agent's tools that are read-only or idempotent: the journal reads this
+    instead of asking each called tool; a call of any other tool is journaled (SPEC §8.2)."""
     untrusted: frozenset[str]
     """Names of the tools whose results are open-world content that taints a request (§17):
     the engine reads this instead of asking each called tool after every round."""
@@ -144,6 +147,7 @@ class GovernedExecutor(ToolRunner):
             ungoverned=frozenset(map(id, ungoverned)),
             may_drift=any(map(may_drift, tools)),
             side_effects=any(map(has_side_effects, tools)),
+            repeatable=frozenset(id(tool) for tool in tools if not has_side_effects(tool)),
             untrusted=frozenset(tool.name for tool in tools if tool.untrusted),
         )
 

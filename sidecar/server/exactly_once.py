@@ -36,7 +36,7 @@ from ..mediation.commands import (
 from ..mediation.engine import MediationEngine
 from ..model.conversation import ToolOutcome, refused
 from ..state.continuity import StateWriteFailed
-from ..state.journal import Attempt, call_key, has_side_effects, identities
+from ..state.journal import Attempt, call_key, identities
 from .accounting import report_state_write_failure
 from .tool_round import run_call, run_round
 
@@ -66,11 +66,13 @@ async def begin_attempt(
     return ExactlyOnce(ctx, plan, attempt)
 
 
-def side_effect_ran(engine: MediationEngine) -> bool:
+def side_effect_ran(engine: MediationEngine, plan: CallPlan) -> bool:
     """A tool that is neither read-only nor idempotent ran in this request: a failure after it
     tells the runner not to retry (SPEC 8.2)."""
     return any(
-        answered.outcome.executed and answered.tool is not None and has_side_effects(answered.tool)
+        answered.outcome.executed
+        and answered.tool is not None
+        and id(answered.tool) not in plan.repeatable
         for calls in engine.rounds
         for answered in calls
     )
@@ -97,7 +99,7 @@ class ExactlyOnce:
             return self._model_turn(command, ask_model)
         # The turns asking for it go with the first call with side effects (_run_one).
         self.attempt.before_execution(
-            any(has_side_effects(e.checked.tool) for e in command.executions)
+            any(id(e.checked.tool) not in self.plan.repeatable for e in command.executions)
         )
         return run_round(command, self._run_one)
 
@@ -136,7 +138,7 @@ class ExactlyOnce:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return refused("timeout", "the request's total time budget ran out before this call")
-        side_effects = has_side_effects(execution.checked.tool)
+        side_effects = id(execution.checked.tool) not in self.plan.repeatable
         unjournaled: list[OSError] = []
 
         async def journal_sending() -> None:

@@ -137,7 +137,8 @@ class _Driver:
     async def _reply(self, command: Respond | Fail) -> None:
         if isinstance(command, Fail):
             self.http_status, self.error_code = command.status, command.code
-        ran = isinstance(self.once, ExactlyOnce) and side_effect_ran(self.engine)
+        once = self.once
+        ran = isinstance(once, ExactlyOnce) and side_effect_ran(self.engine, once.plan)
         await self.client.reply(command, ran)
         if self.client.gone and self.error_code is None:
             # The answer was ready but nobody was there to receive it.

@@ -115,6 +115,15 @@ def results(pod: MediatedPod, index: int) -> dict[str, Any]:
     return {m["tool_call_id"]: m["content"] for m in messages if m.get("role") == "tool"}
 
 
+def repeatable(pod: MediatedPod, agent: str) -> set[str]:
+    """Names of the agent's tools its plan never journals a call of."""
+    build = pod.sidecar.state.verifier.authenticate(
+        {"Authorization": f"Bearer {pod.tokens[agent]}"}
+    )
+    plan = pod.sidecar.state.governed.plans[agent]
+    return {tool.name for tool in build.tools.tools if id(tool) in plan.repeatable}
+
+
 def ungoverned(pod: MediatedPod, agent: str) -> set[str]:
     """Names of the agent's tools its plan leaves to the executor straight."""
     build = pod.sidecar.state.verifier.authenticate(
@@ -220,6 +229,7 @@ def test_the_plan_leaves_to_the_gate_every_tool_a_step_applies_to(pod: MediatedP
     assert ungoverned(pod, "news") == {"desk.quote"}  # the untrusted news is the gate's
     assert ungoverned(pod, "analyst") == {"desk.quote", "desk.trade"}  # slow needs approval
     assert [plans[a].side_effects for a in ("reader", "news", "analyst")] == [False, False, True]
+    assert repeatable(pod, "analyst") == {"desk.quote", "desk.slow"}  # the trade is journaled
     assert plans["news"].untrusted == {"desk.news"}
     assert not plans["reader"].untrusted
     assert not any(plan.may_drift for plan in plans.values())
