@@ -169,12 +169,57 @@ class ToolSpec:
     schema: dict[str, Any]
 
 
+# A conversation resends its whole history with every request, and an agent its system prompt:
+# each turn's fingerprint is remembered by the turn's JSON (a few hundred instructions where
+# fingerprinting it costs tens of thousands, and a system prompt of tens of KB a tenth of a
+# millisecond), within a bound on the bytes those keys hold. Bigger turns are not kept.
+REMEMBERED_BYTES = 2 * 1024 * 1024
+REMEMBERED_TURN_BYTES = 256 * 1024
+
+
+class RememberedFingerprints:
+    """Fingerprints of turns seen lately, each under its fingerprint function and JSON, the
+    oldest forgotten first past ``limit`` bytes of JSON."""
+
+    def __init__(self, limit: int = REMEMBERED_BYTES) -> None:
+        self.limit = limit
+        self.held = 0  # bytes of JSON the keys hold
+        self._found: dict[tuple[Callable[[dict[str, Any]], str], bytes], str] = {}
+
+    def __call__(self, fingerprint: Callable[[dict[str, Any]], str], turn: dict[str, Any]) -> str:
+        try:
+            key = (fingerprint, orjson.dumps(turn))
+        except TypeError:  # an integer beyond 64 bits: fingerprinted, not kept
+            return fingerprint(turn)
+        found = self._found.get(key)
+        if found is None:
+            found = fingerprint(turn)
+            if len(key[1]) <= REMEMBERED_TURN_BYTES:
+                self._keep(key, found)
+        return found
+
+    def __len__(self) -> int:
+        return len(self._found)
+
+    def _keep(self, key: tuple[Callable[[dict[str, Any]], str], bytes], found: str) -> None:
+        self._found[key] = found
+        self.held += len(key[1])
+        while self.held > self.limit:
+            oldest = next(iter(self._found))
+            del self._found[oldest]
+            self.held -= len(oldest[1])
+
+
+remembered = RememberedFingerprints()
+
+
 class Fingerprints(Sequence[str]):
     """The fingerprints of a conversation's turns, each computed the first time it is read.
 
     Continuity reads those of the turns that are not system prompts; only the journal's
     identity of a request (an agent with side effects) reads every one. A runner's system
-    prompt of tens of KB costs a tenth of a millisecond and more to fingerprint."""
+    prompt of tens of KB costs a tenth of a millisecond and more to fingerprint: a turn an
+    earlier request carried too is not fingerprinted again (``remembered``)."""
 
     __slots__ = ("_fingerprint", "_known", "_messages")
 
@@ -199,7 +244,7 @@ class Fingerprints(Sequence[str]):
             return [self[i] for i in range(*index.indices(len(self)))]
         known = self._known[index]
         if known is None:
-            known = self._known[index] = self._fingerprint(self._messages[index])
+            known = self._known[index] = remembered(self._fingerprint, self._messages[index])
         return known
 
     def __iter__(self) -> Iterator[str]:
