@@ -49,7 +49,7 @@ from bench.run import (
     Target,
     sidecar_command,
 )
-from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
+from clawpod.sidecar.audit.log import AUDIT_KEY_ENV
 
 # Workload -> (request body, agent): the mediated agents have one lookup tool, read-only or
 # with side effects (journaled, with an Idempotency-Key).

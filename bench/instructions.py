@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.instructions anthropic anthropic_to_chat       # 200 requests each
     .venv/bin/python -m bench.instructions openai chat_to_messages --requests 100 --stream
+    .venv/bin/python -m bench.instructions mediated_r1_distinct destructive_r1_distinct
 
 CPU time on a shared two-core machine moves by more than a translation costs (bench.ab reads
 ±0.03 ms run to run), so differences of a few microseconds cannot be seen there. Here the
@@ -11,9 +12,10 @@ after a warm-up, its counters are zeroed, one workload's requests are sent one a
 the counters are dumped (``callgrind_control``): user-space instructions per request, for the
 sidecar alone, repeatable to about 1 %. Kernel time (sockets, fsync) is not in the figure, so it
 ranks changes to Python code; bench.ab still says what a request costs. Workloads are
-``bench.trip``'s (the caller's protocol and the model's provider); the first is the base the
-others are shown over. Needs valgrind (the Debian package); the sidecar starts in about a
-minute under it.
+``bench.trip``'s (the caller's protocol and the model's provider, pass-through) and the mediated
+ones of ``MEDIATED`` (one tool round, read-only or journaled, each request its own); the first is
+the base the others are shown over. Needs valgrind (the Debian package); the sidecar starts in
+about a minute under it.
 """
 
 from __future__ import annotations
@@ -31,13 +33,19 @@ from pathlib import Path
 
 import aiohttp
 
-from bench import toolservice, upstream
+from bench import toolservice, upstream, workloads
 from bench.processes import free_port
 from bench.run import PROVIDER_KEYS, sidecar_command, write_bench_build
 from bench.trip import WORKLOADS, _serve, request_for
-from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
+from clawpod.sidecar.audit.log import AUDIT_KEY_ENV
 
 WARM_REQUESTS = 30
+# Mediated workloads (bench.ab's names) -> their agent: one OpenAI request with one tool round,
+# read-only or with side effects (journaled), each request its own (not a retry of the last).
+MEDIATED = {
+    "mediated_r1_distinct": "bench-mediated",
+    "destructive_r1_distinct": "bench-mediated-write",
+}
 READY_TIMEOUT_S = 300
 
 
@@ -110,11 +118,17 @@ async def measure(workloads: list[str], requests: int, stream: bool) -> dict[str
 def _asker(
     client: aiohttp.ClientSession, url: str, tokens: dict[str, str], workload: str, stream: bool
 ) -> Callable[[], Awaitable[None]]:
-    route, body, extra = request_for(workload, 0, stream)
-    headers = {**extra, "Authorization": f"Bearer {tokens['bench-native']}"}
+    if workload in MEDIATED:
+        route, extra, agent = "/v1/chat/completions", {}, MEDIATED[workload]
+        body = workloads.openai_chat("gpt-bench-r1", stream=stream, distinct=True)
+    else:
+        (route, body, extra), agent = request_for(workload, 0, stream), "bench-native"
+    headers = {**extra, "Authorization": f"Bearer {tokens[agent]}"}
+    sent = iter(range(1, 1 << 62))
 
     async def ask() -> None:
-        async with client.post(url + route, data=body, headers=headers) as response:
+        own = body.replace(workloads.REQUEST_NUMBER.encode(), str(next(sent)).encode())
+        async with client.post(url + route, data=own, headers=headers) as response:
             await response.read()
             if response.status != 200:
                 raise RuntimeError(f"{workload}: HTTP {response.status}")
@@ -124,7 +138,7 @@ def _asker(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("workloads", nargs="+", choices=WORKLOADS, metavar="WORKLOAD")
+    parser.add_argument("workloads", nargs="+", choices=[*WORKLOADS, *MEDIATED], metavar="WORKLOAD")
     parser.add_argument("--requests", type=int, default=200, help="requests per workload")
     parser.add_argument("--stream", action="store_true", help="the client streams")
     args = parser.parse_args(argv)

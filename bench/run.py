@@ -31,7 +31,7 @@ import orjson
 
 from bench import interleaved, loadgen, streamclient, workloads
 from bench.processes import Server, cpu_seconds, free_port, rss_bytes, start_server
-from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
+from clawpod.sidecar.audit.log import AUDIT_KEY_ENV
 from clawpod.sidecar.manifest import Provider, ToolPolicy, effect_of
 
 REPO = Path(__file__).resolve().parent.parent

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from ..sidecar.audit.chain import AUDIT_KEY_ENV, AuditKeyError, audit_key
+from ..sidecar.audit.log import AUDIT_KEY_ENV, AuditKeyError, audit_key
 from ..sidecar.audit.verify import (
     LogLine,
     audit_files,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..compiler.errors import CompileError, display_path
-from ..sidecar.audit.chain import AUDIT_KEY_ENV
+from ..sidecar.audit.log import AUDIT_KEY_ENV
 from ..sidecar.credential_files import OPERATOR_TOKEN_ENV
 
 TARGETS = ("compose", "kubernetes", "swarm")

@@ -14,8 +14,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from .audit.chain import AUDIT_KEY_ENV, AuditKeyError
-from .audit.log import AuditStateError
+from .audit.log import AUDIT_KEY_ENV, AuditKeyError, AuditStateError
 from .build_signature import SignatureError, verify_signature
 from .credential_files import (
     OPERATOR_TOKEN_ENV,

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ...sidecar.audit.chain import AUDIT_KEY_ENV
+from ...sidecar.audit.log import AUDIT_KEY_ENV
 from ...sidecar.credential_files import OPERATOR_TOKEN_ENV
 from ...sidecar.manifest import Provider
 from ..pod_file.governance_spec import PrincipalSpec

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ...sidecar.audit.chain import AUDIT_KEY_ENV
+from ...sidecar.audit.log import AUDIT_KEY_ENV
 from ...sidecar.credential_files import OPERATOR_TOKEN_ENV
 from ...sidecar.governance.webhooks import WEBHOOK_SECRET_ENV
 from ..pod import CompiledPod

@@ -1,4 +1,8 @@
-"""Hash-chained, append-only audit log: one JSON line per record, one file per agent.
+"""The audit log: the one shape of a record, its keyed chain, and the append-only files.
+
+One shape serves every client request, mediated, passed through or MCP: the request, its
+usage, and each tool call of its ``tool_trace`` (``request_record``, ``usage_record``,
+``trace_call``). Records are hash-chained, one JSON line per record, one file per agent.
 
 Every record carries ``prev`` (the ``hash`` of the record before it, 64 zeros for the first)
 and ``hash`` (HMAC-SHA256 under ``CLAW_AUDIT_KEY`` of the record's canonical JSON without
@@ -12,8 +16,12 @@ the build gets its (empty) log and head at start, so a deleted pair is noticed t
 of a record is bounded, so a caller cannot grow the log at will (a 4 MB tool name or JSON-RPC
 id would otherwise be written in full on every request): a long string keeps its first
 ``MAX_STRING_BYTES`` bytes and a SHA-256 of the rest, so the operator can still tell values
-apart and check a suspected value. Tool arguments are exempt: :mod:`clawpod.sidecar.audit.records`
-already bounds that copy as a whole.
+apart and check a suspected value. Tool arguments are exempt: ``trace_call`` already bounds
+that copy as a whole.
+
+With a key, rewriting the chain consistently after an edit (recomputing every hash) needs the
+key; without one, anyone who can write the file can. The head names the last record and, when
+keyed, carries a MAC of that name, so a log cut short cannot be given a matching head either.
 
 Durability policy: a record is chained (``prev``, ``hash``) the moment it is appended, so
 records of one agent are strictly ordered. The records one event-loop iteration appends for an
@@ -31,27 +39,241 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
+import hmac
+import json
 import logging
 import os
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from ..manifest import ManagedTool
+from ..model.conversation import ToolOutcome
 from ..observability.logs import rfc3339_now
-from .chain import (
-    GENESIS,
-    KEYED,
-    Head,
-    canonical_json,
-    digest,
-    head_line,
-    parse_head,
-)
+
+# Arguments are kept for the operator, but a runaway model must not bloat the log.
+MAX_ARGUMENT_BYTES = 64 * 1024
+
+
+def usage_record(
+    input_tokens: int = 0,
+    output_tokens: int = 0,
+    rounds: int = 0,
+    *,
+    cache_read: int = 0,
+    cache_creation: int = 0,
+) -> dict[str, int]:
+    """Token usage of a request; cached input (read from, or written to, the provider's prompt
+    cache) appears when there was any."""
+    usage = {"input_tokens": input_tokens, "output_tokens": output_tokens, "rounds": rounds}
+    if cache_read:
+        usage["cache_read_input_tokens"] = cache_read
+    if cache_creation:
+        usage["cache_creation_input_tokens"] = cache_creation
+    return usage
+
+
+def request_record(
+    *,
+    record_id: str,
+    route: str,
+    mode: str,
+    http_status: int,
+    stream: bool,
+    error_code: str | None = None,
+    model: str | None = None,
+    provider: str | None = None,
+    usage: dict[str, int] | None = None,
+    tool_trace: list[dict[str, Any]] | None = None,
+    time: str | None = None,
+    trace_id: str | None = None,
+) -> dict[str, Any]:
+    """A request's record before the log chains it (the log adds agent, prev and hash, and the
+    time when none is given)."""
+    record: dict[str, Any] = {
+        "id": record_id,
+        "time": time,
+        "route": route,
+        "mode": mode,
+        "model": model,
+        "provider": provider,
+        "outcome": {"status": "ok" if error_code is None else "error", "code": error_code},
+        "http_status": http_status,
+        "stream": stream,
+        "usage": usage or usage_record(),
+        "tool_trace": tool_trace or [],
+    }
+    if time is None:
+        del record["time"]  # the log sets it
+    if trace_id is not None:
+        record["trace_id"] = trace_id  # the OpenTelemetry trace this request belongs to
+    return record
+
+
+def trace_call(
+    call_id: str,
+    tool: ManagedTool | None,
+    presented: str,
+    arguments: Any,
+    outcome: ToolOutcome,
+) -> dict[str, Any]:
+    """One call entry of ``tool_trace``, built the same way in mediated mode and over MCP."""
+    return {
+        "id": call_id,
+        "name": tool.name if tool is not None else None,
+        "presented": presented,
+        "arguments": _readable(arguments),
+        "executed": outcome.executed,
+        "status": outcome.status,
+        "error_code": outcome.error_code,
+        "latency_ms": round(outcome.latency_ms, 3),
+        "truncated": outcome.truncated,
+        "original_bytes": outcome.original_bytes,
+    }
+
+
+def _readable(arguments: Any) -> Any:
+    """Arguments as a JSON value when they parse, else the raw text the model sent; either is
+    replaced by a cut JSON text when it exceeds MAX_ARGUMENT_BYTES."""
+    if isinstance(arguments, str):
+        if not arguments.strip():
+            return {}
+        try:
+            arguments = orjson.loads(arguments)
+        except orjson.JSONDecodeError:
+            return _cut_arguments(arguments)
+    try:
+        text = orjson.dumps(arguments)
+    except TypeError:
+        return arguments  # not JSON-native (huge integers); the log stores it as text
+    if len(text) <= MAX_ARGUMENT_BYTES:
+        return arguments
+    return _cut_arguments(text.decode())
+
+
+def _cut_arguments(text: str) -> str:
+    if len(text.encode()) <= MAX_ARGUMENT_BYTES:
+        return text
+    cut = text.encode()[:MAX_ARGUMENT_BYTES].decode("utf-8", "ignore")
+    return f"{cut}... (cut, {len(text.encode())} bytes)"
+
+
+GENESIS = "0" * 64
+AUDIT_KEY_ENV = "CLAW_AUDIT_KEY"
+# A short key can be guessed offline from one record; 16 bytes is the HMAC minimum we accept.
+MIN_KEY_BYTES = 16
+KEYED = "hmac-sha256"
+_HEAD_LABEL = b"claw-audit-head\x00"
+
+
+class AuditKeyError(ValueError):
+    """The configured audit key cannot be used."""
+
+
+def audit_key(env: Mapping[str, str], name: str = AUDIT_KEY_ENV) -> bytes | None:
+    """The audit key from ``env[name]``; None when unset or empty."""
+    value = env.get(name)
+    if not value:
+        return None
+    key = value.encode()
+    if len(key) < MIN_KEY_BYTES:
+        raise AuditKeyError(
+            f"{name} is too short: use at least {MIN_KEY_BYTES} bytes "
+            "(for example the output of `openssl rand -hex 32`)"
+        )
+    return key
+
+
+def canonical_json(record: dict[str, Any]) -> bytes:
+    """The bytes a record's hash covers: compact JSON, keys sorted, ``hash`` excluded."""
+    # append() hashes a record before it has one: no copy needed then.
+    body = (
+        {key: value for key, value in record.items() if key != "hash"}
+        if "hash" in record
+        else record
+    )
+    try:
+        return orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        # orjson refuses integers beyond 64 bits; such values are stored as text instead.
+        return orjson.dumps(_json_safe(body), option=orjson.OPT_SORT_KEYS)
+
+
+def digest(canonical: bytes, key: bytes | None) -> str:
+    if key is None:
+        return hashlib.sha256(canonical).hexdigest()
+    return _mac(key, canonical)
+
+
+def _mac(key: bytes, message: bytes) -> str:
+    """HMAC-SHA256 of ``message`` from a copy of the key's own HMAC: the key's padded blocks
+    are hashed once per key, not once per record (2.0 -> 1.3 us a record)."""
+    mac = _keyed(key).copy()
+    mac.update(message)
+    return mac.hexdigest()
+
+
+@functools.lru_cache(maxsize=8)
+def _keyed(key: bytes) -> hmac.HMAC:
+    # The digest named, not passed as hashlib.sha256: OpenSSL need not map a function to it.
+    return hmac.new(key, digestmod="sha256")
+
+
+def record_hash(record: dict[str, Any], key: bytes | None = None) -> str:
+    return digest(canonical_json(record), key)
+
+
+def _json_safe(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str), parse_int=_int_or_text)
+
+
+def _int_or_text(text: str) -> int | str:
+    number = int(text)
+    return number if -(2**63) <= number < 2**64 else text
+
+
+# --- the head file ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    last: str  # the hash of the last record written (GENESIS for an empty log)
+    mac: str | None  # present when the head was written with a key
+
+    def valid_for(self, key: bytes | None) -> bool:
+        if key is None:
+            return self.mac is None
+        return self.mac is not None and hmac.compare_digest(self.mac, _head_mac(self.last, key))
+
+
+def head_line(last: str, key: bytes | None) -> bytes:
+    """Fixed length for a given key setting, so it can be rewritten in place."""
+    if key is None:
+        return f"{last}\n".encode()
+    return f"{last} {_head_mac(last, key)}\n".encode()
+
+
+def parse_head(text: str) -> Head | None:
+    parts = text.split()
+    if len(parts) not in (1, 2) or not all(_is_hex64(part) for part in parts):
+        return None
+    return Head(parts[0], parts[1] if len(parts) == 2 else None)
+
+
+def _head_mac(last: str, key: bytes) -> str:
+    return _mac(key, _HEAD_LABEL + last.encode())
+
+
+def _is_hex64(text: str) -> bool:
+    return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
+
 
 log = logging.getLogger(__name__)
 

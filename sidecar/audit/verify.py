@@ -14,13 +14,15 @@ from typing import Any
 
 import orjson
 
-from .chain import (
+from .log import (
     AUDIT_KEY_ENV,
     GENESIS,
     KEYED,
+    MAX_UNWRITTEN,
+    head_path,
+    read_head,
     record_hash,
 )
-from .log import MAX_UNWRITTEN, head_path, read_head
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,8 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..audit.log import AuditLog
-from ..audit.records import request_record
+from ..audit.log import AuditLog, request_record
 from ..manifest import (
     DEFAULT_MCP_TTL_MS,
     QUARANTINE_FILE,

@@ -18,7 +18,13 @@ import orjson
 
 from ..manifest import ManagedTool
 from ..model.canonical import digest
-from ..model.outcome import CheckedCall, ToolOutcome, answered, error_envelope, invalid_arguments
+from ..model.conversation import (
+    CheckedCall,
+    ToolOutcome,
+    answered,
+    error_envelope,
+    invalid_arguments,
+)
 from ..model.redaction import credential_secrets, redactor_for
 from ..transport import (
     ConnectError,

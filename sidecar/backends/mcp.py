@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ..manifest import Execution, ManagedTool, ToolAuth
-from ..model.outcome import ToolOutcome, answered, error_envelope
+from ..model.conversation import ToolOutcome, answered, error_envelope
 from ..model.redaction import credential_secrets, redactor_for
 from .http import credential_header, failed
 from .mcp_http import bounded, bounded_transport, result_bound

@@ -4,7 +4,7 @@ agent, and every call to them refused with ``tool_definition_changed``."""
 from __future__ import annotations
 
 from ..manifest import AgentBuild, ManagedTool, ToolsManifest
-from ..model.outcome import ToolOutcome, refused
+from ..model.conversation import ToolOutcome, refused
 
 REFUSAL_CODE = "tool_definition_changed"
 

@@ -21,7 +21,7 @@ from ..model.client_approval import (
     ClientApproval,
     approval_requested,
 )
-from ..model.outcome import CheckedCall, ToolOutcome, refused
+from ..model.conversation import CheckedCall, ToolOutcome, refused
 from ..observability.metrics import Metrics
 from ..state.approvals import (
     Approval,

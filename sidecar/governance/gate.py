@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 from ..audit.log import AuditLog
 from ..backends.quarantine import Quarantine, may_drift
-from ..execution.arguments import ArgumentCheck
-from ..execution.executor import CallLimits, ToolExecutor, ToolRunner
+from ..execution.executor import ArgumentCheck, CallLimits, ToolExecutor, ToolRunner
 from ..manifest import (
     AgentBuild,
     Approvals,
@@ -27,7 +26,7 @@ from ..manifest import (
     Taint,
 )
 from ..model.client_approval import ClientApproval
-from ..model.outcome import CheckedCall, ToolOutcome, refused
+from ..model.conversation import CheckedCall, ToolOutcome, refused
 from ..model.taint import (
     TAINTED,
     UNTAINTED,
@@ -80,6 +79,9 @@ class CallPlan:
     """Some tool's definition is checked against its pin: some may be quarantined."""
     side_effects: bool
     """Some tool is neither read-only nor idempotent: the agent's requests meet the journal."""
+    repeatable: frozenset[int]
+    """Ids of the agent's tools that are read-only or idempotent: the journal reads this
+    instead of asking each called tool; a call of any other tool is journaled (SPEC §8.2)."""
     untrusted: frozenset[str]
     """Names of the tools whose results are open-world content that taints a request (§17):
     the engine reads this instead of asking each called tool after every round."""
@@ -145,6 +147,7 @@ class GovernedExecutor(ToolRunner):
             ungoverned=frozenset(map(id, ungoverned)),
             may_drift=any(map(may_drift, tools)),
             side_effects=any(map(has_side_effects, tools)),
+            repeatable=frozenset(id(tool) for tool in tools if not has_side_effects(tool)),
             untrusted=frozenset(tool.name for tool in tools if tool.untrusted),
         )
 

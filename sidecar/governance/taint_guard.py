@@ -17,7 +17,7 @@ import orjson
 
 from ..credential_files import credential_names
 from ..manifest import AgentBuild, Build, ManagedTool, Taint
-from ..model.outcome import ToolOutcome, refused
+from ..model.conversation import ToolOutcome, refused
 from ..model.redaction import REDACTED, Redactor
 from ..model.taint import TAINTED_ARGUMENT
 

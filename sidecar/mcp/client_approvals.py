@@ -35,7 +35,7 @@ from ..model.client_approval import (
     requested_approval,
     unanswered,
 )
-from ..model.outcome import ToolOutcome
+from ..model.conversation import ToolOutcome
 from .http import sse_event
 from .protocol import CallToolParams, Message
 

@@ -19,14 +19,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..audit.log import AuditLog
-from ..audit.records import request_record, trace_call, usage_record
+from ..audit.log import AuditLog, request_record, trace_call, usage_record
 from ..backends.http import idempotency_key
 from ..execution.executor import CallLimits
 from ..governance.gate import GovernedExecutor
 from ..manifest import AgentBuild, Effect, ManagedTool
 from ..model.client_approval import requested_approval
-from ..model.outcome import ToolOutcome, refused
+from ..model.conversation import ToolOutcome, refused
 from ..observability import tracing
 from ..observability.metrics import Metrics
 from ..state.journal import has_side_effects

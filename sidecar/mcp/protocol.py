@@ -9,7 +9,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..manifest import AgentBuild
-from ..model.outcome import ToolOutcome
+from ..model.conversation import ToolOutcome
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600

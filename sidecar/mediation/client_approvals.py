@@ -22,8 +22,7 @@ from typing import Any
 from ..codecs.approval_items import REQUEST, RESPONSE, answer_of, requested_id
 from ..model.canonical import digest
 from ..model.client_approval import ClientAnswer, requested_approval
-from ..model.conversation import ToolCall
-from ..model.outcome import ToolOutcome
+from ..model.conversation import ToolCall, ToolOutcome
 from .commands import Remembered
 
 ASKED = "approval-asked"

@@ -10,9 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..model.client_approval import ClientApproval
-from ..model.conversation import ToolCall
+from ..model.conversation import CheckedCall, ToolCall, ToolOutcome
 from ..model.errors import internal_error
-from ..model.outcome import CheckedCall, ToolOutcome
 from ..model.taint import UNTAINTED, RequestTaint
 
 # --- commands -------------------------------------------------------------------------------

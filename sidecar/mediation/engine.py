@@ -21,15 +21,17 @@ from ..manifest import AgentBuild, Effect, ManagedTool, TaintMode
 from ..model.canonical import digest
 from ..model.client_approval import ClientAnswer, ClientApproval, unanswered
 from ..model.conversation import (
+    CheckedCall,
     CodecError,
     ModelTurn,
     ToolCall,
     ToolChoice,
+    ToolOutcome,
     ToolResult,
     ToolSpec,
+    refused,
 )
 from ..model.errors import upstream_failure
-from ..model.outcome import CheckedCall, ToolOutcome, refused
 from ..model.taint import UNTAINTED, RequestTaint, held_when_tainted, withdrawn
 from ..model.usage import Usage
 from .client_approvals import (
@@ -61,8 +63,8 @@ from .commands import (
 )
 
 CheckArguments = Callable[[ManagedTool, Any, str], "CheckedCall | ToolOutcome"]
-"""The one argument check (execution/arguments.py), given by the driver: the engine stays
-sans-IO and never loads a schema validator itself."""
+"""The one argument check (``ArgumentCheck``, execution/executor.py), given by the driver: the
+engine stays sans-IO and never loads a schema validator itself."""
 Run = Generator[Command, Event, None]
 
 # Tools are withdrawn once this share of total_timeout_ms is spent (docs/contract.md §4.2

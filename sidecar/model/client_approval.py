@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .outcome import ToolOutcome, error_envelope, refused
+from .conversation import ToolOutcome, error_envelope, refused
 
 APPROVAL_REQUESTED = "approval_requested"
 # The label a client sees on the sidecar's approval items (``server_label``).

@@ -3,15 +3,118 @@
 Runner messages stay in their provider shape (they are never rewritten, only read); what the
 engine decides on — tool calls, results, usage, tool choice — is neutral. Each message also gets
 a semantic fingerprint so a conversation can be recognised when the runner sends it back.
+
+One managed tool call as the sidecar runs it, in both modes: the call its one argument check
+admits (:class:`CheckedCall`) and the outcome it ends in (:class:`ToolOutcome`), as the model
+sees it and as the audit records it.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, overload
 
-from .outcome import ToolOutcome
+import orjson
+
+from ..manifest import Effect, ManagedTool
+from .canonical import digest
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedCall:
+    """A tool call whose arguments passed its tool's input schema: what the one argument check
+    (``execution/executor.py``) makes, and what the engine, the gate and the executor read
+    without checking again (issue 23: each mediated call was checked three times)."""
+
+    tool: ManagedTool
+    arguments: dict[str, Any]
+    """Parsed and checked against ``tool.input_schema``; read-only from here on."""
+    canonical: bytes
+    """Canonical JSON of ``arguments``: the key of duplicates, approvals and Idempotency-Key."""
+    effect: Effect
+    """``tool.effect``: what running it does (the build's, decided by clawc)."""
+    call_id: str = ""
+    """The model's call id (mediated) or the JSON-RPC id (MCP)."""
+
+    @property
+    def args_digest(self) -> str:
+        """What an approval names the arguments by (SPEC §9.3)."""
+        return digest(self.canonical.decode())
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    envelope: dict[str, Any]
+    """Exactly what the model sees: ``{"ok": true, "status", "data"}`` or
+    ``{"ok": false, "error": {"code", "message"}, "status"}``, plus ``truncated`` and
+    ``original_bytes`` when the service's body was cut."""
+    error_code: str | None
+    status: int | None
+    """The service's HTTP status; None when the service was not reached."""
+    executed: bool
+    """True iff a request was sent to the service."""
+    latency_ms: float
+    truncated: bool = False
+    original_bytes: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error_code is None
+
+    def envelope_json(self) -> str:
+        return orjson.dumps(self.envelope).decode()
+
+
+def error_envelope(code: str, message: str, status: int | None = None) -> dict[str, Any]:
+    return {"ok": False, "error": {"code": code, "message": message}, "status": status}
+
+
+def refused(code: str, message: str) -> ToolOutcome:
+    """An outcome for a call the sidecar will not run (nothing is sent to any service)."""
+    return ToolOutcome(
+        envelope=error_envelope(code, message),
+        error_code=code,
+        status=None,
+        executed=False,
+        latency_ms=0.0,
+    )
+
+
+def invalid_arguments(message: str, started: float | None = None) -> ToolOutcome:
+    return ToolOutcome(
+        envelope=error_envelope("invalid_arguments", message),
+        error_code="invalid_arguments",
+        status=None,
+        executed=False,
+        latency_ms=0.0 if started is None else (time.perf_counter() - started) * 1000,
+    )
+
+
+def answered(
+    envelope: dict[str, Any],
+    code: str | None,
+    status: int | None,
+    latency_ms: float,
+    original_bytes: int,
+    truncated: bool,
+) -> ToolOutcome:
+    """The outcome of a call its service answered; an answer cut to the result limit says so
+    in the envelope the model sees."""
+    if truncated:
+        envelope["truncated"] = True
+        envelope["original_bytes"] = original_bytes
+    return ToolOutcome(
+        envelope=envelope,
+        error_code=code,
+        status=status,
+        executed=True,
+        latency_ms=latency_ms,
+        truncated=truncated,
+        original_bytes=original_bytes if truncated else None,
+    )
+
 
 ChoiceMode = Literal["auto", "none", "required", "named", "other"]
 
@@ -66,12 +169,59 @@ class ToolSpec:
     schema: dict[str, Any]
 
 
+# A conversation resends its whole history with every request, and an agent its system prompt:
+# each turn's fingerprint is remembered by the turn's JSON (a few hundred instructions where
+# fingerprinting it costs tens of thousands, and a system prompt of tens of KB a tenth of a
+# millisecond), within a bound on the bytes those keys hold. Bigger turns are not kept. Shared
+# by every agent (a fingerprint is a digest of the turn alone): what a hit saves is microseconds
+# (half a millisecond for a turn of tens of KB) inside a request that waits on its model.
+REMEMBERED_BYTES = 2 * 1024 * 1024
+REMEMBERED_TURN_BYTES = 256 * 1024
+
+
+class RememberedFingerprints:
+    """Fingerprints of turns seen lately, each under its fingerprint function and JSON, the
+    oldest forgotten first past ``limit`` bytes of JSON."""
+
+    def __init__(self, limit: int = REMEMBERED_BYTES) -> None:
+        self.limit = limit
+        self.held = 0  # bytes of JSON the keys hold
+        self._found: dict[tuple[Callable[[dict[str, Any]], str], bytes], str] = {}
+
+    def __call__(self, fingerprint: Callable[[dict[str, Any]], str], turn: dict[str, Any]) -> str:
+        try:
+            key = (fingerprint, orjson.dumps(turn))
+        except TypeError:  # an integer beyond 64 bits: fingerprinted, not kept
+            return fingerprint(turn)
+        found = self._found.get(key)
+        if found is None:
+            found = fingerprint(turn)
+            if len(key[1]) <= REMEMBERED_TURN_BYTES:
+                self._keep(key, found)
+        return found
+
+    def __len__(self) -> int:
+        return len(self._found)
+
+    def _keep(self, key: tuple[Callable[[dict[str, Any]], str], bytes], found: str) -> None:
+        self._found[key] = found
+        self.held += len(key[1])
+        while self.held > self.limit:
+            oldest = next(iter(self._found))
+            del self._found[oldest]
+            self.held -= len(oldest[1])
+
+
+remembered = RememberedFingerprints()
+
+
 class Fingerprints(Sequence[str]):
     """The fingerprints of a conversation's turns, each computed the first time it is read.
 
     Continuity reads those of the turns that are not system prompts; only the journal's
     identity of a request (an agent with side effects) reads every one. A runner's system
-    prompt of tens of KB costs a tenth of a millisecond and more to fingerprint."""
+    prompt of tens of KB costs a tenth of a millisecond and more to fingerprint: a turn an
+    earlier request carried too is not fingerprinted again (``remembered``)."""
 
     __slots__ = ("_fingerprint", "_known", "_messages")
 
@@ -96,7 +246,7 @@ class Fingerprints(Sequence[str]):
             return [self[i] for i in range(*index.indices(len(self)))]
         known = self._known[index]
         if known is None:
-            known = self._known[index] = self._fingerprint(self._messages[index])
+            known = self._known[index] = remembered(self._fingerprint, self._messages[index])
         return known
 
     def __iter__(self) -> Iterator[str]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..manifest import Effect, ManagedTool
-from .outcome import ToolOutcome, refused
+from .conversation import ToolOutcome, refused
 
 # The approval reason of a call held because its request is tainted.
 TAINTED = "tainted"

@@ -23,7 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from ..model.outcome import ToolOutcome
+from ..model.conversation import ToolOutcome
 from ..transport import ConnectionCounts
 
 # The *_created series double the exposition size and no dashboard of ours reads them.

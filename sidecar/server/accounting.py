@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..audit.records import request_record, trace_call, usage_record
+from ..audit.log import request_record, trace_call, usage_record
 from ..codecs.base import Codec
 from ..codecs.usage import StreamUsage
 from ..mediation.engine import MediationEngine
@@ -24,7 +24,7 @@ from ..observability.logs import log_request_fields, rfc3339_now
 from .budget_gate import BYTES_PER_TOKEN, spend_budget
 
 if TYPE_CHECKING:
-    from .context import RequestContext
+    from .exchange import RequestContext
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from ..audit.chain import AUDIT_KEY_ENV, audit_key
-from ..audit.log import AuditLog
+from ..audit.log import AUDIT_KEY_ENV, AuditLog, audit_key
 from ..backends.drift import DriftChecker
 from ..credential_files import OPERATOR_TOKEN_ENV
 from ..execution.executor import ToolExecutor
@@ -29,14 +28,12 @@ from ..state.lock import StateLock, instance_name
 from ..state.stored_objects import StoredObjects
 from ..tasks import ShieldedTasks
 from ..transport.keepalive import keepalive_interval
-from .auth import TokenVerifier
 from .context import STATE_KEY, SidecarState
-from .edge import protocol_errors
+from .edge import TokenVerifier, protocol_errors
 from .llm_routes import add_llm_routes
 from .routes import healthz, mcp, model, models
-from .routing import ModelRouter
 from .stream_tools import StreamToolsSupport
-from .upstream import UpstreamClient
+from .upstream import ModelRouter, UpstreamClient
 
 
 def create_app(

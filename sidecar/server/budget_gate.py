@@ -11,7 +11,8 @@ from ..model.usage import TOKENS_PER_PRICE_UNIT
 from .key_pool import retry_after_header
 
 if TYPE_CHECKING:
-    from .context import RequestContext, SidecarState
+    from .context import SidecarState
+    from .exchange import RequestContext
 
 # A rough count of tokens in JSON text: about four bytes each for English (OpenAI's own rule
 # of thumb); exact counts need each model's tokenizer, which the sidecar does not carry.

@@ -25,7 +25,6 @@ from aiohttp import web
 from ..credential_files import OPERATOR_TOKEN_ENV
 from ..state.approvals import Approval, ApprovalError
 from . import console_data
-from .auth import AuthError
 from .console_session import (
     COOKIE_PATH,
     SESSION_COOKIE,
@@ -37,6 +36,7 @@ from .console_session import (
     same_secret,
 )
 from .context import STATE_KEY, SidecarState
+from .edge import AuthError
 
 SESSIONS_KEY: web.AppKey[Sessions] = web.AppKey("claw_console_sessions", Sessions)
 TEMPLATES_KEY: web.AppKey[jinja2.Environment] = web.AppKey(

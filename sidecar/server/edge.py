@@ -23,6 +23,10 @@ Direct routes (``DIRECT_ROUTES``, the LLM routes without path parameters) are ha
 request by the edge itself when it refuses nothing: the application's router, middlewares and
 response signal, which every request would otherwise enter, are for the routes that need them.
 
+Who a request is from is decided here too (``TokenVerifier``): the per-agent token, checked in
+constant time against the build's hashes; a connection that carried an authenticated request
+is the last one evicted.
+
 What leaves through the edge leaves in the caller's protocol: ``protocol_errors`` answers
 every failure on aiohttp's routes, the edge's refusals among them, as JSON-RPC on ``/mcp`` and
 in the codec's error shape elsewhere, with nothing internal leaked.
@@ -31,9 +35,11 @@ in the codec's error shape elsewhere, with nothing internal leaked.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import logging
 from collections import Counter, OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,12 +47,63 @@ import orjson
 from aiohttp import StreamReader, hdrs, web
 
 from ..codecs import codec_for_caller
-from ..manifest import EdgeConfig, SidecarConfig
+from ..manifest import AgentBuild, Build, EdgeConfig, SidecarConfig
 from ..mcp.http import jsonrpc_error
 from ..model.errors import ApiError, internal_error
 from ..observability.logs import log_request
 from .aiohttp_compat import HandlerBase, RunnerBase, ServerBase, check
-from .auth import AuthError
+
+
+class AuthError(ApiError):
+    """401 when no usable token was presented, 403 when it matches no agent."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(status, "invalid_token" if status == 403 else "missing_token", message)
+
+
+class TokenVerifier:
+    """Holds every agent's token digest; a check always compares against all of them."""
+
+    def __init__(self, build: Build) -> None:
+        self._digests = [
+            (bytes.fromhex(agent.agent.token_sha256), agent) for agent in build.agents.values()
+        ]
+
+    def authenticate(self, headers: Mapping[str, str]) -> AgentBuild:
+        token = presented_token(headers)
+        digest = hashlib.sha256(token.encode()).digest()
+        match: AgentBuild | None = None
+        # No early exit: the time taken must not depend on which agent (if any) matched.
+        for expected, agent in self._digests:
+            if hmac.compare_digest(digest, expected):
+                match = agent
+        if match is None:
+            raise AuthError(403, "the presented token does not belong to any agent of this pod")
+        return match
+
+
+def presented_token(headers: Mapping[str, str]) -> str:
+    """The token from ``Authorization: Bearer`` or ``x-api-key``; 401 if absent or malformed
+    (tokens are printable ASCII: a header that was not UTF-8 arrives with surrogates)."""
+    authorization = headers.get("Authorization")
+    if authorization is not None:
+        scheme, _, token = authorization.strip().partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not _well_formed(token):
+            raise AuthError(401, "malformed Authorization header: expected 'Bearer <token>'")
+        return token
+    api_key = headers.get("x-api-key")
+    if api_key is not None:
+        api_key = api_key.strip()
+        if not _well_formed(api_key):
+            raise AuthError(401, "malformed x-api-key header")
+        return api_key
+    raise AuthError(401, "missing agent token: send 'Authorization: Bearer <token>' or 'x-api-key'")
+
+
+def _well_formed(token: str) -> bool:
+    return bool(token) and token.isascii() and token.isprintable() and " " not in token
+
 
 log = logging.getLogger(__name__)
 JSONRPC_INTERNAL_ERROR = -32603

@@ -9,10 +9,12 @@ each answer is synced before the next model call carries it (SPEC §8.2: durable
 result is used; requests running at once share the sync).
 :meth:`ExactlyOnce.end` keeps or drops the journal as the attempt ended.
 
-An agent none of whose tools has side effects never meets the journal: nothing of its requests
-is ever journaled (read-only and idempotent calls are safe to run again), so there is nothing
-to resume and no identical attempt to wait for, and its requests skip the identities and the
-journal's look-up that every other mediated request pays.
+An agent none of whose tools has side effects never meets the journal (its ``CallPlan`` says
+so; ``tool_round.py`` runs its rounds): nothing of its requests is ever journaled (read-only and
+idempotent calls are safe to run again), so there is nothing to resume and no identical attempt
+to wait for, and its requests skip the identities and the journal's look-up that every other
+mediated request pays. A call no governance step applies to goes to the executor straight here
+too, journaled first when it has side effects (:func:`.tool_round.run_call`).
 """
 
 from __future__ import annotations
@@ -30,17 +32,17 @@ from ..mediation.commands import (
     ExecuteTools,
     ModelReplied,
     PlannedExecution,
-    ToolsDone,
 )
 from ..mediation.engine import MediationEngine
-from ..model.outcome import ToolOutcome, refused
+from ..model.conversation import ToolOutcome, refused
 from ..state.continuity import StateWriteFailed
-from ..state.journal import Attempt, call_key, has_side_effects, identities
+from ..state.journal import Attempt, call_key, identities
 from .accounting import report_state_write_failure
-from .tool_round import run_round
+from .tool_round import run_call, run_round
 
 if TYPE_CHECKING:
-    from .context import RequestContext
+    from ..governance.gate import CallPlan
+    from .exchange import RequestContext
 
 log = logging.getLogger(__name__)
 
@@ -52,24 +54,25 @@ class _NotJournaled(Exception):
 
 
 async def begin_attempt(
-    ctx: RequestContext, engine: MediationEngine, body: dict[str, Any]
+    ctx: RequestContext, plan: CallPlan, engine: MediationEngine, body: dict[str, Any]
 ) -> ExactlyOnce:
-    """An identical request still running waits here; a failed one is resumed. A request is
-    identified by its conversation; one the codec cannot read, by its bytes."""
-    if not any(map(has_side_effects, engine.agent.tools.tools)):
-        return ExactlyOnce(ctx, None)
+    """For an agent with a tool with side effects (``plan.side_effects``). An identical request
+    still running waits here; a failed one is resumed. A request is identified by its
+    conversation; one the codec cannot read, by its bytes."""
     agent = ctx.agent.agent.id
     conversation = engine.conversation if engine.prepare() is None else None
-    request, history, asked = identities(agent, ctx.codec.api, conversation, body)
-    attempt = await ctx.state.journal.begin(agent, request, ctx.request_id, history, asked)
-    return ExactlyOnce(ctx, attempt)
+    request, rewrite = identities(agent, ctx.codec.api, conversation, body)
+    attempt = await ctx.state.journal.begin(agent, request, ctx.request_id, rewrite)
+    return ExactlyOnce(ctx, plan, attempt)
 
 
-def side_effect_ran(engine: MediationEngine) -> bool:
+def side_effect_ran(engine: MediationEngine, plan: CallPlan) -> bool:
     """A tool that is neither read-only nor idempotent ran in this request: a failure after it
     tells the runner not to retry (SPEC 8.2)."""
     return any(
-        answered.outcome.executed and answered.tool is not None and has_side_effects(answered.tool)
+        answered.outcome.executed
+        and answered.tool is not None
+        and id(answered.tool) not in plan.repeatable
         for calls in engine.rounds
         for answered in calls
     )
@@ -78,30 +81,29 @@ def side_effect_ran(engine: MediationEngine) -> bool:
 class ExactlyOnce:
     """One attempt of a mediated request, around the commands that call out."""
 
-    def __init__(self, ctx: RequestContext, attempt: Attempt | None) -> None:
-        """``attempt``: None for an agent whose calls are all safe to repeat (see above)."""
+    def __init__(self, ctx: RequestContext, plan: CallPlan, attempt: Attempt) -> None:
         self.ctx = ctx
+        self.plan = plan
         self.attempt = attempt
         self.replayed_calls: set[str] = set()
         """Ids of calls answered from the journal of the attempt this one resumes."""
 
     @property
     def resumed_from(self) -> str | None:
-        return self.attempt.resumed_from if self.attempt is not None else None
+        return self.attempt.resumed_from
 
-    async def perform(self, command: CallModel | ExecuteTools, ask_model: AskModel) -> Event:
+    def perform(self, command: CallModel | ExecuteTools, ask_model: AskModel) -> Awaitable[Event]:
+        """What performs ``command`` (not a coroutine of its own: each of the model call's and
+        the round's suspensions would pass through it)."""
         if isinstance(command, CallModel):
-            return await self._model_turn(command, ask_model)
-        if self.attempt is not None:
-            # The turns asking for it go with the first call with side effects (_run_one).
-            self.attempt.before_execution(
-                any(has_side_effects(e.checked.tool) for e in command.executions)
-            )
-        return await self._execute(command)
+            return self._model_turn(command, ask_model)
+        # The turns asking for it go with the first call with side effects (_run_one).
+        self.attempt.before_execution(
+            any(id(e.checked.tool) not in self.plan.repeatable for e in command.executions)
+        )
+        return run_round(command, self._run_one)
 
     async def end(self, *, succeeded: bool) -> None:
-        if self.attempt is None:
-            return
         try:
             await self.attempt.end(succeeded=succeeded)
         except OSError as exc:
@@ -110,8 +112,6 @@ class ExactlyOnce:
     async def _model_turn(self, command: CallModel, ask_model: AskModel) -> Event:
         """Past the turns an earlier attempt journaled (same calls, same ids), the model is
         asked."""
-        if self.attempt is None:
-            return await ask_model(command)
         replayed = self.attempt.replayed_turn()
         if replayed is not None:
             # Its tokens were spent by the earlier attempt, not by this one.
@@ -126,29 +126,24 @@ class ExactlyOnce:
             self.attempt.model_replied(event.body)
         return event
 
-    async def _execute(self, command: ExecuteTools) -> ToolsDone:
-        return await run_round(command, self._run_one)
-
     async def _run_one(
         self, command: ExecuteTools, execution: PlannedExecution, deadline: float
     ) -> ToolOutcome:
         attempt = self.attempt
-        key = call_key(execution.checked.tool, execution.call) if attempt is not None else ""
-        known = attempt.known_outcome(key) if attempt is not None else None
+        key = call_key(execution.checked.tool, execution.call)
+        known = attempt.known_outcome(key)
         if known is not None:  # answered (or sent) by the attempt this one resumes
             self.replayed_calls.add(execution.call.id)
             return known
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return refused("timeout", "the request's total time budget ran out before this call")
-        state, agent = self.ctx.state, self.ctx.agent.agent.id
-        side_effects = has_side_effects(execution.checked.tool)
+        side_effects = id(execution.checked.tool) not in self.plan.repeatable
         unjournaled: list[OSError] = []
 
         async def journal_sending() -> None:
             """After policy and approval, before the call goes: without this record a retry
             could send it again, so a failed write stops it."""
-            assert attempt is not None  # an agent with side effects has its attempt
             try:
                 await attempt.sending(key)
             except OSError as exc:
@@ -160,20 +155,17 @@ class ExactlyOnce:
                 timeout_s=min(command.timeout_s, remaining),
                 max_result_bytes=command.max_result_bytes,
                 idempotency_key=idempotency_key(
-                    state.config.pod, agent, execution.checked, attempt.lineage
+                    self.ctx.state.config.pod,
+                    self.ctx.agent.agent.id,
+                    execution.checked,
+                    attempt.lineage,
                 )
-                if attempt is not None and side_effects
+                if side_effects
                 else None,
             )
-            outcome = await state.governed.execute(
-                agent,
-                execution.checked,
-                limits,
-                taint=command.taint,
-                deadline=deadline,
-                before_send=journal_sending if side_effects else None,
-                client=execution.client,
-                shielded=True,  # the driver runs as a task of its own (server/mediated.py)
+            before_send = journal_sending if side_effects else None
+            outcome = await run_call(
+                self.ctx, self.plan, command, execution, limits, deadline, before_send
             )
         except _NotJournaled:
             failure = StateWriteFailed(str(unjournaled[0]))
@@ -182,6 +174,5 @@ class ExactlyOnce:
         except Exception:
             log.exception("tool %s failed in the executor", execution.checked.tool.name)
             return refused("execution_failed", "the sidecar could not execute this call")
-        if attempt is not None:
-            attempt.answered(key, outcome)  # durable before the next model call uses it
+        attempt.answered(key, outcome)  # durable before the next model call uses it
         return outcome

@@ -1,4 +1,5 @@
-"""One client request to an LLM route and its response, whoever serves the connection.
+"""One client request to an LLM route: its state (``RequestContext``) and its response, whoever
+serves the connection.
 
 The LLM routes are written against ``Exchange``; aiohttp's server serves them through
 ``AiohttpExchange``. A response is sent whole (``respond``) or as a stream
@@ -10,13 +11,23 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from ..codecs.base import Codec
+from ..manifest import AgentBuild, Provider
 from ..model.errors import ApiError
 from ..request_body import no_accounting, read_body_once
+from ..state.stored_objects import StoredRef
 from .edge import close_if_refused, mark_authenticated
+from .upstream import UpstreamTarget
+
+if TYPE_CHECKING:
+    from .context import SidecarState
+    from .translation_plan import Translations
 
 ResponseHeaders = Mapping[str, str]
 _NO_PARAMS: Mapping[str, str] = MappingProxyType({})
@@ -132,3 +143,62 @@ class AiohttpExchange(Exchange):
     async def end(self) -> None:
         assert self.response is not None
         await self.response.write_eof()
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """One authenticated client request to an LLM route."""
+
+    state: SidecarState
+    agent: AgentBuild
+    codec: Codec
+    route: str
+    request_id: str
+    started: float  # time.monotonic() when the request arrived
+    forward_headers: dict[str, str]  # safe client headers for upstream; never auth
+    # Known once the body is read and routed; a request refused before that keeps what it got.
+    stream: bool = False
+    provider_name: str | None = None
+    model: str | None = None  # upstream model, "provider/" prefix stripped
+    method: str = "POST"
+    upstream_path: str | None = None  # a resource route's concrete path (and query) upstream
+    # Stored objects this request used, made or was refused (for its audit record).
+    objects: list[dict[str, str]] = field(default_factory=list)
+
+    def note_objects(self, use: str, refs: list[StoredRef]) -> None:
+        self.objects += [{"kind": ref.kind, "id": ref.id, "use": use} for ref in refs]
+
+    def target(self, provider: str, key: str | None = None) -> UpstreamTarget:
+        """Where this request goes at ``provider`` (with its pooled ``key``, if any)."""
+        return UpstreamTarget(
+            provider,
+            self.route,
+            self.forward_headers,
+            self.stream,
+            self.method,
+            self.upstream_path,
+            key,
+        )
+
+    def record_objects(self, refs: list[StoredRef]) -> None:
+        """Bind objects the provider stored for this request to its agent."""
+        if refs:
+            self.note_objects("created", self.state.objects.record(self.agent.agent.id, refs))
+
+    audit_extra: dict[str, Any] | None = None  # fields the request's audit record adds
+    targets: list[tuple[str, Provider, str | None]] = field(default_factory=list)
+    """(provider, its settings, upstream model) in failover order (SPEC §14)."""
+    attempts: list[dict[str, str | None]] = field(default_factory=list)
+    """Each upstream attempt: provider, key label, outcome; the audit record's ``providers``."""
+    reserved: tuple[int, float] = (0, 0.0)
+    """Tokens and USD held against the agent's budgets while the request runs (#32)."""
+    strip_usage: bool = False
+    """Chat Completions usage was asked upstream for the budget; the client did not ask."""
+    request_bytes: int = 0
+    """Size of the client's body, where budget estimates start (#32)."""
+    translations: Translations | None = None
+    """Set when a target speaks another protocol than the caller (contract §18)."""
+    walks: bool = True
+    """The targets need the failover walk (``RoutePlan.walks``); False: one plain target."""
+    budgeted: bool = False
+    """The agent has a daily budget: the request is admitted, held and charged (#32)."""

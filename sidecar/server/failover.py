@@ -27,7 +27,7 @@ from .upstream import UpstreamError, UpstreamTarget, translate_error
 
 if TYPE_CHECKING:
     from ..manifest import Provider
-    from .context import RequestContext
+    from .exchange import RequestContext
 
 R = TypeVar("R", Response, None)
 # Sends the request to one target with the model id that target knows it by.

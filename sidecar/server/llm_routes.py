@@ -31,17 +31,16 @@ from ..request_body import check_shape
 from ..state.stored_objects import refs
 from . import translated
 from .accounting import record_request
-from .auth import AuthError
 from .budget_gate import admit, release
-from .context import STATE_KEY, RequestContext, SidecarState
+from .context import STATE_KEY, SidecarState
 from .counting import with_managed_tools
-from .edge import DIRECT_ROUTES
+from .edge import DIRECT_ROUTES, AuthError
 from .errors import reply_error
-from .exchange import AiohttpExchange, Exchange
+from .exchange import AiohttpExchange, Exchange, RequestContext
 from .mediated import handle_mediated
-from .mediated_client import CLIENT_CLOSED
+from .model_call import CLIENT_CLOSED
 from .passthrough import pass_through
-from .routing import plan_route
+from .upstream import plan_route
 
 log = logging.getLogger(__name__)
 

@@ -1,10 +1,10 @@
 """The driver of the mediation engine: it performs each command and sends the engine its event.
 
-The I/O it performs lives beside it: the model call (``model_call.py``), exactly-once around
-model calls and tool rounds (``exactly_once.py``, the one place the journal is met; for an
-agent without side effects, ``tool_round.py``), the client's stream and answer
-(``mediated_client.py``) and the audit record (``accounting.py``), written exactly once at
-the end, also when the client went away in the middle.
+The I/O it performs lives beside it: the model call and the client's stream and answer
+(``model_call.py``), exactly-once around model calls and tool rounds (``exactly_once.py``, the
+one place the journal is met; for an agent without side effects, ``tool_round.py``) and the
+audit record (``accounting.py``), written exactly once at the end, also when the client went
+away in the middle.
 """
 
 from __future__ import annotations
@@ -31,12 +31,11 @@ from ..state.continuity import StateWriteFailed
 from .accounting import record_mediated, report_state_write_failure, scrubbed
 from .exactly_once import ExactlyOnce, begin_attempt, side_effect_ran
 from .exchange import Exchange
-from .mediated_client import CLIENT_CLOSED, MediatedClient
-from .model_call import ModelCalls
+from .model_call import CLIENT_CLOSED, MediatedClient, ModelCalls
 from .tool_round import Unjournaled
 
 if TYPE_CHECKING:
-    from .context import RequestContext
+    from .exchange import RequestContext
 
 log = logging.getLogger(__name__)
 Once = ExactlyOnce | Unjournaled
@@ -59,7 +58,11 @@ async def handle_mediated(exchange: Exchange, ctx: RequestContext, body: dict[st
         taint_mode=state.config.taint.mode if state.config.taint is not None else "off",
         untrusted=plan.untrusted,
     )
-    once = await begin_attempt(ctx, engine, body) if plan.side_effects else Unjournaled(ctx, plan)
+    once = (
+        await begin_attempt(ctx, plan, engine, body)
+        if plan.side_effects
+        else Unjournaled(ctx, plan)
+    )
     # Its own task: a cancelled handler must not cut a loop (and its audit) short.
     await state.tasks.run(_Driver(exchange, ctx, engine, once).run())
 
@@ -134,7 +137,8 @@ class _Driver:
     async def _reply(self, command: Respond | Fail) -> None:
         if isinstance(command, Fail):
             self.http_status, self.error_code = command.status, command.code
-        ran = isinstance(self.once, ExactlyOnce) and side_effect_ran(self.engine)
+        once = self.once
+        ran = isinstance(once, ExactlyOnce) and side_effect_ran(self.engine, once.plan)
         await self.client.reply(command, ran)
         if self.client.gone and self.error_code is None:
             # The answer was ready but nobody was there to receive it.

@@ -17,9 +17,9 @@ from aiohttp import web
 
 from ..credential_files import OPERATOR_TOKEN_ENV
 from ..state.approvals import ApprovalError
-from .auth import AuthError, presented_token
 from .console_data import AuditFilter, recent_records
 from .context import STATE_KEY, SidecarState
+from .edge import AuthError, presented_token
 
 OPERATOR = "operator"
 MAX_REASON = 1000

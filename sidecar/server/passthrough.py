@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from ..audit.records import usage_record
+from ..audit.log import usage_record
 from ..codecs.usage import StreamUsage
 from ..model.errors import ApiError, upstream_failure
 from ..observability import tracing
@@ -23,9 +23,8 @@ from ..transport import Response, TransportError
 from . import translated, translated_stream
 from .accounting import estimated_usage, record_request, stream_usage
 from .budget_gate import BYTES_PER_TOKEN
-from .context import RequestContext
 from .errors import reply_error
-from .exchange import Exchange
+from .exchange import Exchange, RequestContext
 from .failover import open_upstream
 from .unserved import NO_SUCH_ROUTE, NOT_SERVED, not_served_message
 from .upstream import (

@@ -12,9 +12,8 @@ from ..manifest import AgentBuild
 from ..mcp.http import jsonrpc_error
 from ..model.errors import ApiError
 from ..observability import tracing
-from .auth import AuthError
 from .context import STATE_KEY
-from .edge import mark_authenticated
+from .edge import AuthError, mark_authenticated
 
 JSONRPC_UNAUTHORIZED = -32001
 

@@ -1,9 +1,9 @@
 """The tool rounds of an agent none of whose tools has side effects (SPEC §8.2): its calls are
 safe to run again, so nothing of its requests is journaled, resumed or waited for, and
 :class:`Unjournaled` runs its rounds as ``ExactlyOnce`` (``exactly_once.py``) runs every other
-agent's, without the journal (its model calls need nothing of either). A call no governance
-step applies to (``CallPlan``) goes to the executor straight; every other call passes the
-gate."""
+agent's, without the journal (its model calls need nothing of either). Both run each call
+with :func:`run_call`: a call no governance step applies to (``CallPlan``) goes to the executor
+straight; every other call passes the gate."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from ..execution.executor import CallLimits
+from ..execution.executor import CallLimits, ToolExecutor
 from ..governance.gate import CallPlan
 from ..mediation.commands import ExecuteTools, PlannedExecution, ToolsDone
-from ..model.outcome import ToolOutcome, refused
+from ..model.conversation import CheckedCall, ToolOutcome, refused
 
 if TYPE_CHECKING:
-    from .context import RequestContext
+    from .exchange import RequestContext
 
 log = logging.getLogger(__name__)
 
@@ -61,21 +61,50 @@ class Unjournaled:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return refused("timeout", "the request's total time budget ran out before this call")
-        state, agent, call = self.ctx.state, self.ctx.agent.agent.id, execution.checked
         limits = CallLimits(min(command.timeout_s, remaining), command.max_result_bytes)
         try:
-            if not command.taint.tainted and id(call.tool) in self.plan.ungoverned:
-                # No step of the gate applies to this call: the executor makes it.
-                return await state.executor.execute(agent, call, limits, shielded=True)
-            return await state.governed.execute(
-                agent,
-                call,
-                limits,
-                taint=command.taint,
-                deadline=deadline,
-                client=execution.client,
-                shielded=True,  # the driver runs as a task of its own (server/mediated.py)
-            )
+            return await run_call(self.ctx, self.plan, command, execution, limits, deadline)
         except Exception:
-            log.exception("tool %s failed in the executor", call.tool.name)
+            log.exception("tool %s failed in the executor", execution.checked.tool.name)
             return refused("execution_failed", "the sidecar could not execute this call")
+
+
+def run_call(
+    ctx: RequestContext,
+    plan: CallPlan,
+    command: ExecuteTools,
+    execution: PlannedExecution,
+    limits: CallLimits,
+    deadline: float,
+    before_send: Callable[[], Awaitable[None]] | None = None,
+) -> Awaitable[ToolOutcome]:
+    """One call through the gate, or, when no step of it applies (the agent's ``CallPlan``,
+    an untainted request), to the executor straight; ``before_send`` is awaited right before
+    it is sent (the journal's ``sent`` line, after any approval)."""
+    state, agent, call = ctx.state, ctx.agent.agent.id, execution.checked
+    if not command.taint.tainted and id(call.tool) in plan.ungoverned:
+        # No step of the gate applies to this call: the executor makes it.
+        if before_send is None:
+            return state.executor.execute(agent, call, limits, shielded=True)
+        return _sent_after(before_send, state.executor, agent, call, limits)
+    return state.governed.execute(
+        agent,
+        call,
+        limits,
+        taint=command.taint,
+        deadline=deadline,
+        before_send=before_send,
+        client=execution.client,
+        shielded=True,  # the driver runs as a task of its own (server/mediated.py)
+    )
+
+
+async def _sent_after(
+    before_send: Callable[[], Awaitable[None]],
+    executor: ToolExecutor,
+    agent: str,
+    call: CheckedCall,
+    limits: CallLimits,
+) -> ToolOutcome:
+    await before_send()
+    return await executor.execute(agent, call, limits, shielded=True)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..audit.records import usage_record
+from ..audit.log import usage_record
 from ..codecs import CODECS
 from ..codecs.base import Codec
 from ..mediation.commands import CallModel, Event, ModelFailed, ModelReplied
@@ -46,8 +46,7 @@ from .upstream import (
 
 if TYPE_CHECKING:
     from ..manifest import Provider
-    from .context import RequestContext
-    from .exchange import Exchange
+    from .exchange import Exchange, RequestContext
 
 _CODECS = {codec.name: codec for codec in CODECS}
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}

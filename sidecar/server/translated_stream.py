@@ -26,8 +26,7 @@ from .accounting import record_request, stream_usage
 from .upstream import UpstreamResponse, UpstreamTarget, translate_error
 
 if TYPE_CHECKING:
-    from .context import RequestContext
-    from .exchange import Exchange
+    from .exchange import Exchange, RequestContext
 
 _CODECS = {codec.name: codec for codec in CODECS}
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..manifest import DEFAULT_MAX_OPEN_APPROVALS, Approvals, Approver, ManagedTool
 from ..model.canonical import canonical_json, digest
-from ..model.outcome import ToolOutcome, refused
+from ..model.conversation import ToolOutcome, refused
 
 log = logging.getLogger(__name__)
 

@@ -53,7 +53,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,8 +65,7 @@ from ..model.canonical import (
     digest,
     normalise_text,
 )
-from ..model.conversation import Conversation, ToolCall
-from ..model.outcome import ToolOutcome, refused
+from ..model.conversation import Conversation, ToolCall, ToolOutcome, refused
 from .journal_log import JournalLog, Key, Link, line
 
 log = logging.getLogger(__name__)
@@ -86,15 +85,46 @@ OUTCOME_UNKNOWN = (
 
 def identities(
     agent: str, api: str, conversation: Conversation | None, body: dict[str, Any]
-) -> tuple[str, str | None, str]:
-    """What :meth:`RequestJournal.begin` takes of a request: its identity, its history's (None
-    without one) and its last user text. A body the codec could not read (``conversation``
-    None) is identified by its bytes alone. The turns and tools are read once for both
-    identities (every message fingerprinted is most of a journaled request's identity)."""
+) -> tuple[str, Rewrite | None]:
+    """What :meth:`RequestJournal.begin` takes of a request: its identity, and what a rewritten
+    retry of it is recognised by (None for a body the codec could not read, which is identified
+    by its bytes alone). The turns and tools are read once for both (every message
+    fingerprinted is most of a journaled request's identity)."""
     if conversation is None:
-        return request_digest(agent, body), None, ""
+        return request_digest(agent, body), None
     parts = _Identifying(agent, api, conversation)
-    return parts.request(), parts.history(), last_user_text(conversation)
+    return parts.request(), Rewrite(lambda: (parts.history(), last_user_text(conversation)))
+
+
+class Rewrite:
+    """What recognises a rewritten retry (a failed attempt's link, above): the identity of the
+    request's history before its last user turn (None without one) and that turn's text.
+    Computed when first read: only a request of an agent with a link to adopt, or one whose
+    attempt fails, reads them, and most requests do neither (together they cost about as much
+    as the request's identity)."""
+
+    __slots__ = ("_compute", "_found")
+
+    def __init__(self, compute: Callable[[], tuple[str | None, str]]) -> None:
+        self._compute = compute
+        self._found: tuple[str | None, str] | None = None
+
+    @classmethod
+    def known(cls, history: str | None, asked: str) -> Rewrite:
+        return cls(lambda: (history, asked))
+
+    @property
+    def history(self) -> str | None:
+        return self._read()[0]
+
+    @property
+    def asked(self) -> str:
+        return self._read()[1]
+
+    def _read(self) -> tuple[str | None, str]:
+        if self._found is None:
+            self._found = self._compute()
+        return self._found
 
 
 def request_digest(agent: str, body: dict[str, Any]) -> str:
@@ -106,12 +136,6 @@ def request_identity(agent: str, api: str, conversation: Conversation) -> str:
     """Retries of one request share this: the agent, the conversation's turns as the codec
     fingerprints them, and the tools the runner declared (not sampling or transport fields)."""
     return _Identifying(agent, api, conversation).request()
-
-
-def history_identity(agent: str, api: str, conversation: Conversation) -> str | None:
-    """The identity of the conversation before its last user turn (None without one): what a
-    runner that rewrites or extends that turn keeps the same between retries."""
-    return _Identifying(agent, api, conversation).history()
 
 
 class _Identifying:
@@ -130,6 +154,8 @@ class _Identifying:
         return digest(*self.head, self.tools, *self.turns)
 
     def history(self) -> str | None:
+        """The identity of the conversation before its last user turn (None without one): what
+        a runner that rewrites or extends that turn keeps the same between retries."""
         last_user = max((i for i, role in enumerate(self.roles) if role == "user"), default=None)
         if last_user is None:
             return None
@@ -226,22 +252,25 @@ class RequestJournal:
         agent: str,
         request: str,
         attempt: str,
-        history: str | None = None,
-        asked: str = "",
+        rewrite: Rewrite | None = None,
     ) -> Attempt:
         """Start attempt ``attempt`` of the request with identity ``request``: after any
         identical attempt still running here has ended, resuming what an unsuccessful one left
-        (or, failing that, what a failed attempt with the same ``history`` left, when its last
-        user turn is contained in this one's, ``asked``)."""
-        await self.log.recovered()
+        (or, failing that, what a failed attempt with the same history left, when its last
+        user turn is contained in this one's: ``rewrite``)."""
+        if not self.log.is_recovered:
+            await self.log.recovered()
         key = (self.folder(agent), request)
-        await self._take_turn(key)
+        turn = self._queue_up(key)
+        if turn is not None:  # an identical attempt runs here
+            await self._take_turn(key, turn)
         try:
             if self._prune_due():
                 await self._prune()
-            earlier = await self._load(key)
-            if earlier is None and history is not None:
-                earlier = await self._adopt((key[0], history), asked)
+            # The common request has no journal and reads nothing.
+            earlier = await self._load(key) if key in self.log.journals else None
+            if earlier is None and rewrite is not None and self.log.links:
+                earlier = await self._adopt(key[0], rewrite)
         except OSError as exc:
             # An unreadable journal resumes nothing; its writes fail too, and the driver then
             # sends no destructive call.
@@ -250,7 +279,7 @@ class RequestJournal:
         except BaseException:
             self._release(key)
             raise
-        return Attempt(self, key, attempt, earlier, history, asked)
+        return Attempt(self, key, attempt, earlier, rewrite)
 
     def folder(self, agent: str) -> str:
         """The agent's name in the log (one digest per agent, not per request)."""
@@ -280,11 +309,14 @@ class RequestJournal:
             self.log.drop(key, record=False)
         return earlier
 
-    async def _adopt(self, link_key: Key, asked: str) -> _Journaled | None:
+    async def _adopt(self, folder: str, rewrite: Rewrite) -> _Journaled | None:
         """The failed attempt a link names, when this request's last user turn contains that
         attempt's; taken over once (the link goes as it is claimed)."""
+        if rewrite.history is None:
+            return None
+        link_key = (folder, rewrite.history)
         link = self.log.links.get(link_key)
-        if link is None or link.asked not in asked:
+        if link is None or link.asked not in rewrite.asked:
             return None
         del self.log.links[link_key]
         target = (link_key[0], link.request)
@@ -312,15 +344,19 @@ class RequestJournal:
     def _prune_due(self) -> bool:
         return self._clock() - self._pruned_at >= self.window_s / 10
 
-    async def _take_turn(self, key: Key) -> None:
-        """Return once no identical attempt runs here: identical requests run one at a time, in
-        the order they came, each woken alone when its turn comes (not all of them at once)."""
+    def _queue_up(self, key: Key) -> asyncio.Future[None] | None:
+        """Identical requests run one at a time, in the order they came, each woken alone when
+        its turn comes (not all of them at once): None when no identical attempt runs here (it
+        runs now), else the future its turn resolves."""
         waiting = self._running.get(key)
         if waiting is None:
             self._running[key] = deque()
-            return
+            return None
         turn = asyncio.get_running_loop().create_future()
         waiting.append(turn)
+        return turn
+
+    async def _take_turn(self, key: Key, turn: asyncio.Future[None]) -> None:
         try:
             await turn
         except asyncio.CancelledError:
@@ -373,8 +409,7 @@ class Attempt:
     key: Key
     attempt: str
     earlier: _Journaled | None
-    history: str | None = None
-    asked: str = ""
+    rewrite: Rewrite | None = None
     _replayed: int = 0
     _pending_turns: list[dict[str, Any]] = field(default_factory=list)
     _buffer: list[bytes] = field(default_factory=list)
@@ -436,10 +471,10 @@ class Attempt:
             return refused("outcome_unknown", OUTCOME_UNKNOWN)
         return None
 
-    async def sending(self, key: str) -> None:
+    def sending(self, key: str) -> Awaitable[None]:
         """Durably record that this call is about to be sent (raises OSError if it cannot)."""
         self._queue({"sent": key})
-        await self.flush()
+        return self.flush()
 
     def answered(self, key: str, outcome: ToolOutcome) -> None:
         if not self._started:  # a read-only round before any side effect: see before_execution
@@ -498,21 +533,29 @@ class Attempt:
                     if key is not None:
                         log_.drop(key)
             else:
-                if self.history is not None and (self._buffer or self._written()):
-                    self._queue({"link": self.history, "asked": self.asked})
-                try:
-                    await self.flush()  # a failed write leaves an adopted journal where it was
-                finally:
-                    if not self._written():  # nothing of it reached the log
-                        log_.drop(self.key, record=False)
-                if adopted is not None:
-                    # Its records live on in this request's journal, which took its place.
-                    log_.drop(adopted)
-                if self.history is not None and self._written():
-                    link = Link(self.request, self.asked, self.journal._clock())
-                    log_.links[(self.key[0], self.history)] = link
+                await self._keep(adopted)
         finally:
             self.journal._release(self.key)
+
+    async def _keep(self, adopted: Key | None) -> None:
+        """A failed attempt's journal stays, with a link from its history (read now, the
+        first time) for a rewritten retry."""
+        log_ = self.journal.log
+        rewrite = self.rewrite
+        history = rewrite.history if rewrite is not None else None
+        asked = rewrite.asked if rewrite is not None and history is not None else ""
+        if history is not None and (self._buffer or self._written()):
+            self._queue({"link": history, "asked": asked})
+        try:
+            await self.flush()  # a failed write leaves an adopted journal where it was
+        finally:
+            if not self._written():  # nothing of it reached the log
+                log_.drop(self.key, record=False)
+        if adopted is not None:
+            # Its records live on in this request's journal, which took its place.
+            log_.drop(adopted)
+        if history is not None and self._written():
+            log_.links[(self.key[0], history)] = Link(self.request, asked, self.journal._clock())
 
     def _queue(self, record: dict[str, Any]) -> None:
         self._buffer.append(self._line(record))

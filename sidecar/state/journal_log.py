@@ -99,9 +99,8 @@ class _Queued:
     key: Key
     data: bytes
     waiter: asyncio.Future[None] | None
-    """None for a record nobody waits for (an ``end``)."""
+    """None for a record nobody waits for (an ``end``); a batch with a waiter syncs."""
     _: KW_ONLY
-    sync: bool = False
     erase: tuple[Span, ...] = ()
     """For an ``end``: the records of the journal it drops, blanked as it is written."""
     pins: frozenset[int] = frozenset()
@@ -118,7 +117,8 @@ loop wrote them."""
 
 def line(key: Key, written_at: float, record: dict[str, Any]) -> bytes:
     """One record of journal ``key`` as a log line."""
-    return orjson.dumps({"j": f"{key[0]}/{key[1]}", "t": written_at, **record}) + b"\n"
+    journal = {"j": f"{key[0]}/{key[1]}", "t": written_at, **record}
+    return orjson.dumps(journal, option=orjson.OPT_APPEND_NEWLINE)  # no copy to add the newline
 
 
 def starts_afresh(record: dict[str, Any]) -> bool:
@@ -253,12 +253,13 @@ class JournalLog:
 
     # --- writing ----------------------------------------------------------------------------
 
-    async def append(self, key: Key, data: bytes) -> None:
-        """Write records of journal ``key`` and return once they are synced (OSError if they
-        could not be written)."""
+    def append(self, key: Key, data: bytes) -> asyncio.Future[None]:
+        """Write records of journal ``key``: done once they are synced (OSError if they could
+        not be written). The future itself, not a coroutine around it: the request's task
+        waits on it without another frame to resume."""
         waiter = asyncio.get_running_loop().create_future()
-        self._enqueue(_Queued(key, data, waiter, sync=True))
-        await waiter
+        self._enqueue(_Queued(key, data, waiter))
+        return waiter
 
     def _enqueue(self, queued: _Queued) -> None:
         self._queue.append(queued)
@@ -293,11 +294,11 @@ class JournalLog:
         """Start the next batch: here when it does not sync (a write into the page cache is
         cheaper than a thread hop), else written here and synced in the writer thread (written
         there too when a new segment is due: opening one syncs its directory)."""
-        batch, self._queue, self._waiting = self._queue, [], 0
+        batch, sync = self._queue, self._waiting > 0
         if not batch:
             return
-        data = b"".join(q.data for q in batch)
-        sync = any(q.sync for q in batch)
+        self._queue, self._waiting = [], 0
+        data = b"".join([q.data for q in batch])
         erase = [span for q in batch for span in q.erase]
         appendable = self._fd is not None and not self._broken
         if appendable and not sync:
@@ -332,9 +333,11 @@ class JournalLog:
         while (job := self._batches.get()) is not None:
             loop, batch, data, sync, erase, written = job
             try:
-                where, failure = self._write(data, sync, erase), None
-                if written is not None:  # the loop wrote its bytes: ``data`` is empty
-                    where = written
+                if written is None:  # a new segment is due (or the last write failed)
+                    where, failure = self._write(data, sync, erase), None
+                else:  # the loop wrote its bytes
+                    where, failure = written, None
+                    self._make_durable()
             except BaseException as exc:  # answered on the loop, whatever it is
                 where, failure = (0, 0), exc
             try:
@@ -365,15 +368,18 @@ class JournalLog:
                 waiter.set_exception(failure)
 
     def _landed(self, batch: list[_Queued], segment: int, offset: int) -> None:
+        now = self._clock()
         for queued in batch:
+            length = len(queued.data)
             journal = self.journals.get(queued.key)
             if journal is not None:
                 journal.segments.add(segment)
-                journal.spans.append((segment, offset, len(queued.data)))
-                journal.written_at = self._clock()
-            offset += len(queued.data)
-            if queued.pins - {segment}:
-                self._pins.setdefault(segment, set()).update(queued.pins - {segment})
+                journal.spans.append((segment, offset, length))
+                journal.written_at = now
+            offset += length
+            older = queued.pins - {segment} if queued.pins else None
+            if older:
+                self._pins.setdefault(segment, set()).update(older)
 
     def _write(self, data: bytes, sync: bool, erase: list[Span]) -> Where:
         """Append ``data`` to the current segment (a new one when due), synced if ``sync``,
@@ -396,19 +402,29 @@ class JournalLog:
                 while view:
                     view = view[self.write(self._fd, view, start + len(written) - len(view)) :]
                 self._size = offset + len(data)
-                if sync:
-                    _sync(self._fd)
             except OSError:
                 self._broken = True  # what reached the file is unknown: append nowhere after it
                 raise
-        self._blank(erase)
+            if sync:
+                self._make_durable()
+        if erase:
+            self._blank(erase)
         return self._last_segment, offset
 
+    def _make_durable(self) -> None:
+        """Make what was written to the current segment durable (in the writer thread)."""
+        assert self._fd is not None
+        try:
+            _sync(self._fd)
+        except OSError:
+            self._broken = True  # what reached the file is unknown: append nowhere after it
+            raise
+
     def _blank(self, spans: list[Span]) -> None:
-        """Overwrite records with spaces (a line a reader skips). Not synced, like the unlink
-        of a journal file was not: a crash may bring a succeeded attempt's journal back, whose
-        retry replays it and sends nothing again."""
-        for segment, offset, length in _coalesced(spans):
+        """Overwrite records with spaces (a line a reader skips), ``spans`` coalesced. Not
+        synced, like the unlink of a journal file was not: a crash may bring a succeeded
+        attempt's journal back, whose retry replays it and sends nothing again."""
+        for segment, offset, length in spans:
             blank = _blank_line(length)
             try:
                 if segment == self._last_segment and self._fd is not None:
@@ -503,11 +519,16 @@ class JournalLog:
                 if fd is not None:
                     os.close(fd)
 
+    @property
+    def is_recovered(self) -> bool:
+        """Whether :meth:`recovered` has read the log (for every request but the first)."""
+        return self._recovered is not None and self._recovered.done()
+
     async def recovered(self) -> None:
         """Read what the log holds (and move a previous layout's journals in) once, before the
         first request uses the index."""
-        if self._recovered is not None and self._recovered.done():
-            return  # every request but the first
+        if self.is_recovered:
+            return
         if self._recovered is None:
             self._recovered = asyncio.get_running_loop().create_future()
             try:
@@ -567,7 +588,7 @@ class JournalLog:
         recovers, before any batch), no ``end`` line is needed."""
         journal = self.journals.pop(key)
         self.counts[key[0]] = max(0, self.count(key[0]) - 1)
-        self._blank(journal.spans)
+        self._blank(_coalesced(journal.spans))
 
     def _import_legacy(self) -> None:
         """Move the journals and links of the file-per-request layout into a new segment, then

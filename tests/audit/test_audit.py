@@ -12,10 +12,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clawpod.cli.audit import show_command, verify_command
-from clawpod.sidecar.audit.chain import GENESIS, head_line, record_hash
-from clawpod.sidecar.audit.log import MAX_UNWRITTEN, AuditLog
-from clawpod.sidecar.audit.records import trace_call
-from clawpod.sidecar.model.outcome import ToolOutcome, refused
+from clawpod.sidecar.audit.log import (
+    GENESIS,
+    MAX_UNWRITTEN,
+    AuditLog,
+    head_line,
+    record_hash,
+    trace_call,
+)
+from clawpod.sidecar.model.conversation import ToolOutcome, refused
 from tests.support.builds import http_tool
 
 KEY = b"audit-test-key-0123456789abcdef"

@@ -12,13 +12,14 @@ import orjson
 import pytest
 
 from clawpod.sidecar.audit.log import (
+    MAX_ARGUMENT_BYTES,
     MAX_STRING_BYTES,
     AuditLog,
     bounded_string,
     may_hold_long_strings,
+    trace_call,
 )
-from clawpod.sidecar.audit.records import MAX_ARGUMENT_BYTES, trace_call
-from clawpod.sidecar.model.outcome import refused
+from clawpod.sidecar.model.conversation import refused
 from tests.audit.test_audit import KEY, TOOL, verify
 from tests.support.builds import AgentSpec, http_tool, providers_for, write_build
 from tests.support.services import ToolService

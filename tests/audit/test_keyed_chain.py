@@ -13,8 +13,14 @@ import orjson
 import pytest
 
 from clawpod.cli.clawc import main as clawc
-from clawpod.sidecar.audit.chain import AuditKeyError, audit_key, head_line, record_hash
-from clawpod.sidecar.audit.log import AuditLog, AuditStateError
+from clawpod.sidecar.audit.log import (
+    AuditKeyError,
+    AuditLog,
+    AuditStateError,
+    audit_key,
+    head_line,
+    record_hash,
+)
 from tests.audit.test_audit import KEY, KEY_ENV, lines_of, request_record, verify, write_lines
 from tests.support.builds import AgentSpec, providers_for, write_build
 

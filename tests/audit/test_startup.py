@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
+from clawpod.sidecar.audit.log import AUDIT_KEY_ENV
 from tests.support import secret_sweep
 from tests.support.builds import AgentSpec, providers_for, write_build
 from tests.support.sidecar import TEST_AUDIT_KEY, TEST_PROVIDER_KEYS

@@ -4,15 +4,17 @@ does to it (SPEC §8.2)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from pathlib import Path
 
 import pytest
 
-from clawpod.sidecar.model.conversation import ToolCall
-from clawpod.sidecar.model.outcome import ToolOutcome
+from clawpod.sidecar.model.canonical import digest
+from clawpod.sidecar.model.conversation import ToolCall, ToolOutcome
 from clawpod.sidecar.state.journal import (
     JournalQuotaReached,
     RequestJournal,
+    Rewrite,
     call_key,
     request_digest,
 )
@@ -32,10 +34,14 @@ class Clock:
 
 
 async def failed_attempt(
-    journal: RequestJournal, request: str, attempt: str, agent: str = "a", **rewrite: str
+    journal: RequestJournal,
+    request: str,
+    attempt: str,
+    agent: str = "a",
+    rewrite: Rewrite | None = None,
 ) -> None:
     """An attempt that journaled one turn and one answered destructive call, then failed."""
-    running = await journal.begin(agent, request, attempt, **rewrite)
+    running = await journal.begin(agent, request, attempt, rewrite)
     running.model_replied({"turn": 1})
     running.before_execution(side_effects=True)
     key = call_key(TRADE, CALL)
@@ -52,6 +58,16 @@ def test_the_digest_ignores_key_order_but_not_the_agent() -> None:
     reordered = {"messages": BODY["messages"], "model": "gpt-4o"}
     assert request_digest("a", BODY) == request_digest("a", reordered)
     assert request_digest("a", BODY) != request_digest("b", BODY)
+
+
+def test_digests_keep_their_value_across_versions() -> None:
+    """Identities name journals on disk (and continuity keys, approvals' argument digests): a
+    retry after an upgrade must find its journal. Each part is followed by a NUL byte."""
+    assert digest() == hashlib.sha256(b"").hexdigest()
+    assert digest("", "é") == hashlib.sha256("\x00é\x00".encode()).hexdigest()
+    assert request_digest("a", BODY) == (
+        "b4c6a255bafb753e47beabfc5c7767dc6d7c215f855d8c5629ec8c967ab80743"
+    )
 
 
 async def test_a_failed_attempt_is_resumed_with_its_turns_and_results(tmp_path: Path) -> None:
@@ -152,11 +168,13 @@ async def test_a_rewritten_retry_takes_the_journal_over_once(tmp_path: Path) -> 
     own retry still knows the order; the original journal and its link are gone."""
     journal = RequestJournal(tmp_path, window_ms=60000)
     first, rewritten = request_digest("a", BODY), request_digest("b", BODY)
-    await failed_attempt(journal, first, "req_1", history="h", asked="buy one")
-    other = await journal.begin("a", rewritten, "req_x", history="h", asked="sell two")
+    await failed_attempt(journal, first, "req_1", rewrite=Rewrite.known("h", "buy one"))
+    other = await journal.begin("a", rewritten, "req_x", rewrite=Rewrite.known("h", "sell two"))
     assert other.resumed_from is None  # its last turn does not contain the failed one's
     await other.end(succeeded=True)
-    adopting = await journal.begin("a", rewritten, "req_2", history="h", asked="[10:00] buy one")
+    adopting = await journal.begin(
+        "a", rewritten, "req_2", rewrite=Rewrite.known("h", "[10:00] buy one")
+    )
     assert adopting.resumed_from == "req_1" and adopting.lineage == "req_1"
     assert adopting.replayed_turn() == {"turn": 1}
     await adopting.end(succeeded=False)
@@ -167,7 +185,7 @@ async def test_a_rewritten_retry_takes_the_journal_over_once(tmp_path: Path) -> 
     assert not journal.log.journals
     # The link the second failure left names a journal that is gone: it adopts nothing.
     late = await journal.begin(
-        "a", request_digest("c", BODY), "req_4", history="h", asked="buy one"
+        "a", request_digest("c", BODY), "req_4", rewrite=Rewrite.known("h", "buy one")
     )
     assert late.resumed_from is None
 

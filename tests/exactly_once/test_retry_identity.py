@@ -7,6 +7,9 @@ from typing import Any
 
 import pytest
 
+from clawpod.sidecar.model.conversation import Conversation
+from clawpod.sidecar.state import journal
+from clawpod.sidecar.state.journal import last_user_text
 from tests.mediation.conftest import MediatedPod
 from tests.mediation.scripted import an_calls, an_text, oa_calls, oa_text
 from tests.support import responses as r
@@ -179,6 +182,32 @@ async def test_a_rewritten_last_user_turn_gets_the_failed_rounds_after_it(
     records = await pod.wait_for_audit(3)
     assert records[1]["resumed_from"] == records[0]["id"]
     assert "resumed_from" not in records[2]
+
+
+async def test_what_recognises_a_rewrite_is_read_only_when_a_rewrite_could_be_one(
+    pod: MediatedPod, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request's last user text (and its history's identity) are read when its attempt fails
+    (its link keeps them) and by a request of an agent with a link to adopt, not by one that
+    succeeds with none to adopt: together they cost about what the request's identity does."""
+    read: list[str] = []
+
+    def counted(conversation: Conversation) -> str:
+        read.append(conversation.roles[-1])
+        return last_user_text(conversation)
+
+    monkeypatch.setattr(journal, "last_user_text", counted)
+    pod.upstream.enqueue(
+        "openai", Reply.json(oa_calls(("call_0", "desk_trade", BUY))), Reply.json(oa_text("Ok."))
+    )
+    assert await send(pod, "openai", body("openai")) == "Ok."
+    assert read == []  # succeeded, nothing to adopt
+    script(pod, "openai")
+    assert await send(pod, "openai", body("openai", "Buy two AAPL.")) is None
+    assert read == ["user"]  # failed: its link keeps them
+    assert await send(pod, "openai", body("openai", REWRITTEN.replace("one", "two"))) == "Ok."
+    assert read == ["user", "user"]  # a link to adopt: it does
+    assert trades(pod) == 2
 
 
 async def test_another_question_after_a_failure_is_a_new_request(pod: MediatedPod) -> None:

@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from clawpod.sidecar.execution.arguments import ArgumentCheck
-from clawpod.sidecar.execution.executor import ToolExecutor, ToolRunner
+from clawpod.sidecar.execution.executor import ArgumentCheck, ToolExecutor, ToolRunner
 from clawpod.sidecar.governance.gate import GovernedExecutor
 from clawpod.sidecar.server.context import STATE_KEY
 from tests.execution.test_governance import TRADE, Desk, ask_analyst, desk, trade

@@ -10,7 +10,7 @@ import pytest
 
 from clawpod.sidecar.execution.executor import CallLimits, ToolExecutor
 from clawpod.sidecar.manifest import ToolAuth
-from clawpod.sidecar.model.outcome import CheckedCall, ToolOutcome, refused
+from clawpod.sidecar.model.conversation import CheckedCall, ToolOutcome, refused
 from clawpod.sidecar.observability.metrics import Metrics
 from tests.support.builds import http_tool
 from tests.support.services import ToolService

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from clawpod.sidecar.execution.arguments import ArgumentCheck
+from clawpod.sidecar.execution.executor import ArgumentCheck
 from clawpod.sidecar.manifest import (
     AgentBuild,
     AgentManifest,
@@ -34,7 +34,7 @@ from clawpod.sidecar.mediation.commands import (
     ToolsDone,
 )
 from clawpod.sidecar.mediation.engine import MediationEngine
-from clawpod.sidecar.model.outcome import ToolOutcome
+from clawpod.sidecar.model.conversation import ToolOutcome
 from clawpod.sidecar.state.continuity import ContinuityStore
 from tests.support import responses as rs
 from tests.support.builds import http_tool

@@ -5,6 +5,7 @@ to meets neither the journal nor the gate; an agent for which a step applies sti
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -18,6 +19,7 @@ import pytest
 
 from clawpod.sidecar.backends.quarantine import may_drift
 from clawpod.sidecar.manifest import Approvals, Governance, Taint, ToolPolicy, ToolRule
+from clawpod.sidecar.state import journal_log
 from tests.mediation.conftest import TRADING_TOKEN, MediatedPod, desk_tools
 from tests.mediation.scripted import oa_calls, oa_text
 from tests.support.builds import AgentSpec, http_tool, providers_for, write_build
@@ -35,6 +37,7 @@ NOT_NEEDED = {
     "backends.quarantine",
 }
 QUOTE = {"symbol": "AAPL"}
+TRADE = {"symbol": "AAPL", "side": "buy", "quantity": 1}
 ASK = [{"role": "user", "content": "How is AAPL?"}]
 
 
@@ -112,6 +115,15 @@ def results(pod: MediatedPod, index: int) -> dict[str, Any]:
     return {m["tool_call_id"]: m["content"] for m in messages if m.get("role") == "tool"}
 
 
+def repeatable(pod: MediatedPod, agent: str) -> set[str]:
+    """Names of the agent's tools its plan never journals a call of."""
+    build = pod.sidecar.state.verifier.authenticate(
+        {"Authorization": f"Bearer {pod.tokens[agent]}"}
+    )
+    plan = pod.sidecar.state.governed.plans[agent]
+    return {tool.name for tool in build.tools.tools if id(tool) in plan.repeatable}
+
+
 def ungoverned(pod: MediatedPod, agent: str) -> set[str]:
     """Names of the agent's tools its plan leaves to the executor straight."""
     build = pod.sidecar.state.verifier.authenticate(
@@ -158,6 +170,32 @@ async def test_an_agent_with_a_tool_with_side_effects_still_meets_the_journal(
     assert [r.path for r in pod.service.requests] == ["/quotes/AAPL"]
 
 
+async def test_an_ungoverned_call_with_side_effects_is_journaled_then_sent_without_the_gate(
+    pod: MediatedPod, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No step of the gate applies to the trade (no rule, no approval, trusted, never
+    quarantined): it goes to the executor straight, as a read-only call of a read-only agent
+    does, and its ``sent`` line is still synced before it is sent (SPEC §8.2), with its
+    Idempotency-Key."""
+    trades_when_synced: list[int] = []
+
+    def sync(fd: int) -> None:
+        trades_when_synced.append(sum(r.path == "/trades" for r in pod.service.requests))
+        os.fdatasync(fd)
+
+    monkeypatch.setattr(journal_log, "_sync", sync)
+    pod.upstream.enqueue(
+        "openai", Reply.json(oa_calls(("t1", "desk_trade", TRADE))), Reply.json(oa_text("Done."))
+    )
+    with modules_entered() as entered:
+        await ask(pod, "analyst")
+    assert not entered & {"governance.gate", "governance.policy", "backends.quarantine"}
+    assert trades_when_synced == [0, 1]  # `sent` before the call, its result before the model
+    (trade,) = pod.service.requests
+    assert trade.path == "/trades" and trade.headers["Idempotency-Key"]
+    assert '"ok":true' in results(pod, 1)["t1"].replace(" ", "")
+
+
 async def test_a_rule_naming_the_tool_is_still_applied(pod: MediatedPod) -> None:
     pod.upstream.enqueue(
         "openai", Reply.json(oa_calls(("q1", "desk_quote", QUOTE))), Reply.json(oa_text("No."))
@@ -191,6 +229,7 @@ def test_the_plan_leaves_to_the_gate_every_tool_a_step_applies_to(pod: MediatedP
     assert ungoverned(pod, "news") == {"desk.quote"}  # the untrusted news is the gate's
     assert ungoverned(pod, "analyst") == {"desk.quote", "desk.trade"}  # slow needs approval
     assert [plans[a].side_effects for a in ("reader", "news", "analyst")] == [False, False, True]
+    assert repeatable(pod, "analyst") == {"desk.quote", "desk.slow"}  # the trade is journaled
     assert plans["news"].untrusted == {"desk.news"}
     assert not plans["reader"].untrusted
     assert not any(plan.may_drift for plan in plans.values())

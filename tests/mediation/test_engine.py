@@ -17,7 +17,7 @@ from clawpod.sidecar.mediation.commands import (
     Remember,
 )
 from clawpod.sidecar.mediation.engine import present_tools
-from clawpod.sidecar.model.outcome import ToolOutcome
+from clawpod.sidecar.model.conversation import ToolOutcome
 from tests.mediation.scripted import (
     CANCEL,
     LOOKUP,

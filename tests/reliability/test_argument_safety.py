@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from clawpod.sidecar.execution.executor import ToolExecutor
 from clawpod.sidecar.manifest import ManagedTool, ToolAuth
-from clawpod.sidecar.model.outcome import ToolOutcome
+from clawpod.sidecar.model.conversation import ToolOutcome
 from tests.reliability.harness import BackgroundLoop, Pod, start_pod, stop_pod
 from tests.reliability.wire import ask, text, tool_call
 from tests.support import secret_sweep

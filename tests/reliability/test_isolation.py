@@ -26,7 +26,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from clawpod.sidecar.manifest import BuildError, load_build, token_sha256
-from clawpod.sidecar.server import auth
+from clawpod.sidecar.server import edge
 from tests.reliability.wire import text, tool_call
 from tests.support import secret_sweep
 from tests.support.builds import AgentSpec, http_tool, providers_for, write_build
@@ -321,14 +321,14 @@ def test_token_check_compares_fixed_length_digests_against_every_agent(
         compared.append((len(a), len(b)))
         return compare(a, b)
 
-    monkeypatch.setattr(auth.hmac, "compare_digest", spy)
-    verifier = auth.TokenVerifier(build)
+    monkeypatch.setattr(edge.hmac, "compare_digest", spy)
+    verifier = edge.TokenVerifier(build)
 
     try:
         agent = verifier.authenticate({"Authorization": f"Bearer {token}"})
         assert presented in ("first", "last")
         assert agent.agent.id == {"first": "agent-0", "last": "agent-4"}[presented]
-    except auth.AuthError as err:
+    except edge.AuthError as err:
         assert presented not in ("first", "last")
         assert err.status == 403
     # Every agent is compared, whichever matched, always 32 bytes against 32 bytes.

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
+from clawpod.sidecar.audit.log import AUDIT_KEY_ENV
 from clawpod.sidecar.credential_files import CredentialFileError, with_credential_files
 from tests.sidecar.test_state_lock import GUARD_S, Sidecar, chat
 from tests.support.builds import AgentSpec, providers_for, write_build

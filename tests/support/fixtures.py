@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
+from clawpod.sidecar.audit.log import AUDIT_KEY_ENV
 from tests.support import secret_sweep
 from tests.support.services import ToolService
 from tests.support.sidecar import TEST_AUDIT_KEY

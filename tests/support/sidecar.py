@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from clawpod.sidecar.audit.chain import AUDIT_KEY_ENV
+from clawpod.sidecar.audit.log import AUDIT_KEY_ENV
 from clawpod.sidecar.manifest import load_build
 from clawpod.sidecar.server.admin import create_admin_app
 from clawpod.sidecar.server.app import create_app

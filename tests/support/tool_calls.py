@@ -6,7 +6,7 @@ from typing import Any
 
 from clawpod.sidecar.execution.executor import CallLimits, ToolExecutor
 from clawpod.sidecar.manifest import ManagedTool
-from clawpod.sidecar.model.outcome import ToolOutcome
+from clawpod.sidecar.model.conversation import ToolOutcome
 
 
 async def run_tool(
