@@ -129,3 +129,29 @@ def test_an_oversized_event_is_released_early_without_cutting_an_echo() -> None:
     event = b'data: {"error": "' + b"x" * 500 + secret + b"y" * 3 + secret + b'"}\n\n'
     out = _stream(redactor, [event[i : i + 7] for i in range(0, len(event), 7)])
     assert secret not in out and out.count(b"[redacted]") == 2
+
+
+class _CountingRedactor(Redactor):
+    def __init__(self, secrets: list[bytes]) -> None:
+        super().__init__(secrets)
+        self.searched: list[bytes] = []
+
+    def __call__(self, data: bytes) -> bytes:
+        self.searched.append(data)
+        return super().__call__(data)
+
+
+def test_a_null_error_is_not_searched_and_a_real_one_beside_it_is() -> None:
+    """Every Responses event carrying the response object holds ``"error":null``: a chunk of
+    those is not searched, one that also holds an error is."""
+    secret = b"sk-key-123456789"
+    redacting = _CountingRedactor([secret])
+    redactor = StreamRedactor(redacting)
+    created = b'data: {"type":"response.created","response":{"error":null,"id":"r1"}}\n\n'
+    assert redactor.feed(created * 3) == created * 3
+    assert redacting.searched == []
+    failed = b'data: {"type":"response.failed","response":{"error":{"message":"' + secret
+    out = redactor.feed(created + failed + b'"}}}\n\n')
+    assert secret not in out and b"[redacted]" in out and len(redacting.searched) == 1
+    spaced = b'data: {"error": null, "message": "' + secret + b'"}\n\n'
+    assert secret not in redactor.feed(spaced)  # another spelling is searched
