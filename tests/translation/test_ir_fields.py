@@ -10,19 +10,35 @@ from clawpod.sidecar.translation.ir import Request, Usage
 TURN = {"role": "user", "content": "Hi"}
 
 
+SCALARS = (
+    "model",
+    "parallel_tool_calls",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "stop",
+    "stream",
+    "reasoning_effort",
+    "legacy_functions",
+    "system_role",
+)
+# What each request below asks alike; each test names what its protocol reads otherwise.
+ASKED = {
+    "model": "m",
+    "parallel_tool_calls": False,
+    "max_tokens": 7,
+    "temperature": 0.3,
+    "top_p": 0.9,
+    "stop": ["END"],
+    "stream": True,
+    "reasoning_effort": "low",
+    "legacy_functions": False,
+    "system_role": "system",
+}
+
+
 def scalars(request: Request) -> dict[str, object]:
-    return {
-        "model": request.model,
-        "parallel_tool_calls": request.parallel_tool_calls,
-        "max_tokens": request.max_tokens,
-        "temperature": request.temperature,
-        "top_p": request.top_p,
-        "stop": request.stop,
-        "stream": request.stream,
-        "reasoning_effort": request.reasoning_effort,
-        "legacy_functions": request.legacy_functions,
-        "system_role": request.system_role,
-    }
+    return {name: getattr(request, name) for name in SCALARS}
 
 
 def test_a_chat_request_fills_each_field_of_its_name() -> None:
@@ -39,18 +55,7 @@ def test_a_chat_request_fills_each_field_of_its_name() -> None:
         "functions": [{"name": "f", "parameters": {"type": "object"}}],
     }
     request, _ = chat.read_request(body)
-    assert scalars(request) == {
-        "model": "m",
-        "parallel_tool_calls": False,
-        "max_tokens": 7,
-        "temperature": 0.3,
-        "top_p": 0.9,
-        "stop": ["END"],
-        "stream": True,
-        "reasoning_effort": "low",
-        "legacy_functions": True,
-        "system_role": "developer",
-    }
+    assert scalars(request) == {**ASKED, "legacy_functions": True, "system_role": "developer"}
     assert [t.name for t in request.tools] == ["f"]
 
 
@@ -67,18 +72,7 @@ def test_a_messages_request_fills_each_field_of_its_name() -> None:
         "stream": True,
     }
     request, _ = messages.read_request(body)
-    assert scalars(request) == {
-        "model": "m",
-        "parallel_tool_calls": False,
-        "max_tokens": 7,
-        "temperature": 0.3,
-        "top_p": 0.9,
-        "stop": ["END"],
-        "stream": True,
-        "reasoning_effort": None,
-        "legacy_functions": False,
-        "system_role": "system",
-    }
+    assert scalars(request) == {**ASKED, "reasoning_effort": None}
 
 
 def test_a_responses_request_fills_each_field_of_its_name() -> None:
@@ -95,18 +89,7 @@ def test_a_responses_request_fills_each_field_of_its_name() -> None:
         "text": {"format": {"type": "json_object"}},
     }
     request, _ = responses.read_request(body)
-    assert scalars(request) == {
-        "model": "m",
-        "parallel_tool_calls": False,
-        "max_tokens": 7,
-        "temperature": 0.3,
-        "top_p": 0.9,
-        "stop": [],
-        "stream": True,
-        "reasoning_effort": "low",
-        "legacy_functions": False,
-        "system_role": "system",
-    }
+    assert scalars(request) == {**ASKED, "stop": []}
     assert request.json_schema == {}
 
 
