@@ -44,11 +44,7 @@ from .exchange import Exchange
 from .failover import open_upstream
 from .stream_tools import REFUSAL_STATUSES, offers_tools
 from .unserved import NOT_SERVED, not_served_message
-from .upstream import (
-    UpstreamResponse,
-    UpstreamTarget,
-    translate_error,
-)
+from .upstream import UpstreamResponse, UpstreamTarget, translate_error
 
 if TYPE_CHECKING:
     from ..mediation.engine import MediationEngine
