@@ -95,6 +95,12 @@ class EventReader:
         pending, self._pending = self._pending, b""
         return pending
 
+    def hold(self, start: bytes) -> None:
+        """``start``, fed at an event's start, holds no blank line nor CR: it completes no
+        event, and is only kept (what ``feed`` would do with it, without looking)."""
+        assert self.at_event_start
+        self._pending = start
+
     def feed(self, data: bytes) -> list[tuple[str | None, str]]:
         """The events ``data`` completes; ``NotUtf8`` (a ``ValueError``) at one that is not
         UTF-8, holding those before it."""

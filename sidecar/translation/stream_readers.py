@@ -68,6 +68,10 @@ class StreamReader(ABC):
         """The start of an event read so far, given back to be read again with its rest."""
         return self._reader.take_back()
 
+    def hold(self, start: bytes) -> None:
+        """``start`` begins an event, at an event's start: it is read with its rest."""
+        self._reader.hold(start)
+
     def read_text_run(self, data: bytes) -> tuple[list[bytes], int]:
         """The texts of the text events ``data`` starts with, read as one run
         (``_TextTemplate.read_run``), and the bytes they take; none when the stream is not at

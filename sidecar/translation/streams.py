@@ -37,9 +37,6 @@ _FIRST_EVENTS = 6
 """A stream's first events are read one at a time (a text run may start after them): the
 first text, which teaches the reader its template, is the fifth event of a Responses stream
 (created, in progress, the item and its part added first)."""
-_RUNS_FROM = 2048
-"""A piece too small to hold a few events is read event by event: a run of one or two
-costs more than it saves."""
 
 _READERS: dict[str, type[StreamReader]] = {
     "chat": ChatStreamReader,
@@ -92,25 +89,24 @@ class StreamTranslator:
     def feed(self, data: bytes) -> bytes:
         """The caller's bytes for the target's ``data``. The text events a stream mostly is
         go as runs (``StreamReader.read_text_run``, ``StreamWriter.write_texts``) while a
-        text is open on both sides, an event the last piece began included; the events
-        around them (the stream's first ones, a run's end) one at a time, so that runs start
-        again; the rest as it comes."""
-        if len(data) < _RUNS_FROM:
-            return self._feed(data)
+        text is open on both sides, an event the last piece began included, and the start of
+        an event a run leaves is held for the next piece (``_hold``); the events around them
+        (the stream's first ones, a run's end) one at a time, so that runs start again; the
+        rest as it comes."""
         frames = b""
         while data and not self._writer.closed:
-            runs = self._writer.writes_texts() and self._reader.reads_text_runs
-            if runs:
+            if self._writer.writes_texts() and self._reader.reads_text_runs:
                 data = self._taken_back(data)
-            if runs and self._reader.at_event_start:
                 texts, used = self._reader.read_text_run(data)
                 if texts:
                     frames += self._writer.write_texts(texts)
                     self._unfinished = 0
                     self._watch_rest_of_first(data)
                     data = data[used:]
+                    if data and self._hold(data):
+                        return frames
                     continue
-            if not (runs or self._reader.events < _FIRST_EVENTS):
+            elif self._reader.events >= _FIRST_EVENTS:
                 break
             cut = data.find(b"\n\n") + 2
             if cut < 2:
@@ -118,6 +114,18 @@ class StreamTranslator:
             frames += self._feed(data[:cut])
             data = data[cut:]
         return frames + self._feed(data) if data or not frames else frames
+
+    def _hold(self, data: bytes) -> bool:
+        """Whether ``data``, after a run, is only the start of an event, now held to be read
+        with its rest (shown to ``watch`` as ``_feed`` shows it). Reading it through ``_feed``
+        would complete nothing, at several times the cost: most pieces end inside an event."""
+        if b"\n\n" in data or b"\r" in data or len(data) > MAX_EVENT_BYTES:
+            return False
+        if self._watch is not None:
+            self._watch(data)
+        self._reader.hold(data)
+        self._unfinished = len(data)
+        return True
 
     def _taken_back(self, data: bytes) -> bytes:
         """``data`` with the start of an event the reader holds before it (read again, as a

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from bench import upstream
 from bench.run import RESPONSES_MODEL
 from clawpod.sidecar.codecs.sse import parse_events
-from clawpod.sidecar.translation import stream_readers, streams
+from clawpod.sidecar.translation import stream_readers
 from clawpod.sidecar.translation.streams import stream_translator
 from tests.support.codecs import codec_of
 from tests.support.upstream import Reply
@@ -221,8 +221,8 @@ def test_messages_runs_of_any_event_name_read_alike(name: bytes):
 @pytest.mark.parametrize("target", ["chat", "messages", "responses"])
 def test_a_stream_cut_anywhere_reads_alike(target: str):
     """Every place a piece can end: inside a text, its tail, a free field's value, its end
-    or its blank line, just after a run, in the next event's head (pieces large enough to be
-    read in runs: ``streams._RUNS_FROM``)."""
+    or its blank line, just after a run, in the next event's head (held: ``_hold``), in
+    pieces of any size."""
     if target == "chat":
         events = [CHAT_START, *plain_chunks(24, obfuscation="xY3k"), DONE]
     elif target == "responses":
@@ -233,10 +233,9 @@ def test_a_stream_cut_anywhere_reads_alike(target: str):
     caller = "messages" if target == "chat" else "chat"
     expected = translate(events, target, caller, templates=False)
     stream = b"".join(events)
-    assert len(stream) > 2 * streams._RUNS_FROM
     for cut in range(1, len(stream)):
         assert in_pieces(stream, [cut], target, caller) == expected, cut
-    for size in range(streams._RUNS_FROM, streams._RUNS_FROM + 300, 3):
+    for size in range(20, 620, 6):
         cuts = list(range(size, len(stream), size))
         assert in_pieces(stream, cuts, target, caller) == expected, size
 
@@ -288,6 +287,33 @@ def assert_read_in_runs(
     stream = b"".join(events)
     assert in_pieces(stream, list(range(16384, len(stream), 16384)), target, caller) == expected
     assert len(parsed) < 20
+
+
+@pytest.mark.parametrize(("target", "caller"), [("chat", "messages"), *RESPONSES_CALLERS])
+@pytest.mark.parametrize("size", [150, 700, 1500])
+def test_a_stream_in_small_pieces_is_read_in_runs(
+    monkeypatch: pytest.MonkeyPatch, target: str, caller: str, size: int
+):
+    """Pieces of one to a few events, nearly all cut inside one (what a provider's writes
+    become when read as they arrive), are read in runs too: the start of an event a run
+    leaves is held for the next piece, not read on its own; fewer than 20 events of 200 are
+    read one at a time, and the stream reads alike."""
+    if target == "chat":
+        events = [CHAT_START, *plain_chunks(200, obfuscation="xY3k"), DONE]
+    else:
+        events = [*RESPONSES_START, *plain_deltas(200, RESPONSES_ORDER[caller]), *RESPONSES_END]
+    expected = translate(events, target, caller, templates=False)
+    one_at_a_time = []
+    read = stream_readers.StreamReader._read
+
+    def counted(reader: stream_readers.StreamReader, found: list) -> list:
+        one_at_a_time.extend(found)
+        return read(reader, found)
+
+    monkeypatch.setattr(stream_readers.StreamReader, "_read", counted)
+    stream = b"".join(events)
+    assert in_pieces(stream, list(range(size, len(stream), size)), target, caller) == expected
+    assert len(one_at_a_time) < 20
 
 
 def test_the_bench_responses_stream_is_read_in_runs(monkeypatch: pytest.MonkeyPatch):
