@@ -113,7 +113,7 @@ async def relay_translated_stream(
     kept = {name: upstream.headers[name] for name in _KEPT_HEADERS if name in upstream.headers}
     await exchange.start_stream(200, {**SSE_HEADERS, **kept})
     try:
-        await _relay(exchange, ctx, upstream, translator, usage)
+        await _relay(exchange, ctx, upstream, translator)
         await exchange.end()
         error_code = _code(translator)
     except ConnectionError:
@@ -121,16 +121,23 @@ async def relay_translated_stream(
         error_code = _code(translator) if translator.closed else "client_disconnected"
     except asyncio.CancelledError:
         code = _code(translator) if translator.closed else "client_disconnected"
-        ctx.state.tasks.spawn(
-            record_request(ctx, http_status=200, error_code=code, usage=stream_usage(ctx, usage))
-        )
+        charged = _charged(ctx, usage, translator)
+        ctx.state.tasks.spawn(record_request(ctx, http_status=200, error_code=code, usage=charged))
         raise
     finally:
         # Only a stream read to its end marker leaves its connection in a known state.
         upstream.release(reuse=translator.complete)
-    await record_request(
-        ctx, http_status=200, error_code=error_code, usage=stream_usage(ctx, usage)
-    )
+    charged = _charged(ctx, usage, translator)
+    await record_request(ctx, http_status=200, error_code=error_code, usage=charged)
+
+
+def _charged(
+    ctx: RequestContext, usage: StreamUsage, translator: StreamTranslator
+) -> dict[str, int]:
+    """The stream's usage; where the provider told none, estimated from the events its
+    stream carried, as the translator counted them (no other pass over the bytes)."""
+    usage.events = translator.events
+    return stream_usage(ctx, usage)
 
 
 def _code(translator: StreamTranslator) -> str | None:
@@ -138,11 +145,7 @@ def _code(translator: StreamTranslator) -> str | None:
 
 
 async def _relay(
-    exchange: Exchange,
-    ctx: RequestContext,
-    upstream: Response,
-    translator: StreamTranslator,
-    usage: StreamUsage,
+    exchange: Exchange, ctx: RequestContext, upstream: Response, translator: StreamTranslator
 ) -> None:
     after_end = 0  # bytes read past the caller's end, to let the connection be pooled
     while after_end <= _MAX_AFTER_END and not (translator.closed and not translator.complete):
@@ -158,7 +161,6 @@ async def _relay(
         if translator.closed:
             after_end += len(chunk)
             continue
-        usage.events += chunk.count(b"data:")
         frames = translator.feed(chunk)
         if frames:
             await exchange.write(frames)

@@ -77,6 +77,11 @@ class StreamTranslator:
         return self._reader.events == 0
 
     @property
+    def events(self) -> int:
+        """The SSE events the target stream carried so far."""
+        return self._reader.events
+
+    @property
     def failure(self) -> ApiError | None:
         """The error the caller's stream ended with, if it failed."""
         return self._writer.failure

@@ -376,3 +376,21 @@ def test_a_provider_id_holding_format_characters_reaches_a_responses_caller_as_i
         assert "".join(d["delta"] for d in deltas) == "".join(WORDS * 5)
         numbers = [d["sequence_number"] for d in deltas]
         assert numbers == list(range(numbers[0], numbers[0] + 40))
+
+
+async def test_a_stream_without_usage_is_estimated_from_its_events_however_read(
+    translating_pod: TranslatingPod,
+):
+    """A provider that tells no usage is charged an estimate of one token per event its
+    stream carried, counted by the translator: the same read in runs (one piece) as read one
+    event at a time."""
+    pod = translating_pod
+    texts = [f"{WORDS[i % len(WORDS)]}{i}" for i in range(120)]
+    events = [e for e in EVENTS["chat"](texts, [], 40) if b'"usage"' not in e]
+    pod.script("chat", Reply.sse(events), Reply.sse([b"".join(events)]))
+    for _ in range(2):
+        got = await stream_through(pod, "messages", "plain", MODEL["chat"])
+        assert got.error is None, got.error
+    for record in pod.audit("plain"):
+        assert record["usage"]["estimated"] is True
+        assert record["usage"]["output_tokens"] == len(events)
