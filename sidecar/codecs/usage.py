@@ -58,8 +58,12 @@ class StreamUsage:
             event: Any = orjson.loads(payload)
         except orjson.JSONDecodeError:
             return
-        if not isinstance(event, dict):
-            return
+        if isinstance(event, dict):
+            self.read(event)
+
+    def read(self, event: dict[str, Any]) -> None:
+        """The usage an event tells, the event parsed already (a translated stream's reader
+        shows it every event it parses)."""
         usage = self._codec.usage_of_event(event)
         input_tokens, output_tokens = self._codec.usage_counts(usage)
         cache_read, cache_creation = self._codec.cache_counts(usage)

@@ -73,7 +73,7 @@ def translator_for(
         include_usage=translations is not None and translations.include_usage,
         tells=tells,
         reshaped=reshaped_tools(translated.request),
-        watch=None if usage is None else usage.feed,
+        watch=None if usage is None else usage.read,
         redact=functools.partial(ctx.state.upstream.redact_text, ctx.provider_name),
     )
 
@@ -108,7 +108,7 @@ async def relay_translated_stream(
     """The provider's stream, in the caller's protocol as it arrives; the caller's stream
     always ends with its protocol's end, also when the provider's fails or stops short."""
     usage = StreamUsage(_CODECS[translated.target])  # the provider's counts, in its own sense
-    # It reads what the translator reads event by event: text runs hold no usage.
+    # It reads the events the translator parses: those it reads from bytes hold only text.
     translator = translator_for(ctx, ctx.codec, translated, usage=usage)
     kept = {name: upstream.headers[name] for name in _KEPT_HEADERS if name in upstream.headers}
     await exchange.start_stream(200, {**SSE_HEADERS, **kept})

@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -52,6 +53,9 @@ class StreamReader(ABC):
         """SSE events read: a stream with none said nothing at all."""
         self.malformed: str | None = None
         """Why the stream is not valid, once an event was not (nothing after it is read)."""
+        self.watch: Callable[[dict[str, Any]], None] | None = None
+        """Sees every event parsed (a usage reader: ``codecs/usage.py``); the text events read
+        from the template, never parsed, hold nothing but text."""
         self._template: _TextTemplate | None = None
 
     @property
@@ -130,6 +134,13 @@ class StreamReader(ABC):
 
     @abstractmethod
     def _event(self, name: str | None, payload: str, found: list[StreamEvent]) -> None: ...
+
+    def _object(self, payload: str) -> dict[str, Any]:
+        """An event's payload parsed, and shown to ``watch``."""
+        data = _object(payload)
+        if self.watch is not None:
+            self.watch(data)
+        return data
 
 
 def _object(payload: str) -> dict[str, Any]:
@@ -487,7 +498,7 @@ class ChatStreamReader(StreamReader):
             stop = self._stop or "end"
             found += [Stopped("tool_calls" if self._calls else stop), Ended()]
             return
-        chunk = _object(payload)
+        chunk = self._object(payload)
         if "error" in chunk:
             found.append(_failure(chunk["error"]))
             return
@@ -591,7 +602,7 @@ class MessagesStreamReader(StreamReader):
             if text:
                 found.append(Text(text))
             return
-        data = _object(payload)
+        data = self._object(payload)
         kind = data.get("type", name)
         index = as_int(data.get("index"))
         if kind == "content_block_delta":
@@ -678,7 +689,7 @@ class ResponsesStreamReader(StreamReader):
         self._learnt = False
 
     def _event(self, name: str | None, payload: str, found: list[StreamEvent]) -> None:
-        data = _object(payload)
+        data = self._object(payload)
         kind = data.get("type", name)
         if kind == "response.created":
             response = _dict(data.get("response"))

@@ -12,6 +12,7 @@ protocol's error and end.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from ..codecs.base import Codec
 from ..model.errors import ApiError
@@ -55,15 +56,12 @@ class StreamTranslator:
         reader: StreamReader,
         writer: StreamWriter,
         provider: str,
-        watch: Callable[[bytes], None] | None = None,
         redact: Callable[[str], str] | None = None,
     ) -> None:
         self._reader = reader
         self._writer = writer
         self._provider = provider
-        self._watch = watch
         self._redact = redact
-        self._seen = 0  # bytes ahead of the next ones read that ``watch`` saw
         self._unfinished = 0  # bytes fed since the last complete event
 
     @property
@@ -106,7 +104,6 @@ class StreamTranslator:
                 if texts:
                     frames += self._writer.write_texts(texts)
                     self._unfinished = 0
-                    self._watch_rest_of_first(data)
                     data = data[used:]
                     if data and self._hold(data):
                         return frames
@@ -122,12 +119,10 @@ class StreamTranslator:
 
     def _hold(self, data: bytes) -> bool:
         """Whether ``data``, after a run, is only the start of an event, now held to be read
-        with its rest (shown to ``watch`` as ``_feed`` shows it). Reading it through ``_feed``
-        would complete nothing, at several times the cost: most pieces end inside an event."""
+        with its rest. Reading it through ``_feed`` would complete nothing, at several times the
+        cost: most pieces end inside an event."""
         if b"\n\n" in data or b"\r" in data or len(data) > MAX_EVENT_BYTES:
             return False
-        if self._watch is not None:
-            self._watch(data)
         self._reader.hold(data)
         self._unfinished = len(data)
         return True
@@ -138,21 +133,10 @@ class StreamTranslator:
         started = self._reader.take_back()
         if started:
             self._unfinished -= len(started)
-            self._seen = len(started)  # shown to ``watch`` already
         return started + data
 
-    def _watch_rest_of_first(self, data: bytes) -> None:
-        """``watch`` saw the start of a run's first event: it sees the rest of it (the event
-        holds no usage; its lines end where they should)."""
-        if self._seen and self._watch is not None:
-            self._watch(data[self._seen : data.find(b"\n\n") + 2])
-        self._seen = 0
-
     def _feed(self, data: bytes) -> bytes:
-        """``data`` read event by event (and shown to ``watch``)."""
-        if self._watch is not None:
-            self._watch(data[self._seen :] if self._seen else data)
-        self._seen = 0
+        """``data`` read event by event."""
         if self._writer.closed:
             return b""
         events = self._reader.feed(data)
@@ -206,17 +190,16 @@ def stream_translator(
     include_usage: bool,
     tells: bool = True,
     reshaped: dict[str, FunctionTool] | None = None,
-    watch: Callable[[bytes], None] | None = None,
+    watch: Callable[[dict[str, Any]], None] | None = None,
     redact: Callable[[str], str] | None = None,
 ) -> StreamTranslator:
     """A translator from a stream of the ``target`` protocol (``chat``, ``messages``,
-    ``responses``) to ``caller``'s. ``model``: the model the caller
-    asked for, shown until the target names its own; ``include_usage``: a Chat Completions
-    caller asked for the usage chunk; ``tells``: see ``StreamWriter.tells``; ``reshaped``: the
-    Responses caller's custom and namespaced tools (``ResponsesStreamWriter``); ``watch``:
-    sees the stream's bytes but the text events read as runs, which hold nothing but text
-    (a usage reader: ``codecs/usage.py``); ``redact``: removes the provider's key from the
-    failure it reports in the stream."""
+    ``responses``) to ``caller``'s. ``model``: the model the caller asked for, shown until the
+    target names its own; ``include_usage``: a Chat Completions caller asked for the usage
+    chunk; ``tells``: see ``StreamWriter.tells``; ``reshaped``: the Responses caller's custom
+    and namespaced tools (``ResponsesStreamWriter``); ``watch``: sees each event the reader
+    parses (``StreamReader.watch``); ``redact``: removes the provider's key from the failure
+    it reports in the stream."""
     writer: StreamWriter
     if caller.name == "chat":
         writer = ChatStreamWriter(model, include_usage=include_usage, error_body=caller.error_body)
@@ -225,4 +208,6 @@ def stream_translator(
     else:
         writer = ResponsesStreamWriter(model, reshaped)
     writer.tells = tells
-    return StreamTranslator(_READERS[target](), writer, provider, watch, redact)
+    reader = _READERS[target]()
+    reader.watch = watch
+    return StreamTranslator(reader, writer, provider, redact)
