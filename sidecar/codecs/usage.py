@@ -65,6 +65,8 @@ class StreamUsage:
         """The usage an event tells, the event parsed already (a translated stream's reader
         shows it every event it parses)."""
         usage = self._codec.usage_of_event(event)
+        if not isinstance(usage, dict):
+            return  # most events: none told
         input_tokens, output_tokens = self._codec.usage_counts(usage)
         cache_read, cache_creation = self._codec.cache_counts(usage)
         self.cache_read = cache_read or self.cache_read

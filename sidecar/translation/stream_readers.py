@@ -210,6 +210,7 @@ class _TextTemplate:
         "_head",
         "_learns",
         "_numbered",
+        "_prefix",
         "_run_layout",
         "_tail",
         "_text_end",
@@ -227,6 +228,7 @@ class _TextTemplate:
         # text, free and numbered values stand among an event's (-1: it has none).
         self._run_layout: tuple[bytes, tuple[_RunSlot, ...], _Slot, tuple[int, ...]] | None = None
         self._learns = 3  # templates it may still learn before one matches
+        self._prefix = b"\0"  # a run's events' start, their event line included: none yet
 
     def read(self, payload: str) -> str | None:
         """The text of a payload the template fits; None: it does not (read it whole). Only
@@ -269,11 +271,14 @@ class _TextTemplate:
         layout = self._run_layout
         if layout is None or not data:
             return [], 0, 0
-        prefix = b"data: " + layout[0]
-        if data.startswith(b"event: "):  # a named event: ``read`` ignores the name
-            prefix = data[: data.find(b"\n") + 1] + prefix
+        prefix = self._prefix  # the last run's
         if not data.startswith(prefix):
-            return [], 0, 0  # another event, or the rest of one (after each run of a piece)
+            prefix = b"data: " + layout[0]
+            if data.startswith(b"event: "):  # a named event: ``read`` ignores the name
+                prefix = data[: data.find(b"\n") + 1] + prefix
+            if not data.startswith(prefix):
+                return [], 0, 0  # another event, or the rest of one (after each run of a piece)
+            self._prefix = prefix
         _, inner, (last, last_skip, _, last_pad), (text, free, number) = layout
         found: list[bytes] = []  # each event's values, slot after slot
         keep = found.append
@@ -334,6 +339,7 @@ class _TextTemplate:
         ]
         *inner, (after, _, kind, _) = slots
         self._learn_read(head, slots)
+        self._prefix = b"\0"
         run_slots = tuple(_run_slot(*_slot(kind, f.encode())) for f, _, kind, _ in inner)
         kinds = [kind for _, _, kind, _ in slots]
         places = tuple(kinds.index(k) if k in kinds else -1 for k in (_TEXT, _FREE, _NUMBER))
