@@ -87,6 +87,11 @@ class EventReader:
         """Nothing of an event is pending (and lines end in LF): the next byte fed starts one."""
         return not self._pending and not self._by_line
 
+    @property
+    def ends_lines_in_lf(self) -> bool:
+        """No CR was seen: events are cut out of the bytes (``take_back`` gives them back)."""
+        return not self._by_line
+
     def take_back(self) -> bytes:
         """The start of an event fed so far, given back (the next bytes fed start an event);
         nothing once lines are read one by one."""

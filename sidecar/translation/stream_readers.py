@@ -60,13 +60,18 @@ class StreamReader(ABC):
 
     @property
     def reads_text_runs(self) -> bool:
-        """Text events may be read as runs (``read_text_run``): a template was learnt."""
-        return self._template is not None and self._template.reads_runs
-
-    @property
-    def at_event_start(self) -> bool:
-        """No event is partly read: the next byte fed starts one."""
-        return self._reader.at_event_start
+        """Text events may be read as runs (``read_text_run``): a template was learnt, the
+        stream goes on, its lines end in LF and a text event would make a text alone. Only
+        what is read one event at a time changes it."""
+        template = self._template
+        return (
+            template is not None
+            and template.reads_runs
+            and not self.ended
+            and not self.malformed
+            and self._reader.ends_lines_in_lf
+            and self._texts_only()
+        )
 
     def take_back(self) -> bytes:
         """The start of an event read so far, given back to be read again with its rest."""
@@ -78,18 +83,10 @@ class StreamReader(ABC):
 
     def read_text_run(self, data: bytes) -> tuple[list[bytes], int]:
         """The texts of the text events ``data`` starts with, read as one run
-        (``_TextTemplate.read_run``), and the bytes they take; none when the stream is not at
-        the start of such an event or a text event is not all they would say."""
-        template = self._template
-        if (
-            template is None
-            or self.ended
-            or self.malformed
-            or not self.at_event_start
-            or not self._texts_only()
-        ):
-            return [], 0
-        texts, events, used = template.read_run(data)
+        (``_TextTemplate.read_run``), and the bytes they take; none when a text event is not
+        all they would say. Only while ``reads_text_runs``, at an event's start (``data``
+        after what ``take_back`` gave)."""
+        texts, events, used = self._template.read_run(data)  # type: ignore[union-attr]
         self.events += events
         return texts, used
 
@@ -273,12 +270,9 @@ class _TextTemplate:
             return [], 0, 0
         prefix = self._prefix  # the last run's
         if not data.startswith(prefix):
-            prefix = b"data: " + layout[0]
-            if data.startswith(b"event: "):  # a named event: ``read`` ignores the name
-                prefix = data[: data.find(b"\n") + 1] + prefix
-            if not data.startswith(prefix):
+            prefix = self._run_prefix(data, layout[0])
+            if prefix is None:
                 return [], 0, 0  # another event, or the rest of one (after each run of a piece)
-            self._prefix = prefix
         _, inner, (last, last_skip, _, last_pad), (text, free, number) = layout
         found: list[bytes] = []  # each event's values, slot after slot
         keep = found.append
@@ -305,7 +299,7 @@ class _TextTemplate:
         texts = found[text::width]
         frees = found[free::width] if free >= 0 else []
         numbers = found[number::width] if number >= 0 else []
-        joined = _plain_run(prefix, texts, frees, numbers) if events else None
+        joined = _plain_run(texts, frees, numbers) if events else None
         if joined is None:
             return [], 0, 0
         if b"\\" in joined or joined.count(b'"') != 2 * events:
@@ -319,6 +313,21 @@ class _TextTemplate:
                 return [], 0, 0
         self._learns = 3
         return texts, events, pos
+
+    def _run_prefix(self, data: bytes, head: bytes) -> bytes | None:
+        """What the events of a run ``data`` starts with start with: the first one's event
+        line if it is named (``read`` ignores the name; it is UTF-8 and ends in LF), then the
+        template's head; None if that event does not. Kept for the next runs."""
+        prefix = b"data: " + head
+        if data.startswith(b"event: "):
+            line = data[: data.find(b"\n") + 1]
+            if b"\r" in line or not (line.isascii() or _utf8(line)):
+                return None
+            prefix = line + prefix
+        if not data.startswith(prefix):
+            return None
+        self._prefix = prefix
+        return prefix
 
     def learn(self, payload: str, event: dict[str, Any], holder: dict[str, Any], key: str) -> None:
         """Learn from ``payload`` (read whole into ``event``) whose text is ``holder[key]``."""
@@ -440,29 +449,30 @@ _CONTROLS = bytes(range(0x20))
 _UNPLAIN = _CONTROLS + b'"\\'
 
 
-def _plain_run(
-    prefix: bytes, texts: list[bytes], frees: list[bytes], numbers: list[bytes]
-) -> bytes | None:
+def _plain_run(texts: list[bytes], frees: list[bytes], numbers: list[bytes]) -> bytes | None:
     """A run's texts joined, if they hold no raw control character and are valid UTF-8, its
     free values plain JSON strings (no quote, escape or control character) and its numbers
     integers as JSON writes them, all checked at once; None if not."""
     joined = b"".join(texts)
-    if joined.translate(None, _CONTROLS) != joined or b"\r" in prefix:
+    if joined.translate(None, _CONTROLS) != joined or not (joined.isascii() or _utf8(joined)):
         return None
-    values = b"".join(frees)
-    if values.translate(None, _UNPLAIN) != values:
-        return None
+    if frees:
+        values = b"".join(frees)
+        if values.translate(None, _UNPLAIN) != values:
+            return None
+        if not (values.isascii() or _utf8(values)):
+            return None
     if numbers and not _INTEGERS.fullmatch(b",".join(numbers)):
         return None
-    try:
-        prefix.decode()  # an event's name
-        if not joined.isascii():
-            joined.decode()
-        if not values.isascii():
-            values.decode()
-    except UnicodeDecodeError:
-        return None
     return joined
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _as_orjson_writes(texts: list[bytes]) -> list[bytes] | None:

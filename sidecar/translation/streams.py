@@ -63,6 +63,7 @@ class StreamTranslator:
         self._provider = provider
         self._redact = redact
         self._unfinished = 0  # bytes fed since the last complete event
+        self._runs = False  # text events go as runs: only ``_feed`` changes it
 
     @property
     def complete(self) -> bool:
@@ -98,7 +99,7 @@ class StreamTranslator:
         rest as it comes."""
         frames = b""
         while data and not self._writer.closed:
-            if self._writer.writes_texts() and self._reader.reads_text_runs:
+            if self._runs:
                 data = self._taken_back(data)
                 texts, used = self._reader.read_text_run(data)
                 if texts:
@@ -142,6 +143,7 @@ class StreamTranslator:
         events = self._reader.feed(data)
         self._unfinished = 0 if events else self._unfinished + len(data)
         frames = self._writer.write(self._told(events) if self._reader.ended else events)
+        self._runs = self._writer.writes_texts() and self._reader.reads_text_runs
         if self._reader.malformed is not None:
             return frames + self._writer.fail(self._malformed(self._reader.malformed))
         if self._unfinished > MAX_EVENT_BYTES:
