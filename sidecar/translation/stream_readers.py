@@ -294,12 +294,15 @@ class _TextTemplate:
                     pos = end + last_skip
                     continue
             break
+        if not events:
+            return [], 0, 0
         width = len(inner) + 1
-        del found[events * width :]
-        texts = found[text::width]
-        frees = found[free::width] if free >= 0 else []
-        numbers = found[number::width] if number >= 0 else []
-        joined = _plain_run(texts, frees, numbers) if events else None
+        if len(found) > events * width:
+            del found[events * width :]  # the values of an event the piece cuts
+        texts = found[text::width] if width > 1 else found
+        frees = found[free::width] if free >= 0 else None
+        numbers = found[number::width] if number >= 0 else None
+        joined = _plain_run(texts, frees, numbers)
         if joined is None:
             return [], 0, 0
         if b"\\" in joined or joined.count(b'"') != 2 * events:
@@ -449,20 +452,22 @@ _CONTROLS = bytes(range(0x20))
 _UNPLAIN = _CONTROLS + b'"\\'
 
 
-def _plain_run(texts: list[bytes], frees: list[bytes], numbers: list[bytes]) -> bytes | None:
+def _plain_run(
+    texts: list[bytes], frees: list[bytes] | None, numbers: list[bytes] | None
+) -> bytes | None:
     """A run's texts joined, if they hold no raw control character and are valid UTF-8, its
     free values plain JSON strings (no quote, escape or control character) and its numbers
     integers as JSON writes them, all checked at once; None if not."""
     joined = b"".join(texts)
     if joined.translate(None, _CONTROLS) != joined or not (joined.isascii() or _utf8(joined)):
         return None
-    if frees:
+    if frees is not None:
         values = b"".join(frees)
         if values.translate(None, _UNPLAIN) != values:
             return None
         if not (values.isascii() or _utf8(values)):
             return None
-    if numbers and not _INTEGERS.fullmatch(b",".join(numbers)):
+    if numbers is not None and not _INTEGERS.fullmatch(b",".join(numbers)):
         return None
     return joined
 

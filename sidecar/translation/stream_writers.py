@@ -360,6 +360,8 @@ class ResponsesStreamWriter(StreamWriter):
         assert self._text_format is not None
         first, self._sequence = self._sequence, self._sequence + len(texts)
         self._text += texts
+        if len(texts) == 1:  # a piece of one event (a model streaming at its pace)
+            return self._text_format % (texts[0], first)
         numbers = range(first, self._sequence)
         numbered = itertools.chain.from_iterable(zip(texts, numbers, strict=True))
         return self._text_format * len(texts) % tuple(numbered)
