@@ -176,11 +176,19 @@ _TEXT, _FREE, _NUMBER = 0, 1, 2
 _Slot = tuple[Any, int, int, int]
 # A slot of a run before the event's last: what is searched for to find its value's end (the
 # bytes after it, or their first when they are long: a long needle costs more to search
-# for than one byte and a comparison), then the slot.
-_RunSlot = tuple[bytes, bytes, int, int, int]
+# for than one byte and a comparison), the bytes after it, their length and how much of what
+# is around its value it is taken with; the last slot has no needle.
+_RunSlot = tuple[bytes, bytes, int, int]
+_LastSlot = tuple[bytes, int, int]
+# A run's layout: the head, the slots, the text's among them, and each other value's with the
+# pattern that checks it.
+_Check = tuple[int, re.Pattern[bytes] | None]  # None: a free string alone
+_RunLayout = tuple[bytes, tuple[_RunSlot, ...], _LastSlot, int, tuple[_Check, ...]]
 _LONG_NEEDLE = 32
 _PROBE = "probe"
-_INTEGERS = re.compile(rb"(?:0|[1-9][0-9]*)(?:,(?:0|[1-9][0-9]*))*")
+# What a run checks a value that is not the text against: a free string's content (no quote,
+# escape or control character), an integer as JSON writes it.
+_VALUES = {_FREE: rb'[^"\\\x00-\x1f]*', _NUMBER: rb"(?:0|[1-9][0-9]*)"}
 
 
 class _TextTemplate:
@@ -221,9 +229,7 @@ class _TextTemplate:
         self._tail = ""  # after the text; with a free field, up to its value's opening quote
         self._text_start = 0  # len(head)
         self._text_end = 0  # -len(tail), or 0 with a free field
-        # The slots as bytes, the last apart (its bytes after it end the event), and where the
-        # text, free and numbered values stand among an event's (-1: it has none).
-        self._run_layout: tuple[bytes, tuple[_RunSlot, ...], _Slot, tuple[int, ...]] | None = None
+        self._run_layout: _RunLayout | None = None
         self._learns = 3  # templates it may still learn before one matches
         self._prefix = b"\0"  # a run's events' start, their event line included: none yet
 
@@ -273,14 +279,14 @@ class _TextTemplate:
             prefix = self._run_prefix(data, layout[0])
             if prefix is None:
                 return [], 0, 0  # another event, or the rest of one (after each run of a piece)
-        _, inner, (last, last_skip, _, last_pad), (text, free, number) = layout
+        _, inner, (last, last_skip, last_pad), text, checks = layout
         found: list[bytes] = []  # each event's values, slot after slot
         keep = found.append
         find, starts, skip_head = data.find, data.startswith, len(prefix)
         events = pos = 0
         while starts(prefix, pos):
             at = pos + skip_head
-            for stop, following, skip, _, pad in inner:
+            for stop, following, skip, pad in inner:
                 end = find(stop, at)
                 if end < 0 or (stop is not following and not starts(following, end)):
                     break  # another event, or the piece ends inside this one
@@ -299,10 +305,19 @@ class _TextTemplate:
         width = len(inner) + 1
         if len(found) > events * width:
             del found[events * width :]  # the values of an event the piece cuts
+        for index, check in checks:
+            if check is None:  # a free string alone: its bytes checked at once
+                values = b"".join(found[index::width])
+                if values.translate(None, _UNPLAIN) != values:
+                    return [], 0, 0
+            else:
+                values = b"\n".join(found[index::width])
+                if not check.fullmatch(values):
+                    return [], 0, 0
+            if not (values.isascii() or _utf8(values)):
+                return [], 0, 0
         texts = found[text::width] if width > 1 else found
-        frees = found[free::width] if free >= 0 else None
-        numbers = found[number::width] if number >= 0 else None
-        joined = _plain_run(texts, frees, numbers)
+        joined = _plain_texts(texts)
         if joined is None:
             return [], 0, 0
         if b"\\" in joined or joined.count(b'"') != 2 * events:
@@ -349,14 +364,9 @@ class _TextTemplate:
             _slot(kind, payload[end:next_start])
             for (_, end, kind), next_start in zip(places, ends, strict=True)
         ]
-        *inner, (after, _, kind, _) = slots
         self._learn_read(head, slots)
         self._prefix = b"\0"
-        run_slots = tuple(_run_slot(*_slot(kind, f.encode())) for f, _, kind, _ in inner)
-        kinds = [kind for _, _, kind, _ in slots]
-        places = tuple(kinds.index(k) if k in kinds else -1 for k in (_TEXT, _FREE, _NUMBER))
-        last = _slot(kind, after.encode() + b"\n\n")
-        self._run_layout = head.encode(), run_slots, last, places
+        self._run_layout = _run_layout(head, slots)
 
     def _learn_read(self, head: str, slots: list[_Slot]) -> None:
         """``read``'s head and tail (before and after the text's quotes), for a text last or
@@ -437,9 +447,38 @@ def _slot(kind: int, following: Any) -> _Slot:
     return following, len(following), kind, int(kind == _TEXT)
 
 
-def _run_slot(following: bytes, skip: int, kind: int, pad: int) -> _RunSlot:
-    stop = following if len(following) <= _LONG_NEEDLE else following[:1]
-    return stop, following, skip, kind, pad
+def _run_layout(head: str, slots: list[_Slot]) -> _RunLayout:
+    """The template as runs read it. Values next to each other that are not the text are read
+    as one, the bytes between them checked with them by one pattern: a search less per event
+    (a Responses delta's ``obfuscation`` and ``sequence_number``)."""
+    values: list[tuple[bytes, int, bytes | None]] = []  # following, pad, pattern (text: None)
+    for following, _, kind, pad in slots:
+        after = following.encode()
+        if kind != _TEXT and values and values[-1][2] is not None:
+            between, _, pattern = values[-1]
+            values[-1] = (after, 0, pattern + re.escape(between) + _VALUES[kind])
+        else:
+            values.append((after, pad, None if kind == _TEXT else _VALUES[kind]))
+    *inner, (after, last_pad, _) = values
+    run_slots = tuple(
+        (f if len(f) <= _LONG_NEEDLE else f[:1], f, len(f), pad) for f, pad, _ in inner
+    )
+    text = next(index for index, (_, _, pattern) in enumerate(values) if pattern is None)
+    checks = tuple(
+        (index, _check(pattern))
+        for index, (_, _, pattern) in enumerate(values)
+        if pattern is not None
+    )
+    last = (after + b"\n\n", len(after) + 2, last_pad)
+    return head.encode(), run_slots, last, text, checks
+
+
+def _check(pattern: bytes) -> re.Pattern[bytes] | None:
+    """What checks a run's values of one slot joined by line ends (none holds one): the
+    pattern, each value whole; None for a free string alone (its bytes are checked at once)."""
+    if pattern == _VALUES[_FREE]:
+        return None
+    return re.compile(pattern + rb"(?:\n" + pattern + rb")*")
 
 
 def _plain(value: str) -> bool:
@@ -452,22 +491,11 @@ _CONTROLS = bytes(range(0x20))
 _UNPLAIN = _CONTROLS + b'"\\'
 
 
-def _plain_run(
-    texts: list[bytes], frees: list[bytes] | None, numbers: list[bytes] | None
-) -> bytes | None:
-    """A run's texts joined, if they hold no raw control character and are valid UTF-8, its
-    free values plain JSON strings (no quote, escape or control character) and its numbers
-    integers as JSON writes them, all checked at once; None if not."""
+def _plain_texts(texts: list[bytes]) -> bytes | None:
+    """A run's texts joined, if they hold no raw control character and are valid UTF-8, all
+    checked at once; None if not."""
     joined = b"".join(texts)
     if joined.translate(None, _CONTROLS) != joined or not (joined.isascii() or _utf8(joined)):
-        return None
-    if frees is not None:
-        values = b"".join(frees)
-        if values.translate(None, _UNPLAIN) != values:
-            return None
-        if not (values.isascii() or _utf8(values)):
-            return None
-    if numbers is not None and not _INTEGERS.fullmatch(b",".join(numbers)):
         return None
     return joined
 

@@ -289,6 +289,55 @@ def assert_read_in_runs(
     assert len(parsed) < 20
 
 
+@pytest.mark.parametrize("order", ["bench", "sorted"])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("sequence_number", 1.5),
+        ("sequence_number", -1),
+        ("sequence_number", "7"),
+        ("sequence_number", 2**64 - 1),
+        ("obfuscation", 'a"b'),
+        ("obfuscation", "a\\b"),
+        ("obfuscation", "\u00e9t\u00e9"),
+        ("obfuscation", 7),
+    ],
+)
+def test_a_responses_delta_whose_free_and_numbered_fields_are_read_as_one_reads_alike(
+    order: str, field: str, value: Any
+):
+    """Where a delta's ``obfuscation`` and ``sequence_number`` are next to each other among
+    its values (the bench's order; sorted keys), a run reads them as one value checked by one
+    pattern: a delta whose either field is not what that pattern takes ends the run and is read
+    whole, in any pieces."""
+    deltas = plain_deltas(20, order)
+    deltas[11] = responses_delta(WORDS[3], 15, order, **{field: value})
+    assert_read_alike([*RESPONSES_START, *deltas, *RESPONSES_END], "responses", "chat")
+
+
+@pytest.mark.parametrize("order", ["bench", "sorted"])
+@pytest.mark.parametrize(
+    ("written", "instead"),
+    [
+        (b'"sequence_number":15', b'"sequence_number":015'),
+        (b'"sequence_number":15', b'"sequence_number":15x'),
+        (b'"sequence_number":15', b'"sequence_number":'),
+        (b'"obfuscation":"xY3k"', b'"obfuscation":"x\tY"'),
+        (b'"obfuscation":"xY3k"', b'"obfuscation":"x\xffY"'),
+    ],
+)
+def test_a_responses_delta_not_json_where_its_fields_are_read_as_one_fails_alike(
+    order: str, written: bytes, instead: bytes
+):
+    """The pattern that checks the two fields read as one takes what JSON takes there and no
+    more: a number written otherwise, a raw control character or bad UTF-8 in the string
+    fails the stream as reading every event whole does."""
+    deltas = plain_deltas(20, order)
+    deltas[11] = responses_delta(WORDS[3], 15, order).replace(written, instead)
+    assert deltas[11] != responses_delta(WORDS[3], 15, order)
+    assert_read_alike([*RESPONSES_START, *deltas, *RESPONSES_END], "responses", "chat")
+
+
 @pytest.mark.parametrize(("target", "caller"), [("chat", "messages"), *RESPONSES_CALLERS])
 @pytest.mark.parametrize("size", [150, 700, 1500])
 def test_a_stream_in_small_pieces_is_read_in_runs(
