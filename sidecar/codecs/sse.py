@@ -78,6 +78,9 @@ class EventReader:
 
     def __init__(self) -> None:
         self._pending = b""  # the start of an event (line by line: of a line) not yet complete
+        # Pieces fed after it that complete nothing, joined to it once something may: an event
+        # sent in many pieces is then copied and searched once, not once a piece.
+        self._later: list[bytes] = []
         self._by_line = False  # a CR was seen
         self._event: str | None = None  # line by line: the event being read
         self._data: list[str] = []
@@ -97,8 +100,26 @@ class EventReader:
         nothing once lines are read one by one."""
         if self._by_line:
             return b""
-        pending, self._pending = self._pending, b""
+        pending = self._whole_pending() if self._later else self._pending
+        self._pending = b""
         return pending
+
+    def completes_nothing(self, data: bytes) -> bool:
+        """``data``, fed next, cannot complete the event (line by line: the line) begun: it
+        holds no blank line, nor a line end at all line by line, nor one that would make one
+        with the end of what is pending."""
+        if not self._pending:
+            return False
+        last = (self._later[-1] if self._later else self._pending)[-1]
+        if self._by_line:
+            return _LF not in data and _CR not in data and last != _CR
+        return _CR not in data and b"\n\n" not in data and not (last == _LF and data[:1] == b"\n")
+
+    def _whole_pending(self) -> bytes:
+        if self._later:
+            self._pending = b"".join([self._pending, *self._later])
+            self._later = []
+        return self._pending
 
     def hold(self, start: bytes) -> None:
         """``start``, fed at an event's start, holds no blank line nor CR: it completes no
@@ -118,9 +139,12 @@ class EventReader:
     def _feed(
         self, data: bytes, events: list[tuple[str | None, str]]
     ) -> list[tuple[str | None, str]]:
+        if self.completes_nothing(data):
+            self._later.append(data)
+            return events
         if self._by_line:
             return self._feed_lines(data, events)
-        buffer = self._pending + data if self._pending else data
+        buffer = self._whole_pending() + data if self._pending else data
         if _CR in buffer:
             self._by_line, self._pending = True, b""
             return self._feed_lines(buffer, events)
@@ -156,6 +180,7 @@ class EventReader:
 
     def finish(self) -> list[tuple[str | None, str]]:
         events: list[tuple[str | None, str]] = []
+        self._whole_pending()
         if not self._by_line:
             self._lines(self._pending.decode("utf-8"), events)
             self._pending = b""
@@ -175,7 +200,7 @@ class EventReader:
     def _feed_lines(
         self, data: bytes, events: list[tuple[str | None, str]]
     ) -> list[tuple[str | None, str]]:
-        lines = (self._pending + data).splitlines(keepends=True)
+        lines = (self._whole_pending() + data).splitlines(keepends=True)
         self._pending = b""
         if lines and (not lines[-1].endswith((b"\n", b"\r")) or lines[-1].endswith(b"\r")):
             # Unfinished, or a CR whose LF may be in the next piece.

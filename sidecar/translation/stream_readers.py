@@ -81,6 +81,10 @@ class StreamReader(ABC):
         """``start`` begins an event, at an event's start: it is read with its rest."""
         self._reader.hold(start)
 
+    def completes_nothing(self, data: bytes) -> bool:
+        """``data`` cannot complete the event begun (``EventReader.completes_nothing``)."""
+        return self._reader.completes_nothing(data)
+
     def read_text_run(self, data: bytes) -> tuple[list[bytes], int]:
         """The texts of the text events ``data`` starts with, read as one run
         (``_TextTemplate.read_run``), and the bytes they take; none when a text event is not

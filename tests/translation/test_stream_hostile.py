@@ -11,7 +11,8 @@ import anthropic
 import openai
 import pytest
 
-from clawpod.sidecar.codecs.sse import parse_events
+from bench import upstream
+from clawpod.sidecar.codecs.sse import EventReader, parse_events
 from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.translation.streams import MAX_EVENT_BYTES, stream_translator
 from tests.support import responses as scripted_responses
@@ -58,6 +59,12 @@ PROVIDER_ERROR = {
     ),
 }
 GARBAGE = b"data: <html>\x00not json{{\n\n"
+# The bench's answers: their text events teach the template runs are read with.
+BENCH_EVENTS = {
+    "chat": upstream.openai_stream("m", True),
+    "messages": upstream.anthropic_stream("m"),
+    "responses": upstream.responses_stream("m"),
+}
 
 
 def translator(source: str, caller: str) -> Any:
@@ -126,6 +133,42 @@ def test_giant_event_is_refused_at_the_bound(source: str, caller: str) -> None:
         fed += len(piece)
         assert fed <= MAX_EVENT_BYTES + len(piece), "the bound did not hold"
     assert_ends_with_error(caller, out, f"exceeds {MAX_EVENT_BYTES} bytes")
+
+
+@pytest.mark.parametrize(("source", "caller"), DIRECTIONS)
+def test_a_giant_event_in_small_pieces_is_kept_not_read_again_each_piece(
+    monkeypatch: pytest.MonkeyPatch, source: str, caller: str
+) -> None:
+    """An event that never ends, sent in 16 KiB pieces after text read in runs, is kept as it
+    comes: neither the event reader nor the runs join and search what is pending again for
+    each piece (that was quadratic: 3 s of CPU for one 8 MiB event), and the bound holds."""
+    translation = translator(source, caller)
+    for event in BENCH_EVENTS[source][:20]:
+        translation.feed(event)
+    assert translation.feed(b"data: ") == b""
+    held: list[int] = []  # the bytes pending, joined, as each piece is fed
+    feed = EventReader.feed
+
+    def watched(reader: EventReader, data: bytes) -> list:
+        held.append(len(reader._pending))
+        return feed(reader, data)
+
+    taken: list[int] = []  # the bytes given back to be read again as a run
+    take_back = EventReader.take_back
+
+    def given_back(reader: EventReader) -> bytes:
+        started = take_back(reader)
+        taken.append(len(started))
+        return started
+
+    monkeypatch.setattr(EventReader, "feed", watched)
+    monkeypatch.setattr(EventReader, "take_back", given_back)
+    piece, fed = b"x" * (16 << 10), 0
+    while not translation.closed:
+        translation.feed(piece)
+        fed += len(piece)
+    assert MAX_EVENT_BYTES <= fed <= MAX_EVENT_BYTES + len(piece)
+    assert sum(held) + sum(taken) <= 2 * fed
 
 
 @pytest.mark.parametrize(("source", "caller"), DIRECTIONS)
