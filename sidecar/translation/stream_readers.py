@@ -175,13 +175,13 @@ def _reasoning(parts: list[Part], found: list[StreamEvent]) -> None:
 
 # The kinds of a template's slots, the places its events differ in.
 _TEXT, _FREE, _NUMBER = 0, 1, 2
-# A slot: the template's bytes after its value and their length, its kind, and how much of
-# what is around its value it is taken with (a text's quotes: texts go out as JSON strings).
-_Slot = tuple[Any, int, int, int]
+# A slot: the template's payload after its value (up to the next value or the end), its kind.
+_Slot = tuple[str, int]
 # A slot of a run before the event's last: what is searched for to find its value's end (the
 # bytes after it, or their first when they are long: a long needle costs more to search
 # for than one byte and a comparison), the bytes after it, their length and how much of what
-# is around its value it is taken with; the last slot has no needle.
+# is around its value it is taken with (a text's quotes: texts go out as JSON strings); the
+# last slot has no needle.
 _RunSlot = tuple[bytes, bytes, int, int]
 _LastSlot = tuple[bytes, int, int]
 # A run's layout: the head, the slots, the text's among them, and each other value's with the
@@ -365,7 +365,7 @@ class _TextTemplate:
         head = payload[: places[0][0]]
         ends = [start for start, _, _ in places[1:]] + [len(payload)]
         slots = [
-            _slot(kind, payload[end:next_start])
+            (payload[end:next_start], kind)
             for (_, end, kind), next_start in zip(places, ends, strict=True)
         ]
         self._learn_read(head, slots)
@@ -379,11 +379,11 @@ class _TextTemplate:
         text_after = slots[0][0][1:]  # the bytes after the text's closing quote
         if len(slots) == 1:
             self._tail, self._text_end = text_after, -len(text_after)
-        elif len(slots) == 2 and slots[1][2] == _FREE and slots[1][0] == '"}':
+        elif slots[1:] == [('"}', _FREE)]:
             self._tail, self._text_end = text_after, 0
         else:
             return
-        if slots[0][2] == _TEXT:
+        if slots[0][1] == _TEXT:
             self._head, self._text_start = head[:-1], len(head) - 1
 
     def _places(
@@ -447,33 +447,28 @@ class _TextTemplate:
         return fits
 
 
-def _slot(kind: int, following: Any) -> _Slot:
-    return following, len(following), kind, int(kind == _TEXT)
-
-
 def _run_layout(head: str, slots: list[_Slot]) -> _RunLayout:
     """The template as runs read it. Values next to each other that are not the text are read
     as one, the bytes between them checked with them by one pattern: a search less per event
     (a Responses delta's ``obfuscation`` and ``sequence_number``)."""
-    values: list[tuple[bytes, int, bytes | None]] = []  # following, pad, pattern (text: None)
-    for following, _, kind, pad in slots:
+    values: list[tuple[bytes, bytes | None]] = []  # following, pattern (the text's: None)
+    for following, kind in slots:
         after = following.encode()
-        if kind != _TEXT and values and values[-1][2] is not None:
-            between, _, pattern = values[-1]
-            values[-1] = (after, 0, pattern + re.escape(between) + _VALUES[kind])
+        if kind != _TEXT and values and values[-1][1] is not None:
+            between, pattern = values[-1]
+            values[-1] = (after, pattern + re.escape(between) + _VALUES[kind])
         else:
-            values.append((after, pad, None if kind == _TEXT else _VALUES[kind]))
-    *inner, (after, last_pad, _) = values
+            values.append((after, None if kind == _TEXT else _VALUES[kind]))
+    *inner, (after, last_pattern) = values
     run_slots = tuple(
-        (f if len(f) <= _LONG_NEEDLE else f[:1], f, len(f), pad) for f, pad, _ in inner
+        (f if len(f) <= _LONG_NEEDLE else f[:1], f, len(f), int(pattern is None))
+        for f, pattern in inner
     )
-    text = next(index for index, (_, _, pattern) in enumerate(values) if pattern is None)
+    text = next(index for index, (_, pattern) in enumerate(values) if pattern is None)
     checks = tuple(
-        (index, _check(pattern))
-        for index, (_, _, pattern) in enumerate(values)
-        if pattern is not None
+        (index, _check(pattern)) for index, (_, pattern) in enumerate(values) if pattern is not None
     )
-    last = (after + b"\n\n", len(after) + 2, last_pad)
+    last = (after + b"\n\n", len(after) + 2, int(last_pattern is None))
     return head.encode(), run_slots, last, text, checks
 
 
