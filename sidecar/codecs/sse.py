@@ -86,11 +86,6 @@ class EventReader:
         self._data: list[str] = []
 
     @property
-    def at_event_start(self) -> bool:
-        """Nothing of an event is pending (and lines end in LF): the next byte fed starts one."""
-        return not self._pending and not self._by_line
-
-    @property
     def ends_lines_in_lf(self) -> bool:
         """No CR was seen: events are cut out of the bytes (``take_back`` gives them back)."""
         return not self._by_line
@@ -121,11 +116,14 @@ class EventReader:
             self._later = []
         return self._pending
 
-    def hold(self, start: bytes) -> None:
-        """``start``, fed at an event's start, holds no blank line nor CR: it completes no
-        event, and is only kept (what ``feed`` would do with it, without looking)."""
-        assert self.at_event_start
+    def hold(self, start: bytes) -> bool:
+        """Whether ``start``, fed at an event's start, completes no event (it holds no blank
+        line nor CR): then it is only kept, what ``feed`` would do with it, without looking."""
+        assert not self._pending and not self._by_line
+        if _CR in start or b"\n\n" in start:
+            return False
         self._pending = start
+        return True
 
     def feed(self, data: bytes) -> list[tuple[str | None, str]]:
         """The events ``data`` completes; ``NotUtf8`` (a ``ValueError``) at one that is not

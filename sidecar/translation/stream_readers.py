@@ -77,9 +77,10 @@ class StreamReader(ABC):
         """The start of an event read so far, given back to be read again with its rest."""
         return self._reader.take_back()
 
-    def hold(self, start: bytes) -> None:
-        """``start`` begins an event, at an event's start: it is read with its rest."""
-        self._reader.hold(start)
+    def hold(self, start: bytes) -> bool:
+        """Whether ``start``, at an event's start, only begins one: then it is read with its
+        rest (``EventReader.hold``)."""
+        return self._reader.hold(start)
 
     def completes_nothing(self, data: bytes) -> bool:
         """``data`` cannot complete the event begun (``EventReader.completes_nothing``)."""

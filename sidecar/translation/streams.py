@@ -39,8 +39,6 @@ _FIRST_EVENTS = 6
 first text, which teaches the reader its template, is the fifth event of a Responses stream
 (created, in progress, the item and its part added first)."""
 
-_CR = 0x0D  # b"\r", looked for as an int: no buffer of a bytes argument taken
-
 _READERS: dict[str, type[StreamReader]] = {
     "chat": ChatStreamReader,
     "messages": MessagesStreamReader,
@@ -131,9 +129,8 @@ class StreamTranslator:
         """Whether ``data``, after a run, is only the start of an event, now held to be read
         with its rest. Reading it through ``_feed`` would complete nothing, at several times the
         cost: most pieces end inside an event."""
-        if _CR in data or b"\n\n" in data or len(data) > MAX_EVENT_BYTES:
+        if len(data) > MAX_EVENT_BYTES or not self._reader.hold(data):
             return False
-        self._reader.hold(data)
         self._unfinished = len(data)
         return True
 
