@@ -2,6 +2,21 @@
 # On a normal machine the base is the official slim image; where no registry is reachable, pass a
 # locally built Python 3.11 image: --build-arg BASE_IMAGE=... (scripts/provision-docker.sh does).
 ARG BASE_IMAGE=python:3.11-slim
+
+# The project's wheel, built where a C compiler is: stream translation reads runs of text events
+# in compiled code (sidecar/translation/_text_runs.c). The image itself carries no compiler.
+FROM ${BASE_IMAGE} AS wheel
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && { python -c 'import os, sysconfig; os.stat(sysconfig.get_paths()["include"] + "/Python.h")' 2>/dev/null \
+      || apt-get install -y --no-install-recommends python3-dev; } \
+ && rm -rf /var/lib/apt/lists/*
+COPY pyproject.toml setup.py README.md /tmp/claw/
+COPY cli /tmp/claw/cli
+COPY compiler /tmp/claw/compiler
+COPY sidecar /tmp/claw/sidecar
+RUN pip wheel --no-deps --no-cache-dir -w /wheels /tmp/claw
+
 FROM ${BASE_IMAGE}
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -17,14 +32,11 @@ RUN python -c 'import tomllib; p = tomllib.load(open("/tmp/claw/pyproject.toml",
  && pip install -r /tmp/claw/requirements.txt \
  && rm -rf /tmp/claw
 
-# The project itself, non-editable; the source tree does not stay in the image.
-COPY pyproject.toml README.md /tmp/claw/
-COPY cli /tmp/claw/cli
-COPY compiler /tmp/claw/compiler
-COPY sidecar /tmp/claw/sidecar
+# The project itself, from its wheel; the source tree does not stay in the image.
+COPY --from=wheel /wheels /tmp/wheels
 COPY scripts/sidecar-entrypoint.sh /usr/local/bin/sidecar-entrypoint
-RUN pip install --no-deps /tmp/claw \
- && rm -rf /tmp/claw \
+RUN pip install --no-deps /tmp/wheels/*.whl \
+ && rm -rf /tmp/wheels \
  && useradd --system --uid 10001 --user-group --home-dir /var/lib/claw --no-create-home claw \
  && install -d -o claw -g claw -m 0750 /var/lib/claw
 

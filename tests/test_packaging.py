@@ -1,4 +1,5 @@
-"""The wheel installs one top-level package, ``clawpod``, holding every package of the tree."""
+"""The wheel installs one top-level package, ``clawpod``, holding every package of the tree and
+its compiled module."""
 
 from __future__ import annotations
 
@@ -51,6 +52,8 @@ def test_the_wheel_holds_only_clawpod(tmp_path: Path) -> None:
     assert {t for t in tops if not t.endswith(".dist-info")} == {"clawpod"}
     assert "clawpod/sidecar/__main__.py" in names
     assert "clawpod/compiler/output/templates/CONTEXT.md.j2" in names
+    # Stream translation's compiled run reader (setup.py builds it).
+    assert any(n.startswith("clawpod/sidecar/translation/_text_runs.cpython-") for n in names)
     # The operator console's pages, style and script ship in the wheel (no build step).
     assets = (REPO / "sidecar/server/console_assets").iterdir()
     for asset in assets:

@@ -13,7 +13,6 @@ lists.
 from __future__ import annotations
 
 import itertools
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +23,7 @@ from ..codecs.base import as_int
 from ..codecs.sse import EventReader, NotUtf8
 from ..model.conversation import CodecError
 from . import chat, messages, responses
+from ._text_runs import FREE, NUMBER, RunReader
 from .ir import Part, Stop, Usage
 from .stream_events import (
     CallArguments,
@@ -174,26 +174,13 @@ def _reasoning(parts: list[Part], found: list[StreamEvent]) -> None:
     found += [Reasoning(p) for p in parts if p["type"] == "reasoning"]
 
 
-# The kinds of a template's slots, the places its events differ in.
-_TEXT, _FREE, _NUMBER = 0, 1, 2
+# The kinds of a template's slots, the places its events differ in: the text, a plain string and
+# an integer (the compiled run reader's kinds).
+_TEXT = 0
+_FREE, _NUMBER = FREE, NUMBER
 # A slot: the template's payload after its value (up to the next value or the end), its kind.
 _Slot = tuple[str, int]
-# A slot of a run before the event's last: what is searched for to find its value's end (the
-# bytes after it, or their first when they are long: a long needle costs more to search
-# for than one byte and a comparison), the bytes after it, their length and how much of what
-# is around its value it is taken with (a text's quotes: texts go out as JSON strings); the
-# last slot has no needle.
-_RunSlot = tuple[bytes, bytes, int, int]
-_LastSlot = tuple[bytes, int, int]
-# A run's layout: the head, the slots, the text's among them, and each other value's with the
-# pattern that checks it.
-_Check = tuple[int, re.Pattern[bytes] | None]  # None: a free string alone
-_RunLayout = tuple[bytes, tuple[_RunSlot, ...], _LastSlot, int, tuple[_Check, ...]]
-_LONG_NEEDLE = 32
 _PROBE = "probe"
-# What a run checks a value that is not the text against: a free string's content (no quote,
-# escape or control character), an integer as JSON writes it.
-_VALUES = {_FREE: rb'[^"\\\x00-\x1f]*', _NUMBER: rb"(?:0|[1-9][0-9]*)"}
 
 
 class _TextTemplate:
@@ -221,7 +208,8 @@ class _TextTemplate:
         "_learns",
         "_numbered",
         "_prefix",
-        "_run_layout",
+        "_run_head",
+        "_runs",
         "_tail",
         "_text_end",
         "_text_start",
@@ -234,7 +222,8 @@ class _TextTemplate:
         self._tail = ""  # after the text; with a free field, up to its value's opening quote
         self._text_start = 0  # len(head)
         self._text_end = 0  # -len(tail), or 0 with a free field
-        self._run_layout: _RunLayout | None = None
+        self._runs: RunReader | None = None
+        self._run_head = b""  # the payload up to the runs' first value
         self._learns = 3  # templates it may still learn before one matches
         self._prefix = b"\0"  # a run's events' start, their event line included: none yet
 
@@ -266,76 +255,33 @@ class _TextTemplate:
 
     @property
     def reads_runs(self) -> bool:
-        return self._run_layout is not None
+        return self._runs is not None
 
     def read_run(self, data: bytes) -> tuple[list[bytes], int, int]:
         """The events at the start of ``data`` that ``read`` would read, as one run: the
         non-empty texts among them as orjson writes them (JSON string literals, quotes
         included), how many events they are and the bytes they take. For the run of text
-        events a stream mostly is, with bytes searches over the whole piece and no event cut,
-        decoded or parsed on its own; the whole run is checked at once (no control character,
-        valid UTF-8, plain free values, integers), and one that fails is left to ``read``,
-        event by event."""
-        layout = self._run_layout
-        if layout is None or not data:
+        events a stream mostly is: read in compiled code (``_text_runs.c``), every event's
+        values checked there (no control character, valid UTF-8, plain free values, integers);
+        a run that fails is left to ``read``, event by event."""
+        runs = self._runs
+        if runs is None or not data:
             return [], 0, 0
         prefix = self._prefix  # the last run's
         if not data.startswith(prefix):
-            prefix = self._run_prefix(data, layout[0])
+            prefix = self._run_prefix(data, self._run_head)
             if prefix is None:
                 return [], 0, 0  # another event, or the rest of one (after each run of a piece)
-        _, inner, (last, last_skip, last_pad), text, checks = layout
-        found: list[bytes] = []  # each event's values, slot after slot
-        keep = found.append
-        find, starts, skip_head = data.find, data.startswith, len(prefix)
-        events = pos = 0
-        while starts(prefix, pos):
-            at = pos + skip_head
-            for stop, following, skip, pad in inner:
-                end = find(stop, at)
-                if end < 0 or (stop is not following and not starts(following, end)):
-                    break  # another event, or the piece ends inside this one
-                keep(data[at - pad : end + pad])
-                at = end + skip
-            else:
-                end = find(last, at)  # the event's end
-                if end >= 0:
-                    keep(data[at - last_pad : end + last_pad])
-                    events += 1
-                    pos = end + last_skip
-                    continue
-            break
-        if not events:
+        run = runs.read(data, prefix)
+        if run is None:
             return [], 0, 0
-        width = len(inner) + 1
-        if len(found) > events * width:
-            del found[events * width :]  # the values of an event the piece cuts
-        for index, check in checks:
-            if check is None:  # a free string alone: its bytes checked at once
-                values = b"".join(found[index::width])
-                if values.translate(None, _UNPLAIN) != values:
-                    return [], 0, 0
-            else:
-                values = b"\n".join(found[index::width])
-                if not check.fullmatch(values):
-                    return [], 0, 0
-            if not (values.isascii() or _utf8(values)):
-                return [], 0, 0
-        texts = found[text::width] if width > 1 else found
-        joined = _plain_texts(texts)
-        if joined is None:
-            return [], 0, 0
-        if _BACKSLASH in joined or joined.count(b'"') != 2 * events:
-            checked = _as_orjson_writes(texts)
-            if checked is None:
-                return [], 0, 0
-            texts = checked
-        if b'""' in texts:  # an empty text makes no event
-            texts = [text for text in texts if text != b'""']
-            if not texts:
+        texts, events, used, escaped = run
+        if escaped:
+            texts = _as_orjson_writes(texts)
+            if texts is None:
                 return [], 0, 0
         self._learns = 3
-        return texts, events, pos
+        return texts, events, used
 
     def _run_prefix(self, data: bytes, head: bytes) -> bytes | None:
         """What the events of a run ``data`` starts with start with: the first one's event
@@ -358,7 +304,7 @@ class _TextTemplate:
             return
         self._learns -= 1
         if not self._learns:  # the templates learnt never matched: read every event whole
-            self._head = self._run_layout = None
+            self._head = self._runs = None
             return
         places = self._places(payload, event, holder[key], key)
         if places is None or not self._probe_fits(payload, places, event, holder, key):
@@ -371,7 +317,8 @@ class _TextTemplate:
         ]
         self._learn_read(head, slots)
         self._prefix = b"\0"
-        self._run_layout = _run_layout(head, slots)
+        self._run_head = head.encode()
+        self._runs = _run_reader(slots)
 
     def _learn_read(self, head: str, slots: list[_Slot]) -> None:
         """``read``'s head and tail (before and after the text's quotes), for a text last or
@@ -448,59 +395,25 @@ class _TextTemplate:
         return fits
 
 
-def _run_layout(head: str, slots: list[_Slot]) -> _RunLayout:
+def _run_reader(slots: list[_Slot]) -> RunReader:
     """The template as runs read it. Values next to each other that are not the text are read
-    as one, the bytes between them checked with them by one pattern: a search less per event
-    (a Responses delta's ``obfuscation`` and ``sequence_number``)."""
-    values: list[tuple[bytes, bytes | None]] = []  # following, pattern (the text's: None)
+    as one, the bytes between them checked with them: a search less per event (a Responses
+    delta's ``obfuscation`` and ``sequence_number``)."""
+    values: list[tuple[bytes, tuple[int | bytes, ...] | None]] = []  # following, spec
     for following, kind in slots:
         after = following.encode()
-        if kind != _TEXT and values and values[-1][1] is not None:
-            between, pattern = values[-1]
-            values[-1] = (after, pattern + re.escape(between) + _VALUES[kind])
+        spec = values[-1][1] if values and kind != _TEXT else None
+        if spec is not None:
+            between = values[-1][0]
+            values[-1] = (after, (*spec, between, kind))
         else:
-            values.append((after, None if kind == _TEXT else _VALUES[kind]))
-    *inner, (after, last_pattern) = values
-    run_slots = tuple(
-        (f if len(f) <= _LONG_NEEDLE else f[:1], f, len(f), int(pattern is None))
-        for f, pattern in inner
-    )
-    text = next(index for index, (_, pattern) in enumerate(values) if pattern is None)
-    checks = tuple(
-        (index, _check(pattern)) for index, (_, pattern) in enumerate(values) if pattern is not None
-    )
-    last = (after + b"\n\n", len(after) + 2, int(last_pattern is None))
-    return head.encode(), run_slots, last, text, checks
-
-
-def _check(pattern: bytes) -> re.Pattern[bytes] | None:
-    """What checks a run's values of one slot joined by line ends (none holds one): the
-    pattern, each value whole; None for a free string alone (its bytes are checked at once)."""
-    if pattern == _VALUES[_FREE]:
-        return None
-    return re.compile(pattern + rb"(?:\n" + pattern + rb")*")
+            values.append((after, None if kind == _TEXT else (kind,)))
+    return RunReader(tuple(values))
 
 
 def _plain(value: str) -> bool:
     """A JSON string's content that needs no escape: read as it stands."""
     return '"' not in value and "\\" not in value and value.isprintable()
-
-
-# A byte looked for as an int: ``in`` finds an int in bytes without taking a buffer of a
-# bytes argument first (a tenth of the time, on every run).
-_BACKSLASH = 0x5C
-# Bytes a JSON string never holds as they are; and those a plain one holds neither.
-_CONTROLS = bytes(range(0x20))
-_UNPLAIN = _CONTROLS + b'"\\'
-
-
-def _plain_texts(texts: list[bytes]) -> bytes | None:
-    """A run's texts joined, if they hold no raw control character and are valid UTF-8, all
-    checked at once; None if not."""
-    joined = b"".join(texts)
-    if joined.translate(None, _CONTROLS) != joined or not (joined.isascii() or _utf8(joined)):
-        return None
-    return joined
 
 
 def _utf8(data: bytes) -> bool:
@@ -513,7 +426,8 @@ def _utf8(data: bytes) -> bool:
 
 def _as_orjson_writes(texts: list[bytes]) -> list[bytes] | None:
     """A run's texts as orjson writes them (escapes its own way), or None if one is not a
-    JSON string: a bad escape, or a text found to end past its own (it holds its quote)."""
+    JSON string: a bad escape, or a text found to end past its own (it holds its quote).
+    Texts with neither escape nor quote of their own are kept as they are."""
     try:
         return [
             orjson.dumps(orjson.loads(t)) if b"\\" in t or t.count(b'"') != 2 else t for t in texts

@@ -443,3 +443,12 @@ async def test_a_stream_without_usage_is_estimated_from_its_events_however_read(
     for record in pod.audit("plain"):
         assert record["usage"]["estimated"] is True
         assert record["usage"]["output_tokens"] == len(events)
+
+
+def test_free_values_each_bad_utf8_alone_read_alike():
+    """Each free value is checked alone: two values whose bytes are bad UTF-8 alone but good
+    together (``\\xc3`` then ``\\xa9``) fail the stream as the events read whole do."""
+    chunks = plain_chunks(12, obfuscation="OBF")
+    chunks[5] = chunks[5].replace(b'"OBF"', b'"\xc3"')
+    chunks[6] = chunks[6].replace(b'"OBF"', b'"\xa9"')
+    assert_read_alike([CHAT_START, *chunks, DONE], "chat", "messages")
