@@ -4,6 +4,7 @@
     .venv/bin/python -m bench.ab main --workload anthropic_json --reps 8 --concurrency 64
     .venv/bin/python -m bench.ab 75130f8 --whole   # the mediated targets of SPEC §19
     .venv/bin/python -m bench.ab main --workload anthropic_json anthropic_to_chat_json
+    .venv/bin/python -m bench.ab main --workload openai_sse chat_to_messages_sse --paced 1
 
 Both sidecars serve the same build against the same stubs; wrk cells alternate between them
 (the order flips every round) so both see the same machine noise. Prints each side's median
@@ -18,6 +19,12 @@ bare aiohttp forwarder's pass-through cells of the same run (SPEC §19 sets pass
 throughput against it). ``--floor`` measures those forwarder cells beside any run that has
 ``openai_json``.
 
+``--paced MS`` has the upstream pause after each chunk of a stream, as a model streaming at its
+own pace does: each side then reads each event on its own. Without it the upstream sends a
+stream at once, and how many pieces a sidecar reads it in depends on its own speed (a slower
+one reads fewer, larger pieces, and spends less in the kernel), which moves a stream's cell by
+more than a translation costs.
+
 ``--own-builds`` gives each side a build its own tree writes (its ``bench/run.py``
 ``write_bench_build``), for a base whose sidecar cannot read this tree's build, such as the
 commit an issue's targets were measured on. Workloads whose agent the base's build lacks are
@@ -27,6 +34,7 @@ measured for this side only.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -166,12 +174,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=6, help="cells per side")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--duration", type=int, default=3, help="seconds per cell")
+    parser.add_argument(
+        "--paced",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="the upstream pauses MS ms after each stream chunk: both sides read one event a piece",
+    )
     args = parser.parse_args(argv)
     workloads = WHOLE if args.whole else tuple(dict.fromkeys(args.workload))
 
     settings = Settings.from_args(
         argparse.Namespace(quick=False, duration=args.duration, litellm=False)
     )
+    settings = dataclasses.replace(settings, stream_pause_ms=args.paced)
     cells: dict[str, dict[str, list[dict]]] = {w: {"base": [], "this": []} for w in workloads}
     floor: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="clawpod-ab-") as scratch:

@@ -82,6 +82,7 @@ class Settings:
     stream_clients: int
     compile_size: tuple[int, int, int]
     litellm: bool
+    stream_pause_ms: float = 0.0  # the upstream's pause after each stream chunk (bench.ab --paced)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Settings:
@@ -173,9 +174,10 @@ class Bench:
 
     def start(self) -> None:
         python = sys.executable
-        self.upstream = self._start(
-            "upstream", [python, "-m", "bench.upstream", "--port", "{port}"], cwd=REPO
-        )
+        upstream = [python, "-m", "bench.upstream", "--port", "{port}"]
+        if self.settings.stream_pause_ms:
+            upstream += ["--pause-ms", str(self.settings.stream_pause_ms)]
+        self.upstream = self._start("upstream", upstream, cwd=REPO)
         self.tools = self._start(
             "tools", [python, "-m", "bench.toolservice", "--port", "{port}"], cwd=REPO
         )

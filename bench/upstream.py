@@ -14,7 +14,9 @@ The model name scripts the conversation:
   once. Time to first byte then measures how fast a proxy relays the first chunk, not how long
   it waits for CPU while the stub bursts the other 199 (as a real model, which spaces its
   chunks, never does).
-- anything else: answer with text at once.
+- anything else: answer with text at once, or, when the stub runs with ``--pause-ms N``, pause
+  N ms after each chunk of every stream (a model streaming at its own pace: a proxy then reads
+  each event on its own, the same way for every proxy, however fast it is).
 The Responses route answers text only (the bench translates to it; it scripts no rounds).
 """
 
@@ -305,19 +307,20 @@ def responses_stream(model: str) -> tuple[bytes, ...]:
 # --- handlers -----------------------------------------------------------------------------
 
 
-def _pacing(model: str) -> tuple[float, float]:
-    """(pause after the first chunk, pause after each later chunk) in seconds."""
+def _pacing(model: str, pause: float) -> tuple[float, float]:
+    """(pause after the first chunk, pause after each later chunk) in seconds; ``pause``: the
+    stub's own, for every other model."""
     if model.endswith("-slow"):
         return SLOW_CHUNK_INTERVAL_S, SLOW_CHUNK_INTERVAL_S
     if model.endswith("-gap"):
         return FIRST_CHUNK_GAP_S, 0.0
-    return 0.0, 0.0
+    return pause, pause
 
 
 async def _stream(
     request: web.Request, chunks: tuple[bytes, ...], model: str
 ) -> web.StreamResponse:
-    first_pause, pause = _pacing(model)
+    first_pause, pause = _pacing(model, request.app[PAUSE])
     response = web.StreamResponse(headers=SSE_HEADERS)
     await response.prepare(request)
     for index, chunk in enumerate(chunks):
@@ -378,8 +381,13 @@ async def models(_: web.Request) -> web.Response:
     return _json(orjson.dumps(listing))
 
 
-def make_app() -> web.Application:
+PAUSE = web.AppKey("pause", float)
+
+
+def make_app(pause_s: float = 0.0) -> web.Application:
+    """The stub; ``pause_s``: the pause after each chunk of a stream (``_pacing``)."""
     app = web.Application(client_max_size=64 * 1024 * 1024)
+    app[PAUSE] = pause_s
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/chat/completions", chat_completions)
     app.router.add_post("/v1/messages", messages)
@@ -389,8 +397,10 @@ def make_app() -> web.Application:
 
 
 def main() -> None:
-    args = host_port_args("Instant LLM upstream stub (OpenAI and Anthropic routes).").parse_args()
-    serve(make_app(), TrafficCounter(), args.host, args.port)
+    parser = host_port_args("Instant LLM upstream stub (OpenAI and Anthropic routes).")
+    parser.add_argument("--pause-ms", type=float, default=0.0, help="after each stream chunk")
+    args = parser.parse_args()
+    serve(make_app(args.pause_ms / 1000), TrafficCounter(), args.host, args.port)
 
 
 if __name__ == "__main__":
