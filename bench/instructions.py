@@ -3,6 +3,7 @@
     .venv/bin/python -m bench.instructions anthropic anthropic_to_chat       # 200 requests each
     .venv/bin/python -m bench.instructions openai chat_to_messages --requests 100 --stream
     .venv/bin/python -m bench.instructions mediated_r1_distinct destructive_r1_distinct
+    .venv/bin/python -m bench.instructions openai chat_to_messages --stream --paced 5 --warm 3
 
 CPU time on a shared two-core machine moves by more than a translation costs (bench.ab reads
 ±0.03 ms run to run), so differences of a few microseconds cannot be seen there. Here the
@@ -14,7 +15,10 @@ sidecar alone, repeatable to about 1 %. Kernel time (sockets, fsync) is not in t
 ranks changes to Python code; bench.ab still says what a request costs. Workloads are
 ``bench.trip``'s (the caller's protocol and the model's provider, pass-through) and the mediated
 ones of ``MEDIATED`` (one tool round, read-only or journaled, each request its own); the first is
-the base the others are shown over. Needs valgrind (the Debian package); the sidecar starts in
+the base the others are shown over. ``--paced MS`` has the upstream pause after each chunk of a
+stream (``bench.ab --paced``): the sidecar reads each event on its own, as from a model streaming
+at its pace, where an instant upstream lets it read a stream in the few large pieces its speed
+under valgrind makes. Needs valgrind (the Debian package); the sidecar starts in
 about a minute under it.
 """
 
@@ -39,7 +43,6 @@ from bench.run import PROVIDER_KEYS, sidecar_command, write_bench_build
 from bench.trip import WORKLOADS, _serve, request_for
 from clawpod.sidecar.audit.log import AUDIT_KEY_ENV
 
-WARM_REQUESTS = 30
 # Mediated workloads (bench.ab's names) -> their agent: one OpenAI request with one tool round,
 # read-only or with side effects (journaled), each request its own (not a retry of the last).
 MEDIATED = {
@@ -72,9 +75,12 @@ async def _wait_ready(client: aiohttp.ClientSession, url: str, sidecar: subproce
     raise RuntimeError("the sidecar did not start")
 
 
-async def measure(workloads: list[str], requests: int, stream: bool) -> dict[str, float]:
-    """Instructions per request of each workload, in order, on one sidecar."""
-    stubs = [await _serve(upstream.make_app()), await _serve(toolservice.make_app())]
+async def measure(
+    workloads: list[str], requests: int, stream: bool, pause_s: float = 0.0, warm: int = 30
+) -> dict[str, float]:
+    """Instructions per request of each workload, in order, on one sidecar, after ``warm``
+    requests of each; ``pause_s``: the upstream's after each stream chunk."""
+    stubs = [await _serve(upstream.make_app(pause_s)), await _serve(toolservice.make_app())]
     scratch = Path(tempfile.mkdtemp(prefix="clawpod-instructions-"))
     out = scratch / "callgrind.out"
     tokens = write_bench_build(scratch / "build", stubs[0][1], stubs[1][1])
@@ -95,7 +101,7 @@ async def measure(workloads: list[str], requests: int, stream: bool) -> dict[str
             await _wait_ready(client, url, sidecar)
             asks = {name: _asker(client, url, tokens, name, stream) for name in workloads}
             for ask in asks.values():
-                for _ in range(WARM_REQUESTS):
+                for _ in range(warm):
                     await ask()
             for name, ask in asks.items():
                 _control("--zero", str(sidecar.pid))
@@ -141,11 +147,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("workloads", nargs="+", choices=[*WORKLOADS, *MEDIATED], metavar="WORKLOAD")
     parser.add_argument("--requests", type=int, default=200, help="requests per workload")
     parser.add_argument("--stream", action="store_true", help="the client streams")
+    parser.add_argument(
+        "--paced", type=float, default=0.0, metavar="MS", help="upstream pause per stream chunk"
+    )
+    parser.add_argument("--warm", type=int, default=30, help="warm-up requests per workload")
     args = parser.parse_args(argv)
     if not (shutil.which("valgrind") and shutil.which("callgrind_control")):
         print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
         return 2
-    found = asyncio.run(measure(args.workloads, args.requests, args.stream))
+    found = asyncio.run(
+        measure(args.workloads, args.requests, args.stream, args.paced / 1000, args.warm)
+    )
     base = found[args.workloads[0]]
     for name, count in found.items():
         over = "" if name == args.workloads[0] else f"  ({(count - base) / 1000:+.1f}k over)"
