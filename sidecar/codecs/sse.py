@@ -53,10 +53,14 @@ def pieces(text: str, size: int) -> Iterator[str]:
 
 
 class NotUtf8(ValueError):
-    """A stream's event is not UTF-8; ``events``: those the same bytes completed before it."""
+    """A stream's event is not UTF-8; ``events``: those the same bytes completed before it. It
+    names the first bad byte alone: the decoder's position and reason are those of whatever
+    slice was decoded (a line, an event, a piece's events), which depends on how the stream
+    was cut into pieces."""
 
-    def __init__(self, message: str, events: list[tuple[str | None, str]]) -> None:
-        super().__init__(message)
+    def __init__(self, error: UnicodeDecodeError, events: list[tuple[str | None, str]]) -> None:
+        byte = error.object[error.start]
+        super().__init__(f"an event is not UTF-8 (at a byte 0x{byte:02x})")
         self.events = events
 
 
@@ -132,7 +136,7 @@ class EventReader:
         try:
             return self._feed(data, events)
         except UnicodeDecodeError as exc:
-            raise NotUtf8(str(exc), events) from None
+            raise NotUtf8(exc, events) from None
 
     def _feed(
         self, data: bytes, events: list[tuple[str | None, str]]
@@ -177,7 +181,14 @@ class EventReader:
         return events
 
     def finish(self) -> list[tuple[str | None, str]]:
+        """What the end of the stream completes; ``NotUtf8`` as ``feed``."""
         events: list[tuple[str | None, str]] = []
+        try:
+            return self._finish(events)
+        except UnicodeDecodeError as exc:
+            raise NotUtf8(exc, events) from None
+
+    def _finish(self, events: list[tuple[str | None, str]]) -> list[tuple[str | None, str]]:
         self._whole_pending()
         if not self._by_line:
             self._lines(self._pending.decode("utf-8"), events)

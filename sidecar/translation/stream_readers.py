@@ -103,20 +103,23 @@ class StreamReader(ABC):
         """The events these bytes complete, up to a malformed one (then ``malformed``)."""
         try:
             events = self._reader.feed(data)
-        except NotUtf8 as exc:  # the events before it stand, however the bytes were cut
-            found = self._read(exc.events)
-            self.malformed = self.malformed or str(exc)
-            return found
+        except NotUtf8 as exc:
+            return self._up_to(exc)
         return self._read(events)
 
     def finish(self) -> list[StreamEvent]:
         """What the end of the stream completes."""
         try:
             events = self._reader.finish()
-        except ValueError as exc:
-            self.malformed = str(exc)
-            return []
+        except NotUtf8 as exc:
+            return self._up_to(exc)
         return self._read(events)
+
+    def _up_to(self, not_utf8: NotUtf8) -> list[StreamEvent]:
+        """The events before one that is not UTF-8: they stand, however the bytes were cut."""
+        found = self._read(not_utf8.events)
+        self.malformed = self.malformed or str(not_utf8)
+        return found
 
     def _read(self, events: list[tuple[str | None, str]]) -> list[StreamEvent]:
         found: list[StreamEvent] = []

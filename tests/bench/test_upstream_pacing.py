@@ -20,9 +20,9 @@ def test_a_paced_stub_pauses_every_stream_but_the_models_that_script_their_own()
 async def stream_of(pause_s: float) -> bytes:
     body = {"model": "gpt-bench", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
     async with TestServer(upstream.make_app(pause_s)) as server, aiohttp.ClientSession() as http:
-        async with http.post(server.make_url("/v1/chat/completions"), json=body) as response:
-            assert response.status == 200
-            return await response.read()
+        response = await http.post(server.make_url("/v1/chat/completions"), json=body)
+        assert response.status == 200
+        return await response.read()
 
 
 async def test_a_paced_stream_carries_the_instant_streams_bytes():

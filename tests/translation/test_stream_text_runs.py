@@ -248,6 +248,16 @@ def test_cr_line_ends_read_alike():
     assert_read_alike(crlf, "chat", "messages")
 
 
+def test_bad_utf8_fails_a_stream_alike_however_it_is_cut():
+    """The failure names the bad byte, not its place in whatever was decoded, which moved with
+    the pieces and with the events read as runs (a CR after it in the same piece has the reader
+    decode the piece line by line)."""
+    chunks = plain_chunks(12, obfuscation="xY3k")
+    chunks[5] = chunks[5].replace(b'"xY3k"', b'"xY3k\xff')
+    chunks[6] = chunks[6].replace(b'"xY3k"', b'"xY3k\r')
+    assert_read_alike([b"".join([CHAT_START, *chunks, DONE])], "chat", "messages")
+
+
 def test_empty_texts_and_calls_between_runs_read_alike():
     call = chat_chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f"}}]})
     args = chat_chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"a":1}'}}]})
@@ -452,3 +462,44 @@ def test_free_values_each_bad_utf8_alone_read_alike():
     chunks[5] = chunks[5].replace(b'"OBF"', b'"\xc3"')
     chunks[6] = chunks[6].replace(b'"OBF"', b'"\xa9"')
     assert_read_alike([CHAT_START, *chunks, DONE], "chat", "messages")
+
+
+BENCH_STREAMS = {
+    "chat": upstream.openai_stream("m", True),
+    "messages": upstream.anthropic_stream("m"),
+    "responses": upstream.responses_stream("m"),
+}
+HOSTILE_BYTES = b'"\\\x00\x01\n\r\xff\xc3\xa90159-}{:,. e'
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.sampled_from(sorted(BENCH_STREAMS)),
+    st.lists(
+        st.tuples(
+            st.integers(0, 1 << 20),
+            st.integers(-4, 4),
+            st.sampled_from(HOSTILE_BYTES),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    st.sampled_from(["chat", "messages", "responses"]),
+)
+def test_a_run_with_any_bytes_changed_reads_alike(
+    target: str, changes: list[tuple[int, int, int, bool]], caller: str
+):
+    """A hostile provider's run, a few bytes replaced or inserted near a quote, where values
+    start and end (a quote, an escape, a control character, bad UTF-8, a digit, a sign, JSON
+    punctuation): the stream translates as when every event is parsed whole, whatever the
+    compiled reader finds in it."""
+    if caller == target:
+        caller = "chat" if target != "chat" else "messages"
+    events = BENCH_STREAMS[target]
+    stream = bytearray(b"".join([*events[:24], *events[-4:]]))
+    quotes = [at for at, byte in enumerate(stream) if byte == ord('"')]
+    for quote, offset, byte, insert in changes:
+        at = min(max(quotes[quote % len(quotes)] + offset, 0), len(stream) - 1)
+        stream[at : at + (not insert)] = bytes([byte])
+    assert_read_alike([bytes(stream)], target, caller)
