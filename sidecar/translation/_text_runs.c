@@ -36,8 +36,8 @@
 #define KIND_NUMBER 2
 #define MAX_VALUES 8
 #define MAX_PARTS 15
-/* A following part longer than this is found by its first byte, then compared: a long needle
- * costs more to search for (as stream_readers._LONG_NEEDLE says). */
+/* Bytes after a value longer than this are found by their first byte, then compared: a long
+ * needle costs more to search for than one byte and a comparison. */
 #define LONG_NEEDLE 32
 
 typedef struct {
