@@ -43,6 +43,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 from bench.processes import free_port
@@ -104,6 +105,25 @@ OVER = {
     TRANSLATED_SSE: ("anthropic_sse", None),
     **{name: (_pass_through_of(name), None) for name in OTHER_DIRECTIONS},
 }
+
+
+def build_compiled_modules(tree: Path, scratch: Path) -> None:
+    """The tree's compiled modules (``setup.py``), built as its wheel builds them and put in
+    place beside their sources: a worktree of a commit holds only the sources (this tree's own
+    are built by its install, ``scripts/setup.sh``)."""
+    if not (tree / "setup.py").exists():
+        return  # a commit from before the project compiled anything
+    wheel_dir = scratch / "wheel"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheel_dir), str(tree)],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = wheel_dir.glob("clawpod-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        for name in archive.namelist():
+            if name.endswith(".so"):  # the package is the tree's root
+                (tree / name.removeprefix("clawpod/")).write_bytes(archive.read(name))
 
 
 def packages_for(bench: Bench, label: str, tree: Path) -> Path:
@@ -197,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
             check=True,
             capture_output=True,
         )
+        build_compiled_modules(base_tree, Path(scratch))
         bench = Bench(settings, Path(scratch) / "work")
         try:
             bench.start()
