@@ -177,10 +177,9 @@ def _reasoning(parts: list[Part], found: list[StreamEvent]) -> None:
     found += [Reasoning(p) for p in parts if p["type"] == "reasoning"]
 
 
-# The kinds of a template's slots, the places its events differ in: the text, a plain string and
-# an integer (the compiled run reader's kinds).
+# The kinds of a template's slots, the places its events differ in: the text, and the compiled
+# run reader's two others, FREE (a plain string) and NUMBER (an integer).
 _TEXT = 0
-_FREE, _NUMBER = FREE, NUMBER
 # A slot: the template's payload after its value (up to the next value or the end), its kind.
 _Slot = tuple[str, int]
 _PROBE = "probe"
@@ -330,7 +329,7 @@ class _TextTemplate:
         text_after = slots[0][0][1:]  # the bytes after the text's closing quote
         if len(slots) == 1:
             self._tail, self._text_end = text_after, -len(text_after)
-        elif slots[1:] == [('"}', _FREE)]:
+        elif slots[1:] == [('"}', FREE)]:
             self._tail, self._text_end = text_after, 0
         else:
             return
@@ -346,17 +345,17 @@ class _TextTemplate:
         fields = [(key, orjson.dumps(text).decode(), _TEXT)]
         free = event.get(self._free) if self._free else None
         if type(free) is str and _plain(free):
-            fields.append((self._free, f'"{free}"', _FREE))
+            fields.append((self._free, f'"{free}"', FREE))
         number = event.get(self._numbered) if self._numbered else None
         if type(number) is int:
-            fields.append((self._numbered, str(number), _NUMBER))
+            fields.append((self._numbered, str(number), NUMBER))
         places = []
         for name, literal, kind in fields:
             start = payload.find(f'"{name}":{literal}')
             if start < 0:  # written otherwise than orjson writes it (escapes, spaces)
                 return None
             start += len(name) + 3
-            pad = int(kind != _NUMBER)
+            pad = int(kind != NUMBER)
             places.append((start + pad, start + len(literal) - pad, kind))
         places.sort()
         if any(a[1] >= b[0] for a, b in itertools.pairwise(places)):
@@ -375,8 +374,8 @@ class _TextTemplate:
         text = holder[key]
         probes = {
             _TEXT: _PROBE if text != _PROBE else _PROBE * 2,
-            _FREE: _PROBE if event.get(self._free or "") != _PROBE else _PROBE * 2,
-            _NUMBER: str(as_int(event.get(self._numbered or "")) + 1),
+            FREE: _PROBE if event.get(self._free or "") != _PROBE else _PROBE * 2,
+            NUMBER: str(as_int(event.get(self._numbered or "")) + 1),
         }
         pieces, at = [], 0
         for start, end, kind in places:
@@ -389,10 +388,10 @@ class _TextTemplate:
         holder[key] = probes[_TEXT]
         expected = dict(event)
         kinds = {kind for _, _, kind in places}
-        if _FREE in kinds:
-            expected[self._free] = probes[_FREE]
-        if _NUMBER in kinds:
-            expected[self._numbered] = int(probes[_NUMBER])
+        if FREE in kinds:
+            expected[self._free] = probes[FREE]
+        if NUMBER in kinds:
+            expected[self._numbered] = int(probes[NUMBER])
         fits = probe == expected
         holder[key] = text
         return fits
