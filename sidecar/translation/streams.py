@@ -100,8 +100,8 @@ class StreamTranslator:
         frames = b""
         while data and not self._writer.closed:
             if self._runs:
-                if self._unfinished and self._more_of_one(data):
-                    break
+                if self._unfinished and self._reader.completes_nothing(data):
+                    break  # only more of the event begun: kept with it, not read again
                 data = self._taken_back(data)
                 texts, used = self._reader.read_text_run(data)
                 if texts:
@@ -119,11 +119,6 @@ class StreamTranslator:
             frames += self._feed(data[:cut])
             data = data[cut:]
         return frames + self._feed(data) if data or not frames else frames
-
-    def _more_of_one(self, data: bytes) -> bool:
-        """``data`` only adds to the event begun: it is kept with it, not joined and read
-        again each piece (a piece with a blank line, most are, is not looked at further)."""
-        return data.find(b"\n\n") < 0 and self._reader.completes_nothing(data)
 
     def _hold(self, data: bytes) -> bool:
         """Whether ``data``, after a run, is only the start of an event, now held to be read
