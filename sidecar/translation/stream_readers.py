@@ -227,7 +227,7 @@ class _TextTemplate:
         self._runs: RunReader | None = None
         self._run_head = b""  # the payload up to the runs' first value
         self._learns = 3  # templates it may still learn before one matches
-        self._prefix = b"\0"  # a run's events' start, their event line included: none yet
+        self._prefix = b""  # a run's events' start, their event line included (``learn``)
 
     def read(self, payload: str) -> str | None:
         """The text of a payload the template fits; None: it does not (read it whole). Only
@@ -271,7 +271,7 @@ class _TextTemplate:
             return [], 0, 0
         prefix = self._prefix  # the last run's
         if not data.startswith(prefix):
-            prefix = self._run_prefix(data, self._run_head)
+            prefix = self._run_prefix(data)
             if prefix is None:
                 return [], 0, 0  # another event, or the rest of one (after each run of a piece)
         run = runs.read(data, prefix)
@@ -285,11 +285,11 @@ class _TextTemplate:
         self._learns = 3
         return texts, events, used
 
-    def _run_prefix(self, data: bytes, head: bytes) -> bytes | None:
+    def _run_prefix(self, data: bytes) -> bytes | None:
         """What the events of a run ``data`` starts with start with: the first one's event
         line if it is named (``read`` ignores the name; it is UTF-8 and ends in LF), then the
         template's head; None if that event does not. Kept for the next runs."""
-        prefix = b"data: " + head
+        prefix = b"data: " + self._run_head
         if data.startswith(b"event: "):
             line = data[: data.find(b"\n") + 1]
             if b"\r" in line or not (line.isascii() or _utf8(line)):
@@ -318,8 +318,9 @@ class _TextTemplate:
             for (_, end, kind), next_start in zip(places, ends, strict=True)
         ]
         self._learn_read(head, slots)
-        self._prefix = b"\0"
         self._run_head = head.encode()
+        # Never a placeholder: events that start with it are read as the template's.
+        self._prefix = b"data: " + self._run_head
         self._runs = _run_reader(slots)
 
     def _learn_read(self, head: str, slots: list[_Slot]) -> None:

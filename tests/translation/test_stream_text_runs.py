@@ -248,6 +248,18 @@ def test_cr_line_ends_read_alike():
     assert_read_alike(crlf, "chat", "messages")
 
 
+@pytest.mark.parametrize("order", ["openai", "plain", "bench"])
+@pytest.mark.parametrize("caller", ["chat", "messages"])
+def test_an_event_whose_start_is_not_its_templates_reads_alike(order: str, caller: str):
+    """The first event after a template is learnt, its ``data: {...`` up to the first value
+    replaced by a NUL: no data field, so no event. A run must not take it for a text event
+    (a run's prefix is the template's from the start, never a placeholder)."""
+    deltas = plain_deltas(16, order)
+    first = b'"item_id":"' if order == "bench" else b'"sequence_number":'  # then its value
+    deltas[1] = b"\0" + deltas[1][deltas[1].index(first) + len(first) :]
+    assert_read_alike([*RESPONSES_START, *deltas, *RESPONSES_END], "responses", caller)
+
+
 def test_bad_utf8_fails_a_stream_alike_however_it_is_cut():
     """The failure names the bad byte, not its place in whatever was decoded, which moved with
     the pieces and with the events read as runs (a CR after it in the same piece has the reader
