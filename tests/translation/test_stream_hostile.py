@@ -11,7 +11,7 @@ import anthropic
 import openai
 import pytest
 
-from bench import upstream
+from bench.streams import EVENTS as BENCH_EVENTS  # text events runs are read from
 from clawpod.sidecar.codecs.sse import EventReader, parse_events
 from clawpod.sidecar.model.errors import ApiError
 from clawpod.sidecar.translation.streams import MAX_EVENT_BYTES, stream_translator
@@ -59,12 +59,6 @@ PROVIDER_ERROR = {
     ),
 }
 GARBAGE = b"data: <html>\x00not json{{\n\n"
-# The bench's answers: their text events teach the template runs are read with.
-BENCH_EVENTS = {
-    "chat": upstream.openai_stream("m", True),
-    "messages": upstream.anthropic_stream("m"),
-    "responses": upstream.responses_stream("m"),
-}
 
 
 def translator(source: str, caller: str) -> Any:

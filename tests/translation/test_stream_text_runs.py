@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from bench import upstream
 from bench.run import RESPONSES_MODEL
+from bench.streams import EVENTS as BENCH_EVENTS
 from clawpod.sidecar.codecs.sse import parse_events
 from clawpod.sidecar.translation import stream_readers
 from clawpod.sidecar.translation.streams import stream_translator
@@ -476,17 +477,12 @@ def test_free_values_each_bad_utf8_alone_read_alike():
     assert_read_alike([CHAT_START, *chunks, DONE], "chat", "messages")
 
 
-BENCH_STREAMS = {
-    "chat": upstream.openai_stream("m", True),
-    "messages": upstream.anthropic_stream("m"),
-    "responses": upstream.responses_stream("m"),
-}
 HOSTILE_BYTES = b'"\\\x00\x01\n\r\xff\xc3\xa90159-}{:,. e'
 
 
 @settings(max_examples=150, deadline=None)
 @given(
-    st.sampled_from(sorted(BENCH_STREAMS)),
+    st.sampled_from(sorted(BENCH_EVENTS)),
     st.lists(
         st.tuples(
             st.integers(0, 1 << 20),
@@ -508,7 +504,7 @@ def test_a_run_with_any_bytes_changed_reads_alike(
     compiled reader finds in it."""
     if caller == target:
         caller = "chat" if target != "chat" else "messages"
-    events = BENCH_STREAMS[target]
+    events = BENCH_EVENTS[target]
     stream = bytearray(b"".join([*events[:24], *events[-4:]]))
     quotes = [at for at, byte in enumerate(stream) if byte == ord('"')]
     for quote, offset, byte, insert in changes:
