@@ -43,6 +43,7 @@ from bench.run import PROVIDER_KEYS, sidecar_command, write_bench_build
 from bench.trip import WORKLOADS, _serve, request_for
 from clawpod.sidecar.audit.log import AUDIT_KEY_ENV
 
+WARM_REQUESTS = 30
 # Mediated workloads (bench.ab's names) -> their agent: one OpenAI request with one tool round,
 # read-only or with side effects (journaled), each request its own (not a retry of the last).
 MEDIATED = {
@@ -76,7 +77,11 @@ async def _wait_ready(client: aiohttp.ClientSession, url: str, sidecar: subproce
 
 
 async def measure(
-    workloads: list[str], requests: int, stream: bool, pause_s: float = 0.0, warm: int = 30
+    workloads: list[str],
+    requests: int,
+    stream: bool,
+    pause_s: float = 0.0,
+    warm: int = WARM_REQUESTS,
 ) -> dict[str, float]:
     """Instructions per request of each workload, in order, on one sidecar, after ``warm``
     requests of each; ``pause_s``: the upstream's after each stream chunk."""
@@ -150,7 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--paced", type=float, default=0.0, metavar="MS", help="upstream pause per stream chunk"
     )
-    parser.add_argument("--warm", type=int, default=30, help="warm-up requests per workload")
+    parser.add_argument(
+        "--warm", type=int, default=WARM_REQUESTS, help="warm-up requests per workload"
+    )
     args = parser.parse_args(argv)
     if not (shutil.which("valgrind") and shutil.which("callgrind_control")):
         print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
