@@ -183,6 +183,9 @@ _TEXT = 0
 # A slot: the template's payload after its value (up to the next value or the end), its kind.
 _Slot = tuple[str, int]
 _PROBE = "probe"
+# What stands between a key and its value: orjson's and most servers', and Python's json.dumps
+# default (llama-cpp-python writes its chunks with it).
+_COLONS = (":", ": ")
 
 
 class _TextTemplate:
@@ -342,7 +345,7 @@ class _TextTemplate:
     ) -> list[tuple[int, int, int]] | None:
         """Where the text's value, and the free and numbered fields' if the event has them,
         stand in ``payload`` (a string's without its quotes), in order; None: not as orjson
-        writes them, or overlapping."""
+        writes them (after a colon, or a colon and a space), or overlapping."""
         fields = [(key, orjson.dumps(text).decode(), _TEXT)]
         free = event.get(self._free) if self._free else None
         if type(free) is str and _plain(free):
@@ -352,10 +355,13 @@ class _TextTemplate:
             fields.append((self._numbered, str(number), NUMBER))
         places = []
         for name, literal, kind in fields:
-            start = payload.find(f'"{name}":{literal}')
-            if start < 0:  # written otherwise than orjson writes it (escapes, spaces)
-                return None
-            start += len(name) + 3
+            for colon in _COLONS:
+                start = payload.find(f'"{name}"{colon}{literal}')
+                if start >= 0:
+                    break
+            else:
+                return None  # written otherwise (escapes, other spacing)
+            start += len(name) + 2 + len(colon)
             pad = int(kind != NUMBER)
             places.append((start + pad, start + len(literal) - pad, kind))
         places.sort()

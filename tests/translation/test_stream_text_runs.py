@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -310,6 +311,21 @@ def assert_read_in_runs(
     stream = b"".join(events)
     assert in_pieces(stream, list(range(16384, len(stream), 16384)), target, caller) == expected
     assert len(parsed) < 20
+
+
+LLAMA_CPP_PYTHON = Path(__file__).parents[1] / "fixtures/local_servers"
+
+
+@pytest.mark.parametrize("caller", ["messages", "responses"])
+def test_a_real_llama_cpp_python_stream_is_read_in_runs(
+    monkeypatch: pytest.MonkeyPatch, caller: str
+):
+    """A stream recorded from llama-cpp-python, whose JSON has a space after each colon and
+    comma (``json.dumps``'s default), teaches a template as a compact one does: its text
+    events are read in runs, not each parsed whole, and read alike however it is cut."""
+    recorded = (LLAMA_CPP_PYTHON / "llama_cpp_python.chat_text.recorded.sse").read_bytes()
+    assert_read_in_runs(monkeypatch, [recorded], "chat", caller)
+    assert_read_alike([recorded], "chat", caller)
 
 
 @pytest.mark.parametrize("order", ["bench", "sorted"])
