@@ -156,6 +156,10 @@ class Stack(Pod):
             self.wait_healthy(service, STACK_GUARD_S)
         for service in (MEDIATED_AGENT, NATIVE_AGENT, *TOOL_SERVICES):
             self.wait_running(service, STACK_GUARD_S)
+        # A running task's name reaches Swarm's DNS a moment later: a call sent before it does
+        # finds a host name that does not resolve (seen once in CI).
+        for service in TOOL_SERVICES:
+            self.wait_resolvable(service, STACK_GUARD_S)
 
     def remove(self) -> list[str]:
         """``docker stack rm``, then what is left of the stack once its tasks are gone."""
@@ -208,6 +212,16 @@ class Stack(Pod):
             except AssertionError:
                 time.sleep(0.5)
         raise AssertionError(f"{service} has no running task after {timeout_s}s:\n{self._logs()}")
+
+    def wait_resolvable(self, service: str, timeout_s: float) -> None:
+        """Until ``service``'s name resolves where the sidecar looks it up, in its task."""
+        lookup = ["python", "-c", f"import socket; socket.getaddrinfo({service!r}, None)"]
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.container(SIDECAR).exec_run(lookup).exit_code == 0:
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"{service} does not resolve after {timeout_s}s:\n{self._logs()}")
 
     def wait_healthy(self, service: str, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
