@@ -14,7 +14,14 @@ from pydantic import (
     model_validator,
 )
 
-from ...sidecar.manifest import Price, Protocol, Provider, RouteTarget, StreamTools
+from ...sidecar.manifest import (
+    BILLING_HEADERS,
+    Price,
+    Protocol,
+    Provider,
+    RouteTarget,
+    StreamTools,
+)
 from .reserved import ENV_NAME
 
 # An exact id or a glob: letters, digits and the punctuation of real ids (`provider/model`,
@@ -25,6 +32,8 @@ ModelEntry = Annotated[str, StringConstraints(pattern=MODEL_ENTRY, max_length=25
 OPENAI_MODELS = ["gpt-*", "o1*", "o3*", "o4*", "chatgpt-*", "codex-*"]
 ANTHROPIC_MODELS = ["claude-*"]
 UsdPerMillion = Annotated[float, Field(ge=0)]
+# A header value sent as is: printable ASCII, no line breaks.
+HeaderValue = Annotated[str, StringConstraints(pattern=r"^[\x20-\x7e]+$", max_length=1024)]
 
 
 class PriceSpec(BaseModel):
@@ -88,6 +97,26 @@ class ProviderSpec(BaseModel):
                 raise ValueError(f"{name!r} should match pattern '{ENV_NAME.pattern}'")
         return key_env
 
+    headers: dict[str, HeaderValue] = Field(
+        default_factory=dict,
+        description="billing headers sent on every request (never taken from agents): "
+        "OpenAI-Organization, OpenAI-Project for openai APIs; anthropic-beta for anthropic",
+    )
+
+    @model_validator(mode="after")
+    def _billing_headers_only(self) -> ProviderSpec:
+        allowed = BILLING_HEADERS[_API_GRAMMAR[self.api][0]]
+        for name in self.headers:
+            if name.lower() not in allowed:
+                raise ValueError(
+                    f"headers: {name!r} is not a billing header of an {self.api} provider "
+                    f"(allowed: {', '.join(allowed)})"
+                )
+        lowered = [name.lower() for name in self.headers]
+        if len(set(lowered)) != len(lowered):
+            raise ValueError("headers: a header is set twice")
+        return self
+
     stream_tools: StreamTools = Field(
         default="auto",
         alias="stream-tools",
@@ -117,6 +146,7 @@ class ProviderSpec(BaseModel):
             first_byte_timeout_ms=self.first_byte_timeout_ms,
             prices={glob: p.to_price() for glob, p in self.prices.items()} or None,
             stream_tools=self.stream_tools,
+            headers={name.lower(): value for name, value in self.headers.items()} or None,
         )
 
 
