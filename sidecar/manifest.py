@@ -277,6 +277,9 @@ class Provider(_Model):
     headers: dict[str, str] | None = Field(
         default=None, description="billing headers the pod sets (``BILLING_HEADERS``)"
     )
+    max_output_tokens: int | None = Field(
+        default=None, gt=0, description="held against a budget for a request without a cap"
+    )
 
     stream_tools: StreamTools = "auto"
     """Whether a streamed request that offers tools gets an answer from it (contract §7.4)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
 from typing import Annotated, Literal
 
 from pydantic import (
@@ -21,7 +22,11 @@ from ...sidecar.manifest import (
     Provider,
     RouteTarget,
     StreamTools,
+    is_model_glob,
 )
+from ...sidecar.model.known_models import KNOWN_MODELS
+from ...sidecar.model.usage import DEFAULT_PRICE, price_of
+from .reader import PodReader
 from .reserved import ENV_NAME
 
 # An exact id or a glob: letters, digits and the punctuation of real ids (`provider/model`,
@@ -97,6 +102,12 @@ class ProviderSpec(BaseModel):
                 raise ValueError(f"{name!r} should match pattern '{ENV_NAME.pattern}'")
         return key_env
 
+    max_output_tokens: Annotated[int, Strict(), Field(gt=0)] | None = Field(
+        default=None,
+        alias="max-output-tokens",
+        description="what a request without an output cap is held at against a budget while "
+        "it runs (default: its model's most output, from the built-in table, else 32768)",
+    )
     headers: dict[str, HeaderValue] = Field(
         default_factory=dict,
         description="billing headers sent on every request (never taken from agents): "
@@ -147,6 +158,7 @@ class ProviderSpec(BaseModel):
             prices={glob: p.to_price() for glob, p in self.prices.items()} or None,
             stream_tools=self.stream_tools,
             headers={name.lower(): value for name, value in self.headers.items()} or None,
+            max_output_tokens=self.max_output_tokens,
         )
 
 
@@ -198,6 +210,29 @@ def pod_providers(declared: dict[str, ProviderSpec] | None) -> dict[str, Provide
     if declared:
         return {name: spec.to_provider() for name, spec in declared.items()}
     return dict(DEFAULT_PROVIDERS)
+
+
+def warn_unpriced(reader: PodReader, providers: dict[str, Provider]) -> None:
+    """Under a USD budget, each provider model glob whose models the prices do not cover: a
+    request for one is refused for an agent with a USD budget (it could not be charged). A
+    glob is covered when every published id it matches is priced (``known_models.py``) and,
+    matching none, when the glob itself is a priced id or a price glob of the provider."""
+    for name, provider in providers.items():
+        own = provider.prices or {}
+        if DEFAULT_PRICE in own:
+            continue
+        for glob in provider.models:
+            known = (
+                [m for m in KNOWN_MODELS if fnmatchcase(m, glob)] if is_model_glob(glob) else [glob]
+            )
+            priced = glob in own if not known else all(price_of(m, own) for m in known)
+            if not priced:
+                missing = ", ".join(m for m in known if not price_of(m, own)) or glob
+                reader.warn(
+                    f"no price for {missing}: an agent with a USD budget is refused these "
+                    "models; price them in prices (or a 'default' entry)",
+                    ("x-claw", "providers", name, "models"),
+                )
 
 
 def brackets_balanced(model: str) -> bool:
