@@ -42,7 +42,7 @@ from .accounting import ModelCharges
 from .errors import FINAL_HEADERS, JSON_HEADERS
 from .exchange import Exchange
 from .failover import open_upstream
-from .stream_tools import REFUSAL_STATUSES, offers_tools
+from .stream_tools import REFUSAL_STATUSES
 from .unserved import NOT_SERVED, not_served_message
 from .upstream import UpstreamResponse, UpstreamTarget, translate_error
 
@@ -203,7 +203,7 @@ async def call_model(
     assert provider is not None
     unanswered: StreamUnanswered | None = None
     if support.streams(provider, command.body):
-        may_fall_back = support.may_fall_back(provider) and offers_tools(command.body)
+        may_fall_back = support.may_fall_back(provider, command.body)
         streamed = _streamed(ctx, codec, conversation, command, show, may_fall_back)
         event = await _traced(ctx, codec, streamed)
         if not isinstance(event, StreamUnanswered):
@@ -213,7 +213,8 @@ async def call_model(
     if isinstance(event, ModelReplied):
         await show_whole(codec, conversation, event.body, show)
     if unanswered is not None and (unanswered.definitive or isinstance(event, ModelReplied)):
-        support.learn_cannot(provider, unanswered.why)
+        lesson = support.learn_cannot(provider, command.body, unanswered.why)
+        ctx.audit_extra = {**(ctx.audit_extra or {}), "stream_tools": lesson}
     return event
 
 
