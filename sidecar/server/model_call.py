@@ -81,6 +81,20 @@ class MediatedClient:
         """A streaming client's one lifecycle, written across every model call."""
         self._writing = asyncio.Lock()  # keep-alives and text go out whole, one at a time
         self.gone = False
+        self.estimated: tuple[int, int] = (0, 0)
+        """Input and output tokens estimated for the model calls whose provider counted none
+        (``ModelCharges``): the usage a streaming client that asked for it is told."""
+
+    def _with_usage(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The answer with the estimated usage where its provider counted none: a Chat
+        client that asked for ``include_usage`` gets its usage chunk from it."""
+        codec = self.codec
+        if not any(self.estimated) or any(codec.usage_counts(body.get("usage"))):
+            return body
+        usage = {codec.input_key: self.estimated[0], codec.output_key: self.estimated[1]}
+        if codec.api == "openai":
+            usage["total_tokens"] = sum(self.estimated)
+        return {**body, "usage": usage}
 
     async def begin_stream(self, live: ClientStream) -> None:
         """Send the 200 text/event-stream headers now."""
@@ -116,7 +130,7 @@ class MediatedClient:
                 elif command.retry_after:
                     headers = {**JSON_HEADERS, "Retry-After": command.retry_after}
         elif self.live is not None:
-            await self.write(self.live.finish(command.body))
+            await self.write(self.live.finish(self._with_usage(command.body)))
         else:
             body = orjson.dumps(command.body)
         if self.live is not None:
@@ -184,6 +198,7 @@ class ModelCalls:
             if stored := codec.stored_ids(event.body):
                 ctx.record_objects(refs(stored))
             self.charges.charge(ctx, codec, command.body, event.body)
+            self.client.estimated = self.charges.estimated
         return event
 
 

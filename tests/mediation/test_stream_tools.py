@@ -228,3 +228,25 @@ def test_the_kind_of_each_round() -> None:
     assert round_kind({**tools, "tool_choice": "required"}) == "required"
     assert round_kind({**tools, "tool_choice": {"type": "any"}}) == "required"
     assert round_kind({**tools, "tool_choice": {"type": "tool", "name": "f"}}) == "named"
+
+
+async def test_a_chat_client_asking_for_usage_gets_it_through_mediation(
+    sidecar_for: Sidecar, service: ToolService
+) -> None:
+    """llama-cpp-python streams no usage; a Chat client that asked for ``include_usage`` still
+    gets its usage chunk, the sidecar's estimate (what the audit records too)."""
+    async with LlamaCppPython(say("Nothing to look up.")) as server:
+        sidecar, token = await sidecar_for(server)
+        client = openai.AsyncOpenAI(base_url=sidecar.openai_base_url, api_key=token, max_retries=0)
+        async with client:
+            stream = await client.chat.completions.create(
+                model="local-model",
+                messages=ASK,  # type: ignore[arg-type]
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            chunks = [chunk async for chunk in stream]
+    last = chunks[-1]
+    assert last.choices == [] and last.usage is not None
+    assert last.usage.prompt_tokens > 0 and last.usage.completion_tokens > 0
+    assert last.usage.total_tokens == last.usage.prompt_tokens + last.usage.completion_tokens
