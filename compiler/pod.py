@@ -16,7 +16,7 @@ from .governance.credentials import (
 )
 from .governance.resolution import resolve_governance, resolve_taint
 from .pod_file.governance_spec import PrincipalSpec
-from .pod_file.providers import pod_providers
+from .pod_file.providers import pod_providers, warn_unpriced
 from .pod_file.reader import PodReader, check_shapes
 from .pod_file.reserved import check_reserved
 from .pod_file.routes import pod_routes
@@ -96,6 +96,8 @@ def compile_pod(path: Path | str) -> CompiledPod:
     for name in agent_ids:
         check_starvation(reader, name, forbidden)
     governance = resolve_governance(reader, claw, claws, agents, agent_ids)
+    if governance is not None and governance.usd_budgets:
+        warn_unpriced(reader, providers)
     return CompiledPod(
         file=reader.file,
         name=claw.pod or reader.file.resolve().parent.name,

@@ -232,6 +232,24 @@ class Price(_Model):
 StreamTools = Literal["auto", True, False]
 
 
+# Headers that choose which account, project or tier pays for a request (contract §14): never
+# taken from an agent, set per provider by the pod file (``headers:``). Anthropic binds a
+# workspace to its key, so only its beta header can bill differently.
+BILLING_HEADERS: dict[str, tuple[str, ...]] = {
+    "openai": ("openai-organization", "openai-project"),
+    "anthropic": ("anthropic-beta",),
+}
+# Anthropic betas billed at other prices (long context, fast mode, hour-long cache writes):
+# an agent's ``anthropic-beta`` goes upstream without them.
+BILLING_BETAS: tuple[str, ...] = ("context-1m-", "fast-mode-", "extended-cache-ttl-")
+
+
+def without_billing_betas(value: str) -> str:
+    """An agent's ``anthropic-beta`` list without the betas that bill differently."""
+    kept = [b for b in (part.strip() for part in value.split(",")) if b]
+    return ",".join(b for b in kept if not b.lower().startswith(BILLING_BETAS))
+
+
 Protocol = Literal["chat", "responses", "messages"]
 # The protocols (codec names) each API's providers serve unless told otherwise.
 API_PROTOCOLS: dict[str, tuple[Protocol, ...]] = {
@@ -254,6 +272,13 @@ class Provider(_Model):
     # §14 stays loadable by a sidecar that predates it.
     prices: dict[str, Price] | None = Field(
         default=None, description="model glob -> price, before the built-in table"
+    )
+
+    headers: dict[str, str] | None = Field(
+        default=None, description="billing headers the pod sets (``BILLING_HEADERS``)"
+    )
+    max_output_tokens: int | None = Field(
+        default=None, gt=0, description="held against a budget for a request without a cap"
     )
 
     stream_tools: StreamTools = "auto"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
 from typing import Annotated, Literal
 
 from pydantic import (
@@ -14,7 +15,18 @@ from pydantic import (
     model_validator,
 )
 
-from ...sidecar.manifest import Price, Protocol, Provider, RouteTarget, StreamTools
+from ...sidecar.manifest import (
+    BILLING_HEADERS,
+    Price,
+    Protocol,
+    Provider,
+    RouteTarget,
+    StreamTools,
+    is_model_glob,
+)
+from ...sidecar.model.known_models import KNOWN_MODELS
+from ...sidecar.model.usage import DEFAULT_PRICE, price_of
+from .reader import PodReader
 from .reserved import ENV_NAME
 
 # An exact id or a glob: letters, digits and the punctuation of real ids (`provider/model`,
@@ -25,6 +37,8 @@ ModelEntry = Annotated[str, StringConstraints(pattern=MODEL_ENTRY, max_length=25
 OPENAI_MODELS = ["gpt-*", "o1*", "o3*", "o4*", "chatgpt-*", "codex-*"]
 ANTHROPIC_MODELS = ["claude-*"]
 UsdPerMillion = Annotated[float, Field(ge=0)]
+# A header value sent as is: printable ASCII, no line breaks.
+HeaderValue = Annotated[str, StringConstraints(pattern=r"^[\x20-\x7e]+$", max_length=1024)]
 
 
 class PriceSpec(BaseModel):
@@ -88,6 +102,32 @@ class ProviderSpec(BaseModel):
                 raise ValueError(f"{name!r} should match pattern '{ENV_NAME.pattern}'")
         return key_env
 
+    max_output_tokens: Annotated[int, Strict(), Field(gt=0)] | None = Field(
+        default=None,
+        alias="max-output-tokens",
+        description="what a request without an output cap is held at against a budget while "
+        "it runs (default: its model's most output, from the built-in table, else 32768)",
+    )
+    headers: dict[str, HeaderValue] = Field(
+        default_factory=dict,
+        description="billing headers sent on every request (never taken from agents): "
+        "OpenAI-Organization, OpenAI-Project for openai APIs; anthropic-beta for anthropic",
+    )
+
+    @model_validator(mode="after")
+    def _billing_headers_only(self) -> ProviderSpec:
+        allowed = BILLING_HEADERS[_API_GRAMMAR[self.api][0]]
+        for name in self.headers:
+            if name.lower() not in allowed:
+                raise ValueError(
+                    f"headers: {name!r} is not a billing header of an {self.api} provider "
+                    f"(allowed: {', '.join(allowed)})"
+                )
+        lowered = [name.lower() for name in self.headers]
+        if len(set(lowered)) != len(lowered):
+            raise ValueError("headers: a header is set twice")
+        return self
+
     stream_tools: StreamTools = Field(
         default="auto",
         alias="stream-tools",
@@ -117,6 +157,8 @@ class ProviderSpec(BaseModel):
             first_byte_timeout_ms=self.first_byte_timeout_ms,
             prices={glob: p.to_price() for glob, p in self.prices.items()} or None,
             stream_tools=self.stream_tools,
+            headers={name.lower(): value for name, value in self.headers.items()} or None,
+            max_output_tokens=self.max_output_tokens,
         )
 
 
@@ -168,6 +210,29 @@ def pod_providers(declared: dict[str, ProviderSpec] | None) -> dict[str, Provide
     if declared:
         return {name: spec.to_provider() for name, spec in declared.items()}
     return dict(DEFAULT_PROVIDERS)
+
+
+def warn_unpriced(reader: PodReader, providers: dict[str, Provider]) -> None:
+    """Under a USD budget, each provider model glob whose models the prices do not cover: a
+    request for one is refused for an agent with a USD budget (it could not be charged). A
+    glob is covered when every published id it matches is priced (``known_models.py``) and,
+    matching none, when the glob itself is a priced id or a price glob of the provider."""
+    for name, provider in providers.items():
+        own = provider.prices or {}
+        if DEFAULT_PRICE in own:
+            continue
+        for glob in provider.models:
+            known = (
+                [m for m in KNOWN_MODELS if fnmatchcase(m, glob)] if is_model_glob(glob) else [glob]
+            )
+            priced = glob in own if not known else all(price_of(m, own) for m in known)
+            if not priced:
+                missing = ", ".join(m for m in known if not price_of(m, own)) or glob
+                reader.warn(
+                    f"no price for {missing}: an agent with a USD budget is refused these "
+                    "models; price them in prices (or a 'default' entry)",
+                    ("x-claw", "providers", name, "models"),
+                )
 
 
 def brackets_balanced(model: str) -> bool:

@@ -14,12 +14,9 @@ STRUCTURED_FORMATS = ("json_schema", "json_object")
 class OpenAIShapes:
     """Mixed into each OpenAI codec ahead of ``Codec``."""
 
-    forwarded_headers: ClassVar[tuple[str, ...]] = (
-        "openai-organization",
-        "openai-project",
-        "openai-beta",
-        "idempotency-key",
-    )
+    # Never OpenAI-Organization or OpenAI-Project: they choose who pays, and a foreign one
+    # makes the provider refuse every key of a pool (the pod sets them: ``BILLING_HEADERS``).
+    forwarded_headers: ClassVar[tuple[str, ...]] = ("openai-beta", "idempotency-key")
     relayed_headers: ClassVar[frozenset[str]] = frozenset(
         {"x-request-id", "openai-processing-ms", "openai-version"}
     )

@@ -3,9 +3,15 @@ summed over the upstream calls of one request, and its price in USD per provider
 
 Prices are USD per million tokens. The built-in table holds the public list prices (standard
 tier, no batch discount) from platform.openai.com/docs/pricing and
-docs.anthropic.com/en/docs/about-claude/pricing as published in November 2025; a pod file
-overrides or extends them per provider (``prices:``). A model the table does not know costs
-nothing (``None``): the audit says so instead of guessing.
+docs.anthropic.com/en/docs/about-claude/pricing as published in November 2025 (the ``-pro``
+variants and the older GPT-4 and GPT-3.5 models at their own list prices, read again in
+December 2026); a pod file overrides or extends them per provider (``prices:``, with a
+``default`` entry for every model neither prices). A model nobody prices has no cost
+(``None``): the audit says so instead of guessing, and an agent with a USD budget is refused
+it (``server/budget_gate.py``).
+
+Beside the prices, each model's most output tokens (the same pages): what a request without
+an output cap may spend, held against a budget while it runs.
 """
 
 from __future__ import annotations
@@ -76,8 +82,10 @@ def _anthropic(input: float, output: float) -> Price:
     return _price(input, round(input * 0.1, 6), output, round(input * 1.25, 6))
 
 
-# Most specific first: the first glob that matches a model id gives its price.
+# Most specific first: the first glob that matches a model id gives its price. A family's
+# ``-pro`` variant comes before the family: it costs ten or more times as much.
 BUILT_IN_PRICES: dict[str, Price] = {
+    "gpt-5-pro*": _price(15.00, 15.00, 120.00),
     "gpt-5-nano*": _price(0.05, 0.005, 0.40),
     "gpt-5-mini*": _price(0.25, 0.025, 2.00),
     "gpt-5*": _price(1.25, 0.125, 10.00),
@@ -86,9 +94,20 @@ BUILT_IN_PRICES: dict[str, Price] = {
     "gpt-4.1*": _price(2.00, 0.50, 8.00),
     "gpt-4o-mini*": _price(0.15, 0.075, 0.60),
     "gpt-4o*": _price(2.50, 1.25, 10.00),
+    "chatgpt-4o*": _price(5.00, 5.00, 15.00),
+    "gpt-4.5*": _price(75.00, 37.50, 150.00),
+    "gpt-4-turbo*": _price(10.00, 10.00, 30.00),
+    "gpt-4-*-preview": _price(10.00, 10.00, 30.00),  # the GPT-4 Turbo previews
+    "gpt-4-32k*": _price(60.00, 60.00, 120.00),
+    "gpt-4-[0-9]*": _price(30.00, 30.00, 60.00),  # gpt-4-0613 (not gpt-4.1, gpt-4o)
+    "gpt-4": _price(30.00, 30.00, 60.00),
+    "gpt-3.5-turbo*": _price(0.50, 0.50, 1.50),
+    "codex-mini*": _price(1.50, 0.375, 6.00),
     "o4-mini*": _price(1.10, 0.275, 4.40),
+    "o3-pro*": _price(20.00, 20.00, 80.00),
     "o3-mini*": _price(1.10, 0.55, 4.40),
     "o3*": _price(2.00, 0.50, 8.00),
+    "o1-pro*": _price(150.00, 150.00, 600.00),
     "o1-mini*": _price(1.10, 0.55, 4.40),
     "o1*": _price(15.00, 7.50, 60.00),
     "claude-opus-4-5*": _anthropic(5.00, 25.00),
@@ -102,14 +121,59 @@ BUILT_IN_PRICES: dict[str, Price] = {
 }
 
 
+# A provider's ``prices`` entry for every model that neither its globs nor the table price.
+DEFAULT_PRICE = "default"
+
+
 def price_of(model: str | None, overrides: Mapping[str, Price] | None) -> Price | None:
-    """The provider's own price for ``model`` (pod file), else the built-in one, else None."""
+    """The provider's own price for ``model`` (pod file), else the built-in one, else the
+    provider's ``default``, else None."""
     if not model:
         return None
-    for table in (overrides or {}, BUILT_IN_PRICES):
+    overrides = overrides or {}
+    for table in (overrides, BUILT_IN_PRICES):
         for glob, price in table.items():
-            if fnmatchcase(model, glob):
+            if glob != DEFAULT_PRICE and fnmatchcase(model, glob):
                 return price
+    return overrides.get(DEFAULT_PRICE)
+
+
+# Most output tokens a model writes to one request, most specific first (Anthropic requires
+# ``max_tokens`` on every request, so only what the OpenAI models allow matters in practice).
+BUILT_IN_MAX_OUTPUT: dict[str, int] = {
+    "gpt-5-pro*": 272_000,
+    "gpt-5*": 128_000,
+    "gpt-4.1*": 32_768,
+    "gpt-4o*": 16_384,
+    "chatgpt-4o*": 16_384,
+    "gpt-4.5*": 16_384,
+    "gpt-4-turbo*": 4_096,
+    "gpt-4-*-preview": 4_096,
+    "gpt-4-32k*": 32_768,
+    "gpt-4-[0-9]*": 8_192,
+    "gpt-4": 8_192,
+    "gpt-3.5-turbo*": 4_096,
+    "codex-mini*": 100_000,
+    "o1-mini*": 65_536,
+    "o[134]*": 100_000,
+    "claude-opus-4-5*": 64_000,
+    "claude-opus-4*": 32_000,
+    "claude-sonnet-4*": 64_000,
+    "claude-3-7-sonnet*": 64_000,
+    "claude-haiku-4-5*": 64_000,
+    "claude-3*": 8_192,
+}
+# A model neither the table nor the pod knows (a local model): output is bounded by its
+# context, which the sidecar cannot see; this much is held for it while it runs.
+UNKNOWN_MAX_OUTPUT = 32_768
+
+
+def max_output_of(model: str | None) -> int | None:
+    """The most output tokens ``model`` writes to one request, if the table knows it."""
+    if model:
+        for glob, tokens in BUILT_IN_MAX_OUTPUT.items():
+            if fnmatchcase(model, glob):
+                return tokens
     return None
 
 

@@ -7,12 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..governance.budgets import seconds_to_next_day
 from ..model.errors import ApiError
-from ..model.usage import TOKENS_PER_PRICE_UNIT
+from ..model.usage import TOKENS_PER_PRICE_UNIT, UNKNOWN_MAX_OUTPUT, max_output_of
 from .key_pool import retry_after_header
 
 if TYPE_CHECKING:
     from .context import SidecarState
     from .exchange import RequestContext
+    from .upstream import Target
 
 # A rough count of tokens in JSON text: about four bytes each for English (OpenAI's own rule
 # of thumb); exact counts need each model's tokenizer, which the sidecar does not carry.
@@ -45,14 +46,26 @@ def background_refused() -> ApiError:
     )
 
 
-def estimate_tokens(request_bytes: int, body: dict[str, Any]) -> tuple[int, int]:
-    """(input, output) a request may spend: its size, and its output cap or as much again."""
+def unpriced(provider: str, model: str) -> ApiError:
+    return ApiError(
+        400,
+        "model_unpriced",
+        f"model {model!r} of provider {provider!r} has no price, and this agent's budget is in "
+        "USD: what it spends could not be charged. The pod's operator prices it in the "
+        "provider's prices (or a 'default' entry)",
+        headers={"x-should-retry": "false"},
+    )
+
+
+def estimate_tokens(request_bytes: int, body: dict[str, Any], max_output: int) -> tuple[int, int]:
+    """(input, output) a request may spend: its size, and its output cap or, without one, the
+    most its model may write (``max_output``): a request without a cap may write that much."""
     input_tokens = max(1, request_bytes // BYTES_PER_TOKEN)
     for field in _OUTPUT_CAPS:
         cap = body.get(field)
         if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0:
             return input_tokens, cap
-    return input_tokens, input_tokens
+    return input_tokens, max_output
 
 
 def admit(ctx: RequestContext, body: dict[str, Any]) -> ApiError | None:
@@ -63,21 +76,38 @@ def admit(ctx: RequestContext, body: dict[str, Any]) -> ApiError | None:
         return None
     if body.get("background") is True:
         return background_refused()
-    input_tokens, output_tokens = estimate_tokens(ctx.request_bytes, body)
-    usd = 0.0
+    max_output, usd_per_token = UNKNOWN_MAX_OUTPUT, (0.0, 0.0)
     if ctx.targets:
-        name, _, model = ctx.targets[0]
-        price = ctx.state.prices.price(name, model)
-        if price is not None:
-            usd = (input_tokens * price.input + output_tokens * price.output) / (
-                TOKENS_PER_PRICE_UNIT
-            )
+        _, provider, model = ctx.targets[0]
+        max_output = provider.max_output_tokens or max_output_of(model) or UNKNOWN_MAX_OUTPUT
+        if agent in budgets.usd_limits:
+            refusal, usd_per_token = _priced(ctx, ctx.targets)
+            if refusal is not None:
+                return refusal
+    input_tokens, output_tokens = estimate_tokens(ctx.request_bytes, body, max_output)
+    usd = (input_tokens * usd_per_token[0] + output_tokens * usd_per_token[1]) / (
+        TOKENS_PER_PRICE_UNIT
+    )
     tokens = input_tokens + output_tokens
     if not budgets.admit(agent, tokens, usd):
         ctx.state.metrics.budget_refusals.labels(agent=agent).inc()
         return budget_spent()
     ctx.reserved = (tokens, usd)
     return None
+
+
+def _priced(
+    ctx: RequestContext, targets: list[Target]
+) -> tuple[ApiError | None, tuple[float, float]]:
+    """The dearest (input, output) price of the request's targets (any may serve it), or the
+    refusal of a target nobody prices: it would be served against a USD budget for $0."""
+    dearest = (0.0, 0.0)
+    for name, _, model in targets:
+        price = ctx.state.prices.price(name, model)
+        if price is None:
+            return unpriced(name, model), dearest
+        dearest = (max(dearest[0], price.input), max(dearest[1], price.output))
+    return None, dearest
 
 
 def release(ctx: RequestContext) -> None:

@@ -1,10 +1,13 @@
 """One model call over a request's targets and each target's keys (SPEC §14).
 
-The next key of the same provider is tried after a 429 (the key rests) or a 401/402/403 (the
-key is out until restart); the next target after a connection failure, a 5xx, a 429 with no key
-left, or no first byte within the provider's ``first-byte-timeout-ms``. All of that happens
-before anything reaches the client: what is returned is the one answer the caller relays, and
-a stream's first chunk is already read when a first-byte timeout applies. Each attempt is
+The next key of the same provider is tried after a 429 about the key (it rests), a 429 that
+says nothing of whose it is (no rest) or a 401/402 (the key rests, and repeated is out until
+restart); a 429 the request caused (larger than the key's whole limit) and every other 4xx are
+the agent's answer, tried on no other key or target. The next target is tried after a
+connection failure, a 5xx, a 429 with no key left, or no first byte within the provider's
+``first-byte-timeout-ms``. All of that happens before anything reaches the client: what is
+returned is the one answer the caller relays, and a stream's first chunk is already read when
+a first-byte timeout applies. Each attempt is
 recorded (provider, key label, outcome) for the audit record and counted for the metrics.
 """
 
@@ -18,8 +21,11 @@ from ..model.errors import ApiError
 from ..transport import Response, TransportError
 from .key_pool import (
     KEY_REFUSED,
+    MAX_EVIDENCE_BYTES,
+    Blame,
     KeyPool,
     PoolKey,
+    blame_429,
     retry_after_header,
     retry_after_s,
 )
@@ -77,42 +83,91 @@ async def open_upstream(ctx: RequestContext, send: Send) -> Response:
 
 async def _walk(ctx: RequestContext, send: Send) -> Response:
     upstream = ctx.state.upstream
-    metrics = ctx.state.metrics
     last = len(ctx.targets) - 1
     for index, (name, provider, model) in enumerate(ctx.targets):
         pool = upstream.pools[name]
         final = index == last
+        tried: set[str] = set()
+        # A 429 that says nothing of the key: the next key is tried, and this is the answer
+        # when none is left.
+        unblamed: Response | None = None
         while True:
             key = pool.take() if pool.pooled else pool.keys[0]
-            if key is None:
-                ctx.attempts.append(_attempt(name, None, "no_key_ready"))
+            if key is None or key.label in tried:
+                if unblamed is not None:
+                    if final:
+                        return _served(ctx, name, model, unblamed)
+                    _fail_over(ctx, name, "http_429", unblamed)
+                else:
+                    ctx.attempts.append(_attempt(name, None, "no_key_ready"))
                 break
+            tried.add(key.label)
             target = ctx.target(name, key.label if pool.pooled else None)
             try:
                 response = await _first_byte(provider, name, send(target, model))
             except UpstreamError as exc:
                 outcome = "first_byte_timeout" if isinstance(exc, FirstByteTimeout) else exc.kind
                 ctx.attempts.append(_attempt(name, key.label, outcome))
+                if unblamed is not None:
+                    unblamed.release()
                 if final:
                     _served(ctx, name, model, None)  # the record names who failed last
                     raise
-                metrics.count_failover(name, outcome)
+                ctx.state.metrics.count_failover(name, outcome)
                 break
             status = response.status
-            if pool.pooled and (status == 429 or status in KEY_REFUSED):
+            blame: Blame | None = None
+            if status == 429:
+                response, blame = await _blamed(response)
+            if blame == "request":  # every key and target would refuse it: the agent's alone
+                ctx.attempts.append(_attempt(name, key.label, "request_refused"))
+                return _served(ctx, name, model, _instead_of(unblamed, response))
+            if pool.pooled and (blame == "key" or status in KEY_REFUSED):
                 exhausted = _key_failed(ctx, pool, key, name, response)
                 if exhausted and final and status != 429:
-                    return _served(ctx, name, model, response)  # its answer says why
+                    return _served(ctx, name, model, _instead_of(unblamed, response))
                 response.release()
                 continue
+            if pool.pooled and blame == "unknown":
+                ctx.attempts.append(_attempt(name, key.label, "http_429"))
+                _instead_of(unblamed, None)
+                unblamed = response
+                continue
             if not final and (status >= 500 or status == 429):
+                _instead_of(unblamed, None)
                 ctx.attempts.append(_attempt(name, key.label, f"http_{status}"))
-                metrics.count_failover(name, f"http_{status}")
-                response.release()
+                _fail_over(ctx, name, f"http_{status}", response)
                 break
+            if pool.pooled and status < 400:
+                pool.served(key)
             ctx.attempts.append(_attempt(name, key.label, _status_outcome(response)))
-            return _served(ctx, name, model, response)
+            return _served(ctx, name, model, _instead_of(unblamed, response))
     raise _keys_resting(ctx)
+
+
+def _fail_over(ctx: RequestContext, name: str, outcome: str, response: Response) -> None:
+    """The route's next target takes the call from ``name``, whose answer is let go."""
+    ctx.state.metrics.count_failover(name, outcome)
+    response.release()
+
+
+def _instead_of(kept: Response | None, response: R) -> R:
+    """``response``, releasing an earlier answer kept in case none came."""
+    if kept is not None:
+        kept.release()
+    return response
+
+
+async def _blamed(response: Response) -> tuple[Response, Blame]:
+    """A 429 read for evidence of whose fault it is (``blame_429``); what was read is still
+    the caller's to relay."""
+    body = b""
+    try:
+        while len(body) < MAX_EVIDENCE_BYTES and (chunk := await response.read_chunk()):
+            body += chunk
+    except TransportError:
+        return FirstChunk(response, body), "unknown"  # type: ignore[return-value]
+    return FirstChunk(response, body), blame_429(response.headers, body)  # type: ignore[return-value]
 
 
 def _key_failed(
@@ -123,7 +178,7 @@ def _key_failed(
         pool.rest(key, retry_after_s(response.headers))
         event = "rate_limited"
     else:
-        pool.retire(key)
+        pool.refused(key)
         event = "key_refused"
     ctx.attempts.append(_attempt(provider, key.label, event))
     ctx.state.metrics.count_key_event(provider, key.label, event)

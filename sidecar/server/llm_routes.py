@@ -23,7 +23,7 @@ from aiohttp import web
 
 from ..codecs import CODECS, V1
 from ..codecs.base import Codec
-from ..manifest import AgentBuild
+from ..manifest import AgentBuild, without_billing_betas
 from ..model.errors import ApiError, internal_error
 from ..observability import tracing
 from ..observability.logs import log_request
@@ -279,6 +279,13 @@ def _forward_headers(headers: Mapping[str, str], codec: Codec) -> dict[str, str]
     for name, value in forwarded.items():
         if not value.isascii():  # bytes that were not UTF-8 arrive as surrogates
             raise ApiError(400, "invalid_header", f"the {name} header is not ASCII text")
+    betas = forwarded.get("anthropic-beta")
+    if betas is not None:  # the betas that bill differently are the pod's to set
+        kept = without_billing_betas(betas)
+        if kept:
+            forwarded["anthropic-beta"] = kept
+        else:
+            del forwarded["anthropic-beta"]
     return forwarded
 
 

@@ -42,7 +42,7 @@ from .accounting import ModelCharges
 from .errors import FINAL_HEADERS, JSON_HEADERS
 from .exchange import Exchange
 from .failover import open_upstream
-from .stream_tools import REFUSAL_STATUSES, offers_tools
+from .stream_tools import REFUSAL_STATUSES
 from .unserved import NOT_SERVED, not_served_message
 from .upstream import UpstreamResponse, UpstreamTarget, translate_error
 
@@ -81,6 +81,20 @@ class MediatedClient:
         """A streaming client's one lifecycle, written across every model call."""
         self._writing = asyncio.Lock()  # keep-alives and text go out whole, one at a time
         self.gone = False
+        self.estimated: tuple[int, int] = (0, 0)
+        """Input and output tokens estimated for the model calls whose provider counted none
+        (``ModelCharges``): the usage a streaming client that asked for it is told."""
+
+    def _with_usage(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The answer with the estimated usage where its provider counted none: a Chat
+        client that asked for ``include_usage`` gets its usage chunk from it."""
+        codec = self.codec
+        if not any(self.estimated) or any(codec.usage_counts(body.get("usage"))):
+            return body
+        usage = {codec.input_key: self.estimated[0], codec.output_key: self.estimated[1]}
+        if codec.api == "openai":
+            usage["total_tokens"] = sum(self.estimated)
+        return {**body, "usage": usage}
 
     async def begin_stream(self, live: ClientStream) -> None:
         """Send the 200 text/event-stream headers now."""
@@ -116,7 +130,7 @@ class MediatedClient:
                 elif command.retry_after:
                     headers = {**JSON_HEADERS, "Retry-After": command.retry_after}
         elif self.live is not None:
-            await self.write(self.live.finish(command.body))
+            await self.write(self.live.finish(self._with_usage(command.body)))
         else:
             body = orjson.dumps(command.body)
         if self.live is not None:
@@ -184,6 +198,7 @@ class ModelCalls:
             if stored := codec.stored_ids(event.body):
                 ctx.record_objects(refs(stored))
             self.charges.charge(ctx, codec, command.body, event.body)
+            self.client.estimated = self.charges.estimated
         return event
 
 
@@ -203,7 +218,7 @@ async def call_model(
     assert provider is not None
     unanswered: StreamUnanswered | None = None
     if support.streams(provider, command.body):
-        may_fall_back = support.may_fall_back(provider) and offers_tools(command.body)
+        may_fall_back = support.may_fall_back(provider, command.body)
         streamed = _streamed(ctx, codec, conversation, command, show, may_fall_back)
         event = await _traced(ctx, codec, streamed)
         if not isinstance(event, StreamUnanswered):
@@ -213,7 +228,8 @@ async def call_model(
     if isinstance(event, ModelReplied):
         await show_whole(codec, conversation, event.body, show)
     if unanswered is not None and (unanswered.definitive or isinstance(event, ModelReplied)):
-        support.learn_cannot(provider, unanswered.why)
+        lesson = support.learn_cannot(provider, command.body, unanswered.why)
+        ctx.audit_extra = {**(ctx.audit_extra or {}), "stream_tools": lesson}
     return event
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections.abc import Awaitable, Coroutine
 from typing import Any
@@ -154,13 +155,15 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
     end = ctx.codec.end_watch()
     finished = False
     error_code: str | None = None
+    # The stream's status as the audit tells it: 200 went out before it failed, if it did.
+    status = 200
     try:
         while True:
             try:
                 chunk = await upstream.read_chunk()
             except TransportError as exc:
                 err = upstream_api_error(translate_error(exc, ctx.provider_name))
-                error_code = err.code
+                status, error_code = err.status, err.code
                 await exchange.write(ctx.codec.stream_error(err))
                 break
             if not chunk:
@@ -169,13 +172,15 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
                 if stripper is not None:
                     await exchange.write(stripper.flush())
                 finished = end.seen
-                if not finished:
+                if not finished and error_code is None:  # (else the provider said why)
                     # A cut stream must not look like a complete answer to the client.
                     message = f"provider {ctx.provider_name!r} ended the stream before its end"
                     err = ApiError(502, "upstream_protocol_error", message)
-                    error_code = err.code
+                    status, error_code = err.status, err.code
                     await exchange.write(ctx.codec.stream_error(err))
                 break
+            if error_code is None and STREAM_ERROR.search(chunk):
+                status, error_code = 502, "upstream_stream_error"  # the provider's, relayed
             usage.feed(chunk)
             usage.events += chunk.count(b"data:")
             if stored is not None and stored.feed(chunk):
@@ -199,7 +204,7 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
         upstream.release(reuse=end.seen)
     await record_request(
         ctx,
-        http_status=200,
+        http_status=status,
         error_code=error_code,
         usage=stream_usage(ctx, usage),
     )
@@ -223,6 +228,12 @@ def _track_stored_objects(ctx: RequestContext, status: int, parsed: Any) -> None
                 ctx.state.objects.forget(ctx.agent.agent.id, StoredRef(ref["kind"], ref["id"]))
         return
     ctx.record_objects(refs(ctx.codec.stored_ids(parsed)))
+
+
+# An error event in any protocol's stream: Anthropic's and Responses' ``event: error``, a Chat
+# Completions ``data: {"error": …}`` (OpenAI, llama-cpp-python). (A Responses stream that ends
+# ``response.failed`` is a complete answer, the model's failure.)
+STREAM_ERROR = re.compile(rb'^(?:event: ?error\r?$|data: ?\{\s*"error"\s*:)', re.MULTILINE)
 
 
 def _record_later(ctx: RequestContext, code: str | None, usage: StreamUsage) -> None:

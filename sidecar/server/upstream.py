@@ -274,6 +274,8 @@ class _ProviderChannel:
         self.redact = redactor_for(every_key)
         self._base_url = base_url
         self._client = client
+        # The pod's billing headers (``BILLING_HEADERS``), added to what the agent may forward.
+        self.pod_headers = provider.headers or {}
         # Keyed by (route, client sent its own of the protocol's default headers, as Anthropic
         # clients send anthropic-version): the client's replace ours.
         self.requests: dict[tuple[str, bool], PreparedRequest] = {}
@@ -389,8 +391,11 @@ class UpstreamClient:
         whole of any other; without either, ``upstream_timeout_ms`` bounds one or the other as
         the client asked for a stream or not.
         """
+        channel = self._channel(target)
         forward = target.forward_headers
-        prepared = self._channel(target).request_for(target)
+        if channel.pod_headers:
+            forward = with_pod_headers(channel.pod_headers, forward)
+        prepared = channel.request_for(target)
         streamed = read_timeout_s is not None or (timeout_s is None and target.stream)
         try:
             return await self._client.send(
@@ -405,6 +410,18 @@ class UpstreamClient:
             )
         except TransportError as exc:
             raise translate_error(exc, target.provider) from exc
+
+
+def with_pod_headers(pod: Mapping[str, str], forward: Mapping[str, str]) -> dict[str, str]:
+    """The agent's forwarded headers with the pod's billing headers: an ``anthropic-beta`` of
+    both is one list (one header line: a second line may be dropped on the way), the pod's
+    first; any other billing header is the pod's alone (agents' are never forwarded)."""
+    merged = dict(forward)
+    for name, value in pod.items():
+        lower = name.lower()
+        theirs = merged.pop(lower, None)
+        merged[lower] = f"{value},{theirs}" if theirs and lower == "anthropic-beta" else value
+    return merged
 
 
 async def read_whole(response: Response, provider: str | None) -> UpstreamResponse:

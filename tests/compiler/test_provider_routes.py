@@ -5,6 +5,7 @@ agents and in the sidecar's environment."""
 from __future__ import annotations
 
 import re
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -136,6 +137,64 @@ def test_a_bad_budget_is_a_compile_error(pod_dir: PodDir, budget: str, reason: s
 def test_every_example_of_the_providers_doc_compiles(pod_dir: PodDir) -> None:
     doc = (Path(__file__).parents[2] / "docs" / "providers.md").read_text()
     examples = re.findall(r"```yaml\n(.*?)```", doc, re.S)
-    assert len(examples) == 3
+    assert len(examples) == 5
     for example in examples:
-        assert pod_dir.compile(example + AGENT).providers
+        assert pod_dir.compile(textwrap.dedent(example) + AGENT).providers
+
+
+def test_the_pod_sets_billing_headers_per_provider(pod_dir: PodDir) -> None:
+    text = PROVIDERS.replace(
+        'models: ["gpt-*"], first-byte',
+        'models: ["gpt-*"], headers: {OpenAI-Organization: org-pod, OpenAI-Project: proj_a},\n'
+        "             first-byte",
+    ).replace('models: ["claude-*"]', 'models: ["claude-*"], headers: {anthropic-beta: b-1}')
+    pod = pod_dir.compile(text + AGENT)
+    assert pod.providers["openai"].headers == {
+        "openai-organization": "org-pod",
+        "openai-project": "proj_a",
+    }
+    assert pod.providers["anthropic"].headers == {"anthropic-beta": "b-1"}
+    out = pod_dir.root / "out"
+    write_build(pod, out)
+    assert load_build(out).config.providers["openai"].headers == pod.providers["openai"].headers
+
+
+@pytest.mark.parametrize(
+    ("headers", "reason"),
+    [
+        ("{Authorization: x}", "not a billing header"),
+        ("{anthropic-beta: x}", "not a billing header"),  # an openai provider
+        ("{OpenAI-Organization: a, openai-organization: b}", "set twice"),
+        ('{OpenAI-Project: "a\\r\\nX-Injected: 1"}', "should match pattern"),
+    ],
+)
+def test_a_bad_billing_header_is_a_compile_error(
+    pod_dir: PodDir, headers: str, reason: str
+) -> None:
+    text = (
+        "x-claw:\n  providers:\n    p: {api: openai, base-url: 'https://x', "
+        f"key-env: K, models: [m], headers: {headers}}}\n"
+    )
+    error = pod_dir.error(text + AGENT)
+    assert reason in str(error)
+
+
+def test_under_a_usd_budget_unpriced_models_are_warned_of(pod_dir: PodDir) -> None:
+    local = (
+        '    local: {api: chat-completions, base-url: "http://llm:8000/v1", key-env: LOCAL_KEY,\n'
+        '           models: ["llama-*", mistral-large]}\n'
+    )
+    text = PROVIDERS.replace("  routes:\n", local + "  routes:\n")
+    pod = pod_dir.compile(text + AGENT)
+    unpriced = [w for w in pod.warnings if "no price for" in w]
+    assert len(unpriced) == 2
+    assert any("llama-*" in w for w in unpriced) and any("mistral-large" in w for w in unpriced)
+    assert all("/x-claw/providers/local/models" in w for w in unpriced)
+    # A default price covers them; without a USD budget nothing is said.
+    priced = text.replace(
+        'models: ["llama-*", mistral-large]}',
+        'models: ["llama-*", mistral-large],\n           prices: {default: {input: 0, output: 0}}}',
+    )
+    assert not [w for w in pod_dir.compile(priced + AGENT).warnings if "no price" in w]
+    no_usd = text.replace("bot: {usd-per-day: 20}, ", "")
+    assert not [w for w in pod_dir.compile(no_usd + AGENT).warnings if "no price" in w]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -11,7 +12,7 @@ import pytest
 from tests.mediation.conftest import Sidecar
 from tests.support.local_servers import LlamaCppPython, LlamaServer, LocalServer, call, say
 from tests.support.services import ToolService
-from tests.support.sidecar import RunningSidecar
+from tests.support.sidecar import RunningSidecar, audit_records
 
 CHAT = "/v1/chat/completions"
 ASK = [{"role": "user", "content": "Compare AAPL and MSFT."}]
@@ -22,11 +23,11 @@ TWO_ROUNDS = (
 )
 
 
-async def stream_answer(sidecar: RunningSidecar, token: str) -> str:
+async def stream_answer(sidecar: RunningSidecar, token: str, **options: Any) -> str:
     client = openai.AsyncOpenAI(base_url=sidecar.openai_base_url, api_key=token, max_retries=0)
     async with client:
         stream = await client.chat.completions.create(
-            model="local-model", messages=ASK, stream=True
+            model="local-model", messages=ASK, stream=True, **options
         )
         pieces = [chunk.choices[0].delta.content or "" async for chunk in stream if chunk.choices]
     return "".join(pieces)
@@ -175,3 +176,77 @@ async def test_a_responses_stream_falls_back_too_and_its_text_arrives_in_one_lif
     assert kinds[0] == "response.created" and kinds.count("response.completed") == 1
     assert [s.streamed for s in sent] == [True, False, False, False]
     assert quotes(service) == ["/quotes/AAPL", "/quotes/MSFT"]
+
+
+async def test_a_lesson_holds_for_its_kind_of_round_alone_and_is_audited(
+    sidecar_for: Sidecar, service: ToolService, tmp_path: Path
+) -> None:
+    """llama-cpp-python streams nothing when the model picks a tool under ``tool_choice: auto``
+    but streams answer rounds (``none``) and rounds without ``tool_choice`` (it drops the
+    tools): learning the first must not take live text from the others."""
+    script = (*TWO_ROUNDS, say("Nothing to look up."), say("Still nothing."))
+    async with LlamaCppPython(*script) as server:
+        sidecar, token = await sidecar_for(server)
+        await stream_answer(sidecar, token, tool_choice="auto")
+        for choice in ("none", None):
+            options = {} if choice is None else {"tool_choice": choice}
+            await stream_answer(sidecar, token, **options)
+        sent = server.requests_to(CHAT)
+    # The auto rounds after the empty stream were called whole; the others streamed live.
+    assert [s.streamed for s in sent] == [True, False, False, False, True, True]
+    first = audit_records(tmp_path / "state0", "analyst")[0]
+    assert first["stream_tools"]["round"] == "auto"
+    assert first["stream_tools"]["provider"] == "local"
+
+
+async def test_a_lesson_is_tested_again_after_a_while(
+    sidecar_for: Sidecar, service: ToolService
+) -> None:
+    async with LlamaCppPython(*TWO_ROUNDS, *TWO_ROUNDS) as server:
+        sidecar, token = await sidecar_for(server)
+        await stream_answer(sidecar, token, tool_choice="auto")
+        support = sidecar.state.stream_tools
+        for lesson in support._whole_until:  # time passes: the lesson is RETEST_S old
+            support._whole_until[lesson] = 0.0
+        await stream_answer(sidecar, token, tool_choice="auto")
+        sent = server.requests_to(CHAT)
+    # Probed again (an empty stream again), learned again.
+    assert [s.streamed for s in sent[4:]] == [True, False, False, False]
+    assert quotes(service) == ["/quotes/AAPL", "/quotes/MSFT"] * 2
+
+
+def test_the_kind_of_each_round() -> None:
+    from clawpod.sidecar.server.stream_tools import round_kind
+
+    tools = {"tools": [{"type": "function", "function": {"name": "f"}}]}
+    assert round_kind({}) is None
+    assert round_kind({**tools, "tool_choice": "none"}) is None
+    assert round_kind({**tools, "tool_choice": {"type": "none"}}) is None
+    assert round_kind(tools) == "unset"
+    assert round_kind({**tools, "tool_choice": "auto"}) == "auto"
+    assert round_kind({**tools, "tool_choice": {"type": "auto"}}) == "auto"
+    assert round_kind({**tools, "tool_choice": "required"}) == "required"
+    assert round_kind({**tools, "tool_choice": {"type": "any"}}) == "required"
+    assert round_kind({**tools, "tool_choice": {"type": "tool", "name": "f"}}) == "named"
+
+
+async def test_a_chat_client_asking_for_usage_gets_it_through_mediation(
+    sidecar_for: Sidecar, service: ToolService
+) -> None:
+    """llama-cpp-python streams no usage; a Chat client that asked for ``include_usage`` still
+    gets its usage chunk, the sidecar's estimate (what the audit records too)."""
+    async with LlamaCppPython(say("Nothing to look up.")) as server:
+        sidecar, token = await sidecar_for(server)
+        client = openai.AsyncOpenAI(base_url=sidecar.openai_base_url, api_key=token, max_retries=0)
+        async with client:
+            stream = await client.chat.completions.create(
+                model="local-model",
+                messages=ASK,  # type: ignore[arg-type]
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            chunks = [chunk async for chunk in stream]
+    last = chunks[-1]
+    assert last.choices == [] and last.usage is not None
+    assert last.usage.prompt_tokens > 0 and last.usage.completion_tokens > 0
+    assert last.usage.total_tokens == last.usage.prompt_tokens + last.usage.completion_tokens

@@ -169,15 +169,17 @@ async def make_pod(
         routes: dict[str, list[RouteTarget]] | None = None,
         governance: Governance | None = None,
         mode: str = "native",
+        agent_ids: tuple[str, ...] = ("analyst",),
         **provider_options: Any,
     ) -> ProviderPod:
+        """``agent_ids``: the pod's agents, all alike (an attacker and a bystander)."""
         root = tmp_path / f"build{len(pods)}"
         policy = ToolPolicy(timeout_per_tool_ms=2000, total_timeout_ms=20000)
         tools = desk_tools(service.url) if mode == "mediated" else []
-        agents = [AgentSpec("analyst", tools, mode=mode, policy=policy)]  # type: ignore[arg-type]
+        agent_specs = [AgentSpec(a, tools, mode=mode, policy=policy) for a in agent_ids]  # type: ignore[arg-type]
         tokens = write_build(
             root,
-            agents,
+            agent_specs,
             providers or pool_providers(upstreams, **provider_options),
             routes=ROUTES if routes is None else routes,
             governance=governance,

@@ -1,5 +1,6 @@
-"""Key pools (SPEC §14): requests rotate over a provider's keys; a 429 rests a key, a
-401/402/403 takes it out until restart; all audited and counted by key label, never value."""
+"""Key pools (SPEC §14): requests rotate over a provider's keys; a 429 about the key rests it,
+a 401/402 rests it and, repeated, takes it out until restart; all audited and counted by key
+label, never value. Attacks on the pool are in ``test_hostile_agents.py``."""
 
 from __future__ import annotations
 
@@ -54,8 +55,16 @@ async def test_a_429_rests_the_key_and_the_next_key_answers(make_pod: PodMaker) 
     assert KEYS["OPENAI_KEY_A"] not in metrics
 
 
-@pytest.mark.parametrize("status", [401, 402, 403])
-async def test_a_refused_key_is_out_until_restart(make_pod: PodMaker, status: int) -> None:
+def _rests_end(pod, provider: str) -> None:  # type: ignore[no-untyped-def]
+    """Time passes: every resting key of ``provider`` is back."""
+    for key in pod.sidecar.state.upstream.pools[provider].keys:
+        key.resting_until = 0.0
+
+
+@pytest.mark.parametrize("status", [401, 402])
+async def test_a_refused_key_rests_and_the_next_key_answers(
+    make_pod: PodMaker, status: int
+) -> None:
     pod = await make_pod(routes={})
     refused = Reply.error("anthropic", status, "bad key", "authentication_error")
     pod.upstreams.primary.enqueue("anthropic", refused, *[Reply.json(anthropic_message())] * 3)
@@ -94,7 +103,8 @@ async def test_every_key_resting_is_a_429_with_retry_after(make_pod: PodMaker) -
 async def test_keys_resting_on_one_target_fail_over_to_the_next(make_pod: PodMaker) -> None:
     pod = await make_pod()
     for _ in range(2):
-        pod.upstreams.primary.enqueue("anthropic", Reply.error("anthropic", 429, "slow"))
+        limited = Reply.error("anthropic", 429, "slow", "rate_limit_error")
+        pod.upstreams.primary.enqueue("anthropic", limited)
     pod.upstreams.secondary.enqueue("anthropic", Reply.json(anthropic_message("fallback")))
     message = await pod.anthropic().messages.create(
         model="claude-haiku-4-5", max_tokens=8, messages=ASK
@@ -109,20 +119,28 @@ async def test_keys_resting_on_one_target_fail_over_to_the_next(make_pod: PodMak
     ]
 
 
-async def test_every_key_refused_passes_the_providers_answer(make_pod: PodMaker) -> None:
+async def test_every_key_refused_again_and_again_is_out(make_pod: PodMaker) -> None:
+    """Refused once, each key rests; refused again once its rest is over, it is out until
+    restart (one 401 may be the provider's passing fault)."""
     pod = await make_pod(routes={})
-    for key in ("OPENAI_KEY_A", "OPENAI_KEY_B"):
-        # A hostile provider echoes the key it refused.
-        echo = Reply.error("openai", 401, f"invalid key {KEYS[key]}", "invalid_request_error")
-        pod.upstreams.primary.enqueue("openai", echo)
+    for _ in range(2):
+        for key in ("OPENAI_KEY_A", "OPENAI_KEY_B"):
+            # A hostile provider echoes the key it refused.
+            echo = Reply.error("openai", 401, f"invalid key {KEYS[key]}", "invalid_request_error")
+            pod.upstreams.primary.enqueue("openai", echo)
     with pytest.raises(openai.AuthenticationError) as raised:
         await pod.openai().chat.completions.create(model="gpt-4o", messages=ASK)
     assert KEYS["OPENAI_KEY_B"] not in raised.value.response.text
+    with pytest.raises(openai.RateLimitError):  # both rest
+        await pod.openai().chat.completions.create(model="gpt-4o", messages=ASK)
+    _rests_end(pod, "openai")
+    with pytest.raises(openai.AuthenticationError):
+        await pod.openai().chat.completions.create(model="gpt-4o", messages=ASK)
     with pytest.raises(openai.APIStatusError) as again:  # no key left until restart
         await pod.openai().chat.completions.create(model="gpt-4o", messages=ASK)
     assert again.value.status_code == 502
     assert again.value.response.headers["x-should-retry"] == "false"
-    assert len(pod.upstreams.primary.requests_to("openai")) == 2
+    assert len(pod.upstreams.primary.requests_to("openai")) == 4
 
 
 async def test_a_hostile_retry_after_cannot_retire_a_key_for_long() -> None:
@@ -140,7 +158,8 @@ async def test_a_hostile_retry_after_cannot_retire_a_key_for_long() -> None:
 async def test_anthropic_keys_resting_answer_in_anthropics_shape(make_pod: PodMaker) -> None:
     pod = await make_pod(routes={})
     for _ in range(2):
-        pod.upstreams.primary.enqueue("anthropic", Reply.error("anthropic", 429, "slow"))
+        limited = Reply.error("anthropic", 429, "slow", "rate_limit_error")
+        pod.upstreams.primary.enqueue("anthropic", limited)
     with pytest.raises(anthropic.RateLimitError) as raised:
         await pod.anthropic().messages.create(model="claude-haiku-4-5", max_tokens=8, messages=ASK)
     assert raised.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
@@ -150,8 +169,13 @@ async def test_anthropic_keys_resting_answer_in_anthropics_shape(make_pod: PodMa
 async def test_a_refused_key_comes_back_after_a_restart(make_pod: PodMaker) -> None:
     pod = await make_pod(routes={})
     refused = Reply.error("openai", 401, "bad key", "invalid_request_error")
-    pod.upstreams.primary.enqueue("openai", refused, Reply.json(openai_completion()))
-    await pod.openai().chat.completions.create(model="gpt-4o", messages=ASK)
+    ok = Reply.json(openai_completion())
+    pod.upstreams.primary.enqueue("openai", refused, ok, ok, refused, ok)
+    client = pod.openai()
+    await client.chat.completions.create(model="gpt-4o", messages=ASK)  # A refused, B
+    await client.chat.completions.create(model="gpt-4o", messages=ASK)  # B
+    _rests_end(pod, "openai")
+    await client.chat.completions.create(model="gpt-4o", messages=ASK)  # A refused again, B
     await pod.restart()  # the operator replaced the key
     pod.upstreams.primary.enqueue("openai", *[Reply.json(openai_completion())] * 2)
     client = pod.openai()

@@ -18,7 +18,7 @@ import asyncio
 import gzip
 import os
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -292,6 +292,7 @@ class StubUpstream:
         self.received: list[Received] = []
         self._queues: dict[str, deque[Reply]] = {}
         self._defaults: dict[str, Reply] = {}
+        self._responders: dict[str, Callable[[Received], Reply | None]] = {}
         self._runner: web.AppRunner | None = None
         self.url = ""
 
@@ -336,6 +337,11 @@ class StubUpstream:
         """Serve ``reply`` whenever the route's queue is empty (load tests)."""
         self._defaults[ROUTES.get(route, route)] = reply  # type: ignore[call-overload]
 
+    def respond(self, route: Api | str, responder: Callable[[Received], Reply | None]) -> None:
+        """Answer each request of the route as ``responder`` decides from it (a provider's
+        rules: keys, headers, sizes); None falls back to the queue."""
+        self._responders[ROUTES.get(route, route)] = responder  # type: ignore[call-overload]
+
     def enqueue_fixture(self, name: str, turn: int | None = None) -> list[Recorded]:
         """Queue a fixture's recorded answers (all turns, or one) on its API's route."""
         exchanges = load_fixture(name)
@@ -365,8 +371,11 @@ class StubUpstream:
                 request.raw_path,
             )
         )
-        queue = self._queues.get(request.path)
-        reply = queue.popleft() if queue else self._defaults.get(request.path)
+        responder = self._responders.get(request.path)
+        reply = responder(self.received[-1]) if responder else None
+        if reply is None:
+            queue = self._queues.get(request.path)
+            reply = queue.popleft() if queue else self._defaults.get(request.path)
         if reply is None:
             message = f"stub upstream: no scripted reply for {request.method} {request.path}"
             return web.json_response({"error": {"message": message, "type": "stub"}}, status=599)
