@@ -30,6 +30,7 @@ from .server.admin import create_admin_app
 from .server.app import create_app
 from .server.context import STATE_KEY
 from .server.edge import EdgeLimits
+from .server.operator_auth import OperatorTokenError
 from .server.serving import listen
 from .state.lock import StateLock, StateLockError, instance_name
 
@@ -97,7 +98,7 @@ async def serve(
 ) -> int:
     try:
         app = create_app(build, state_dir=state_dir, env=env, state_lock=state_lock)
-    except (AuditKeyError, AuditStateError, WebhookSecretError) as exc:
+    except (AuditKeyError, AuditStateError, WebhookSecretError, OperatorTokenError) as exc:
         print(f"sidecar: refusing to start: {exc}", file=sys.stderr)
         return 1
     limits = EdgeLimits.from_config(build.config)
@@ -112,7 +113,7 @@ async def serve(
     try:
         await _wait_resolvable(admin_host)
         admin_listening = await listen(
-            create_admin_app(app[STATE_KEY]),
+            create_admin_app(app[STATE_KEY], env=env, listen_host=admin_host),
             admin_host,
             admin_port,
             shutdown_timeout_s=SHUTDOWN_TIMEOUT_S,

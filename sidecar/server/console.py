@@ -37,6 +37,7 @@ from .console_session import (
 )
 from .context import STATE_KEY, SidecarState
 from .edge import AuthError
+from .operator_auth import SIGN_IN_KEY, audit_failure, peer_of, retry_after
 
 SESSIONS_KEY: web.AppKey[Sessions] = web.AppKey("claw_console_sessions", Sessions)
 TEMPLATES_KEY: web.AppKey[jinja2.Environment] = web.AppKey(
@@ -50,6 +51,7 @@ STATIC = {"console.css": "text/css", "console.js": "text/javascript"}
 MAX_REASON = 1000
 MAX_FORM_BYTES = 16 * 1024
 CONSOLE_WHO = "operator (console)"
+FIELDS_ARE_TEXT = "Refused: every field of the form must be text (no files)."
 NOTICE = re.compile(r"apr_[0-9a-f]{1,64} (approved|denied)")  # the only notice a page repeats
 # Nothing but this sidecar's own pages, styles and script; no framing; no referrer elsewhere.
 SECURITY_HEADERS = {
@@ -161,6 +163,8 @@ def action(
         if _cross_origin(request):
             return _refused(request, 403, "Refused: the request came from another site.")
         form = await _form(request)
+        if form is None:
+            return _refused(request, 400, FIELDS_ARE_TEXT)
         presented = form.get("csrf") or request.headers.get("X-CSRF-Token")
         if not same_secret(presented, session.csrf):
             return _refused(request, 403, "Refused: missing or wrong CSRF token.")
@@ -170,9 +174,13 @@ def action(
 
 
 async def _form(request: web.Request) -> Any:
+    """The posted form; None when a field is not text (a file sent as ``csrf`` was a 500)."""
     if request.content_length is not None and request.content_length > MAX_FORM_BYTES:
         raise web.HTTPRequestEntityTooLarge(MAX_FORM_BYTES, request.content_length)
-    return await request.post()
+    form = await request.post()
+    if not all(isinstance(value, str) for value in form.values()):
+        return None
+    return form
 
 
 # -- sign-in ----------------------------------------------------------------------------------
@@ -198,15 +206,27 @@ async def sign_in(request: web.Request) -> web.StreamResponse:
     if _cross_origin(request):
         return _refused(request, 403, "Refused: the request came from another site.")
     form = await _form(request)
+    if form is None:
+        return _sign_in_page(request, 400, FIELDS_ARE_TEXT)
     if not same_secret(form.get("csrf"), request.cookies.get(SIGN_IN_COOKIE, "")):
         return _sign_in_page(request, 403, "The form expired or was not this console's: retry.")
     if state.operator_token is None:
         return _sign_in_page(
             request, 403, f"The console is closed: the sidecar has no {OPERATOR_TOKEN_ENV}."
         )
+    throttle, peer = request.app[SIGN_IN_KEY], peer_of(request)
+    wait_s = throttle.wait_s(peer)
+    if wait_s > 0:
+        seconds = retry_after(wait_s)
+        message = f"Too many wrong tokens from your address: retry in {seconds} s."
+        response = _sign_in_page(request, 429, message)
+        response.headers["Retry-After"] = seconds
+        return response
     token = str(form.get("token", "")).strip()
     if not same_secret(token, state.operator_token):
+        await audit_failure(request, "console", *throttle.failed(peer))
         return _sign_in_page(request, 403, _wrong_token(state, token))
+    throttle.succeeded(peer)
     session = request.app[SESSIONS_KEY].open()
     response = _see_other(f"{COOKIE_PATH}/approvals")
     _set_cookie(response, request, SESSION_COOKIE, session.id, SESSION_LIFETIME_S)

@@ -19,7 +19,14 @@ from clawpod.sidecar.server.console import CHECKS_KEY, SESSIONS_KEY
 from clawpod.sidecar.server.console_session import SESSION_IDLE_S
 from clawpod.sidecar.server.context import STATE_KEY
 from clawpod.sidecar.state.approvals import ARGUMENTS_PREVIEW_BYTES
-from tests.execution.test_governance import OPERATOR_TOKEN, TRADE, Desk, ask_analyst, trade
+from tests.execution.test_governance import (
+    OPERATOR_TOKEN,
+    TRADE,
+    Desk,
+    ask_analyst,
+    pass_sign_in_delays,
+    trade,
+)
 from tests.operators.console_client import ConsoleClient, csrf_of
 from tests.operators.desk import start_desk
 from tests.support.services import ToolService
@@ -68,6 +75,7 @@ async def test_agent_tokens_and_wrong_tokens_cannot_sign_in(desk: Desk) -> None:
         ("guess", "not this sidecar's operator token"),
         (OPERATOR_TOKEN + "x", "not this sidecar's operator token"),
     ]:
+        pass_sign_in_delays(desk)  # each wrong token makes the next attempt wait
         async with ConsoleClient(desk.sidecar.admin_url) as client:
             status, page, _ = await client.sign_in(token)
             assert status == 403 and says in html.unescape(page)
