@@ -30,6 +30,7 @@ from .server.admin import create_admin_app
 from .server.app import create_app
 from .server.context import STATE_KEY
 from .server.edge import EdgeLimits
+from .server.operator_auth import OperatorTokenError
 from .server.serving import listen
 from .state.lock import StateLock, StateLockError, instance_name
 
@@ -46,6 +47,7 @@ SHUTDOWN_TIMEOUT_S = 10.0
 YOUNG_GENERATION_THRESHOLD = 10_000  # the collector's default is 700 (see main)
 ADMIN_LIMITS = EdgeLimits(max_connections=64)  # a scraper or two and an operator
 ADMIN_RESOLVE_WAIT_S = 10.0  # Swarm registers an alias within a second or two
+LOCK_CHECK_S = 1.0  # how often the state directory's lock is checked (two stat calls)
 # The sidecar's own secrets, readable from NAME_FILE like the build's credentials (SPEC §13.2);
 # the webhook secret signs approval webhooks (SPEC §15).
 SIDECAR_SECRETS = (AUDIT_KEY_ENV, OPERATOR_TOKEN_ENV, WEBHOOK_SECRET_ENV)
@@ -96,7 +98,7 @@ async def serve(
 ) -> int:
     try:
         app = create_app(build, state_dir=state_dir, env=env, state_lock=state_lock)
-    except (AuditKeyError, AuditStateError, WebhookSecretError) as exc:
+    except (AuditKeyError, AuditStateError, WebhookSecretError, OperatorTokenError) as exc:
         print(f"sidecar: refusing to start: {exc}", file=sys.stderr)
         return 1
     limits = EdgeLimits.from_config(build.config)
@@ -111,7 +113,7 @@ async def serve(
     try:
         await _wait_resolvable(admin_host)
         admin_listening = await listen(
-            create_admin_app(app[STATE_KEY]),
+            create_admin_app(app[STATE_KEY], env=env, listen_host=admin_host),
             admin_host,
             admin_port,
             shutdown_timeout_s=SHUTDOWN_TIMEOUT_S,
@@ -144,12 +146,29 @@ async def serve(
         print(f"listening on http://{host}:{bound_port}", flush=True)
         print(f"operator listener on http://{admin_host}:{admin_bound_port}", flush=True)
         log.info("listening on http://%s:%s (bound %s)", host, bound_port, bound_host)
+        watch = asyncio.ensure_future(_until_lost(state_lock))
+        watch.add_done_callback(lambda _: stop.set())
         await stop.wait()
+        if watch.done() and not watch.cancelled():
+            print(
+                f"sidecar: stopping: the lock on state directory {state_dir} was lost (the "
+                "directory or its .lock was replaced); another sidecar may own it now",
+                file=sys.stderr,
+            )
+            return 1
+        watch.cancel()
         log.info("shutting down")
         return 0
     finally:
         await admin_listening.close()
         await listening.close()  # the app's cleanup flushes the audit log
+
+
+async def _until_lost(state_lock: StateLock) -> None:
+    """Return once the state directory's lock is lost: then a second sidecar may start on the
+    directory, so this one stops taking requests (its /readyz answers 503 meanwhile)."""
+    while state_lock.held():
+        await asyncio.sleep(LOCK_CHECK_S)
 
 
 async def _wait_resolvable(host: str) -> None:

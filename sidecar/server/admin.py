@@ -7,13 +7,15 @@ other agents (their ids, every tool's call counts). It shares the main app's sta
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import os
+from collections.abc import Callable, Iterable, Mapping
 
 from aiohttp import web
 
 from .console import add_console
 from .context import STATE_KEY, SidecarState
 from .operator import add_operator_routes
+from .operator_auth import SIGN_IN_KEY, SignInThrottle, host_check, operator_hosts
 from .routes import metrics_route, readyz
 
 RouteAdder = Callable[[web.UrlDispatcher], None]
@@ -23,11 +25,21 @@ OPERATOR_ROUTES: list[RouteAdder] = [add_operator_routes]
 
 
 def create_admin_app(
-    state: SidecarState, add_operator_routes: Iterable[RouteAdder] = OPERATOR_ROUTES
+    state: SidecarState,
+    add_operator_routes: Iterable[RouteAdder] = OPERATOR_ROUTES,
+    *,
+    env: Mapping[str, str] | None = None,
+    listen_host: str | None = None,
 ) -> web.Application:
-    """The operator app over ``state``; its lifecycle belongs to the main app."""
-    app = web.Application()
+    """The operator app over ``state``; its lifecycle belongs to the main app. It answers to
+    the names ``operator_auth.operator_hosts`` lists (``listen_host``: the address it is bound
+    to, when a name; ``env``: for ``CLAW_OPERATOR_HOSTS``)."""
+    config = state.config
+    names = (*config.allowed_hosts, config.admin_listen.host, listen_host or "")
+    allowed = operator_hosts(names, os.environ if env is None else env)
+    app = web.Application(middlewares=[host_check(allowed)])
     app[STATE_KEY] = state
+    app[SIGN_IN_KEY] = SignInThrottle()
     app.router.add_get("/metrics", metrics_route)
     app.router.add_get("/readyz", readyz)
     for add_routes in add_operator_routes:

@@ -31,6 +31,7 @@ from ..transport.keepalive import keepalive_interval
 from .context import STATE_KEY, SidecarState
 from .edge import TokenVerifier, protocol_errors
 from .llm_routes import add_llm_routes
+from .operator_auth import operator_token
 from .routes import healthz, mcp, model, models
 from .stream_tools import StreamToolsSupport
 from .upstream import ModelRouter, UpstreamClient
@@ -104,7 +105,8 @@ def create_app(
         tasks=tasks,
         governed=governed,
         budgets=TokenBudgets(config.governance, build.agents, state_dir),
-        operator_token=env.get(OPERATOR_TOKEN_ENV) or None,
+        # Raises OperatorTokenError: a weak token would open the operator listener to guessing.
+        operator_token=operator_token(env),
         drift=DriftChecker(
             build.agents, executor.mcp, executor.quarantine, audit, metrics, state_dir
         ),

@@ -9,6 +9,7 @@ every POST carries the session's CSRF token. Pages: approvals, audit, tools, lim
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 import secrets
 import time
@@ -37,6 +38,7 @@ from .console_session import (
 )
 from .context import STATE_KEY, SidecarState
 from .edge import AuthError
+from .operator_auth import SIGN_IN_KEY, audit_failure, peer_of, retry_after
 
 SESSIONS_KEY: web.AppKey[Sessions] = web.AppKey("claw_console_sessions", Sessions)
 TEMPLATES_KEY: web.AppKey[jinja2.Environment] = web.AppKey(
@@ -50,6 +52,10 @@ STATIC = {"console.css": "text/css", "console.js": "text/javascript"}
 MAX_REASON = 1000
 MAX_FORM_BYTES = 16 * 1024
 CONSOLE_WHO = "operator (console)"
+# Arguments a list shows of each approval (indented JSON); the whole is on its own page.
+LISTED_ARGUMENT_CHARS = 2048
+JSON_SHOWN = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+FIELDS_ARE_TEXT = "Refused: every field of the form must be text (no files)."
 NOTICE = re.compile(r"apr_[0-9a-f]{1,64} (approved|denied)")  # the only notice a page repeats
 # Nothing but this sidecar's own pages, styles and script; no framing; no referrer elsewhere.
 SECURITY_HEADERS = {
@@ -72,9 +78,7 @@ def _templates() -> jinja2.Environment:
         autoescape=True,  # every value is escaped: tool arguments are anyone's text
     )
     environment.filters["utc"] = _utc
-    environment.filters["json"] = lambda value: orjson.dumps(
-        value, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
-    ).decode()
+    environment.filters["json"] = lambda value: orjson.dumps(value, option=JSON_SHOWN).decode()
     return environment
 
 
@@ -161,6 +165,8 @@ def action(
         if _cross_origin(request):
             return _refused(request, 403, "Refused: the request came from another site.")
         form = await _form(request)
+        if form is None:
+            return _refused(request, 400, FIELDS_ARE_TEXT)
         presented = form.get("csrf") or request.headers.get("X-CSRF-Token")
         if not same_secret(presented, session.csrf):
             return _refused(request, 403, "Refused: missing or wrong CSRF token.")
@@ -170,9 +176,13 @@ def action(
 
 
 async def _form(request: web.Request) -> Any:
+    """The posted form; None when a field is not text (a file sent as ``csrf`` was a 500)."""
     if request.content_length is not None and request.content_length > MAX_FORM_BYTES:
         raise web.HTTPRequestEntityTooLarge(MAX_FORM_BYTES, request.content_length)
-    return await request.post()
+    form = await request.post()
+    if not all(isinstance(value, str) for value in form.values()):
+        return None
+    return form
 
 
 # -- sign-in ----------------------------------------------------------------------------------
@@ -198,15 +208,27 @@ async def sign_in(request: web.Request) -> web.StreamResponse:
     if _cross_origin(request):
         return _refused(request, 403, "Refused: the request came from another site.")
     form = await _form(request)
+    if form is None:
+        return _sign_in_page(request, 400, FIELDS_ARE_TEXT)
     if not same_secret(form.get("csrf"), request.cookies.get(SIGN_IN_COOKIE, "")):
         return _sign_in_page(request, 403, "The form expired or was not this console's: retry.")
     if state.operator_token is None:
         return _sign_in_page(
             request, 403, f"The console is closed: the sidecar has no {OPERATOR_TOKEN_ENV}."
         )
+    throttle, peer = request.app[SIGN_IN_KEY], peer_of(request)
+    wait_s = throttle.wait_s(peer)
+    if wait_s > 0:
+        seconds = retry_after(wait_s)
+        message = f"Too many wrong tokens from your address: retry in {seconds} s."
+        response = _sign_in_page(request, 429, message)
+        response.headers["Retry-After"] = seconds
+        return response
     token = str(form.get("token", "")).strip()
     if not same_secret(token, state.operator_token):
+        await audit_failure(request, "console", *throttle.failed(peer))
         return _sign_in_page(request, 403, _wrong_token(state, token))
+    throttle.succeeded(peer)
     session = request.app[SESSIONS_KEY].open()
     response = _see_other(f"{COOKIE_PATH}/approvals")
     _set_cookie(response, request, SESSION_COOKIE, session.id, SESSION_LIFETIME_S)
@@ -233,14 +255,27 @@ async def sign_out(request: web.Request, session: Session, form: Any) -> web.Str
 # -- approvals --------------------------------------------------------------------------------
 
 
-def _approval_view(approval: Approval) -> dict[str, Any]:
+def _approval_view(approval: Approval, shown_chars: int | None = None) -> dict[str, Any]:
+    """The approval as a page shows it: ``arguments_text`` is its arguments as indented JSON
+    (or the store's preview of huge ones), cut to ``shown_chars`` in a list (``shortened``:
+    the whole is on the approval's own page, where it is decided)."""
     view = approval.public()
     view["expires_in_s"] = max(0, round(approval.expires - time.time()))
+    text = view.get("arguments_preview")
+    if text is None:
+        text = orjson.dumps(view["arguments"], option=JSON_SHOWN).decode()
+    view["shortened"] = shown_chars is not None and len(text) > shown_chars
+    view["arguments_text"] = text[:shown_chars] if view["shortened"] else text
     return view
 
 
-def _pending(state: SidecarState) -> list[dict[str, Any]]:
-    return [_approval_view(a) for a in state.governed.approvals.listing() if a.status == "pending"]
+def _pending(state: SidecarState) -> list[Approval]:
+    return [a for a in state.governed.approvals.listing() if a.status == "pending"]
+
+
+def _version(pending: list[Approval]) -> str:
+    """Names the set of pending approvals: the page's script asks again only when it moves."""
+    return hashlib.blake2b("".join(a.id for a in pending).encode(), digest_size=8).hexdigest()
 
 
 @page
@@ -251,11 +286,13 @@ async def approvals_page(request: web.Request, session: Session) -> web.StreamRe
         for a in reversed(state.governed.approvals.listing(include_finished=True))
         if a.status != "pending"
     ][:20]
+    pending = _pending(state)
     return _page(
         request,
         "approvals.html.j2",
         session=session,
-        pending=_pending(state),
+        pending=[_approval_view(a, LISTED_ARGUMENT_CHARS) for a in pending],
+        version=_version(pending),
         finished=finished,
         notice=request.query.get("notice", "")
         if NOTICE.fullmatch(request.query.get("notice", ""))
@@ -265,13 +302,41 @@ async def approvals_page(request: web.Request, session: Session) -> web.StreamRe
 
 @page
 async def pending_approvals(request: web.Request, session: Session) -> web.StreamResponse:
-    """What the page's script polls: each pending approval's id and its rendered item."""
-    state = request.app[STATE_KEY]
+    """What the page's script polls each second: the version of the pending set, and its ids
+    only when the version is not the one the script holds (``?version=``). Each new item is
+    fetched once (``approval_item``): three tabs polling a queue of 64 KiB arguments cost
+    19 MB a poll when every item was rendered on every poll."""
+    pending = _pending(request.app[STATE_KEY])
+    version = _version(pending)
+    answer: dict[str, Any] = {"version": version}
+    if request.query.get("version") != version:
+        answer["ids"] = [a.id for a in pending]
+    return web.Response(body=orjson.dumps(answer), content_type="application/json")
+
+
+def _open_approval(request: web.Request) -> Approval:
+    approval = request.app[STATE_KEY].governed.approvals.get(request.match_info["approval_id"])
+    if approval is None:
+        raise web.HTTPNotFound()
+    return approval
+
+
+@page
+async def approval_item(request: web.Request, session: Session) -> web.StreamResponse:
+    """One pending approval as the list shows it (its arguments cut), for the page's script."""
+    approval = _open_approval(request)
+    if approval.status != "pending":
+        raise web.HTTPNotFound()
     item = request.app[TEMPLATES_KEY].get_template("approval_item.html.j2")
-    rendered = [
-        {"id": a["id"], "html": item.render(approval=a, session=session)} for a in _pending(state)
-    ]
-    return web.Response(body=orjson.dumps({"approvals": rendered}), content_type="application/json")
+    html = item.render(approval=_approval_view(approval, LISTED_ARGUMENT_CHARS), session=session)
+    return web.Response(text=html, content_type="text/html")
+
+
+@page
+async def approval_page(request: web.Request, session: Session) -> web.StreamResponse:
+    """One approval with its whole arguments (the store's preview past 64 KiB), decided here."""
+    approval = _open_approval(request)
+    return _page(request, "approval.html.j2", session=session, approval=_approval_view(approval))
 
 
 @action
@@ -366,6 +431,8 @@ def add_console(app: web.Application) -> None:
     router.add_post(f"{COOKIE_PATH}/sign-out", sign_out)
     router.add_get(f"{COOKIE_PATH}/approvals", approvals_page)
     router.add_get(f"{COOKIE_PATH}/approvals/pending", pending_approvals)
+    router.add_get(f"{COOKIE_PATH}/approvals/{{approval_id}}", approval_page)
+    router.add_get(f"{COOKIE_PATH}/approvals/{{approval_id}}/item", approval_item)
     router.add_post(f"{COOKIE_PATH}/approvals/{{approval_id}}", decide)
     router.add_get(f"{COOKIE_PATH}/audit", audit_page)
     router.add_get(f"{COOKIE_PATH}/tools", tools_page)

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from ..model.errors import ApiError
-from ..transport import Response, TransportError
+from ..transport import BodyTooLarge, Response, TransportError
 from .key_pool import (
     KEY_REFUSED,
     MAX_EVIDENCE_BYTES,
@@ -63,9 +63,13 @@ class FirstChunk:
             return first
         return await self._response.read_chunk()
 
-    async def read(self) -> bytes:
+    async def read(self, max_bytes: int | None = None) -> bytes:
         first, self._first = self._first, b""
-        return first + await self._response.read()
+        if max_bytes is not None:
+            if len(first) > max_bytes:
+                raise BodyTooLarge(max_bytes)
+            max_bytes -= len(first)
+        return first + await self._response.read(max_bytes)
 
 
 async def open_upstream(ctx: RequestContext, send: Send) -> Response:

@@ -20,6 +20,7 @@ from ..state.approvals import ApprovalError
 from .console_data import AuditFilter, recent_records
 from .context import STATE_KEY, SidecarState
 from .edge import AuthError, presented_token
+from .operator_auth import SIGN_IN_KEY, audit_failure, peer_of, retry_after
 
 OPERATOR = "operator"
 MAX_REASON = 1000
@@ -30,8 +31,9 @@ def _error(status: int, code: str, message: str) -> web.Response:
     return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
 
 
-def _authorised(request: web.Request, state: SidecarState) -> web.Response | None:
-    """None when the operator token was presented; else the refusal."""
+async def _authorised(request: web.Request, state: SidecarState) -> web.Response | None:
+    """None when the operator token was presented; else the refusal. A peer whose last tries
+    failed waits before its token is even compared (``operator_auth.py``)."""
     if state.operator_token is None:
         return _error(
             403, "operator_api_closed", f"the operator API needs {OPERATOR_TOKEN_ENV} to be set"
@@ -40,8 +42,19 @@ def _authorised(request: web.Request, state: SidecarState) -> web.Response | Non
         token = presented_token(request.headers)
     except AuthError as err:
         return _error(401, err.code, err.message)
+    throttle = request.app[SIGN_IN_KEY]
+    peer = peer_of(request)
+    wait_s = throttle.wait_s(peer)
+    if wait_s > 0:
+        seconds = retry_after(wait_s)
+        message = f"wrong tokens from this address: retry in {seconds} s"
+        refusal = _error(429, "too_many_failures", message)
+        refusal.headers["Retry-After"] = seconds
+        return refusal
     if hmac.compare_digest(token.encode(), state.operator_token.encode()):
+        throttle.succeeded(peer)
         return None
+    await audit_failure(request, "operator_api", *throttle.failed(peer))
     try:
         state.verifier.authenticate(request.headers)
     except AuthError:
@@ -55,7 +68,7 @@ def _json(data: Any, status: int = 200) -> web.Response:
 
 async def list_approvals(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
-    refusal = _authorised(request, state)
+    refusal = await _authorised(request, state)
     if refusal is not None:
         return refusal
     everything = request.query.get("all") in ("1", "true")
@@ -67,7 +80,7 @@ async def audit_records(request: web.Request) -> web.Response:
     """The newest audit records per agent, newest first (the console's filters: ``agent``,
     ``tool``, ``outcome``, ``since``, ``until``, ``limit``)."""
     state = request.app[STATE_KEY]
-    refusal = _authorised(request, state)
+    refusal = await _authorised(request, state)
     if refusal is not None:
         return refusal
     wanted = AuditFilter.from_query(request.query)
@@ -76,7 +89,7 @@ async def audit_records(request: web.Request) -> web.Response:
 
 async def decide_approval(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
-    refusal = _authorised(request, state)
+    refusal = await _authorised(request, state)
     if refusal is not None:
         return refusal
     try:

@@ -102,7 +102,9 @@ async def _pass_through(
 
 async def _relay_body(exchange: Exchange, ctx: RequestContext, upstream: Response) -> None:
     try:
-        data = await upstream.read()
+        # A JSON answer is held whole to be audited and relayed: bounded as any other (a
+        # non-streamed answer was bounded only once it crossed protocols).
+        data = await upstream.read(ctx.state.upstream.max_response_bytes)
     except TransportError as exc:
         failure = translate_error(exc, ctx.provider_name)
         return await _fail(exchange, ctx, upstream_api_error(failure))

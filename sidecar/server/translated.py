@@ -146,7 +146,7 @@ async def relay_translated(
     one stream rendered by its own codec)."""
     provider = ctx.provider_name or ""
     try:
-        data = await upstream.read()
+        data = await upstream.read(ctx.state.upstream.max_response_bytes)
     except TransportError as exc:
         failure = translate_error(exc, provider)
         return await _fail(ctx, exchange, upstream_failure(failure.kind, failure.message))

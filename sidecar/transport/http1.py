@@ -148,12 +148,19 @@ class Response:
         value = self.headers.get("content-length")
         return int(value) if value is not None and value.isdigit() else None
 
-    async def read(self) -> bytes:
-        """The whole (remaining) body."""
+    async def read(self, max_bytes: int | None = None) -> bytes:
+        """The whole (remaining) body; ``BodyTooLarge`` past ``max_bytes`` (reading stops there,
+        so at most that much more is held)."""
         if self.complete:  # it has all arrived (most answers): taken without a coroutine a chunk
+            if max_bytes is not None and self._buffered > max_bytes:
+                raise BodyTooLarge(max_bytes)
             return self._take() if self._chunks else b""
         parts = []
+        size = 0
         while chunk := await self.read_chunk():
+            size += len(chunk)
+            if max_bytes is not None and size > max_bytes:
+                raise BodyTooLarge(max_bytes)
             parts.append(chunk)
         return b"".join(parts)
 

@@ -17,6 +17,7 @@ import openai
 import pytest
 
 from clawpod.cli.clawc import main as clawc
+from clawpod.sidecar.server.operator_auth import MAX_DELAY_S, SIGN_IN_KEY
 from tests.mcp.conftest import mcp_client
 from tests.mediation.scripted import oa_calls, oa_text
 from tests.support.services import ToolService
@@ -25,7 +26,7 @@ from tests.support.upstream import Reply, StubUpstream
 
 RO_TOKEN = "desk-readonly-secret-1"
 RW_TOKEN = "desk-trading-secret-2"
-OPERATOR_TOKEN = "operator-secret-3"
+OPERATOR_TOKEN = "operator-secret-3-7f0c2a9e4b6d1e8f3a5c7b9d2e4f6a8c"
 DESCRIPTOR = {
     "version": 2,
     "description": "A trading desk.",
@@ -125,6 +126,14 @@ class Desk:
     async def restart(self) -> None:
         await self.sidecar.close()
         self.sidecar = await start_sidecar(self.out, self.state_dir, env=ENV)
+
+
+def pass_sign_in_delays(desk: Desk) -> None:
+    """Move the operator listener's sign-in clock past any wait a failed attempt imposed, as
+    if the peer had waited (tests that try several wrong tokens in a row)."""
+    throttle = desk.sidecar.admin.app[SIGN_IN_KEY]
+    clock = throttle.clock
+    throttle.clock = lambda: clock() + MAX_DELAY_S
 
 
 ENV = {
@@ -334,8 +343,10 @@ async def test_a_pending_approval_survives_a_restart(desk: Desk) -> None:
 
 async def test_the_operator_api_refuses_agent_tokens(desk: Desk) -> None:
     for agent in ("analyst", "trader"):
+        pass_sign_in_delays(desk)
         status, body = await desk.operator("GET", "/operator/approvals", token=desk.tokens[agent])
         assert (status, body["error"]["code"]) == (403, "agent_token_refused")
+    pass_sign_in_delays(desk)  # each wrong token makes the next attempt wait
     status, _ = await desk.operator("GET", "/operator/approvals", token="guess")
     assert status == 403
 

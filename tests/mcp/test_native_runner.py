@@ -38,7 +38,7 @@ SECRETS = {
     "TRADING_RW_TOKEN": "trading-write-e2e-secret",
     "NEWS_API_KEY": "news-e2e-secret",
     "RESEARCH_API_TOKEN": "research-e2e-secret",
-    "CLAW_OPERATOR_TOKEN": "operator-e2e-secret",
+    "CLAW_OPERATOR_TOKEN": "operator-e2e-secret-9b2d4f6a8c0e1f3a5b7c9d1e3f5a7b9c",
 }
 
 if not (EXAMPLE / "pod.yml").is_file():

@@ -24,6 +24,8 @@ class ConsoleClient:
         # unsafe: keep cookies of an IP address host (the test sidecar is on 127.0.0.1).
         self.session = aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True))
         self.csrf = ""
+        self.version = ""  # of the pending approvals last seen by pending()
+        self.items: dict[str, str] = {}  # each pending approval's item, fetched once
 
     async def __aenter__(self) -> ConsoleClient:
         return self
@@ -54,11 +56,23 @@ class ConsoleClient:
         return answer
 
     async def pending(self) -> list[dict[str, Any]]:
+        """The pending approvals as the page's script sees them: it polls the version, gets
+        the ids when it moved, and fetches each new item once (``id`` and ``html``)."""
         async with self.session.get(
-            self.base + "/console/approvals/pending", allow_redirects=False
+            self.base + "/console/approvals/pending",
+            params={"version": self.version},
+            allow_redirects=False,
         ) as response:
             assert response.status == 200, await response.text()
-            return (await response.json())["approvals"]
+            answer = await response.json()
+        if "ids" in answer:
+            self.items = {i: self.items.get(i) or await self._item(i) for i in answer["ids"]}
+            self.version = answer["version"]
+        return [{"id": i, "html": html} for i, html in self.items.items() if html]
+
+    async def _item(self, approval_id: str) -> str:
+        status, html, _ = await self.get(f"/console/approvals/{approval_id}/item")
+        return html if status == 200 else ""
 
     def session_cookie(self) -> str | None:
         for cookie in self.session.cookie_jar:

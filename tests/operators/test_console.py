@@ -19,7 +19,14 @@ from clawpod.sidecar.server.console import CHECKS_KEY, SESSIONS_KEY
 from clawpod.sidecar.server.console_session import SESSION_IDLE_S
 from clawpod.sidecar.server.context import STATE_KEY
 from clawpod.sidecar.state.approvals import ARGUMENTS_PREVIEW_BYTES
-from tests.execution.test_governance import OPERATOR_TOKEN, TRADE, Desk, ask_analyst, trade
+from tests.execution.test_governance import (
+    OPERATOR_TOKEN,
+    TRADE,
+    Desk,
+    ask_analyst,
+    pass_sign_in_delays,
+    trade,
+)
 from tests.operators.console_client import ConsoleClient, csrf_of
 from tests.operators.desk import start_desk
 from tests.support.services import ToolService
@@ -27,6 +34,8 @@ from tests.support.sidecar import audit_records
 from tests.support.upstream import StubUpstream
 from tests.transport.test_client import _certificate as certificate
 
+# What one pending approval may cost in the list, whatever its arguments (about 2 KiB of them).
+LISTED_ITEM_CAP = 8192
 HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>'
 
 
@@ -68,6 +77,7 @@ async def test_agent_tokens_and_wrong_tokens_cannot_sign_in(desk: Desk) -> None:
         ("guess", "not this sidecar's operator token"),
         (OPERATOR_TOKEN + "x", "not this sidecar's operator token"),
     ]:
+        pass_sign_in_delays(desk)  # each wrong token makes the next attempt wait
         async with ConsoleClient(desk.sidecar.admin_url) as client:
             status, page, _ = await client.sign_in(token)
             assert status == 403 and says in html.unescape(page)
@@ -349,11 +359,48 @@ async def test_huge_arguments_show_as_a_preview_with_size_and_digest(
     huge = {**TRADE, "symbol": "<b>" + "X" * (ARGUMENTS_PREVIEW_BYTES + 1000)}
     waiting = asyncio.create_task(trade(desk, huge))
     [item] = await _pending_in_console(console)
-    assert "bytes (canonical JSON, digest" in item["html"] and "&lt;b&gt;XXX" in item["html"]
-    assert len(item["html"]) < 2 * ARGUMENTS_PREVIEW_BYTES
+    assert "read them all to decide" in item["html"] and "&lt;b&gt;XXX" in item["html"]
+    assert 'action="/console/approvals/' not in item["html"]  # decided on its own page
     _, page, _ = await console.get("/console/approvals")
     assert item["id"] in page
+    status, page, _ = await console.get(f"/console/approvals/{item['id']}")
+    assert status == 200 and "bytes (canonical JSON, digest" in page
+    assert (
+        len(page) < 2 * ARGUMENTS_PREVIEW_BYTES
+        and f'action="/console/approvals/{item["id"]}"' in page
+    )
     await console.post(
         f"/console/approvals/{item['id']}", {"decision": "deny", "csrf": console.csrf}
     )
     await waiting
+
+
+async def test_an_idle_poll_of_a_queue_of_large_arguments_costs_a_few_bytes(
+    desk: Desk, console: ConsoleClient
+) -> None:
+    """Eight approvals of near-64 KiB arguments wait (every poll once re-rendered them all:
+    19 MB a poll for a full queue, and three open tabs slowed every agent). The script's poll
+    now carries the version, the ids only when it moved, each item once, its arguments cut."""
+    queue = 8
+    symbol = "Q" * (ARGUMENTS_PREVIEW_BYTES - 1024)
+    waiting = [
+        asyncio.create_task(trade(desk, {**TRADE, "symbol": symbol, "quantity": n}))
+        for n in range(1, queue + 1)
+    ]
+    items = await _pending_in_console(console, queue)
+    assert all(len(item["html"]) < LISTED_ITEM_CAP for item in items)
+    for _ in range(3):  # what each tab's script then asks each second
+        async with console.session.get(
+            console.base + "/console/approvals/pending", params={"version": console.version}
+        ) as response:
+            idle_poll = await response.read()
+        assert len(idle_poll) < 100 and b"ids" not in idle_poll
+    _, page, _ = await console.get("/console/approvals")
+    assert len(page) < queue * LISTED_ITEM_CAP + 16384
+    status, page, _ = await console.get(f"/console/approvals/{items[0]['id']}")
+    assert status == 200 and symbol in page  # the whole arguments, on the approval's own page
+    for item in items:
+        await console.post(
+            f"/console/approvals/{item['id']}", {"decision": "deny", "csrf": console.csrf}
+        )
+    await asyncio.gather(*waiting)

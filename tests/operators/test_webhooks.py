@@ -19,11 +19,14 @@ from clawpod.sidecar.governance.webhooks import ApprovalWebhook, WebhookSecretEr
 from clawpod.sidecar.manifest import load_build
 from clawpod.sidecar.server.app import create_app
 from clawpod.sidecar.server.context import STATE_KEY
-from tests.execution.test_governance import ENV, TRADE, Desk, trade
+from tests.execution.test_governance import ENV, POD, TRADE, Desk, compile_desk, trade
+from tests.mcp.conftest import mcp_client
 from tests.operators.desk import WEBHOOK_SECRET, start_desk
 from tests.support.services import ToolService
 from tests.support.sidecar import audit_records
+from tests.support.sidecar_process import GUARD_S, sidecar_process
 from tests.support.upstream import StubUpstream
+from tests.transport.raw_server import RawServer
 
 
 @dataclass
@@ -197,3 +200,63 @@ async def test_the_compose_file_passes_the_webhook_secret(
     compose = yaml.safe_load((desk.out / "compose.yml").read_text())
     environment = compose["services"]["claw-sidecar"]["environment"]
     assert environment["CLAW_WEBHOOK_SECRET"] == "${CLAW_WEBHOOK_SECRET}"  # a name, no value
+
+
+HUGE_ANSWER_BYTES = 256 * 1024 * 1024
+# What reading the answer may add to the sidecar's resident memory: the bound, the transport's
+# buffer and the allocator's noise; reading it whole costs the whole answer (+409 MB for 400 MiB).
+ANSWER_MEMORY_CAP = 48 * 1024 * 1024
+
+
+async def _huge_answer(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: RawServer
+) -> None:
+    """A receiver that accepts with 200 and then sends 256 MiB, until the sidecar hangs up."""
+    if await server.read_request(reader) is None:
+        return
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % HUGE_ANSWER_BYTES)
+    chunk = bytes(1024 * 1024)
+    for _ in range(HUGE_ANSWER_BYTES // len(chunk)):
+        writer.write(chunk)
+        await writer.drain()
+
+
+async def test_a_receiver_s_huge_answer_is_not_read_into_the_sidecar(
+    tmp_path: Path, service: ToolService
+) -> None:
+    """The receiver is anyone's server: its answer's status is what the sidecar needs, and a
+    huge body must not be held (measured from outside: the process's high-water mark)."""
+    hostile = await RawServer(_huge_answer).start()
+    state = tmp_path / "state"
+    async with StubUpstream() as upstream:
+        text = POD.replace(
+            "timeout-ms: {timeout_ms}}}",
+            f'timeout-ms: {{timeout_ms}}, webhook: "{hostile.url("/hook")}"}}}}',
+        )
+        out, tokens = compile_desk(tmp_path, service, upstream, pod_text=text, timeout_ms=60000)
+        env = {**ENV, "CLAW_WEBHOOK_SECRET": WEBHOOK_SECRET}
+        async with sidecar_process(out, state, env) as sidecar:
+            before, _ = sidecar.memory()
+            sidecar.reset_high_water()
+            waiting = asyncio.ensure_future(_trade_over_mcp(sidecar.url, tokens["trader"]))
+            try:
+                event = await asyncio.wait_for(_first_webhook_event(state), GUARD_S)
+                _, peak = sidecar.memory()
+            finally:
+                waiting.cancel()
+    assert event["delivered"] is True and event["status"] == 200
+    assert len(hostile.requests) == 1
+    assert peak - before < ANSWER_MEMORY_CAP, f"+{(peak - before) >> 20} MiB"
+
+
+async def _trade_over_mcp(url: str, token: str) -> None:
+    async with mcp_client(url + "/mcp", token) as client:
+        await client.call_tool("desk_execute_trade", TRADE)
+
+
+async def _first_webhook_event(state: Path) -> dict[str, Any]:
+    while True:
+        events = [r for r in audit_records(state, "trader") if r.get("event") == "approval_webhook"]
+        if events:
+            return events[0]
+        await asyncio.sleep(0.05)

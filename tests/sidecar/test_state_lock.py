@@ -1,7 +1,8 @@
 """One sidecar per state directory (SPEC §13.1), with real sidecar processes: a second one on
 the same directory refuses to start naming the holder and writes nothing; ``kill -9`` of the
 holder frees the directory; a sidecar whose directory is replaced under it stops being ready;
-audit records name the instance that wrote them."""
+audit records name the instance that wrote them; a deleted or planted ``.lock`` changes
+nothing (issue 46)."""
 
 from __future__ import annotations
 
@@ -133,25 +134,89 @@ async def test_kill_9_frees_the_directory_for_the_next_sidecar(tmp_path: Path, b
         assert await second.stop() == 0
 
 
-async def test_a_replaced_state_directory_makes_the_sidecar_unready(
-    tmp_path: Path, build: Path
-) -> None:
+async def test_a_replaced_state_directory_stops_the_sidecar(tmp_path: Path, build: Path) -> None:
+    """Another volume mounted over the path, or the directory moved away: a new sidecar could
+    lock the new one beside this one, so this one stops taking requests and says why."""
     state = tmp_path / "state"
     sidecar = await spawn(build, state)
     await sidecar.wait_listening()
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(sidecar.admin_url + "/readyz") as response,
+    ):
+        assert response.status == 200
+    state.rename(tmp_path / "state-old")
+    state.mkdir()
     try:
-        async with aiohttp.ClientSession() as session:
-            async with session.get(sidecar.admin_url + "/readyz") as response:
-                assert response.status == 200
-            # Another volume mounted over the path: a new sidecar could lock it beside this one.
-            state.rename(tmp_path / "state-old")
-            state.mkdir()
-            async with session.get(sidecar.admin_url + "/readyz") as response:
-                assert response.status == 503
-                body = await response.json()
-        assert any("lock lost" in problem for problem in body["problems"])
+        await asyncio.wait_for(sidecar.process.wait(), GUARD_S)
     finally:
-        assert await sidecar.stop() == 0
+        assert await sidecar.stop() == 1
+    assert sidecar.process.stderr is not None
+    stderr = (await sidecar.process.stderr.read()).decode()
+    assert "stopping: the lock on state directory" in stderr and "was lost" in stderr
+    assert "Traceback" not in stderr
+    with pytest.raises(aiohttp.ClientConnectionError):
+        async with aiohttp.ClientSession() as session, session.get(sidecar.url + "/healthz"):
+            pass
+
+
+async def test_a_deleted_lock_file_does_not_let_a_second_sidecar_start(
+    tmp_path: Path, build: Path
+) -> None:
+    """The lock is on the directory, which cannot be deleted from under the first sidecar: a
+    removed ``.lock`` (once: a second sidecar beside the first, 39 broken links in 40 audit
+    records) changes nothing."""
+    state = tmp_path / "state"
+    first = await spawn(build, state, instance="desk-a")
+    await first.wait_listening()
+    try:
+        (state / ".lock").unlink()
+        second = await spawn(build, state, instance="desk-b")
+        try:
+            await asyncio.wait_for(second.process.wait(), GUARD_S)
+        finally:
+            assert await second.stop() == 1
+        assert second.process.stderr is not None
+        message = (await second.process.stderr.read()).decode()
+        assert "in use by another sidecar (holder unknown)" in message
+        assert not (state / ".lock").exists()  # the refused one wrote nothing
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(first.admin_url + "/readyz") as response,
+        ):
+            assert response.status == 200  # the first still holds the directory
+    finally:
+        assert await first.stop() == 0
+
+
+@pytest.mark.parametrize("planted", ["symlink", "hardlink", "fifo"])
+async def test_a_planted_lock_file_is_refused_and_its_target_untouched(
+    tmp_path: Path, build: Path, planted: str
+) -> None:
+    """``.lock`` is truncated and written by its holder: a link planted there would make the
+    sidecar truncate the file it names (it did, following a symlink). It is refused."""
+    state = tmp_path / "state"
+    state.mkdir()
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me\n")
+    lock = state / ".lock"
+    if planted == "symlink":
+        lock.symlink_to(precious)
+        expected = "is a symbolic link"
+    elif planted == "hardlink":
+        os.link(precious, lock)
+        expected = "has 2 names (a hard link)"
+    else:
+        os.mkfifo(lock)
+        expected = "is not a regular file"
+    sidecar = await spawn(build, state)
+    try:
+        _, stderr = await asyncio.wait_for(sidecar.process.communicate(), GUARD_S)
+    finally:
+        assert await sidecar.stop() == 1
+    assert "refusing to start" in stderr.decode() and expected in stderr.decode()
+    assert precious.read_text() == "keep me\n"
+    assert not (state / "audit").exists()
 
 
 async def test_audit_records_name_the_instance(tmp_path: Path, upstream: StubUpstream) -> None:

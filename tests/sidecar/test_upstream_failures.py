@@ -135,3 +135,18 @@ def test_an_answer_over_the_limit_is_a_protocol_failure_naming_the_limit() -> No
     failure = translate_error(BodyTooLarge(1024), "openai")
     assert failure.kind == "protocol"
     assert "more than 1024 bytes" in failure.message
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_provider_s_answer_past_the_bound_is_not_relayed(
+    make_pod: PodFactory, stream: bool
+) -> None:
+    """A JSON answer is held whole before it is relayed: past the pod's body bound (here
+    1 MiB) it is a 502 naming the bound, whether or not the client asked for a stream."""
+    pod = await make_pod(max_body_bytes=1024 * 1024)
+    pod.upstream.enqueue("openai", Reply.json(openai_completion("x" * (2 * 1024 * 1024))))
+    with pytest.raises(openai.APIStatusError, match="more than 1048576 bytes") as raised:
+        answer = await pod.openai().chat.completions.create(**OPENAI_REQUEST, stream=stream)
+        if stream:
+            [chunk async for chunk in answer]
+    assert raised.value.status_code == 502
