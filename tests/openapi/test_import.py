@@ -1,0 +1,110 @@
+"""``clawc import openapi`` on published documents nobody here wrote (tests/fixtures/openapi/
+SOURCES): each becomes a descriptor that compiles, with what it cannot send named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from clawpod.sidecar.manifest import load_build
+from tests.openapi.importing import FIXTURES, compile_descriptor, run_import
+
+PUBLISHED = {
+    # fixture: (service, tools, skipped operations)
+    "petstore-3.0.yaml": ("petstore", 3, 0),
+    "tictactoe-3.1.yaml": ("tictactoe", 2, 1),
+    "swagger-petstore-3.0.4.yaml": ("petstore3", 17, 2),
+    "petstore-swagger-2.0.yaml": ("petstore2", 3, 0),
+}
+
+
+@pytest.mark.parametrize("fixture", sorted(PUBLISHED))
+def test_a_published_document_imports_and_compiles(tmp_path: Path, fixture: str) -> None:
+    service, tools, skipped = PUBLISHED[fixture]
+    target = tmp_path / f"{service}.yaml"
+    run = run_import(FIXTURES / fixture, "--service", service, "-o", target)
+    assert run.code == 0, run.err
+    assert f"wrote {target.name}" in run.out or f"wrote {target}" in run.out
+    assert f"{tools} tool(s), {skipped} operation(s) skipped" in run.out
+    compiled = compile_descriptor(tmp_path, target, service)
+    assert compiled.code == 0, compiled.err
+    granted = load_build(tmp_path / "build").agents["agent"].tools.tools
+    assert len(granted) == tools
+    assert {t.name.split(".")[0] for t in granted} == {service}
+
+
+def test_the_petstore_tools_say_what_the_document_says(tmp_path: Path) -> None:
+    run = run_import(FIXTURES / "petstore-3.0.yaml", "--service", "petstore")
+    assert run.code == 0, run.err
+    descriptor = yaml.safe_load(run.out)
+    tools = {t["name"]: t for t in descriptor["tools"]}
+    assert list(tools) == ["listPets", "createPets", "showPetById"]  # the document's order
+    assert tools["listPets"]["http"] == {"method": "GET", "path": "/v1/pets"}
+    assert tools["listPets"]["inputSchema"]["properties"]["limit"]["maximum"] == 100
+    assert tools["listPets"]["annotations"] == {"readOnlyHint": True}
+    assert tools["createPets"]["annotations"] == {"destructiveHint": True}
+    assert tools["createPets"]["inputSchema"]["required"] == ["id", "name"]  # the Pet $ref
+    assert tools["showPetById"]["http"]["path"] == "/v1/pets/{petId}"
+    assert tools["showPetById"]["inputSchema"]["required"] == ["petId"]
+    assert descriptor["auth"] == {"type": "none"}
+    assert "# GET /pets/{petId} (showPetById)" in run.out
+    assert "x-claw.url: http://petstore.swagger.io" in run.err
+
+
+def test_put_and_delete_are_idempotent_and_destructive_and_overridable(tmp_path: Path) -> None:
+    source = FIXTURES / "swagger-petstore-3.0.4.yaml"
+    run = run_import(source, "--service", "store", "--effect", "addPet=additive")
+    tools = {t["name"]: t for t in yaml.safe_load(run.out)["tools"]}
+    assert tools["updatePet"]["annotations"] == {"destructiveHint": True, "idempotentHint": True}
+    assert tools["deletePet"]["annotations"] == {"destructiveHint": True, "idempotentHint": True}
+    assert tools["placeOrder"]["annotations"] == {"destructiveHint": True}
+    assert tools["addPet"]["annotations"] == {"destructiveHint": False}
+
+
+def test_auth_names_the_variable_and_unsupported_schemes_are_named(tmp_path: Path) -> None:
+    run = run_import(FIXTURES / "swagger-petstore-3.0.4.yaml", "--service", "pet-store")
+    descriptor = yaml.safe_load(run.out)
+    assert descriptor["auth"] == {"type": "header", "header": "api_key", "env": "PET_STORE_API_KEY"}
+    assert "security scheme 'petstore_auth' not used: OAuth 2.0 is not supported" in run.err
+    # Bodies a descriptor cannot send: named per operation, the operation skipped.
+    assert "# Skipped operations (2):" in run.out
+    assert "(createUsersWithListInput): the JSON request body is" in run.out
+    upload = yaml.safe_load(run.out)["tools"]
+    assert "uploadFile" in {t["name"] for t in upload}  # its body is optional: left out, named
+    assert "optional request body left out: a application/octet-stream (a file upload)" in run.out
+
+
+def test_a_bearer_scheme_and_a_callback_are_read_from_a_3_1_document(tmp_path: Path) -> None:
+    run = run_import(FIXTURES / "tictactoe-3.1.yaml", "--service", "tictactoe")
+    assert run.code == 0, run.err
+    descriptor = yaml.safe_load(run.out)
+    assert descriptor["auth"] == {"type": "header", "header": "api-key", "env": "TICTACTOE_API_KEY"}
+    assert "PUT /board/{row}/{column} (put-square): the JSON request body is 'string'" in run.out
+    square = {t["name"]: t for t in descriptor["tools"]}["get-square"]
+    assert square["inputSchema"]["required"] == ["row", "column"]
+    assert square["inputSchema"]["properties"]["row"]["minimum"] == 1
+
+
+def test_swagger_2_0_is_read_with_a_warning() -> None:
+    run = run_import(FIXTURES / "petstore-swagger-2.0.yaml", "--service", "petstore")
+    assert run.code == 0
+    assert "clawc: warning: " in run.err and "Swagger 2.0 is read as far as" in run.err
+    tools = {t["name"]: t for t in yaml.safe_load(run.out)["tools"]}
+    assert tools["listPets"]["http"]["path"] == "/v1/pets"
+    assert tools["listPets"]["inputSchema"]["properties"]["limit"]["type"] == "integer"
+
+
+def test_a_required_query_parameter_beside_a_body_skips_the_operation() -> None:
+    run = run_import(FIXTURES / "callback-example-3.0.yaml", "--service", "streams")
+    assert run.code == 1
+    assert "no operation could be imported" in run.err
+    assert "required query parameter 'callbackUrl': a POST sends its arguments as a JSON" in run.err
+
+
+def test_include_and_exclude_choose_operations() -> None:
+    source = FIXTURES / "swagger-petstore-3.0.4.yaml"
+    run = run_import(source, "--service", "s", "--include", "GET /pet*", "--exclude", "getPetById")
+    names = [t["name"] for t in yaml.safe_load(run.out)["tools"]]
+    assert names == ["findPetsByStatus", "findPetsByTags"]
