@@ -189,7 +189,9 @@ def _validate(data: dict[str, Any], path: Path) -> None:
             f"not a valid OpenAPI document: {_short(exc.message)}", file=path, pointer=where
         ) from None
     except RecursionError:
-        raise CompileError("the document is nested too deeply to validate", file=path) from None
+        raise CompileError(
+            "the document's $refs or nesting go too deep to validate", file=path
+        ) from None
 
 
 def _short(text: str, limit: int = 300) -> str:

@@ -3,6 +3,7 @@ SOURCES): each becomes a descriptor that compiles, with what it cannot send name
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,40 @@ def test_include_and_exclude_choose_operations() -> None:
     run = run_import(source, "--service", "s", "--include", "GET /pet*", "--exclude", "getPetById")
     names = [t["name"] for t in yaml.safe_load(run.out)["tools"]]
     assert names == ["findPetsByStatus", "findPetsByTags"]
+
+
+def test_reimport_shows_a_diff_and_keeps_an_edited_file(tmp_path: Path) -> None:
+    source, target = FIXTURES / "petstore-3.0.yaml", tmp_path / "petstore.yaml"
+    assert run_import(source, "--service", "petstore", "-o", target).code == 0
+    again = run_import(source, "--service", "petstore", "-o", target)
+    assert (again.code, again.out.splitlines()[-1]) == (
+        0,
+        f"unchanged {target}: 3 tool(s), 0 operation(s) skipped",
+    )
+    edited = target.read_text().replace("description: Create a pet", "description: Add a pet")
+    target.write_text(edited)
+    kept = run_import(source, "--service", "petstore", "-o", target)
+    assert kept.code == 1
+    assert "-    description: Add a pet\n+    description: Create a pet\n" in kept.out
+    assert "kept as it is: rerun with --overwrite to replace it" in kept.err
+    assert target.read_text() == edited
+    replaced = run_import(source, "--service", "petstore", "-o", target, "--overwrite")
+    assert replaced.code == 0 and "Create a pet" in target.read_text()
+
+
+def test_reimport_rewrites_a_file_whose_comments_alone_differ(tmp_path: Path) -> None:
+    source, target = FIXTURES / "petstore-3.0.yaml", tmp_path / "petstore.yaml"
+    assert run_import(source, "--service", "petstore", "-o", target).code == 0
+    imported = target.read_text()
+    target.write_text("# my notes\n" + imported)
+    run = run_import(source, "--service", "petstore", "-o", target)
+    assert run.code == 0 and "rewrote (comments only)" in run.out
+    assert target.read_text() == imported
+
+
+def test_json_output_has_no_comments_and_the_notes_go_to_stderr(tmp_path: Path) -> None:
+    target = tmp_path / "store.json"
+    run = run_import(FIXTURES / "swagger-petstore-3.0.4.yaml", "--service", "s", "-o", target)
+    assert run.code == 0
+    assert json.loads(target.read_text())["version"] == 2
+    assert "clawc: note: skipped POST /user/createWithList" in run.err
