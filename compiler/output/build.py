@@ -136,6 +136,8 @@ def _tool_entry(service: ToolService, tool: CompiledTool) -> _ToolEntry:
             path=tool.path,
             body=tool.body,
             body_key=tool.body_key,
+            query=tool.query,
+            headers=tool.headers,
             tool=tool.name if tool.transport == "mcp" else None,
             ttl_ms=tool.ttl_ms,
             auth=service.auth,
