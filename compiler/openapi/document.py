@@ -126,7 +126,7 @@ def _version(data: dict[str, Any], path: Path) -> tuple[str, list[str]]:
     if str(swagger) == "2.0":
         return "2.0", [
             f"{display_path(path)}: Swagger 2.0 is read as far as it maps onto OpenAPI 3.0 "
-            "(JSON bodies, path and query parameters, basic and header API key security); "
+            "(JSON bodies, path, query and header parameters, basic and API key security); "
             "check the result, or convert the document to OpenAPI 3 first"
         ]
     stated = f"openapi {openapi!r}" if openapi is not None else f"swagger {swagger!r}"

@@ -1,12 +1,12 @@
 """Each operation of a document as one descriptor tool, or the reason it is skipped.
 
 Arguments are placed where descriptor v2 can send them: path parameters fill the path
-template; a GET's or DELETE's other parameters go to the query string; a POST's, PUT's or
-PATCH's JSON object body is flattened into the arguments (the sidecar sends what remains after
-the path as that body). What a descriptor cannot send (a query or header parameter beside a
-body, cookies, a form or file body, a body that is not a JSON object) is dropped and named when
-it is optional, and skips the operation when it is required: a tool that cannot make the
-request the service expects is not guessed at.
+template; query parameters go to the query string (``http.query`` beside a JSON body); header
+parameters to ``http.headers``; a POST's, PUT's or PATCH's JSON object body is flattened into
+the arguments (the sidecar sends what remains as that body). What a descriptor cannot send
+(cookies, a form or file body, a body that is not a JSON object, a header the sidecar sets) is
+dropped and named when it is optional, and skips the operation when it is required: a tool
+that cannot make the request the service expects is not guessed at.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import CompileError
-from ..services.descriptors import load_descriptor
+from ..services.descriptors import RESERVED_HEADERS, load_descriptor
 from .document import METHODS, Document, split_server
 from .resolve import Budget, Unsupported, follow, inline
 
@@ -49,7 +49,6 @@ BY_METHOD: dict[str, dict[str, bool]] = {
 }
 # Where a parameter may be that a descriptor cannot send to, and why.
 _UNSENT = {
-    "header": "a descriptor sends no parameter headers",
     "cookie": "cookies are not sent",
     "formData": "form and file bodies are not sent (only JSON bodies are)",
 }
@@ -168,7 +167,7 @@ def import_operations(document: Document, options: ImportOptions) -> Imported:
     skipped: list[Skipped] = []
     for op in select(document, options):
         try:
-            tool = _tool(document, op, base_path, scheme, options)
+            tool = _tool(document, op, base_path, auth, scheme, options)
             check_tool(tool.entry)
             tools.append(tool)
         except Unsupported as exc:
@@ -177,7 +176,12 @@ def import_operations(document: Document, options: ImportOptions) -> Imported:
 
 
 def _tool(
-    document: Document, op: Operation, base_path: str, scheme: str | None, options: ImportOptions
+    document: Document,
+    op: Operation,
+    base_path: str,
+    auth: dict[str, Any],
+    scheme: str | None,
+    options: ImportOptions,
 ) -> ImportedTool:
     if op.method not in DESCRIPTOR_METHODS:
         raise Unsupported(
@@ -186,7 +190,7 @@ def _tool(
     notes: list[str] = []
     if op.spec.get("callbacks"):
         notes.append("callbacks (requests the service makes back) are not imported")
-    arguments = _Arguments(document)
+    arguments = _Arguments(document, auth)
     for parameter in _parameters(document, op):
         arguments.add_parameter(parameter, op, notes)
     _add_body(document, op, arguments, notes)
@@ -195,7 +199,7 @@ def _tool(
         "description": _description(op),
         "inputSchema": arguments.schema(),
         "annotations": _annotations(op, options),
-        "http": {"method": op.method, "path": base_path + op.path},
+        "http": arguments.http(op.method, base_path + op.path),
     }
     if _claw(op.spec).get("untrusted-output") is True:
         entry["x-claw"] = {"untrusted-output": True}
@@ -234,13 +238,19 @@ def check_tool(entry: dict[str, Any]) -> None:
 class _Arguments:
     """The tool's input schema as parameters and the body add to it."""
 
-    def __init__(self, document: Document) -> None:
+    def __init__(self, document: Document, auth: dict[str, Any]) -> None:
         self.document = document
+        # Where the descriptor's auth puts the credential: no argument may go there too.
+        self.credential: tuple[str, str] | None = None
+        if auth.get("type") in ("header", "query"):
+            self.credential = (auth["type"], str(auth.get("header") or auth.get("param")).lower())
         self.budget = Budget()
         self.properties: dict[str, Any] = {}
         self.required: list[str] = []
         self.origin: dict[str, str] = {}
         self.additional: Any = None
+        self.query: list[str] = []  # beside a JSON body (a GET's or DELETE's go there anyway)
+        self.headers: dict[str, str] = {}
 
     def inline(self, schema: Any) -> Any:
         return inline(self.document.data, schema, self.budget, legacy=self.document.legacy_schemas)
@@ -263,19 +273,34 @@ class _Arguments:
         if where == "body" or (where == "header" and name.lower() in _IGNORED_HEADERS):
             return  # a Swagger body is the request body; these headers are HTTP's own
         unsent = _UNSENT.get(str(where))
-        if where == "query" and op.method not in QUERY_METHODS:
-            unsent = f"a {op.method} sends its arguments as a JSON body"
+        if where == "header" and name.lower() in RESERVED_HEADERS:
+            unsent = "the sidecar sets this header itself"
+        if self.credential == (where, name.lower()):
+            unsent = "the service credential is sent there"
         if unsent is not None:
             if required:
                 raise Unsupported(f"required {where} parameter '{name}': {unsent}")
             notes.append(f"optional {where} parameter '{name}' left out: {unsent}")
             return
-        if where not in ("path", "query"):
+        if where not in ("path", "query", "header"):
             raise Unsupported(f"parameter '{name}' in {where!r} is not supported")
         schema = self.inline(_parameter_schema(parameter, self.document))
         if parameter.get("description") and isinstance(schema, dict):
             schema = {"description": str(parameter["description"]), **schema}
         self.add(name, schema, required, f"{where} parameter")
+        if where == "header":
+            self.headers[name] = name
+        elif where == "query" and op.method not in QUERY_METHODS:
+            self.query.append(name)
+
+    def http(self, method: str, path: str) -> dict[str, Any]:
+        """The execution entry: query and header placement only where it is needed."""
+        http: dict[str, Any] = {"method": method, "path": path}
+        if self.query:
+            http["query"] = self.query
+        if self.headers:
+            http["headers"] = self.headers
+        return http
 
     def add_body(self, schema: Any, required: bool) -> None:
         schema = self.inline(schema)
@@ -350,7 +375,7 @@ def _add_body(document: Document, op: Operation, arguments: _Arguments, notes: l
         why = (
             f"a {op.method} sends no body"
             if op.method in QUERY_METHODS
-            else f"a {kind} body is not sent (only JSON bodies are)"
+            else f"its body ({kind}) is not sent (only JSON bodies are)"
         )
         if required:
             raise Unsupported(f"required request body: {why}")
@@ -424,11 +449,13 @@ def _scheme_auth(scheme: dict[str, Any], options: ImportOptions) -> dict[str, An
     if (kind == "http" and str(scheme.get("scheme", "")).lower() == "basic") or kind == "basic":
         env = options.auth_env or _env_name(options.service, "CREDENTIALS")
         return {"type": "basic", "env": env}
-    if kind == "apiKey" and where == "header":
+    if kind == "apiKey" and where in ("header", "query"):
         env = options.auth_env or _env_name(options.service, "API_KEY")
+        if where == "query":
+            return {"type": "query", "param": str(scheme.get("name")), "env": env}
         return {"type": "header", "header": str(scheme.get("name")), "env": env}
     if kind == "apiKey":
-        raise Unsupported(f"an API key in the {where} is not supported (only in a header)")
+        raise Unsupported(f"an API key in a {where} is not supported (header or query only)")
     if kind == "oauth2":
         raise Unsupported("OAuth 2.0 is not supported yet (client credentials come with SPEC §21)")
     raise Unsupported(f"{kind!r} security is not supported")

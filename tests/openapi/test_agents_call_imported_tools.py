@@ -55,7 +55,12 @@ def petstore_app() -> web.Application:
         pet = await request.json()
         return web.json_response({"id": 10, **pet})
 
+    async def update_pet(request: web.Request) -> web.Response:
+        pet_id = int(request.match_info["petId"])
+        return web.json_response({"id": pet_id, "name": request.query["name"], "photoUrls": []})
+
     app.middlewares.append(record)
+    app.router.add_post("/api/v3/pet/{petId}", update_pet)
     app.router.add_get("/api/v3/pet/{petId}", get_pet)
     app.router.add_post("/api/v3/pet", add_pet)
     return app
@@ -79,7 +84,7 @@ def build_pod(tmp: Path, petstore_url: str, openai_url: str) -> dict[str, str]:
         FIXTURES / "swagger-petstore-3.0.4.yaml", "--service", "petstore", "-o", descriptor
     )
     assert imported.code == 0, imported.err
-    grant = "[{service: petstore, allow: [getPetById, addPet]}]"
+    grant = "[{service: petstore, allow: [getPetById, addPet, updatePetWithForm]}]"
     (tmp / "pod.yml").write_text(
         f"""\
 x-claw:
@@ -136,25 +141,31 @@ async def test_a_mediated_and_a_native_agent_read_and_write_through_imported_too
             async with mcp_client(sidecar.url + "/mcp", tokens["coder"]) as native:
                 read = await native.call_tool("petstore_getPetById", {"petId": 8})
                 written = await native.call_tool("petstore_addPet", {**new_pet, "name": "Max"})
+                # Its arguments go to the query string beside an (empty) JSON body.
+                renamed = await native.call_tool(
+                    "petstore_updatePetWithForm", {"petId": 8, "name": "Max II"}
+                )
         finally:
             await client.close()
             await sidecar.close()
     assert completion.choices[0].message.content == "Pet 7 read, Rex added."
     offered = {t["function"]["name"] for t in sent[0]["tools"]}
-    assert offered == {"petstore_getPetById", "petstore_addPet"}
+    assert offered == {"petstore_getPetById", "petstore_addPet", "petstore_updatePetWithForm"}
     results = [orjson.loads(m["content"]) for m in sent[2]["messages"] if m["role"] == "tool"]
     assert [r["status"] for r in results] == [200, 200]
     assert results[0]["data"]["name"] == "doggie"
     assert results[1]["data"] == {"id": 10, **new_pet}
     assert read.structured_content["data"]["id"] == 8
     assert written.structured_content["data"]["name"] == "Max"
+    assert renamed.structured_content["data"] == {"id": 8, "name": "Max II", "photoUrls": []}
     received = app[RECEIVED]
     assert [(r["method"], r["path"]) for r in received] == [
         ("GET", "/api/v3/pet/7"),
         ("POST", "/api/v3/pet"),
         ("GET", "/api/v3/pet/8"),
         ("POST", "/api/v3/pet"),
+        ("POST", "/api/v3/pet/8?name=Max%20II"),
     ]
-    assert [r["api_key"] for r in received] == [API_KEY] * 4  # the variable the import named
+    assert [r["api_key"] for r in received] == [API_KEY] * 5  # the variable the import named
     assert orjson.loads(received[1]["body"]) == new_pet
     assert API_KEY not in str(sent)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.openapi.hostile import (
+from tests.openapi.documents import (
     document,
     fan_out,
     many_operations,

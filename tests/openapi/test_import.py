@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from clawpod.sidecar.manifest import load_build
+from tests.openapi.documents import document, write
 from tests.openapi.importing import FIXTURES, compile_descriptor, run_import
 
 PUBLISHED = {
@@ -74,7 +75,7 @@ def test_auth_names_the_variable_and_unsupported_schemes_are_named(tmp_path: Pat
     assert "(createUsersWithListInput): the JSON request body is" in run.out
     upload = yaml.safe_load(run.out)["tools"]
     assert "uploadFile" in {t["name"] for t in upload}  # its body is optional: left out, named
-    assert "optional request body left out: a application/octet-stream (a file upload)" in run.out
+    assert "optional request body left out: its body (application/octet-stream (a file" in run.out
 
 
 def test_a_bearer_scheme_and_a_callback_are_read_from_a_3_1_document(tmp_path: Path) -> None:
@@ -97,11 +98,41 @@ def test_swagger_2_0_is_read_with_a_warning() -> None:
     assert tools["listPets"]["inputSchema"]["properties"]["limit"]["type"] == "integer"
 
 
-def test_a_required_query_parameter_beside_a_body_skips_the_operation() -> None:
+def test_a_query_parameter_beside_a_body_goes_to_the_query_and_a_callback_is_named() -> None:
     run = run_import(FIXTURES / "callback-example-3.0.yaml", "--service", "streams")
-    assert run.code == 1
-    assert "no operation could be imported" in run.err
-    assert "required query parameter 'callbackUrl': a POST sends its arguments as a JSON" in run.err
+    assert run.code == 0, run.err
+    [tool] = yaml.safe_load(run.out)["tools"]
+    assert tool["http"] == {"method": "POST", "path": "/streams", "query": ["callbackUrl"]}
+    assert tool["inputSchema"]["required"] == ["callbackUrl"]
+    assert "#   callbacks (requests the service makes back) are not imported" in run.out
+
+
+def test_headers_cookies_and_a_query_api_key(tmp_path: Path) -> None:
+    parameters = [
+        {"name": "X-Request-Id", "in": "header", "schema": {"type": "string"}},
+        {"name": "session", "in": "cookie", "schema": {"type": "string"}},
+        {"name": "key", "in": "query", "schema": {"type": "string"}},
+        {"name": "dry", "in": "query", "schema": {"type": "boolean"}},
+    ]
+    operation = {"operationId": "touch", "parameters": parameters, "responses": {"204": {}}}
+    operation["responses"]["204"]["description"] = "done"
+    data = document({"/things": {"put": operation}})
+    data["components"]["securitySchemes"] = {"k": {"type": "apiKey", "in": "query", "name": "key"}}
+    data["security"] = [{"k": []}]
+    source = write(tmp_path / "doc.json", data)
+    run = run_import(source, "--service", "things", "-o", tmp_path / "things.yaml")
+    assert run.code == 0, run.err
+    text = (tmp_path / "things.yaml").read_text()
+    descriptor = yaml.safe_load(text)
+    assert descriptor["auth"] == {"type": "query", "param": "key", "env": "THINGS_API_KEY"}
+    [tool] = descriptor["tools"]
+    assert tool["http"]["query"] == ["dry"] and tool["http"]["headers"] == {
+        "X-Request-Id": "X-Request-Id"
+    }
+    assert sorted(tool["inputSchema"]["properties"]) == ["X-Request-Id", "dry"]
+    assert "optional cookie parameter 'session' left out: cookies are not sent" in text
+    assert "optional query parameter 'key' left out: the service credential is sent there" in text
+    assert compile_descriptor(tmp_path, tmp_path / "things.yaml", "things").code == 0
 
 
 def test_include_and_exclude_choose_operations() -> None:

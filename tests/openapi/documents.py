@@ -1,4 +1,5 @@
-"""OpenAPI documents written to hurt the importer, generated (nobody publishes these)."""
+"""OpenAPI documents generated for tests: small shapes, and ones written to hurt the importer
+(nobody publishes those)."""
 
 from __future__ import annotations
 
