@@ -74,10 +74,10 @@ def _header(imported: Imported) -> list[str]:
         "# Re-running the import shows a diff against this file (--overwrite replaces it).",
     ]
     if imported.service_url:
-        lines.append(
-            f"# Service URL (servers[0]): {_comment(imported.service_url)}"
-            " -> x-claw.url of the service in the pod file, unless it runs in the pod."
-        )
+        lines += [
+            f"# Service URL (servers[0]): {_comment(imported.service_url)}",
+            "#   the pod file's x-claw.url of the service, unless the service runs in the pod.",
+        ]
     if imported.base_path:
         lines.append(f"# Paths include the server's base path {_comment(imported.base_path)}.")
     for note in imported.auth_notes:

@@ -78,7 +78,15 @@ def test_auth_names_the_variable_and_unsupported_schemes_are_named(tmp_path: Pat
     assert "optional request body left out: its body (application/octet-stream (a file" in run.out
 
 
-def test_a_bearer_scheme_and_a_callback_are_read_from_a_3_1_document(tmp_path: Path) -> None:
+def test_auth_env_names_the_variable_and_is_checked() -> None:
+    source = FIXTURES / "swagger-petstore-3.0.4.yaml"
+    run = run_import(source, "--service", "store", "--auth-env", "STORE_KEY")
+    assert yaml.safe_load(run.out)["auth"]["env"] == "STORE_KEY"
+    bad = run_import(source, "--service", "store", "--auth-env", "STORE-KEY")
+    assert bad.code == 1 and "--auth-env 'STORE-KEY' is not a valid variable name" in bad.err
+
+
+def test_a_3_1_document_reads_its_parameter_refs_and_names_a_string_body(tmp_path: Path) -> None:
     run = run_import(FIXTURES / "tictactoe-3.1.yaml", "--service", "tictactoe")
     assert run.code == 0, run.err
     descriptor = yaml.safe_load(run.out)
