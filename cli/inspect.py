@@ -64,6 +64,8 @@ def _execution(tool: ManagedTool) -> str:
         query = execution.query or []
         text += "?" + "&".join(query) if query else ""
         body = f" (JSON under '{execution.body_key}')" if execution.body_key else " (JSON)"
+        if execution.body_arg:
+            body = f" (JSON: {execution.body_arg})"
         return text + headers + body
     placed = set(re.findall(r"\{([^{}]*)\}", execution.path)) | set(execution.headers or {})
     query = [name for name in tool.input_schema.get("properties", {}) if name not in placed]

@@ -80,6 +80,9 @@ class Execution(_Model):
     path: str
     body: Literal["json", "none"] | None = None
     body_key: str | None = None
+    body_arg: str | None = Field(
+        default=None, description="http: the argument whose value is the whole JSON body"
+    )
     query: list[str] | None = Field(
         default=None, description="http: arguments sent in the query string beside a JSON body"
     )

@@ -4,9 +4,11 @@ Arguments are placed where descriptor v2 can send them: path parameters fill the
 template; query parameters go to the query string (``http.query`` beside a JSON body); header
 parameters to ``http.headers``; a POST's, PUT's or PATCH's JSON object body is flattened into
 the arguments (the sidecar sends what remains as that body). What a descriptor cannot send
-(cookies, a form or file body, a body that is not a JSON object, a header the sidecar sets) is
-dropped and named when it is optional, and skips the operation when it is required: a tool
-that cannot make the request the service expects is not guessed at.
+(cookies, a form or file body, a header the sidecar sets) is dropped and named when it is
+optional, and skips the operation when it is required: a tool that cannot make the request
+the service expects is not guessed at. A JSON body that is not one plain object (an array, a
+string, alternatives, a property named like a parameter) is one argument, ``body``, that the
+sidecar sends as the whole body (``http.body_arg``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 from ..errors import CompileError
 from ..services.descriptors import RESERVED_HEADERS, load_descriptor
+from ..services.schemas import SchemaProblem, normalise_schema
 from .document import METHODS, Document, split_server
 from .resolve import Budget, Unsupported, follow, inline
 
@@ -249,6 +252,7 @@ class _Arguments:
         self.required: list[str] = []
         self.origin: dict[str, str] = {}
         self.additional: Any = None
+        self.body_arg: str | None = None
         self.query: list[str] = []  # beside a JSON body (a GET's or DELETE's go there anyway)
         self.headers: dict[str, str] = {}
 
@@ -300,28 +304,49 @@ class _Arguments:
             http["query"] = self.query
         if self.headers:
             http["headers"] = self.headers
+        if self.body_arg:
+            http["body_arg"] = self.body_arg
         return http
 
-    def add_body(self, schema: Any, required: bool) -> None:
+    def add_body(self, schema: Any, required: bool, notes: list[str]) -> None:
+        """A plain object body becomes arguments, one per property; any other body (an array,
+        a string, alternatives, a property named like a parameter) is one argument whose
+        value the sidecar sends as the whole body."""
         schema = self.inline(schema)
+        flat, why = self._flattened(schema)
+        if flat is not None:
+            body_required = set(flat.get("required") or []) if required else set()
+            for name, value in (flat.get("properties") or {}).items():
+                self.add(name, value, name in body_required, "body property")
+            if "additionalProperties" in flat:
+                self.additional = flat["additionalProperties"]
+            return
+        name = next((n for n in ("body", "request_body") if n not in self.properties), None)
+        if name is None:
+            raise Unsupported("parameters named 'body' and 'request_body' leave no name for it")
+        if isinstance(schema, dict):
+            schema = _without_read_only(schema)
+        self.add(name, schema, required, "request body")
+        self.body_arg = name
+        self.additional = False  # the sidecar refuses arguments the request has no place for
+        notes.append(f"the request body is the argument '{name}' ({why})")
+
+    def _flattened(self, schema: Any) -> tuple[dict[str, Any] | None, str]:
+        """The body as an object whose properties can be arguments, or why it is not one."""
         if not isinstance(schema, dict) or schema.get("type", "object") != "object":
             kind = schema.get("type") if isinstance(schema, dict) else type(schema).__name__
-            raise Unsupported(
-                f"the JSON request body is {kind!r}, not an object; a descriptor sends its "
-                "arguments as one JSON object"
-            )
-        schema = _without_read_only(schema)
-        if not set(schema) <= _MERGEABLE_BODY:
-            raise Unsupported(
-                "the request body schema uses "
-                + ", ".join(sorted(set(schema) - _MERGEABLE_BODY))
-                + " at its top; only a plain object body is flattened into arguments"
-            )
-        body_required = set(schema.get("required") or []) if required else set()
-        for name, value in (schema.get("properties") or {}).items():
-            self.add(name, value, name in body_required, "body property")
-        if "additionalProperties" in schema:
-            self.additional = schema["additionalProperties"]
+            return None, f"it is {kind!r}, not an object"
+        try:
+            flat = _without_read_only(normalise_schema(schema))
+        except SchemaProblem as exc:
+            return None, f"its schema is not one plain object: {exc.reason}"
+        if not set(flat) <= _MERGEABLE_BODY:
+            return None, f"its schema uses {', '.join(sorted(set(flat) - _MERGEABLE_BODY))}"
+        for name in flat.get("properties") or {}:
+            if name in self.properties:
+                where = self.origin[name]
+                return None, f"its property '{name}' has the same name as a {where}"
+        return flat, ""
 
     def schema(self) -> dict[str, Any]:
         schema: dict[str, Any] = {"type": "object", "properties": self.properties}
@@ -381,17 +406,20 @@ def _add_body(document: Document, op: Operation, arguments: _Arguments, notes: l
             raise Unsupported(f"required request body: {why}")
         notes.append(f"optional request body left out: {why}")
         return
-    arguments.add_body(schema, required)
+    arguments.add_body(schema, required, notes)
 
 
 def _body(document: Document, op: Operation) -> tuple[tuple[str, Any] | None, bool]:
     """(kind, schema) of the request body and whether it is required; kind is ``json`` or the
     media types it offers instead."""
     if document.swagger:
+        consumes = op.spec.get("consumes") or document.data.get("consumes") or ["application/json"]
+        json_body = any(_JSON_TYPE.match(str(t)) for t in consumes)
         for raw in [*(op.item.get("parameters") or []), *(op.spec.get("parameters") or [])]:
             parameter = follow(document.data, raw)
             if isinstance(parameter, dict) and parameter.get("in") == "body":
-                return ("json", parameter.get("schema") or {}), parameter.get("required") is True
+                kind = "json" if json_body else _kinds(consumes)
+                return (kind, parameter.get("schema") or {}), parameter.get("required") is True
         return None, False
     request = follow(document.data, op.spec.get("requestBody"))
     if not isinstance(request, dict):
@@ -401,10 +429,15 @@ def _body(document: Document, op: Operation) -> tuple[tuple[str, Any] | None, bo
     for media_type, media in content.items():
         if _JSON_TYPE.match(media_type):
             return ("json", (media or {}).get("schema") or {}), required
-    kinds = ", ".join(sorted(content)) or "empty"
-    if any(t.startswith("multipart/") or t == "application/octet-stream" for t in content):
+    return (_kinds(content), None), required
+
+
+def _kinds(media_types: Any) -> str:
+    """The media types a body is offered in, when none is JSON."""
+    kinds = ", ".join(sorted(map(str, media_types))) or "empty"
+    if any(t.startswith("multipart/") or t == "application/octet-stream" for t in media_types):
         kinds += " (a file upload)"
-    return (kinds, None), required
+    return kinds
 
 
 def _description(op: Operation) -> str:

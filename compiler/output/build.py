@@ -136,6 +136,7 @@ def _tool_entry(service: ToolService, tool: CompiledTool) -> _ToolEntry:
             path=tool.path,
             body=tool.body,
             body_key=tool.body_key,
+            body_arg=tool.body_arg,
             query=tool.query,
             headers=tool.headers,
             tool=tool.name if tool.transport == "mcp" else None,

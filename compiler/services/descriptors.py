@@ -94,6 +94,12 @@ class HttpSpec(_Spec):
         default=None, description="json (default for POST/PUT/PATCH) or none"
     )
     body_key: str | None = Field(default=None, min_length=1)
+    body_arg: str | None = Field(
+        default=None,
+        min_length=1,
+        description="the argument whose value is the whole JSON body (an array, a string, or an "
+        "object sent as it is); every other argument is placed in the path, query or headers",
+    )
     query: list[str] | None = Field(
         default=None,
         description="arguments sent in the query string beside a JSON body (GET and DELETE "
@@ -181,6 +187,7 @@ class CompiledTool:
     method: str | None = None
     body: Literal["json", "none"] | None = None
     body_key: str | None = None
+    body_arg: str | None = None
     query: list[str] | None = None
     headers: dict[str, str] | None = None
     ttl_ms: int | None = None
@@ -299,6 +306,13 @@ def _compile_tool(
         )
     if http.body_key and body != "json":
         raise fail("body_key is only valid with a JSON body", "http", "body_key")
+    if http.body_arg is not None:
+        if body != "json" or http.body_key:
+            raise fail("body_arg needs a JSON body and no body_key", "http", "body_arg")
+        if http.body_arg not in properties:
+            raise fail(
+                f"body_arg '{http.body_arg}' is not a property of inputSchema", "http", "body_arg"
+            )
     _check_placement(http, properties, fail)
     return compiled(
         transport="http",
@@ -306,6 +320,7 @@ def _compile_tool(
         path=http.path,
         body=body,
         body_key=http.body_key,
+        body_arg=http.body_arg,
         query=http.query or None,
         headers=http.headers or None,
     )
@@ -317,8 +332,13 @@ def _check_placement(
     """``query`` and ``headers`` name arguments: each a property, none placed twice, and no
     header the sidecar sets itself (an argument must not replace the credential or the
     Idempotency-Key)."""
-    in_path = set(placeholder_names(http.path))
-    placed: dict[str, str] = {name: "path" for name in in_path}
+    placed: dict[str, str] = {name: "path" for name in placeholder_names(http.path)}
+    if http.body_arg is not None:
+        if http.body_arg in placed:
+            raise fail(
+                f"body_arg '{http.body_arg}' is already sent in the path", "http", "body_arg"
+            )
+        placed[http.body_arg] = "body"
 
     def misplaced(name: str) -> str | None:
         if name not in properties:

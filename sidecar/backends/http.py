@@ -84,6 +84,10 @@ def build_request(
     body: bytes | None = None
     if execution.method in QUERY_METHODS or execution.body == "none":
         query.update(remaining)
+    elif execution.body_arg is not None:
+        body = whole_body(execution.body_arg, remaining)
+        if body is not None:
+            headers["Content-Type"] = "application/json"
     else:
         payload = {execution.body_key: remaining} if execution.body_key else remaining
         body = orjson.dumps(payload)
@@ -212,6 +216,16 @@ def query_pairs(arguments: dict[str, Any]) -> list[tuple[str, str]]:
         else:
             pairs.append((key, query_value(value)))
     return pairs
+
+
+def whole_body(name: str, remaining: dict[str, Any]) -> bytes | None:
+    """The JSON body that is one argument's value (None: no body); any other argument left
+    over has no place in the request and is refused rather than dropped."""
+    value = remaining.pop(name, None)
+    if remaining:
+        unknown = ", ".join(sorted(remaining))
+        raise RequestProblem(invalid_arguments(f"unknown argument(s) for this tool: {unknown}"))
+    return None if value is None else orjson.dumps(value)
 
 
 def header_value(name: str, value: Any) -> str | None:

@@ -184,6 +184,18 @@ def test_endpoints_are_documentation_only(tmp_path: Path) -> None:
             "header argument 'item_id' is already sent in the path",
         ),
         ("auth", {"type": "query", "env": "K"}, "/auth", "auth type 'query' needs 'param'"),
+        (
+            "tools/0/http/body_arg",
+            "item_id",
+            "/tools/0/http/body_arg",
+            "body_arg needs a JSON body and no body_key",
+        ),
+        (
+            "tools/1/http/body_arg",
+            "nope",
+            "/tools/1/http/body_arg",
+            "body_arg 'nope' is not a property of inputSchema",
+        ),
         ("auth", {"type": "header", "env": "X"}, "/auth", "auth type 'header' needs 'header'"),
         ("auth", {"type": "bearer"}, "/auth", "auth type 'bearer' needs 'env'"),
         (

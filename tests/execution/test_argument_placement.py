@@ -88,3 +88,30 @@ async def test_an_argument_cannot_take_the_credential_parameter(
     assert outcome.error_code == "invalid_arguments"
     assert "'api_key' carries the service's credential" in outcome.envelope["error"]["message"]
     assert service.requests == []
+
+
+async def test_a_body_argument_is_the_whole_body(
+    executor: ToolExecutor, service: ToolService
+) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "body": {}},
+        "required": ["name"],
+    }
+    tool = http_tool("svc", "put", service.url, method="PUT", path="/items/{name}", schema=schema)
+    execution = tool.execution.model_copy(update={"body_arg": "body"})
+    tool = tool.model_copy(update={"execution": execution})
+    outcome = await run_tool(executor, "analyst", tool, {"name": "a", "body": [1, "two"]})
+    assert outcome.ok, outcome.envelope
+    [request] = service.requests
+    assert (request.raw_path, request.json()) == ("/items/a", [1, "two"])
+
+
+async def test_an_argument_with_no_place_beside_a_body_argument_is_refused(
+    executor: ToolExecutor, service: ToolService
+) -> None:
+    tool = placed_tool(service.url, body_arg="name")
+    outcome = await run_tool(executor, "analyst", tool, {"name": "Rex", "dry_run": True})
+    assert outcome.error_code == "invalid_arguments"
+    assert "unknown argument(s) for this tool: dry_run" in outcome.envelope["error"]["message"]
+    assert service.requests == []

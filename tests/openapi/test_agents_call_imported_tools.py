@@ -59,7 +59,12 @@ def petstore_app() -> web.Application:
         pet_id = int(request.match_info["petId"])
         return web.json_response({"id": pet_id, "name": request.query["name"], "photoUrls": []})
 
+    async def create_users(request: web.Request) -> web.Response:
+        users = await request.json()  # the document's body is an array of users
+        return web.json_response([user["username"] for user in users])
+
     app.middlewares.append(record)
+    app.router.add_post("/api/v3/user/createWithList", create_users)
     app.router.add_post("/api/v3/pet/{petId}", update_pet)
     app.router.add_get("/api/v3/pet/{petId}", get_pet)
     app.router.add_post("/api/v3/pet", add_pet)
@@ -84,7 +89,8 @@ def build_pod(tmp: Path, petstore_url: str, openai_url: str) -> dict[str, str]:
         FIXTURES / "swagger-petstore-3.0.4.yaml", "--service", "petstore", "-o", descriptor
     )
     assert imported.code == 0, imported.err
-    grant = "[{service: petstore, allow: [getPetById, addPet, updatePetWithForm]}]"
+    tools = "getPetById, addPet, updatePetWithForm, createUsersWithListInput"
+    grant = f"[{{service: petstore, allow: [{tools}]}}]"
     (tmp / "pod.yml").write_text(
         f"""\
 x-claw:
@@ -145,12 +151,22 @@ async def test_a_mediated_and_a_native_agent_read_and_write_through_imported_too
                 renamed = await native.call_tool(
                     "petstore_updatePetWithForm", {"petId": 8, "name": "Max II"}
                 )
+                # Its body is an array: one argument, sent as the whole body.
+                users = [{"username": "ann"}, {"username": "bo"}]
+                created = await native.call_tool(
+                    "petstore_createUsersWithListInput", {"body": users}
+                )
         finally:
             await client.close()
             await sidecar.close()
     assert completion.choices[0].message.content == "Pet 7 read, Rex added."
     offered = {t["function"]["name"] for t in sent[0]["tools"]}
-    assert offered == {"petstore_getPetById", "petstore_addPet", "petstore_updatePetWithForm"}
+    assert offered == {
+        "petstore_getPetById",
+        "petstore_addPet",
+        "petstore_updatePetWithForm",
+        "petstore_createUsersWithListInput",
+    }
     results = [orjson.loads(m["content"]) for m in sent[2]["messages"] if m["role"] == "tool"]
     assert [r["status"] for r in results] == [200, 200]
     assert results[0]["data"]["name"] == "doggie"
@@ -158,6 +174,7 @@ async def test_a_mediated_and_a_native_agent_read_and_write_through_imported_too
     assert read.structured_content["data"]["id"] == 8
     assert written.structured_content["data"]["name"] == "Max"
     assert renamed.structured_content["data"] == {"id": 8, "name": "Max II", "photoUrls": []}
+    assert created.structured_content["data"] == ["ann", "bo"]
     received = app[RECEIVED]
     assert [(r["method"], r["path"]) for r in received] == [
         ("GET", "/api/v3/pet/7"),
@@ -165,7 +182,12 @@ async def test_a_mediated_and_a_native_agent_read_and_write_through_imported_too
         ("GET", "/api/v3/pet/8"),
         ("POST", "/api/v3/pet"),
         ("POST", "/api/v3/pet/8?name=Max%20II"),
+        ("POST", "/api/v3/user/createWithList"),
     ]
-    assert [r["api_key"] for r in received] == [API_KEY] * 5  # the variable the import named
+    assert [r["api_key"] for r in received] == [API_KEY] * 6
+    assert orjson.loads(received[-1]["body"]) == [
+        {"username": "ann"},
+        {"username": "bo"},
+    ]  # the variable the import named
     assert orjson.loads(received[1]["body"]) == new_pet
     assert API_KEY not in str(sent)

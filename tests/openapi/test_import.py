@@ -16,8 +16,9 @@ from tests.openapi.importing import FIXTURES, compile_descriptor, run_import
 PUBLISHED = {
     # fixture: (service, tools, skipped operations)
     "petstore-3.0.yaml": ("petstore", 3, 0),
-    "tictactoe-3.1.yaml": ("tictactoe", 2, 1),
-    "swagger-petstore-3.0.4.yaml": ("petstore3", 17, 2),
+    "tictactoe-3.1.yaml": ("tictactoe", 3, 0),
+    "swagger-petstore-3.0.4.yaml": ("petstore3", 19, 0),
+    "netlify-swagger-2.0.yml": ("netlify", 172, 2),
     "petstore-swagger-2.0.yaml": ("petstore2", 3, 0),
 }
 
@@ -70,11 +71,16 @@ def test_auth_names_the_variable_and_unsupported_schemes_are_named(tmp_path: Pat
     descriptor = yaml.safe_load(run.out)
     assert descriptor["auth"] == {"type": "header", "header": "api_key", "env": "PET_STORE_API_KEY"}
     assert "security scheme 'petstore_auth' not used: OAuth 2.0 is not supported" in run.err
-    # Bodies a descriptor cannot send: named per operation, the operation skipped.
-    assert "# Skipped operations (2):" in run.out
-    assert "(createUsersWithListInput): the JSON request body is" in run.out
-    upload = yaml.safe_load(run.out)["tools"]
-    assert "uploadFile" in {t["name"] for t in upload}  # its body is optional: left out, named
+    tools = {t["name"]: t for t in descriptor["tools"]}
+    # An array body is one argument the sidecar sends whole; so is a body whose property has a
+    # parameter's name.
+    assert tools["createUsersWithListInput"]["http"]["body_arg"] == "body"
+    assert tools["createUsersWithListInput"]["inputSchema"]["properties"]["body"]["type"] == "array"
+    assert "the request body is the argument 'body' (it is 'array', not an object)" in run.out
+    assert tools["updateUser"]["http"]["body_arg"] == "body"
+    assert "(its property 'username' has the same name as a path parameter)" in run.out
+    # The file upload's body is optional: left out and named; the operation stays.
+    assert "uploadFile" in tools
     assert "optional request body left out: its body (application/octet-stream (a file" in run.out
 
 
@@ -86,15 +92,41 @@ def test_auth_env_names_the_variable_and_is_checked() -> None:
     assert bad.code == 1 and "--auth-env 'STORE-KEY' is not a valid variable name" in bad.err
 
 
-def test_a_3_1_document_reads_its_parameter_refs_and_names_a_string_body(tmp_path: Path) -> None:
+def test_a_3_1_document_with_parameter_refs_a_header_and_a_string_body(tmp_path: Path) -> None:
     run = run_import(FIXTURES / "tictactoe-3.1.yaml", "--service", "tictactoe")
     assert run.code == 0, run.err
     descriptor = yaml.safe_load(run.out)
     assert descriptor["auth"] == {"type": "header", "header": "api-key", "env": "TICTACTOE_API_KEY"}
-    assert "PUT /board/{row}/{column} (put-square): the JSON request body is 'string'" in run.out
-    square = {t["name"]: t for t in descriptor["tools"]}["get-square"]
+    tools = {t["name"]: t for t in descriptor["tools"]}
+    square = tools["get-square"]
     assert square["inputSchema"]["required"] == ["row", "column"]
     assert square["inputSchema"]["properties"]["row"]["minimum"] == 1
+    put = tools["put-square"]
+    assert put["http"] == {
+        "method": "PUT",
+        "path": "/board/{row}/{column}",
+        "headers": {"progressUrl": "progressUrl"},
+        "body_arg": "body",
+    }
+    assert put["inputSchema"]["properties"]["body"]["enum"] == [".", "X", "O"]
+    assert put["inputSchema"]["required"] == ["row", "column", "body"]
+    assert put["inputSchema"]["additionalProperties"] is False
+    assert "#   callbacks (requests the service makes back) are not imported" in run.out
+
+
+def test_a_file_upload_body_in_swagger_2_0_skips_the_operation() -> None:
+    run = run_import(FIXTURES / "netlify-swagger-2.0.yml", "--service", "netlify")
+    assert run.code == 0
+    assert (
+        "PUT /deploys/{deploy_id}/files/{path} (uploadDeployFile): required request body: its "
+        "body (application/octet-stream (a file upload)) is not sent" in run.out
+    )
+    tools = {t["name"]: t for t in yaml.safe_load(run.out)["tools"]}
+    assert tools["createSite"]["http"] == {
+        "method": "POST",
+        "path": "/api/v1/sites",
+        "query": ["configure_dns"],
+    }
 
 
 def test_swagger_2_0_is_read_with_a_warning() -> None:
@@ -184,4 +216,4 @@ def test_json_output_has_no_comments_and_the_notes_go_to_stderr(tmp_path: Path) 
     run = run_import(FIXTURES / "swagger-petstore-3.0.4.yaml", "--service", "s", "-o", target)
     assert run.code == 0
     assert json.loads(target.read_text())["version"] == 2
-    assert "clawc: note: skipped POST /user/createWithList" in run.err
+    assert "clawc: note: security scheme 'petstore_auth' not used" in run.err
