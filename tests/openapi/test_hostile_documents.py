@@ -94,3 +94,13 @@ def test_a_ref_to_another_file_or_url_is_never_followed(tmp_path: Path) -> None:
     run = run_import(write(tmp_path / "remote.json", data), "--service", "x")
     assert run.code == 1
     assert "points outside the document; bundle the document into one file first" in run.err
+
+
+@pytest.mark.parametrize("suffix", ["json", "yaml"])
+def test_a_document_nested_100000_deep_is_refused(tmp_path: Path, suffix: str) -> None:
+    deep = tmp_path / f"deep.{suffix}"
+    deep.write_text('{"openapi": "3.0.3", "x": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    run = run_import_measured(deep, "--service", "x")
+    assert run.code == 1
+    assert "the document is nested too deeply" in run.err
+    assert run.max_rss_mib < MAX_RSS_MIB

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from clawpod.sidecar.manifest import load_build
-from tests.openapi.documents import document, write
+from tests.openapi.documents import document, post_with_body, write
 from tests.openapi.importing import FIXTURES, compile_descriptor, run_import
 
 PUBLISHED = {
@@ -217,3 +217,25 @@ def test_json_output_has_no_comments_and_the_notes_go_to_stderr(tmp_path: Path) 
     assert run.code == 0
     assert json.loads(target.read_text())["version"] == 2
     assert "clawc: note: security scheme 'petstore_auth' not used" in run.err
+
+
+def test_an_operations_x_claw_names_it_and_sets_its_effect(tmp_path: Path) -> None:
+    data = document(
+        {
+            "/a": post_with_body("#/components/schemas/A", "get pet"),
+            "/b": post_with_body("#/components/schemas/A", "get_pet"),
+        },
+        {"A": {"type": "object", "properties": {"q": {"type": "string"}}}},
+    )
+    data["paths"]["/b"]["post"]["x-claw"] = {
+        "name": "fetch_pet",
+        "effect": "read-only",
+        "untrusted-output": True,
+    }
+    run = run_import(write(tmp_path / "doc.json", data), "--service", "x")
+    assert run.code == 0, run.err
+    tools = {t["name"]: t for t in yaml.safe_load(run.out)["tools"]}
+    assert sorted(tools) == ["fetch_pet", "get_pet"]  # no collision once one is renamed
+    assert tools["fetch_pet"]["annotations"] == {"readOnlyHint": True}
+    assert tools["fetch_pet"]["x-claw"] == {"untrusted-output": True}
+    assert tools["get_pet"]["annotations"] == {"destructiveHint": True}
