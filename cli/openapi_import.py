@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..compiler.errors import CompileError, display_path
-from ..compiler.pod_file.reserved import ENV_NAME
 
 IMPORT_HELP = """\
 examples:
@@ -101,6 +100,7 @@ def import_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from ..compiler.openapi.document import read_document
     from ..compiler.openapi.operations import ImportOptions, import_operations
     from ..compiler.openapi.output import render, summary_lines, write_descriptor
+    from ..compiler.pod_file.reserved import ENV_NAME
 
     if args.auth_env is not None and not ENV_NAME.match(args.auth_env):
         raise CompileError(f"--auth-env {args.auth_env!r} is not a valid variable name")
