@@ -7,6 +7,8 @@ read, and its number of operations before it is validated.
 
 from __future__ import annotations
 
+import datetime
+import json
 import re
 import stat
 from dataclasses import dataclass, field
@@ -83,6 +85,7 @@ def split_server(url: str) -> tuple[str, str]:
 def read_document(path: Path) -> Document:
     """Read, bound, parse and validate ``path``; raise a located :class:`CompileError`."""
     data = parse_document(_read_bounded(path), path, json_first=_looks_like_json(path))[0]
+    data = _as_json(data, path)
     if not isinstance(data, dict):
         raise CompileError("an OpenAPI document must be a mapping", file=path)
     version, warnings = _version(data, path)
@@ -90,6 +93,24 @@ def read_document(path: Path) -> Document:
     _check_refs_are_local(data, path)
     _validate(data, path)
     return Document(file=path, data=data, version=version, warnings=warnings)
+
+
+def _as_json(data: Any, path: Path) -> Any:
+    """The document as JSON holds it: YAML's timestamps (an unquoted ``example: 2024-01-01``)
+    as ISO text and its integer keys (``200:``) as strings, so every schema the import writes
+    is JSON, as a descriptor must be."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, datetime.date):  # datetime.datetime is a date too
+            return value.isoformat()
+        raise TypeError(f"a {type(value).__name__} value, which JSON cannot hold")
+
+    try:
+        return json.loads(json.dumps(data, default=plain, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise CompileError(f"the document holds {exc}", file=path) from None
+    except RecursionError:
+        raise CompileError("the document is nested too deeply", file=path) from None
 
 
 def _read_bounded(path: Path) -> str:

@@ -239,3 +239,33 @@ def test_an_operations_x_claw_names_it_and_sets_its_effect(tmp_path: Path) -> No
     assert tools["fetch_pet"]["annotations"] == {"readOnlyHint": True}
     assert tools["fetch_pet"]["x-claw"] == {"untrusted-output": True}
     assert tools["get_pet"]["annotations"] == {"destructiveHint": True}
+
+
+def test_yaml_timestamps_and_integer_keys_are_read_as_json_holds_them(tmp_path: Path) -> None:
+    """An unquoted ``example: 2024-01-01`` is a date and ``200:`` an integer to YAML; both are
+    common in hand-written documents and were an internal error."""
+    source = tmp_path / "dates.yaml"
+    source.write_text(
+        """\
+openapi: 3.0.3
+info: {title: dates, version: "1"}
+paths:
+  /events:
+    post:
+      operationId: addEvent
+      requestBody:
+        content:
+          application/json:
+            schema:
+              type: object
+              properties:
+                when: {type: string, format: date, example: 2024-01-01}
+      responses:
+        200: {description: ok}
+"""
+    )
+    run = run_import(source, "--service", "events", "-o", tmp_path / "events.yaml")
+    assert run.code == 0, run.err
+    [tool] = yaml.safe_load((tmp_path / "events.yaml").read_text())["tools"]
+    assert tool["inputSchema"]["properties"]["when"]["examples"] == ["2024-01-01"]
+    assert compile_descriptor(tmp_path, tmp_path / "events.yaml", "events").code == 0
