@@ -127,7 +127,11 @@ def _claw(spec: dict[str, Any]) -> dict[str, Any]:
 
 def operations(document: Document) -> Iterator[Operation]:
     """Every operation in document order (paths as written, methods in the spec's order)."""
-    for path, item in (document.data.get("paths") or {}).items():
+    for path, raw in (document.data.get("paths") or {}).items():
+        try:
+            item = follow(document.data, raw)  # a path item may be a $ref (3.1, Swagger)
+        except Unsupported:
+            item = None  # the validator has named a broken ref already
         if not isinstance(item, dict):
             continue
         for method in METHODS:

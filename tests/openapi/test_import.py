@@ -269,3 +269,14 @@ paths:
     [tool] = yaml.safe_load((tmp_path / "events.yaml").read_text())["tools"]
     assert tool["inputSchema"]["properties"]["when"]["examples"] == ["2024-01-01"]
     assert compile_descriptor(tmp_path, tmp_path / "events.yaml", "events").code == 0
+
+
+def test_a_path_item_that_is_a_ref_is_followed(tmp_path: Path) -> None:
+    data = document({"/x": {"$ref": "#/components/pathItems/X"}})
+    data["openapi"] = "3.1.0"
+    operation = {"operationId": "getX", "responses": {"200": {"description": "ok"}}}
+    data["components"]["pathItems"] = {"X": {"get": operation}}
+    run = run_import(write(tmp_path / "doc.json", data), "--service", "x")
+    assert run.code == 0, run.err
+    [tool] = yaml.safe_load(run.out)["tools"]
+    assert (tool["name"], tool["http"]) == ("getX", {"method": "GET", "path": "/x"})
