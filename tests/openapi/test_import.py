@@ -19,6 +19,7 @@ PUBLISHED = {
     "tictactoe-3.1.yaml": ("tictactoe", 3, 0),
     "swagger-petstore-3.0.4.yaml": ("petstore3", 19, 0),
     "netlify-swagger-2.0.yml": ("netlify", 172, 2),
+    "callback-example-3.0.yaml": ("streams", 1, 0),
     "petstore-swagger-2.0.yaml": ("petstore2", 3, 0),
 }
 
