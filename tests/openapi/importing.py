@@ -34,17 +34,24 @@ class Measured:
     max_rss_mib: float
 
 
+# A small parent that runs clawc and reports the kernel's count of its child's peak RSS (the
+# test process's own children may be reaped by another library's SIGCHLD handling).
+_MEASURE = """\
+import resource, subprocess, sys
+done = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+sys.stderr.write(done.stderr)
+print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+
+
 def run_import_measured(*argv: str | Path) -> Measured:
     """``clawc import openapi`` in a fresh process; its peak RSS as the kernel counted it."""
     command = [sys.executable, "-m", "clawpod.cli.clawc", "import", "openapi", *map(str, argv)]
-    process = subprocess.Popen(
-        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    done = subprocess.run(
+        [sys.executable, "-c", _MEASURE, *command], capture_output=True, text=True, check=True
     )
-    assert process.stderr is not None
-    err = process.stderr.read()
-    _, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    return Measured(process.returncode, err, usage.ru_maxrss / 1024)
+    code, max_rss_kib = map(int, done.stdout.split())
+    return Measured(code, done.stderr, max_rss_kib / 1024)
 
 
 def compile_descriptor(tmp: Path, descriptor: Path, service: str) -> Run:
