@@ -15,6 +15,7 @@ from typing import Any, TextIO
 from ..compiler.errors import CompileError, display_path
 from ..sidecar.audit.log import AUDIT_KEY_ENV
 from ..sidecar.credential_files import OPERATOR_TOKEN_ENV
+from .openapi_import import add_import_parser, import_command
 
 TARGETS = ("compose", "kubernetes", "swarm")
 
@@ -32,6 +33,8 @@ examples:
   clawc validate pod.yml                 check everything, write nothing
   clawc inspect build/ --agent analyst   what an agent sees, how its tools execute
   clawc schema pod > pod.schema.json     JSON Schema of x-claw, for editors
+  clawc import openapi api.yaml --service billing -o descriptors/billing.yaml
+                                         a descriptor from an OpenAPI document
   clawc audit verify build/state         check the audit hash chains
 
 exit status: 0 ok, 1 invalid input, 2 usage error
@@ -96,6 +99,8 @@ def _parser() -> argparse.ArgumentParser:
         help="sign digest.json with the Ed25519 private key in environment variable VAR "
         "(PEM or base64 of the raw key); the sidecar checks it with --verify-key-env",
     )
+
+    add_import_parser(commands, formatter)
 
     discover = commands.add_parser(
         "discover",
@@ -291,7 +296,7 @@ def _validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
-_COMPILER_EXTRA_MODULES = {"yaml", "jinja2", "docker"}
+_COMPILER_EXTRA_MODULES = {"yaml", "jinja2", "docker", "openapi_spec_validator"}
 _POD_FILE_NAMES = ("pod.yml", "pod.yaml", "compose.yml", "compose.yaml", "docker-compose.yml")
 
 
@@ -369,6 +374,7 @@ _COMMANDS = {
     "validate": _validate,
     "inspect": _inspect,
     "discover": _discover,
+    "import": import_command,
     "schema": _schema,
     "audit": _audit,
     "approvals": _approvals,

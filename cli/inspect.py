@@ -59,11 +59,17 @@ def _execution(tool: ManagedTool) -> str:
     if execution.transport == "mcp":
         return f"MCP tools/call {execution.tool} at {execution.endpoint}"
     text = f"{execution.method} {execution.base_url}{execution.path}"
+    headers = "".join(f" [{h}: {name}]" for name, h in (execution.headers or {}).items())
     if execution.body == "json":
-        return text + (f" (JSON under '{execution.body_key}')" if execution.body_key else " (JSON)")
-    in_path = set(re.findall(r"\{([^{}]*)\}", execution.path))
-    query = [name for name in tool.input_schema.get("properties", {}) if name not in in_path]
-    return text + ("?" + "&".join(query) if query else "")
+        query = execution.query or []
+        text += "?" + "&".join(query) if query else ""
+        body = f" (JSON under '{execution.body_key}')" if execution.body_key else " (JSON)"
+        if execution.body_arg:
+            body = f" (JSON: {execution.body_arg})"
+        return text + headers + body
+    placed = set(re.findall(r"\{([^{}]*)\}", execution.path)) | set(execution.headers or {})
+    query = [name for name in tool.input_schema.get("properties", {}) if name not in placed]
+    return text + ("?" + "&".join(query) if query else "") + headers
 
 
 def _auth(tool: ManagedTool) -> str:
@@ -73,6 +79,8 @@ def _auth(tool: ManagedTool) -> str:
     principal = f" (principal {auth.principal})" if auth.principal else ""
     if auth.type == "header":
         return f"{auth.header}: ${auth.env}{principal}"
+    if auth.type == "query":
+        return f"?{auth.param}=${auth.env}{principal}"
     return f"{auth.type} ${auth.env}{principal}"
 
 

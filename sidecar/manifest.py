@@ -38,9 +38,12 @@ class _Model(BaseModel):
 class ToolAuth(_Model):
     """How the sidecar authenticates to a service; ``env`` names the variable, never a value."""
 
-    type: Literal["bearer", "header", "basic", "none"]
+    type: Literal["bearer", "header", "query", "basic", "none"]
     env: str | None = None
     header: str | None = None
+    param: str | None = Field(
+        default=None, description="query: the query parameter that carries the secret"
+    )
     principal: str | None = Field(
         default=None, description="the pod principal whose variable ``env`` is (SPEC §9.1)"
     )
@@ -51,6 +54,8 @@ class ToolAuth(_Model):
             raise ValueError(f"auth type {self.type!r} needs 'env'")
         if self.type == "header" and not self.header:
             raise ValueError("auth type 'header' needs 'header'")
+        if self.type == "query" and not self.param:
+            raise ValueError("auth type 'query' needs 'param'")
         return self
 
 
@@ -62,9 +67,10 @@ QUARANTINE_FILE = "quarantine.json"
 class Execution(_Model):
     """Hidden execution metadata: never shown to an agent.
 
-    ``http``: one HTTP request per call (``method``, ``path``, ``body``). ``mcp``: a ``tools/call``
-    of ``tool`` on the service's MCP endpoint ``base_url`` + ``path`` (Streamable HTTP), whose
-    tool list is re-checked against the pins every ``ttl_ms``.
+    ``http``: one HTTP request per call (``method``, ``path``, ``body``; ``query`` and ``headers``
+    name the arguments sent in the query string beside a JSON body, and as headers). ``mcp``: a
+    ``tools/call`` of ``tool`` on the service's MCP endpoint ``base_url`` + ``path`` (Streamable
+    HTTP), whose tool list is re-checked against the pins every ``ttl_ms``.
     """
 
     transport: Literal["http", "mcp"] = "http"
@@ -74,6 +80,15 @@ class Execution(_Model):
     path: str
     body: Literal["json", "none"] | None = None
     body_key: str | None = None
+    body_arg: str | None = Field(
+        default=None, description="http: the argument whose value is the whole JSON body"
+    )
+    query: list[str] | None = Field(
+        default=None, description="http: arguments sent in the query string beside a JSON body"
+    )
+    headers: dict[str, str] | None = Field(
+        default=None, description="http: argument -> the request header it is sent in"
+    )
     tool: str | None = Field(default=None, description="mcp: the tool's name at the service")
     ttl_ms: int | None = Field(default=None, gt=0, description="mcp: drift check interval")
     auth: ToolAuth

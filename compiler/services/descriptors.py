@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Annotated, Any, Literal
@@ -32,6 +33,23 @@ from .schemas import SchemaProblem, normalise_schema, schema_key
 from .sources import DescriptorSource
 
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+# Headers the sidecar or HTTP itself sets on a tool call; an argument never replaces them.
+RESERVED_HEADERS = frozenset(
+    {
+        "accept",
+        "authorization",
+        "connection",
+        "content-length",
+        "content-type",
+        "host",
+        "idempotency-key",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
 TOOL_NAME = r"^[A-Za-z0-9_.-]{1,128}$"
 CLAW_ID = "claw_id"
 BODY_METHODS = ("POST", "PUT", "PATCH")
@@ -76,6 +94,20 @@ class HttpSpec(_Spec):
         default=None, description="json (default for POST/PUT/PATCH) or none"
     )
     body_key: str | None = Field(default=None, min_length=1)
+    body_arg: str | None = Field(
+        default=None,
+        min_length=1,
+        description="the argument whose value is the whole JSON body (an array, a string, or an "
+        "object sent as it is); every other argument is placed in the path, query or headers",
+    )
+    query: list[str] | None = Field(
+        default=None,
+        description="arguments sent in the query string beside a JSON body (GET and DELETE "
+        "send every argument not in the path there anyway)",
+    )
+    headers: dict[str, str] | None = Field(
+        default=None, description="argument -> the request header it is sent in"
+    )
 
     @field_validator("method", mode="before")
     @classmethod
@@ -155,6 +187,9 @@ class CompiledTool:
     method: str | None = None
     body: Literal["json", "none"] | None = None
     body_key: str | None = None
+    body_arg: str | None = None
+    query: list[str] | None = None
+    headers: dict[str, str] | None = None
     ttl_ms: int | None = None
     untrusted_output: bool = False
 
@@ -271,12 +306,64 @@ def _compile_tool(
         )
     if http.body_key and body != "json":
         raise fail("body_key is only valid with a JSON body", "http", "body_key")
+    if http.body_arg is not None:
+        if body != "json" or http.body_key:
+            raise fail("body_arg needs a JSON body and no body_key", "http", "body_arg")
+        if http.body_arg not in properties:
+            raise fail(
+                f"body_arg '{http.body_arg}' is not a property of inputSchema", "http", "body_arg"
+            )
+    _check_placement(http, properties, fail)
     return compiled(
-        transport="http", method=http.method, path=http.path, body=body, body_key=http.body_key
+        transport="http",
+        method=http.method,
+        path=http.path,
+        body=body,
+        body_key=http.body_key,
+        body_arg=http.body_arg,
+        query=http.query or None,
+        headers=http.headers or None,
     )
 
 
-def _check_auth(auth: ToolAuth, file: str, lines: Lines) -> None:
+def _check_placement(
+    http: HttpSpec, properties: dict[str, Any], fail: Callable[..., CompileError]
+) -> None:
+    """``query`` and ``headers`` name arguments: each a property, none placed twice, and no
+    header the sidecar sets itself (an argument must not replace the credential or the
+    Idempotency-Key)."""
+    placed: dict[str, str] = {name: "path" for name in placeholder_names(http.path)}
+    if http.body_arg is not None:
+        if http.body_arg in placed:
+            raise fail(
+                f"body_arg '{http.body_arg}' is already sent in the path", "http", "body_arg"
+            )
+        placed[http.body_arg] = "body"
+
+    def misplaced(name: str) -> str | None:
+        if name not in properties:
+            return "is not a property of inputSchema"
+        return f"is already sent in the {placed[name]}" if name in placed else None
+
+    for index, name in enumerate(http.query or []):
+        if why := misplaced(name):
+            raise fail(f"query argument '{name}' {why}", "http", "query", index)
+        placed[name] = "query"
+    for name, header in (http.headers or {}).items():
+        if why := misplaced(name):
+            raise fail(f"header argument '{name}' {why}", "http", "headers", name)
+        if not HEADER_NAME.match(header) or header.lower() in RESERVED_HEADERS:
+            raise fail(
+                f"'{header}' cannot carry an argument (not a header name, or one the sidecar "
+                f"sets: {', '.join(sorted(RESERVED_HEADERS))})",
+                "http",
+                "headers",
+                name,
+            )
+        placed[name] = "header"
+
+
+def _check_auth(auth: ToolAuth, mcp: McpSpec | None, file: str, lines: Lines) -> None:
     if auth.env is not None and not ENV_NAME.match(auth.env):
         raise CompileError(
             f"'{auth.env}' is not a valid environment variable name",
@@ -290,6 +377,13 @@ def _check_auth(auth: ToolAuth, file: str, lines: Lines) -> None:
             file=file,
             pointer="/auth/header",
             line=lines.line(("auth", "header")),
+        )
+    if auth.type == "query" and mcp is not None:
+        raise CompileError(
+            "an MCP service's credential is sent in a header (bearer or header), not the query",
+            file=file,
+            pointer="/auth/type",
+            line=lines.line(("auth", "type")),
         )
 
 
@@ -330,7 +424,7 @@ def load_descriptor(source: DescriptorSource) -> LoadedDescriptor:
         descriptor = Descriptor.model_validate(data)
     except ValidationError as exc:
         raise validation_error(exc, file, lines) from None
-    _check_auth(descriptor.auth, file, lines)
+    _check_auth(descriptor.auth, descriptor.mcp, file, lines)
     if descriptor.mcp is not None:
         _check_mcp_path(descriptor.mcp.path, file, lines)
     seen: dict[str, int] = {}

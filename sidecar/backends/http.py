@@ -1,8 +1,9 @@
 """One HTTP call of a tool, its whole trip: the request for a validated call (path
-placeholders filled, ``claw_id`` always from the authenticated agent, query or JSON body, the
-service credential attached), sent, and the service's answer as the outcome the model sees (the
-body read up to the result limit, its full size still counted, decoded, credentials redacted,
-and every transport failure named with whether the service may have acted)."""
+placeholders filled, ``claw_id`` always from the authenticated agent, the arguments in the
+query, headers or JSON body where the descriptor placed them, the service credential attached),
+sent, and the service's answer as the outcome the model sees (the body read up to the result
+limit, its full size still counted, decoded, credentials redacted, and every transport failure
+named with whether the service may have acted)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from urllib.parse import quote, urlencode
 
 import orjson
 
-from ..manifest import ManagedTool
+from ..manifest import ManagedTool, ToolAuth
 from ..model.canonical import digest
 from ..model.conversation import (
     CheckedCall,
@@ -74,27 +75,44 @@ def build_request(
         raise RequestProblem(invalid_arguments(message))
     remaining = dict(arguments)
     path = fill_path(path_parts, agent_id, remaining)
-    url = base_url + path
-    body: bytes | None = None
     headers: dict[str, str] = {"Accept": "application/json"}
+    for name, header in (execution.headers or {}).items():
+        value = header_value(name, remaining.pop(name, None))
+        if value is not None:
+            headers[header] = value
+    query = {name: remaining.pop(name) for name in execution.query or () if name in remaining}
+    body: bytes | None = None
     if execution.method in QUERY_METHODS or execution.body == "none":
-        query = query_string(remaining)
-        if query:
-            url += ("&" if "?" in path else "?") + query
+        query.update(remaining)
+    elif execution.body_arg is not None:
+        body = whole_body(execution.body_arg, remaining)
+        if body is not None:
+            headers["Content-Type"] = "application/json"
     else:
         payload = {execution.body_key: remaining} if execution.body_key else remaining
         body = orjson.dumps(payload)
         headers["Content-Type"] = "application/json"
+    pairs = query_pairs(query)
     if idempotency_key is not None:
         headers["Idempotency-Key"] = idempotency_key
-    credential = credential_header(tool, env)
+    auth = execution.auth
+    secret = credential(tool, env)
     secrets: tuple[bytes, ...] = ()
-    if credential is not None:
-        headers[credential[0]] = credential[1]
-        # A service that echoes the secret (or basic auth's base64 of it, or its password) must
-        # not hand it to the model.
-        auth = tool.execution.auth
-        secrets = credential_secrets(env.get(auth.env or "", ""), auth.type)
+    if secret is not None:
+        if auth.type == "query":
+            if auth.param in query:
+                message = f"'{auth.param}' carries the service's credential; it is not an argument"
+                raise RequestProblem(invalid_arguments(message))
+            pairs.append((auth.param or "", secret))
+        else:
+            header, value = credential_header_for(auth, secret)
+            headers[header] = value
+        # A service that echoes the secret (or basic auth's base64 of it, or its password, or
+        # the query string's encoding of it) must not hand it to the model.
+        secrets = credential_secrets(secret, auth.type)
+    url = base_url + path
+    if pairs:
+        url += ("&" if "?" in path else "?") + urlencode(pairs, quote_via=quote, safe="")
     return ServiceRequest(tool, execution.method, url, headers, body, secrets)
 
 
@@ -108,7 +126,9 @@ def idempotency_key(pod: str, agent_id: str, call: CheckedCall, request: str) ->
     return f'"{key}"'
 
 
-def credential_header(tool: ManagedTool, env: Mapping[str, str]) -> tuple[str, str] | None:
+def credential(tool: ManagedTool, env: Mapping[str, str]) -> str | None:
+    """The service credential from the sidecar's environment (None for a tool without one);
+    :class:`RequestProblem` when it is not configured or cannot be sent."""
     auth = tool.execution.auth
     if auth.type == "none" or auth.env is None:
         return None
@@ -122,15 +142,27 @@ def credential_header(tool: ManagedTool, env: Mapping[str, str]) -> tuple[str, s
         raise credential_problem(
             f"the credential in environment variable {auth.env} contains a line break or NUL"
         )
+    if auth.type == "basic" and ":" not in secret:
+        raise credential_problem(
+            f"environment variable {auth.env} must hold user:password for basic auth"
+        )
+    return secret
+
+
+def credential_header_for(auth: ToolAuth, secret: str) -> tuple[str, str]:
     if auth.type == "bearer":
         return "Authorization", f"Bearer {secret}"
     if auth.type == "header":
         return auth.header or "", secret
-    if ":" not in secret:
-        raise credential_problem(
-            f"environment variable {auth.env} must hold user:password for basic auth"
-        )
     return "Authorization", "Basic " + base64.b64encode(secret.encode()).decode()
+
+
+def credential_header(tool: ManagedTool, env: Mapping[str, str]) -> tuple[str, str] | None:
+    """The header that carries the service credential (None without one, or in the query)."""
+    secret = credential(tool, env)
+    if secret is None or tool.execution.auth.type == "query":
+        return None
+    return credential_header_for(tool.execution.auth, secret)
 
 
 def credential_problem(message: str) -> RequestProblem:
@@ -173,7 +205,7 @@ def path_segment(value: Any) -> str:
     return quote(text, safe="")
 
 
-def query_string(arguments: dict[str, Any]) -> str:
+def query_pairs(arguments: dict[str, Any]) -> list[tuple[str, str]]:
     """Scalars as text, arrays as repeated keys, objects as JSON text; null values are left out."""
     pairs: list[tuple[str, str]] = []
     for key, value in arguments.items():
@@ -183,7 +215,32 @@ def query_string(arguments: dict[str, Any]) -> str:
             pairs.extend((key, query_value(item)) for item in value if item is not None)
         else:
             pairs.append((key, query_value(value)))
-    return urlencode(pairs, quote_via=quote, safe="")
+    return pairs
+
+
+def whole_body(name: str, remaining: dict[str, Any]) -> bytes | None:
+    """The JSON body that is one argument's value (None: no body); any other argument left
+    over has no place in the request and is refused rather than dropped."""
+    value = remaining.pop(name, None)
+    if remaining:
+        unknown = ", ".join(sorted(remaining))
+        raise RequestProblem(invalid_arguments(f"unknown argument(s) for this tool: {unknown}"))
+    return None if value is None else orjson.dumps(value)
+
+
+def header_value(name: str, value: Any) -> str | None:
+    """An argument sent as a header: a scalar as text, never a line break or control
+    character (which would end the header and start another); null leaves it out."""
+    if value is None:
+        return None
+    if isinstance(value, (list, dict)):
+        message = f"argument {name!r} is sent as a header and must be a string, number or boolean"
+        raise RequestProblem(invalid_arguments(message))
+    text = query_value(value)
+    if any((ord(c) < 0x20 and c != "\t") or ord(c) == 0x7F for c in text):
+        message = f"argument {name!r} is sent as a header and must not hold control characters"
+        raise RequestProblem(invalid_arguments(message))
+    return text
 
 
 def query_value(value: Any) -> str:

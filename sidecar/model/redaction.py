@@ -16,6 +16,7 @@ import base64
 import functools
 import re
 from collections.abc import Iterable
+from urllib.parse import quote
 
 REDACTED = b"[redacted]"
 # Shorter values would match ordinary text; credentials are longer than this.
@@ -73,12 +74,15 @@ def redactor_for(secrets: tuple[bytes, ...]) -> Redactor:
 
 
 def credential_secrets(secret: str, auth_type: str) -> tuple[bytes, ...]:
-    """The values to redact for a service credential: the secret, and for basic auth
-    (``user:password``) also the password alone and the base64 the header carries."""
+    """The values to redact for a service credential: the secret, for basic auth
+    (``user:password``) also the password alone and the base64 the header carries, and for a
+    query parameter the percent-encoding the URL carries (which an echoed URL shows)."""
     values = [secret.encode()]
     if auth_type == "basic":
         values.append(secret.partition(":")[2].encode())
         values.append(base64.b64encode(secret.encode()))
+    if auth_type == "query" and quote(secret, safe="") != secret:
+        values.append(quote(secret, safe="").encode())
     return tuple(values)
 
 

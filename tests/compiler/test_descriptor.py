@@ -165,13 +165,44 @@ def test_endpoints_are_documentation_only(tmp_path: Path) -> None:
             "a tool needs 'http', or the descriptor needs 'mcp' to run it over MCP",
         ),
         ("tools/0/extra", 1, "/tools/0/extra", "unknown field 'extra'"),
+        (
+            "tools/0/http/query",
+            ["nope"],
+            "/tools/0/http/query/0",
+            "query argument 'nope' is not a property of inputSchema",
+        ),
+        (
+            "tools/0/http/query",
+            ["item_id"],
+            "/tools/0/http/query/0",
+            "query argument 'item_id' is already sent in the path",
+        ),
+        (
+            "tools/0/http/headers",
+            {"item_id": "X-Item"},
+            "/tools/0/http/headers/item_id",
+            "header argument 'item_id' is already sent in the path",
+        ),
+        ("auth", {"type": "query", "env": "K"}, "/auth", "auth type 'query' needs 'param'"),
+        (
+            "tools/0/http/body_arg",
+            "item_id",
+            "/tools/0/http/body_arg",
+            "body_arg needs a JSON body and no body_key",
+        ),
+        (
+            "tools/1/http/body_arg",
+            "nope",
+            "/tools/1/http/body_arg",
+            "body_arg 'nope' is not a property of inputSchema",
+        ),
         ("auth", {"type": "header", "env": "X"}, "/auth", "auth type 'header' needs 'header'"),
         ("auth", {"type": "bearer"}, "/auth", "auth type 'bearer' needs 'env'"),
         (
             "auth",
             {"type": "oauth", "env": "X"},
             "/auth/type",
-            "Input should be 'bearer', 'header', 'basic' or 'none'",
+            "Input should be 'bearer', 'header', 'query', 'basic' or 'none'",
         ),
         (
             "auth",
@@ -203,6 +234,33 @@ def test_descriptor_errors_name_file_pointer_and_reason(
     # JSON is read on the fast path; an error still finds the line of what it points at
     assert caught.line is not None
     assert f"svc.json:{caught.line}: {pointer}: " in str(caught)
+
+
+@pytest.mark.parametrize("header", ["Authorization", "Idempotency-Key", "host", "Bad Header"])
+def test_an_argument_cannot_be_sent_in_a_header_the_sidecar_sets(
+    tmp_path: Path, header: str
+) -> None:
+    data = changed("tools/1/inputSchema", {"type": "object", "properties": {"qty": {}}})
+    data["tools"][1]["http"]["headers"] = {"qty": header}
+    caught = error(tmp_path, data)
+    assert caught.pointer == "/tools/1/http/headers/qty"
+    assert f"'{header}' cannot carry an argument" in caught.reason
+
+
+def test_query_and_header_arguments_reach_the_build(tmp_path: Path) -> None:
+    schema = {"type": "object", "properties": {"dry_run": {}, "request_id": {}, "name": {}}}
+    data = changed("tools/1/inputSchema", schema)
+    data["tools"][1]["http"].update(query=["dry_run"], headers={"request_id": "X-Request-Id"})
+    create = load(tmp_path, data).tools[1]
+    assert (create.query, create.headers) == (["dry_run"], {"request_id": "X-Request-Id"})
+
+
+def test_an_mcp_service_takes_no_query_credential(tmp_path: Path) -> None:
+    data = changed("auth", {"type": "query", "param": "key", "env": "K"})
+    data["mcp"] = {"path": "/mcp"}
+    caught = error(tmp_path, data)
+    assert caught.pointer == "/auth/type"
+    assert "an MCP service's credential is sent in a header" in caught.reason
 
 
 def test_claw_id_is_reserved_and_never_an_argument(tmp_path: Path) -> None:
