@@ -52,7 +52,7 @@ class StreamReader(ABC):
         self.malformed: str | None = None
         """Why the stream is not valid, once an event was not (nothing after it is read)."""
         self.watch: Callable[[dict[str, Any]], None] | None = None
-        """Sees every event parsed (a usage reader: ``codecs/usage.py``)."""
+        """Sees every event parsed that tells usage (a usage reader: ``codecs/usage.py``)."""
 
     def feed(self, data: bytes) -> list[StreamEvent]:
         """The events these bytes complete, up to a malformed one (then ``malformed``)."""
@@ -96,21 +96,17 @@ class StreamReader(ABC):
     def _event(self, name: str | None, payload: str, found: list[StreamEvent]) -> None: ...
 
     def _object(self, payload: str) -> dict[str, Any]:
-        """An event's payload parsed, and shown to ``watch``."""
-        data = _object(payload)
-        if self.watch is not None:
+        """An event's payload parsed, and shown to ``watch`` if it tells usage (no event
+        without the key does: the pass-through's usage reader looks for it the same way)."""
+        try:
+            data = orjson.loads(payload)
+        except orjson.JSONDecodeError as exc:
+            raise CodecError(f"an event is not JSON ({exc})") from None
+        if type(data) is not dict:
+            raise CodecError("an event is not a JSON object")
+        if self.watch is not None and '"usage"' in payload:
             self.watch(data)
-        return data
-
-
-def _object(payload: str) -> dict[str, Any]:
-    try:
-        data = orjson.loads(payload)
-    except orjson.JSONDecodeError as exc:
-        raise CodecError(f"an event is not JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise CodecError("an event is not a JSON object")
-    return data
+        return data  # type: ignore[no-any-return]
 
 
 def _dict(value: Any) -> dict[str, Any]:
