@@ -159,20 +159,18 @@ class ChatStreamReader(StreamReader):
         if usage:
             found.append(Told(chat.read_usage(usage) or Usage()))
         for choice in chunk.get("choices") or ():
-            if isinstance(choice, dict) and choice.get("index", 0) == 0:
-                self._choice(choice, found)
-
-    def _choice(self, choice: dict[str, Any], found: list[StreamEvent]) -> None:
-        delta = choice.get("delta")
-        if type(delta) is dict:
-            content = delta.get("content")
-            if len(delta) == 1 and content and type(content) is str and not self._thought:
-                found.append(Text(content))  # the chunk of nearly every event: one piece of text
-            else:
-                self._delta(delta, found)
-        reason = choice.get("finish_reason")
-        if reason and isinstance(reason, str):
-            self._stop = chat.FINISH_TO_STOP.get(reason, "end")
+            if type(choice) is not dict or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta")
+            if type(delta) is dict:
+                content = delta.get("content")
+                if len(delta) == 1 and content and type(content) is str and not self._thought:
+                    found.append(Text(content))  # nearly every event: one piece of text
+                else:
+                    self._delta(delta, found)
+            reason = choice.get("finish_reason")
+            if reason and type(reason) is str:
+                self._stop = chat.FINISH_TO_STOP.get(reason, "end")
 
     def _delta(self, delta: dict[str, Any], found: list[StreamEvent]) -> None:
         thought = delta.get("reasoning_content")
@@ -243,7 +241,9 @@ class MessagesStreamReader(StreamReader):
         kind = data.get("type", name)
         index = as_int(data.get("index"))
         if kind == "content_block_delta":
-            self._delta(index, _dict(data.get("delta")), found)
+            delta = data.get("delta")
+            if type(delta) is dict:
+                self._delta(index, delta, found)
         elif kind == "message_start":
             message = _dict(data.get("message"))
             found.append(Started(message.get("id"), message.get("model")))
@@ -280,8 +280,10 @@ class MessagesStreamReader(StreamReader):
 
     def _delta(self, index: int, delta: dict[str, Any], found: list[StreamEvent]) -> None:
         kind = delta.get("type")
-        if kind == "text_delta" and (text := _str(delta.get("text"))):
-            found.append(Text(text))
+        if kind == "text_delta":
+            text = delta.get("text")
+            if text and type(text) is str:  # nearly every event: one piece of text
+                found.append(Text(text))
         elif kind == "input_json_delta" and index in self._calls:
             piece = _str(delta.get("partial_json"))
             if piece:
