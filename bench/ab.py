@@ -109,10 +109,10 @@ OVER = {
 
 def build_compiled_modules(tree: Path, scratch: Path) -> None:
     """The tree's compiled modules (``setup.py``), built as its wheel builds them and put in
-    place beside their sources: a worktree of a commit holds only the sources (this tree's own
-    are built by its install, ``scripts/setup.sh``)."""
+    place beside their sources: a worktree of a commit holds only the sources. Only commits of
+    wave 3 have one (stream translation's run reader, since removed): they need a C compiler."""
     if not (tree / "setup.py").exists():
-        return  # a commit from before the project compiled anything
+        return  # a pure-Python commit
     wheel_dir = scratch / "wheel"
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheel_dir), str(tree)],

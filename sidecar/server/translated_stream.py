@@ -108,7 +108,7 @@ async def relay_translated_stream(
     """The provider's stream, in the caller's protocol as it arrives; the caller's stream
     always ends with its protocol's end, also when the provider's fails or stops short."""
     usage = StreamUsage(_CODECS[translated.target])  # the provider's counts, in its own sense
-    # It reads the events the translator parses: those it reads from bytes hold only text.
+    # It reads the events the translator parses that tell usage.
     translator = translator_for(ctx, ctx.codec, translated, usage=usage)
     kept = {name: upstream.headers[name] for name in _KEPT_HEADERS if name in upstream.headers}
     await exchange.start_stream(200, {**SSE_HEADERS, **kept})
