@@ -13,7 +13,7 @@ from ..audit.log import AUDIT_KEY_ENV, AuditLog, audit_key
 from ..backends.drift import DriftChecker
 from ..credential_files import OPERATOR_TOKEN_ENV
 from ..execution.executor import ToolExecutor
-from ..governance.budgets import TokenBudgets
+from ..governance.budgets import TokenBudgets, local_counters
 from ..governance.gate import GovernedExecutor
 from ..governance.taint_guard import held_credentials
 from ..governance.webhooks import WEBHOOK_SECRET_ENV, ApprovalWebhook, webhook_signer
@@ -23,8 +23,10 @@ from ..model.usage import PriceBook
 from ..observability.metrics import Metrics
 from ..state.approvals import ApprovalStore
 from ..state.continuity import ContinuityStore
+from ..state.counters import Counters
 from ..state.journal import RequestJournal
 from ..state.lock import StateLock, instance_name
+from ..state.shared_counters import SharedCounters, SharedLimitsError, connect
 from ..state.stored_objects import StoredObjects
 from ..tasks import ShieldedTasks
 from ..transport.keepalive import keepalive_interval
@@ -60,6 +62,8 @@ def create_app(
     # Raises WebhookSecretError: an approval webhook is never sent unsigned.
     signer = webhook_signer(webhook_url, env)
     webhook = ApprovalWebhook(webhook_url, signer) if webhook_url and signer else None
+    # Raises SharedLimitsError: a pod that shares its limits never counts alone unasked.
+    counters = _shared_counters(build, state_dir, env, metrics)
     governed = GovernedExecutor(
         executor,
         config.governance,
@@ -78,6 +82,7 @@ def create_app(
                 for name in (OPERATOR_TOKEN_ENV, WEBHOOK_SECRET_ENV, AUDIT_KEY_ENV)
             ),
         ),
+        rates=counters,
     )
     state = SidecarState(
         config=config,
@@ -103,7 +108,7 @@ def create_app(
         sse_keepalive_s=keepalive_s,
         tasks=tasks,
         governed=governed,
-        budgets=TokenBudgets(config.governance, build.agents, state_dir),
+        budgets=TokenBudgets(config.governance, build.agents, state_dir, counters=counters),
         operator_token=env.get(OPERATOR_TOKEN_ENV) or None,
         drift=DriftChecker(
             build.agents, executor.mcp, executor.quarantine, audit, metrics, state_dir
@@ -125,6 +130,25 @@ def create_app(
     app.router.add_route("*", "/mcp", mcp)
     app.router.add_get("/healthz", healthz)  # /readyz, /metrics, /operator/*: server/admin.py
     return app
+
+
+def _shared_counters(
+    build: Build, state_dir: Path, env: Mapping[str, str], metrics: Metrics
+) -> Counters | None:
+    """The pod's shared store of rates and budgets (SPEC §24); None: this sidecar's own."""
+    shared = build.config.shared_limits
+    if shared is None:
+        return None
+    url = env.get(shared.url_env)
+    if not url:
+        raise SharedLimitsError(f"x-claw.shared-limits names {shared.url_env}, which is not set")
+    return SharedCounters(
+        connect(url),
+        pod=build.config.pod,
+        on_unreachable=shared.on_unreachable,
+        local=local_counters(build.config.governance, build.agents, state_dir),
+        metrics=metrics,
+    )
 
 
 async def _end_waiting_approvals(app: web.Application) -> None:
@@ -157,3 +181,5 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         state.journal.close()
         state.objects.close()
         await state.audit.close()  # flushes pending audit records to disk
+        if isinstance(state.budgets.counters, SharedCounters):
+            await state.budgets.counters.close()
