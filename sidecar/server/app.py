@@ -164,6 +164,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     state = app[STATE_KEY]
     state.state_dir.mkdir(parents=True, exist_ok=True)
     await state.executor.start()
+    if isinstance(state.budgets.counters, SharedCounters):
+        await state.budgets.counters.start()
     # Pins are checked before the first request is served, then every ttl in the background.
     await state.drift.check_due()
     drift = state.tasks.spawn(state.drift.run())
