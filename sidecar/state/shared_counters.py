@@ -112,7 +112,9 @@ for i = 1, subjects do
   local budget, holds = KEYS[2 * i - 1], KEYS[2 * i]
   redis.call('HINCRBY', budget, 'ht', ARGV[2])
   redis.call('HINCRBY', budget, 'hu', ARGV[3])
-  redis.call('HSET', budget, 'h:' .. id, ARGV[2] .. ' ' .. ARGV[3])
+  -- the limits it was held against, for the fleet view (clawc budgets)
+  redis.call('HSET', budget, 'h:' .. id, ARGV[2] .. ' ' .. ARGV[3],
+    'lt', ARGV[4 + 2 * i], 'lu', ARGV[5 + 2 * i])
   redis.call('ZADD', holds, now_ms + tonumber(ARGV[4]), id)
   redis.call('EXPIREAT', budget, ARGV[5])
   redis.call('EXPIREAT', holds, ARGV[5])
@@ -485,22 +487,49 @@ class _Unreachable(Exception):
     """The server did not answer in time, or answered out of shape."""
 
 
-class BudgetRow:
-    """One budget's counters as the server holds them."""
+BUDGET_FIELDS = ("t", "u", "ht", "hu", "lt", "lu")
+MAX_FLEET_BUDGETS = 10_000
+"""Budgets one fleet view reads at most (a store holding more is named as cut short)."""
 
-    __slots__ = ("held_tokens", "held_usd", "tokens", "usd")
+
+class BudgetRow:
+    """One budget's counters as the server holds them; a limit is the last one a sidecar
+    held a request against (None: none, or not yet seen)."""
+
+    __slots__ = ("held_tokens", "held_usd", "token_limit", "tokens", "usd", "usd_limit")
 
     def __init__(self, fields: object) -> None:
-        if not isinstance(fields, list) or len(fields) != 4:
+        if not isinstance(fields, list) or len(fields) != len(BUDGET_FIELDS):
             raise InvalidResponse("a budget of the shared store out of shape")
-        tokens, nano, held_tokens, held_nano = map(_number, fields)
+        tokens, nano, held_tokens, held_nano, token_limit, nano_limit = map(_number, fields)
         self.tokens, self.usd = tokens, nano / NANO_USD
         self.held_tokens, self.held_usd = held_tokens, held_nano / NANO_USD
+        self.token_limit = token_limit if fields[4] is not None and token_limit >= 0 else None
+        self.usd_limit = (
+            nano_limit / NANO_USD if fields[5] is not None and nano_limit >= 0 else None
+        )
 
 
 async def read_budgets(client: Redis, keys: Sequence[str]) -> list[BudgetRow]:
-    """Spent and held of each budget key, in one round trip."""
+    """Spent, held and limits of each budget key, in one round trip."""
     pipe = client.pipeline(transaction=False)
     for key in keys:
-        pipe.hmget(key, ["t", "u", "ht", "hu"])
+        pipe.hmget(key, list(BUDGET_FIELDS))
     return [BudgetRow(fields) for fields in await pipe.execute()]
+
+
+async def fleet_budgets(client: Redis, day: str) -> tuple[dict[str, BudgetRow], bool]:
+    """Every budget counted on ``day`` by any sidecar of the store, by its name (``group/NAME``
+    or ``pod/POD/agent/ID``); and whether there were more than ``MAX_FLEET_BUDGETS``."""
+    prefix, suffix = f"{KEY_PREFIX}:budget:", f":{day}"
+    keys: list[str] = []
+    async for key in client.scan_iter(match=f"{prefix}*{suffix}", count=1000):
+        if not isinstance(key, bytes) or len(key) > 1024:
+            raise InvalidResponse("a key of the shared store out of shape")
+        keys.append(key.decode("utf-8", "replace"))
+        if len(keys) > MAX_FLEET_BUDGETS:
+            break
+    cut = len(keys) > MAX_FLEET_BUDGETS
+    keys = sorted(keys[:MAX_FLEET_BUDGETS])
+    rows = await read_budgets(client, keys)
+    return {key[len(prefix) : -len(suffix)]: row for key, row in zip(keys, rows, strict=True)}, cut
