@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import calendar
+import functools
 import logging
 import time
 import uuid
@@ -237,8 +238,12 @@ def holds_key(pod: str, subject: str, day: str) -> str:
 def day_expiry(day: str) -> int:
     """Unix seconds when a day's counters go: an hour after the day's end (and at least an hour
     from now: a sidecar whose clock lags still finds them)."""
-    start = calendar.timegm(time.strptime(day, "%Y-%m-%d"))
-    return max(start + 86400, int(time.time())) + DAY_KEY_GRACE_S
+    return max(_day_end(day), int(time.time())) + DAY_KEY_GRACE_S
+
+
+@functools.lru_cache(maxsize=4)
+def _day_end(day: str) -> int:
+    return calendar.timegm(time.strptime(day, "%Y-%m-%d")) + 86400
 
 
 def nano_usd(usd: float) -> int:

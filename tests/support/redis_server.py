@@ -22,7 +22,9 @@ def _free_port() -> int:
 
 
 class RedisServer:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, appendfsync: str = "always") -> None:
+        """``appendfsync``: ``always`` keeps every count through a kill -9 (the tests);
+        ``everysec``, Redis's default, loses up to a second of them (the bench, production)."""
         binary = shutil.which("redis-server")
         if binary is None:
             pytest.fail("redis-server is not installed: run scripts/install-redis.sh")
@@ -31,6 +33,7 @@ class RedisServer:
         self.port = _free_port()
         self.password = secrets.token_urlsafe(18)
         self.process: subprocess.Popen[bytes] | None = None
+        self.appendfsync = appendfsync
 
     @property
     def url(self) -> str:
@@ -47,7 +50,7 @@ class RedisServer:
                 "--dir", str(self.directory),
                 "--save", "",
                 "--appendonly", "yes",
-                "--appendfsync", "always",
+                "--appendfsync", self.appendfsync,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
