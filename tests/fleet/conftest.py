@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from clawpod.sidecar.state.counters import LocalCounters
 from clawpod.sidecar.state.shared_counters import SharedCounters, connect
-from tests.support.redis_server import RedisServer
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path / "redis").start()
-    yield server
-    server.kill()
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,11 @@ class RedisServer:
 
     def client(self) -> Redis:
         return Redis(host="127.0.0.1", port=self.port, password=self.password)
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A server of the test's own, killed at its end."""
+    server = RedisServer(tmp_path / "redis").start()
+    yield server
+    server.kill()
