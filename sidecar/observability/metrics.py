@@ -113,6 +113,7 @@ class Metrics:
         self.shared_limits_up = Gauge(
             "claw_shared_limits_up",
             "1 while the pod's shared store of rates and budgets answers, 0 while it does not",
+            ["store"],
             registry=r,
         )
         self.shared_limits_unreachable = Counter(

@@ -66,6 +66,8 @@ BACKOFF_S = (0.5, 5.0)
 NANO_USD = 10**9
 """USD are counted in integers of 1e-9 USD: the server's counters are integers, exactly."""
 DAY_KEY_GRACE_S = 3600
+STORE_LABEL = "redis"
+"""The gauge's one label: a pod without a shared store exports no sample of it."""
 
 _EXPIRE_HOLDS = """
 local function unhold(budget, id)
@@ -313,7 +315,7 @@ class SharedCounters:
         self._pending_spend: dict[tuple[str, ...], list[int]] = {}
         self._pending_release: dict[str, list[str]] = {}
         if metrics is not None:
-            metrics.shared_limits_up.set(1)
+            metrics.shared_limits_up.labels(store=STORE_LABEL).set(1)
 
     async def start(self) -> None:
         """The scripts loaded before the first request (else the first requests of a cold start
@@ -445,7 +447,7 @@ class SharedCounters:
                 else "counting in this sidecar alone",
             )
             if self._metrics is not None:
-                self._metrics.shared_limits_up.set(0)
+                self._metrics.shared_limits_up.labels(store=STORE_LABEL).set(0)
 
     def _came_up(self) -> None:
         self._backoff_s = BACKOFF_S[0]
@@ -453,7 +455,7 @@ class SharedCounters:
             self.up = True
             log.warning("shared limits: the store answers again")
             if self._metrics is not None:
-                self._metrics.shared_limits_up.set(1)
+                self._metrics.shared_limits_up.labels(store=STORE_LABEL).set(1)
 
     def _decide_locally(self, decide: Callable[[], T]) -> T:
         if self.on_unreachable == "fail-closed":
@@ -477,15 +479,23 @@ class SharedCounters:
         self._pending_release[hold_id] = keys
 
     async def _write_pending(self) -> None:
-        """What could not be written while the server was away, once it answers again."""
+        """What could not be written while the server was away, once it answers again. Each
+        entry is taken before its write, so concurrent checks never write one twice; a failed
+        write keeps it (a spend whose answer timed out may count twice: never less)."""
         while self._pending_spend:
-            keys, args = next(iter(self._pending_spend.items()))
-            await self._bounded(self._scripts["spend"](keys=list(keys), args=args))
-            del self._pending_spend[keys]
+            keys, args = self._pending_spend.popitem()
+            try:
+                await self._bounded(self._scripts["spend"](keys=list(keys), args=args))
+            except _Unreachable:
+                self._keep_spend(keys, args)
+                raise
         while self._pending_release:
-            hold_id, keys = next(iter(self._pending_release.items()))
-            await self._bounded(self._scripts["release"](keys=keys, args=[hold_id]))
-            del self._pending_release[hold_id]
+            hold_id, keys = self._pending_release.popitem()
+            try:
+                await self._bounded(self._scripts["release"](keys=keys, args=[hold_id]))
+            except _Unreachable:
+                self._keep_release(hold_id, keys)
+                raise
 
 
 class _Unreachable(Exception):

@@ -11,8 +11,8 @@ import pytest
 
 from clawpod.sidecar.governance.budgets import TokenBudgets
 from clawpod.sidecar.manifest import BudgetGroup, Governance, Rate
-from clawpod.sidecar.state.counters import Counters
-from clawpod.sidecar.state.shared_counters import SharedCounters
+from clawpod.sidecar.state.counters import Claim, Counters, LocalCounters
+from clawpod.sidecar.state.shared_counters import SharedCounters, connect
 from tests.fleet.conftest import make_shared
 from tests.support.redis_server import RedisServer
 
@@ -135,3 +135,30 @@ async def test_a_rate_is_one_bucket_across_sidecars(
     )
     assert taken.count(True) == 5
     assert sum(sidecars[0].levels().values()) < 1  # the console sees the shared level
+
+
+@pytest.mark.redis
+async def test_what_was_spent_while_the_store_was_away_is_written_once(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """Many checks at once when the store comes back: each kept spend is written by one."""
+    now = [0.0]
+    counters = SharedCounters(
+        connect(redis_server.url),
+        pod="desk",
+        on_unreachable="fail-local",
+        local=LocalCounters(tmp_path, ["a"], ["a"]),
+        today=lambda: "2026-12-07",
+        clock=lambda: now[0],
+    )
+    redis_server.kill()
+    for _ in range(3):
+        await counters.spend(["a"], 100, 0.0)  # kept: the store is away
+    redis_server.start()
+    now[0] = 100.0  # the pause is over
+    claims = [Claim("a", 10**6, None)]
+    await asyncio.gather(*(counters.reserve(claims, 1, 0.0) for _ in range(10)))
+    assert counters.up
+    spent = await counters.spent(["a"])
+    assert spent["a"][0] == 300
+    await counters.close()

@@ -179,7 +179,7 @@ async def _until_shared(fleet: Fleet, index: int) -> None:
     for _ in range(200):
         status, _, headers = await fleet.ask(agent)
         assert status == 200 or (status == 503 and headers["x-should-retry"] == "true")
-        if "claw_shared_limits_up 1.0" in await metrics(fleet.sidecars[index]):
+        if 'claw_shared_limits_up{store="redis"} 1.0' in await metrics(fleet.sidecars[index]):
             return
         await asyncio.sleep(0.1)
     raise AssertionError("the sidecar never counted in the store again")
@@ -203,7 +203,7 @@ async def test_the_store_killed_mid_run_then_restarted(
         local = [r for r in fleet.audit() if r.get("limits") == "local"]
         assert len(local) >= AGENTS  # each request decided alone says so in its record
     for sidecar in fleet.sidecars:  # the alarm
-        assert "claw_shared_limits_up 0.0" in await metrics(sidecar)
+        assert 'claw_shared_limits_up{store="redis"} 0.0' in await metrics(sidecar)
     redis_server.start()
     for index in range(SIDECARS):
         await _until_shared(fleet, index)
