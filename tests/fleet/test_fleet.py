@@ -16,6 +16,8 @@ import openai
 import pytest
 
 from clawpod.sidecar.manifest import BudgetGroup, Governance, Provider, SharedLimits
+from clawpod.sidecar.server import console_data
+from clawpod.sidecar.server.context import STATE_KEY
 from clawpod.sidecar.state.shared_counters import budget_key
 from tests.support.builds import AgentSpec, write_build
 from tests.support.redis_server import RedisServer
@@ -154,6 +156,9 @@ async def test_fifty_agents_on_three_sidecars_spend_one_group_budget_once(
     await asyncio.sleep(0.2)  # the last records are written after their answers
     day = fleet.audit()[0]["time"][:10]
     assert group_tokens(redis_server, day) == spent == fleet.audited_tokens()
+    for sidecar in fleet.sidecars:  # every pod's console shows the one group
+        (row,) = await console_data.budgets(sidecar.app[STATE_KEY])
+        assert (row["agent"], row["spent"], row["limit"]) == ("group:team", spent, limit)
 
 
 async def _held_round(fleet: Fleet, kill: Any) -> list[tuple[int, str | None, dict[str, str]]]:
