@@ -18,6 +18,7 @@ import pytest
 from clawpod.sidecar.manifest import BudgetGroup, Governance, Provider, SharedLimits
 from clawpod.sidecar.server import console_data
 from clawpod.sidecar.server.context import STATE_KEY
+from clawpod.sidecar.state.counters import SharedLimitsUnavailable
 from clawpod.sidecar.state.shared_counters import budget_key
 from tests.support.builds import AgentSpec, write_build
 from tests.support.redis_server import RedisServer
@@ -203,6 +204,8 @@ async def test_the_store_killed_mid_run_then_restarted(
     if on_unreachable == "fail-closed":
         assert {(s, c) for s, c, _ in away} == {(503, "shared_limits_unavailable")}
         assert {h["x-should-retry"] for _, _, h in away} == {"true"}
+        with pytest.raises(SharedLimitsUnavailable):  # the console says so, shows no stale count
+            await console_data.budgets(fleet.sidecars[0].app[STATE_KEY])
     else:
         assert {status for status, _, _ in away} == {200}
         local = [r for r in fleet.audit() if r.get("limits") == "local"]
