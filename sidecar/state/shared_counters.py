@@ -62,6 +62,11 @@ MAX_REPLY_BYTES = 64 * 1024
 """Every answer of these scripts is a few numbers; the fleet view reads a few per budget."""
 MAX_PENDING = 10_000
 """Releases kept for a server that cannot be reached; past it, the oldest are left to expire."""
+MAX_PENDING_SPENDS = 100_000
+"""Spends kept for a server that cannot be reached (each its own, to be written once); past it,
+the oldest is dropped, and logged: the audit still has it."""
+SPEND_MARKER_S = 6 * 3600
+"""How long a written spend's marker lives: a spend kept longer than that could count twice."""
 BACKOFF_S = (0.5, 5.0)
 NANO_USD = 10**9
 """USD are counted in integers of 1e-9 USD: the server's counters are integers, exactly."""
@@ -140,13 +145,16 @@ return released
 )
 
 SPEND = """
--- KEYS: each subject's budget hash. ARGV: tokens, nano-USD, key expiry (unix s).
-for i = 1, #KEYS do
+-- KEYS: each subject's budget hash, then this spend's marker. ARGV: tokens, nano-USD, key
+-- expiry (unix s), the marker's lifetime (s). A spend written again (its first answer was
+-- lost) finds its marker and counts nothing.
+if not redis.call('SET', KEYS[#KEYS], '1', 'NX', 'EX', ARGV[4]) then return 0 end
+for i = 1, #KEYS - 1 do
   if ARGV[1] ~= '0' then redis.call('HINCRBY', KEYS[i], 't', ARGV[1]) end
   if ARGV[2] ~= '0' then redis.call('HINCRBY', KEYS[i], 'u', ARGV[2]) end
   redis.call('EXPIREAT', KEYS[i], ARGV[3])
 end
-return #KEYS
+return #KEYS - 1
 """
 
 TAKE = """
@@ -314,7 +322,7 @@ class SharedCounters:
         self.up = True
         self._down_until = 0.0
         self._backoff_s = BACKOFF_S[0]
-        self._pending_spend: dict[tuple[str, ...], list[int]] = {}
+        self._pending_spend: dict[str, tuple[list[str], list[Any]]] = {}
         self._pending_release: dict[str, list[str]] = {}
         if metrics is not None:
             metrics.shared_limits_up.labels(store=STORE_LABEL).set(1)
@@ -360,12 +368,14 @@ class SharedCounters:
 
     async def spend(self, subjects: Sequence[str], tokens: int, usd: float) -> None:
         day = self._today()
-        keys = tuple(budget_key(self._pod, s, day) for s in subjects)
-        args = [max(tokens, 0), nano_usd(usd), day_expiry(day)]
+        spend_id = uuid.uuid4().hex
+        keys = [budget_key(self._pod, s, day) for s in subjects]
+        keys.append(f"{KEY_PREFIX}:spent:{spend_id}")
+        args = [max(tokens, 0), nano_usd(usd), day_expiry(day), SPEND_MARKER_S]
         try:
-            await self._call("spend", list(keys), args)
+            await self._call("spend", keys, args)
         except _Unreachable:
-            self._keep_spend(keys, args)
+            self._keep_spend(spend_id, keys, args)
             if self.on_unreachable == "fail-local":
                 self.local.spend_now(subjects, tokens, usd)
 
@@ -470,10 +480,15 @@ class SharedCounters:
         if self._metrics is not None:
             self._metrics.shared_limits_unreachable.labels(decision=decision).inc()
 
-    def _keep_spend(self, keys: tuple[str, ...], args: list[int]) -> None:
-        kept = self._pending_spend.setdefault(keys, [0, 0, args[2]])
-        kept[0] += args[0]
-        kept[1] += args[1]
+    def _keep_spend(self, spend_id: str, keys: list[str], args: list[Any]) -> None:
+        if len(self._pending_spend) >= MAX_PENDING_SPENDS:
+            dropped = next(iter(self._pending_spend))
+            log.error(
+                "shared limits: a spend kept too long is dropped: %s",
+                self._pending_spend[dropped][1][:2],
+            )
+            del self._pending_spend[dropped]
+        self._pending_spend[spend_id] = (keys, args)
 
     def _keep_release(self, hold_id: str, keys: list[str]) -> None:
         if len(self._pending_release) >= MAX_PENDING:  # its lease ends it on the server
@@ -482,14 +497,14 @@ class SharedCounters:
 
     async def _write_pending(self) -> None:
         """What could not be written while the server was away, once it answers again. Each
-        entry is taken before its write, so concurrent checks never write one twice; a failed
-        write keeps it (a spend whose answer timed out may count twice: never less)."""
+        entry is taken before its write, so concurrent checks never write one together; a failed
+        write keeps it, and a spend written again counts once (its marker)."""
         while self._pending_spend:
-            keys, args = self._pending_spend.popitem()
+            spend_id, (keys, args) = self._pending_spend.popitem()
             try:
-                await self._bounded(self._scripts["spend"](keys=list(keys), args=args))
+                await self._bounded(self._scripts["spend"](keys=keys, args=args))
             except _Unreachable:
-                self._keep_spend(keys, args)
+                self._keep_spend(spend_id, keys, args)
                 raise
         while self._pending_release:
             hold_id, keys = self._pending_release.popitem()

@@ -12,7 +12,12 @@ import pytest
 from clawpod.sidecar.governance.budgets import TokenBudgets
 from clawpod.sidecar.manifest import BudgetGroup, Governance, Rate
 from clawpod.sidecar.state.counters import Claim, Counters, LocalCounters
-from clawpod.sidecar.state.shared_counters import SharedCounters, connect
+from clawpod.sidecar.state.shared_counters import (
+    SharedCounters,
+    budget_key,
+    connect,
+    day_expiry,
+)
 from tests.fleet.conftest import make_shared
 from tests.support.redis_server import RedisServer
 
@@ -162,3 +167,17 @@ async def test_what_was_spent_while_the_store_was_away_is_written_once(
     spent = await counters.spent(["a"])
     assert spent["a"][0] == 300
     await counters.close()
+
+
+@pytest.mark.redis
+async def test_a_spend_written_again_counts_once(
+    tmp_path: Path, redis_server: RedisServer, shared_counters: list[SharedCounters]
+) -> None:
+    """A spend whose answer was lost (a timeout after the server ran it) is kept and written
+    again when the server answers: its marker makes the second write count nothing."""
+    counters = make_shared(shared_counters, redis_server.url, tmp_path, ["a"])
+    keys = [budget_key("desk", "a", "2026-12-07"), "{clawpod}:spent:one-spend"]
+    args = [100, 0, day_expiry("2026-12-07"), 60]
+    for _ in range(3):
+        await counters._scripts["spend"](keys=keys, args=args)
+    assert (await counters.spent(["a"]))["a"] == (100, 0.0)
