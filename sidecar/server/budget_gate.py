@@ -118,7 +118,8 @@ async def spend_budget(
     tokens = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
     usd = cost or 0.0
     await budgets.spend(agent, tokens, usd)
-    if tokens > 0:
+    claims = budgets.claims[agent]
+    if tokens > 0 and any(claim.tokens is not None for claim in claims):
         state.metrics.budget_tokens.labels(agent=agent).inc(tokens)
-    if usd > 0:
+    if usd > 0 and any(claim.usd is not None for claim in claims):
         state.metrics.budget_usd.labels(agent=agent).inc(usd)
