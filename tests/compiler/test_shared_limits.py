@@ -136,14 +136,13 @@ def test_the_store_clawc_adds_is_reached_by_the_sidecar_alone(tmp_path: Path, po
 @pytest.mark.parametrize("reserved", ["services", "networks", "volumes"])
 def test_the_stores_names_are_reserved(tmp_path: Path, pod_with, reserved: str) -> None:  # type: ignore[no-untyped-def]
     pod = pod_with("")
-    name = "claw-limits-data" if reserved == "volumes" else "claw-limits"
-    pod.write_text(
-        pod.read_text() + f"{reserved}:\n  {name}: {{image: x}}\n" * (reserved != "services")
-    )
+    text = pod.read_text()
     if reserved == "services":
-        pod.write_text(
-            pod.read_text().replace("services:\n", f"services:\n  {name}: {{image: x}}\n", 1)
-        )
+        text = text.replace("services:\n", "services:\n  claw-limits: {image: x}\n", 1)
+    else:
+        name = "claw-limits-data" if reserved == "volumes" else "claw-limits"
+        text += f"{reserved}:\n  {name}: {{}}\n"
+    pod.write_text(text)
     code, err = _compile(pod, tmp_path / "out")
     assert code == 1 and "reserved" in err, err
 
