@@ -18,7 +18,7 @@ from clawpod.sidecar.state.shared_counters import (
     connect,
     day_expiry,
 )
-from tests.fleet.conftest import make_shared
+from tests.fleet.conftest import make_shared, warm
 from tests.support.redis_server import RedisServer
 
 GOVERNANCE = Governance(budgets={"*": 1000}, usd_budgets={"a": 1.0})
@@ -121,6 +121,9 @@ async def test_sidecars_sharing_a_store_admit_one_remainder_once(
         )
         for i in range(3)
     ]
+    for budgets in sidecars:
+        assert isinstance(budgets.counters, SharedCounters)
+        await warm(budgets.counters, 10)
     holds = await asyncio.gather(*(s.admit("b", 600, 0.0) for s in sidecars for _ in range(10)))
     admitted = [h for h in holds if h is not None]
     assert len(admitted) == 1  # 600 alone; a second 600 never fits beside it
@@ -135,10 +138,13 @@ async def test_a_rate_is_one_bucket_across_sidecars(
     sidecars = [
         make_shared(shared_counters, redis_server.url, tmp_path / f"s{i}", []) for i in range(3)
     ]
+    for counters in sidecars:
+        await warm(counters, 10)
     taken = await asyncio.gather(
         *(s.take(("a", "desk.trade", 0), rate) for s in sidecars for _ in range(10))
     )
     assert taken.count(True) == 5
+    assert not await sidecars[0].take(("a", "desk.trade", 0), rate)
     assert sum(sidecars[0].levels().values()) < 1  # the console sees the shared level
 
 
