@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from importlib import metadata
@@ -183,6 +184,21 @@ def _parser() -> argparse.ArgumentParser:
     audit.add_argument("--agent", metavar="ID", help="show: only this agent")
     audit.add_argument("--limit", type=int, metavar="N", help="show: only the last N records")
     _add_approvals(commands)
+    budgets = commands.add_parser(
+        "budgets",
+        help="the fleet's budgets as the shared store of limits counts them (SPEC §24)",
+        epilog="examples:\n  clawc budgets --url-env REDIS_URL\n"
+        "  clawc budgets --url-env REDIS_URL --day 2026-12-01 --json",
+        formatter_class=formatter,
+    )
+    budgets.add_argument(
+        "--url-env",
+        required=True,
+        metavar="VAR",
+        help="the environment variable holding the store's redis:// URL",
+    )
+    budgets.add_argument("--day", type=_day, metavar="YYYY-MM-DD", help="default: today (UTC)")
+    budgets.add_argument("--json", action="store_true", help="one JSON document")
     return parser
 
 
@@ -206,6 +222,12 @@ def _add_approvals(commands: Any) -> None:
         help="a sidecar's operator listener; repeat for many pods (one list)",
     )
     approvals.add_argument("--reason", help="approve/deny: why (audited)")
+
+
+def _day(text: str) -> str:
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+        raise argparse.ArgumentTypeError(f"not a day (YYYY-MM-DD): {text!r}")
+    return text
 
 
 def _version() -> str:
@@ -369,6 +391,12 @@ def _approvals(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return approvals_command(args.action, args.sidecar, args.approval_id, args.reason, out, err)
 
 
+def _budgets(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .budgets import budgets_command
+
+    return budgets_command(args.url_env, args.day, args.json, out, err)
+
+
 _COMMANDS = {
     "compile": _compile,
     "validate": _validate,
@@ -378,6 +406,7 @@ _COMMANDS = {
     "schema": _schema,
     "audit": _audit,
     "approvals": _approvals,
+    "budgets": _budgets,
 }
 
 

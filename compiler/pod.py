@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..sidecar.manifest import Governance, Provider, RouteTarget, Taint
+from ..sidecar.manifest import Governance, Provider, RouteTarget, SharedLimits, Taint
 from .agents import AgentPlan, GrantScope, plan_agents
 from .governance.credentials import (
     check_principals,
@@ -14,7 +14,7 @@ from .governance.credentials import (
     forbidden_variables,
     warn_unset_credentials,
 )
-from .governance.resolution import resolve_governance, resolve_taint
+from .governance.resolution import resolve_governance, resolve_shared_limits, resolve_taint
 from .pod_file.governance_spec import PrincipalSpec
 from .pod_file.providers import pod_providers, warn_unpriced
 from .pod_file.reader import PodReader, check_shapes
@@ -43,6 +43,7 @@ class CompiledPod:
     principals: dict[str, PrincipalSpec] = field(default_factory=dict)
     governance: Governance | None = None
     taint: Taint | None = None
+    shared_limits: SharedLimits | None = None
     routes: dict[str, list[RouteTarget]] | None = None
 
     @property
@@ -54,6 +55,9 @@ class CompiledPod:
         names = [key for p in self.providers.values() for key in p.key_envs]
         names += [s.auth.env for s in self.tool_services.values() if s.auth.env]
         names += [p.env for p in self.principals.values()]
+        store = self.claw.shared_limits
+        if store is not None:  # the external store's URL, or the password of the one clawc adds
+            names.append(store.service.password_env if store.service else str(store.url_env))
         return sorted(set(names))
 
 
@@ -93,6 +97,11 @@ def compile_pod(path: Path | str) -> CompiledPod:
     providers = pod_providers(claw.providers)
     routes = pod_routes(reader, claw.routes, providers)
     forbidden = forbidden_variables(providers, tool_services.by_name.values(), principals)
+    store = claw.shared_limits
+    if store is not None:
+        forbidden[store.service.password_env if store.service else str(store.url_env)] = (
+            "the shared store of limits (its URL or password)"
+        )
     for name in agent_ids:
         check_starvation(reader, name, forbidden)
     governance = resolve_governance(reader, claw, claws, agents, agent_ids)
@@ -112,4 +121,5 @@ def compile_pod(path: Path | str) -> CompiledPod:
         governance=governance,
         taint=resolve_taint(reader, claw, claws, agents),
         routes=routes or None,
+        shared_limits=resolve_shared_limits(reader, claw),
     )

@@ -33,6 +33,7 @@ from .server.edge import EdgeLimits
 from .server.operator_auth import OperatorTokenError
 from .server.serving import listen
 from .state.lock import StateLock, StateLockError, instance_name
+from .state.shared_counters import SharedLimitsError
 
 log = logging.getLogger("clawpod.sidecar")  # run as __main__: named after the package
 DESCRIPTION = (
@@ -98,7 +99,13 @@ async def serve(
 ) -> int:
     try:
         app = create_app(build, state_dir=state_dir, env=env, state_lock=state_lock)
-    except (AuditKeyError, AuditStateError, WebhookSecretError, OperatorTokenError) as exc:
+    except (
+        AuditKeyError,
+        AuditStateError,
+        WebhookSecretError,
+        OperatorTokenError,
+        SharedLimitsError,
+    ) as exc:
         print(f"sidecar: refusing to start: {exc}", file=sys.stderr)
         return 1
     limits = EdgeLimits.from_config(build.config)

@@ -28,6 +28,8 @@ class CredentialFileError(Exception):
 def credential_names(build: Build, extra: Iterable[str] = ()) -> set[str]:
     """Every environment variable ``build`` reads a credential from, plus ``extra``."""
     names = {name for provider in build.config.providers.values() for name in provider.key_envs}
+    if build.config.shared_limits is not None:
+        names.add(build.config.shared_limits.url_env)  # may carry the store's password
     for agent in build.agents.values():
         for tool in agent.tools.tools:
             if tool.execution.auth and tool.execution.auth.env:

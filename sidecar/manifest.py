@@ -371,6 +371,15 @@ class Approvals(_Model):
     None: ``DEFAULT_MAX_OPEN_APPROVALS`` (and ``sidecar.json`` without the field)."""
 
 
+class BudgetGroup(_Model):
+    """One ``x-claw.budget-groups`` entry (SPEC §24): agents of this pod whose spending counts
+    together, with that of the same group in every pod that shares the store."""
+
+    agents: list[str] = Field(min_length=1)
+    tokens_per_day: int | None = Field(default=None, gt=0)
+    usd_per_day: float | None = Field(default=None, gt=0)
+
+
 class Governance(_Model):
     """Policy on arguments, rate limits, budgets and approvals (SPEC §9)."""
 
@@ -384,6 +393,19 @@ class Governance(_Model):
     usd_budgets: dict[str, float] | None = Field(
         default=None, description="agent or '*' -> USD per UTC day (SPEC §14)"
     )
+    budget_groups: dict[str, BudgetGroup] | None = Field(
+        default=None, description="group name -> its agents and daily budget (SPEC §24)"
+    )
+
+
+OnUnreachable = Literal["fail-closed", "fail-local"]
+
+
+class SharedLimits(_Model):
+    """``x-claw.shared-limits`` (SPEC §24): rates and budgets counted in Redis/Valkey."""
+
+    url_env: str = Field(description="the variable holding the server's redis:// URL")
+    on_unreachable: OnUnreachable = "fail-closed"
 
 
 class Taint(_Model):
@@ -446,6 +468,8 @@ class SidecarConfig(_Model):
     allowed_hosts: tuple[str, ...] = DEFAULT_ALLOWED_HOSTS
     taint: Taint | None = None
     """None: no tool of the pod returns untrusted output and none of it applies."""
+    shared_limits: SharedLimits | None = None
+    """None: rates and budgets are this sidecar's own, kept in its state directory."""
 
 
 class Digest(_Model):

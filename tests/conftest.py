@@ -18,6 +18,7 @@ from aiohttp import web
 
 from clawpod.sidecar.server.context import STATE_KEY
 from tests.support import secret_sweep
+from tests.support.redis_server import redis_server  # noqa: F401 (a fixture of the redis suite)
 
 pytest_plugins = ["tests.support.fixtures"]
 

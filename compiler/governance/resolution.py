@@ -14,10 +14,18 @@ from ...sidecar.governance.policy import (
     exact_string_comparisons,
     tool_matches,
 )
-from ...sidecar.manifest import Approvals, Governance, Taint, ToolRule
+from ...sidecar.manifest import (
+    Approvals,
+    BudgetGroup,
+    Governance,
+    SharedLimits,
+    Taint,
+    ToolRule,
+)
 from ..agents import AgentPlan
 from ..pod_file.governance_spec import RuleSpec, parse_rate
 from ..pod_file.reader import PodReader, Where
+from ..pod_file.reserved import STORE_URL_ENV
 from ..pod_file.spec import PodClaw, ServiceClaw
 from ..services.tool_names import canonical_name
 from ..services.tool_services import ToolService
@@ -106,7 +114,13 @@ def resolve_governance(
     agent_ids: dict[str, list[str]],
 ) -> Governance | None:
     """The manifest's governance block; None when the pod sets none of it."""
-    if not (claw.tool_rules or claw.approvals or claw.budgets or _agent_rules(claws)):
+    if not (
+        claw.tool_rules
+        or claw.approvals
+        or claw.budgets
+        or claw.budget_groups
+        or _agent_rules(claws)
+    ):
         return None
     everything = _targets(t for agent in agents for t in agent.tools)
     pod_rules = [
@@ -136,6 +150,7 @@ def resolve_governance(
         approvals=_approvals(reader, claw, everything),
         budgets=tokens,
         usd_budgets=usd or None,
+        budget_groups=_budget_groups(reader, claw, agent_ids),
     )
 
 
@@ -185,6 +200,51 @@ def _budgets(
         if spec.usd_per_day is not None:
             usd.update(dict.fromkeys(holders, spec.usd_per_day))
     return tokens, usd
+
+
+def _budget_groups(
+    reader: PodReader, claw: PodClaw, agent_ids: dict[str, list[str]]
+) -> dict[str, BudgetGroup] | None:
+    """Each group's agents by id (a service stands for all of its agents)."""
+    if not claw.budget_groups:
+        return None
+    if claw.shared_limits is None:
+        reader.warn(
+            "budget-groups without shared-limits count this pod's agents in this sidecar "
+            "alone; other pods' agents of a group count only where the pods share a store",
+            ("x-claw", "budget-groups"),
+        )
+    ids = {agent_id for group in agent_ids.values() for agent_id in group}
+    groups: dict[str, BudgetGroup] = {}
+    for name, spec in claw.budget_groups.items():
+        members: list[str] = []
+        for index, key in enumerate(spec.agents):
+            if key in ids:
+                found = [key]
+            elif key in agent_ids:
+                found = agent_ids[key]
+            else:
+                raise reader.fail(
+                    f"budget group '{name}': '{key}' is not an agent of this pod (use an agent "
+                    "id or its service)",
+                    ("x-claw", "budget-groups", name, "agents", index),
+                )
+            members += [agent for agent in found if agent not in members]
+        groups[name] = BudgetGroup(
+            agents=members, tokens_per_day=spec.tokens_per_day, usd_per_day=spec.usd_per_day
+        )
+    return groups
+
+
+def resolve_shared_limits(reader: PodReader, claw: PodClaw) -> SharedLimits | None:
+    """Where the sidecar counts rates and budgets; None: in its own state directory."""
+    spec = claw.shared_limits
+    if spec is None:
+        return None
+    if spec.service is not None:
+        return SharedLimits(url_env=STORE_URL_ENV, on_unreachable=spec.on_unreachable)
+    assert spec.url_env is not None  # one of the two, by the grammar
+    return SharedLimits(url_env=spec.url_env, on_unreachable=spec.on_unreachable)
 
 
 def resolve_taint(

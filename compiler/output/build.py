@@ -324,6 +324,8 @@ def render_build(
         extra["governance"] = pod.governance
     if pod.taint is not None:
         extra["taint"] = pod.taint
+    if pod.shared_limits is not None:
+        extra["shared_limits"] = pod.shared_limits
     config = SidecarConfig(
         pod=pod.name,
         providers=pod.providers,

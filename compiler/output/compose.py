@@ -15,12 +15,18 @@ from ...sidecar.audit.log import AUDIT_KEY_ENV
 from ...sidecar.credential_files import OPERATOR_TOKEN_ENV
 from ...sidecar.governance.webhooks import WEBHOOK_SECRET_ENV
 from ..pod import CompiledPod
+from ..pod_file.governance_spec import StoreServiceSpec
 from ..pod_file.reserved import (
     ADMIN_HOST,
     ADMIN_NETWORK,
     NETWORKS,
     SIDECAR_SERVICE,
     STATE_VOLUME,
+    STORE_NETWORK,
+    STORE_PORT,
+    STORE_SERVICE,
+    STORE_URL_ENV,
+    STORE_VOLUME,
 )
 from .host_isolation import isolated_internal_network
 
@@ -177,8 +183,40 @@ def _sidecar(
     }
     service["networks"] = {name: None for name in NETWORKS}
     service["networks"][ADMIN_NETWORK] = {"aliases": [ADMIN_HOST]}
+    store = pod.claw.shared_limits.service if pod.claw.shared_limits else None
+    if store is not None:
+        password = f"${{{store.password_env}}}"
+        service["environment"][STORE_URL_ENV] = (
+            f"redis://:{password}@{STORE_SERVICE}:{STORE_PORT}/0"
+        )
+        service["networks"][STORE_NETWORK] = None
     service["restart"] = "unless-stopped"
     return service
+
+
+# The server's own user in the official Valkey and Redis images (so Kubernetes' restricted
+# profile can run it as non-root).
+STORE_USER = "999:1000"
+
+
+def _store(spec: StoreServiceSpec) -> dict[str, Any]:
+    """The store of shared limits (SPEC §24), on a network only it and the sidecar join. Its
+    password reaches the server in a file inside its container, never on its command line."""
+    server = "$$(command -v valkey-server || command -v redis-server)"
+    start = (
+        f'printf "requirepass %s\\n" "$${spec.password_env}" > /tmp/store.conf'
+        f" && exec {server} /tmp/store.conf --appendonly yes --dir /data --port {STORE_PORT}"
+    )
+    return {
+        "image": spec.image,
+        "user": STORE_USER,
+        "entrypoint": ["sh", "-c", start],
+        "expose": [str(STORE_PORT)],
+        "environment": {spec.password_env: f"${{{spec.password_env}}}"},
+        "volumes": [f"{STORE_VOLUME}:/data"],
+        "networks": [STORE_NETWORK],
+        "restart": "unless-stopped",
+    }
 
 
 def generate_compose(
@@ -212,6 +250,9 @@ def generate_compose(
             _add_networks(definition, extra)
         services[name] = definition
     services[SIDECAR_SERVICE] = _sidecar(pod, out, source_root, sidecar_image, version)
+    store = pod.claw.shared_limits.service if pod.claw.shared_limits else None
+    if store is not None:
+        services[STORE_SERVICE] = _store(store)
     document["services"] = services
     networks = dict(original.get("networks") or {})
     networks["claw-agents"] = isolated_internal_network("a", document["name"])
@@ -220,8 +261,12 @@ def generate_compose(
     networks[ADMIN_NETWORK] = {"internal": True}
     for name in surfaced:
         networks[surface_network(name)] = {"internal": True}
+    if store is not None:
+        networks[STORE_NETWORK] = {"internal": True}
     document["networks"] = networks
     document["volumes"] = {**(original.get("volumes") or {}), STATE_VOLUME: {}}
+    if store is not None:
+        document["volumes"][STORE_VOLUME] = {}
     for key in ("configs", "secrets"):
         for entry in (document.get(key) or {}).values():
             if isinstance(entry, dict) and isinstance(entry.get("file"), str):

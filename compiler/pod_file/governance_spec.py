@@ -1,4 +1,5 @@
-"""The governance grammar of a pod file (SPEC §9): principals, tool rules, approvals, budgets."""
+"""The governance grammar of a pod file (SPEC §9, §24): principals, tool rules, approvals,
+budgets, budget groups and the shared store of limits."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
-from ...sidecar.manifest import ApprovalRequirement, Approver, Rate, RuleEffect
+from ...sidecar.manifest import ApprovalRequirement, Approver, OnUnreachable, Rate, RuleEffect
 from .reserved import ENV_NAME
 
 RATE = re.compile(r"^\s*(\d+)\s*/\s*(second|minute|hour)\s*$")
@@ -77,4 +78,53 @@ class BudgetSpec(_Spec):
     def _some_limit(self) -> BudgetSpec:
         if self.tokens_per_day is None and self.usd_per_day is None:
             raise ValueError("set tokens-per-day, usd-per-day or both")
+        return self
+
+
+class BudgetGroupSpec(BudgetSpec):
+    """``budget-groups: {NAME: {agents: [...], tokens-per-day, usd-per-day}}`` (SPEC §24)."""
+
+    agents: list[Annotated[str, Field(min_length=1)]] = Field(
+        min_length=1, description="agent ids or agent services of this pod"
+    )
+
+
+DEFAULT_STORE_IMAGE = "valkey/valkey:8.1-alpine"
+
+
+class StoreServiceSpec(_Spec):
+    """The store clawc adds to the pod (compose), reachable by the sidecar alone."""
+
+    image: str = Field(default=DEFAULT_STORE_IMAGE, min_length=1)
+    password_env: str = Field(
+        alias="password-env",
+        pattern=ENV_NAME.pattern,
+        description="the variable holding the store's password (a secret the operator sets)",
+    )
+
+
+class SharedLimitsSpec(_Spec):
+    """``shared-limits``: rates and budgets counted in Redis/Valkey, shared by every sidecar
+    naming the same server (SPEC §24)."""
+
+    url_env: str | None = Field(
+        default=None,
+        alias="url-env",
+        pattern=ENV_NAME.pattern,
+        description="the variable holding an external server's redis:// URL (a secret)",
+    )
+    service: StoreServiceSpec | None = Field(
+        default=None, description="a server clawc adds to the pod instead"
+    )
+    on_unreachable: OnUnreachable = Field(
+        default="fail-closed",
+        alias="on-unreachable",
+        description="fail-closed: refuse what it counts (503); fail-local: count in each "
+        "sidecar alone, audited and alarmed",
+    )
+
+    @model_validator(mode="after")
+    def _one_store(self) -> SharedLimitsSpec:
+        if (self.url_env is None) == (self.service is None):
+            raise ValueError("set url-env (an external server) or service (one clawc adds)")
         return self

@@ -16,6 +16,13 @@ ADMIN_HOST = "claw-sidecar-admin"
 ADMIN_PORT = 9090
 NETWORKS = ("claw-agents", "claw-tools", "claw-egress", ADMIN_NETWORK)
 STATE_VOLUME = "claw-state"
+# The store of shared limits clawc adds (x-claw.shared-limits.service, SPEC §24): its service,
+# the network only it and the sidecar join, its data volume, the URL variable the sidecar reads.
+STORE_SERVICE = "claw-limits"
+STORE_NETWORK = "claw-limits"
+STORE_VOLUME = "claw-limits-data"
+STORE_PORT = 6379
+STORE_URL_ENV = "CLAW_LIMITS_URL"
 # A variable a descriptor's auth.env, a provider's key-env or a principal's env names.
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MCP_URL = f"{SIDECAR_HOST_URL}/mcp"
@@ -44,7 +51,11 @@ def check_reserved(reader: PodReader) -> None:
         raise reader.fail(
             f"'{SIDECAR_SERVICE}' is reserved for the sidecar", ("services", SIDECAR_SERVICE)
         )
-    for section, names in (("networks", NETWORKS), ("volumes", (STATE_VOLUME,))):
+    for section, names in (
+        ("services", (STORE_SERVICE,)),
+        ("networks", (*NETWORKS, STORE_NETWORK)),
+        ("volumes", (STATE_VOLUME, STORE_VOLUME)),
+    ):
         for reserved in names:
             if reserved in (reader.data.get(section) or {}):
                 raise reader.fail(f"'{reserved}' is reserved by clawc", (section, reserved))

@@ -21,9 +21,11 @@ from ..errors import CompileError
 from .documents import validation_error
 from .governance_spec import (
     ApprovalsSpec,
+    BudgetGroupSpec,
     BudgetSpec,
     PrincipalSpec,
     RuleSpec,
+    SharedLimitsSpec,
 )
 from .grants import Grant, GrantItem
 from .providers import ModelEntry, ProviderSpec, RouteTargetSpec
@@ -174,6 +176,17 @@ class PodClaw(_Spec):
     budgets: dict[str, BudgetSpec] | None = Field(
         default=None,
         description="agent id, agent service or '*' -> daily budget in tokens and/or USD",
+    )
+    budget_groups: dict[Annotated[str, Field(pattern=NAME)], BudgetGroupSpec] | None = Field(
+        default=None,
+        alias="budget-groups",
+        description="group -> its agents and their daily budget together, across every pod "
+        "sharing the store (SPEC §24)",
+    )
+    shared_limits: SharedLimitsSpec | None = Field(
+        default=None,
+        alias="shared-limits",
+        description="rates and budgets counted in Redis/Valkey, shared across sidecars",
     )
     operator_access: list[OperatorPeer] | None = Field(
         default=None,

@@ -1,24 +1,26 @@
-"""Daily budgets (SPEC §9.2, §14): ``x-claw.budgets: {<agent or *>: {tokens-per-day: N,
+"""Daily budgets (SPEC §9.2, §14, §24): ``x-claw.budgets: {<agent or *>: {tokens-per-day: N,
+usd-per-day: X}}`` and ``x-claw.budget-groups: {NAME: {agents: [...], tokens-per-day: N,
 usd-per-day: X}}``.
 
 Each agent with a budget (its own, else ``*``'s) may spend N tokens (input + output, as the
-sidecar accounts every request) and X USD (at the pod's prices) per UTC day; once either is
-spent, its LLM requests are refused with 429 until the day ends. A request already running
-finishes. Each running request holds an estimate of what it will spend (``admit``), so
-parallel requests cannot all start on the same remainder. What was spent is kept by
-``state/budgets.py``, so a restart does not hand out a fresh day.
+sidecar accounts every request) and X USD (at the pod's prices) per UTC day; a group's agents
+together (with the same group's agents in every pod sharing the store) may spend the group's.
+Once any budget of an agent is spent, its LLM requests are refused with 429 until the day ends.
+A request already running finishes. Each running request holds an estimate of what it will
+spend (``admit``), so parallel requests cannot all start on the same remainder. The counts are
+the store's (``state/counters.py``: this sidecar's state directory, or the shared store).
 """
 
 from __future__ import annotations
 
 import datetime
-from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..manifest import Governance
-from ..state.budgets import SpentToday, utc_day
+from ..state.budgets import utc_day
+from ..state.counters import Claim, Counters, Hold, LocalCounters, group_subject
 
 EVERY_AGENT = "*"
 T = TypeVar("T", int, float)
@@ -39,6 +41,39 @@ def _limits_of(budgets: dict[str, T], agents: Iterable[str]) -> dict[str, T]:
     }
 
 
+def budget_claims(governance: Governance | None, agents: Iterable[str]) -> dict[str, list[Claim]]:
+    """Each governed agent's budgets: its own, then each group's it belongs to."""
+    agents = list(agents)
+    tokens = _limits_of(governance.budgets if governance else {}, agents)
+    usd = _limits_of((governance.usd_budgets if governance else None) or {}, agents)
+    claims: dict[str, list[Claim]] = {}
+    for agent in agents:
+        if agent in tokens or agent in usd:
+            claims[agent] = [Claim(agent, tokens.get(agent), usd.get(agent))]
+    groups = (governance.budget_groups if governance else None) or {}
+    for name, group in sorted(groups.items()):
+        claim = Claim(group_subject(name), group.tokens_per_day, group.usd_per_day)
+        for agent in group.agents:
+            claims.setdefault(agent, []).append(claim)
+    return claims
+
+
+def local_counters(
+    governance: Governance | None,
+    agents: Iterable[str],
+    state_dir: Path,
+    today: Callable[[], str] = utc_day,
+) -> LocalCounters:
+    """This sidecar's own counters of the budgets of ``agents``."""
+    every = {claim for claims in budget_claims(governance, agents).values() for claim in claims}
+    return LocalCounters(
+        state_dir,
+        [c.subject for c in every if c.tokens is not None],
+        [c.subject for c in every if c.usd is not None],
+        today,
+    )
+
+
 class TokenBudgets:
     def __init__(
         self,
@@ -46,64 +81,39 @@ class TokenBudgets:
         agents: Iterable[str],
         state_dir: Path,
         today: Callable[[], str] = utc_day,
+        counters: Counters | None = None,
     ) -> None:
+        """``counters``: the shared store when the pod names one; else this sidecar's own."""
         agents = list(agents)
-        self.limits = _limits_of(governance.budgets if governance else {}, agents)
-        usd_budgets = governance.usd_budgets if governance else None
-        self.usd_limits = _limits_of(usd_budgets or {}, agents)
-        self.governed = frozenset(self.limits) | frozenset(self.usd_limits)
+        self.claims = {agent: tuple(c) for agent, c in budget_claims(governance, agents).items()}
+        self.governed = frozenset(self.claims)
         """The agents a budget applies to, decided once: every other agent's request skips
         the budget gate without a call."""
-        self._spent = SpentToday(state_dir, self.limits, self.usd_limits, today)
-        self._held: Counter[str] = Counter()
-        self._held_usd: dict[str, float] = {}
+        self.counters: Counters = counters or local_counters(governance, agents, state_dir, today)
 
-    def admit(self, agent: str, tokens: int, usd: float) -> bool:
-        """Hold an estimate of a request's spending, or refuse it. A request that finds the
-        budget spent (what was spent plus what running requests hold) is refused; so is one
-        whose estimate does not fit beside requests already running. Alone, a request may
-        start on any remainder (a day's last request is not refused for its size)."""
-        spent = self._spent
-        spent.roll()
-        held, held_usd = self._held[agent], self._held_usd.get(agent, 0.0)
-        checks = (
-            (self.limits.get(agent), spent.tokens.get(agent, 0), held, tokens),
-            (self.usd_limits.get(agent), spent.usd.get(agent, 0.0), held_usd, usd),
-        )
-        for limit, spent_today, holding, estimate in checks:
-            if limit is None:
-                continue
-            if spent_today + holding >= limit or (
-                holding and spent_today + holding + estimate > limit
-            ):
-                return False
-        self._held[agent] += tokens
-        self._held_usd[agent] = held_usd + usd
-        return True
+    def counts_usd(self, agent: str) -> bool:
+        """Whether a USD budget, the agent's own or a group's, applies to the agent."""
+        return any(claim.usd is not None for claim in self.claims.get(agent, ()))
 
-    def release(self, agent: str, tokens: int, usd: float) -> None:
+    async def admit(self, agent: str, tokens: int, usd: float) -> Hold | None:
+        """Hold an estimate of a request's spending against each of the agent's budgets, or
+        None (refused: see :meth:`Counters.reserve`). Raises ``SharedLimitsUnavailable``."""
+        return await self.counters.reserve(self.claims[agent], tokens, usd)
+
+    async def release(self, hold: Hold) -> None:
         """A finished request's hold (its real spending is ``spend``'s)."""
-        self._held[agent] = max(0, self._held[agent] - tokens)
-        self._held_usd[agent] = max(0.0, self._held_usd.get(agent, 0.0) - usd)
+        await self.counters.release(hold)
 
-    def remaining(self, agent: str) -> int | None:
-        """Tokens left today; None when the agent has no budget."""
-        limit = self.limits.get(agent)
-        if limit is None:
-            return None
-        self._spent.roll()
-        return max(0, limit - self._spent.tokens.get(agent, 0))
+    async def spend(self, agent: str, tokens: int, usd: float = 0.0) -> None:
+        claims = self.claims.get(agent)
+        if claims and (tokens > 0 or usd > 0):
+            await self.counters.spend([c.subject for c in claims], max(tokens, 0), max(usd, 0.0))
 
-    def remaining_usd(self, agent: str) -> float | None:
-        """Dollars left today; None when the agent has no USD budget (the console shows it)."""
-        limit = self.usd_limits.get(agent)
-        if limit is None:
-            return None
-        self._spent.roll()
-        return max(0.0, limit - self._spent.usd.get(agent, 0.0))
-
-    def spend(self, agent: str, tokens: int, usd: float = 0.0) -> None:
-        tokens = tokens if agent in self.limits and tokens > 0 else 0
-        usd = usd if agent in self.usd_limits and usd > 0 else 0.0
-        if tokens or usd:
-            self._spent.add(agent, tokens, usd)
+    async def today(self) -> list[dict[str, Any]]:
+        """Each budget (an agent's or a group's): its limits and what was spent today."""
+        every = {claim.subject: claim for claims in self.claims.values() for claim in claims}
+        spent = await self.counters.spent(sorted(every))
+        return [
+            {"subject": subject, "claim": every[subject], "tokens": t, "usd": u}
+            for subject, (t, u) in sorted(spent.items())
+        ]

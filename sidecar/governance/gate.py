@@ -23,6 +23,7 @@ from ..manifest import (
     Effect,
     Governance,
     ManagedTool,
+    Rate,
     Taint,
 )
 from ..model.client_approval import ClientApproval
@@ -36,6 +37,7 @@ from ..model.taint import (
 )
 from ..observability.metrics import Metrics
 from ..state.approvals import Approval, ApprovalStore, Decision, open_approval
+from ..state.counters import SHARED_LIMITS_UNAVAILABLE, RateCounters, SharedLimitsUnavailable
 from ..state.journal import has_side_effects
 from ..tasks import ShieldedTasks
 from .approval_waits import ApprovalWaits
@@ -102,12 +104,14 @@ class GovernedExecutor(ToolRunner):
         webhook: ApprovalWebhook | None = None,
         taint: Taint | None = None,
         credentials: tuple[str, ...] = (),
+        rates: RateCounters | None = None,
     ) -> None:
         """``taint``: the pod's settings (SPEC §17); ``credentials``: every secret value the
-        sidecar holds, which a tainted request's arguments may not carry."""
+        sidecar holds, which a tainted request's arguments may not carry; ``rates``: where
+        rate buckets are counted (default: in this sidecar's memory)."""
         self.executor = executor
         self.policy = Policy(governance)
-        self.rates = RateLimiter()
+        self.rates = RateLimiter(rates)
         self.approvals = approvals
         self.waits = ApprovalWaits(approvals)
         self.settings = governance.approvals if governance is not None else Approvals()
@@ -201,13 +205,10 @@ class GovernedExecutor(ToolRunner):
             decision.rate is not None
             and decision.rule is not None
             and not (asks is not None and asks.answer is not None)
-            and not self.rates.admit(agent_id, tool.name, decision.rule, decision.rate)
         ):
-            return refused(
-                "rate_limited",
-                f"{tool.presented} is limited to {decision.rate.count} calls per "
-                f"{decision.rate.per} for this agent; try again later",
-            )
+            refusal = await self._rate_refusal(agent_id, tool, decision.rule, decision.rate)
+            if refusal is not None:
+                return refusal
         if held or decision.effect == "confirm" or needs_approval(self.settings, tool):
             # A rule cannot lift the hold of a tainted request; `taint: off` does.
             reason = TAINTED if held else None
@@ -234,6 +235,24 @@ class GovernedExecutor(ToolRunner):
             await before_send()
         outcome = await self.executor.execute(agent_id, call, limits, shielded=shielded)
         return fenced(outcome) if tool.untrusted and outcome.executed else outcome
+
+    async def _rate_refusal(
+        self, agent_id: str, tool: ManagedTool, rule: int, rate: Rate
+    ) -> ToolOutcome | None:
+        try:
+            if await self.rates.admit(agent_id, tool.name, rule, rate):
+                return None
+        except SharedLimitsUnavailable:
+            return refused(
+                SHARED_LIMITS_UNAVAILABLE,
+                f"{tool.presented} is rate limited and the pod's shared limits cannot be "
+                "checked now; try again shortly",
+            )
+        return refused(
+            "rate_limited",
+            f"{tool.presented} is limited to {rate.count} calls per {rate.per} for this "
+            "agent; try again later",
+        )
 
     # -- approvals --------------------------------------------------------------------------
 

@@ -110,6 +110,18 @@ class Metrics:
             ["agent"],
             registry=r,
         )
+        self.shared_limits_up = Gauge(
+            "claw_shared_limits_up",
+            "1 while the pod's shared store of rates and budgets answers, 0 while it does not",
+            ["store"],
+            registry=r,
+        )
+        self.shared_limits_unreachable = Counter(
+            "claw_shared_limits_unreachable",
+            "Checks decided without the shared store: refused (fail-closed) or local (fail-local)",
+            ["decision"],
+            registry=r,
+        )
         self.key_events = Counter(
             "claw_provider_key_events",
             "Provider keys rested (rate_limited) or taken out (key_refused), by key label",

@@ -13,7 +13,7 @@ from ..audit.log import AUDIT_KEY_ENV, AuditLog, audit_key
 from ..backends.drift import DriftChecker
 from ..credential_files import OPERATOR_TOKEN_ENV
 from ..execution.executor import ToolExecutor
-from ..governance.budgets import TokenBudgets
+from ..governance.budgets import TokenBudgets, local_counters
 from ..governance.gate import GovernedExecutor
 from ..governance.taint_guard import held_credentials
 from ..governance.webhooks import WEBHOOK_SECRET_ENV, ApprovalWebhook, webhook_signer
@@ -23,8 +23,10 @@ from ..model.usage import PriceBook
 from ..observability.metrics import Metrics
 from ..state.approvals import ApprovalStore
 from ..state.continuity import ContinuityStore
+from ..state.counters import Counters
 from ..state.journal import RequestJournal
 from ..state.lock import StateLock, instance_name
+from ..state.shared_counters import SharedCounters, SharedLimitsError, connect
 from ..state.stored_objects import StoredObjects
 from ..tasks import ShieldedTasks
 from ..transport.keepalive import keepalive_interval
@@ -61,6 +63,8 @@ def create_app(
     # Raises WebhookSecretError: an approval webhook is never sent unsigned.
     signer = webhook_signer(webhook_url, env)
     webhook = ApprovalWebhook(webhook_url, signer) if webhook_url and signer else None
+    # Raises SharedLimitsError: a pod that shares its limits never counts alone unasked.
+    counters = _shared_counters(build, state_dir, env, metrics)
     governed = GovernedExecutor(
         executor,
         config.governance,
@@ -79,6 +83,7 @@ def create_app(
                 for name in (OPERATOR_TOKEN_ENV, WEBHOOK_SECRET_ENV, AUDIT_KEY_ENV)
             ),
         ),
+        rates=counters,
     )
     state = SidecarState(
         config=config,
@@ -104,7 +109,7 @@ def create_app(
         sse_keepalive_s=keepalive_s,
         tasks=tasks,
         governed=governed,
-        budgets=TokenBudgets(config.governance, build.agents, state_dir),
+        budgets=TokenBudgets(config.governance, build.agents, state_dir, counters=counters),
         # Raises OperatorTokenError: a weak token would open the operator listener to guessing.
         operator_token=operator_token(env),
         drift=DriftChecker(
@@ -129,6 +134,25 @@ def create_app(
     return app
 
 
+def _shared_counters(
+    build: Build, state_dir: Path, env: Mapping[str, str], metrics: Metrics
+) -> Counters | None:
+    """The pod's shared store of rates and budgets (SPEC §24); None: this sidecar's own."""
+    shared = build.config.shared_limits
+    if shared is None:
+        return None
+    url = env.get(shared.url_env)
+    if not url:
+        raise SharedLimitsError(f"x-claw.shared-limits names {shared.url_env}, which is not set")
+    return SharedCounters(
+        connect(url),
+        pod=build.config.pod,
+        on_unreachable=shared.on_unreachable,
+        local=local_counters(build.config.governance, build.agents, state_dir),
+        metrics=metrics,
+    )
+
+
 async def _end_waiting_approvals(app: web.Application) -> None:
     """First thing on shutdown, before requests in progress are waited for: calls waiting for
     an operator are answered now (``approval_pending``, in the caller's protocol), so they
@@ -142,6 +166,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     state = app[STATE_KEY]
     state.state_dir.mkdir(parents=True, exist_ok=True)
     await state.executor.start()
+    if isinstance(state.budgets.counters, SharedCounters):
+        await state.budgets.counters.start()
     # Pins are checked before the first request is served, then every ttl in the background.
     await state.drift.check_due()
     drift = state.tasks.spawn(state.drift.run())
@@ -159,3 +185,5 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         state.journal.close()
         state.objects.close()
         await state.audit.close()  # flushes pending audit records to disk
+        if isinstance(state.budgets.counters, SharedCounters):
+            await state.budgets.counters.close()

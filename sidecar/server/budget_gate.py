@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from ..governance.budgets import seconds_to_next_day
 from ..model.errors import ApiError
 from ..model.usage import TOKENS_PER_PRICE_UNIT, UNKNOWN_MAX_OUTPUT, max_output_of
+from ..state.counters import SHARED_LIMITS_UNAVAILABLE, SharedLimitsUnavailable
 from .key_pool import retry_after_header
 
 if TYPE_CHECKING:
@@ -68,7 +69,19 @@ def estimate_tokens(request_bytes: int, body: dict[str, Any], max_output: int) -
     return input_tokens, max_output
 
 
-def admit(ctx: RequestContext, body: dict[str, Any]) -> ApiError | None:
+def shared_limits_unavailable() -> ApiError:
+    """503 the client may retry: the pod's shared store cannot be reached (fail-closed)."""
+    return ApiError(
+        503,
+        SHARED_LIMITS_UNAVAILABLE,
+        "this agent's budget is counted in the pod's shared store, which cannot be reached "
+        "now; try again shortly",
+        "overloaded_error",
+        headers={"x-should-retry": "true", "retry-after": "1"},
+    )
+
+
+async def admit(ctx: RequestContext, body: dict[str, Any]) -> ApiError | None:
     """Hold the request's estimated spending against the agent's budgets, or say why not."""
     budgets = ctx.state.budgets
     agent = ctx.agent.agent.id
@@ -80,7 +93,7 @@ def admit(ctx: RequestContext, body: dict[str, Any]) -> ApiError | None:
     if ctx.targets:
         _, provider, model = ctx.targets[0]
         max_output = provider.max_output_tokens or max_output_of(model) or UNKNOWN_MAX_OUTPUT
-        if agent in budgets.usd_limits:
+        if budgets.counts_usd(agent):
             refusal, usd_per_token = _priced(ctx, ctx.targets)
             if refusal is not None:
                 return refusal
@@ -88,11 +101,17 @@ def admit(ctx: RequestContext, body: dict[str, Any]) -> ApiError | None:
     usd = (input_tokens * usd_per_token[0] + output_tokens * usd_per_token[1]) / (
         TOKENS_PER_PRICE_UNIT
     )
-    tokens = input_tokens + output_tokens
-    if not budgets.admit(agent, tokens, usd):
+    try:
+        hold = await budgets.admit(agent, input_tokens + output_tokens, usd)
+    except SharedLimitsUnavailable:
+        return shared_limits_unavailable()
+    if hold is None:
         ctx.state.metrics.budget_refusals.labels(agent=agent).inc()
         return budget_spent()
-    ctx.reserved = (tokens, usd)
+    if not hold.shared and ctx.state.config.shared_limits is not None:
+        # fail-local: admitted on this sidecar's own counts; the record says so (SPEC §24).
+        ctx.audit_extra = {**(ctx.audit_extra or {}), "limits": "local"}
+    ctx.reserved = hold
     return None
 
 
@@ -110,14 +129,17 @@ def _priced(
     return None, dearest
 
 
-def release(ctx: RequestContext) -> None:
+async def release(ctx: RequestContext) -> None:
     """Give back the request's hold; its real spending was charged by ``spend_budget``."""
-    if ctx.reserved != (0, 0.0):
-        ctx.state.budgets.release(ctx.agent.agent.id, *ctx.reserved)
-        ctx.reserved = (0, 0.0)
+    if ctx.reserved is not None:
+        hold, ctx.reserved = ctx.reserved, None
+        if hold.shared:  # a round trip: a cancelled handler must not leave the hold behind
+            await ctx.state.tasks.run(ctx.state.budgets.release(hold))
+        else:
+            await ctx.state.budgets.release(hold)
 
 
-def spend_budget(
+async def spend_budget(
     state: SidecarState, agent: str, usage: dict[str, int], cost: float | None
 ) -> None:
     budgets = state.budgets
@@ -125,8 +147,9 @@ def spend_budget(
         return
     tokens = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
     usd = cost or 0.0
-    budgets.spend(agent, tokens, usd)
-    if tokens > 0 and agent in budgets.limits:
+    await budgets.spend(agent, tokens, usd)
+    claims = budgets.claims[agent]
+    if tokens > 0 and any(claim.tokens is not None for claim in claims):
         state.metrics.budget_tokens.labels(agent=agent).inc(tokens)
-    if usd > 0 and agent in budgets.usd_limits:
+    if usd > 0 and any(claim.usd is not None for claim in claims):
         state.metrics.budget_usd.labels(agent=agent).inc(usd)

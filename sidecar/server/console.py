@@ -25,6 +25,7 @@ from aiohttp import web
 
 from ..credential_files import OPERATOR_TOKEN_ENV
 from ..state.approvals import Approval, ApprovalError
+from ..state.counters import SharedLimitsUnavailable
 from . import console_data
 from .console_session import (
     COOKIE_PATH,
@@ -390,11 +391,16 @@ async def tools_page(request: web.Request, session: Session) -> web.StreamRespon
 @page
 async def limits_page(request: web.Request, session: Session) -> web.StreamResponse:
     state = request.app[STATE_KEY]
+    try:
+        budgets, unreachable = await console_data.budgets(state), False
+    except SharedLimitsUnavailable:  # fail-closed, and the store away: nothing to show
+        budgets, unreachable = [], True
     return _page(
         request,
         "limits.html.j2",
         session=session,
-        budgets=console_data.budgets(state),
+        budgets=budgets,
+        store_unreachable=unreachable,
         rates=console_data.rate_limits(state),
     )
 

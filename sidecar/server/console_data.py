@@ -177,23 +177,23 @@ class ChainChecks:
         return checked
 
 
-def budgets(state: SidecarState) -> list[dict[str, Any]]:
-    """Per agent with a budget: tokens and dollars, each as limit, spent today and left
-    (None where the agent has no such budget)."""
-    ledger = state.budgets
+async def budgets(state: SidecarState) -> list[dict[str, Any]]:
+    """Per budget (an agent's, or a group's ``group:NAME``): tokens and dollars, each as limit,
+    spent today and left (None where it has no such budget). Read from the pod's counters: the
+    shared store's when the pod has one (SPEC §24), so every pod sharing it shows the same."""
     rows = []
-    for agent in sorted({*ledger.limits, *ledger.usd_limits}):
-        tokens, usd = ledger.limits.get(agent), ledger.usd_limits.get(agent)
-        tokens_left, usd_left = ledger.remaining(agent), ledger.remaining_usd(agent)
+    for budget in await state.budgets.today():
+        claim, spent_tokens, spent_usd = budget["claim"], budget["tokens"], budget["usd"]
+        tokens, usd = claim.tokens, claim.usd
         rows.append(
             {
-                "agent": agent,
+                "agent": budget["subject"],
                 "limit": tokens,
-                "spent": None if tokens is None or tokens_left is None else tokens - tokens_left,
-                "remaining": tokens_left,
+                "spent": None if tokens is None else spent_tokens,
+                "remaining": None if tokens is None else max(0, tokens - spent_tokens),
                 "usd_limit": usd,
-                "usd_spent": None if usd is None or usd_left is None else round(usd - usd_left, 6),
-                "usd_remaining": None if usd_left is None else round(usd_left, 6),
+                "usd_spent": None if usd is None else round(spent_usd, 6),
+                "usd_remaining": None if usd is None else round(max(0.0, usd - spent_usd), 6),
             }
         )
     return rows

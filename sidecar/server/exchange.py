@@ -21,6 +21,7 @@ from ..codecs.base import Codec
 from ..manifest import AgentBuild, Provider
 from ..model.errors import ApiError
 from ..request_body import no_accounting, read_body_once
+from ..state.counters import Hold
 from ..state.stored_objects import StoredRef
 from .edge import close_if_refused, mark_authenticated
 from .upstream import UpstreamTarget
@@ -190,7 +191,7 @@ class RequestContext:
     """(provider, its settings, upstream model) in failover order (SPEC §14)."""
     attempts: list[dict[str, str | None]] = field(default_factory=list)
     """Each upstream attempt: provider, key label, outcome; the audit record's ``providers``."""
-    reserved: tuple[int, float] = (0, 0.0)
+    reserved: Hold | None = None
     """Tokens and USD held against the agent's budgets while the request runs (#32)."""
     strip_usage: bool = False
     """Chat Completions usage was asked upstream for the budget; the client did not ask."""

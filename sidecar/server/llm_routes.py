@@ -172,7 +172,7 @@ async def _read_and_serve(
             await reply_error(exchange, codec, err, final=True)  # the body or its routing
             await record_request(ctx, http_status=err.status, error_code=err.code)
             return
-        refusal = admit(ctx, body) if ctx.budgeted else None
+        refusal = await admit(ctx, body) if ctx.budgeted else None
         if refusal is not None:
             await reply_error(exchange, codec, refusal)
             await record_request(ctx, http_status=refusal.status, error_code=refusal.code)
@@ -197,7 +197,7 @@ async def _read_and_serve(
     finally:
         inflight[route.path] -= 1
         if ctx.budgeted:
-            release(ctx)
+            await release(ctx)
 
 
 def _ask_stream_usage(ctx: RequestContext, codec: Codec, body: dict[str, Any], raw: bytes) -> bytes:

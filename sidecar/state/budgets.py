@@ -1,6 +1,7 @@
-"""What each agent spent today against its daily budgets (SPEC §9.2, §14): tokens and USD,
-kept in ``<state_dir>/budgets.json`` so a restart does not hand out a fresh day. The limits,
-and the estimates running requests hold, are governance's (``governance/budgets.py``)."""
+"""What each subject (an agent, a group of agents) spent today against its daily budgets
+(SPEC §9.2, §14): tokens and USD, kept in ``<state_dir>/budgets.json`` so a restart does not
+hand out a fresh day. The limits are governance's (``governance/budgets.py``); the holds of
+running requests are ``state/counters.py``'s."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import datetime
 import json
 import logging
 import os
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Sequence
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -20,24 +21,29 @@ def utc_day() -> str:
 
 
 class SpentToday:
-    """Tokens and USD spent per agent on the current UTC day; a new day starts from zero."""
+    """Tokens and USD spent per subject on the current UTC day; a new day starts from zero."""
 
     def __init__(
         self,
         state_dir: Path,
-        token_agents: Container[str],
-        usd_agents: Container[str],
+        token_subjects: Container[str],
+        usd_subjects: Container[str],
         today: Callable[[], str] = utc_day,
     ) -> None:
-        """``token_agents``, ``usd_agents``: the agents whose spending of each is counted."""
+        """``token_subjects``, ``usd_subjects``: the subjects whose spending of each is counted."""
         self._path = Path(state_dir) / BUDGETS_FILE
         self._today = today
         self._day = today()
         self.tokens: dict[str, int] = {}
         self.usd: dict[str, float] = {}
-        self._load(token_agents, usd_agents)
+        self._counted = (token_subjects, usd_subjects)
+        self._load(token_subjects, usd_subjects)
 
-    def _load(self, token_agents: Container[str], usd_agents: Container[str]) -> None:
+    @property
+    def day(self) -> str:
+        return self._day
+
+    def _load(self, token_subjects: Container[str], usd_subjects: Container[str]) -> None:
         try:
             saved = json.loads(self._path.read_text())
         except FileNotFoundError:
@@ -47,9 +53,9 @@ class SpentToday:
             return
         if isinstance(saved, dict) and saved.get("day") == self._day:
             spent = saved.get("spent", {})
-            self.tokens = {a: int(n) for a, n in spent.items() if a in token_agents}
+            self.tokens = {a: int(n) for a, n in spent.items() if a in token_subjects}
             usd = saved.get("spent_usd", {})
-            self.usd = {a: float(n) for a, n in usd.items() if a in usd_agents}
+            self.usd = {a: float(n) for a, n in usd.items() if a in usd_subjects}
 
     def roll(self) -> None:
         """Start the new day's counts once the UTC day changed."""
@@ -57,14 +63,16 @@ class SpentToday:
         if today != self._day:
             self._day, self.tokens, self.usd = today, {}, {}
 
-    def add(self, agent: str, tokens: int, usd: float) -> None:
-        """Count spending and write the day's counts (a failed write is logged, not raised:
-        the counts in memory still hold)."""
+    def add(self, subjects: Sequence[str], tokens: int, usd: float) -> None:
+        """Count spending of each subject with such a budget and write the day's counts (a
+        failed write is logged, not raised: the counts in memory still hold)."""
         self.roll()
-        if tokens:
-            self.tokens[agent] = self.tokens.get(agent, 0) + tokens
-        if usd:
-            self.usd[agent] = self.usd.get(agent, 0.0) + usd
+        token_subjects, usd_subjects = self._counted
+        for subject in subjects:
+            if tokens > 0 and subject in token_subjects:
+                self.tokens[subject] = self.tokens.get(subject, 0) + tokens
+            if usd > 0 and subject in usd_subjects:
+                self.usd[subject] = self.usd.get(subject, 0.0) + usd
         record = {"day": self._day, "spent": self.tokens, "spent_usd": self.usd}
         try:
             self._path.parent.mkdir(parents=True, exist_ok=True)

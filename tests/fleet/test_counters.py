@@ -1,0 +1,189 @@
+"""The one counters interface (state/counters.py) in its two stores: this sidecar's state
+directory, and a real redis-server shared by several sidecars (SPEC §24). The same budget
+rules hold in both; the shared store holds them across sidecars at once."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from clawpod.sidecar.governance.budgets import TokenBudgets
+from clawpod.sidecar.manifest import BudgetGroup, Governance, Rate
+from clawpod.sidecar.state.counters import Claim, Counters, LocalCounters
+from clawpod.sidecar.state.shared_counters import (
+    SharedCounters,
+    budget_key,
+    connect,
+    day_expiry,
+)
+from tests.fleet.conftest import make_shared, warm
+from tests.support.redis_server import RedisServer
+
+GOVERNANCE = Governance(budgets={"*": 1000}, usd_budgets={"a": 1.0})
+STORES = ["local", pytest.param("redis", marks=pytest.mark.redis)]
+
+
+@pytest.fixture(params=STORES)
+def store(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def budgets_at(store: str, request: pytest.FixtureRequest, shared_counters: list[SharedCounters]):  # type: ignore[no-untyped-def]
+    """TokenBudgets of agents a and b over ``store``, on ``state`` and ``day`` (a restart is
+    a new one on the same state and store)."""
+    server = request.getfixturevalue("redis_server") if store == "redis" else None
+
+    def make(state: Path, day: list[str], governance: Governance = GOVERNANCE) -> TokenBudgets:
+        counters: Counters | None = None
+        if server is not None:
+            counters = make_shared(shared_counters, server.url, state, ["a", "b"], today=day[0])
+            counters._today = lambda: day[0]  # type: ignore[attr-defined]
+        return TokenBudgets(governance, ["a", "b"], state, today=lambda: day[0], counters=counters)
+
+    return make
+
+
+async def test_usd_spent_survives_a_restart_and_renews_the_next_day(
+    tmp_path: Path, budgets_at
+) -> None:  # type: ignore[no-untyped-def]
+    day = ["2026-11-25"]
+    budgets = budgets_at(tmp_path, day)
+    hold = await budgets.admit("a", 10, 0.5)
+    assert hold is not None
+    await budgets.release(hold)
+    await budgets.spend("a", 10, 1.25)
+    restarted = budgets_at(tmp_path, day)
+    assert await restarted.admit("a", 1, 0.0) is None  # $1.25 of $1 spent
+    assert await restarted.admit("b", 1, 0.0)  # b has a token budget only, untouched
+    day[0] = "2026-11-26"
+    assert await restarted.admit("a", 1, 0.0)
+
+
+async def test_a_held_estimate_keeps_parallel_requests_out_until_released(
+    tmp_path: Path, budgets_at
+) -> None:  # type: ignore[no-untyped-def]
+    budgets = budgets_at(tmp_path, ["2026-11-25"])
+    first = await budgets.admit("b", 600, 0.0)  # alone: admitted on any remainder
+    assert first is not None
+    assert await budgets.admit("b", 600, 0.0) is None  # beside it, it does not fit
+    second = await budgets.admit("b", 300, 0.0)  # a smaller one does
+    assert second is not None
+    await budgets.release(first)
+    await budgets.release(second)
+    assert await budgets.admit("b", 600, 0.0)
+
+
+async def test_an_unreadable_store_counts_from_zero(tmp_path: Path) -> None:
+    (tmp_path / "budgets.json").write_text("{not json")
+    budgets = TokenBudgets(GOVERNANCE, ["a", "b"], tmp_path, today=lambda: "2026-11-25")
+    assert await budgets.admit("a", 1, 0.0)
+
+
+async def test_one_agents_running_requests_hold_nothing_of_anothers(
+    tmp_path: Path, budgets_at
+) -> None:  # type: ignore[no-untyped-def]
+    budgets = budgets_at(tmp_path, ["2026-11-25"])
+    assert await budgets.admit("a", 900, 0.9)
+    assert await budgets.admit("b", 900, 0.0)  # b's budget is its own
+    await budgets.spend("a", 1000, 0.0)  # a's day is spent; b's is not
+    assert await budgets.admit("a", 1, 0.0) is None
+    assert await budgets.admit("b", 50, 0.0)  # 950 of b's 1000 held
+    assert await budgets.admit("b", 100, 0.0) is None  # 1,050 would not fit
+
+
+async def test_a_group_budget_is_spent_by_any_of_its_agents(tmp_path: Path, budgets_at) -> None:  # type: ignore[no-untyped-def]
+    team = Governance(budget_groups={"team": BudgetGroup(agents=["a", "b"], tokens_per_day=100)})
+    budgets = budgets_at(tmp_path, ["2026-11-25"], team)
+    assert budgets.governed == {"a", "b"}
+    await budgets.spend("a", 60, 0.0)
+    await budgets.spend("b", 40, 0.0)
+    assert await budgets.admit("b", 1, 0.0) is None
+    assert await budgets.admit("a", 1, 0.0) is None
+    (row,) = await budgets.today()
+    assert (row["subject"], row["tokens"]) == ("group:team", 100)
+
+
+@pytest.mark.redis
+async def test_sidecars_sharing_a_store_admit_one_remainder_once(
+    tmp_path: Path, redis_server: RedisServer, shared_counters: list[SharedCounters]
+) -> None:
+    """Three sidecars, one budget: each held estimate is seen by every sidecar at once."""
+    day = ["2026-11-25"]
+    sidecars = [
+        TokenBudgets(
+            GOVERNANCE,
+            ["a", "b"],
+            tmp_path / f"s{i}",
+            counters=make_shared(shared_counters, redis_server.url, tmp_path / f"s{i}", ["a"]),
+        )
+        for i in range(3)
+    ]
+    for budgets in sidecars:
+        assert isinstance(budgets.counters, SharedCounters)
+        await warm(budgets.counters, 10)
+    holds = await asyncio.gather(*(s.admit("b", 600, 0.0) for s in sidecars for _ in range(10)))
+    admitted = [h for h in holds if h is not None]
+    assert len(admitted) == 1  # 600 alone; a second 600 never fits beside it
+    assert day
+
+
+@pytest.mark.redis
+async def test_a_rate_is_one_bucket_across_sidecars(
+    tmp_path: Path, redis_server: RedisServer, shared_counters: list[SharedCounters]
+) -> None:
+    rate = Rate(count=5, per="minute")
+    sidecars = [
+        make_shared(shared_counters, redis_server.url, tmp_path / f"s{i}", []) for i in range(3)
+    ]
+    for counters in sidecars:
+        await warm(counters, 10)
+    taken = await asyncio.gather(
+        *(s.take(("a", "desk.trade", 0), rate) for s in sidecars for _ in range(10))
+    )
+    assert taken.count(True) == 5
+    assert not await sidecars[0].take(("a", "desk.trade", 0), rate)
+    assert sum(sidecars[0].levels().values()) < 1  # the console sees the shared level
+
+
+@pytest.mark.redis
+async def test_what_was_spent_while_the_store_was_away_is_written_once(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """Many checks at once when the store comes back: each kept spend is written by one."""
+    now = [0.0]
+    counters = SharedCounters(
+        connect(redis_server.url),
+        pod="desk",
+        on_unreachable="fail-local",
+        local=LocalCounters(tmp_path, ["a"], ["a"]),
+        today=lambda: "2026-12-07",
+        clock=lambda: now[0],
+    )
+    redis_server.kill()
+    for _ in range(3):
+        await counters.spend(["a"], 100, 0.0)  # kept: the store is away
+    redis_server.start()
+    now[0] = 100.0  # the pause is over
+    claims = [Claim("a", 10**6, None)]
+    await asyncio.gather(*(counters.reserve(claims, 1, 0.0) for _ in range(10)))
+    assert counters.up
+    spent = await counters.spent(["a"])
+    assert spent["a"][0] == 300
+    await counters.close()
+
+
+@pytest.mark.redis
+async def test_a_spend_written_again_counts_once(
+    tmp_path: Path, redis_server: RedisServer, shared_counters: list[SharedCounters]
+) -> None:
+    """A spend whose answer was lost (a timeout after the server ran it) is kept and written
+    again when the server answers: its marker makes the second write count nothing."""
+    counters = make_shared(shared_counters, redis_server.url, tmp_path, ["a"])
+    keys = [budget_key("desk", "a", "2026-12-07"), "{clawpod}:spent:one-spend"]
+    args = [100, 0, day_expiry("2026-12-07"), 60]
+    for _ in range(3):
+        await counters._scripts["spend"](keys=keys, args=args)
+    assert (await counters.spent(["a"]))["a"] == (100, 0.0)
