@@ -47,9 +47,10 @@ examples:
   clawc compile pod.yml --sidecar-image registry.example/clawpod/sidecar:0.1.0
 
 Recompiling the same inputs gives byte-identical output and keeps the agent tokens.
-Run the result with (the sidecar refuses to start without an audit key; keep it,
-`clawc audit verify` needs it):
-  export {AUDIT_KEY_ENV}=$(openssl rand -hex 32) {OPERATOR_TOKEN_ENV}=$(openssl rand -hex 32)
+Run the result with (the sidecar refuses to start without an audit key;
+keep it, `clawc audit verify` needs it):
+  export {AUDIT_KEY_ENV}=$(openssl rand -hex 32)
+  export {OPERATOR_TOKEN_ENV}=$(openssl rand -hex 32)
   docker compose -f OUT/compose.yml up
 Provider keys and service credentials are read by the sidecar from the environment
 at run time (they are referenced as ${{VAR}}); no value is ever written to OUT except

@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import sys
+import textwrap
 from collections.abc import Callable, Mapping
 from importlib import metadata
 from pathlib import Path
@@ -48,22 +49,26 @@ DESCRIPTION = (
 )
 ENVIRONMENT_HELP = f"""\
 environment:
-  {AUDIT_KEY_ENV}         keys the audit chain, at least 16 bytes (required, unless
-                         --allow-unkeyed-audit); `clawc audit verify` needs the same key
-  {OPERATOR_TOKEN_ENV}    the operator API's and the console's bearer token; without it
-                         no approval can be decided
-  {WEBHOOK_SECRET_ENV}    signs approval webhooks (required when the pod has one)
-  provider keys and tool credentials, by the names the build gives (sidecar.json
-                         key_env, tools' auth.env), e.g. OPENAI_API_KEY
-  NAME{FILE_SUFFIX}              any of the above read from the file it names
-  {INSTANCE_ENV}          this sidecar's name in audit records (default: the host name)
-  {KEEPALIVE_ENV}  milliseconds between keep-alives on streams (default 5000)
-  {ENDPOINT_ENV}  export traces over OTLP/HTTP
+  {AUDIT_KEY_ENV}          keys the audit chain, at least 16 bytes (required
+                          unless --allow-unkeyed-audit; clawc audit verify
+                          needs the same key)
+  {OPERATOR_TOKEN_ENV}     the operator API's and console's bearer token;
+                          without it no approval can be decided
+  {WEBHOOK_SECRET_ENV}     signs approval webhooks (required with a webhook)
+  OPENAI_API_KEY, ...     provider keys and tool credentials, by the names
+                          the build gives (sidecar.json)
+  NAME{FILE_SUFFIX}               any of the above, read from the file it names
+  {INSTANCE_ENV}           this sidecar's name in the audit (default: host)
+  {KEEPALIVE_ENV}   milliseconds between keep-alives on streams (5000)
+  {ENDPOINT_ENV}
+                          export traces over OTLP/HTTP to this URL
 
 example (outside a pod):
-  export {AUDIT_KEY_ENV}=$(openssl rand -hex 32) {OPERATOR_TOKEN_ENV}=$(openssl rand -hex 32)
+  export {AUDIT_KEY_ENV}=$(openssl rand -hex 32)
+  export {OPERATOR_TOKEN_ENV}=$(openssl rand -hex 32)
   python -m clawpod.sidecar --build build --host 127.0.0.1 --state-dir state
 """
+HELP_WIDTH = 78  # the description is wrapped here; the epilog is laid out by hand
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 SHUTDOWN_TIMEOUT_S = 10.0
 YOUNG_GENERATION_THRESHOLD = 10_000  # the collector's default is 700 (see main)
@@ -77,7 +82,7 @@ SIDECAR_SECRETS = (AUDIT_KEY_ENV, OPERATOR_TOKEN_ENV, WEBHOOK_SECRET_ENV)
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m clawpod.sidecar",
-        description=DESCRIPTION,
+        description=textwrap.fill(DESCRIPTION, HELP_WIDTH),
         epilog=ENVIRONMENT_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
