@@ -8,7 +8,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # Installed anew when the project's build inputs change: an editable install does not rebuild
 # its compiled module by itself.
-stamp=.venv/.installed-$(cat pyproject.toml setup.py sidecar/translation/*.c | sha256sum | cut -c1-16)
+stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -e '.[dev]'

@@ -89,20 +89,6 @@ class EventReader:
         self._event: str | None = None  # line by line: the event being read
         self._data: list[str] = []
 
-    @property
-    def ends_lines_in_lf(self) -> bool:
-        """No CR was seen: events are cut out of the bytes (``take_back`` gives them back)."""
-        return not self._by_line
-
-    def take_back(self) -> bytes:
-        """The start of an event fed so far, given back (the next bytes fed start an event);
-        nothing once lines are read one by one."""
-        if self._by_line:
-            return b""
-        pending = self._whole_pending() if self._later else self._pending
-        self._pending = b""
-        return pending
-
     def completes_nothing(self, data: bytes) -> bool:
         """``data``, fed next, cannot complete the event (line by line: the line) begun: it
         holds no blank line, nor a line end at all line by line, nor one that would make one
@@ -119,15 +105,6 @@ class EventReader:
             self._pending = b"".join([self._pending, *self._later])
             self._later = []
         return self._pending
-
-    def hold(self, start: bytes) -> bool:
-        """Whether ``start``, fed at an event's start, completes no event (it holds no blank
-        line nor CR): then it is only kept, what ``feed`` would do with it, without looking."""
-        assert not self._pending and not self._by_line
-        if _CR in start or b"\n\n" in start:
-            return False
-        self._pending = start
-        return True
 
     def feed(self, data: bytes) -> list[tuple[str | None, str]]:
         """The events ``data`` completes; ``NotUtf8`` (a ``ValueError``) at one that is not

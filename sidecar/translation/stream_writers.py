@@ -10,7 +10,6 @@ ids and reasoning are written as the whole-answer writers of this package write 
 
 from __future__ import annotations
 
-import itertools
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -97,15 +96,6 @@ class StreamWriter(ABC):
                 self.closed = True
         return b"".join(frames)
 
-    def writes_texts(self) -> bool:
-        """Whether ``write_texts`` may write the next events, all text (not a refusal)."""
-        return False
-
-    def write_texts(self, texts: list[bytes]) -> bytes:
-        """Text events, given as the JSON strings orjson writes for them, as ``write`` writes
-        them while ``writes_texts``: from bytes, none of them decoded."""
-        raise NotImplementedError
-
     def fail(self, err: ApiError) -> bytes:
         """End the lifecycle with ``err`` in the protocol's in-band shape, then its end."""
         if self.closed:
@@ -158,26 +148,16 @@ class ChatStreamWriter(StreamWriter):
         self._error_body = error_body
         self._calls: dict[int, int] = {}  # source call -> tool_calls index
         self._text_head = b""  # a text chunk up to its text, once the ids are known
-        self._texting = False  # the last content written was text (more may come as runs)
 
     def _open(self) -> bytes:
         opening = self._chunk({"role": "assistant", "content": ""})
         self._text_head = opening[: opening.index(b'{"role"')] + b'{"content":'
         return opening
 
-    def writes_texts(self) -> bool:
-        return self._texting and not self.closed
-
-    def write_texts(self, texts: list[bytes]) -> bytes:
-        head, tail = self._text_head, _CHAT_TEXT_TAIL
-        return head + (tail + head).join(texts) + tail
-
     def _content(self, event: Content) -> bytes:
         if type(event) is Text and not event.refusal:
             # The common chunk, written from its parts: its head is the same every time.
-            self._texting = True
             return self._text_head + orjson.dumps(event.text) + _CHAT_TEXT_TAIL
-        self._texting = False
         if isinstance(event, Reasoning):
             return b""  # Chat Completions has no place for reasoning
         if isinstance(event, Text):
@@ -245,13 +225,6 @@ class MessagesStreamWriter(StreamWriter):
             "usage": messages.write_usage(self._usage),
         }
         return event_frame("message_start", {"type": "message_start", "message": message})
-
-    def writes_texts(self) -> bool:
-        return self.opened and not self.closed and self._open_block is _TEXT_BLOCK
-
-    def write_texts(self, texts: list[bytes]) -> bytes:
-        head, tail = self._text_head, _MESSAGES_TEXT_TAIL
-        return head + (tail + head).join(texts) + tail
 
     def _content(self, event: Content) -> bytes:
         if type(event) is Text:  # most events: the next piece of the open text block
@@ -346,25 +319,9 @@ class ResponsesStreamWriter(StreamWriter):
         self._held: tuple[int, Part] | None = None  # (source call, the call) of a custom tool
         # The open message's text delta as a format of its text and sequence number, and its
         # text so far as the JSON strings its deltas carry (decoded and joined once it closes:
-        # adding each piece to one string copies the answer once per event, and a run's texts
-        # are never decoded one by one).
+        # adding each piece to one string copies the answer once per event).
         self._text_format: bytes | None = None
         self._text: list[bytes] = []
-
-    def writes_texts(self) -> bool:
-        return self._text_format is not None and not self.closed
-
-    def write_texts(self, texts: list[bytes]) -> bytes:
-        """The run's events in one format: each numbered in turn, no bytecode per event (a
-        format per event was a third of a run's cost)."""
-        assert self._text_format is not None
-        first, self._sequence = self._sequence, self._sequence + len(texts)
-        self._text += texts
-        if len(texts) == 1:  # a piece of one event (a model streaming at its pace)
-            return self._text_format % (texts[0], first)
-        numbers = range(first, self._sequence)
-        numbered = itertools.chain.from_iterable(zip(texts, numbers, strict=True))
-        return self._text_format * len(texts) % tuple(numbered)
 
     def _open(self) -> bytes:
         started = self._response("in_progress")

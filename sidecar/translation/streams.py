@@ -34,10 +34,6 @@ from .stream_writers import (
 MAX_EVENT_BYTES = 8 << 20
 """The most one event may take before it completes: a call's whole arguments in one event
 (Ollama sends calls whole) stay far below it; past it, a stream is taken for hostile."""
-_FIRST_EVENTS = 6
-"""A stream's first events are read one at a time (a text run may start after them): the
-first text, which teaches the reader its template, is the fifth event of a Responses stream
-(created, in progress, the item and its part added first)."""
 
 _READERS: dict[str, type[StreamReader]] = {
     "chat": ChatStreamReader,
@@ -63,7 +59,6 @@ class StreamTranslator:
         self._provider = provider
         self._redact = redact
         self._unfinished = 0  # bytes fed since the last complete event
-        self._runs = False  # text events go as runs: only ``_feed`` changes it
 
     @property
     def complete(self) -> bool:
@@ -91,60 +86,13 @@ class StreamTranslator:
         return self._writer.closed
 
     def feed(self, data: bytes) -> bytes:
-        """The caller's bytes for the target's ``data``. The text events a stream mostly is
-        go as runs (``StreamReader.read_text_run``, ``StreamWriter.write_texts``) while a
-        text is open on both sides, an event the last piece began included, and the start of
-        an event a run leaves is held for the next piece (``_hold``); the events around them
-        (the stream's first ones, a run's end) one at a time, so that runs start again; the
-        rest as it comes."""
-        frames = b""
-        while data and not self._writer.closed:
-            if self._runs:
-                if self._unfinished and self._reader.completes_nothing(data):
-                    break  # only more of the event begun: kept with it, not read again
-                data = self._taken_back(data)
-                texts, used = self._reader.read_text_run(data)
-                if texts:
-                    frames += self._writer.write_texts(texts)
-                    self._unfinished = 0
-                    data = data[used:]
-                    if data and self._hold(data):
-                        return frames
-                    continue
-            elif self._reader.events >= _FIRST_EVENTS:
-                break
-            cut = data.find(b"\n\n") + 2
-            if cut < 2:
-                break
-            frames += self._feed(data[:cut])
-            data = data[cut:]
-        return frames + self._feed(data) if data or not frames else frames
-
-    def _hold(self, data: bytes) -> bool:
-        """Whether ``data``, after a run, is only the start of an event, now held to be read
-        with its rest. Reading it through ``_feed`` would complete nothing, at several times the
-        cost: most pieces end inside an event."""
-        if len(data) > MAX_EVENT_BYTES or not self._reader.hold(data):
-            return False
-        self._unfinished = len(data)
-        return True
-
-    def _taken_back(self, data: bytes) -> bytes:
-        """``data`` with the start of an event the reader holds before it (read again, as a
-        run if it is one of the template's)."""
-        started = self._reader.take_back()
-        if started:
-            self._unfinished -= len(started)
-        return started + data
-
-    def _feed(self, data: bytes) -> bytes:
-        """``data`` read event by event."""
+        """The caller's bytes for the target's ``data``: each event it completes, parsed whole
+        and written in the caller's protocol."""
         if self._writer.closed:
             return b""
         events = self._reader.feed(data)
         self._unfinished = 0 if events else self._unfinished + len(data)
         frames = self._writer.write(self._told(events) if self._reader.ended else events)
-        self._runs = self._writer.writes_texts() and self._reader.reads_text_runs
         if self._reader.malformed is not None:
             return frames + self._writer.fail(self._malformed(self._reader.malformed))
         if self._unfinished > MAX_EVENT_BYTES:
@@ -155,7 +103,7 @@ class StreamTranslator:
     def finish(self) -> bytes:
         """The target stream ended: what its end completes, and the caller's error and end if
         it stopped before its end marker."""
-        frames = self.feed(b"")
+        frames = b""
         if not self._writer.closed:
             finished = self._reader.finish()
             frames += self._writer.write(self._told(finished) if self._reader.ended else finished)

@@ -1,13 +1,13 @@
-"""Text events read as runs (``StreamReader.read_text_run`` into ``StreamWriter.write_texts``:
-the text events a piece of a stream starts with, found by bytes searches and written from
-bytes, none parsed on its own) translate exactly as when every event is parsed whole, however
-the stream is cut into pieces and whatever it holds inside and between them: escapes,
-characters outside ASCII, raw control characters and bad UTF-8 (the stream fails as when read
-whole), named events, CR line ends, OpenAI's ``obfuscation`` of any value."""
+"""A provider's stream translates the same however it is cut into pieces (one event a piece,
+a few events cut inside one, the whole answer at once, a cut at every byte) and whatever it
+holds inside and between its events: escapes, characters outside ASCII, raw control
+characters and bad UTF-8 (the stream fails the same), named events, CR line ends, OpenAI's
+``obfuscation`` of any value, a hostile provider's bytes changed anywhere."""
 
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,33 +17,158 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench import upstream
-from bench.run import RESPONSES_MODEL
 from bench.streams import EVENTS as BENCH_EVENTS
 from clawpod.sidecar.codecs.sse import parse_events
-from clawpod.sidecar.translation import stream_readers
 from clawpod.sidecar.translation.streams import stream_translator
 from tests.support.codecs import codec_of
 from tests.support.upstream import Reply
 from tests.translation.conftest import DIRECTIONS, MODEL, TranslatingPod
 from tests.translation.streams import EVENTS, stream_through
-from tests.translation.test_stream_text_template import (
-    API_OF,
-    CHAT_PIECES,
-    DROP,
-    MESSAGES_END,
-    MESSAGES_PIECES,
-    MESSAGES_START,
-    REASONING_ID,
-    RESPONSES_END,
-    RESPONSES_ORDERS,
-    RESPONSES_PIECES,
-    RESPONSES_START,
-    chat_chunk,
-    responses_delta,
-    text_delta,
-    translate,
+
+API_OF = {"chat": "openai", "messages": "anthropic", "responses": "responses"}
+REASONING_ID = re.compile(rb'"rs_[0-9a-f]+"')  # made fresh for each reasoning item
+TEXTS = st.sampled_from(["The", " quarterly", "", 'a "quote"', "back\\slash", "é ☃ 𝄞", "\n"])
+
+
+def translate(events: list[bytes], target: str, caller: str) -> bytes:
+    """``events`` fed one at a time: the reference the same stream cut otherwise must match."""
+    translator = stream_translator(
+        target, codec_of(API_OF[caller]), provider="p", model="m", include_usage=True
+    )
+    out = b"".join(translator.feed(event) for event in events) + translator.finish()
+    return REASONING_ID.sub(b'"rs_"', out)
+
+
+def chat_chunk(delta: dict[str, Any], **fields: Any) -> bytes:
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+    chunk = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    return b"data: " + orjson.dumps({**chunk, "choices": [choice], **fields}) + b"\n\n"
+
+
+def text_delta(text: str, index: int) -> bytes:
+    delta = {"type": "content_block_delta", "index": index}
+    data = {**delta, "delta": {"type": "text_delta", "text": text}}
+    return b"event: content_block_delta\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+CHAT_PIECES = st.one_of(
+    TEXTS.map(lambda t: chat_chunk({"content": t})),
+    TEXTS.map(lambda t: chat_chunk({"content": t}, obfuscation=t[::-1] + "x")),
+    TEXTS.map(lambda t: chat_chunk({"content": t}, usage=None)),
+    TEXTS.map(lambda t: chat_chunk({"reasoning_content": t})),
+    TEXTS.map(lambda t: chat_chunk({"role": "assistant", "content": t})),
+    TEXTS.map(lambda t: chat_chunk({"refusal": t})),
+    st.just(chat_chunk({}, usage={"prompt_tokens": 3, "completion_tokens": 2})),
+    st.just(chat_chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f"}}]})),
+    TEXTS.map(
+        lambda t: (
+            b'data: {"id":"chatcmpl-1", "choices":[{"delta":{"content":%s}}]}\n\n' % orjson.dumps(t)
+        )
+    ),
+    # The same bytes as the text in another place first.
+    st.tuples(TEXTS, TEXTS).map(
+        lambda tu: (
+            b'data: {"extra":{"content":%s},"choices":[{"delta":{"content":%s}}]}\n\n'
+            % (orjson.dumps(tu[0]), orjson.dumps(tu[1]))
+        )
+    ),
 )
+MESSAGES_PIECES = st.one_of(
+    st.tuples(TEXTS, st.integers(0, 2)).map(lambda ti: text_delta(*ti)),
+    st.integers(0, 2).map(
+        lambda i: (
+            b"event: content_block_stop\ndata: "
+            + orjson.dumps({"type": "content_block_stop", "index": i})
+            + b"\n\n"
+        )
+    ),
+)
+# The orders a Responses text delta's fields come in: OpenAI's (``sequence_number`` in the
+# head, ``obfuscation`` last), the bench's upstream's (the number last), fields sorted by name
+# (as Codex logs them), and a server that obfuscates nothing (tests/support/responses.py).
+RESPONSES_ORDERS = {
+    "openai": ("sequence_number", "item_id", "output_index", "content_index", "delta"),
+    "bench": ("item_id", "output_index", "content_index", "delta", "logprobs", "obfuscation"),
+    "sorted": ("content_index", "delta", "item_id", "logprobs", "obfuscation", "output_index"),
+    "plain": ("sequence_number", "item_id", "output_index", "content_index", "delta"),
+}
+DROP = object()  # a field left out of an event
+
+
+def responses_event(kind: str, **fields: Any) -> bytes:
+    data = {"type": kind, **fields}
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+def responses_delta(text: str, number: int, order: str = "openai", **changes: Any) -> bytes:
+    """A ``response.output_text.delta`` of item msg_1 with its fields in ``order``; ``changes``
+    replace fields (``DROP``: leave one out) or add them at the end."""
+    fields: dict[str, Any] = {"sequence_number": number, "item_id": "msg_1", "output_index": 0}
+    fields |= {"content_index": 0, "delta": text, "logprobs": []}
+    if order != "plain":
+        fields["obfuscation"] = "xY3k"
+    ordered = [*RESPONSES_ORDERS[order], *(k for k in fields if k not in RESPONSES_ORDERS[order])]
+    data = {key: fields[key] for key in ordered} | changes
+    kept = {key: value for key, value in data.items() if value is not DROP}
+    return responses_event("response.output_text.delta", **kept)
+
+
+_RESPONSE = {"id": "resp_1", "object": "response", "created_at": 1, "model": "m", "output": []}
+_ITEM = {"id": "msg_1", "type": "message", "status": "in_progress", "role": "assistant"}
+_AT = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
+_PART = {"type": "output_text", "text": "", "annotations": []}
+RESPONSES_START = [
+    responses_event("response.created", sequence_number=0, response=_RESPONSE),
+    responses_event("response.in_progress", sequence_number=1, response=_RESPONSE),
+    responses_event(
+        "response.output_item.added",
+        sequence_number=2,
+        output_index=0,
+        item={**_ITEM, "content": []},
+    ),
+    responses_event("response.content_part.added", sequence_number=3, **_AT, part=_PART),
+]
+_USAGE = {"input_tokens": 5, "output_tokens": 9, "total_tokens": 14}
+RESPONSES_END = [
+    responses_event("response.output_text.done", sequence_number=900, **_AT, text="..."),
+    responses_event("response.content_part.done", sequence_number=901, **_AT, part=_PART),
+    responses_event(
+        "response.output_item.done",
+        sequence_number=902,
+        output_index=0,
+        item={**_ITEM, "content": [_PART]},
+    ),
+    responses_event(
+        "response.completed",
+        sequence_number=903,
+        response={**_RESPONSE, "status": "completed", "usage": _USAGE},
+    ),
+]
+RESPONSES_PIECES = st.one_of(
+    st.tuples(TEXTS, st.integers(0, 1 << 40), st.sampled_from(list(RESPONSES_ORDERS))).map(
+        lambda tno: responses_delta(*tno)
+    ),
+    st.tuples(TEXTS, st.sampled_from([1.5, -1, "7", None, True, DROP])).map(
+        lambda tn: responses_delta(tn[0], 0, sequence_number=tn[1])
+    ),
+    st.tuples(
+        TEXTS, st.sampled_from([("item_id", "msg_2"), ("output_index", 1), ("obfuscation", 7)])
+    ).map(lambda tf: responses_delta(tf[0], 5, **{tf[1][0]: tf[1][1]})),
+    TEXTS.map(
+        lambda t: responses_event("response.refusal.delta", sequence_number=4, **_AT, delta=t)
+    ),
+    st.just(responses_event("response.output_text.done", sequence_number=5, **_AT, text="x")),
+)
+MESSAGES_START = (
+    b'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1",'
+    b'"type":"message","role":"assistant","model":"m","content":[],"usage":'
+    b'{"input_tokens":5,"output_tokens":1}}}\n\n'
+)
+MESSAGES_END = (
+    b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn"},'
+    b'"usage":{"output_tokens":9}}\n\nevent: message_stop\ndata: {"type":"message_stop"}\n\n'
+)
+
 
 CHAT_START = chat_chunk({"role": "assistant", "content": ""}, obfuscation="z")
 DONE = b"data: [DONE]\n\n"
@@ -51,7 +176,7 @@ WORDS = ["The", " quarterly", " figures", " show", " growth", ",", " and", " mor
 
 
 def in_pieces(stream: bytes, cuts: list[int], target: str, caller: str) -> bytes:
-    """``stream`` fed cut at ``cuts`` (offsets), with templates and runs."""
+    """``stream`` fed cut at ``cuts`` (offsets)."""
     translator = stream_translator(
         target, codec_of(API_OF[caller]), provider="p", model="m", include_usage=True
     )
@@ -61,7 +186,7 @@ def in_pieces(stream: bytes, cuts: list[int], target: str, caller: str) -> bytes
 
 
 def assert_read_alike(events: list[bytes], target: str, caller: str) -> None:
-    expected = translate(events, target, caller, templates=False)  # every event parsed whole
+    expected = translate(events, target, caller)  # one event a piece
     stream = b"".join(events)
     for size in (1, 7, 301, 4096, len(stream) or 1):
         cuts = list(range(size, len(stream), size))
@@ -80,7 +205,7 @@ def plain_chunks(n: int, **fields: str) -> list[bytes]:
 )
 def test_chat_streams_in_any_pieces_read_alike(pieces: list[bytes], cuts: list[int], caller: str):
     events = [CHAT_START, *plain_chunks(3, obfuscation="ab"), *pieces, DONE]
-    expected = translate(events, "chat", caller, templates=False)
+    expected = translate(events, "chat", caller)
     assert in_pieces(b"".join(events), cuts, "chat", caller) == expected
 
 
@@ -94,13 +219,8 @@ def test_messages_streams_in_any_pieces_read_alike(
     pieces: list[bytes], cuts: list[int], caller: str
 ):
     events = [MESSAGES_START, *[text_delta(w, 0) for w in WORDS], *pieces, MESSAGES_END]
-    expected = translate(events, "messages", caller, templates=False)
+    expected = translate(events, "messages", caller)
     assert in_pieces(b"".join(events), cuts, "messages", caller) == expected
-
-
-# Each Responses caller's test reads another order of the provider's fields.
-RESPONSES_ORDER = {"chat": "openai", "messages": "sorted"}
-RESPONSES_CALLERS = [("responses", caller) for caller in RESPONSES_ORDER]
 
 
 def plain_deltas(n: int, order: str = "openai", first: int = 4) -> list[bytes]:
@@ -118,7 +238,7 @@ def test_responses_streams_in_any_pieces_read_alike(
     pieces: list[bytes], cuts: list[int], order: str, caller: str
 ):
     events = [*RESPONSES_START, *plain_deltas(12, order), *pieces, *RESPONSES_END]
-    expected = translate(events, "responses", caller, templates=False)
+    expected = translate(events, "responses", caller)
     assert in_pieces(b"".join(events), cuts, "responses", caller) == expected
 
 
@@ -131,7 +251,7 @@ def _changed(old: bytes, new: bytes, text: str = "x") -> Callable[[str], bytes]:
 
 
 ODD_DELTAS = {
-    # Another item, output or part, or a field more or less: not the template's event.
+    # Another item, output or part, or a field more or less.
     "item": _delta(item_id="msg_2"),
     "output": _delta(output_index=1),
     "part": _delta(content_index=1),
@@ -160,7 +280,7 @@ ODD_DELTAS = {
     "obfuscation-unicode": _delta(obfuscation="\u2028"),
     "obfuscation-control": _changed(b"xY3k", b"x\x01k"),
     "obfuscation-utf-8": _changed(b"xY3k", b"\xc3"),
-    # The template's own bytes inside the text.
+    # A delta's own bytes, and an event's end, inside the text.
     "tail-in-text": _delta('","logprobs":[],"obfuscation":"'),
     "head-in-text": _delta('"sequence_number":5,"item_id":"msg_1"'),
     "event-end-in-text": _delta("}\n\ndata: "),
@@ -175,10 +295,9 @@ ODD_DELTAS = {
 @pytest.mark.parametrize("odd", list(ODD_DELTAS))
 @pytest.mark.parametrize("order", ["openai", "bench"])
 @pytest.mark.parametrize("caller", ["chat", "messages"])
-def test_odd_responses_deltas_inside_a_run_read_alike(odd: str, order: str, caller: str):
-    """Whatever one event of a run of Responses deltas holds, the stream translates as when
-    every event is parsed whole: the run ends before an event that is not the template's, and
-    one whose values the run cannot take is read whole, as is the rest of its piece."""
+def test_odd_responses_deltas_among_text_read_alike(odd: str, order: str, caller: str):
+    """Whatever one event among Responses deltas holds, the stream translates the same in
+    any pieces (or fails the same)."""
     deltas = plain_deltas(16, order)
     deltas[6] = ODD_DELTAS[odd](order)
     assert_read_alike([*RESPONSES_START, *deltas, *RESPONSES_END], "responses", caller)
@@ -187,7 +306,7 @@ def test_odd_responses_deltas_inside_a_run_read_alike(odd: str, order: str, call
 @pytest.mark.parametrize(
     "odd",
     [
-        b'"a \\"quoted\\" word"',  # an escaped quote ends the run: read whole
+        b'"a \\"quoted\\" word"',
         b'"caf\\u00e9 \\/ \\n"',  # escapes: written as orjson writes them
         '"é ☃ 𝄞 \u2028"'.encode(),  # beyond ASCII, as it is
         b'"raw\x01control"',  # not JSON: the stream fails
@@ -197,7 +316,7 @@ def test_odd_responses_deltas_inside_a_run_read_alike(odd: str, order: str, call
     ],
 )
 @pytest.mark.parametrize("caller", ["messages", "responses"])
-def test_odd_texts_inside_a_run_read_alike(odd: bytes, caller: str):
+def test_odd_texts_among_text_read_alike(odd: bytes, caller: str):
     chunks = plain_chunks(12)
     chunks[6] = chat_chunk({"content": "SLOT"}).replace(b'"SLOT"', odd)
     assert_read_alike([CHAT_START, *chunks, DONE], "chat", caller)
@@ -207,14 +326,14 @@ def test_odd_texts_inside_a_run_read_alike(odd: bytes, caller: str):
     "obfuscation",
     [b"xY3k", b"", b'q"uote', b"back\\\\slash", b"\xe2\x80\xa8", b"\x01", b"\xc3\xa9", b"\xff"],
 )
-def test_any_obfuscation_inside_a_run_reads_alike(obfuscation: bytes):
+def test_any_obfuscation_among_text_reads_alike(obfuscation: bytes):
     chunks = plain_chunks(12, obfuscation="OBF")
     chunks[5] = chunks[5].replace(b'"OBF"', b'"' + obfuscation + b'"')
     assert_read_alike([CHAT_START, *chunks, DONE], "chat", "messages")
 
 
 @pytest.mark.parametrize("name", [b"content_block_delta", b"", b"other", b"caf\xc3\xa9", b"\xff"])
-def test_messages_runs_of_any_event_name_read_alike(name: bytes):
+def test_messages_text_of_any_event_name_reads_alike(name: bytes):
     deltas = [text_delta(w, 0) for w in WORDS * 2]
     deltas[9] = deltas[9].replace(b"event: content_block_delta", b"event: " + name)
     assert_read_alike([MESSAGES_START, *deltas, MESSAGES_END], "messages", "chat")
@@ -222,9 +341,8 @@ def test_messages_runs_of_any_event_name_read_alike(name: bytes):
 
 @pytest.mark.parametrize("target", ["chat", "messages", "responses"])
 def test_a_stream_cut_anywhere_reads_alike(target: str):
-    """Every place a piece can end: inside a text, its tail, a free field's value, its end
-    or its blank line, just after a run, in the next event's head (held: ``_hold``), in
-    pieces of any size."""
+    """Every place a piece can end: inside a text, the fields after it, an event's end or its
+    blank line, the next event's head; in pieces of any size."""
     if target == "chat":
         events = [CHAT_START, *plain_chunks(24, obfuscation="xY3k"), DONE]
     elif target == "responses":
@@ -233,7 +351,7 @@ def test_a_stream_cut_anywhere_reads_alike(target: str):
         texts = [text_delta(w, 0) for w in WORDS * 5]
         events = [MESSAGES_START, *texts, MESSAGES_END]
     caller = "messages" if target == "chat" else "chat"
-    expected = translate(events, target, caller, templates=False)
+    expected = translate(events, target, caller)
     stream = b"".join(events)
     for cut in range(1, len(stream)):
         assert in_pieces(stream, [cut], target, caller) == expected, cut
@@ -250,29 +368,17 @@ def test_cr_line_ends_read_alike():
     assert_read_alike(crlf, "chat", "messages")
 
 
-@pytest.mark.parametrize("order", ["openai", "plain", "bench"])
-@pytest.mark.parametrize("caller", ["chat", "messages"])
-def test_an_event_whose_start_is_not_its_templates_reads_alike(order: str, caller: str):
-    """The first event after a template is learnt, its ``data: {...`` up to the first value
-    replaced by a NUL: no data field, so no event. A run must not take it for a text event
-    (a run's prefix is the template's from the start, never a placeholder)."""
-    deltas = plain_deltas(16, order)
-    first = b'"item_id":"' if order == "bench" else b'"sequence_number":'  # then its value
-    deltas[1] = b"\0" + deltas[1][deltas[1].index(first) + len(first) :]
-    assert_read_alike([*RESPONSES_START, *deltas, *RESPONSES_END], "responses", caller)
-
-
 def test_bad_utf8_fails_a_stream_alike_however_it_is_cut():
-    """The failure names the bad byte, not its place in whatever was decoded, which moved with
-    the pieces and with the events read as runs (a CR after it in the same piece has the reader
-    decode the piece line by line)."""
+    """The failure names the bad byte, not its place in whatever was decoded, which moves with
+    the pieces (a CR after it in the same piece has the reader decode the piece line by
+    line)."""
     chunks = plain_chunks(12, obfuscation="xY3k")
     chunks[5] = chunks[5].replace(b'"xY3k"', b'"xY3k\xff')
     chunks[6] = chunks[6].replace(b'"xY3k"', b'"xY3k\r')
     assert_read_alike([b"".join([CHAT_START, *chunks, DONE])], "chat", "messages")
 
 
-def test_empty_texts_and_calls_between_runs_read_alike():
+def test_empty_texts_and_calls_among_text_read_alike():
     call = chat_chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f"}}]})
     args = chat_chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"a":1}'}}]})
     chunks = plain_chunks(20)
@@ -282,153 +388,38 @@ def test_empty_texts_and_calls_between_runs_read_alike():
         assert_read_alike([CHAT_START, *chunks, DONE], "chat", caller)
 
 
-@pytest.mark.parametrize(
-    ("target", "caller"), [("chat", "messages"), ("chat", "responses"), *RESPONSES_CALLERS]
-)
-def test_a_stream_of_text_is_read_in_runs(
-    monkeypatch: pytest.MonkeyPatch, target: str, caller: str
-):
-    """Runs are used, not only harmless: after its first events, a stream of text events fed
-    in large pieces parses no event on its own, for every caller's writer (Responses numbers
-    each event: a run's events are numbered in turn) and from a Responses provider, whose
-    deltas are numbered too, wherever the number stands."""
-    if target == "chat":
-        events = [CHAT_START, *plain_chunks(200, obfuscation="xY3k"), DONE]
-    else:
-        events = [*RESPONSES_START, *plain_deltas(200, RESPONSES_ORDER[caller]), *RESPONSES_END]
-    assert_read_in_runs(monkeypatch, events, target, caller)
-
-
-def assert_read_in_runs(
-    monkeypatch: pytest.MonkeyPatch, events: list[bytes], target: str, caller: str
-) -> None:
-    """Fed in 16 KiB pieces, the stream reads alike and parses fewer than 20 events whole
-    (of 200: the first events, the last, those a piece cuts in two)."""
-    expected = translate(events, target, caller, templates=False)
-    parsed = []
-    parse = stream_readers._object
-    monkeypatch.setattr(stream_readers, "_object", lambda p: parsed.append(p) or parse(p))
-    stream = b"".join(events)
-    assert in_pieces(stream, list(range(16384, len(stream), 16384)), target, caller) == expected
-    assert len(parsed) < 20
-
-
 LLAMA_CPP_PYTHON = Path(__file__).parents[1] / "fixtures/local_servers"
 
 
 @pytest.mark.parametrize("caller", ["messages", "responses"])
-def test_a_real_llama_cpp_python_stream_is_read_in_runs(
-    monkeypatch: pytest.MonkeyPatch, caller: str
-):
+def test_a_real_llama_cpp_python_stream_reads_alike_however_it_is_cut(caller: str):
     """A stream recorded from llama-cpp-python, whose JSON has a space after each colon and
-    comma (``json.dumps``'s default), teaches a template as a compact one does: its text
-    events are read in runs, not each parsed whole, and read alike however it is cut."""
+    comma (``json.dumps``'s default)."""
     recorded = (LLAMA_CPP_PYTHON / "llama_cpp_python.chat_text.recorded.sse").read_bytes()
-    assert_read_in_runs(monkeypatch, [recorded], "chat", caller)
-    assert_read_alike([recorded], "chat", caller)
+    events = [event + b"\n\n" for event in recorded.split(b"\n\n") if event]
+    assert b'" time"' in translate(events, "chat", caller)  # one of its texts
+    assert_read_alike(events, "chat", caller)
 
 
-@pytest.mark.parametrize("order", ["bench", "sorted"])
-@pytest.mark.parametrize(
-    ("field", "value"),
-    [
-        ("sequence_number", 1.5),
-        ("sequence_number", -1),
-        ("sequence_number", "7"),
-        ("sequence_number", 2**64 - 1),
-        ("obfuscation", 'a"b'),
-        ("obfuscation", "a\\b"),
-        ("obfuscation", "\u00e9t\u00e9"),
-        ("obfuscation", 7),
-    ],
-)
-def test_a_responses_delta_whose_free_and_numbered_fields_are_read_as_one_reads_alike(
-    order: str, field: str, value: Any
-):
-    """Where a delta's ``obfuscation`` and ``sequence_number`` are next to each other among
-    its values (the bench's order; sorted keys), a run reads them as one value checked by one
-    pattern: a delta whose either field is not what that pattern takes ends the run and is read
-    whole, in any pieces."""
-    deltas = plain_deltas(20, order)
-    deltas[11] = responses_delta(WORDS[3], 15, order, **{field: value})
-    assert_read_alike([*RESPONSES_START, *deltas, *RESPONSES_END], "responses", "chat")
-
-
-@pytest.mark.parametrize("order", ["bench", "sorted"])
-@pytest.mark.parametrize(
-    ("written", "instead"),
-    [
-        (b'"sequence_number":15', b'"sequence_number":015'),
-        (b'"sequence_number":15', b'"sequence_number":15x'),
-        (b'"sequence_number":15', b'"sequence_number":'),
-        (b'"obfuscation":"xY3k"', b'"obfuscation":"x\tY"'),
-        (b'"obfuscation":"xY3k"', b'"obfuscation":"x\xffY"'),
-    ],
-)
-def test_a_responses_delta_not_json_where_its_fields_are_read_as_one_fails_alike(
-    order: str, written: bytes, instead: bytes
-):
-    """The pattern that checks the two fields read as one takes what JSON takes there and no
-    more: a number written otherwise, a raw control character or bad UTF-8 in the string
-    fails the stream as reading every event whole does."""
-    deltas = plain_deltas(20, order)
-    deltas[11] = responses_delta(WORDS[3], 15, order).replace(written, instead)
-    assert deltas[11] != responses_delta(WORDS[3], 15, order)
-    assert_read_alike([*RESPONSES_START, *deltas, *RESPONSES_END], "responses", "chat")
-
-
-@pytest.mark.parametrize(("target", "caller"), [("chat", "messages"), *RESPONSES_CALLERS])
-@pytest.mark.parametrize("size", [150, 700, 1500])
-def test_a_stream_in_small_pieces_is_read_in_runs(
-    monkeypatch: pytest.MonkeyPatch, target: str, caller: str, size: int
-):
-    """Pieces of one to a few events, nearly all cut inside one (what a provider's writes
-    become when read as they arrive), are read in runs too: the start of an event a run
-    leaves is held for the next piece, not read on its own; fewer than 20 events of 200 are
-    read one at a time, and the stream reads alike."""
-    if target == "chat":
-        events = [CHAT_START, *plain_chunks(200, obfuscation="xY3k"), DONE]
-    else:
-        events = [*RESPONSES_START, *plain_deltas(200, RESPONSES_ORDER[caller]), *RESPONSES_END]
-    expected = translate(events, target, caller, templates=False)
-    one_at_a_time = []
-    read = stream_readers.StreamReader._read
-
-    def counted(reader: stream_readers.StreamReader, found: list) -> list:
-        one_at_a_time.extend(found)
-        return read(reader, found)
-
-    monkeypatch.setattr(stream_readers.StreamReader, "_read", counted)
-    stream = b"".join(events)
-    assert in_pieces(stream, list(range(size, len(stream), size)), target, caller) == expected
-    assert len(one_at_a_time) < 20
-
-
-def test_the_bench_responses_stream_is_read_in_runs(monkeypatch: pytest.MonkeyPatch):
-    """The stream bench.ab measures the Responses provider with (its number last) is read in
-    runs as the providers' own orders are."""
-    events = list(upstream.responses_stream(RESPONSES_MODEL))
-    assert_read_in_runs(monkeypatch, events, "responses", "messages")
-
-
-def test_runs_end_with_the_stream():
-    """A run cut by the end of the stream, and nothing after the end, as read whole."""
+def test_a_stream_cut_short_and_events_after_its_end_read_alike():
+    """A stream cut by its end inside an event, and events after the end marker (they do not
+    count)."""
     events = [CHAT_START, *plain_chunks(30), DONE]
     stream = b"".join(events)
     cut = stream[: len(stream) - 100]
-    expected = translate([cut], "chat", "messages", templates=False)
+    expected = translate([cut], "chat", "messages")
     assert in_pieces(cut, [], "chat", "messages") == expected
     after = [*events, *plain_chunks(5)]
     assert_read_alike(after, "chat", "messages")
 
 
 @pytest.mark.parametrize(("caller", "target"), DIRECTIONS)
-async def test_a_stream_read_in_runs_is_charged_as_read_event_by_event(
+async def test_a_stream_in_one_piece_is_charged_as_one_sent_event_by_event(
     translating_pod: TranslatingPod, caller: str, target: str
 ):
-    """The provider's usage is read from what the translator reads event by event (its text
-    runs hold nothing else): a long answer sent in one piece, read in runs, is charged and
-    reaches the caller exactly as the same answer sent one event per write."""
+    """The provider's usage is read from the events the translator parses: a long answer sent
+    in one piece is charged and reaches the caller exactly as the same answer sent one event
+    per write."""
     pod = translating_pod
     texts = [f"{WORDS[i % len(WORDS)]}{i}" for i in range(120)]
     events = EVENTS[target](texts, [], 40)
@@ -448,7 +439,7 @@ async def test_a_stream_read_in_runs_is_charged_as_read_event_by_event(
 def test_a_provider_id_holding_format_characters_reaches_a_responses_caller_as_it_is(
     provider_id: str,
 ):
-    """The Responses writer writes a run's deltas with one format of the message's delta,
+    """The Responses writer writes each text delta with one format of the message's delta,
     whose item id holds the provider's answer id: a ``%`` in that id is its own."""
     chunks = [c.replace(b'"chatcmpl-1"', orjson.dumps(provider_id)) for c in plain_chunks(40)]
     start = CHAT_START.replace(b'"chatcmpl-1"', orjson.dumps(provider_id))
@@ -470,8 +461,7 @@ async def test_a_stream_without_usage_is_estimated_from_its_events_however_read(
     translating_pod: TranslatingPod,
 ):
     """A provider that tells no usage is charged an estimate of one token per event its
-    stream carried, counted by the translator: the same read in runs (one piece) as read one
-    event at a time."""
+    stream carried, counted by the translator: the same in one piece as one event a piece."""
     pod = translating_pod
     texts = [f"{WORDS[i % len(WORDS)]}{i}" for i in range(120)]
     events = [e for e in EVENTS["chat"](texts, [], 40) if b'"usage"' not in e]
@@ -484,9 +474,9 @@ async def test_a_stream_without_usage_is_estimated_from_its_events_however_read(
         assert record["usage"]["output_tokens"] == len(events)
 
 
-def test_free_values_each_bad_utf8_alone_read_alike():
-    """Each free value is checked alone: two values whose bytes are bad UTF-8 alone but good
-    together (``\\xc3`` then ``\\xa9``) fail the stream as the events read whole do."""
+def test_values_each_bad_utf8_alone_fail_alike():
+    """Each event is decoded alone: two values whose bytes are bad UTF-8 alone but good
+    together (``\\xc3`` then ``\\xa9``) fail the stream however it is cut."""
     chunks = plain_chunks(12, obfuscation="OBF")
     chunks[5] = chunks[5].replace(b'"OBF"', b'"\xc3"')
     chunks[6] = chunks[6].replace(b'"OBF"', b'"\xa9"')
@@ -511,13 +501,12 @@ HOSTILE_BYTES = b'"\\\x00\x01\n\r\xff\xc3\xa90159-}{:,. e'
     ),
     st.sampled_from(["chat", "messages", "responses"]),
 )
-def test_a_run_with_any_bytes_changed_reads_alike(
+def test_a_stream_with_any_bytes_changed_reads_alike(
     target: str, changes: list[tuple[int, int, int, bool]], caller: str
 ):
-    """A hostile provider's run, a few bytes replaced or inserted near a quote, where values
+    """A hostile provider's stream, a few bytes replaced or inserted near a quote, where values
     start and end (a quote, an escape, a control character, bad UTF-8, a digit, a sign, JSON
-    punctuation): the stream translates as when every event is parsed whole, whatever the
-    compiled reader finds in it."""
+    punctuation, a line end): it translates, or fails, the same in any pieces."""
     if caller == target:
         caller = "chat" if target != "chat" else "messages"
     events = BENCH_EVENTS[target]
@@ -527,3 +516,34 @@ def test_a_run_with_any_bytes_changed_reads_alike(
         at = min(max(quotes[quote % len(quotes)] + offset, 0), len(stream) - 1)
         stream[at : at + (not insert)] = bytes([byte])
     assert_read_alike([bytes(stream)], target, caller)
+
+
+@pytest.mark.parametrize("target", ["messages", "responses"])
+def test_a_text_event_named_only_by_its_event_line_is_read_as_its_name_says(target: str):
+    """A payload without ``type`` is read as its event's name says: the same payload under
+    another name is another event, not text."""
+    if target == "messages":
+        kind, other = "content_block_delta", "ping"
+        payload = {"index": 0, "delta": {"type": "text_delta", "text": "The"}}
+        events = [
+            MESSAGES_START,
+            *(
+                b"event: %s\ndata: " % k.encode() + orjson.dumps(payload) + b"\n\n"
+                for k in (kind, kind, other, kind)
+            ),
+            MESSAGES_END,
+        ]
+    else:
+        kind, other = "response.output_text.delta", "response.output_text.done"
+        payload = {**_AT, "delta": "The"}
+        events = [
+            *RESPONSES_START,
+            *(
+                b"event: %s\ndata: " % k.encode() + orjson.dumps(payload) + b"\n\n"
+                for k in (kind, kind, other, kind)
+            ),
+            *RESPONSES_END,
+        ]
+    caller = "chat"
+    assert translate(events, target, caller).count(b'"The"') == 3
+    assert_read_alike(events, target, caller)
