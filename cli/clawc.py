@@ -433,10 +433,13 @@ def main(
     except ModuleNotFoundError as exc:
         if exc.name not in _COMPILER_EXTRA_MODULES:
             return _internal_error(exc, err)
-        # `pip install clawpod` is the sidecar's run-time set; compiling needs the extra.
+        # The wheel alone is the sidecar's run-time set; compiling needs the extra. The name
+        # is not on PyPI: the extra is installed from the same wheel or checkout.
         err.write(
             f"clawc: error: clawc {args.command} needs {exc.name}, from the compiler extra: "
-            "pip install 'clawpod[compiler]'\n"
+            "install clawpod again with [compiler], e.g. "
+            "pip install 'dist/clawpod-VERSION-py3-none-any.whl[compiler]' "
+            "(README.md, Installing without the repository)\n"
         )
     except Exception as exc:
         return _internal_error(exc, err)
