@@ -3,19 +3,15 @@
 # locally built Python 3.11 image: --build-arg BASE_IMAGE=... (scripts/provision-docker.sh does).
 ARG BASE_IMAGE=python:3.11-slim
 
-# The project's wheel, built where a C compiler is: stream translation reads runs of text events
-# in compiled code (sidecar/translation/_text_runs.c). The image itself carries no compiler.
+# The project's wheel: pure Python (py3-none-any), built with nothing but Python; the build
+# fails if it is not, since a platform wheel would need a compiler somewhere.
 FROM ${BASE_IMAGE} AS wheel
-RUN apt-get update \
- && apt-get install -y --no-install-recommends gcc libc6-dev \
- && { python -c 'import os, sysconfig; os.stat(sysconfig.get_paths()["include"] + "/Python.h")' 2>/dev/null \
-      || apt-get install -y --no-install-recommends python3-dev; } \
- && rm -rf /var/lib/apt/lists/*
-COPY pyproject.toml setup.py README.md /tmp/claw/
+COPY pyproject.toml README.md /tmp/claw/
 COPY cli /tmp/claw/cli
 COPY compiler /tmp/claw/compiler
 COPY sidecar /tmp/claw/sidecar
-RUN pip wheel --no-deps --no-cache-dir -w /wheels /tmp/claw
+RUN pip wheel --no-deps --no-cache-dir -w /wheels /tmp/claw \
+ && ls /wheels/clawpod-*-py3-none-any.whl
 
 FROM ${BASE_IMAGE}
 

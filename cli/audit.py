@@ -148,7 +148,7 @@ def describe(record: dict[str, Any]) -> str:
     ]
     if record.get("stream"):
         parts.append("stream")
-    if usage:
+    if usage and called_a_model(record):
         estimated = " (estimated)" if usage.get("estimated") else ""
         parts.append(
             f"rounds={usage.get('rounds', 0)} tokens={usage.get('input_tokens', 0)}"
@@ -163,6 +163,13 @@ def describe(record: dict[str, Any]) -> str:
         for traced in round_.get("calls") or []:
             lines.append("      " + _describe_call(round_.get("round"), traced))
     return "\n".join(lines) + "\n"
+
+
+def called_a_model(record: dict[str, Any]) -> bool:
+    """Whether the request reached a model: an MCP tool call, or a request refused before it
+    was routed (a spent budget), spent no tokens and names no provider."""
+    usage = record.get("usage") or {}
+    return bool(record.get("provider") or usage.get("input_tokens") or usage.get("output_tokens"))
 
 
 def _attempt(attempt: dict[str, Any]) -> str:

@@ -36,12 +36,14 @@ examples:
   clawc schema pod > pod.schema.json     JSON Schema of x-claw, for editors
   clawc import openapi api.yaml --service billing -o descriptors/billing.yaml
                                          a descriptor from an OpenAPI document
-  clawc audit verify build/state         check the audit hash chains
+  clawc audit verify STATE_DIR --build compose/examples/trading-desk/build
+      check the audit hash chains (STATE_DIR: the sidecar's --state-dir,
+      outside the build; CLAW_AUDIT_KEY: the sidecar's key)
 
 exit status: 0 ok, 1 invalid input, 2 usage error
 """
 
-_COMPILE_HELP = """\
+_COMPILE_HELP = f"""\
 examples:
   clawc compile pod.yml                       build/ beside pod.yml
   clawc compile pod.yml -o /srv/desk-build    somewhere else
@@ -49,9 +51,13 @@ examples:
   clawc compile pod.yml --sidecar-image registry.example/clawpod/sidecar:0.1.0
 
 Recompiling the same inputs gives byte-identical output and keeps the agent tokens.
-Run the result with:  docker compose -f OUT/compose.yml up
+Run the result with (the sidecar refuses to start without an audit key;
+keep it, `clawc audit verify` needs it):
+  export {AUDIT_KEY_ENV}=$(openssl rand -hex 32)
+  export {OPERATOR_TOKEN_ENV}=$(openssl rand -hex 32)
+  docker compose -f OUT/compose.yml up
 Provider keys and service credentials are read by the sidecar from the environment
-at run time (they are referenced as ${VAR}); no value is ever written to OUT except
+at run time (they are referenced as ${{VAR}}); no value is ever written to OUT except
 the agent tokens in OUT/agents/*.env (mode 0600).
 """
 
@@ -122,7 +128,9 @@ def _parser() -> argparse.ArgumentParser:
         epilog="example:\n  clawc validate compose/examples/trading-desk/pod.yml",
         formatter_class=formatter,
     )
-    validate.add_argument("pod", type=Path, metavar="POD")
+    validate.add_argument(
+        "pod", type=Path, metavar="POD", help="pod file (compose YAML with x-claw)"
+    )
 
     inspect = commands.add_parser(
         "inspect",
@@ -148,7 +156,11 @@ def _parser() -> argparse.ArgumentParser:
         epilog="examples:\n  clawc schema descriptor > descriptor.schema.json\n  clawc schema pod",
         formatter_class=formatter,
     )
-    schema.add_argument("kind", choices=["descriptor", "pod"])
+    schema.add_argument(
+        "kind",
+        choices=["descriptor", "pod"],
+        help="descriptor: a service's tools (descriptors/*.json|yaml); pod: the x-claw blocks",
+    )
 
     audit = commands.add_parser(
         "audit",
@@ -161,7 +173,11 @@ def _parser() -> argparse.ArgumentParser:
         "3 when the chains are keyed and the key is not set (no verdict)",
         formatter_class=formatter,
     )
-    audit.add_argument("action", choices=["verify", "show"])
+    audit.add_argument(
+        "action",
+        choices=["verify", "show"],
+        help="verify: check every agent's hash chain; show: list the records",
+    )
     audit.add_argument(
         "state_dir", type=Path, nargs="?", metavar="STATE_DIR", help="the sidecar's --state-dir"
     )
@@ -212,8 +228,14 @@ def _add_approvals(commands: Any) -> None:
         f"the operator token is read from {OPERATOR_TOKEN_ENV}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    approvals.add_argument("action", choices=["list", "approve", "deny"])
-    approvals.add_argument("approval_id", nargs="?", metavar="ID")
+    approvals.add_argument(
+        "action",
+        choices=["list", "approve", "deny"],
+        help="list the pending approvals, or decide the one named by ID",
+    )
+    approvals.add_argument(
+        "approval_id", nargs="?", metavar="ID", help="approve/deny: the approval (apr_...)"
+    )
     approvals.add_argument(
         "--sidecar",
         required=True,
@@ -248,7 +270,11 @@ def _warn(warnings: list[str], err: TextIO) -> None:
 
 def _compile(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from ..compiler.output.build import write_build
-    from ..compiler.output.host_isolation import engine_warning, local_engine_version
+    from ..compiler.output.host_isolation import (
+        engine_warning,
+        firewall_rules_in_place,
+        local_engine_version,
+    )
     from ..compiler.pod import compile_pod
 
     if args.discover:
@@ -270,7 +296,10 @@ def _compile(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.sign_key_env:
         _sign(target, args.sign_key_env)
     if args.target == "compose":  # the host's gateway: a bridge network's concern only
-        _warn([w for w in [engine_warning(local_engine_version())] if w], err)
+        version = local_engine_version()
+        if version is not None:
+            warning = engine_warning(version, firewall_rules_in_place(os.environ))
+            _warn([warning] if warning else [], err)
     summary = (
         ", ".join(f"{a.id} ({a.mode}, {len(a.tools)} tools)" for a in pod.agents) or "no agents"
     )
@@ -439,10 +468,13 @@ def main(
     except ModuleNotFoundError as exc:
         if exc.name not in _COMPILER_EXTRA_MODULES:
             return _internal_error(exc, err)
-        # `pip install clawpod` is the sidecar's run-time set; compiling needs the extra.
+        # The wheel alone is the sidecar's run-time set; compiling needs the extra. The name
+        # is not on PyPI: the extra is installed from the same wheel or checkout.
         err.write(
             f"clawc: error: clawc {args.command} needs {exc.name}, from the compiler extra: "
-            "pip install 'clawpod[compiler]'\n"
+            "install clawpod again with [compiler], e.g. "
+            "pip install 'dist/clawpod-VERSION-py3-none-any.whl[compiler]' "
+            "(README.md, Installing without the repository)\n"
         )
     except Exception as exc:
         return _internal_error(exc, err)

@@ -6,10 +6,13 @@
 #   - local Python images that stand in for python:3.11-slim: $CLAW_BASE_IMAGE (with the
 #     project's runtime dependencies) and $CLAW_AGENT_BASE_IMAGE (also openai and mcp).
 #
-#   scripts/provision-docker.sh up     provision (idempotent; about a second when already done)
-#                                      and print the tests' environment as `export` lines
-#   scripts/provision-docker.sh env    only print that environment
-#   scripts/provision-docker.sh stop   stop the engine this script started (by its recorded PID)
+#   scripts/provision-docker.sh up      provision (idempotent; about a second when already done)
+#                                       and print the tests' environment as `export` lines
+#   scripts/provision-docker.sh env     only print that environment
+#   scripts/provision-docker.sh newest  after `up`: a Debian trixie image with its Python (3.13,
+#                                       the newest clawpod supports) and pip, nothing else;
+#                                       prints its name (.ci/fresh-install.sh runs in it)
+#   scripts/provision-docker.sh stop    stop the engine this script started (by its recorded PID)
 #
 # Typical use:  eval "$(scripts/provision-docker.sh up)"
 # Progress goes to stderr so stdout stays eval-able.
@@ -19,8 +22,10 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 STATE_DIR=${CLAW_DOCKER_STATE:-${TMPDIR:-/tmp}/clawpod-docker}
 PID_FILE=$STATE_DIR/dockerd.pid
 ENGINE_LOG=$STATE_DIR/dockerd.log
-ROOTFS_REPOSITORY=clawpod-local/bookworm-rootfs
+BASE_SUITE=bookworm  # Debian 12: Python 3.11
+NEWEST_SUITE=trixie  # Debian 13: Python 3.13
 BASE_IMAGE=${CLAW_BASE_IMAGE:-clawpod-local/python:3.11}
+NEWEST_IMAGE=clawpod-local/python:3.13
 AGENT_BASE_IMAGE=${CLAW_AGENT_BASE_IMAGE:-clawpod-local/python-agent:3.11}
 AGENT_PY_PACKAGES="openai>=1.50 mcp>=1.9"
 COMPOSE_VERSION=2.40.3
@@ -94,40 +99,52 @@ start_engine() {
   exit 1
 }
 
-# The rootfs image is tagged with a hash of this recipe, so a changed recipe builds a new one.
+# A suite's rootfs image is tagged with a hash of this recipe, so a changed recipe builds a new one.
 rootfs_image() {
-  echo "$ROOTFS_REPOSITORY:$(sed -n '/^build_rootfs_image()/,/^}/p' "$0" | sha256sum | cut -c1-12)"
+  echo "clawpod-local/$1-rootfs:$(sed -n '/^build_rootfs_image()/,/^}/p' "$0" | sha256sum | cut -c1-12)"
 }
 
-# Debian minbase with python3 and pip. usrmerge (and the perl it pulls in, ~45 MB) is purged:
+# Debian minbase of SUITE with python3 and pip, from this machine's apt sources (renamed to the
+# suite). Where usrmerge came along (bookworm), it and the perl it pulls in (~45 MB) are purged:
 # mmdebstrap has already merged /usr, and the usr-is-merged marker keeps dependencies satisfied.
 # The import goes to a temporary tag so a failed debootstrap never leaves a usable-looking image.
 build_rootfs_image() {
-  local tag=$1 sources=/etc/apt/sources.list.d/debian.sources
+  local tag=$1 suite=$2 sources=/etc/apt/sources.list.d/debian.sources suite_sources
   [ -f "$sources" ] || sources=/etc/apt/sources.list
-  say "mmdebstrap bookworm rootfs -> $tag"
+  suite_sources=$(mktemp)
+  sed "s/\b$BASE_SUITE\b/$suite/g" "$sources" >"$suite_sources"
+  say "mmdebstrap $suite rootfs -> $tag"
   mmdebstrap --quiet --variant=minbase \
     --include=usr-is-merged,python3,python3-pip,python-is-python3,ca-certificates \
     --aptopt='Acquire::Check-Valid-Until "false"' --dpkgopt=force-unsafe-io \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-include=/usr/share/locale/locale.alias' \
-    --customize-hook='chroot "$1" dpkg --purge usrmerge libfile-find-rule-perl libnumber-compare-perl libtext-glob-perl perl libperl5.36 perl-modules-5.36 >/dev/null' \
+    --customize-hook='chroot "$1" sh -c "! dpkg -s usrmerge >/dev/null 2>&1 || dpkg --purge usrmerge libfile-find-rule-perl libnumber-compare-perl libtext-glob-perl perl libperl5.36 perl-modules-5.36 >/dev/null"' \
     --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/var/log/*' \
-    bookworm - "$sources" |
+    "$suite" - "$suite_sources" |
     docker import -c 'ENV LANG=C.UTF-8' -c 'CMD ["python3"]' - "$tag-partial" >/dev/null || {
     docker image rm "$tag-partial" >/dev/null 2>&1 || true
+    rm -f "$suite_sources"
     exit 1
   }
+  rm -f "$suite_sources"
   docker tag "$tag-partial" "$tag"
   docker image rm "$tag-partial" >/dev/null
   # Rootfs images of earlier recipes are no longer needed.
-  docker images --format '{{.Repository}}:{{.Tag}}' "$ROOTFS_REPOSITORY" | grep -vxF "$tag" |
+  docker images --format '{{.Repository}}:{{.Tag}}' "${tag%:*}" | grep -vxF "$tag" |
     xargs -r docker image rm >/dev/null 2>&1 || true
 }
 
-# A Python image TAG FROM an image, with the requirements in a file preinstalled offline from
-# wheels the host downloads (the host reaches PyPI faster, and caches), so later `docker build`s
-# do not fetch the same wheels again. It also carries this machine's CA bundle, so pip inside
+ensure_rootfs_image() {
+  local suite=$1 tag
+  tag=$(rootfs_image "$suite")
+  docker image inspect "$tag" >/dev/null 2>&1 || build_rootfs_image "$tag" "$suite"
+  echo "$tag"
+}
+
+# A Python image TAG FROM an image, with the requirements in a file (if any) preinstalled offline
+# from wheels the host downloads (the host reaches PyPI faster, and caches), so later `docker
+# build`s do not fetch the same wheels again. It also carries this machine's CA bundle, so pip inside
 # those builds trusts the same HTTPS path to PyPI the host uses. PEP 668 is lifted: the image is
 # a throwaway interpreter, like python:3.11-slim.
 build_python_image() {
@@ -138,8 +155,10 @@ build_python_image() {
   # Wheels for the image's CPython 3.11 on glibc 2.36 (bookworm), which runs any older manylinux.
   local platforms=(--platform manylinux2014_x86_64)
   for glibc_minor in $(seq 17 36); do platforms+=(--platform "manylinux_2_${glibc_minor}_x86_64"); done
-  python3 -m pip download -qq --only-binary=:all: --python-version 3.11 --implementation cp \
-    --abi cp311 "${platforms[@]}" -d "$ctx/wheels" -r "$requirements"
+  if [ -s "$requirements" ]; then
+    python3 -m pip download -qq --only-binary=:all: --python-version 3.11 --implementation cp \
+      --abi cp311 "${platforms[@]}" -d "$ctx/wheels" -r "$requirements"
+  fi
   cp /etc/ssl/certs/ca-certificates.crt "$ctx/ca/bundle.crt"
   {
     echo "FROM $from"
@@ -147,9 +166,11 @@ build_python_image() {
       "PIP_ROOT_USER_ACTION=ignore PYTHONDONTWRITEBYTECODE=1" \
       "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt PIP_CERT=/etc/ssl/certs/ca-certificates.crt"
     echo "COPY ca/bundle.crt /etc/ssl/certs/ca-certificates.crt"
-    echo "COPY wheels /tmp/wheels"
-    echo "RUN pip install --no-index --find-links=/tmp/wheels -r /tmp/wheels/requirements.txt" \
-      "&& rm -rf /tmp/wheels"
+    if [ -s "$requirements" ]; then
+      echo "COPY wheels /tmp/wheels"
+      echo "RUN pip install --no-index --find-links=/tmp/wheels -r /tmp/wheels/requirements.txt" \
+        "&& rm -rf /tmp/wheels"
+    fi
     echo "LABEL org.clawpod.fingerprint=$fingerprint"
   } >"$ctx/Dockerfile"
   docker build -q -t "$tag" "$ctx" >/dev/null 2>"$ctx/build.err" || {
@@ -189,8 +210,7 @@ print("\n".join(project["dependencies"] + project["optional-dependencies"]["otel
 
 ensure_images() {
   local requirements rootfs
-  rootfs=$(rootfs_image)
-  docker image inspect "$rootfs" >/dev/null 2>&1 || build_rootfs_image "$rootfs"
+  rootfs=$(ensure_rootfs_image "$BASE_SUITE")
   requirements=$(mktemp)
   runtime_requirements >"$requirements"
   ensure_python_image "$BASE_IMAGE" "$rootfs" "$requirements"
@@ -245,9 +265,15 @@ main() {
     print_env
     ;;
   env) print_env ;;
+  newest)
+    local rootfs
+    rootfs=$(ensure_rootfs_image "$NEWEST_SUITE")
+    ensure_python_image "$NEWEST_IMAGE" "$rootfs" /dev/null
+    echo "$NEWEST_IMAGE"
+    ;;
   stop) stop_engine ;;
   *)
-    echo "usage: $0 [up|env|stop]" >&2
+    echo "usage: $0 [up|env|newest|stop]" >&2
     exit 2
     ;;
   esac

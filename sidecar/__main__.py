@@ -1,5 +1,6 @@
 """``python -m clawpod.sidecar --build OUT [--host H] [--port P] [--admin-host H]
-[--admin-port P] [--state-dir DIR] [--allow-unkeyed-audit] [--verify-key-env VAR]``."""
+[--admin-port P] [--state-dir DIR] [--allow-unkeyed-audit] [--verify-key-env VAR]
+[--log-level LEVEL]``, ``--version``."""
 
 from __future__ import annotations
 
@@ -11,12 +12,15 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable
+import textwrap
+from collections.abc import Callable, Mapping
+from importlib import metadata
 from pathlib import Path
 
 from .audit.log import AUDIT_KEY_ENV, AuditKeyError, AuditStateError
 from .build_signature import SignatureError, verify_signature
 from .credential_files import (
+    FILE_SUFFIX,
     OPERATOR_TOKEN_ENV,
     CredentialFileError,
     credential_names,
@@ -25,15 +29,16 @@ from .credential_files import (
 from .governance.webhooks import WEBHOOK_SECRET_ENV, WebhookSecretError
 from .manifest import Build, BuildError, load_build
 from .observability.logs import configure_logging
-from .observability.tracing import configure_tracing
+from .observability.tracing import ENDPOINT_ENV, configure_tracing
 from .server.admin import create_admin_app
 from .server.app import create_app
 from .server.context import STATE_KEY
 from .server.edge import EdgeLimits
 from .server.operator_auth import OperatorTokenError
 from .server.serving import listen
-from .state.lock import StateLock, StateLockError, instance_name
+from .state.lock import INSTANCE_ENV, StateLock, StateLockError, instance_name
 from .state.shared_counters import SharedLimitsError
+from .transport.keepalive import KEEPALIVE_ENV
 
 log = logging.getLogger("clawpod.sidecar")  # run as __main__: named after the package
 DESCRIPTION = (
@@ -44,6 +49,29 @@ DESCRIPTION = (
     "operator listener then listens on the --host address too, unless --admin-host says "
     "otherwise."
 )
+ENVIRONMENT_HELP = f"""\
+environment:
+  {AUDIT_KEY_ENV}          keys the audit chain, at least 16 bytes (required
+                          unless --allow-unkeyed-audit; clawc audit verify
+                          needs the same key)
+  {OPERATOR_TOKEN_ENV}     the operator API's and console's bearer token;
+                          without it no approval can be decided
+  {WEBHOOK_SECRET_ENV}     signs approval webhooks (required with a webhook)
+  OPENAI_API_KEY, ...     provider keys and tool credentials, by the names
+                          the build gives (sidecar.json)
+  NAME{FILE_SUFFIX}               any of the above, read from the file it names
+  {INSTANCE_ENV}           this sidecar's name in the audit (default: host)
+  {KEEPALIVE_ENV}   milliseconds between keep-alives on streams (5000)
+  {ENDPOINT_ENV}
+                          export traces over OTLP/HTTP to this URL
+
+example (outside a pod):
+  export {AUDIT_KEY_ENV}=$(openssl rand -hex 32)
+  export {OPERATOR_TOKEN_ENV}=$(openssl rand -hex 32)
+  python -m clawpod.sidecar --build build --host 127.0.0.1 --state-dir state
+"""
+HELP_WIDTH = 78  # the description is wrapped here; the epilog is laid out by hand
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 SHUTDOWN_TIMEOUT_S = 10.0
 YOUNG_GENERATION_THRESHOLD = 10_000  # the collector's default is 700 (see main)
 ADMIN_LIMITS = EdgeLimits(max_connections=64)  # a scraper or two and an operator
@@ -55,7 +83,13 @@ SIDECAR_SECRETS = (AUDIT_KEY_ENV, OPERATOR_TOKEN_ENV, WEBHOOK_SECRET_ENV)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m clawpod.sidecar", description=DESCRIPTION)
+    parser = argparse.ArgumentParser(
+        prog="python -m clawpod.sidecar",
+        description=textwrap.fill(DESCRIPTION, HELP_WIDTH),
+        epilog=ENVIRONMENT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"clawpod sidecar {_version()}")
     parser.add_argument("--build", required=True, type=Path, help="build directory (clawc output)")
     parser.add_argument("--host", help="listen address (default: sidecar.json listen.host)")
     parser.add_argument("--port", type=int, help="listen port, 0 = any free port")
@@ -83,8 +117,61 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="refuse a build whose digest.sig is missing or not made by the Ed25519 key whose "
         "public half (PEM or base64 of the raw key) is in environment variable VAR",
     )
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        help="least severe log record written to stderr (default INFO)",
+    )
     return parser.parse_args(argv)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("clawpod")
+    except metadata.PackageNotFoundError:  # a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def configuration_warnings(build: Build, env: Mapping[str, str]) -> list[str]:
+    """What the build asks for that cannot work with this environment, one line each (provider
+    keys are checked where their pools are made, server/upstream.py)."""
+    warnings = []
+    if not env.get(OPERATOR_TOKEN_ENV) and _operator_decides(build):
+        warnings.append(
+            f"{OPERATOR_TOKEN_ENV} is not set: the pod holds some tool calls for an operator's "
+            "approval, and with no operator token no one can decide them (the operator API and "
+            "the console are closed); they wait until they expire"
+        )
+    unset: dict[str, set[str]] = {}
+    for agent in build.agents.values():
+        for tool in agent.tools.tools:
+            auth = tool.execution.auth
+            if auth and auth.env and not env.get(auth.env):
+                unset.setdefault(auth.env, set()).add(tool.name)
+    for name, tools in sorted(unset.items()):
+        warnings.append(
+            f"{name} is not set: calls of {', '.join(sorted(tools))} are refused "
+            "(the service's credential)"
+        )
+    return warnings
+
+
+def _operator_decides(build: Build) -> bool:
+    """Whether some call of this build can wait for the operator."""
+    governance, taint = build.config.governance, build.config.taint
+    if taint is not None and taint.mode == "confirm":
+        return True
+    if governance is None:
+        return False
+    if governance.approvals.require != "none":
+        return True
+    return any(
+        rule.effect == "confirm" and rule.approver == "operator"
+        for rules in governance.rules.values()
+        for rule in rules
+    )
 
 
 async def serve(
@@ -231,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    for warning in configuration_warnings(build, env):
+        log.warning("%s", warning)
     listen = build.config.listen
     host = args.host if args.host is not None else listen.host
     port = args.port if args.port is not None else listen.port

@@ -11,7 +11,9 @@ pod's isolated bridges to the host, which the fixed bridge-name prefix makes one
 from __future__ import annotations
 
 import hashlib
+import shutil
 import subprocess
+from collections.abc import Mapping
 from typing import Any
 
 ISOLATED_SINCE = (28, 0)
@@ -37,9 +39,10 @@ def isolated_internal_network(kind: str, project: str) -> dict[str, Any]:
     }
 
 
-def engine_warning(server_version: str | None) -> str | None:
-    """What to tell the operator when the engine cannot keep agents off the host."""
-    if server_version is None:
+def engine_warning(server_version: str | None, rules_in_place: bool) -> str | None:
+    """What to tell the operator when the engine cannot keep agents off the host and the
+    firewall step that does it instead is not (known to be) in place."""
+    if server_version is None or rules_in_place:
         return None  # no local engine: the pod may run elsewhere (docs/running-a-pod.md)
     try:
         major, minor = (int(part) for part in server_version.split(".")[:2])
@@ -49,9 +52,32 @@ def engine_warning(server_version: str | None) -> str | None:
         return None
     return (
         f"the local Docker engine ({server_version}) is older than 28.0: it cannot keep agents "
-        "from reaching services on the Docker host through their network's gateway; on that "
-        f"host run `{FIREWALL_STEP}` (docs/running-a-pod.md)"
+        "from reaching services on the Docker host through their network's gateway, and this "
+        f"host's firewall does not drop their traffic; on that host run `{FIREWALL_STEP}` "
+        "(docs/running-a-pod.md)"
     )
+
+
+def firewall_rules_in_place(environ: Mapping[str, str]) -> bool:
+    """Whether this machine already drops traffic from the pods' bridges (the firewall step),
+    for IPv4 and, where the machine has ip6tables, IPv6. Only a local engine's host is this
+    machine; a rule that cannot be checked (no iptables, not root) counts as missing."""
+    if environ.get("DOCKER_HOST", "unix://").split("://")[0] not in ("unix", ""):
+        return False
+    rule = ["INPUT", "-i", f"{BRIDGE_PREFIX}+", "-j", "DROP"]
+    for tool in ("iptables", "ip6tables"):
+        path = shutil.which(tool)
+        if path is None:
+            if tool == "iptables":
+                return False
+            continue
+        try:
+            done = subprocess.run([path, "-C", *rule], capture_output=True, timeout=5, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        if done.returncode != 0:
+            return False
+    return True
 
 
 def local_engine_version() -> str | None:

@@ -22,6 +22,7 @@ from ..pod_file.reserved import (
 from .compose import BUILD_MOUNT, CONTEXT_MOUNT, MCP_MOUNT, STATE_DIR
 from .workloads import (
     Workload,
+    image_user,
     interpolated,
     pod_networks,
     substitute,
@@ -35,6 +36,7 @@ NETWORK_LABEL = "net.clawpod.io/"  # + network name: "true" on the Pods that joi
 BUILD_CONFIGMAP = "claw-build"
 STATE_CLAIM = "claw-state"
 MAX_CONFIGMAP_BYTES = 1024 * 1024  # what the API server stores in one ConfigMap
+JOB_RETRIES = 6  # Kubernetes' own default backoffLimit: compose's bare on-failure has no bound
 SIDECAR_UID = 10001  # the sidecar image's user (Dockerfile)
 # Provider egress goes to public addresses only: no private, shared, loopback, link-local
 # (cloud metadata lives at 169.254.169.254 and fd00:ec2::254) or IPv4-mapped addresses.
@@ -147,7 +149,8 @@ class KubernetesTarget:
             security |= {"runAsUser": SIDECAR_UID, "runAsGroup": SIDECAR_UID}
             security["fsGroup"] = SIDECAR_UID  # the state volume is writable by the sidecar
             return security
-        user = str(workload.definition.get("user") or "")
+        # The pod file's user, else the one the image's own Dockerfile declares.
+        user = str(workload.definition.get("user") or image_user(self.pod, workload.name) or "")
         uid, _, gid = user.partition(":")
         if uid.isdigit() and int(uid) > 0:
             security["runAsUser"] = int(uid)
@@ -242,7 +245,7 @@ class KubernetesTarget:
         container["volumeMounts"] = [{"name": "tmp", "mountPath": "/tmp"}]
         return container
 
-    def deployment(self, workload: Workload) -> dict[str, Any]:
+    def controller(self, workload: Workload) -> dict[str, Any]:
         container = self.container(workload, read_only_root=False)
         volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]
         if workload.role == "agent":
@@ -257,23 +260,36 @@ class KubernetesTarget:
                     {"name": "claw-context", "mountPath": MCP_MOUNT, "subPath": "mcp.json"}
                 )
         self._warn_volumes(workload)
-        return {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": workload.name, "labels": self.labels(workload)},
+        template: dict[str, Any] = {
+            "metadata": {"labels": self.labels(workload)},
             "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": self.selector(workload.name)},
-                "template": {
-                    "metadata": {"labels": self.labels(workload)},
-                    "spec": {
-                        "automountServiceAccountToken": False,
-                        "securityContext": self.pod_security(workload),
-                        "containers": [container],
-                        "volumes": volumes,
-                    },
-                },
+                "automountServiceAccountToken": False,
+                "securityContext": self.pod_security(workload),
+                "containers": [container],
+                "volumes": volumes,
             },
+        }
+        restart, attempts = workload.restart
+        if restart == "always":
+            return {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": workload.name, "labels": self.labels(workload)},
+                "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": self.selector(workload.name)},
+                    "template": template,
+                },
+            }
+        # A Deployment restarts its Pod whenever it exits; a program that runs once (compose
+        # gives it no restart, or on-failure) is a Job, restarted only where the pod file asks.
+        template["spec"]["restartPolicy"] = "Never" if restart == "never" else "OnFailure"
+        retries = 0 if restart == "never" else (JOB_RETRIES if attempts is None else attempts)
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": workload.name, "labels": self.labels(workload)},
+            "spec": {"backoffLimit": retries, "template": template},
         }
 
     def _warn_volumes(self, workload: Workload) -> None:
@@ -623,7 +639,7 @@ class KubernetesTarget:
             if workload.role == "sidecar":
                 objects["sidecar.yaml"] = self.sidecar(workload)
                 continue
-            items = [self.deployment(workload)]
+            items = [self.controller(workload)]
             if workload.ports:
                 items.append(self.service(workload))
             objects[f"{workload.role}-{workload.name}.yaml"] = items

@@ -37,6 +37,20 @@ def _config_key(path: str) -> str:
     return "claw-" + re.sub(r"[^A-Za-z0-9]+", "-", path).strip("-")
 
 
+def restart_policy(workload: Workload) -> dict[str, Any]:
+    """Swarm's form of the service's compose ``restart`` (``Workload.restart``): an agent is
+    restarted only where the pod file asks, as compose does."""
+    kind, attempts = workload.restart
+    if kind == "never":
+        return {"condition": "none"}
+    if kind == "on-failure":
+        policy: dict[str, Any] = {"condition": "on-failure"}
+        if attempts is not None:
+            policy["max_attempts"] = attempts
+        return policy
+    return {"condition": "any"}
+
+
 class SwarmTarget:
     def __init__(self, pod: CompiledPod, document: dict[str, Any], build_files: dict[str, str]):
         self.pod = pod
@@ -64,7 +78,7 @@ class SwarmTarget:
         if workload.role == "agent":
             self.agent_files(workload, service)
         deploy = dict(service.get("deploy") or {})
-        deploy.setdefault("restart_policy", {"condition": "any"})
+        deploy.setdefault("restart_policy", restart_policy(workload))
         if not service.get("ports"):
             # Names resolve to the tasks themselves: one task per service gains nothing from a
             # virtual IP, and kernels without IPVS (small VMs) cannot route one at all.

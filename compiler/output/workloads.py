@@ -18,6 +18,7 @@ from ..pod import CompiledPod
 from ..pod_file.reserved import NETWORKS, SIDECAR_SERVICE
 
 Role = Literal["agent", "tool", "service", "sidecar"]
+Restart = Literal["never", "on-failure", "always"]
 # Compose interpolation: ${NAME}, ${NAME:-default} and the other modifiers, $NAME; $$ is a '$'.
 _INTERPOLATION = re.compile(
     r"\$\$|\$\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?:[:?+-][^}]*)?\}|\$(?P<bare>[A-Za-z_][A-Za-z0-9_]*)"
@@ -51,6 +52,22 @@ class Workload:
             return {str(k): None if v is None else str(v) for k, v in value.items()}
         pairs = (str(item).partition("=") for item in value)
         return {name: (text if sep else None) for name, sep, text in pairs}
+
+    @property
+    def restart(self) -> tuple[Restart, int | None]:
+        """When the scheduler starts the service again, and at most how often (None: no bound),
+        from its compose ``restart``. Without one, an agent is not restarted, as compose does:
+        the example's agents are one-shot programs, and a restart would ask a paid question or
+        file an order again. Other services are servers that a cluster keeps running."""
+        value = str(self.definition.get("restart") or "").strip()
+        if not value:
+            return ("never", None) if self.role == "agent" else ("always", None)
+        if value == "no":
+            return "never", None
+        kind, _, attempts = value.partition(":")
+        if kind == "on-failure":
+            return "on-failure", int(attempts) if attempts.strip().isdigit() else None
+        return "always", None  # always, unless-stopped
 
     def argv(self, key: str) -> list[str] | None:
         """``command`` or ``entrypoint`` as a list (a string is split the way compose does)."""
@@ -134,6 +151,38 @@ def workloads(pod: CompiledPod, document: dict[str, Any]) -> list[Workload]:
             workload.tool_ports = {_url_port(pod.tool_services[name].base_url)}
         result.append(workload)
     return result
+
+
+_DOCKERFILE_MAX_BYTES = 1 << 20  # a Dockerfile is read for its USER line only
+
+
+def image_user(pod: CompiledPod, service: str) -> str | None:
+    """The ``USER`` the final stage of the service's Dockerfile declares, where the pod file
+    builds the image from a context on this machine; None when it names none or cannot be
+    read (an image pulled by name, a remote context, an inline Dockerfile)."""
+    build = (pod.compose.get("services") or {}).get(service, {}).get("build")
+    if isinstance(build, str):
+        build = {"context": build}
+    if not isinstance(build, dict) or not isinstance(build.get("context", "."), str):
+        return None
+    context = pod.directory / str(build.get("context", "."))
+    dockerfile = context / str(build.get("dockerfile") or "Dockerfile")
+    try:
+        with dockerfile.open("rb") as handle:
+            text = handle.read(_DOCKERFILE_MAX_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return None
+    user = None
+    for line in text.replace("\\\n", " ").splitlines():
+        words = line.split()
+        if not words:
+            continue
+        instruction = words[0].upper()
+        if instruction == "FROM":
+            user = None  # a new stage starts as its base image's user, unknown here
+        elif instruction == "USER" and len(words) > 1:
+            user = words[1]
+    return user
 
 
 def pod_networks(document: dict[str, Any]) -> dict[str, bool]:

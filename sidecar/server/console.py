@@ -372,6 +372,15 @@ async def audit_page(request: web.Request, session: Session) -> web.StreamRespon
         agents=console_data.audited_agents(state),
         records=records,
         chains={chain.agent: chain for chain in chains},
+        last_hour=_last_hour(),
+    )
+
+
+def _last_hour() -> tuple[str, str]:
+    """The filters' example times: the hour up to now, in the form the filters read."""
+    now = time.time()
+    return tuple(  # type: ignore[return-value]
+        datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M") for t in (now - 3600, now)
     )
 
 

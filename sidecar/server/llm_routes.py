@@ -167,13 +167,13 @@ async def _read_and_serve(
                 ctx.targets = [(ctx.provider_name, state.config.providers[ctx.provider_name], None)]
                 ctx.walks = plan_route(codec.name, ctx.targets).walks  # type: ignore[arg-type]
         except ApiError as err:
-            requested = body.get("model")
-            ctx.model = requested if isinstance(requested, str) else None
+            _called_no_model(ctx, body)
             await reply_error(exchange, codec, err, final=True)  # the body or its routing
             await record_request(ctx, http_status=err.status, error_code=err.code)
             return
         refusal = await admit(ctx, body) if ctx.budgeted else None
         if refusal is not None:
+            _called_no_model(ctx, body)
             await reply_error(exchange, codec, refusal)
             await record_request(ctx, http_status=refusal.status, error_code=refusal.code)
             return
@@ -214,6 +214,14 @@ def _injects(agent: AgentBuild, withheld: str | None) -> bool:
     """Whether this request gets the agent's managed tools (mediated), or goes through as is
     (``withheld``: why not, from ``_withheld``)."""
     return agent.agent.mode == "mediated" and bool(agent.tools.tools) and withheld is None
+
+
+def _called_no_model(ctx: RequestContext, body: dict[str, Any]) -> None:
+    """A request refused before any model call is recorded with the model it asked for and
+    no provider: none was called, and none spent anything on it."""
+    requested = body.get("model")
+    ctx.model = requested if isinstance(requested, str) else None
+    ctx.provider_name = None
 
 
 def _withheld(agent: AgentBuild, codec: Codec, body: dict[str, Any]) -> str | None:

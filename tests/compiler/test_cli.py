@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
-from clawpod.cli.clawc import main
+from clawpod.cli.clawc import _parser, main
 from tests.compiler.conftest import EXAMPLE_POD, REPO
 
 
@@ -108,6 +109,31 @@ def test_help_teaches_with_examples() -> None:
     for command in ("compile", "validate", "inspect", "schema", "audit"):
         helped = run(command, "--help")
         assert helped.returncode == 0 and "example" in helped.stdout
+
+
+def test_every_argument_of_every_command_is_explained() -> None:
+    """``clawc validate --help`` used to show ``POD`` and nothing about it."""
+    commands = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    unexplained = [
+        f"{name} {action.metavar or action.dest}"
+        for name, parser in commands.choices.items()
+        for action in parser._actions
+        if not action.help and not isinstance(action, argparse._HelpAction)
+    ]
+    assert unexplained == []
+
+
+def test_compile_help_ends_with_a_run_command_that_starts() -> None:
+    """The sidecar refuses to start without CLAW_AUDIT_KEY; the run command sets it first."""
+    epilog = run("compile", "--help").stdout.partition("Run the result with")[2]
+    run_line = epilog.index("docker compose -f OUT/compose.yml up")
+    assert epilog.index("export CLAW_AUDIT_KEY=") < run_line
+
+
+def test_the_audit_example_keeps_the_state_dir_out_of_the_build() -> None:
+    top = run("--help").stdout
+    assert "clawc audit verify" in top
+    assert "build/state" not in top
 
 
 def test_schemas_are_valid_json_schema_and_accept_the_examples() -> None:

@@ -28,6 +28,7 @@ kubernetes_validate.utils.schema_contents = functools.lru_cache(maxsize=None)(
 EXAMPLE = REPO / "compose" / "examples" / "trading-desk" / "pod.yml"
 VERSIONS = ("1.29.0", "1.33.0", kubernetes_validate.latest_version())
 SIZES = [(1, 1), (3, 2), (12, 7), (50, 20)]  # (agents, services)
+WORKLOAD_KINDS = ("Deployment", "StatefulSet", "Job")
 
 
 def compile_k8s(pod: Path, out: Path) -> tuple[dict[str, list[dict[str, Any]]], str]:
@@ -63,9 +64,7 @@ def all_objects(objects: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]
 
 def pod_specs(objects: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return [
-        o["spec"]["template"]["spec"]
-        for o in all_objects(objects)
-        if o["kind"] in ("Deployment", "StatefulSet")
+        o["spec"]["template"]["spec"] for o in all_objects(objects) if o["kind"] in WORKLOAD_KINDS
     ]
 
 
@@ -88,7 +87,8 @@ def test_generated_pods_validate_strictly(tmp_path: Path, agents: int, services:
     pod = write_big_pod(tmp_path / "pod", agents=agents, services=services, tools=2)
     objects, _ = compile_k8s(pod, tmp_path / "build")
     kinds = [o["kind"] for o in all_objects(objects)]
-    assert kinds.count("Deployment") == agents + services
+    assert kinds.count("Deployment") == services
+    assert kinds.count("Job") == agents
     assert kinds.count("StatefulSet") == 1
     for version in VERSIONS:
         for obj in all_objects(objects):
@@ -140,9 +140,9 @@ def test_the_sidecar_is_its_own_pod_with_one_replica_probes_and_a_claim(
     (container,) = spec["template"]["spec"]["containers"]
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "agents"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "operator"}
-    for deployment in (o for o in all_objects(example) if o["kind"] == "Deployment"):
-        names = [c["name"] for c in deployment["spec"]["template"]["spec"]["containers"]]
-        assert names == [deployment["metadata"]["name"]]  # no sidecar container beside an agent
+    for workload in (o for o in all_objects(example) if o["kind"] in ("Deployment", "Job")):
+        names = [c["name"] for c in workload["spec"]["template"]["spec"]["containers"]]
+        assert names == [workload["metadata"]["name"]]  # no sidecar container beside an agent
     labels = statefulset["metadata"]["labels"]
     assert labels["app.kubernetes.io/component"] == "sidecar"
     assert labels["app.kubernetes.io/part-of"] == "clawpod"
@@ -229,8 +229,75 @@ def test_compose_stays_the_default_and_writes_no_k8s(tmp_path: Path) -> None:
 
 def test_warnings_name_what_the_target_cannot_enforce(tmp_path: Path) -> None:
     _, err = compile_k8s(EXAMPLE, tmp_path / "build")
-    assert "name no numeric user, so their images must declare a non-root one: trading-api" in err
     assert "the cluster's network plugin must enforce them" in err
+    # Images pulled by name: nothing on this machine says which user they run as.
+    pod = write_big_pod(tmp_path / "pod", agents=1, services=1, tools=1)
+    _, err = compile_k8s(pod, tmp_path / "big")
+    assert "name no numeric user, so their images must declare a non-root one: svc0, agent0" in err
+
+
+def test_the_user_a_build_contexts_dockerfile_declares_is_the_pods_user(
+    example: dict[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    """Every example Dockerfile ends as USER 65534:65534: no warning, and Kubernetes is told."""
+    _, err = compile_k8s(EXAMPLE, tmp_path / "build")
+    assert "numeric user" not in err
+    for spec in pod_specs(example):
+        if spec["containers"][0]["name"] != "claw-sidecar":
+            assert spec["securityContext"]["runAsUser"] == 65534
+            assert spec["securityContext"]["runAsGroup"] == 65534
+
+
+def test_a_later_stage_without_user_is_not_read_as_the_first_stages(tmp_path: Path) -> None:
+    pod = write_big_pod(tmp_path / "pod", agents=1, services=1, tools=1)
+    (tmp_path / "pod" / "agent").mkdir()
+    (tmp_path / "pod" / "agent" / "Dockerfile").write_text(
+        "FROM python:3.11-slim AS build\nUSER 1000\n"
+        "FROM python:3.11-slim\nCOPY --from=build /a /a\n"
+    )
+    data = yaml.safe_load(pod.read_text())
+    data["services"]["agent0"]["build"] = "./agent"
+    pod.write_text(yaml.safe_dump(data, sort_keys=False))
+    objects, err = compile_k8s(pod, tmp_path / "build")
+    assert "numeric user, so their images must declare a non-root one: svc0, agent0" in err
+    (job,) = [o for o in all_objects(objects) if o["metadata"]["name"] == "agent0"]
+    assert "runAsUser" not in job["spec"]["template"]["spec"]["securityContext"]
+
+
+def test_agents_run_once_as_compose_runs_them(example: dict[str, list[dict[str, Any]]]) -> None:
+    """A one-shot agent restarted by a Deployment would ask its paid question again, or file
+    a new order for approval; compose gives it no restart, and neither does Kubernetes."""
+    jobs = {o["metadata"]["name"]: o for o in all_objects(example) if o["kind"] == "Job"}
+    assert set(jobs) == {"analyst", "trader"}
+    for job in jobs.values():
+        assert job["spec"]["backoffLimit"] == 0
+        assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+    servers = {o["metadata"]["name"] for o in all_objects(example) if o["kind"] == "Deployment"}
+    assert {"trading-api", "market-news", "research-mcp"} <= servers
+
+
+@pytest.mark.parametrize(
+    ("restart", "kind", "policy", "retries"),
+    [
+        ("on-failure:3", "Job", "OnFailure", 3),
+        ("on-failure", "Job", "OnFailure", 6),
+        ("always", "Deployment", None, None),
+    ],
+)
+def test_an_agents_compose_restart_carries_over(
+    tmp_path: Path, restart: str, kind: str, policy: str | None, retries: int | None
+) -> None:
+    pod = write_big_pod(tmp_path / "pod", agents=1, services=1, tools=1)
+    data = yaml.safe_load(pod.read_text())
+    data["services"]["agent0"]["restart"] = restart
+    pod.write_text(yaml.safe_dump(data))
+    objects, _ = compile_k8s(pod, tmp_path / "build")
+    (agent,) = [o for o in all_objects(objects) if o["metadata"]["name"] == "agent0"]
+    assert agent["kind"] == kind
+    assert agent["spec"]["template"]["spec"].get("restartPolicy") == policy
+    assert agent["spec"].get("backoffLimit") == retries
+    for version in VERSIONS:
+        kubernetes_validate.validate(agent, version, strict=True)
 
 
 def test_a_service_name_kubernetes_cannot_carry_is_a_compile_error(tmp_path: Path) -> None:

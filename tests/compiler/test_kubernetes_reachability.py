@@ -62,7 +62,7 @@ def deploy(pod_file: Path, out: Path) -> Deployed:
     ports: dict[str, list[int]] = {}
     for items in objects.values():
         for obj in items:
-            if obj["kind"] in ("Deployment", "StatefulSet"):
+            if obj["kind"] in ("Deployment", "StatefulSet", "Job"):
                 labels = obj["spec"]["template"]["metadata"]["labels"]
                 name = obj["metadata"]["name"]
                 pods[name] = cluster.add_pod(name, namespace, labels)

@@ -15,6 +15,7 @@ import yaml
 from clawpod.cli.clawc import main
 from tests.compiler.conftest import REPO
 from tests.compiler.test_kubernetes import EXAMPLE
+from tests.support.bigpod import write_big_pod
 
 
 def compile_swarm(out: Path) -> tuple[dict[str, Any], str]:
@@ -37,8 +38,39 @@ def test_the_shape_docker_stack_deploy_accepts(stack: dict[str, Any]) -> None:
     for name, service in stack["services"].items():
         assert not {"build", "depends_on", "restart"} & set(service), name
         assert service["image"], name
-        assert service["deploy"]["restart_policy"] == {"condition": "any"}
         assert service["deploy"]["endpoint_mode"] == "dnsrr"  # no virtual IP, no IPVS needed
+
+
+def test_agents_are_not_restarted_unless_the_pod_file_asks(stack: dict[str, Any]) -> None:
+    """As compose: the example's agents are one-shot programs; restarting one after it is done
+    would ask its paid question again, or file a new order for approval. Servers stay up."""
+    policies = {name: s["deploy"]["restart_policy"] for name, s in stack["services"].items()}
+    assert policies["analyst"] == policies["trader"] == {"condition": "none"}
+    assert policies["trading-api"] == policies["claw-sidecar"] == {"condition": "any"}
+
+
+@pytest.mark.parametrize(
+    ("restart", "policy"),
+    [
+        ("on-failure:3", {"condition": "on-failure", "max_attempts": 3}),
+        ("on-failure", {"condition": "on-failure"}),
+        ("no", {"condition": "none"}),
+        ("unless-stopped", {"condition": "any"}),
+    ],
+)
+def test_an_agents_compose_restart_carries_over(
+    tmp_path: Path, restart: str, policy: dict[str, Any]
+) -> None:
+    pod = write_big_pod(tmp_path / "pod", agents=1, services=1, tools=1)
+    data = yaml.safe_load(pod.read_text())
+    data["services"]["agent0"]["restart"] = restart
+    pod.write_text(yaml.safe_dump(data))
+    out = tmp_path / "build"
+    args = ["compile", str(pod), "-o", str(out), "--target", "swarm", "--sidecar-image", "s:1"]
+    assert main(args, stdout=io.StringIO(), stderr=io.StringIO()) == 0
+    service = yaml.safe_load((out / "stack.yml").read_text())["services"]["agent0"]
+    assert service["deploy"]["restart_policy"] == policy
+    assert "restart" not in service
 
 
 def test_networks_are_overlays_internal_where_compose_is(stack: dict[str, Any]) -> None:

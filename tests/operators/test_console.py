@@ -8,6 +8,7 @@ import html
 import re
 import ssl
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import aiohttp
@@ -250,6 +251,32 @@ async def test_audit_page_filters_and_shows_traces_tokens_and_the_chain(
     log.write_bytes(log.read_bytes().replace(b"AAPL", b"AAPX"))
     _, page, _ = await console.get("/console/audit?agent=analyst")
     assert "problem(s)" in page and "content does not match its hash" in page
+
+
+async def test_a_tool_call_over_mcp_shows_no_model_tokens(
+    desk: Desk, console: ConsoleClient
+) -> None:
+    """An MCP tools/call reaches no model: "tokens 0 in / 0 out" on its card said otherwise."""
+    quote = await trade(desk, {"symbol": "NVDA"}, tool="desk_get_quote")
+    assert quote["ok"] is True
+    _, page, _ = await console.get("/console/audit?agent=trader")
+    assert "<code>/mcp</code>" in page and "desk.get_quote" in page
+    assert "tokens " not in page
+
+
+async def test_the_time_filters_suggest_the_last_hour_not_a_fixed_date(
+    console: ConsoleClient,
+) -> None:
+    _, page, _ = await console.get("/console/audit")
+    since = re.search(r'id="f-since"[^>]*placeholder="([^"]*)"', page)
+    until = re.search(r'id="f-until"[^>]*placeholder="([^"]*)"', page)
+    assert since and until
+    now = datetime.now(UTC)
+    shown = [
+        datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M").replace(tzinfo=UTC) for m in (since, until)
+    ]
+    assert shown[1] - shown[0] == timedelta(hours=1)
+    assert abs(now - shown[1]) < timedelta(hours=1)  # today's, whatever the day
 
 
 async def test_limits_tools_and_health_pages(desk: Desk, console: ConsoleClient) -> None:

@@ -8,7 +8,7 @@ import io
 import openai
 import pytest
 
-from clawpod.cli.audit import show_command
+from clawpod.cli.audit import describe, show_command
 from clawpod.sidecar.manifest import Governance
 from clawpod.sidecar.model.usage import BUILT_IN_PRICES, price_of
 from tests.mediation.scripted import oa_calls, oa_text
@@ -135,3 +135,24 @@ async def test_a_usd_budget_stops_the_agent_once_spent(make_pod: PodMaker) -> No
     assert raised.value.response.headers["x-should-retry"] == "false"
     assert len(pod.upstreams.primary.requests_to("openai")) == 2
     assert 'claw_budget_usd_total{agent="analyst"} 0.015' in await pod.metrics()
+
+
+async def test_a_budget_refusal_names_no_provider_it_never_called(make_pod: PodMaker) -> None:
+    """The refused request reached no model: its record (and so `clawc audit show` and the
+    console) must not say openai/gpt-4o answered it, nor show it spending tokens."""
+    pod = await make_pod(routes={}, governance=Governance(usd_budgets={"analyst": 0.001}))
+    pod.upstreams.primary.enqueue(
+        "openai", Reply.json(openai_completion(prompt_tokens=1000, completion_tokens=500))
+    )
+    client = pod.openai()
+    await client.chat.completions.create(model="gpt-4o", messages=ASK)  # spends it all
+    with pytest.raises(openai.RateLimitError):
+        await client.chat.completions.create(model="gpt-4o", messages=ASK)
+    answered, refused = await pod.audit()
+    assert answered["provider"] == "openai"
+    assert refused["outcome"]["code"] == "budget_exhausted"
+    assert refused["provider"] is None
+    assert refused["model"] == "gpt-4o"  # what the agent asked for
+    assert "cost_usd" not in refused
+    shown = describe(refused)
+    assert "openai/" not in shown and "tokens=" not in shown
