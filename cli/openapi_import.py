@@ -34,7 +34,9 @@ def add_import_parser(commands: Any, formatter: type[argparse.HelpFormatter]) ->
         help="write a descriptor from a service's OpenAPI document",
         formatter_class=formatter,
     )
-    kinds = command.add_subparsers(dest="kind", metavar="KIND", required=True)
+    kinds = command.add_subparsers(
+        dest="kind", metavar="KIND", required=True, help="the kind of document: openapi"
+    )
     openapi = kinds.add_parser(
         "openapi",
         help="OpenAPI 3.0/3.1 (or Swagger 2.0), YAML or JSON",

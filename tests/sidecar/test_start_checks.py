@@ -16,6 +16,8 @@ import pytest
 from clawpod.cli.clawc import main as clawc
 from tests.compiler.test_kubernetes import EXAMPLE
 
+# Strong enough for the operator door (server/operator_auth.py refuses short tokens at start).
+OPERATOR_TOKEN = "start-checks-operator-6c1e9a3f5b7d2c4e8a0f"
 STARTUP_GUARD_S = 30  # a deadlock guard for the child process, not a timing assertion
 EXAMPLE_CREDENTIALS = (
     "OPENAI_API_KEY",
@@ -102,7 +104,9 @@ def test_a_pod_whose_approvals_no_one_can_decide_is_named_at_start(
     stderr = started_stderr(example_build, tmp_path / "a", env)
     assert "CLAW_OPERATOR_TOKEN is not set" in stderr
     assert "no one can decide them" in stderr
-    stderr = started_stderr(example_build, tmp_path / "b", env | {"CLAW_OPERATOR_TOKEN": "op"})
+    stderr = started_stderr(
+        example_build, tmp_path / "b", env | {"CLAW_OPERATOR_TOKEN": OPERATOR_TOKEN}
+    )
     assert "CLAW_OPERATOR_TOKEN" not in stderr
     assert "is not set" not in stderr
 
@@ -110,7 +114,7 @@ def test_a_pod_whose_approvals_no_one_can_decide_is_named_at_start(
 def test_a_service_credential_that_is_not_set_is_named_at_start(
     example_build: Path, tmp_path: Path
 ) -> None:
-    env = {**os.environ, "CLAW_OPERATOR_TOKEN": "op"}
+    env = {**os.environ, "CLAW_OPERATOR_TOKEN": OPERATOR_TOKEN}
     env |= {name: "set" for name in EXAMPLE_CREDENTIALS if name != "NEWS_API_KEY"}
     env.pop("NEWS_API_KEY", None)
     stderr = started_stderr(example_build, tmp_path / "state", env)
