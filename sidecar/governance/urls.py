@@ -62,7 +62,9 @@ def _hosts_in(text: str) -> Iterator[str | None]:
         elif text.startswith("//", rest):
             yield _opaque_host(_authority(text, rest + 2, special=False))
     for found in _SCHEME_RELATIVE.finditer(text):
-        yield _special_host(_authority(text, found.end(), special=True))
+        authority = _authority(text, found.end(), special=True)
+        if authority:  # "// a comment", "a // b": no host follows
+            yield _special_host(authority)
 
 
 def _file_host(text: str, rest: int) -> str | None:

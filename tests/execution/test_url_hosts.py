@@ -64,6 +64,7 @@ CASES = [
     ("use https: it is safer", []),
     ("Attached file: report.pdf", []),
     ("a//b and c:/d", []),
+    ("x = a // b;\n// a comment\nreturn x", []),  # code: the newline is removed first
 ]
 # Node's URL, given each case that is one URL (not prose): parsed alone, or against an https
 # base when it is scheme-relative. A host it cannot parse, or an empty one, is null.
