@@ -299,7 +299,8 @@ class MediationEngine:
                 yield from self._ask_client(turn, outcomes, transcript, asked, untrusted)
                 return
             transcript += self._answer(turn, outcomes)
-            self._taint_with_sources(untrusted)
+            if untrusted:
+                self._taint_with_sources(untrusted)
             choice = _relaxed(choice)
             # The last round allowed has run: the next call is the final one, without tools.
             finalizing = self.executed_rounds >= self.policy.max_rounds
