@@ -22,7 +22,7 @@ from ..manifest import Execution, ManagedTool, ToolAuth
 from ..model.conversation import ToolOutcome, answered, error_envelope
 from ..model.redaction import credential_secrets, redactor_for
 from .http import credential_header, failed
-from .mcp_http import bounded, bounded_transport, result_bound
+from .mcp_http import DEFAULT_ANSWER_BYTES, bounded, bounded_transport, result_bound
 
 if TYPE_CHECKING:  # the SDK is imported when a build has MCP tools (it costs ~0.3 s to import)
     import mcp_types as types
@@ -38,6 +38,9 @@ READ_TIMEOUT_S = 300.0
 # A service's tool list (the drift check, clawc discover): pages, tools and the time for all.
 MAX_LIST_PAGES = 100
 MAX_LISTED_TOOLS = 5000
+# A whole listing's answers, all pages told (each page is also held to DEFAULT_ANSWER_BYTES):
+# 100 pages of nearly 8 MiB each held 800 MB of tools (issue 46).
+MAX_LISTING_BYTES = 16 * 1024 * 1024
 LIST_TIMEOUT_S = 30.0
 
 # The `_meta` key that carries a call's idempotency key where no HTTP header can (§8.2).
@@ -189,13 +192,26 @@ async def all_tools(client: Client) -> list[types.Tool]:
 
     Bounded (issue 30: an endless pagination cost 1.34 GB and 36 s of CPU): at most
     ``MAX_LIST_PAGES`` pages and ``MAX_LISTED_TOOLS`` tools, a cursor never twice, each page
-    held to the default answer size (``mcp_http.py``); callers bound the time
-    (``LIST_TIMEOUT_S``)."""
+    held to the default answer size (``mcp_http.py``) and all of them to
+    ``MAX_LISTING_BYTES``; callers bound the time (``LIST_TIMEOUT_S``)."""
     tools: list[types.Tool] = []
     cursor: str | None = None
     seen: set[str] = set()
+    remaining = MAX_LISTING_BYTES
     for _ in range(MAX_LIST_PAGES):
-        page = await client.list_tools(cursor=cursor, cache_mode="bypass")
+        with bounded(min(DEFAULT_ANSWER_BYTES, remaining)) as bound:
+            try:
+                page = await client.list_tools(cursor=cursor, cache_mode="bypass")
+            except Exception:
+                if not bound.exceeded:
+                    raise
+                whole = bound.limit == remaining
+                raise ListingRefused(
+                    f"the service's tool list is larger than {MAX_LISTING_BYTES} bytes"
+                    if whole
+                    else f"a page of the service's tool list is larger than {bound.limit} bytes"
+                ) from None
+        remaining -= bound.read
         tools += page.tools
         if len(tools) > MAX_LISTED_TOOLS:
             raise ListingRefused(f"the service lists more than {MAX_LISTED_TOOLS} tools")

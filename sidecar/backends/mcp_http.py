@@ -41,6 +41,8 @@ def result_bound(max_result_bytes: int) -> int:
 class AnswerBound:
     limit: int
     exceeded: bool = False
+    read: int = 0
+    """Bytes of the answers read under it, all told."""
 
 
 _BOUND: ContextVar[AnswerBound | None] = ContextVar("mcp_answer_bound", default=None)
@@ -84,6 +86,7 @@ def bounded_transport() -> httpx2.AsyncBaseTransport:
             # across two reads is not seen: two events then count as one, never less.
             pending = 0
             async for chunk in self._inner:
+                self._bound.read += len(chunk)
                 pending = _after_last_event(chunk, pending)
                 if pending > self._bound.limit:
                     self._bound.exceeded = True

@@ -74,6 +74,18 @@ class ResponsesCodec(OpenAIShapes, Codec):
         ("DELETE", "/v1/responses/{response_id}"): "/responses/{response_id}",
         ("GET", "/v1/responses/{response_id}/input_items"): "/responses/{response_id}/input_items",
         ("POST", "/v1/responses/{response_id}/cancel"): "/responses/{response_id}/cancel",
+        # The Conversations API: an agent creates its conversations through the sidecar, which
+        # binds each to it (state/stored_objects.py).
+        ("POST", "/v1/conversations"): "/conversations",
+        **{
+            (method, f"/v1{path}"): path
+            for path, methods in (
+                ("/conversations/{conversation_id}", ("GET", "POST", "DELETE")),
+                ("/conversations/{conversation_id}/items", ("GET", "POST")),
+                ("/conversations/{conversation_id}/items/{item_id}", ("GET", "DELETE")),
+            )
+            for method in methods
+        },
     }
     stream_end = b"response.completed"
     input_key = "input_tokens"
@@ -121,7 +133,11 @@ class ResponsesCodec(OpenAIShapes, Codec):
     stores_objects = True
 
     def stored_ids(self, body: Any) -> list[tuple[str, str]]:
-        if not isinstance(body, dict) or body.get("object") != "response":
+        if not isinstance(body, dict):
+            return []
+        if body.get("object") == "conversation" and isinstance(body.get("id"), str):
+            return [("conversation", body["id"])]  # made by POST /v1/conversations
+        if body.get("object") != "response":
             return []
         if body.get("store") is False and body.get("conversation") is None:
             return []  # not stored: no later request can name it (a translated answer is not)
@@ -135,6 +151,8 @@ class ResponsesCodec(OpenAIShapes, Codec):
         found = []
         if "response_id" in path_params:
             found.append(("response", path_params["response_id"]))
+        if "conversation_id" in path_params:
+            found.append(("conversation", path_params["conversation_id"]))
         previous = body.get("previous_response_id")
         if isinstance(previous, str):  # another type is the provider's to refuse
             found.append(("response", previous))

@@ -11,7 +11,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 import orjson
 
@@ -20,11 +20,10 @@ from ..manifest import AgentBuild, Build, ManagedTool, Taint
 from ..model.conversation import ToolOutcome, refused
 from ..model.redaction import REDACTED, Redactor
 from ..model.taint import TAINTED_ARGUMENT
+from .urls import url_hosts
 
 # Agent tokens as clawc mints them: the prefix and 32 random bytes, URL-safe base64.
 AGENT_TOKEN = re.compile(rb"claw_[A-Za-z0-9_-]{43}")
-# A URL with a scheme and an authority; what follows the host does not matter here.
-URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>\\]+")
 # A run that may be base64 (either alphabet) of a token: 48 bytes encode to 64 characters.
 BASE64_RUN = re.compile(rb"[A-Za-z0-9+/_-]{64,}={0,2}")
 _TO_STANDARD = bytes.maketrans(b"-_", b"+/")
@@ -48,9 +47,10 @@ class ArgumentGuard:
         if any(self._is_token(candidate) for candidate in _token_candidates(strings)):
             return _refused(tool, "carry an agent's token")
         allowed = (*self._pod_hosts, *self._service_hosts.get(tool.execution.service, ()))
-        for url in _urls(strings):
-            host = _host(url)
-            if host is None or not any(_host_matches(host, pattern) for pattern in allowed):
+        for host in (host for text in strings for host in url_hosts(text)):
+            if host is None:
+                return _refused(tool, "carry a URL whose host cannot be read")
+            if not any(_host_matches(host.rstrip("."), pattern) for pattern in allowed):
                 return _refused(tool, f"name a host outside the egress allow-list ({host})")
         return None
 
@@ -110,22 +110,6 @@ def _token_candidates(strings: list[str]) -> Iterator[bytes]:
     for text in strings:
         for form in _decoded_forms(text):
             yield from AGENT_TOKEN.findall(form)
-
-
-def _urls(strings: list[str]) -> Iterator[str]:
-    for text in strings:
-        yield from URL.findall(text)
-        decoded = unquote(text)
-        if decoded != text:
-            yield from URL.findall(decoded)
-
-
-def _host(url: str) -> str | None:
-    try:
-        host = urlsplit(url).hostname
-    except ValueError:  # an unparseable authority (a bad port, an unclosed bracket)
-        return None
-    return host.rstrip(".").lower() if host else None
 
 
 def _host_matches(host: str, pattern: str) -> bool:

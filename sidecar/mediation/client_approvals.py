@@ -11,7 +11,7 @@ the last model turn of the input are acted on; an earlier one whose round was se
 for that settled round.
 
 Layout of an asked record: ``[turn group, outputs group, {"role": "approvals", "asked":
-{call id: approval id}}]`` (Responses groups, ``codecs/responses.py``).
+{call id: approval id}, "untrusted": [tool, ...]}]`` (Responses groups, ``codecs/responses.py``).
 """
 
 from __future__ import annotations
@@ -44,12 +44,15 @@ class StoppedRound:
     """Output items of the round's calls the sidecar answered before it stopped."""
     asked: dict[str, str]
     """Call id -> the approval it waits for."""
+    untrusted: list[str]
+    """The untrusted tools among the answered calls: their results taint the conversation
+    once the round is resumed (the record's ``taint_sources`` is the taint before it)."""
 
     def messages(self) -> list[dict[str, Any]]:
         return [
             self.turn,
             {"role": "tool", "items": self.outputs},
-            {"role": _ASKED_ROLE, "asked": self.asked},
+            {"role": _ASKED_ROLE, "asked": self.asked, "untrusted": self.untrusted},
         ]
 
     @classmethod
@@ -57,7 +60,9 @@ class StoppedRound:
         messages = remembered.messages
         if len(messages) != 3 or messages[2].get("role") != _ASKED_ROLE:
             return None
-        return cls(messages[0], list(messages[1]["items"]), dict(messages[2]["asked"]))
+        approvals = messages[2]
+        untrusted = [str(tool) for tool in approvals.get("untrusted", ())]
+        return cls(messages[0], list(messages[1]["items"]), dict(approvals["asked"]), untrusted)
 
 
 @dataclass(slots=True)

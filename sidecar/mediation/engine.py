@@ -86,6 +86,11 @@ CALL_PARTS = frozenset({"tool_use", "function_call"})
 BUDGET_EXHAUSTED = (
     "not executed: the tool budget of this request is spent; answer with what you have"
 )
+MAX_INPUT_ITEMS = 10_000
+"""Messages (Responses: input items) of one mediated request. Each costs work on the event
+loop (its continuity fingerprint and keys, its journal identity): past this, a request is
+refused before any of it is done. A runner compacts long before: 10,000 items are 5,000 tool
+calls of one conversation."""
 
 
 def present_tools(tools: list[ManagedTool], runner_names: set[str]) -> dict[str, ManagedTool]:
@@ -188,6 +193,15 @@ class MediationEngine:
 
     def _parse(self) -> Fail | None:
         """Read the client request; a malformed one is the exchange's first and last command."""
+        items = self.body.get(self.codec.messages_field)
+        if isinstance(items, list) and len(items) > MAX_INPUT_ITEMS:
+            return Fail(
+                413,
+                "request_too_complex",
+                f"the request holds {len(items)} items in {self.codec.messages_field}; a "
+                f"mediated request may hold at most {MAX_INPUT_ITEMS}: compact the "
+                "conversation (summarise its earlier turns) and send it again",
+            )
         try:
             self.conversation = self.codec.parse_request(self.body)
         except CodecError as exc:
@@ -277,14 +291,16 @@ class MediationEngine:
             if outcomes is None:
                 yield self._timed_out()
                 return
+            untrusted = self._untrusted_results(turn.calls, outcomes)
             # Only a protocol that carries approvals asks its client (a call elsewhere is
             # never given a client to ask, so none of its outcomes can be such a request).
             asked = asked_in(turn.calls, outcomes) if self.codec.client_approvals else {}
             if asked:  # the client approves these calls: the response asks it (§16)
-                yield from self._ask_client(turn, outcomes, transcript, asked)
+                yield from self._ask_client(turn, outcomes, transcript, asked, untrusted)
                 return
             transcript += self._answer(turn, outcomes)
-            self._taint_with(turn.calls, outcomes)
+            if untrusted:
+                self._taint_with_sources(untrusted)
             choice = _relaxed(choice)
             # The last round allowed has run: the next call is the final one, without tools.
             finalizing = self.executed_rounds >= self.policy.max_rounds
@@ -453,14 +469,17 @@ class MediationEngine:
         outcomes: list[ToolOutcome],
         transcript: list[dict[str, Any]],
         asked: dict[str, str],
+        untrusted: list[str],
     ) -> Run:
-        """Stop the round: remember it under each approval and answer with the requests."""
+        """Stop the round: remember it under each approval and answer with the requests.
+        ``untrusted``: the untrusted tools among its answered calls, whose results enter the
+        conversation (and taint it) when the round is resumed."""
         self._trace_round(turn.calls, outcomes)
         answered = [
             ToolResult(c, o) for c, o in zip(turn.calls, outcomes, strict=True) if c.id not in asked
         ]
         turn_group, outputs = self.codec.round_messages(turn, answered)
-        stopped = StoppedRound(turn_group, outputs["items"], asked)
+        stopped = StoppedRound(turn_group, outputs["items"], asked, untrusted)
         keys = [self._approval_key(ASKED, approval_id) for approval_id in asked.values()]
         sources = list(self.taint.sources)
         if keys:
@@ -502,7 +521,9 @@ class MediationEngine:
         return settled
 
     def _resume_round(self, pending: PendingRound) -> Generator[Command, Event, list[dict]]:
-        """The stopped round's waiting calls, run or refused with the client's answers."""
+        """The stopped round's waiting calls, run or refused with the client's answers, under
+        the taint of the conversation the model chose them in; the round's results taint
+        what follows, those answered before it stopped too."""
         self._taint_with_sources(pending.taint_sources)
         stopped = pending.stopped
         turn = self.codec.parse_response({"output": stopped.turn["items"]})
@@ -514,7 +535,7 @@ class MediationEngine:
         by_id = dict(zip((c.id for c in runnable), ran, strict=True))
         outcomes = [by_id.get(c.id) or self._not_run(c, stopped.asked[c.id]) for c in waiting]
         self._trace_round(waiting, outcomes)
-        self._taint_with(waiting, outcomes)
+        self._taint_with_sources([*stopped.untrusted, *self._untrusted_results(waiting, outcomes)])
         results = [ToolResult(c, o) for c, o in zip(waiting, outcomes, strict=True)]
         order = [call.id for call in turn.calls]
         outputs = [*stopped.outputs, *self.codec.round_messages(turn, results)[1]["items"]]
@@ -537,20 +558,19 @@ class MediationEngine:
 
     # --- taint (§17) ------------------------------------------------------------------------
 
-    def _taint_with(self, calls: list[ToolCall], outcomes: list[ToolOutcome]) -> None:
-        """The untrusted tools whose calls reached their service taint the request from now on
-        (a refused call brought nothing in, nor does a call of a tool this request no longer
-        has, such as a quarantined one)."""
+    def _untrusted_results(self, calls: list[ToolCall], outcomes: list[ToolOutcome]) -> list[str]:
+        """The one decision of which results taint: those of the untrusted tools whose calls
+        reached their service (a refused call brought nothing in, nor does a call of a tool
+        this request no longer has, such as a quarantined one). They taint the conversation
+        from the model call that reads them, however the round is interrupted before that."""
         if not self.untrusted:
-            return
+            return []
         tools = [self.tools.get(call.name) for call in calls]
-        sources = [
+        return [
             t.name
             for t, o in zip(tools, outcomes, strict=True)
             if t is not None and t.name in self.untrusted and o.executed
         ]
-        if sources:
-            self._taint_with_sources(sources)
 
     def _restore_chain_taint(self) -> Generator[Command, Event, None]:
         """The taint of the provider-held state this request continues from (§17)."""

@@ -215,6 +215,10 @@ class RememberedFingerprints:
 remembered = RememberedFingerprints()
 
 
+FINGERPRINT_SLICE = 256
+"""Turns fingerprinted per step of :meth:`Fingerprints.in_slices`: a few milliseconds."""
+
+
 class Fingerprints(Sequence[str]):
     """The fingerprints of a conversation's turns, each computed the first time it is read.
 
@@ -251,6 +255,17 @@ class Fingerprints(Sequence[str]):
 
     def __iter__(self) -> Iterator[str]:
         return map(self.__getitem__, range(len(self)))
+
+    def in_slices(self) -> Iterator[None]:
+        """Every fingerprint computed ahead of its reading, ``FINGERPRINT_SLICE`` turns per
+        step: the driver gives the event loop to other requests between steps, so a long
+        conversation does not hold it for the whole (issue 46). None for a short one."""
+        if len(self) <= FINGERPRINT_SLICE:
+            return  # computed as they are read: a few milliseconds at most
+        for index in range(len(self)):
+            self[index]
+            if index % FINGERPRINT_SLICE == FINGERPRINT_SLICE - 1:
+                yield
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and list(self) == list(other)

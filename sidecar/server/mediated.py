@@ -9,6 +9,7 @@ away in the middle.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from ..mediation.commands import (
     Respond,
 )
 from ..mediation.engine import MediationEngine
+from ..model.conversation import Fingerprints
 from ..state.continuity import StateWriteFailed
 from .accounting import record_mediated, report_state_write_failure, scrubbed
 from .exactly_once import ExactlyOnce, begin_attempt, side_effect_ran
@@ -58,6 +60,9 @@ async def handle_mediated(exchange: Exchange, ctx: RequestContext, body: dict[st
         taint_mode=state.config.taint.mode if state.config.taint is not None else "off",
         untrusted=plan.untrusted,
     )
+    if engine.prepare() is None and isinstance(engine.conversation.fingerprints, Fingerprints):
+        for _ in engine.conversation.fingerprints.in_slices():
+            await asyncio.sleep(0)
     once = (
         await begin_attempt(ctx, plan, engine, body)
         if plan.side_effects

@@ -225,8 +225,10 @@ def _track_stored_objects(ctx: RequestContext, status: int, parsed: Any) -> None
     if status != 200:
         return
     if ctx.method == "DELETE":
+        # Only the object the answer says is deleted (deleting a conversation's item keeps it).
+        deleted = parsed.get("id") if isinstance(parsed, dict) and parsed.get("deleted") else None
         for ref in ctx.objects:
-            if ref["use"] == "referenced":
+            if ref["use"] == "referenced" and ref["id"] == deleted:
                 ctx.state.objects.forget(ctx.agent.agent.id, StoredRef(ref["kind"], ref["id"]))
         return
     ctx.record_objects(refs(ctx.codec.stored_ids(parsed)))

@@ -20,9 +20,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..manifest import DEFAULT_MAX_OPEN_APPROVALS, Approvals, Approver, ManagedTool
+from ..manifest import DEFAULT_MAX_OPEN_APPROVALS, Approvals, Approver
 from ..model.canonical import canonical_json, digest
-from ..model.conversation import ToolOutcome, refused
+from ..model.conversation import CheckedCall, ToolOutcome, refused
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,11 @@ FINISHED_KEPT = 256
 # Arguments as listed and sent to the webhook: a preview past this (canonical JSON bytes); the
 # digest names the whole (issue 30: 4 MB arguments were listed and posted whole).
 ARGUMENTS_PREVIEW_BYTES = 64 * 1024
+# The arguments of a call that waits for an approval, in canonical JSON: it is kept in a file
+# and in memory until decided, for each of up to max-open-per-agent approvals (issue 46: 8
+# approvals of 4 MB arguments cost 34 MB of disk and 119 MB of memory).
+MAX_APPROVAL_ARGUMENTS_BYTES = 256 * 1024
+APPROVAL_ARGUMENTS_TOO_LARGE = "approval_arguments_too_large"
 
 
 class Approval(BaseModel):
@@ -89,13 +94,21 @@ def open_approval(
     store: ApprovalStore,
     settings: Approvals,
     agent: str,
-    tool: ManagedTool,
-    arguments: dict[str, Any],
+    call: CheckedCall,
     manifest_digest: str,
     **fields: Any,
 ) -> Approval | ToolOutcome:
     """A new pending approval of this call (``fields``: ``rule``, ``reason``, ``approver``,
-    ``call_id``), or the refusal the model sees once the agent has its limit open."""
+    ``call_id``), or the refusal the model sees: arguments too large to keep, or the agent
+    has its limit open. Nothing is stored for a refused one."""
+    tool = call.tool
+    if len(call.canonical) > MAX_APPROVAL_ARGUMENTS_BYTES:
+        return refused(
+            APPROVAL_ARGUMENTS_TOO_LARGE,
+            f"{tool.presented} needs an approval, and its arguments are {len(call.canonical)} "
+            f"bytes as JSON: a call that waits for an approval may carry at most "
+            f"{MAX_APPROVAL_ARGUMENTS_BYTES}. The call was not executed; send less per call",
+        )
     limit = settings.max_open_per_agent or DEFAULT_MAX_OPEN_APPROVALS
     if store.open_count(agent) >= limit:
         return refused(
@@ -106,7 +119,7 @@ def open_approval(
     return store.create(
         agent,
         tool.name,
-        arguments,
+        dict(call.arguments),
         manifest_digest,
         settings.timeout_ms / 1000,
         principal=tool.execution.auth.principal,

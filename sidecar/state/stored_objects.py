@@ -6,8 +6,10 @@ delete it. The sidecar records each id as it passes (from the provider's answers
 streamed) under the agent it answered, and refuses every reference to an id this agent does not
 hold, whether another agent's or one it never got.
 
-A conversation is made outside the sidecar (no route creates one), so the first agent that uses
-an unseen conversation id holds it; another agent's use of it is refused from then on.
+A conversation is bound to the agent that created it through the sidecar (``POST
+/v1/conversations``), or that the provider named it to in an answer. Any other conversation id is
+refused as unknown: one made outside the sidecar, or another agent's, is never claimed by its
+first user (which let an agent that learnt the id first take it).
 
 Records persist in ``STATE/objects/owners.jsonl`` (one line per change, rewritten when mostly
 stale) and survive a restart. Each agent keeps at most ``MAX_PER_AGENT`` ids, its oldest dropped
@@ -70,13 +72,10 @@ class StoredObjects:
         return self._owner.get(ref)
 
     def refusal(self, agent: str, ref: StoredRef) -> str | None:
-        """None when ``agent`` may use ``ref`` (claiming an unseen conversation); else why not:
-        ``"foreign"`` (another agent's) or ``"unknown"``."""
+        """None when ``agent`` holds ``ref``; else why not: ``"foreign"`` (another agent's) or
+        ``"unknown"``."""
         owner = self._owner.get(ref)
         if owner == agent:
-            return None
-        if owner is None and ref.kind == "conversation" and len(ref.id) <= MAX_ID_CHARS:
-            self.record(agent, [ref])
             return None
         return "unknown" if owner is None else "foreign"
 

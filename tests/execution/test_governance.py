@@ -315,6 +315,27 @@ async def test_changed_arguments_need_their_own_approval(desk: Desk) -> None:
     assert [r.json()["quantity"] for r in desk.service.requests] == [10]
 
 
+async def test_arguments_too_large_to_keep_for_an_approval_are_refused_before_it(
+    desk: Desk,
+) -> None:
+    """Eight 4 MB calls that need an approval held 34 MB on disk and 119 MB in memory until
+    decided (issue 46): such a call is refused before anything is stored."""
+    huge = {**TRADE, "symbol": "N" * 4_000_000}
+    for _ in range(8):
+        refused = await trade(desk, huge)
+        assert refused["error"]["code"] == "approval_arguments_too_large"
+        assert f"at most {256 * 1024}" in refused["error"]["message"]
+    status, body = await desk.operator("GET", "/operator/approvals")
+    assert status == 200 and body["approvals"] == []
+    assert not any((desk.state_dir / "approvals").glob("*.json"))
+    assert desk.service.requests == []
+    # The bound is on what is kept: a call under it is still asked about.
+    asking = asyncio.ensure_future(trade(desk, {**TRADE, "symbol": "N" * 200_000}))
+    [approval] = await desk.pending()
+    await desk.operator("POST", f"/operator/approvals/{approval['id']}", decision="deny")
+    assert (await asking)["error"]["code"] == "approval_denied"
+
+
 @pytest.mark.parametrize("desk", [300], indirect=True)
 async def test_an_unanswered_approval_expires(desk: Desk) -> None:
     expired = await trade(desk, TRADE)

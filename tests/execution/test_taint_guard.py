@@ -88,6 +88,19 @@ def test_a_token_shaped_string_that_is_no_agents_token_passes(guard: ArgumentGua
         "HTTPS://ATTACKER.EXAMPLE",
         "https://[::1]:8080/",
         "https://[intranet.example/",  # an unclosed bracket: no host can be read
+        # What browsers, Node's URL and fetch read as host attacker.example (WHATWG).
+        "https:/attacker.example",
+        "https:attacker.example",
+        "https:\\\\attacker.example",
+        "https://attacker.example\\@intranet.example",
+        "//attacker.example/collect",
+        "\\\\attacker.example\\collect",
+        "ht\ttps://attacker.exam\nple/",
+        "https://attacker%2Eexample/",
+        "https://\uff41ttacker.example/",
+        "http://0x7f.1/",
+        "https://intranet.example:99999/",  # no port a client accepts
+        "https://intranet.example%00/",
     ],
 )
 def test_urls_to_hosts_outside_the_allow_list_are_refused(guard: ArgumentGuard, url: str) -> None:
@@ -102,6 +115,11 @@ def test_urls_to_hosts_outside_the_allow_list_are_refused(guard: ArgumentGuard, 
         "HTTPS://INTRANET.EXAMPLE./",
         "http://wiki.corp.example:8080/p",
         "https://api.desk.example/v1",  # this service's own allow-list
+        "https:intranet.example/x",
+        "//wiki.corp.example/page",
+        "https://attacker.example@intranet.example/",
+        "https://intranet.example\\@attacker.example",  # the host is intranet.example
+        "see https: it is safer, and the attached file: a.pdf",
     ],
 )
 def test_allowed_hosts_pass(guard: ArgumentGuard, url: str) -> None:

@@ -14,12 +14,13 @@ from clawpod.cli.discover import fetch_descriptor
 from clawpod.compiler.errors import CompileError
 from clawpod.sidecar.backends.mcp import (
     MAX_LIST_PAGES,
+    MAX_LISTING_BYTES,
     ListingRefused,
     McpBackends,
 )
 from clawpod.sidecar.backends.mcp_http import result_bound
 from clawpod.sidecar.manifest import Execution, ManagedTool, ToolAuth
-from tests.support.hostile_mcp import HUGE_RESULT_BYTES, running_hostile_mcp
+from tests.support.hostile_mcp import FAT_PAGE_BYTES, HUGE_RESULT_BYTES, running_hostile_mcp
 
 GUARD_S = 20.0  # against a hang, never a timing assertion
 RESULT_LIMIT = 16384
@@ -73,6 +74,8 @@ async def test_a_huge_result_is_cut_while_it_arrives() -> None:
         ("endless", f"past {MAX_LIST_PAGES} pages"),
         ("repeated", "repeated a page cursor"),
         ("huge page", "more than 5000 tools"),
+        # 100 pages of 6 MiB each were all read (600 MB held), each under the page bound.
+        ("fat pages", f"larger than {MAX_LISTING_BYTES} bytes"),
     ],
 )
 async def test_a_hostile_tool_list_is_refused_in_the_drift_check(listing, reason: str) -> None:
@@ -87,6 +90,8 @@ async def test_a_hostile_tool_list_is_refused_in_the_drift_check(listing, reason
         finally:
             await backends.close()
     assert service.pages_served <= MAX_LIST_PAGES
+    if listing == "fat pages":
+        assert service.pages_served <= MAX_LISTING_BYTES // FAT_PAGE_BYTES + 1
 
 
 async def test_clawc_discover_refuses_an_endless_tool_list() -> None:

@@ -106,24 +106,79 @@ async def test_a_deleted_response_is_forgotten(pod: Pod) -> None:
         await alice.responses.retrieve("resp_gone")
 
 
-async def test_a_conversation_belongs_to_the_first_agent_that_uses_it(pod: Pod) -> None:
-    conversation = {"id": "conv_alice"}
-    body = r.response(r.message("hi"), response_id="resp_c1", conversation=conversation)
-    pod.upstream.enqueue("responses", r.reply(body))
-    alice, bob = client(pod, "alice"), client(pod, "bob")
-    await alice.responses.create(model="gpt-4o", input="hi", conversation="conv_alice")
-    for reference in ("conv_alice", {"id": "conv_alice"}):
+async def alice_creates_a_conversation(pod: Pod, conversation_id: str) -> None:
+    """POST /v1/conversations through the sidecar, by the real SDK."""
+    made = {"id": conversation_id, "object": "conversation", "created_at": 1, "metadata": {}}
+    pod.upstream.enqueue("/v1/conversations", r.Reply.json(made))
+    assert (await client(pod, "alice").conversations.create()).id == conversation_id
+
+
+async def every_use_of_the_conversation_is_refused(pod: Pod, agent: str, conv: str) -> None:
+    """Continue, read, update, delete and list or add items of ``conv`` as ``agent``: each a
+    404 in the Responses shape, and nothing reaches the provider."""
+    seen = len(pod.upstream.received)
+    other = client(pod, agent)
+    item = {"type": "message", "role": "user", "content": "x"}
+    attempts = [
+        other.responses.create(model="gpt-4o", input="hi", conversation=conv),
+        other.responses.create(model="gpt-4o", input="hi", conversation={"id": conv}),
+        other.conversations.retrieve(conv),
+        other.conversations.update(conv, metadata={"k": "v"}),
+        other.conversations.delete(conv),
+        other.conversations.items.list(conv),
+        other.conversations.items.create(conv, items=[item]),  # type: ignore[list-item]
+        other.conversations.items.retrieve("msg_1", conversation_id=conv),
+        other.conversations.items.delete("msg_1", conversation_id=conv),
+    ]
+    for attempt in attempts:
         with pytest.raises(openai.NotFoundError) as caught:
-            await bob.responses.create(model="gpt-4o", input="hi", conversation=reference)
+            await attempt
         assert caught.value.body["code"] == "conversation_not_found"
-    assert len(pod.upstream.received) == 1
+    assert len(pod.upstream.received) == seen
+
+
+async def test_a_conversation_belongs_to_the_agent_that_created_it(pod: Pod) -> None:
+    await alice_creates_a_conversation(pod, "conv_alice")
+    await every_use_of_the_conversation_is_refused(pod, "bob", "conv_alice")
+    # Its creator uses it, and deleting one of its items keeps it hers.
+    body = r.response(r.message("hi"), response_id="resp_c1", conversation={"id": "conv_alice"})
+    pod.upstream.enqueue("responses", r.reply(body))
+    alice = client(pod, "alice")
+    await alice.responses.create(model="gpt-4o", input="hi", conversation="conv_alice")
+    kept = {"id": "conv_alice", "object": "conversation", "created_at": 1, "metadata": {}}
+    pod.upstream.enqueue("/v1/conversations/conv_alice/items/msg_1", r.Reply.json(kept))
+    await alice.conversations.items.delete("msg_1", conversation_id="conv_alice")
+    pod.upstream.enqueue("/v1/conversations/conv_alice", r.Reply.json(kept))
+    assert (await alice.conversations.retrieve("conv_alice")).id == "conv_alice"
     # A conversation the provider names in an answer is bound too.
     named = r.response(r.message("x"), response_id="resp_c2", conversation={"id": "conv_new"})
     pod.upstream.enqueue("responses", r.reply(named, stream=True))
     async with alice.responses.stream(model="gpt-4o", input="x") as events:
         await events.get_final_response()
     with pytest.raises(openai.NotFoundError):
-        await bob.responses.create(model="gpt-4o", input="x", conversation="conv_new")
+        await client(pod, "bob").responses.create(
+            model="gpt-4o", input="x", conversation="conv_new"
+        )
+
+
+async def test_a_conversation_id_learnt_first_is_not_claimed(pod: Pod) -> None:
+    """Bob learns the id of a conversation made for alice before she uses it: using it first
+    does not make it his (it did: the first agent to use an unseen id held it)."""
+    await every_use_of_the_conversation_is_refused(pod, "bob", "conv_made_outside")
+    await alice_creates_a_conversation(pod, "conv_alice")
+    await every_use_of_the_conversation_is_refused(pod, "bob", "conv_alice")
+    [record, *_] = await records_of(pod, "bob", 1)
+    assert record["objects"][0]["use"] == "refused (unknown)"
+
+
+async def test_a_deleted_conversation_is_forgotten(pod: Pod) -> None:
+    await alice_creates_a_conversation(pod, "conv_gone")
+    deleted = {"id": "conv_gone", "object": "conversation.deleted", "deleted": True}
+    pod.upstream.enqueue("/v1/conversations/conv_gone", r.Reply.json(deleted))
+    alice = client(pod, "alice")
+    await alice.conversations.delete("conv_gone")
+    with pytest.raises(openai.NotFoundError):
+        await alice.conversations.retrieve("conv_gone")
 
 
 async def test_ownership_survives_a_restart(make_pod: PodFactory, tmp_path: Path) -> None:
@@ -142,8 +197,8 @@ async def test_ownership_survives_a_restart(make_pod: PodFactory, tmp_path: Path
 def test_one_agents_flood_never_evicts_anothers_ids(tmp_path: Path) -> None:
     store = StoredObjects(tmp_path, max_per_agent=50)
     store.record("alice", [StoredRef("response", "resp_alice")])
-    for n in range(500):  # bob claims conversations by the hundred
-        assert store.refusal("bob", StoredRef("conversation", f"conv_{n}")) is None
+    for n in range(500):  # bob creates conversations by the hundred
+        store.record("bob", [StoredRef("conversation", f"conv_{n}")])
     assert store.owner(StoredRef("response", "resp_alice")) == "alice"
     assert store.owner(StoredRef("conversation", "conv_0")) is None  # bob's oldest went
     assert store.owner(StoredRef("conversation", "conv_499")) == "bob"

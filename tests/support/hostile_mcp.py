@@ -1,7 +1,7 @@
 """A hostile MCP service on 127.0.0.1 (issue 30): it speaks just enough Streamable HTTP (JSON
 answers) for the official client to connect, then answers ``tools/call`` with a 64 MiB result
 (as fast as the client reads) and ``tools/list`` with pages that never end (fresh cursors, one
-cursor repeated, or one page of 20,000 tools)."""
+cursor repeated, one page of 20,000 tools, or pages of 6 MiB each)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from typing import Any, Literal
 import orjson
 from aiohttp import web
 
-Listing = Literal["endless", "repeated", "huge page"]
+Listing = Literal["endless", "repeated", "huge page", "fat pages"]
+# Each of the endless "fat pages": one tool whose description stays under the bound of one page.
+FAT_PAGE_BYTES = 6 * 1024 * 1024
 HUGE_RESULT_BYTES = 64 * 1024 * 1024
 _TOOL = {
     "name": "dump",
@@ -41,6 +43,9 @@ def _page(service: HostileMcp) -> dict[str, Any]:
     if service.listing == "huge page":
         tools = [{**_TOOL, "name": f"t{number}_{i}"} for i in range(20_000)]
         return {"tools": tools, "nextCursor": f"c{number}"}
+    if service.listing == "fat pages":
+        tool = {**_TOOL, "name": f"t{number}", "description": "x" * FAT_PAGE_BYTES}
+        return {"tools": [tool], "nextCursor": f"c{number}"}
     cursor = "again" if service.listing == "repeated" else f"c{number}"
     return {"tools": [{**_TOOL, "name": f"t{number}"}], "nextCursor": cursor}
 

@@ -10,6 +10,7 @@ import anthropic
 import openai
 import pytest
 
+from clawpod.sidecar.state.stored_objects import StoredRef
 from tests.support import responses as rs
 from tests.support.upstream import Reply
 from tests.translation.conftest import MODEL, TranslatingPod, text_reply
@@ -35,6 +36,8 @@ async def test_responses_features_a_chat_server_lacks_are_refused(
     translating_pod: TranslatingPod, field: str, value: Any
 ) -> None:
     pod = translating_pod
+    if field == "conversation":  # the agent's own (it would have created it through the sidecar)
+        pod.sidecar.state.objects.record("plain", [StoredRef("conversation", value)])
     request: dict[str, Any] = {"model": MODEL["chat"], "input": "hi", field: value}
     error = await _responses_error(pod, "plain", **request)
     assert error.status_code == 400
