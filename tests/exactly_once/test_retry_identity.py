@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from clawpod.sidecar.model.conversation import Conversation
+from clawpod.sidecar.server.model_call import MediatedClient
 from clawpod.sidecar.state import journal
 from clawpod.sidecar.state.journal import last_user_text
 from tests.mediation.conftest import MediatedPod
@@ -230,3 +231,26 @@ async def test_a_changed_history_is_not_a_retry(pod: MediatedPod) -> None:
     pod.upstream.enqueue("openai", Reply.json(oa_text("Bought.")))
     assert await send(pod, "openai", other) is not None
     assert trades(pod) == 2
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["status", "in-stream"])
+async def test_the_link_to_a_failed_attempt_is_durable_before_the_client_sees_the_failure(
+    pod: MediatedPod, monkeypatch: pytest.MonkeyPatch, stream: bool
+) -> None:
+    """A runner that re-renders its retry the moment the error arrives finds the failed
+    attempt's link (written after the reply, a no-gap retry placed a second order in 2 of 4
+    tries)."""
+    links_at_reply: list[int] = []
+    reply = MediatedClient.reply
+
+    async def replying(client: MediatedClient, command: Any, ran: bool) -> None:
+        links_at_reply.append(len(pod.sidecar.state.journal.log.links))
+        await reply(client, command, ran)
+
+    monkeypatch.setattr(MediatedClient, "reply", replying)
+    script(pod, "openai")
+    first = body("openai", stream=True) if stream else body("openai")
+    assert await send(pod, "openai", first) is None
+    assert links_at_reply == [1]
+    assert await send(pod, "openai", body("openai", REWRITTEN)) == "Ok."
+    assert trades(pod) == 1
