@@ -10,7 +10,7 @@ import pytest
 from clawpod.sidecar.model.conversation import Conversation
 from clawpod.sidecar.server.model_call import MediatedClient
 from clawpod.sidecar.state import journal
-from clawpod.sidecar.state.journal import last_user_text
+from clawpod.sidecar.state.journal import asked_content
 from tests.mediation.conftest import MediatedPod
 from tests.mediation.scripted import an_calls, an_text, oa_calls, oa_text
 from tests.support import responses as r
@@ -20,7 +20,8 @@ APIS = ["openai", "anthropic", "responses"]
 BUY = {"symbol": "AAPL", "side": "buy", "quantity": 1}
 SYSTEM = "You are a trading assistant."
 ASK = "Buy one AAPL."
-# OpenClaw's retry of a queued turn: a new minute timestamp and a preamble before the text.
+# A re-rendered retry in the shape of an earlier OpenClaw (a timestamp and a preamble before the
+# text); OpenClaw 2026.9.6's own, recorded, is replayed in test_recorded_retries.py.
 REWRITTEN = (
     "[Wed 2026-11-25 20:51 UTC] [Queued user message from a previous active turn was "
     "interrupted] Continue the current task.\n\nBuy one AAPL."
@@ -195,9 +196,9 @@ async def test_what_recognises_a_rewrite_is_read_only_when_a_rewrite_could_be_on
 
     def counted(conversation: Conversation) -> str:
         read.append(conversation.roles[-1])
-        return last_user_text(conversation)
+        return asked_content(conversation)
 
-    monkeypatch.setattr(journal, "last_user_text", counted)
+    monkeypatch.setattr(journal, "asked_content", counted)
     pod.upstream.enqueue(
         "openai", Reply.json(oa_calls(("call_0", "desk_trade", BUY))), Reply.json(oa_text("Ok."))
     )
@@ -212,7 +213,7 @@ async def test_what_recognises_a_rewrite_is_read_only_when_a_rewrite_could_be_on
 
 
 async def test_another_question_after_a_failure_is_a_new_request(pod: MediatedPod) -> None:
-    """Only a last user turn that contains the failed one's text continues it."""
+    """Only a trailing user block with the failed one's content continues it."""
     script(pod, "openai", answered=False)
     assert await send(pod, "openai", body("openai")) is None
     pod.upstream.enqueue("openai", Reply.json(oa_text("AAPL is 1.")))
