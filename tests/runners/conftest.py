@@ -33,9 +33,15 @@ BIN = RUNNERS_DIR / "node_modules" / ".bin"
 RUNNER_TIMEOUT_S = 120
 
 
-def runner_binary(name: str, venv: str | None = None) -> Path:
-    """An installed runner: an npm binary, or a program in the runner's own venv."""
-    path = RUNNERS_DIR / f"py-{venv}" / "bin" / name if venv else BIN / name
+def runner_binary(name: str, venv: str | None = None, group: str | None = None) -> Path:
+    """An installed runner: an npm binary (of the npm prefix ``js-<group>``), or a program in
+    the runner's own venv."""
+    if venv:
+        path = RUNNERS_DIR / f"py-{venv}" / "bin" / name
+    elif group:
+        path = RUNNERS_DIR / f"js-{group}" / "node_modules" / ".bin" / name
+    else:
+        path = BIN / name
     if not path.exists():
         pytest.skip(f"{name} is not installed in {RUNNERS_DIR}: run scripts/install-runners.sh")
     return path
