@@ -21,12 +21,14 @@ from tests.support.upstream import Reply
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "runners" / "recorded"
 OPENCLAW = RECORDED / "openclaw-2026.9.6-retry.json"
+OPENCODE = RECORDED / "opencode-1.18.33-retry.json"
 
 
 def attempts(fixture: Path) -> list[dict[str, Any]]:
-    """The model calls the runner sent, in order (the failed attempt, then its retries)."""
+    """The agent's model calls the runner sent, in order (the failed attempt, then its retry):
+    those offering tools (a title request offers none)."""
     recorded = orjson.loads(fixture.read_bytes())
-    return [e["request"] for e in recorded["exchanges"] if e["path"].endswith("/completions")]
+    return [e["request"] for e in recorded["exchanges"] if e["request"].get("tools")]
 
 
 def content(request: dict[str, Any]) -> str:
@@ -41,11 +43,13 @@ def with_prompt(request: dict[str, Any], old: str, new: str) -> dict[str, Any]:
     return changed
 
 
-async def test_openclaw_re_rendered_retry_places_the_order_once(pod: MediatedPod) -> None:
+@pytest.mark.parametrize("fixture", [OPENCLAW, OPENCODE], ids=lambda f: f.stem)
+async def test_a_recorded_retry_places_the_order_once(pod: MediatedPod, fixture: Path) -> None:
     """OpenClaw 2026.9.6: a timestamp before the prompt already in the first attempt, a queued
     preamble between it and the text, a continue paragraph and its runtime line after, and an
-    internal-context user message after the prompt (3 orders per user call before)."""
-    first, retry = attempts(OPENCLAW)
+    internal-context user message after the prompt (3 orders per user call before). opencode
+    1.18.33 retries the same request."""
+    first, retry = attempts(fixture)
     failure = Reply.error("openai", 503, "provider down")
     pod.upstream.enqueue("openai", Reply.json(oa_calls(("call_0", "desk_trade", BUY))), failure)
     assert await send(pod, "openai", first) is None
