@@ -176,10 +176,12 @@ class ResponsesCodec(OpenAIShapes, Codec):
 
     def fingerprint(self, group: dict[str, Any]) -> str:
         items = _identifying(group["items"])
-        if items and all(item.get("type") == "item_reference" for item in items):
+        references = [item for item in items if item.get("type") == "item_reference"]
+        if references:
             # Echoed by reference: whether reasoning items are referenced too varies, the
-            # last one (the answer's message) is always there.
-            return _reference_fingerprint(str(items[-1].get("id")))
+            # answer's message always is (last); its calls may come whole beside it (the
+            # Vercel AI SDK's openai() in a tool loop, when the call turn had text).
+            return _reference_fingerprint(str(references[-1].get("id")))
         return digest(group["role"], *map(_item_fingerprint, items))
 
     # --- upstream request -------------------------------------------------------------------

@@ -76,7 +76,11 @@ class RunnerPod:
         }
 
     async def run(
-        self, argv: list[str], env: dict[str, str], cwd: Path | None = None
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: Path | None = None,
+        timeout_s: float = RUNNER_TIMEOUT_S,
     ) -> tuple[int, str, str]:
         process = await asyncio.create_subprocess_exec(
             *argv,
@@ -87,7 +91,7 @@ class RunnerPod:
             stderr=asyncio.subprocess.PIPE,
         )
         try:
-            out, err = await asyncio.wait_for(process.communicate(), RUNNER_TIMEOUT_S)
+            out, err = await asyncio.wait_for(process.communicate(), timeout_s)
         except TimeoutError:
             process.kill()
             await process.wait()
@@ -98,11 +102,14 @@ class RunnerPod:
 @pytest.fixture
 async def runner_pod(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[RunnerPod]:
     """Agents ``mediated`` and ``native`` with the desk tools; ``@pytest.mark.plan(...)`` sets
-    the provider's plan of tool calls, ``@pytest.mark.failures(n)`` its failures after them."""
+    the provider's plan of tool calls, ``@pytest.mark.failures(n)`` its failures after them,
+    ``@pytest.mark.narrate`` text in its call turns."""
     marker = request.node.get_closest_marker("plan")
     failures = request.node.get_closest_marker("failures")
     provider = await ScriptedProvider(
-        plan=marker.args if marker else (QUOTE,), failures=failures.args[0] if failures else 0
+        plan=marker.args if marker else (QUOTE,),
+        failures=failures.args[0] if failures else 0,
+        narrate=request.node.get_closest_marker("narrate") is not None,
     ).start()
 
     def agents(service_url: str) -> list[AgentSpec]:

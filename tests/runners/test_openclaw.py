@@ -18,6 +18,9 @@ from tests.support.sidecar import audit_records
 pytestmark = pytest.mark.runners
 VERSION = "2026.9.6"
 MODEL = "gpt-4o-mini"
+# OpenClaw prepares each attempt for about 30 s here (its own trace: skills, tools, session
+# store); a failed attempt and its retry take about 90 s. Not a timing assertion: a bound.
+OPENCLAW_TIMEOUT_S = 400
 
 
 def openclaw_config(base_url: str, token: str) -> dict[str, Any]:
@@ -51,12 +54,15 @@ async def openclaw(
 
 @pytest.mark.plan(TRADE)
 @pytest.mark.failures(1)
+@pytest.mark.timeout(OPENCLAW_TIMEOUT_S + 60)
 async def test_a_retry_after_the_order_places_it_once(runner_pod: RunnerPod) -> None:
     """The provider fails on the model call after the order; OpenClaw re-renders the prompt
     for its retry (a new timestamp, a queued-message preamble, a continue paragraph, its
     internal-context message after it): the retry adopts the order, placed once."""
     async with openclaw(runner_pod, "mediated") as (argv, env, proxy):
-        code, out, err = await runner_pod.run([*argv, "Buy one AAPL."], env)
+        code, out, err = await runner_pod.run(
+            [*argv, "Buy one AAPL."], env, timeout_s=OPENCLAW_TIMEOUT_S
+        )
     if recording():
         paths = [str(runner_pod.home), str(RUNNERS_DIR)]
         meta = {"runner": "openclaw", "version": VERSION, "api": "openai-completions"}
