@@ -342,6 +342,25 @@ class ResponsesCodec(OpenAIShapes, Codec):
     def answer_ids(self, conversation: Conversation, body: dict[str, Any]) -> list[str]:
         return _ids(body.get("id"), _conversation_id(conversation.params.get("conversation")))
 
+    def resolve_references(
+        self, echo: dict[str, Any], stored: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """A reference to the stored answer's item becomes the item (a provider of another
+        protocol, or one that stored nothing, cannot resolve the ids the sidecar issued); one
+        to an item of the hidden rounds, restored before the echo, goes."""
+        items = echo.get("items") or []
+        if not any(item.get("type") == "item_reference" for item in items):
+            return echo
+        answer = {item.get("id"): item for item in stored[-1].get("items") or []} if stored else {}
+        hidden = {item.get("id") for group in stored[:-1] for item in group.get("items") or []}
+        resolved = []
+        for item in items:
+            if item.get("type") == "item_reference" and item.get("id") in answer:
+                resolved.append(answer[item["id"]])
+            elif item.get("type") != "item_reference" or item.get("id") not in hidden:
+                resolved.append(item)
+        return {**echo, "items": resolved}
+
     def reference_fingerprint(self, body: dict[str, Any]) -> str | None:
         """The answer echoed as ``item_reference`` items (the Vercel AI SDK's default with a
         stored response): known by the id of its last message (or last item)."""
