@@ -341,6 +341,13 @@ class Codec(WireCodec):
         the protocol has such echoes; None where it has not."""
         return None
 
+    def resolve_references(
+        self, echo: dict[str, Any], stored: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """The runner's echo of an answer with its references to items of ``stored`` (the
+        rounds and answer continuity kept) resolved, where the protocol has references."""
+        return echo
+
 
 def _system_texts(body: dict[str, Any]) -> list[str]:
     """The system text of a request of any of the three protocols: Messages' ``system``,

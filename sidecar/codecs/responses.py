@@ -194,10 +194,12 @@ class ResponsesCodec(OpenAIShapes, Codec):
 
     def fingerprint(self, group: dict[str, Any]) -> str:
         items = _identifying(group["items"])
-        if items and all(item.get("type") == "item_reference" for item in items):
+        references = [item for item in items if item.get("type") == "item_reference"]
+        if references:
             # Echoed by reference: whether reasoning items are referenced too varies, the
-            # last one (the answer's message) is always there.
-            return _reference_fingerprint(str(items[-1].get("id")))
+            # answer's message always is (last); its calls may come whole beside it (the
+            # Vercel AI SDK's openai() in a tool loop, when the call turn had text).
+            return _reference_fingerprint(str(references[-1].get("id")))
         return digest(group["role"], *map(_item_fingerprint, items))
 
     # --- upstream request -------------------------------------------------------------------
@@ -357,6 +359,25 @@ class ResponsesCodec(OpenAIShapes, Codec):
 
     def answer_ids(self, conversation: Conversation, body: dict[str, Any]) -> list[str]:
         return _ids(body.get("id"), _conversation_id(conversation.params.get("conversation")))
+
+    def resolve_references(
+        self, echo: dict[str, Any], stored: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """A reference to the stored answer's item becomes the item (a provider of another
+        protocol, or one that stored nothing, cannot resolve the ids the sidecar issued); one
+        to an item of the hidden rounds, restored before the echo, goes."""
+        items = echo.get("items") or []
+        if not any(item.get("type") == "item_reference" for item in items):
+            return echo
+        answer = {item.get("id"): item for item in stored[-1].get("items") or []} if stored else {}
+        hidden = {item.get("id") for group in stored[:-1] for item in group.get("items") or []}
+        resolved = []
+        for item in items:
+            if item.get("type") == "item_reference" and item.get("id") in answer:
+                resolved.append(answer[item["id"]])
+            elif item.get("type") != "item_reference" or item.get("id") not in hidden:
+                resolved.append(item)
+        return {**echo, "items": resolved}
 
     def reference_fingerprint(self, body: dict[str, Any]) -> str | None:
         """The answer echoed as ``item_reference`` items (the Vercel AI SDK's default with a

@@ -80,7 +80,12 @@ def answer_of(approval_id: str, result: Any) -> ClientAnswer:
     action = result.get("action") if isinstance(result, dict) else None
     content = result.get("content") if isinstance(result, dict) else None
     approve = action == "accept" and isinstance(content, dict) and content.get(APPROVE) is True
-    reason = None if approve else f"the user answered {action or 'nothing usable'}"
+    if approve:
+        reason = None
+    elif action == "accept":  # the form was submitted with the call not approved
+        reason = "the user did not approve it"
+    else:
+        reason = f"the user answered {action or 'nothing usable'}"
     return ClientAnswer(approval_id, approve, reason)
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..codecs.approval_items import REQUEST, RESPONSE, answer_of, requested_id
 from ..model.canonical import digest
-from ..model.client_approval import ClientAnswer, requested_approval
+from ..model.client_approval import APPROVAL_UNANSWERED, ClientAnswer, requested_approval
 from ..model.conversation import ToolCall, ToolOutcome
 from .commands import Remembered
 
@@ -182,7 +182,10 @@ def _resumed(
     mine = {cid: answers[aid] for cid, aid in stopped.asked.items() if aid in answers}
     trailing = any(is_trailing for _, is_trailing in mine.values())
     settled = [answered_records[a] for a in stopped.asked.values() if a in answered_records]
-    if settled and not trailing:
+    # A settled round stands, also for a retry of the request that settled it (every SDK
+    # retries byte-identical): it is never rewritten. Only an answer to a call it left
+    # unanswered reopens it.
+    if settled and not (trailing and _answers_unanswered(settled[0], mine)):
         settlement.restored.append(settled[0])
         return list(settled[0].messages)
     pending = PendingRound(
@@ -190,3 +193,12 @@ def _resumed(
     )
     settlement.pending.append(pending)
     return [pending]
+
+
+def _answers_unanswered(settled: Remembered, answers: dict[str, Any]) -> bool:
+    """Whether ``answers`` (call id ->) answer a call the settled round left unanswered."""
+    outputs = settled.messages[1].get("items") or [] if len(settled.messages) > 1 else []
+    return any(
+        item.get("call_id") in answers and APPROVAL_UNANSWERED in str(item.get("output"))
+        for item in outputs
+    )

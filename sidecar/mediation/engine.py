@@ -335,6 +335,7 @@ class MediationEngine:
                     # An echo with tool calls stands: the runner's results answer its ids
                     # (OpenClaw rewrites them), so only the hidden rounds go in before it.
                     history.extend(best.messages[:-1] if answered else best.messages)
+                    message = self.codec.resolve_references(message, best.messages)
             history.append(message)
         return history
 
@@ -443,7 +444,9 @@ class MediationEngine:
             rounds = [*transcript, codec.answer_message(turn)]
         else:
             body = codec.render_response(conversation, turn, self.usage.fields)
-            rounds = transcript
+            # An answer echoed by reference comes back as the answer kept here.
+            referable = codec.reference_fingerprint(body) is not None
+            rounds = [*transcript, codec.answer_message(turn)] if referable else transcript
         if self.taint.tainted and self.taint_mode != "off":
             # A provider-held chain comes back as an id, without the rounds that tainted it.
             sources = list(self.taint.sources)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from .conversation import ToolOutcome, error_envelope, refused
 
 APPROVAL_REQUESTED = "approval_requested"
+APPROVAL_UNANSWERED = "approval_unanswered"
 # The label a client sees on the sidecar's approval items (``server_label``).
 SERVER_LABEL = "clawpod"
 
@@ -49,7 +50,7 @@ def unanswered(approval_id: str) -> ToolOutcome:
     """The client gave no answer to ``approval_id`` (none sent, none in time, the sidecar
     stopping): the call is not run, and the approval expires by itself."""
     return refused(
-        "approval_unanswered",
+        APPROVAL_UNANSWERED,
         f"the user did not answer approval {approval_id}; the call was not executed",
     )
 

@@ -153,19 +153,23 @@ async def _read_and_serve(
             ctx.stream = body.get("stream") is True or _query_streams(exchange.query)
             if route.upstream is not None:
                 _address_resource(ctx, exchange, route.upstream)
-            if codec.stores_objects:
-                _check_stored_objects(ctx, exchange, body)
             ctx.request_bytes = len(raw)
             if route.upstream is None or "model" in body:
                 plan = state.router.plan(codec.api, codec.name, body.get("model"))
                 ctx.targets, ctx.walks = plan.targets, plan.walks  # type: ignore[assignment]
                 ctx.provider_name, _, ctx.model = plan.targets[0]
                 if route.upstream is None and plan.crosses:
-                    translated.plan(ctx, body)  # a target of another protocol: refused or planned
+                    # A target of another protocol: refused or planned.
+                    mediated = route.mediate and _injects(agent, _withheld(agent, codec, body))
+                    translated.plan(ctx, body, mediated=mediated)
             else:
                 ctx.provider_name = state.router.first_provider(codec.api, codec.name)
                 ctx.targets = [(ctx.provider_name, state.config.providers[ctx.provider_name], None)]
                 ctx.walks = plan_route(codec.name, ctx.targets).walks  # type: ignore[arg-type]
+            if codec.stores_objects:
+                # After translation's refusals: a provider of another protocol stores nothing,
+                # so a previous_response_id there is 400 whoever's it is (docs/translation.md).
+                _check_stored_objects(ctx, exchange, body)
         except ApiError as err:
             _called_no_model(ctx, body)
             await reply_error(exchange, codec, err, final=True)  # the body or its routing

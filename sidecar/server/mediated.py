@@ -140,9 +140,13 @@ class _Driver:
             await report_state_write_failure(self.ctx, exc, "continuity")
 
     async def _reply(self, command: Respond | Fail) -> None:
+        once = self.once
         if isinstance(command, Fail):
             self.http_status, self.error_code = command.status, command.code
-        once = self.once
+            # The failed attempt's journal and its link for a rewritten retry are durable
+            # before the client can hold the error: a retry sent the moment it arrives finds
+            # them (written after the reply, a no-gap retry placed a second order).
+            await once.end(succeeded=False)
         ran = isinstance(once, ExactlyOnce) and side_effect_ran(self.engine, once.plan)
         await self.client.reply(command, ran)
         if self.client.gone and self.error_code is None:

@@ -55,20 +55,22 @@ JSON_HEADERS = {"Content-Type": "application/json"}
 _KEPT_HEADERS = frozenset({"retry-after", "retry-after-ms", "x-request-id", "request-id"})
 
 
-def plan(ctx: RequestContext, body: dict[str, Any]) -> None:
+def plan(ctx: RequestContext, body: dict[str, Any], *, mediated: bool = False) -> None:
     """Translate the client's body for every target of another protocol, up front, so what
     cannot be carried is refused before anything goes upstream (``ApiError`` 400, naming the
-    provider and what is missing). Sets ``ctx.translations`` when any target needs one."""
+    provider and what is missing). Sets ``ctx.translations`` when any target needs one.
+    ``mediated``: the engine writes the body each model call sends (this only checks it)."""
     caller = ctx.codec
     found: dict[str, Translated] = {}
     by_provider: dict[str, str | None] = {}
+    checked = _without_references(body) if mediated else body
     for name, provider, _ in ctx.targets:
         protocol = target_protocol(caller.name, provider.served)
         by_provider[name] = None if protocol == caller.name else protocol
         if protocol == caller.name or protocol in found:
             continue
         try:
-            found[protocol] = translate_request(body, caller.name, protocol)
+            found[protocol] = translate_request(checked, caller.name, protocol)
         except Untranslatable as exc:
             raise untranslatable_error(exc, name, caller.name, protocol) from None
     if not found:
@@ -84,6 +86,19 @@ def plan(ctx: RequestContext, body: dict[str, Any]) -> None:
     if dropped:
         record["dropped"] = sorted(dropped)
     ctx.audit_extra = {**(ctx.audit_extra or {}), "translation": record}
+
+
+def _without_references(body: dict[str, Any]) -> dict[str, Any]:
+    """A mediated Responses body as the engine will send it: its ``item_reference`` items to
+    answers the sidecar gave are resolved from continuity first (a reference it cannot resolve
+    is refused at the model call, as untranslatable)."""
+    items = body.get("input")
+    if not isinstance(items, list) or not any(
+        isinstance(item, dict) and item.get("type") == "item_reference" for item in items
+    ):
+        return body
+    kept = [i for i in items if not (isinstance(i, dict) and i.get("type") == "item_reference")]
+    return {**body, "input": kept}
 
 
 def retarget(target: UpstreamTarget, protocol: str, *, stream: bool = False) -> UpstreamTarget:

@@ -27,14 +27,19 @@ calls reuse their journaled outcome, and a destructive call that was sent but ne
 is not sent again (its outcome is unknown, and the model is told so). Journals older than the
 window are pruned; a journal inside the window is never pruned for room.
 
-A rewritten retry (OpenClaw puts a new timestamp and a preamble into the last user turn): a
-failed attempt also leaves a link under the identity of its history *before its last user
-turn*. The next request of the same agent inside the window with that same history and no
-journal of its own adopts the failed attempt's journal: its executed rounds come after the new
-last user turn, so the model sees the order placed and its result and nothing is sent again.
-The link is used once. For a user who really asks twice inside the window after a failure,
-this means the model is shown the first order first; an identical second order in the same
-request is refused as a duplicate (docs/contract.md §8.2).
+A re-rendered retry (OpenClaw 2026.9.6 re-renders the user's prompt with a new timestamp, a
+"queued message" preamble, a "continue the current task" paragraph, and keeps appending its
+runtime line and an internal-context user message): a failed attempt also leaves a link under
+the identity of its history *before its trailing user block* (every user turn since the last
+assistant or tool turn), with that block's content (:func:`asked_content`: its lines without
+the runners' decorations). The next request of the same agent inside the window with that same
+history, no journal of its own and the same content in its trailing user block (a
+"continue" line the failed attempt did not have being a decoration too) adopts the failed
+attempt's journal: its executed rounds come after the new trailing block, so the model sees
+the order placed and its result and nothing is sent again. The link is used once. Other
+content never adopts. A new session sending the same prompt inside the window is taken for
+the retry: the safe direction (the model is shown the first order first; an identical second
+order in the same request is refused as a duplicate, docs/contract.md §8.2).
 
 Each agent has its own quota of journals (the pod's bound divided by its agents): an agent
 whose own failures fill it gets its destructive calls refused (``state_unavailable``) until
@@ -51,6 +56,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -71,7 +77,7 @@ from .journal_log import JournalLog, Key, Link, line
 log = logging.getLogger(__name__)
 
 DIRECTORY = "journal"
-# How much of a failed attempt's last user turn its link keeps to compare a rewrite with.
+# How much of a failed attempt's trailing user content its link keeps to compare a rewrite with.
 MAX_ASKED = 4096
 # Refusals of calls never sent that a retry may well get past (an approval still pending when
 # the sidecar stopped, or when the request's tool budget ran out): not journaled as answers.
@@ -93,12 +99,13 @@ def identities(
     if conversation is None:
         return request_digest(agent, body), None
     parts = _Identifying(agent, api, conversation)
-    return parts.request(), Rewrite(lambda: (parts.history(), last_user_text(conversation)))
+    return parts.request(), Rewrite(lambda: (parts.history(), asked_content(conversation)))
 
 
 class Rewrite:
     """What recognises a rewritten retry (a failed attempt's link, above): the identity of the
-    request's history before its last user turn (None without one) and that turn's text.
+    request's history before its trailing user block (None without one) and that block's
+    content (:func:`asked_content`).
     Computed when first read: only a request of an agent with a link to adopt, or one whose
     attempt fails, reads them, and most requests do neither (together they cost about as much
     as the request's identity)."""
@@ -154,22 +161,75 @@ class _Identifying:
         return digest(*self.head, self.tools, *self.turns)
 
     def history(self) -> str | None:
-        """The identity of the conversation before its last user turn (None without one): what
-        a runner that rewrites or extends that turn keeps the same between retries."""
-        last_user = max((i for i, role in enumerate(self.roles) if role == "user"), default=None)
-        if last_user is None:
+        """The identity of the conversation before its trailing user block (None without
+        one): what a runner that re-renders that block keeps the same between retries."""
+        start = trailing_user_block(self.roles)
+        if start is None:
             return None
-        return digest("history", *self.head, self.tools, *self.turns[:last_user])
+        return digest("history", *self.head, self.tools, *self.turns[:start])
 
 
-def last_user_text(conversation: Conversation) -> str:
-    """The text of the last user turn, whitespace normalised (at most MAX_ASKED characters):
-    a rewritten retry's last user turn contains it (OpenClaw adds a timestamp and a preamble)."""
-    turns = zip(conversation.roles, conversation.messages, strict=True)
-    for role, message in reversed(list(turns)):
-        if role == "user":
-            return normalise_text(" ".join(_texts(message)))[:MAX_ASKED]
-    return ""
+def trailing_user_block(roles: list[str]) -> int | None:
+    """Where the user turns after the last assistant or tool turn begin (None if the
+    conversation does not end with one)."""
+    start = len(roles)
+    while start > 0 and roles[start - 1] == "user":
+        start -= 1
+    return start if start < len(roles) else None
+
+
+# Runner decorations, never content (docs/contract.md §8.2): blocks a runner appends to every
+# request (OpenClaw's internal context, Claude Code's reminders) ...
+_APPENDED_BLOCK = re.compile(
+    r"<<<BEGIN_([A-Z_]+)>>>.*?<<<END_\1>>>|<system-reminder>.*?</system-reminder>", re.S
+)
+# ... a bracketed note before a line's text holding a date or time, or of four words or more
+# (OpenClaw: "[Mon 2026-12-07 01:02 UTC]", "[Queued user message from a previous active
+# turn; preserved as context only. ...]") ...
+_BRACKETED = re.compile(r"\[([^\[\]\n]{1,400})\]\s*")
+_TIME = re.compile(r"\d{1,2}:\d{2}|\d{4}-\d{2}-\d{2}")
+# ... and a line of runtime facts ("Runtime: agent=main | session=... | os=...").
+_RUNTIME = re.compile(r"[A-Z][\w ]{0,40}:\s*[\w.-]+=\S")
+# A line asking to continue the interrupted task is a decoration only in a retry (a failed
+# attempt's own such line is its content).
+_CONTINUE = re.compile(r"continue\b", re.I)
+
+
+def asked_content(conversation: Conversation) -> str:
+    """The trailing user block's content, one line a line, without runner decorations (at
+    most MAX_ASKED characters): what a re-rendered retry of it has again."""
+    start = trailing_user_block(conversation.roles)
+    if start is None:
+        return ""
+    lines = [line for message in conversation.messages[start:] for line in _content(message)]
+    return "\n".join(lines)[:MAX_ASKED]
+
+
+def retries(asked: str, content: str) -> bool:
+    """Whether a request whose trailing user block has ``content`` (:func:`asked_content`)
+    retries the failed attempt that asked ``asked``: the same lines, less "continue" lines
+    the failed attempt did not have."""
+    if not asked:
+        return False
+    failed = set(asked.split("\n"))
+    kept = [line for line in content.split("\n") if line in failed or not _CONTINUE.match(line)]
+    return "\n".join(kept)[:MAX_ASKED] == asked
+
+
+def _content(message: Any) -> list[str]:
+    lines = []
+    for text in _texts(message):
+        for raw in _APPENDED_BLOCK.sub("\n", text).splitlines():
+            line = normalise_text(raw)
+            while (note := _BRACKETED.match(line)) and _is_note(note.group(1)):
+                line = line[note.end() :]
+            if line and not _RUNTIME.match(line):
+                lines.append(line)
+    return lines
+
+
+def _is_note(inner: str) -> bool:
+    return bool(_TIME.search(inner)) or len(inner.split()) >= 4
 
 
 def _texts(value: Any) -> list[str]:
@@ -256,8 +316,8 @@ class RequestJournal:
     ) -> Attempt:
         """Start attempt ``attempt`` of the request with identity ``request``: after any
         identical attempt still running here has ended, resuming what an unsuccessful one left
-        (or, failing that, what a failed attempt with the same history left, when its last
-        user turn is contained in this one's: ``rewrite``)."""
+        (or, failing that, what a failed attempt with the same history left, when its
+        trailing user block has the same content as this one's: ``rewrite``)."""
         if not self.log.is_recovered:
             await self.log.recovered()
         key = (self.folder(agent), request)
@@ -310,13 +370,13 @@ class RequestJournal:
         return earlier
 
     async def _adopt(self, folder: str, rewrite: Rewrite) -> _Journaled | None:
-        """The failed attempt a link names, when this request's last user turn contains that
-        attempt's; taken over once (the link goes as it is claimed)."""
+        """The failed attempt a link names, when this request's trailing user block has that
+        attempt's content; taken over once (the link goes as it is claimed)."""
         if rewrite.history is None:
             return None
         link_key = (folder, rewrite.history)
         link = self.log.links.get(link_key)
-        if link is None or link.asked not in rewrite.asked:
+        if link is None or not retries(link.asked, rewrite.asked):
             return None
         del self.log.links[link_key]
         target = (link_key[0], link.request)
@@ -544,6 +604,8 @@ class Attempt:
         rewrite = self.rewrite
         history = rewrite.history if rewrite is not None else None
         asked = rewrite.asked if rewrite is not None and history is not None else ""
+        if not asked:  # nothing but decorations: no retry could be told from another request
+            history = None
         if history is not None and (self._buffer or self._written()):
             self._queue({"link": history, "asked": asked})
         try:

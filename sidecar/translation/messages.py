@@ -95,8 +95,12 @@ def read_request(body: dict[str, Any]) -> tuple[Request, list[str]]:
     messages = []
     for position, message in enumerate(as_list(body.get("messages"), "messages")):
         role = message.get("role") if isinstance(message, dict) else None
-        if role not in ("user", "assistant"):
-            raise Untranslatable(f"messages[{position}]: not a user or assistant turn")
+        if role in ("system", "developer"):
+            # Claude Code 2.1.330 sends its environment so for a model id not Claude's: an
+            # instruction where it stands, as Chat and Responses have them.
+            role = "system"
+        elif role not in ("user", "assistant"):
+            raise Untranslatable(f"messages[{position}]: not a user, assistant or system turn")
         content = message.get("content")
         if isinstance(content, str):  # most turns: one text
             messages.append(Message(role, [{"type": "text", "text": content}]))

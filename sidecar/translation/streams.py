@@ -17,7 +17,7 @@ from typing import Any
 from ..codecs.base import Codec
 from ..model.errors import ApiError
 from .ir import FunctionTool
-from .stream_events import Failed, StreamEvent
+from .stream_events import Ended, Failed, Started, Stopped, StreamEvent, Told
 from .stream_readers import (
     ChatStreamReader,
     MessagesStreamReader,
@@ -115,8 +115,17 @@ class StreamTranslator:
         return frames
 
     def _told(self, events: list[StreamEvent]) -> list[StreamEvent]:
-        """``events`` with the provider's failure (it ends them) told without its key: a
-        provider may echo the key it was sent in its error's message."""
+        """``events`` (the last the stream had) with the provider's failure (it ends them)
+        told without its key: a provider may echo the key it was sent in its error's message;
+        an end with nothing before it (a Chat stream of only ``data: [DONE]``) is a failure,
+        the 502 a provider of the caller's protocol gets for it."""
+        if (
+            not self._writer.opened  # it opens with the answer's first content
+            and any(type(event) is Ended for event in events)
+            and all(type(event) in _NO_ANSWER for event in events)
+        ):
+            empty = self._malformed("it carried no answer")
+            return [Failed(empty.code, empty.message, "upstream_error")]
         failure = events[-1] if events and self._redact is not None else None
         if type(failure) is Failed and self._redact is not None:
             redact = self._redact
@@ -130,6 +139,10 @@ class StreamTranslator:
     def _malformed(self, why: str) -> ApiError:
         message = f"provider {self._provider!r} sent a stream that is not valid: {why}"
         return ApiError(502, "upstream_protocol_error", message)
+
+
+# Events that carry no answer: a Chat ``[DONE]`` alone reads as a stop and an end.
+_NO_ANSWER = frozenset({Started, Stopped, Told, Ended})
 
 
 def stream_translator(

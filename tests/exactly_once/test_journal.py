@@ -170,11 +170,9 @@ async def test_a_rewritten_retry_takes_the_journal_over_once(tmp_path: Path) -> 
     first, rewritten = request_digest("a", BODY), request_digest("b", BODY)
     await failed_attempt(journal, first, "req_1", rewrite=Rewrite.known("h", "buy one"))
     other = await journal.begin("a", rewritten, "req_x", rewrite=Rewrite.known("h", "sell two"))
-    assert other.resumed_from is None  # its last turn does not contain the failed one's
+    assert other.resumed_from is None  # its trailing user content is not the failed one's
     await other.end(succeeded=True)
-    adopting = await journal.begin(
-        "a", rewritten, "req_2", rewrite=Rewrite.known("h", "[10:00] buy one")
-    )
+    adopting = await journal.begin("a", rewritten, "req_2", rewrite=Rewrite.known("h", "buy one"))
     assert adopting.resumed_from == "req_1" and adopting.lineage == "req_1"
     assert adopting.replayed_turn() == {"turn": 1}
     await adopting.end(succeeded=False)

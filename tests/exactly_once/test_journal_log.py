@@ -358,7 +358,7 @@ async def test_a_journal_of_the_previous_layout_is_resumed_after_an_upgrade(
     os.utime(aged, (clock.now - 3600, clock.now - 3600))
     with caplog.at_level(logging.WARNING, logger=journal_log.__name__):
         adopting = await journal.begin(
-            "a", rewritten, "req_new", Rewrite.known("history", "[10:00] buy one")
+            "a", rewritten, "req_new", Rewrite.known("history", "buy one")
         )
     assert "previous layout" in caplog.text
     assert not any(p.is_dir() and p.name != "log" for p in (tmp_path / "journal").iterdir())

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from clawpod.sidecar.model.conversation import Conversation
+from clawpod.sidecar.server.model_call import MediatedClient
 from clawpod.sidecar.state import journal
-from clawpod.sidecar.state.journal import last_user_text
+from clawpod.sidecar.state.journal import asked_content
 from tests.mediation.conftest import MediatedPod
 from tests.mediation.scripted import an_calls, an_text, oa_calls, oa_text
 from tests.support import responses as r
@@ -19,7 +20,8 @@ APIS = ["openai", "anthropic", "responses"]
 BUY = {"symbol": "AAPL", "side": "buy", "quantity": 1}
 SYSTEM = "You are a trading assistant."
 ASK = "Buy one AAPL."
-# OpenClaw's retry of a queued turn: a new minute timestamp and a preamble before the text.
+# A re-rendered retry in the shape of an earlier OpenClaw (a timestamp and a preamble before the
+# text); OpenClaw 2026.9.6's own, recorded, is replayed in test_recorded_retries.py.
 REWRITTEN = (
     "[Wed 2026-11-25 20:51 UTC] [Queued user message from a previous active turn was "
     "interrupted] Continue the current task.\n\nBuy one AAPL."
@@ -194,9 +196,9 @@ async def test_what_recognises_a_rewrite_is_read_only_when_a_rewrite_could_be_on
 
     def counted(conversation: Conversation) -> str:
         read.append(conversation.roles[-1])
-        return last_user_text(conversation)
+        return asked_content(conversation)
 
-    monkeypatch.setattr(journal, "last_user_text", counted)
+    monkeypatch.setattr(journal, "asked_content", counted)
     pod.upstream.enqueue(
         "openai", Reply.json(oa_calls(("call_0", "desk_trade", BUY))), Reply.json(oa_text("Ok."))
     )
@@ -211,7 +213,7 @@ async def test_what_recognises_a_rewrite_is_read_only_when_a_rewrite_could_be_on
 
 
 async def test_another_question_after_a_failure_is_a_new_request(pod: MediatedPod) -> None:
-    """Only a last user turn that contains the failed one's text continues it."""
+    """Only a trailing user block with the failed one's content continues it."""
     script(pod, "openai", answered=False)
     assert await send(pod, "openai", body("openai")) is None
     pod.upstream.enqueue("openai", Reply.json(oa_text("AAPL is 1.")))
@@ -230,3 +232,26 @@ async def test_a_changed_history_is_not_a_retry(pod: MediatedPod) -> None:
     pod.upstream.enqueue("openai", Reply.json(oa_text("Bought.")))
     assert await send(pod, "openai", other) is not None
     assert trades(pod) == 2
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["status", "in-stream"])
+async def test_the_link_to_a_failed_attempt_is_durable_before_the_client_sees_the_failure(
+    pod: MediatedPod, monkeypatch: pytest.MonkeyPatch, stream: bool
+) -> None:
+    """A runner that re-renders its retry the moment the error arrives finds the failed
+    attempt's link (written after the reply, a no-gap retry placed a second order in 2 of 4
+    tries)."""
+    links_at_reply: list[int] = []
+    reply = MediatedClient.reply
+
+    async def replying(client: MediatedClient, command: Any, ran: bool) -> None:
+        links_at_reply.append(len(pod.sidecar.state.journal.log.links))
+        await reply(client, command, ran)
+
+    monkeypatch.setattr(MediatedClient, "reply", replying)
+    script(pod, "openai")
+    first = body("openai", stream=True) if stream else body("openai")
+    assert await send(pod, "openai", first) is None
+    assert links_at_reply == [1]
+    assert await send(pod, "openai", body("openai", REWRITTEN)) == "Ok."
+    assert trades(pod) == 1

@@ -95,6 +95,9 @@ async def test_anything_but_an_approval_rejects_the_call(
     assert result.is_error is True
     error = result.structured_content["error"]
     assert error["code"] == "approval_denied" and "rejected by the user" in error["message"]
+    # The model is told what the user did: accepting the form without approving is no
+    # "the user answered accept".
+    assert "answered accept" not in error["message"]
     assert desk.service.requests == []
 
 

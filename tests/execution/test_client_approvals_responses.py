@@ -147,17 +147,27 @@ def refusal_seen(desk: ClientDesk) -> dict[str, Any]:
     return result["error"]
 
 
-async def test_replaying_a_used_approval_runs_nothing(desk: ClientDesk) -> None:
-    script_trade(desk, then=2)
-    asked = await ask(desk, [PROMPT])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_a_retried_approving_request_replays_the_settled_outcome(
+    desk: ClientDesk, stream: bool
+) -> None:
+    """Every SDK retries byte-identical: the retry of the approving request gets the round
+    it settled (the call ran: its result), nothing runs again, and the settled round is not
+    rewritten (it was told "approval_invalid ... already used; the call was not executed",
+    and every later turn then told the model the order never happened)."""
+    script_trade(desk, then=3, stream=stream)
+    asked = await ask(desk, [PROMPT], stream=stream)
     follow_up = answer(asked)
-    await ask(desk, follow_up)
-    await ask(desk, follow_up)  # the same answer again
+    done = await ask(desk, follow_up, stream=stream)
+    await ask(desk, follow_up, stream=stream)  # the same request again
     assert len(desk.service.requests) == 1
-    error = refusal_seen(desk)
-    assert error["code"] == "approval_invalid" and "already used" in error["message"]
-    [refused] = desk.events("approval_answer_refused")
-    assert refused["approval"] == approval_request(asked)["id"]
+    first, retried = desk.results_seen("call_t")
+    assert retried == first and retried["ok"] is True
+    assert desk.events("approval_answer_refused") == []
+    later = [*follow_up, *done["output"], {"role": "user", "content": "Thanks."}]
+    await ask(desk, later, stream=stream)
+    assert desk.results_seen("call_t")[-1] == first  # the settled round stands
+    assert len(desk.service.requests) == 1
 
 
 async def test_edited_arguments_run_what_was_asked_not_what_came_back(desk: ClientDesk) -> None:
@@ -401,7 +411,8 @@ async def test_a_request_left_unanswered_is_closed_for_the_model(desk: ClientDes
 
 async def test_a_retry_after_a_failed_answer_reuses_the_approved_call(desk: ClientDesk) -> None:
     """The call ran on its approval, then the provider failed: the client's retry of the same
-    request resumes (SPEC §8.2), so the call neither runs again nor is refused as used."""
+    request gets the round that approval settled (SPEC §8.2, §16), so the call neither runs
+    again nor is refused as used."""
     desk.upstream.enqueue(
         "responses",
         r.reply(r.response(r.call("call_t", "desk_execute_trade", TRADE))),
@@ -417,4 +428,6 @@ async def test_a_retry_after_a_failed_answer_reuses_the_approved_call(desk: Clie
     assert desk.results_seen("call_t")[-1]["ok"] is True
     assert desk.events("approval_answer_refused") == []
     retried = (await desk.requests_audited(3))[-1]
-    assert retried["resumed_from"] and retried["tool_trace"][0]["calls"][0]["replayed"] is True
+    # The retry resumes the failed attempt with the round its approval settled: nothing runs.
+    assert retried["resumed_from"] and retried["tool_trace"] == []
+    assert retried["hidden_rounds_restored"] == 1

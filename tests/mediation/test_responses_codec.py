@@ -80,8 +80,10 @@ def test_hidden_round_is_remembered_and_answer_keeps_the_final_id() -> None:
     # Under its echo and under its item reference (the id of its message), in one entry.
     (remember,) = transcript.of(Remember)
     assert len(remember.keys) == 2 and remember.origin == remember.keys[0]
-    assert [g["role"] for g in remember.messages] == ["assistant", "tool"]
+    # The answer is kept after the round: an echo by reference comes back as it.
+    assert [g["role"] for g in remember.messages] == ["assistant", "tool", "assistant"]
     assert remember.messages[0]["items"] == [QUOTE]
+    assert remember.messages[-1]["items"] == final["output"]
 
 
 def test_store_false_sends_everything_again() -> None:

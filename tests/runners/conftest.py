@@ -33,9 +33,15 @@ BIN = RUNNERS_DIR / "node_modules" / ".bin"
 RUNNER_TIMEOUT_S = 120
 
 
-def runner_binary(name: str, venv: str | None = None) -> Path:
-    """An installed runner: an npm binary, or a program in the runner's own venv."""
-    path = RUNNERS_DIR / f"py-{venv}" / "bin" / name if venv else BIN / name
+def runner_binary(name: str, venv: str | None = None, group: str | None = None) -> Path:
+    """An installed runner: an npm binary (of the npm prefix ``js-<group>``), or a program in
+    the runner's own venv."""
+    if venv:
+        path = RUNNERS_DIR / f"py-{venv}" / "bin" / name
+    elif group:
+        path = RUNNERS_DIR / f"js-{group}" / "node_modules" / ".bin" / name
+    else:
+        path = BIN / name
     if not path.exists():
         pytest.skip(f"{name} is not installed in {RUNNERS_DIR}: run scripts/install-runners.sh")
     return path
@@ -70,7 +76,11 @@ class RunnerPod:
         }
 
     async def run(
-        self, argv: list[str], env: dict[str, str], cwd: Path | None = None
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: Path | None = None,
+        timeout_s: float = RUNNER_TIMEOUT_S,
     ) -> tuple[int, str, str]:
         process = await asyncio.create_subprocess_exec(
             *argv,
@@ -81,7 +91,7 @@ class RunnerPod:
             stderr=asyncio.subprocess.PIPE,
         )
         try:
-            out, err = await asyncio.wait_for(process.communicate(), RUNNER_TIMEOUT_S)
+            out, err = await asyncio.wait_for(process.communicate(), timeout_s)
         except TimeoutError:
             process.kill()
             await process.wait()
@@ -92,11 +102,14 @@ class RunnerPod:
 @pytest.fixture
 async def runner_pod(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[RunnerPod]:
     """Agents ``mediated`` and ``native`` with the desk tools; ``@pytest.mark.plan(...)`` sets
-    the provider's plan of tool calls, ``@pytest.mark.failures(n)`` its failures after them."""
+    the provider's plan of tool calls, ``@pytest.mark.failures(n)`` its failures after them,
+    ``@pytest.mark.narrate`` text in its call turns."""
     marker = request.node.get_closest_marker("plan")
     failures = request.node.get_closest_marker("failures")
     provider = await ScriptedProvider(
-        plan=marker.args if marker else (QUOTE,), failures=failures.args[0] if failures else 0
+        plan=marker.args if marker else (QUOTE,),
+        failures=failures.args[0] if failures else 0,
+        narrate=request.node.get_closest_marker("narrate") is not None,
     ).start()
 
     def agents(service_url: str) -> list[AgentSpec]:

@@ -27,7 +27,8 @@ PLAIN = "Nothing to look up."
 QUOTE = "desk_quote"
 TRADE = "desk_trade"  # a destructive tool: the retry cases count its orders
 NOTE = "record_note"  # the runner's own tool in the cases that have one
-RUNNER_MARK = "ran-by-the-runner"  # what a runner's own shell tool prints when it runs
+RUNNER_MARK = "ran-by-the-runner"
+NARRATION = "Let me do that."  # what a runner's own shell tool prints when it runs
 ARGUMENTS = {
     QUOTE: {"symbol": "AAPL"},
     TRADE: {"symbol": "AAPL", "side": "buy", "quantity": 1},
@@ -45,6 +46,8 @@ class ScriptedProvider:
     failures: int = 0
     """How many requests that carry every planned result (the model call after the tools ran)
     are answered 503 before one is answered: a provider failing after the order."""
+    narrate: bool = False
+    """Call turns carry text before their call (``NARRATION``), as models often do."""
     received: list[Received] = field(default_factory=list)
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
     _runner: web.AppRunner | None = None
@@ -160,6 +163,8 @@ class ScriptedProvider:
                 "status": "completed",
             }
             output = [call]
+            if self.narrate:
+                output.insert(0, _responses_message(self._next_id("msg"), NARRATION))
         else:
             output = [_responses_message(self._next_id("msg"), value)]
         response = {
@@ -203,6 +208,7 @@ class ScriptedProvider:
                 }
             ]
             finish = "tool_calls"
+            message["content"] = NARRATION if self.narrate else None
         else:
             message["content"] = value
             finish = "stop"

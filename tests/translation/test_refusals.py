@@ -72,7 +72,8 @@ async def test_a_stored_response_id_cannot_continue_on_a_provider_that_stores_no
     translating_pod: TranslatingPod,
 ) -> None:
     """The agent's own stored response (from the Responses provider) is refused for the Chat
-    server, naming it; another agent's is refused as unknown, as without translation."""
+    server, naming it; so is another agent's and one never issued, alike (nothing tells them
+    apart: it was 404 for another agent's and unknown ids, 400 for its own)."""
     pod = translating_pod
     pod.script("responses", Reply.json(rs.response(rs.message("stored"), response_id="resp_own")))
     async with pod.openai("plain") as client:
@@ -82,10 +83,12 @@ async def test_a_stored_response_id_cannot_continue_on_a_provider_that_stores_no
     )
     assert own.status_code == 400 and own.body["code"] == "untranslatable_request"
     assert "previous_response_id" in own.body["message"]
-    foreign = await _responses_error(
-        pod, "other", model=MODEL["chat"], input="more", previous_response_id="resp_own"
-    )
-    assert foreign.status_code == 404 and foreign.body["code"] == "response_not_found"
+    for agent, named in (("other", "resp_own"), ("plain", "resp_never_issued")):
+        refused = await _responses_error(
+            pod, agent, model=MODEL["chat"], input="more", previous_response_id=named
+        )
+        assert (refused.status_code, refused.body["code"]) == (400, "untranslatable_request")
+        assert refused.body["message"] == own.body["message"]
     assert pod.sent("chat") == []
 
 
