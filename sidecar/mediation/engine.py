@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,7 @@ from ..model.client_approval import ClientAnswer, ClientApproval, unanswered
 from ..model.conversation import (
     CheckedCall,
     CodecError,
+    Fingerprints,
     ModelTurn,
     ToolCall,
     ToolChoice,
@@ -190,6 +191,12 @@ class MediationEngine:
         if self._parsed is None:
             self._parsed = (self._parse(),)
         return self._parsed[0]
+
+    def prepared_in_slices(self) -> Iterator[None]:
+        """``prepare``, then a long conversation's fingerprints a slice at a time: the driver
+        lets other requests run between the slices (issue 46)."""
+        if self.prepare() is None and isinstance(self.conversation.fingerprints, Fingerprints):
+            yield from self.conversation.fingerprints.in_slices()
 
     def _parse(self) -> Fail | None:
         """Read the client request; a malformed one is the exchange's first and last command."""

@@ -28,7 +28,6 @@ from ..mediation.commands import (
     Respond,
 )
 from ..mediation.engine import MediationEngine
-from ..model.conversation import Fingerprints
 from ..state.continuity import StateWriteFailed
 from .accounting import record_mediated, report_state_write_failure, scrubbed
 from .exactly_once import ExactlyOnce, begin_attempt, side_effect_ran
@@ -60,9 +59,8 @@ async def handle_mediated(exchange: Exchange, ctx: RequestContext, body: dict[st
         taint_mode=state.config.taint.mode if state.config.taint is not None else "off",
         untrusted=plan.untrusted,
     )
-    if engine.prepare() is None and isinstance(engine.conversation.fingerprints, Fingerprints):
-        for _ in engine.conversation.fingerprints.in_slices():
-            await asyncio.sleep(0)
+    for _ in engine.prepared_in_slices():  # other requests run between a long one's slices
+        await asyncio.sleep(0)
     once = (
         await begin_attempt(ctx, plan, engine, body)
         if plan.side_effects
@@ -143,9 +141,7 @@ class _Driver:
         once = self.once
         if isinstance(command, Fail):
             self.http_status, self.error_code = command.status, command.code
-            # The failed attempt's journal and its link for a rewritten retry are durable
-            # before the client can hold the error: a retry sent the moment it arrives finds
-            # them (written after the reply, a no-gap retry placed a second order).
+            # Durable before the client holds the error: an instant retry finds the link.
             await once.end(succeeded=False)
         ran = isinstance(once, ExactlyOnce) and side_effect_ran(self.engine, once.plan)
         await self.client.reply(command, ran)
