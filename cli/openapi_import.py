@@ -14,6 +14,7 @@ examples:
   clawc import openapi petstore.yaml --service petstore -o descriptors/petstore.yaml
   clawc import openapi api.json --service billing --include 'GET *' --exclude 'delete*'
   clawc import openapi api.yaml --service billing --effect 'createInvoice=additive'
+  clawc import openapi --context ./billing docs/openapi.yaml --service billing
 
 One tool per operation (name from operationId, else method and path); parameters and
 the JSON request body become the input schema, $refs inlined. Effects follow the method
@@ -43,7 +44,19 @@ def add_import_parser(commands: Any, formatter: type[argparse.HelpFormatter]) ->
         epilog=IMPORT_HELP,
         formatter_class=formatter,
     )
-    openapi.add_argument("document", type=Path, metavar="DOC", help="the OpenAPI document")
+    openapi.add_argument(
+        "document",
+        type=Path,
+        metavar="DOC",
+        help="the OpenAPI document: a file, or with --context a path inside DIR",
+    )
+    openapi.add_argument(
+        "--context",
+        type=Path,
+        metavar="DIR",
+        help="a build context (a service's build: directory): DOC is a path relative to it "
+        "and may not leave it (no absolute path, no '..' out, no symlink out)",
+    )
     openapi.add_argument(
         "--service", required=True, metavar="NAME", help="the service's name in the pod"
     )
@@ -99,7 +112,7 @@ def _effects(values: list[str]) -> tuple[tuple[str, str], ...]:
 
 
 def import_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from ..compiler.openapi.document import read_document
+    from ..compiler.openapi.document import locate_in_context, read_document
     from ..compiler.openapi.operations import ImportOptions, import_operations
     from ..compiler.openapi.output import render, summary_lines, write_descriptor
     from ..compiler.pod_file.reserved import ENV_NAME
@@ -113,7 +126,10 @@ def import_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         effects=_effects(args.effect),
         auth_env=args.auth_env,
     )
-    document = read_document(args.document)
+    path = args.document
+    if args.context is not None:
+        path = locate_in_context(args.context, str(args.document))
+    document = read_document(path)
     for warning in document.warnings:
         err.write(f"clawc: warning: {warning}\n")
     imported = import_operations(document, options)
@@ -121,7 +137,7 @@ def import_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         reasons = "; ".join(f"{s.operation.label}: {s.reason}" for s in imported.skipped[:5])
         raise CompileError(
             "no operation could be imported" + (f" ({reasons})" if reasons else ""),
-            file=args.document,
+            file=path,
         )
     json_output = args.out is not None and args.out.suffix.lower() == ".json"
     text = render(imported, json_output)

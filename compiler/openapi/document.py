@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import CompileError, display_path, pointer
+from ..pod_file.confined_files import ConfinementError, Tree, resolve_confined
 from ..pod_file.documents import parse_document
 
 MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
@@ -80,6 +81,26 @@ def split_server(url: str) -> tuple[str, str]:
     parts = urlsplit(url)
     origin = f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else ""
     return origin, parts.path.rstrip("/")
+
+
+BUILD_CONTEXT = Tree(
+    name="the build context",
+    relative_to="the build context",
+    advice="a document named with --context is read only from inside it",
+)
+
+
+def locate_in_context(context: Path, named: str) -> Path:
+    """The real path of ``named`` inside the build context directory ``context``, confined as a
+    pod's descriptor is to the pod's tree (no absolute path, no ``..`` out, no symlink out)."""
+    if not context.is_dir():
+        raise CompileError("--context is not a directory", file=context)
+    try:
+        return resolve_confined(context, context, named, BUILD_CONTEXT)
+    except ConfinementError as exc:
+        raise CompileError(
+            f"cannot read {named!r} from the build context: {exc}", file=context
+        ) from None
 
 
 def read_document(path: Path) -> Document:

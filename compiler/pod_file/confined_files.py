@@ -1,5 +1,6 @@
 """Files a pod or descriptor names (``describe``, ``skill``) are read only from inside the pod's
 directory tree: relative, no ``..`` escape, no symlink out, regular files of at most 1 MiB.
+``clawc import openapi --context`` confines its document to a build context by the same rules.
 
 A skill file is rendered into the agent-facing ``CONTEXT.md``; without these rules a descriptor
 could copy ``../.env`` (provider keys) to the agent, or hang the compiler on ``/dev/zero``.
@@ -9,9 +10,27 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 MAX_NAMED_FILE_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Tree:
+    """How refusals name the tree a file must stay in, and what the user can do about it."""
+
+    name: str
+    relative_to: str
+    advice: str
+
+
+POD_TREE = Tree(
+    name="the pod directory tree",
+    relative_to="the file that names it",
+    advice="files a pod names are read only from inside that tree: move the file in, or widen "
+    "the tree with x-claw.root (a directory that holds both, relative to the pod file)",
+)
 
 
 class ConfinementError(Exception):
@@ -23,23 +42,19 @@ def _is_env_file(path: Path) -> bool:
     return path.name == ".env" or path.name.endswith(".env")
 
 
-def resolve_confined(root: Path, base: Path, named: str) -> Path:
+def resolve_confined(root: Path, base: Path, named: str, tree: Tree = POD_TREE) -> Path:
     """The real path of ``named`` (relative to directory ``base``), which must lie in ``root``."""
     if not named or PurePosixPath(named).is_absolute() or PureWindowsPath(named).is_absolute():
         raise ConfinementError(
-            "absolute paths are not allowed (give a path relative to the file that names it)"
+            f"absolute paths are not allowed (give a path relative to {tree.relative_to})"
         )
     root = root.resolve()
     spelled = Path(os.path.normpath(base.resolve() / named))
     if not spelled.is_relative_to(root):
-        raise ConfinementError(
-            f"it leaves the pod directory tree ({root}); files a pod names are read only from "
-            "inside that tree: move the file in, or widen the tree with x-claw.root (a "
-            "directory that holds both, relative to the pod file)"
-        )
+        raise ConfinementError(f"it leaves {tree.name} ({root}); {tree.advice}")
     real = spelled.resolve()
     if not real.is_relative_to(root):
-        raise ConfinementError("a symlink on the way points outside the pod directory tree")
+        raise ConfinementError(f"a symlink on the way points outside {tree.name}")
     if _is_env_file(real):
         raise ConfinementError("it is an env file (env files hold secrets)")
     return real
