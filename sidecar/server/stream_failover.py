@@ -123,26 +123,21 @@ async def reopen(
     """The rest of the answer from the route's next targets, or None (nothing to continue,
     no target answered with a stream). Sets the audit record's ``failover``."""
     rest = _targets_after(ctx)
-    body = _continuation(ctx.codec.name, raw, watch) if watch.continuable and rest else None
-    if body is None:
+    asks = _continuations(ctx.codec.name, raw, watch) if watch.continuable and rest else []
+    if not asks:
         return None
-    client = ctx.state.upstream
     was = ctx.provider_name, ctx.model
-
-    def send(target: UpstreamTarget, model: str | None) -> Awaitable[Response]:
-        return client.send(target, orjson.dumps({**body, "model": model}))
-
-    targets, ctx.targets = ctx.targets, rest
     ctx.state.metrics.count_failover(was[0] or "", "stream_cut")
-    try:
-        upstream = await open_upstream(ctx, send)
-    except (UpstreamError, ApiError):
-        upstream = None
-    finally:
-        ctx.targets = targets
-    if upstream is not None and not _is_stream(upstream):
-        upstream.release()
-        upstream = None
+    upstream: Response | None = None
+    for body in asks:
+        answer = await _ask(ctx, rest, body)
+        if answer is None or _is_stream(answer):
+            upstream = answer
+            break
+        answer.release()
+        # A 400 refuses the form (Claude 4.6 and later refuse a prefill): the next is tried.
+        if answer.status != 400:
+            break
     if upstream is None:
         ctx.provider_name, ctx.model = was  # the stream that broke is the answer
         return None
@@ -150,6 +145,22 @@ async def reopen(
     record["cause"] = cause
     ctx.audit_extra = {**(ctx.audit_extra or {}), "failover": record}
     return upstream
+
+
+async def _ask(ctx: RequestContext, rest: list[Any], body: dict[str, Any]) -> Response | None:
+    """``body`` sent over ``rest`` of the route's targets (the failover walk), or None."""
+    client = ctx.state.upstream
+
+    def send(target: UpstreamTarget, model: str | None) -> Awaitable[Response]:
+        return client.send(target, orjson.dumps({**body, "model": model}))
+
+    targets, ctx.targets = ctx.targets, rest
+    try:
+        return await open_upstream(ctx, send)
+    except (UpstreamError, ApiError):
+        return None
+    finally:
+        ctx.targets = targets
 
 
 class Splice:
@@ -216,26 +227,30 @@ class Splice:
         return b"event: " + name + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
 
 
-def _continuation(protocol: str, raw: bytes | bytearray | None, watch: StreamWatch) -> Any:
-    """The request for the rest of the answer, or None when it cannot be asked for."""
+def _continuations(
+    protocol: str, raw: bytes | bytearray | None, watch: StreamWatch
+) -> list[dict[str, Any]]:
+    """The requests for the rest of the answer, in the order they are tried (none when it
+    cannot be asked for): Messages' prefill first, then the rest asked for in the open."""
     text = watch.text
     if not text.strip() or raw is None:
-        return None
+        return []
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return None
+        return []
     messages = body.get("messages") if isinstance(body, dict) else None
     if not isinstance(messages, list) or not messages:
-        return None
+        return []
     last = messages[-1]
     if not isinstance(last, dict) or last.get("role") == "assistant":
-        return None  # the caller's own prefill: what it asked to continue is not ours to join
+        return []  # the caller's own prefill: what it asked to continue is not ours to join
+    # (Messages refuses a final assistant message that ends in whitespace.)
+    said = {"role": "assistant", "content": text.rstrip() if protocol == "messages" else text}
+    asked = {**body, "messages": [*messages, said, {"role": "user", "content": CONTINUE}]}
     if protocol == "messages":
-        added = [{"role": "assistant", "content": text.rstrip()}]
-    else:
-        added = [{"role": "assistant", "content": text}, {"role": "user", "content": CONTINUE}]
-    return {**body, "messages": [*messages, *added]}
+        return [{**body, "messages": [*messages, said]}, asked]
+    return [asked]
 
 
 def _targets_after(ctx: RequestContext) -> list[Any]:

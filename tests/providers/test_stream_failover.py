@@ -102,6 +102,32 @@ async def test_a_messages_stream_cut_mid_block_goes_on_in_the_same_block(
     assert (record["failover"]["from"], record["failover"]["to"]) == ("anthropic", "bedrock")
 
 
+async def test_a_target_that_refuses_a_prefill_is_asked_for_the_rest(make_pod: PodMaker) -> None:
+    pod = await make_pod()
+    head = messages_stream_events("")[:2]
+    pod.upstreams.primary.enqueue("anthropic", Reply.sse([*head, _text_delta("One, two, "), RESET]))
+    refusal = (
+        "This model does not support assistant message prefill. "
+        "The conversation must end with a user message."
+    )
+    pod.upstreams.secondary.enqueue(
+        "anthropic",
+        Reply.error("anthropic", 400, refusal, type="invalid_request_error"),
+        Reply.sse(messages_stream_events("three.")),
+    )
+    async with pod.anthropic().messages.stream(
+        model="claude-haiku-4-5", max_tokens=64, messages=ASK
+    ) as stream:
+        assert await stream.get_final_text() == "One, two, three."
+    prefill, asked = (r.json["messages"] for r in pod.upstreams.secondary.requests_to("anthropic"))
+    said = {"role": "assistant", "content": "One, two,"}
+    assert prefill == [*ASK, said]
+    assert asked == [*ASK, said, {"role": "user", "content": CONTINUE}]
+    (record,) = await pod.audit()
+    assert record["outcome"]["status"] == "ok"
+    assert [a["outcome"] for a in record["providers"]] == ["ok", "http_400", "ok"]
+
+
 async def test_a_chat_stream_cut_after_a_tool_call_delta_is_not_continued(
     make_pod: PodMaker,
 ) -> None:
