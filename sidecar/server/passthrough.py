@@ -23,7 +23,7 @@ from ..observability import tracing
 from ..state.stored_objects import StoredRef, StreamedIds, refs
 from ..transport import Response, TransportError
 from . import stream_failover, translated, translated_stream
-from .accounting import estimated_usage, record_request, stream_usage
+from .accounting import call_cost, estimated_usage, record_request, stream_usage
 from .budget_gate import BYTES_PER_TOKEN
 from .errors import reply_error
 from .exchange import Exchange, RequestContext
@@ -161,7 +161,7 @@ async def _relay_stream(
     # While the answer could go on at the route's next target (``stream_failover``).
     watch = stream_failover.watch_for(ctx)
     splice: stream_failover.Splice | None = None
-    spent: list[dict[str, int]] = []  # the usage of a stream that broke and was continued
+    spent: list[Call] = []  # the stream that broke and was continued
     finished = False
     error_code: str | None = None
     # The stream's status as the audit tells it: 200 went out before it failed, if it did.
@@ -179,9 +179,10 @@ async def _relay_stream(
                 message = f"provider {ctx.provider_name!r} ended the stream before its end"
                 cut = ApiError(502, "upstream_protocol_error", message)
             if cut is not None and watch is not None:
+                broke = (ctx.provider_name, ctx.model, stream_usage(ctx, usage))
                 more = await stream_failover.reopen(ctx, watch, raw, cut.code)
                 if more is not None:
-                    spent.append(stream_usage(ctx, usage))
+                    spent.append(broke)
                     upstream.release(reuse=False)
                     upstream, usage, end = more, StreamUsage(ctx.codec), ctx.codec.end_watch()
                     redactor = ctx.state.upstream.stream_redactor(ctx.provider_name)
@@ -223,11 +224,13 @@ async def _relay_stream(
         # Whatever the HTTP framing said, a stream cut short leaves the connection's state
         # unknown: it is closed, never handed to the next request (of any agent).
         upstream.release(reuse=end.seen)
+    usage_now = stream_usage(ctx, usage)
     await record_request(
         ctx,
         http_status=status,
         error_code=error_code,
-        usage=_with_spent(stream_usage(ctx, usage), spent),
+        usage=_with_spent(usage_now, spent),
+        cost=_calls_cost(ctx, usage_now, spent),
     )
 
 
@@ -235,15 +238,30 @@ def _spliced(splice: stream_failover.Splice | None, released: bytes) -> bytes:
     return released if splice is None or not released else splice.feed(released)
 
 
-def _with_spent(usage: dict[str, int], spent: list[dict[str, int]]) -> dict[str, int]:
+# A model call of a stream: provider, model, its usage.
+Call = tuple[str | None, str | None, dict[str, int]]
+
+
+def _with_spent(usage: dict[str, int], spent: list[Call]) -> dict[str, int]:
     """A stream's usage with that of the streams it continued (each a model call)."""
-    for earlier in spent:
+    total = dict(usage)
+    for _, _, earlier in spent:
         for name, count in earlier.items():
             if name == "estimated":
-                usage[name] = True  # part of it is an estimate
+                total[name] = True  # part of it is an estimate
             else:
-                usage[name] = usage.get(name, 0) + count
-    return usage
+                total[name] = total.get(name, 0) + count
+    return total
+
+
+def _calls_cost(ctx: RequestContext, usage: dict[str, int], spent: list[Call]) -> float | None:
+    """A continued stream's cost, each call at its own provider's price; None: one call."""
+    if not spent:
+        return None
+    calls = [*spent, (ctx.provider_name, ctx.model, usage)]
+    costs = [call_cost(ctx, provider, model, used) for provider, model, used in calls]
+    known = [cost for cost in costs if cost is not None]
+    return sum(known) if known else None
 
 
 async def _fail(exchange: Exchange, ctx: RequestContext, err: ApiError) -> None:
@@ -273,10 +291,17 @@ STREAM_ERROR = re.compile(rb'^(?:event: ?error\r?$|data: ?\{\s*"error"\s*:)', re
 
 
 def _record_later(
-    ctx: RequestContext, code: str | None, usage: StreamUsage, spent: list[dict[str, int]]
+    ctx: RequestContext, code: str | None, usage: StreamUsage, spent: list[Call]
 ) -> None:
-    usage_now = _with_spent(stream_usage(ctx, usage), spent)
-    ctx.state.tasks.spawn(record_request(ctx, http_status=200, error_code=code, usage=usage_now))
+    usage_now = stream_usage(ctx, usage)
+    recording = record_request(
+        ctx,
+        http_status=200,
+        error_code=code,
+        usage=_with_spent(usage_now, spent),
+        cost=_calls_cost(ctx, usage_now, spent),
+    )
+    ctx.state.tasks.spawn(recording)
 
 
 def _body_usage(ctx: RequestContext, body: Any, answer_bytes: int) -> dict[str, int]:

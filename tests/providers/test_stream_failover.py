@@ -11,8 +11,9 @@ import openai
 import orjson
 import pytest
 
+from clawpod.sidecar.manifest import Price
 from clawpod.sidecar.server.stream_failover import CONTINUE, Splice, StreamWatch
-from tests.providers.conftest import PodMaker, ProviderPod
+from tests.providers.conftest import PodMaker, ProviderPod, Upstreams, pool_providers
 from tests.providers.streams import chat_stream_events, messages_stream_events
 from tests.support.upstream import RESET, Reply
 
@@ -100,6 +101,30 @@ async def test_a_messages_stream_cut_mid_block_goes_on_in_the_same_block(
     assert record["outcome"]["status"] == "ok"
     assert record["failover"]["after_text"] == len("One, two, three ")
     assert (record["failover"]["from"], record["failover"]["to"]) == ("anthropic", "bedrock")
+
+
+async def test_each_call_of_a_continued_stream_is_charged_at_its_own_price(
+    make_pod: PodMaker, upstreams: Upstreams
+) -> None:
+    providers = pool_providers(upstreams)
+    cheap = {"claude-*": Price(input=1.0, cached_input=1.0, output=1.0)}
+    dear = {"claude-*": Price(input=100.0, cached_input=100.0, output=100.0)}
+    providers["anthropic"] = providers["anthropic"].model_copy(update={"prices": cheap})
+    providers["bedrock"] = providers["bedrock"].model_copy(update={"prices": dear})
+    pod = await make_pod(providers=providers)
+    head = messages_stream_events("", usage=(10, 3))[:2]  # 10 input tokens, 1 output so far
+    pod.upstreams.primary.enqueue("anthropic", Reply.sse([*head, _text_delta("One, "), RESET]))
+    pod.upstreams.secondary.enqueue("anthropic", Reply.sse(messages_stream_events("two.")))
+    async with pod.anthropic().messages.stream(
+        model="claude-haiku-4-5", max_tokens=64, messages=ASK
+    ) as stream:
+        assert await stream.get_final_text() == "One, two."
+    (record,) = await pod.audit()
+    assert record["usage"]["input_tokens"] == 20
+    assert record["usage"]["output_tokens"] == 4
+    assert record["usage"]["rounds"] == 2
+    # 11 tokens at $1 per million, then 13 at $100 (not all 24 at the last one's price).
+    assert record["cost_usd"] == pytest.approx((11 * 1.0 + 13 * 100.0) / 1e6)
 
 
 async def test_a_target_that_refuses_a_prefill_is_asked_for_the_rest(make_pod: PodMaker) -> None:
