@@ -28,6 +28,9 @@ CONTINUE = (
 )
 _EVENT_END = re.compile(rb"\r?\n\r?\n")
 _CONTINUED = frozenset({"chat", "messages"})
+# What reading an event of another shape than the protocol's raises (a provider's answer may
+# be anything).
+_NOT_OF_THE_PROTOCOL = (ValueError, TypeError, AttributeError, KeyError, IndexError)
 # An event longer than this is no text event of a provider's: it is passed on, never held.
 MAX_EVENT_BYTES = 256 * 1024
 
@@ -69,13 +72,13 @@ class StreamWatch:
         """Reads one event; False when the answer may no longer be continued."""
         try:
             event = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return False
-        if not isinstance(event, dict) or event.get("error") is not None:
-            return False
-        if protocol == "chat":
-            return self._read_chat(event)
-        return self._read_messages(event)
+            if not isinstance(event, dict) or event.get("error") is not None:
+                return False
+            if protocol == "chat":
+                return self._read_chat(event)
+            return self._read_messages(event)
+        except _NOT_OF_THE_PROTOCOL:
+            return False  # no answer of the protocol's shape: nothing to continue
 
     def _read_chat(self, event: dict[str, Any]) -> bool:
         self.stream_id = self.stream_id or event.get("id")
@@ -192,13 +195,15 @@ class Splice:
             return event + b"\n\n"
         try:
             payload = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return event + b"\n\n"
-        if not isinstance(payload, dict):
-            return event + b"\n\n"
-        if self._protocol == "chat":
-            return self._chat(payload)
-        return self._messages(payload)
+            if not isinstance(payload, dict):
+                return event + b"\n\n"
+            if self._protocol == "chat":
+                return self._chat(payload)
+            if not isinstance(payload.get("type"), str):
+                return event + b"\n\n"
+            return self._messages(payload)
+        except _NOT_OF_THE_PROTOCOL:
+            return event + b"\n\n"  # passed on as it came: the client's SDK judges it
 
     def _chat(self, payload: dict[str, Any]) -> bytes:
         choices = payload.get("choices") or []
@@ -223,8 +228,7 @@ class Splice:
         if self._strip and isinstance(text, str):
             delta["text"] = text.lstrip()  # type: ignore[index]
             self._strip = not delta["text"]  # type: ignore[index]
-        name = str(kind).encode()
-        return b"event: " + name + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+        return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
 
 
 def _continuations(

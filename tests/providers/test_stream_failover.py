@@ -252,3 +252,25 @@ def test_a_continuation_event_without_an_end_is_passed_on_not_held() -> None:
     splice = Splice("chat", watch)
     endless = b"data: " + b"x" * (512 * 1024)
     assert splice.feed(endless) == endless
+
+
+HOSTILE = [
+    b'data: {"id":"c","choices":[1]}\n\n',
+    b'data: {"id":"c","choices":[{"index":0,"delta":"x"}]}\n\n',
+    b'data: {"type":"content_block_stop","index":"x"}\n\n',
+    b'data: {"type":"content_block_delta","index":0,"delta":[1]}\n\n',
+    b'data: {"type":"content_block_start","index":0,"content_block":7}\n\n',
+    b"data: [1, 2]\n\n",
+    b"data: {not json\n\n",
+]
+
+
+@pytest.mark.parametrize("event", HOSTILE)
+@pytest.mark.parametrize("protocol", ["chat", "messages"])
+def test_events_of_another_shape_are_no_text_to_continue(protocol: str, event: bytes) -> None:
+    """A provider's events may be anything: the watch gives up, the splice passes them on."""
+    watch = StreamWatch()
+    watch.feed(protocol, event)
+    assert not watch.continuable or not watch.text
+    spliced = Splice(protocol, StreamWatch()).feed(event)
+    assert spliced == b"" or spliced.endswith(b"\n\n")  # whole events, never a crash
