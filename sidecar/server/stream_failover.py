@@ -258,10 +258,11 @@ def _continuations(
 
 
 def _targets_after(ctx: RequestContext) -> list[Any]:
-    names = [name for name, _, _ in ctx.targets]
-    if ctx.provider_name not in names:
+    """The route's targets after the one that answered (a provider may be listed twice)."""
+    served = [(name, model) for name, _, model in ctx.targets]
+    if (ctx.provider_name, ctx.model) not in served:
         return []
-    return ctx.targets[names.index(ctx.provider_name) + 1 :]
+    return ctx.targets[served.index((ctx.provider_name, ctx.model)) + 1 :]
 
 
 def _data_of(event: bytes) -> bytes | None:
