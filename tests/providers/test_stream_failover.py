@@ -11,7 +11,7 @@ import openai
 import orjson
 import pytest
 
-from clawpod.sidecar.manifest import Price
+from clawpod.sidecar.manifest import Price, RouteTarget
 from clawpod.sidecar.server.stream_failover import CONTINUE, Splice, StreamWatch
 from tests.providers.conftest import PodMaker, ProviderPod, Upstreams, pool_providers
 from tests.providers.streams import chat_stream_events, messages_stream_events
@@ -74,6 +74,33 @@ async def test_a_chat_stream_cut_after_text_goes_on_at_the_next_target(
     assert 'claw_provider_failovers_total{outcome="stream_cut",provider="openai"} 1.0' in (
         await pod.metrics()
     )
+
+
+async def test_a_provider_listed_twice_is_not_asked_again_by_the_target_that_broke(
+    make_pod: PodMaker,
+) -> None:
+    twice = [
+        RouteTarget(provider="openai"),
+        RouteTarget(provider="openai", model="gpt-4o-b"),
+        RouteTarget(provider="azure-east", model="gpt-4o-east"),
+    ]
+    pod = await make_pod(routes={"gpt-4o*": twice})
+    events = chat_stream_events("one two three")
+    pod.upstreams.primary.enqueue(
+        "openai", Reply.error("openai", 503, "down"), Reply.sse([*events[:3], RESET])
+    )
+    pod.upstreams.secondary.enqueue("openai", Reply.sse(chat_stream_events("three")))
+    chunks = await _chat_chunks(pod)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == (
+        "one two three "
+    )
+    assert [r.json["model"] for r in pod.upstreams.primary.received] == ["gpt-4o", "gpt-4o-b"]
+    (record,) = await pod.audit()
+    assert [(a["provider"], a["outcome"]) for a in record["providers"]] == [
+        ("openai", "http_503"),
+        ("openai", "ok"),
+        ("azure-east", "ok"),
+    ]
 
 
 async def test_a_messages_stream_cut_mid_block_goes_on_in_the_same_block(
