@@ -4,6 +4,7 @@ target and reaches the real SDKs as one stream; anything else ends in the protoc
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import anthropic
@@ -15,7 +16,7 @@ from clawpod.sidecar.manifest import Price, RouteTarget
 from clawpod.sidecar.server.stream_failover import CONTINUE, Splice, StreamWatch
 from tests.providers.conftest import PodMaker, ProviderPod, Upstreams, pool_providers
 from tests.providers.streams import chat_stream_events, messages_stream_events
-from tests.support.upstream import RESET, Reply
+from tests.support.upstream import RESET, Reply, fixture_files, load_fixture
 
 ASK = [{"role": "user", "content": "count to six"}]
 
@@ -301,3 +302,39 @@ def test_events_of_another_shape_are_no_text_to_continue(protocol: str, event: b
     assert not watch.continuable or not watch.text
     spliced = Splice(protocol, StreamWatch()).feed(event)
     assert spliced == b"" or spliced.endswith(b"\n\n")  # whole events, never a crash
+
+
+def _recorded_streams() -> list[tuple[str, str, bytes]]:
+    """(protocol, fixture, body) of every recorded Chat Completions and Messages stream."""
+    streams = []
+    for name in fixture_files():
+        if not name.startswith(("openai/", "anthropic/")):
+            continue
+        for turn in load_fixture(name):
+            chat = turn.request is None or "messages" in turn.request
+            if turn.stream and turn.status == 200 and (turn.api == "anthropic" or chat):
+                protocol = "messages" if turn.api == "anthropic" else "chat"
+                streams.append((protocol, f"{name}#{turn.turn}", turn.body))
+    return streams
+
+
+@pytest.mark.parametrize(("protocol", "fixture", "body"), _recorded_streams())
+def test_recorded_streams_are_continuable_until_a_tool_call_or_their_end(
+    protocol: str, fixture: str, body: bytes
+) -> None:
+    """Real providers' streams: text is gathered as it came, and the watch gives up at the
+    first tool call or thinking block, and at the end."""
+    watch = StreamWatch()
+    events = [event + b"\n\n" for event in body.replace(b"\r\n", b"\n").split(b"\n\n")]
+    gathered = ""
+    for event in events:
+        watch.feed(protocol, event)
+        if watch.continuable:
+            gathered = watch.text
+        if re.search(rb'"tool_calls":\[\{|"type":"(?:server_)?tool_use"|"type":"thinking"', event):
+            assert not watch.continuable, fixture
+    assert not watch.continuable, fixture
+    text_first = re.search(rb'"text_delta"|"delta":\{(?:"role":"assistant",)?"content":"[^"]', body)
+    tool = re.search(rb'"tool_calls":\[\{|"(?:server_)?tool_use"|"type":"thinking"', body)
+    if text_first and (tool is None or text_first.start() < tool.start()):
+        assert gathered.strip(), fixture  # text before any tool call: it could go on
