@@ -5,10 +5,11 @@ says nothing of whose it is (no rest) or a 401/402 (the key rests, and repeated 
 restart); a 429 the request caused (larger than the key's whole limit) and every other 4xx are
 the agent's answer, tried on no other key or target. The next target is tried after a
 connection failure, a 5xx, a 429 with no key left, or no first byte within the provider's
-``first-byte-timeout-ms``. All of that happens before anything reaches the client: what is
-returned is the one answer the caller relays, and a stream's first chunk is already read when
-a first-byte timeout applies. Each attempt is
-recorded (provider, key label, outcome) for the audit record and counted for the metrics.
+``first-byte-timeout-ms``. All of that happens before anything reaches the client (a
+stream that breaks after text is continued by ``stream_failover.py``): what is returned is the
+one answer the caller relays, and a stream's first chunk is already read when a first-byte
+timeout applies. Each attempt is recorded (provider, key label, outcome) for the audit record
+and counted for the metrics.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Governed pass-through: the client's request goes upstream unchanged, the answer comes back
 unchanged (streams chunk by chunk, never buffered), and the exchange is audited.
 
+A stream that breaks after text goes on at the route's next target (``stream_failover.py``).
 A request whose route has one plain target (``RoutePlan.walks`` false) is sent to it directly;
 one with no target of another protocol (no ``ctx.translations``) never meets translation."""
 
@@ -21,8 +22,8 @@ from ..model.errors import ApiError, upstream_failure
 from ..observability import tracing
 from ..state.stored_objects import StoredRef, StreamedIds, refs
 from ..transport import Response, TransportError
-from . import translated, translated_stream
-from .accounting import estimated_usage, record_request, stream_usage
+from . import stream_failover, translated, translated_stream
+from .accounting import call_cost, estimated_usage, record_request, stream_usage
 from .budget_gate import BYTES_PER_TOKEN
 from .errors import reply_error
 from .exchange import Exchange, RequestContext
@@ -94,7 +95,7 @@ async def _pass_through(
                 message = f"provider {ctx.provider_name!r} streamed an answer nobody asked for"
                 err = ApiError(502, "upstream_protocol_error", message)
                 return await _fail(exchange, ctx, err)
-            return await _relay_stream(exchange, ctx, upstream)
+            return await _relay_stream(exchange, ctx, upstream, raw)
         return await _relay_body(exchange, ctx, upstream)
     finally:
         upstream.release()
@@ -146,7 +147,9 @@ async def _relay_body(exchange: Exchange, ctx: RequestContext, upstream: Respons
     await record_request(ctx, http_status=status, error_code=error_code, usage=usage)
 
 
-async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Response) -> None:
+async def _relay_stream(
+    exchange: Exchange, ctx: RequestContext, upstream: Response, raw: bytes | bytearray | None
+) -> None:
     await exchange.start_stream(
         200, ctx.state.upstream.relayed_headers(ctx.provider_name, upstream.headers)
     )
@@ -155,31 +158,46 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
     usage = StreamUsage(ctx.codec)
     stripper = ctx.codec.usage_stripper() if ctx.strip_usage else None
     end = ctx.codec.end_watch()
+    # While the answer could go on at the route's next target (``stream_failover``).
+    watch = stream_failover.watch_for(ctx)
+    splice: stream_failover.Splice | None = None
+    spent: list[Call] = []  # the stream that broke and was continued
     finished = False
     error_code: str | None = None
     # The stream's status as the audit tells it: 200 went out before it failed, if it did.
     status = 200
     try:
         while True:
+            cut: ApiError | None = None
             try:
-                chunk = await upstream.read_chunk()
+                chunk, broken = await upstream.read_chunk(), False
             except TransportError as exc:
-                err = upstream_api_error(translate_error(exc, ctx.provider_name))
-                status, error_code = err.status, err.code
-                await exchange.write(ctx.codec.stream_error(err))
-                break
-            if not chunk:
-                if rest := redactor.flush():
+                chunk, broken = b"", True
+                cut = upstream_api_error(translate_error(exc, ctx.provider_name))
+            if not chunk and cut is None and not end.seen and error_code is None:
+                # A cut stream must not look like a complete answer to the client.
+                message = f"provider {ctx.provider_name!r} ended the stream before its end"
+                cut = ApiError(502, "upstream_protocol_error", message)
+            if cut is not None and watch is not None:
+                broke = (ctx.provider_name, ctx.model, stream_usage(ctx, usage))
+                more = await stream_failover.reopen(ctx, watch, raw, cut.code)
+                if more is not None:
+                    spent.append(broke)
+                    upstream.release(reuse=False)
+                    upstream, usage, end = more, StreamUsage(ctx.codec), ctx.codec.end_watch()
+                    redactor = ctx.state.upstream.stream_redactor(ctx.provider_name)
+                    splice, watch = stream_failover.Splice(ctx.codec.name, watch), None
+                    continue
+            if not chunk and not broken:
+                if rest := _spliced(splice, redactor.flush()):
                     await exchange.write(rest if stripper is None else stripper.feed(rest))
                 if stripper is not None:
                     await exchange.write(stripper.flush())
                 finished = end.seen
-                if not finished and error_code is None:  # (else the provider said why)
-                    # A cut stream must not look like a complete answer to the client.
-                    message = f"provider {ctx.provider_name!r} ended the stream before its end"
-                    err = ApiError(502, "upstream_protocol_error", message)
-                    status, error_code = err.status, err.code
-                    await exchange.write(ctx.codec.stream_error(err))
+            if cut is not None:
+                status, error_code = cut.status, cut.code
+                await exchange.write(ctx.codec.stream_error(cut))
+            if not chunk:
                 break
             if error_code is None and STREAM_ERROR.search(chunk):
                 status, error_code = 502, "upstream_stream_error"  # the provider's, relayed
@@ -188,9 +206,11 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
             if stored is not None and stored.feed(chunk):
                 ctx.record_objects(stored.found)  # at once: a client may leave after it
             whole = end.feed(chunk)  # the provider's end marker, read before any redaction
-            chunk = redactor.feed(chunk)
+            chunk = _spliced(splice, redactor.feed(chunk))
             if not chunk:
                 continue  # the rest of an event: it goes out with its end
+            if watch is not None:
+                watch.feed(ctx.codec.name, chunk)
             await exchange.write(chunk if stripper is None else stripper.feed(chunk))
             finished = whole  # once the end marker has reached the client
         await exchange.end()
@@ -198,18 +218,50 @@ async def _relay_stream(exchange: Exchange, ctx: RequestContext, upstream: Respo
         # A client that closes once the answer is complete (SDKs stop at the end event) got it.
         error_code = None if finished else "client_disconnected"
     except asyncio.CancelledError:
-        _record_later(ctx, None if finished else "client_disconnected", usage)
+        _record_later(ctx, None if finished else "client_disconnected", usage, spent)
         raise
     finally:
         # Whatever the HTTP framing said, a stream cut short leaves the connection's state
         # unknown: it is closed, never handed to the next request (of any agent).
         upstream.release(reuse=end.seen)
+    usage_now = stream_usage(ctx, usage)
     await record_request(
         ctx,
         http_status=status,
         error_code=error_code,
-        usage=stream_usage(ctx, usage),
+        usage=_with_spent(usage_now, spent),
+        cost=_calls_cost(ctx, usage_now, spent),
     )
+
+
+def _spliced(splice: stream_failover.Splice | None, released: bytes) -> bytes:
+    return released if splice is None or not released else splice.feed(released)
+
+
+# A model call of a stream: provider, model, its usage.
+Call = tuple[str | None, str | None, dict[str, int]]
+
+
+def _with_spent(usage: dict[str, int], spent: list[Call]) -> dict[str, int]:
+    """A stream's usage with that of the streams it continued (each a model call)."""
+    total = dict(usage)
+    for _, _, earlier in spent:
+        for name, count in earlier.items():
+            if name == "estimated":
+                total[name] = True  # part of it is an estimate
+            else:
+                total[name] = total.get(name, 0) + count
+    return total
+
+
+def _calls_cost(ctx: RequestContext, usage: dict[str, int], spent: list[Call]) -> float | None:
+    """A continued stream's cost, each call at its own provider's price; None: one call."""
+    if not spent:
+        return None
+    calls = [*spent, (ctx.provider_name, ctx.model, usage)]
+    costs = [call_cost(ctx, provider, model, used) for provider, model, used in calls]
+    known = [cost for cost in costs if cost is not None]
+    return sum(known) if known else None
 
 
 async def _fail(exchange: Exchange, ctx: RequestContext, err: ApiError) -> None:
@@ -240,9 +292,18 @@ def _track_stored_objects(ctx: RequestContext, status: int, parsed: Any) -> None
 STREAM_ERROR = re.compile(rb'^(?:event: ?error\r?$|data: ?\{\s*"error"\s*:)', re.MULTILINE)
 
 
-def _record_later(ctx: RequestContext, code: str | None, usage: StreamUsage) -> None:
+def _record_later(
+    ctx: RequestContext, code: str | None, usage: StreamUsage, spent: list[Call]
+) -> None:
     usage_now = stream_usage(ctx, usage)
-    ctx.state.tasks.spawn(record_request(ctx, http_status=200, error_code=code, usage=usage_now))
+    recording = record_request(
+        ctx,
+        http_status=200,
+        error_code=code,
+        usage=_with_spent(usage_now, spent),
+        cost=_calls_cost(ctx, usage_now, spent),
+    )
+    ctx.state.tasks.spawn(recording)
 
 
 def _body_usage(ctx: RequestContext, body: Any, answer_bytes: int) -> dict[str, int]:
