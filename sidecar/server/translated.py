@@ -17,6 +17,7 @@ from ..codecs.base import Codec
 from ..mediation.commands import CallModel, Event, ModelFailed, ModelReplied
 from ..model.conversation import Conversation, ToolChoice
 from ..model.errors import ApiError, upstream_failure
+from ..model.json_cost import too_many_items
 from ..translation import (
     Translated,
     Untranslatable,
@@ -58,8 +59,12 @@ _KEPT_HEADERS = frozenset({"retry-after", "retry-after-ms", "x-request-id", "req
 def plan(ctx: RequestContext, body: dict[str, Any]) -> None:
     """Translate the client's body for every target of another protocol, up front, so what
     cannot be carried is refused before anything goes upstream (``ApiError`` 400, naming the
-    provider and what is missing). Sets ``ctx.translations`` when any target needs one."""
+    provider and what is missing), as is one of too many items to walk (``ApiError`` 413).
+    Sets ``ctx.translations`` when any target needs one."""
     caller = ctx.codec
+    too_many = too_many_items(body, caller.messages_field)
+    if too_many is not None:
+        raise too_many
     found: dict[str, Translated] = {}
     by_provider: dict[str, str | None] = {}
     for name, provider, _ in ctx.targets:
