@@ -32,7 +32,6 @@ from ..model.conversation import (
     refused,
 )
 from ..model.errors import upstream_failure
-from ..model.json_cost import too_many_items
 from ..model.taint import UNTAINTED, RequestTaint, held_when_tainted, withdrawn
 from ..model.usage import Usage
 from .client_approvals import (
@@ -189,7 +188,7 @@ class MediationEngine:
 
     def _parse(self) -> Fail | None:
         """Read the client request; a malformed one is the exchange's first and last command."""
-        too_many = too_many_items(self.body, self.codec.messages_field)
+        too_many = self.codec.too_many_items(self.body)
         if too_many is not None:
             return Fail(too_many.status, too_many.code, too_many.message)
         try:

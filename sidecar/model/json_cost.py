@@ -6,17 +6,11 @@ The bound counts characters in C (``bytes.count``), never items in Python, one s
 time so a caller can give its event loop away in between. It is an upper bound: punctuation
 inside strings counts too, so prose and base64 pass at any size, dense code or CSV text of
 many megabytes may not.
-
-Parsed, a request's items cost work too where the sidecar reads them one by one:
-``too_many_items`` bounds their number, for mediation and translation alike.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
-
-from .errors import ApiError
 
 # Bytes a parsed item may take at most, by the character that announces it (CPython 3.11,
 # 64-bit): '{' an empty dict, ':' a member's share of its dict, '[' an empty list, a string
@@ -56,26 +50,3 @@ def costs_over(raw: bytes | bytearray, limit: int) -> Iterator[bool]:
         yield cost > limit
         if cost > limit:
             return
-
-
-MAX_INPUT_ITEMS = 10_000
-"""Messages (Responses: input items) of one request the sidecar reads item by item, on the event
-loop: a mediated one (each item's continuity fingerprint and keys, its journal identity) or a
-translated one (each item carried into its provider's protocol). Past this, a request is refused
-before any of that work is done. A runner compacts long before: 10,000 items are 5,000 tool
-calls of one conversation."""
-
-
-def too_many_items(body: dict[str, Any], field: str) -> ApiError | None:
-    """The refusal (413 ``request_too_complex``) of a request whose ``field`` (its codec's
-    ``messages_field``) holds more than ``MAX_INPUT_ITEMS`` items, or None."""
-    items = body.get(field)
-    if not isinstance(items, list) or len(items) <= MAX_INPUT_ITEMS:
-        return None
-    return ApiError(
-        413,
-        "request_too_complex",
-        f"the request holds {len(items)} items in {field}; a request the sidecar mediates "
-        f"or translates may hold at most {MAX_INPUT_ITEMS}: compact the conversation "
-        "(summarise its earlier turns) and send it again",
-    )

@@ -17,7 +17,6 @@ from ..codecs.base import Codec
 from ..mediation.commands import CallModel, Event, ModelFailed, ModelReplied
 from ..model.conversation import Conversation, ToolChoice
 from ..model.errors import ApiError, upstream_failure
-from ..model.json_cost import too_many_items
 from ..translation import (
     Translated,
     Untranslatable,
@@ -62,7 +61,7 @@ def plan(ctx: RequestContext, body: dict[str, Any]) -> None:
     provider and what is missing), as is one of too many items to walk (``ApiError`` 413).
     Sets ``ctx.translations`` when any target needs one."""
     caller = ctx.codec
-    too_many = too_many_items(body, caller.messages_field)
+    too_many = caller.too_many_items(body)
     if too_many is not None:
         raise too_many
     found: dict[str, Translated] = {}

@@ -21,8 +21,8 @@ import aiohttp
 import orjson
 import pytest
 
+from clawpod.sidecar.codecs.base import MAX_INPUT_ITEMS
 from clawpod.sidecar.manifest import Provider
-from clawpod.sidecar.model.json_cost import MAX_INPUT_ITEMS
 from tests.mediation.scripted import an_text
 from tests.reliability.test_body_amplification import GUARD_S, Process
 from tests.support.builds import AgentSpec, http_tool, providers_for, write_build
