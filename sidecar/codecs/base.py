@@ -5,8 +5,8 @@
   carry, its error shapes (whole and in-stream), usage in bodies and streams, its stream end,
   the objects the provider stores, and the model list;
 - :class:`Codec`, built on it, what the mediation engine and its driver add: request, response
-  and stream parse and render, tool definitions and choices, continuation, and the
-  fingerprints and ids that continuity keys on.
+  and stream parse and render, tool definitions and choices, continuation, the fingerprints
+  and ids that continuity keys on, and the bound on a request's items (translation's too).
 
 They share this module: every request uses the first part and a mediated one both, so a
 request's trip through the sidecar enters one codec base module, not two.
@@ -174,6 +174,12 @@ AUXILIARY = re.compile(
 )
 SYSTEM = ("system", "developer")
 MAX_PROVIDER_MESSAGE = 500
+MAX_INPUT_ITEMS = 10_000
+"""Messages (Responses: input items) of one request the sidecar reads item by item, on the event
+loop: a mediated one (each item's continuity fingerprint and keys, its journal identity) or a
+translated one (each item carried into its provider's protocol). Past this, a request is refused
+before any of that work is done. A runner compacts long before: 10,000 items are 5,000 tool
+calls of one conversation."""
 
 
 class Codec(WireCodec):
@@ -182,6 +188,21 @@ class Codec(WireCodec):
     client_approvals: ClassVar[bool] = False
     """The protocol carries approval requests and answers, so the client can approve a call
     itself (SPEC §16)."""
+
+    def too_many_items(self, body: dict[str, Any]) -> ApiError | None:
+        """The refusal (413 ``request_too_complex``) of a request with more than
+        ``MAX_INPUT_ITEMS`` items to mediate or translate, or None: the one check both ask
+        before any per-item work."""
+        items = body.get(self.messages_field)
+        if not isinstance(items, list) or len(items) <= MAX_INPUT_ITEMS:
+            return None
+        return ApiError(
+            413,
+            "request_too_complex",
+            f"the request holds {len(items)} items in {self.messages_field}; a request the "
+            f"sidecar mediates or translates may hold at most {MAX_INPUT_ITEMS}: compact the "
+            "conversation (summarise its earlier turns) and send it again",
+        )
 
     def stream_failure(self, conversation: Conversation, err: ApiError) -> bytes:
         """How a mediated stream that sent nothing but its head yet ends in failure."""

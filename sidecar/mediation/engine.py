@@ -87,11 +87,6 @@ CALL_PARTS = frozenset({"tool_use", "function_call"})
 BUDGET_EXHAUSTED = (
     "not executed: the tool budget of this request is spent; answer with what you have"
 )
-MAX_INPUT_ITEMS = 10_000
-"""Messages (Responses: input items) of one mediated request. Each costs work on the event
-loop (its continuity fingerprint and keys, its journal identity): past this, a request is
-refused before any of it is done. A runner compacts long before: 10,000 items are 5,000 tool
-calls of one conversation."""
 
 
 def present_tools(tools: list[ManagedTool], runner_names: set[str]) -> dict[str, ManagedTool]:
@@ -200,15 +195,9 @@ class MediationEngine:
 
     def _parse(self) -> Fail | None:
         """Read the client request; a malformed one is the exchange's first and last command."""
-        items = self.body.get(self.codec.messages_field)
-        if isinstance(items, list) and len(items) > MAX_INPUT_ITEMS:
-            return Fail(
-                413,
-                "request_too_complex",
-                f"the request holds {len(items)} items in {self.codec.messages_field}; a "
-                f"mediated request may hold at most {MAX_INPUT_ITEMS}: compact the "
-                "conversation (summarise its earlier turns) and send it again",
-            )
+        too_many = self.codec.too_many_items(self.body)
+        if too_many is not None:
+            return Fail(too_many.status, too_many.code, too_many.message)
         try:
             self.conversation = self.codec.parse_request(self.body)
         except CodecError as exc:

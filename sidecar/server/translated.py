@@ -58,9 +58,13 @@ _KEPT_HEADERS = frozenset({"retry-after", "retry-after-ms", "x-request-id", "req
 def plan(ctx: RequestContext, body: dict[str, Any], *, mediated: bool = False) -> None:
     """Translate the client's body for every target of another protocol, up front, so what
     cannot be carried is refused before anything goes upstream (``ApiError`` 400, naming the
-    provider and what is missing). Sets ``ctx.translations`` when any target needs one.
-    ``mediated``: the engine writes the body each model call sends (this only checks it)."""
+    provider and what is missing), as is one of too many items to walk (``ApiError`` 413).
+    Sets ``ctx.translations`` when any target needs one. ``mediated``: the engine writes the
+    body each model call sends (this only checks it)."""
     caller = ctx.codec
+    too_many = caller.too_many_items(body)
+    if too_many is not None:
+        raise too_many
     found: dict[str, Translated] = {}
     by_provider: dict[str, str | None] = {}
     checked = _without_references(body) if mediated else body

@@ -1,7 +1,8 @@
-"""A mediated request of many small items (issue 46): 20,000 Responses input items in 1.5 MB
-passed the body's shape bound, and the per-item work of mediation (each item's continuity
-fingerprint and keys, on the event loop) stalled every agent 1.4 s. A real sidecar process;
-the victim is another agent on its own address, timed from a thread of this process."""
+"""A request of many small items (issue 46): 20,000 Responses input items in 1.5 MB passed
+the body's shape bound, and the per-item work of mediation (each item's continuity fingerprint
+and keys, on the event loop) stalled every agent 1.4 s; translation (a pass-through agent whose
+provider speaks another protocol) walked every item too, uncapped. A real sidecar process; the
+victim is another agent on its own address, timed from a thread of this process."""
 
 from __future__ import annotations
 
@@ -13,14 +14,16 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import aiohttp
 import orjson
 import pytest
 
-from clawpod.sidecar.mediation.engine import MAX_INPUT_ITEMS
+from clawpod.sidecar.codecs.base import MAX_INPUT_ITEMS
+from clawpod.sidecar.manifest import Provider
+from tests.mediation.scripted import an_text
 from tests.reliability.test_body_amplification import GUARD_S, Process
 from tests.support.builds import AgentSpec, http_tool, providers_for, write_build
 from tests.support.responses import message, response
@@ -66,15 +69,27 @@ class VictimProbe(threading.Thread):
 
 @pytest.fixture
 async def sidecar(tmp_path: Path) -> AsyncIterator[Process]:
-    """A sidecar process: a native agent (the victim) and a mediated one (the attacker)."""
+    """A sidecar process: a native agent (the victim), a mediated one and a pass-through one
+    whose requests are translated (the attackers); a Messages provider (claude-*) and a
+    Chat-only one (local-*) beside OpenAI's."""
     async with StubUpstream() as upstream:
         upstream.always("openai", Reply.json(openai_completion("ok")))
         upstream.always("responses", Reply.json(response(message("ok"))))
+        upstream.always("anthropic", Reply.json(an_text("ok")))
         agents = [
             AgentSpec("native", mode="native"),
             AgentSpec("mediated", tools=[http_tool("svc", "look", "http://127.0.0.1:9/")]),
+            AgentSpec("passing", mode="native"),
         ]
-        tokens = write_build(tmp_path / "build", agents, providers_for(upstream.openai_url))
+        providers = providers_for(upstream.openai_url, upstream.anthropic_url)
+        providers["local"] = Provider(
+            api="openai",
+            protocols=["chat"],
+            base_url=upstream.openai_url,
+            key_env="OPENAI_API_KEY",
+            models=["local-*"],
+        )
+        tokens = write_build(tmp_path / "build", agents, providers)
         env = {**os.environ, **TEST_PROVIDER_KEYS, "CLAW_AUDIT_KEY": TEST_AUDIT_KEY}
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "clawpod.sidecar", "--build", str(tmp_path / "build"),
@@ -101,8 +116,28 @@ def items(count: int) -> list[dict[str, str]]:
     ]
 
 
-async def attack(sidecar: Process, count: int) -> tuple[int, dict, VictimProbe]:
-    body = orjson.dumps({"model": "gpt-4o", "input": items(count)})
+# A caller's request of ``count`` items: its route, agent and body.
+Attack = tuple[str, str, dict[str, object]]
+
+
+def mediated_responses(count: int) -> Attack:
+    return "/v1/responses", "mediated", {"model": "gpt-4o", "input": items(count)}
+
+
+def chat_to_messages(count: int) -> Attack:
+    """A Chat caller whose model a Messages provider serves."""
+    body = {"model": "claude-sonnet-4-6", "messages": items(count)}
+    return "/v1/chat/completions", "passing", body
+
+
+def responses_to_chat(count: int) -> Attack:
+    """A Responses caller whose model a Chat-only provider serves."""
+    return "/v1/responses", "passing", {"model": "local-model", "input": items(count)}
+
+
+async def attack(sidecar: Process, request: Attack) -> tuple[int, dict, VictimProbe]:
+    route, agent, payload = request
+    body = orjson.dumps(payload)
     probe = VictimProbe(sidecar, "native")
     probe.start()
     try:
@@ -110,9 +145,9 @@ async def attack(sidecar: Process, count: int) -> tuple[int, dict, VictimProbe]:
         async with (
             aiohttp.ClientSession() as session,
             session.post(
-                sidecar.url + "/v1/responses",
+                sidecar.url + route,
                 data=body,
-                headers={"Authorization": f"Bearer {sidecar.tokens['mediated']}"},
+                headers={"Authorization": f"Bearer {sidecar.tokens[agent]}"},
                 timeout=aiohttp.ClientTimeout(total=GUARD_S),
             ) as answer,
         ):
@@ -125,12 +160,13 @@ async def attack(sidecar: Process, count: int) -> tuple[int, dict, VictimProbe]:
     return status, payload, probe
 
 
+@pytest.mark.parametrize("request_of", [mediated_responses, chat_to_messages, responses_to_chat])
 async def test_twenty_thousand_items_are_refused_in_the_callers_protocol(
-    sidecar: Process,
+    sidecar: Process, request_of: Callable[[int], Attack]
 ) -> None:
-    status, payload, probe = await attack(sidecar, 20_000)
-    assert status == 413
-    # The Responses error shape, naming the bound and what to do.
+    status, payload, probe = await attack(sidecar, request_of(20_000))
+    assert status == 413, payload
+    # The caller's error shape (Chat's and Responses' alike), naming the bound and what to do.
     assert payload["error"]["code"] == "request_too_complex"
     assert f"at most {MAX_INPUT_ITEMS}" in payload["error"]["message"]
     assert probe.slowest < STALL_CAP_S, f"the other agent waited {probe.slowest:.2f} s"
@@ -141,6 +177,15 @@ async def test_a_conversation_at_the_bound_is_mediated_without_stalling_others(
 ) -> None:
     """Its turns are fingerprinted a slice per turn of the event loop (0.28 to 0.44 s of
     stall for the other agent when they were not, measured here)."""
-    status, payload, probe = await attack(sidecar, MAX_INPUT_ITEMS)
+    status, payload, probe = await attack(sidecar, mediated_responses(MAX_INPUT_ITEMS))
+    assert status == 200, payload
+    assert probe.slowest < STALL_CAP_S, f"the other agent waited {probe.slowest:.2f} s"
+
+
+@pytest.mark.parametrize("request_of", [chat_to_messages, responses_to_chat])
+async def test_a_conversation_at_the_bound_is_translated_without_stalling_others(
+    sidecar: Process, request_of: Callable[[int], Attack]
+) -> None:
+    status, payload, probe = await attack(sidecar, request_of(MAX_INPUT_ITEMS))
     assert status == 200, payload
     assert probe.slowest < STALL_CAP_S, f"the other agent waited {probe.slowest:.2f} s"
