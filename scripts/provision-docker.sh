@@ -168,7 +168,10 @@ build_python_image() {
     echo "COPY ca/bundle.crt /etc/ssl/certs/ca-certificates.crt"
     if [ -s "$requirements" ]; then
       echo "COPY wheels /tmp/wheels"
-      echo "RUN pip install --no-index --find-links=/tmp/wheels -r /tmp/wheels/requirements.txt" \
+      # Not --no-index: the host's pip evaluates markers for its own Python, so a dependency
+      # that only an older 3.11 needs (redis: async-timeout below 3.11.3; bookworm has 3.11.2)
+      # comes from the index here.
+      echo "RUN pip install --find-links=/tmp/wheels -r /tmp/wheels/requirements.txt" \
         "&& rm -rf /tmp/wheels"
     fi
     echo "LABEL org.clawpod.fingerprint=$fingerprint"
