@@ -8,10 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import http.client
-import os
-import re
-import signal
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -28,6 +24,7 @@ from tests.reliability.test_body_amplification import GUARD_S, Process
 from tests.support.builds import AgentSpec, http_tool, providers_for, write_build
 from tests.support.responses import message, response
 from tests.support.sidecar import TEST_AUDIT_KEY, TEST_PROVIDER_KEYS
+from tests.support.sidecar_process import sidecar_process
 from tests.support.upstream import Reply, StubUpstream, openai_completion
 
 # A generous cap on the victim's slowest answer on a machine shared by many test runs (the
@@ -90,22 +87,9 @@ async def sidecar(tmp_path: Path) -> AsyncIterator[Process]:
             models=["local-*"],
         )
         tokens = write_build(tmp_path / "build", agents, providers)
-        env = {**os.environ, **TEST_PROVIDER_KEYS, "CLAW_AUDIT_KEY": TEST_AUDIT_KEY}
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "clawpod.sidecar", "--build", str(tmp_path / "build"),
-            "--host", "127.0.0.1", "--port", "0", "--admin-host", "127.0.0.1",
-            "--admin-port", "0", "--state-dir", str(tmp_path / "state"),
-            stdout=asyncio.subprocess.PIPE, env=env,
-        )  # fmt: skip
-        try:
-            assert process.stdout is not None
-            line = await asyncio.wait_for(process.stdout.readline(), GUARD_S)
-            port = re.search(rb"127\.0\.0\.1:(\d+)", line)
-            assert port, line
-            yield Process(process.pid, f"http://127.0.0.1:{int(port.group(1))}", tokens)
-        finally:
-            process.send_signal(signal.SIGTERM)
-            await asyncio.wait_for(process.wait(), GUARD_S)
+        env = {**TEST_PROVIDER_KEYS, "CLAW_AUDIT_KEY": TEST_AUDIT_KEY}
+        async with sidecar_process(tmp_path / "build", tmp_path / "state", env) as running:
+            yield Process(running.pid, running.url, tokens)
 
 
 def items(count: int) -> list[dict[str, str]]:
