@@ -111,11 +111,16 @@ def _valid_port(port: str) -> bool:
     return port == "" or (port.isascii() and port.isdigit() and int(port) <= 65535)
 
 
-def _special_host(authority: str) -> str | None:
+def _host_part(authority: str) -> str | None:
+    """The authority's host as written, or None where its port is not one the standard takes."""
     parts = _host_and_port(authority)
-    if parts is None or not _valid_port(parts[1]):
+    return parts[0] if parts is not None and _valid_port(parts[1]) else None
+
+
+def _special_host(authority: str) -> str | None:
+    host = _host_part(authority)
+    if host is None:
         return None
-    host = parts[0]
     if host.startswith("["):
         return _ipv6(host)
     if not host:
@@ -130,10 +135,9 @@ def _special_host(authority: str) -> str | None:
 
 
 def _opaque_host(authority: str) -> str | None:
-    parts = _host_and_port(authority)
-    if parts is None or not _valid_port(parts[1]):
+    host = _host_part(authority)
+    if host is None:
         return None
-    host = parts[0]
     if host.startswith("["):
         return _ipv6(host)
     if not host or any(c in _FORBIDDEN_HOST for c in host):
