@@ -1,0 +1,20 @@
+"""The person an agent works for, once the token that names them has been verified (SPEC §21).
+
+Verified at the door (``x-claw.end-users``); read by the audit and per-end-user limits (the
+subject) and by RFC 8693 token exchange (the token, as the exchange's subject token)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class EndUser:
+    subject: str
+    """The claim the pod names (``user-claim``, default ``sub``): who the audit and limits see."""
+    issuer: str
+    expires_at: float
+    """The token's ``exp`` (Unix seconds): nothing done for this user outlives it."""
+    token: str = field(repr=False)
+    """The verified token itself, kept only to exchange it for a service's token; a credential:
+    never logged, audited, traced or answered."""
