@@ -35,10 +35,17 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
-class ToolAuth(_Model):
-    """How the sidecar authenticates to a service; ``env`` names the variable, never a value."""
+# OAuth 2.1 types (SPEC §21): the sidecar fetches the token it sends (sidecar/identity/).
+OAUTH_AUTH_TYPES = frozenset({"oauth2-client-credentials", "token-exchange"})
 
-    type: Literal["bearer", "header", "query", "basic", "none"]
+
+class ToolAuth(_Model):
+    """How the sidecar authenticates to a service; ``env`` (and the OAuth types' ``*-env``)
+    name variables, never values."""
+
+    type: Literal[
+        "bearer", "header", "query", "basic", "none", "oauth2-client-credentials", "token-exchange"
+    ]
     env: str | None = None
     header: str | None = None
     param: str | None = Field(
@@ -47,9 +54,30 @@ class ToolAuth(_Model):
     principal: str | None = Field(
         default=None, description="the pod principal whose variable ``env`` is (SPEC §9.1)"
     )
+    token_url: str | None = Field(
+        default=None,
+        alias="token-url",
+        description="OAuth: the token endpoint; absent on an MCP service that publishes "
+        "RFC 9728 metadata (then discovered, only on `discovery-hosts`)",
+    )
+    client_id_env: str | None = Field(default=None, alias="client-id-env")
+    client_secret_env: str | None = Field(default=None, alias="client-secret-env")
+    scopes: tuple[str, ...] = ()
+    audience: str | None = Field(default=None, description="OAuth: the `audience` parameter")
+    resource: str | None = Field(
+        default=None, description="OAuth: the RFC 8707 resource indicator (an absolute URI)"
+    )
+    discovery_hosts: tuple[str, ...] = Field(
+        default=(),
+        alias="discovery-hosts",
+        description="OAuth discovery: the hosts (host or host:port) the sidecar may ask for "
+        "RFC 9728 and RFC 8414 metadata and tokens",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> ToolAuth:
+        if self.type in OAUTH_AUTH_TYPES:
+            return self._oauth_consistent()
         if self.type != "none" and not self.env:
             raise ValueError(f"auth type {self.type!r} needs 'env'")
         if self.type == "header" and not self.header:
@@ -57,6 +85,33 @@ class ToolAuth(_Model):
         if self.type == "query" and not self.param:
             raise ValueError("auth type 'query' needs 'param'")
         return self
+
+    def _oauth_consistent(self) -> ToolAuth:
+        missing = [
+            name
+            for name, value in (
+                ("client-id-env", self.client_id_env),
+                ("client-secret-env", self.client_secret_env),
+            )
+            if not value
+        ]
+        if not self.token_url and not self.discovery_hosts:
+            missing.append("token-url (or discovery-hosts, to discover it)")
+        if missing:
+            raise ValueError(f"auth type {self.type!r} needs {', '.join(missing)}")
+        if self.env or self.header or self.param:
+            raise ValueError(f"auth type {self.type!r} takes no 'env', 'header' or 'param'")
+        return self
+
+    @property
+    def oauth(self) -> bool:
+        return self.type in OAUTH_AUTH_TYPES
+
+    @property
+    def credential_envs(self) -> tuple[str, ...]:
+        """Every variable a credential of this auth is read from."""
+        names = (self.env, self.client_id_env, self.client_secret_env)
+        return tuple(name for name in names if name)
 
 
 DEFAULT_MCP_TTL_MS = 300000

@@ -8,6 +8,7 @@ named with whether the service may have acted)."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -163,6 +164,20 @@ def credential_header(tool: ManagedTool, env: Mapping[str, str]) -> tuple[str, s
     if secret is None or tool.execution.auth.type == "query":
         return None
     return credential_header_for(tool.execution.auth, secret)
+
+
+def with_bearer(request: ServiceRequest, token: str) -> ServiceRequest:
+    """``request`` carrying a fetched OAuth token (SPEC §21), redacted from the answer like any
+    credential."""
+    headers = {**request.headers, "Authorization": f"Bearer {token}"}
+    secrets = request.secrets + credential_secrets(token, "bearer")
+    return dataclasses.replace(request, headers=headers, secrets=secrets)
+
+
+def token_unavailable(tool: ManagedTool, reason: Exception, started: float) -> ToolOutcome:
+    """The call was not sent: no OAuth token could be had for its service (fail closed)."""
+    message = f"no access token for {tool.execution.service}: {reason}"
+    return failed("token_unavailable", message, False, started)
 
 
 def credential_problem(message: str) -> RequestProblem:

@@ -18,10 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from ..identity.oauth_client import ServiceTokens, TokenUnavailable
+from ..identity.resource_metadata import TokenEndpoints
 from ..manifest import Execution, ManagedTool, ToolAuth
 from ..model.conversation import ToolOutcome, answered, error_envelope
+from ..model.end_user import EndUser
 from ..model.redaction import credential_secrets, redactor_for
-from .http import credential_header, failed
+from .http import credential_header, failed, token_unavailable
 from .mcp_http import DEFAULT_ANSWER_BYTES, bounded, bounded_transport, result_bound
 
 if TYPE_CHECKING:  # the SDK is imported when a build has MCP tools (it costs ~0.3 s to import)
@@ -49,10 +52,42 @@ IDEMPOTENCY_META_KEY = "io.clawpod/idempotency-key"
 
 @dataclass(frozen=True, slots=True)
 class BackendKey:
-    """What makes two tools share a connection: the endpoint and the credential sent to it."""
+    """What makes two tools share a connection: the endpoint and the credential sent to it
+    (for OAuth, the auth and, for an exchange, the end user: a session per user)."""
 
     endpoint: str
     credential: tuple[str, str] | None
+    oauth: ToolAuth | None = None
+    end_user: tuple[str, str] | None = None  # (issuer, subject)
+
+
+class OAuthBearer:
+    """The httpx auth of an OAuth connection (SPEC §21): each request carries the current
+    token; a 401 drops it and the request is sent once more with a fresh one, never more."""
+
+    def __init__(self, tokens: ServiceTokens, auth: ToolAuth, token_url: str) -> None:
+        self.tokens = tokens
+        self.auth = auth
+        self.token_url = token_url
+        self.end_user: EndUser | None = None  # the latest call's, for an exchange
+
+    async def async_auth_flow(self, request: Any) -> Any:
+        token = await self._token(None)
+        request.headers["Authorization"] = f"Bearer {token}"
+        response = yield request
+        if response.status_code == 401:
+            token = await self._token(token)
+            request.headers["Authorization"] = f"Bearer {token}"
+            yield request
+
+    async def _token(self, stale: str | None) -> str:
+        return await self.tokens.token(
+            self.auth,
+            self.end_user,
+            timeout_s=CONNECT_TIMEOUT_S,
+            token_url=self.token_url,
+            stale=stale,
+        )
 
 
 @dataclass(slots=True)
@@ -65,6 +100,7 @@ class _Connection:
     )
     closing: asyncio.Event = field(default_factory=asyncio.Event)
     owner: asyncio.Task[None] | None = None
+    bearer: OAuthBearer | None = None
 
     async def hold(self) -> None:
         import httpx2
@@ -72,10 +108,20 @@ class _Connection:
         from mcp.client.streamable_http import streamable_http_client
 
         headers = dict([self.key.credential]) if self.key.credential else {}
+        auth = None
+        if self.bearer is not None:
+            bearer = self.bearer
+
+            class _Auth(httpx2.Auth):
+                def async_auth_flow(self, request: Any) -> Any:
+                    return bearer.async_auth_flow(request)
+
+            auth = _Auth()
         # Pod services are reached directly: a proxy named in the sidecar's environment (for
         # providers) must never see a tool call or its credential.
         http = httpx2.AsyncClient(
             headers=headers,
+            auth=auth,
             timeout=httpx2.Timeout(CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S),
             trust_env=False,
             transport=bounded_transport(),
@@ -105,22 +151,48 @@ class ServiceUnreachable(Exception):
 
 
 class McpBackends:
-    def __init__(self, env: Mapping[str, str]) -> None:
+    def __init__(self, env: Mapping[str, str], tokens: ServiceTokens | None = None) -> None:
         self._env = env
         self._connections: dict[BackendKey, _Connection] = {}
+        self.tokens = tokens if tokens is not None else ServiceTokens(env)
+        self._token_endpoints = TokenEndpoints()
 
-    def key_for(self, execution: Execution, tool: ManagedTool) -> BackendKey:
+    def key_for(
+        self, execution: Execution, tool: ManagedTool, end_user: EndUser | None = None
+    ) -> BackendKey:
         """Raises ``RequestProblem`` (credential_missing) like an HTTP tool would."""
+        auth = execution.auth
+        if auth.oauth:
+            exchange = auth.type == "token-exchange" and end_user is not None
+            user = (end_user.issuer, end_user.subject) if exchange and end_user else None
+            return BackendKey(execution.endpoint, None, auth, user)
         return BackendKey(execution.endpoint, credential_header(tool, self._env))
+
+    async def _bearer(
+        self, key: BackendKey, end_user: EndUser | None, timeout_s: float
+    ) -> OAuthBearer:
+        """The connection's OAuth auth, its token fetched (or taken from the cache) before
+        the SDK sends anything, so a token endpoint that fails fails the call closed here."""
+        assert key.oauth is not None and self.tokens.client is not None
+        token_url = await self._token_endpoints.for_service(
+            self.tokens.client, key.oauth, key.endpoint
+        )
+        await self.tokens.token(key.oauth, end_user, timeout_s=timeout_s, token_url=token_url)
+        connection = self._connections.get(key)
+        bearer = connection.bearer if connection is not None else None
+        if bearer is None:
+            bearer = OAuthBearer(self.tokens, key.oauth, token_url)
+        bearer.end_user = end_user
+        return bearer
 
     def _secrets(self, auth: ToolAuth) -> tuple[bytes, ...]:
         """What a result must not echo: the credential as configured and as sent."""
         return credential_secrets(self._env.get(auth.env or "", ""), auth.type)
 
-    async def client(self, key: BackendKey) -> Client:
+    async def client(self, key: BackendKey, bearer: OAuthBearer | None = None) -> Client:
         connection = self._connections.get(key)
         if connection is None or (connection.owner is not None and connection.owner.done()):
-            connection = _Connection(key)
+            connection = _Connection(key, bearer=bearer)
             connection.owner = asyncio.ensure_future(connection.hold())
             self._connections[key] = connection
         try:
@@ -147,13 +219,20 @@ class McpBackends:
         max_result_bytes: int,
         started: float,
         idempotency_key: str | None = None,
+        end_user: EndUser | None = None,
     ) -> ToolOutcome:
         from mcp.shared.exceptions import MCPError
 
         execution = tool.execution
-        key = self.key_for(execution, tool)
+        key = self.key_for(execution, tool, end_user)
+        bearer = None
+        if key.oauth is not None:
+            try:
+                bearer = await self._bearer(key, end_user, timeout_s)
+            except TokenUnavailable as exc:
+                return token_unavailable(tool, exc, started)
         try:
-            client = await self.client(key)
+            client = await self.client(key, bearer)
         except ServiceUnreachable as exc:
             return failed("unreachable", f"could not open an MCP session ({exc})", False, started)
         meta = {IDEMPOTENCY_META_KEY: idempotency_key} if idempotency_key else None
@@ -174,6 +253,8 @@ class McpBackends:
             message = f"the MCP exchange with the service failed ({type(exc).__name__})"
             return failed("unreachable", message, True, started)
         secrets = self._secrets(execution.auth) if key.credential else ()
+        if bearer is not None:  # every token this pod holds: a service may echo an older one
+            secrets = tuple(s.encode() for s in self.tokens.secrets())
         return outcome_for_result(result, max_result_bytes, secrets, started)
 
     async def close(self) -> None:

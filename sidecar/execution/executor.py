@@ -27,12 +27,21 @@ import orjson
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from ..backends.http import RequestProblem, build_request, send
+from ..backends.http import (
+    RequestProblem,
+    ServiceRequest,
+    build_request,
+    send,
+    token_unavailable,
+    with_bearer,
+)
 from ..backends.mcp import McpBackends
 from ..backends.quarantine import Quarantine
+from ..identity.oauth_client import ServiceTokens, TokenUnavailable
 from ..manifest import ManagedTool
 from ..model.canonical import canonical_json
 from ..model.conversation import CheckedCall, ToolOutcome, invalid_arguments
+from ..model.end_user import EndUser
 from ..observability import tracing
 from ..observability.metrics import Metrics, connection_counts
 from ..path_template import split_path_template
@@ -168,8 +177,16 @@ class CallLimits:
 
 
 class ToolRunner(Protocol):
-    async def execute(self, agent_id: str, call: CheckedCall, limits: CallLimits) -> ToolOutcome:
-        """Run ``call`` for ``agent_id`` and say how it went; refusals are outcomes too."""
+    async def execute(
+        self,
+        agent_id: str,
+        call: CheckedCall,
+        limits: CallLimits,
+        *,
+        end_user: EndUser | None = None,
+    ) -> ToolOutcome:
+        """Run ``call`` for ``agent_id`` (working for ``end_user``, when verified) and say how
+        it went; refusals are outcomes too."""
         ...
 
 
@@ -199,8 +216,10 @@ class ToolExecutor(ToolRunner):
         self._prepared: dict[int, _PreparedTool] = {}
         self._client: HttpClient | None = None
         self._tasks = tasks if tasks is not None else ShieldedTasks()
+        # OAuth tokens for services (SPEC §21), fetched through this executor's client.
+        self.tokens = ServiceTokens(self._env)
         # Tools of MCP services (§11.1) and the tools whose definitions drifted (§11.2).
-        self.mcp = McpBackends(self._env)
+        self.mcp = McpBackends(self._env, self.tokens)
         self.quarantine = Quarantine()
         self.connections = connection_counts(metrics, "tools")
         # The one argument check of both modes: calls come back to execute() as it made them.
@@ -218,6 +237,7 @@ class ToolExecutor(ToolRunner):
             counts=self.connections,
             default_headers={"User-Agent": USER_AGENT},
         )
+        self.tokens.client = self._client
 
     @property
     def http(self) -> HttpClient | None:
@@ -245,15 +265,23 @@ class ToolExecutor(ToolRunner):
     # -- execution ---------------------------------------------------------------------------
 
     async def execute(
-        self, agent_id: str, call: CheckedCall, limits: CallLimits, *, shielded: bool = False
+        self,
+        agent_id: str,
+        call: CheckedCall,
+        limits: CallLimits,
+        *,
+        shielded: bool = False,
+        end_user: EndUser | None = None,
     ) -> ToolOutcome:
         """``shielded``: the caller runs in a task nobody cancels (the mediated driver's), so the
-        exchange runs in it; otherwise in a task of its own (a task costs ~7 µs)."""
+        exchange runs in it; otherwise in a task of its own (a task costs ~7 µs). ``end_user``:
+        the verified person the agent works for, whose token a ``token-exchange`` tool
+        exchanges (SPEC §21)."""
         started = time.perf_counter()
         tool = call.tool
         if tool.execution.transport == "mcp":
             with tracing.tool_span(tool.name):
-                calling = self._call_mcp(call, limits, started)
+                calling = self._call_mcp(call, limits, started, end_user)
                 return await (calling if shielded else self._tasks.run(calling))
         try:
             prepared = self._prepare(tool)
@@ -273,7 +301,12 @@ class ToolExecutor(ToolRunner):
         # The exchange runs as its own task: if the caller is cancelled (client disconnect), a
         # call already on its way to the service still completes (docs/contract.md §4.2 point
         # 16).
-        exchange = send(self._client, request, limits.timeout_s, limits.max_result_bytes, started)
+        if tool.execution.auth.oauth:
+            exchange = self._send_with_token(request, limits, started, end_user)
+        else:
+            exchange = send(
+                self._client, request, limits.timeout_s, limits.max_result_bytes, started
+            )
         if tracing.tracer is None:  # no span to open: its context manager costs a few µs a call
             return await (exchange if shielded else self._tasks.run(exchange))
         with tracing.tool_span(tool.name) as span:
@@ -283,7 +316,45 @@ class ToolExecutor(ToolRunner):
                 tracing.record_error(span, outcome.error_code)
             return outcome
 
-    async def _call_mcp(self, call: CheckedCall, limits: CallLimits, started: float) -> ToolOutcome:
+    async def _send_with_token(
+        self,
+        request: ServiceRequest,
+        limits: CallLimits,
+        started: float,
+        end_user: EndUser | None,
+    ) -> ToolOutcome:
+        """Send with the service's OAuth token; a 401 (the service did not act) drops that
+        token, and the call is sent once more with a fresh one, never more."""
+        assert self._client is not None
+        auth = request.tool.execution.auth
+        stale: str | None = None
+        for _ in range(2):
+            try:
+                token = await self.tokens.token(
+                    auth, end_user, timeout_s=limits.timeout_s, stale=stale
+                )
+            except TokenUnavailable as exc:
+                return token_unavailable(request.tool, exc, started)
+            remaining_s = limits.timeout_s - (time.perf_counter() - started)
+            outcome = await send(
+                self._client,
+                with_bearer(request, token),
+                max(remaining_s, 0.001),
+                limits.max_result_bytes,
+                started,
+            )
+            if outcome.status != 401:
+                return outcome
+            stale = token
+        return outcome
+
+    async def _call_mcp(
+        self,
+        call: CheckedCall,
+        limits: CallLimits,
+        started: float,
+        end_user: EndUser | None,
+    ) -> ToolOutcome:
         try:
             return await self.mcp.call(
                 call.tool,
@@ -293,6 +364,7 @@ class ToolExecutor(ToolRunner):
                 started=started,
                 # What an HTTP tool sends as `Idempotency-Key` travels here as `_meta`.
                 idempotency_key=limits.idempotency_key,
+                end_user=end_user,
             )
         except RequestProblem as problem:
             return problem.outcome

@@ -187,7 +187,9 @@ def build_app(issuer_holder: dict[str, str]) -> Any:
             if subject_exp is not None:  # an exchanged token outlives not its subject's
                 claims["exp"] = min(claims["exp"], int(subject_exp))
         state.issued.append(claims)
-        return sign(claims)
+        token = sign(claims)
+        state.tokens.append(token)
+        return token
 
     def expires_in(client: Client, grant_type: str) -> int:
         return int(client.record.get("expires_in", 3600))
@@ -377,6 +379,10 @@ def build_app(issuer_holder: dict[str, str]) -> Any:
     def issued() -> Any:
         return jsonify(state.issued)
 
+    @app.get("/test/tokens")
+    def tokens() -> Any:
+        return jsonify(state.tokens)
+
     return app
 
 
@@ -391,6 +397,7 @@ class _State:
     codes: dict[str, dict[str, Any]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     issued: list[dict[str, Any]] = field(default_factory=list)
+    tokens: list[str] = field(default_factory=list)
     failures: int = 0
     failure_status: int = 503
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -528,6 +535,10 @@ class AuthorizationServerProcess:
     def issued(self) -> list[dict[str, Any]]:
         """The claims of every access token issued so far."""
         return self.control("/test/issued")
+
+    def tokens(self) -> list[str]:
+        """Every access token issued so far (for the suite's credential sweep)."""
+        return self.control("/test/tokens")
 
     def client_credentials(
         self, client_id: str, client_secret: str, scope: str = "", resource: str = ""
