@@ -70,6 +70,7 @@ class OAuthBearer:
         self.auth = auth
         self.token_url = token_url
         self.end_user: EndUser | None = None  # the latest call's, for an exchange
+        self.refused = False  # the service answered 401 to a fresh token too
 
     async def async_auth_flow(self, request: Any) -> Any:
         token = await self._token(None)
@@ -78,7 +79,8 @@ class OAuthBearer:
         if response.status_code == 401:
             token = await self._token(token)
             request.headers["Authorization"] = f"Bearer {token}"
-            yield request
+            response = yield request
+            self.refused = response.status_code == 401
 
     async def _token(self, stale: str | None) -> str:
         return await self.tokens.token(
@@ -234,6 +236,9 @@ class McpBackends:
         try:
             client = await self.client(key, bearer)
         except ServiceUnreachable as exc:
+            if bearer is not None and bearer.refused:
+                message = "the service refused its OAuth token (401), a fresh one too"
+                return failed("http_401", message, False, started)
             return failed("unreachable", f"could not open an MCP session ({exc})", False, started)
         meta = {IDEMPOTENCY_META_KEY: idempotency_key} if idempotency_key else None
         try:

@@ -206,7 +206,6 @@ async def hostile_token_endpoint(behaviour: Misbehaviour) -> AsyncIterator[Hosti
                 status=401,
             )
         response = web.StreamResponse(headers={"Content-Type": "application/json"})
-        response.content_length = GIGABYTE
         await response.prepare(request)
         await response.write(b'{"access_token":"')
         block = b"a" * 65536
