@@ -77,6 +77,11 @@ def _auth(tool: ManagedTool) -> str:
     if auth.type == "none":
         return "none"
     principal = f" (principal {auth.principal})" if auth.principal else ""
+    scopes = f" (scopes {' '.join(auth.scopes)})" if auth.scopes else ""
+    if auth.type == "oauth2-client-credentials":
+        return f"OAuth client credentials{scopes}{principal}"
+    if auth.type == "token-exchange":
+        return f"on behalf of the end user{scopes}{principal}"
     if auth.type == "header":
         return f"{auth.header}: ${auth.env}{principal}"
     if auth.type == "query":

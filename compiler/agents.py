@@ -155,7 +155,7 @@ def _with_principal(
             grant.principal_path,
             agent_service,
         )
-    return target.as_principal(grant.principal, spec.env)
+    return target.as_principal(grant.principal, spec.env, spec.auth)
 
 
 def plan_agents(scope: GrantScope, claw: PodClaw) -> tuple[list[AgentPlan], dict[str, list[str]]]:

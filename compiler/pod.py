@@ -53,8 +53,8 @@ class CompiledPod:
     @property
     def credential_envs(self) -> list[str]:
         names = [key for p in self.providers.values() for key in p.key_envs]
-        names += [s.auth.env for s in self.tool_services.values() if s.auth.env]
-        names += [p.env for p in self.principals.values()]
+        names += [e for s in self.tool_services.values() for e in s.auth.credential_envs]
+        names += [e for p in self.principals.values() for e in p.credential_envs]
         store = self.claw.shared_limits
         if store is not None:  # the external store's URL, or the password of the one clawc adds
             names.append(store.service.password_env if store.service else str(store.url_env))

@@ -147,9 +147,9 @@ def configuration_warnings(build: Build, env: Mapping[str, str]) -> list[str]:
     unset: dict[str, set[str]] = {}
     for agent in build.agents.values():
         for tool in agent.tools.tools:
-            auth = tool.execution.auth
-            if auth and auth.env and not env.get(auth.env):
-                unset.setdefault(auth.env, set()).add(tool.name)
+            for name in tool.execution.auth.credential_envs:
+                if not env.get(name):
+                    unset.setdefault(name, set()).add(tool.name)
     for name, tools in sorted(unset.items()):
         warnings.append(
             f"{name} is not set: calls of {', '.join(sorted(tools))} are refused "

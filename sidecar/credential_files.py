@@ -32,8 +32,7 @@ def credential_names(build: Build, extra: Iterable[str] = ()) -> set[str]:
         names.add(build.config.shared_limits.url_env)  # may carry the store's password
     for agent in build.agents.values():
         for tool in agent.tools.tools:
-            if tool.execution.auth and tool.execution.auth.env:
-                names.add(tool.execution.auth.env)
+            names.update(tool.execution.auth.credential_envs)
     return names | set(extra)
 
 

@@ -62,13 +62,14 @@ class ToolAuth(_Model):
     )
     client_id_env: str | None = Field(default=None, alias="client-id-env")
     client_secret_env: str | None = Field(default=None, alias="client-secret-env")
-    scopes: tuple[str, ...] = ()
+    # None rather than empty, so builds of tools without OAuth keep their bytes.
+    scopes: tuple[str, ...] | None = None
     audience: str | None = Field(default=None, description="OAuth: the `audience` parameter")
     resource: str | None = Field(
         default=None, description="OAuth: the RFC 8707 resource indicator (an absolute URI)"
     )
-    discovery_hosts: tuple[str, ...] = Field(
-        default=(),
+    discovery_hosts: tuple[str, ...] | None = Field(
+        default=None,
         alias="discovery-hosts",
         description="OAuth discovery: the hosts (host or host:port) the sidecar may ask for "
         "RFC 9728 and RFC 8414 metadata and tokens",

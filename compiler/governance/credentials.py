@@ -23,6 +23,7 @@ from ..pod_file.governance_spec import PrincipalSpec
 from ..pod_file.reader import PodReader
 from ..pod_file.reserved import AGENT_ENV_NAMES
 from ..pod_file.spec import PodClaw, ServiceClaw
+from ..services.descriptors import oauth_problem
 from ..services.tool_services import ToolService, ToolServices
 
 
@@ -40,7 +41,15 @@ def check_principals(
         if spec.service not in reader.services or spec.service in agent_services:
             raise reader.fail(f"principal '{name}': no tool service '{spec.service}'", where)
         service = tool_services.get(spec.service, claws.get(spec.service))
-        if service.loaded.descriptor.auth.type == "none":
+        if spec.auth is not None:
+            problem = oauth_problem(spec.auth, service.loaded.descriptor.mcp is not None)
+            if problem is not None:
+                field_name, message = problem
+                raise reader.fail(
+                    f"principal '{name}': {message}",
+                    ("x-claw", "principals", name, "auth", field_name),
+                )
+        elif service.loaded.descriptor.auth.type == "none":
             raise reader.fail(
                 f"principal '{name}': service '{spec.service}' takes no credential (auth: none)",
                 where,
@@ -58,10 +67,11 @@ def forbidden_variables(
     forbidden[OPERATOR_TOKEN_ENV] = "the operator token (approvals, the operator API)"
     forbidden[AUDIT_KEY_ENV] = "the audit key (it signs the audit chain)"
     for service in tool_services:
-        if service.auth.env:
-            forbidden[service.auth.env] = f"the credential of service '{service.name}'"
+        for env in service.auth.credential_envs:
+            forbidden[env] = f"the credential of service '{service.name}'"
     for name, principal in (principals or {}).items():
-        forbidden[principal.env] = f"the credential of principal '{name}'"
+        for env in principal.credential_envs:
+            forbidden[env] = f"the credential of principal '{name}'"
     for provider_name, provider in providers.items():
         for key_env in provider.key_envs:
             forbidden[key_env] = f"the key of provider '{provider_name}'"
@@ -140,7 +150,8 @@ def warn_unset_credentials(
     ``auth_envs``: tool service -> the variable its descriptor's auth names (None: no auth)."""
     needed: dict[str, set[str]] = {service: {env} for service, env in auth_envs.items() if env}
     for principal in principals.values():
-        needed.setdefault(principal.service, set()).add(principal.env)
+        if principal.env:  # an OAuth principal's secret is checked by its IdP, not the service
+            needed.setdefault(principal.service, set()).add(principal.env)
     for service, envs in needed.items():
         claw = claws.get(service)
         definition = reader.services.get(service) or {}

@@ -8,7 +8,14 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
-from ...sidecar.manifest import ApprovalRequirement, Approver, OnUnreachable, Rate, RuleEffect
+from ...sidecar.manifest import (
+    ApprovalRequirement,
+    Approver,
+    OnUnreachable,
+    Rate,
+    RuleEffect,
+    ToolAuth,
+)
 from .reserved import ENV_NAME
 
 RATE = re.compile(r"^\s*(\d+)\s*/\s*(second|minute|hour)\s*$")
@@ -20,10 +27,32 @@ class _Spec(BaseModel):
 
 
 class PrincipalSpec(_Spec):
-    """``principals: {<name>: {service, env}}``: a credential of one tool service."""
+    """``principals: {<name>: {service, env}}``: a credential of one tool service; or
+    ``{service, auth}``: an OAuth identity at it (SPEC §21: client credentials, or token
+    exchange on behalf of the end user)."""
 
     service: str = Field(min_length=1)
-    env: str = Field(pattern=ENV_NAME.pattern, description="the variable holding the credential")
+    env: str | None = Field(
+        default=None, pattern=ENV_NAME.pattern, description="the variable holding the credential"
+    )
+    auth: ToolAuth | None = Field(
+        default=None, description="an OAuth auth (oauth2-client-credentials, token-exchange)"
+    )
+
+    @model_validator(mode="after")
+    def _one_credential(self) -> PrincipalSpec:
+        if (self.env is None) == (self.auth is None):
+            raise ValueError("a principal names either env (a credential) or auth (OAuth)")
+        if self.auth is not None and not self.auth.oauth:
+            raise ValueError(
+                "a principal's auth is oauth2-client-credentials or token-exchange; "
+                "a static credential is named by env"
+            )
+        return self
+
+    @property
+    def credential_envs(self) -> tuple[str, ...]:
+        return (self.env,) if self.env else self.auth.credential_envs if self.auth else ()
 
 
 class RuleSpec(_Spec):

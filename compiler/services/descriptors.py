@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from jsonschema import Draft202012Validator, SchemaError
 from pydantic import (
@@ -385,6 +386,49 @@ def _check_auth(auth: ToolAuth, mcp: McpSpec | None, file: str, lines: Lines) ->
             pointer="/auth/type",
             line=lines.line(("auth", "type")),
         )
+    if auth.oauth:
+        problem = oauth_problem(auth, mcp is not None)
+        if problem is not None:
+            field_name, message = problem
+            raise CompileError(
+                message,
+                file=file,
+                pointer=f"/auth/{field_name}",
+                line=lines.line(("auth", field_name)),
+            )
+
+
+SCOPE_TOKEN = re.compile(r"^[\x21\x23-\x5b\x5d-\x7e]+$")  # RFC 6749 §3.3 scope-token
+
+
+def oauth_problem(auth: ToolAuth, mcp: bool) -> tuple[str, str] | None:
+    """The first OAuth field of ``auth`` that is wrong (its name as written, and why), for a
+    descriptor's or a principal's auth (SPEC §21); the model already named missing fields."""
+    for field_name in ("client-id-env", "client-secret-env"):
+        value = getattr(auth, field_name.replace("-", "_"))
+        if not ENV_NAME.match(value or ""):
+            return field_name, f"'{value}' is not a valid environment variable name"
+    for field_name in ("token-url", "resource"):
+        value = getattr(auth, field_name.replace("-", "_"))
+        if value is not None and not _absolute_http_url(value):
+            return field_name, f"{field_name} '{value}' must be an absolute http(s) URL"
+    for scope in auth.scopes or ():
+        if not SCOPE_TOKEN.match(scope):
+            return "scopes", f"scope {scope!r} is not one scope token (no spaces or quotes)"
+    if auth.token_url is None and not mcp:
+        return "token-url", (
+            "an HTTP service's token endpoint is named (token-url); discovery from RFC 9728 "
+            "metadata is for MCP services"
+        )
+    for host in auth.discovery_hosts or ():
+        if not re.match(r"^[A-Za-z0-9.-]+(:[0-9]{1,5})?$|^\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?$", host):
+            return "discovery-hosts", f"'{host}' is not a host or host:port"
+    return None
+
+
+def _absolute_http_url(value: str) -> bool:
+    parts = urlsplit(value)
+    return parts.scheme in ("http", "https") and bool(parts.netloc) and not parts.fragment
 
 
 def _check_mcp_path(path: str, file: str, lines: Lines) -> None:

@@ -28,17 +28,25 @@ class ToolService:
     base_url: str
     principal: str | None = None
     principal_env: str | None = None
+    principal_auth: ToolAuth | None = None
 
     @property
     def auth(self) -> ToolAuth:
-        """The descriptor's auth, with a grant's principal's variable when it names one."""
+        """The descriptor's auth, with a grant's principal's variable when it names one, or
+        the principal's own OAuth auth."""
         auth = self.loaded.descriptor.auth
         if self.principal is None:
             return auth
+        if self.principal_auth is not None:
+            return self.principal_auth.model_copy(update={"principal": self.principal})
         return auth.model_copy(update={"env": self.principal_env, "principal": self.principal})
 
-    def as_principal(self, principal: str, env: str) -> ToolService:
-        return dataclasses.replace(self, principal=principal, principal_env=env)
+    def as_principal(
+        self, principal: str, env: str | None, auth: ToolAuth | None = None
+    ) -> ToolService:
+        return dataclasses.replace(
+            self, principal=principal, principal_env=env, principal_auth=auth
+        )
 
 
 def container_port(definition: dict[str, Any]) -> int:

@@ -86,7 +86,12 @@ class ServiceTokens:
         exchange = auth.type == "token-exchange" and end_user is not None
         user = (end_user.issuer, end_user.subject) if exchange and end_user else None
         return TokenKey(
-            token_url, auth.client_id_env or "", auth.scopes, auth.audience, auth.resource, user
+            token_url,
+            auth.client_id_env or "",
+            auth.scopes or (),
+            auth.audience,
+            auth.resource,
+            user,
         )
 
     async def token(

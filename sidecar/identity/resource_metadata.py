@@ -45,7 +45,7 @@ def allowed_url(url: str, auth: ToolAuth, what: str) -> str:
             raise TokenUnavailable(f"the {what} is on a link-local address: refused")
     except ValueError:
         pass  # a name, not an address
-    allowed = {entry.lower() for entry in auth.discovery_hosts}
+    allowed = {entry.lower() for entry in auth.discovery_hosts or ()}
     if host not in allowed and f"{host}:{port}" not in allowed:
         raise TokenUnavailable(f"the {what} is on a host not in discovery-hosts: refused")
     return url

@@ -202,7 +202,8 @@ def test_endpoints_are_documentation_only(tmp_path: Path) -> None:
             "auth",
             {"type": "oauth", "env": "X"},
             "/auth/type",
-            "Input should be 'bearer', 'header', 'query', 'basic' or 'none'",
+            "Input should be 'bearer', 'header', 'query', 'basic', 'none', "
+            "'oauth2-client-credentials' or 'token-exchange'",
         ),
         (
             "auth",
@@ -387,3 +388,55 @@ def test_a_plain_mcp_path_compiles(tmp_path: Path) -> None:
         "  - name: a\n    description: A\n    inputSchema: {type: object}\n"
     )
     assert load(tmp_path, text, "svc.yaml").tools[0].path == "/v1/mcp-endpoint"
+
+
+OAUTH = {
+    "type": "oauth2-client-credentials",
+    "token-url": "http://idp:8080/token",
+    "client-id-env": "SVC_CLIENT_ID",
+    "client-secret-env": "SVC_CLIENT_SECRET",
+    "scopes": ["orders.write"],
+    "audience": "https://trading-api",
+}
+
+
+def test_an_oauth_auth_reaches_the_build(tmp_path: Path) -> None:
+    auth = load(tmp_path, changed("auth", OAUTH)).descriptor.auth
+    assert auth.oauth and auth.token_url == "http://idp:8080/token"
+    assert auth.credential_envs == ("SVC_CLIENT_ID", "SVC_CLIENT_SECRET")
+    assert auth.scopes == ("orders.write",) and auth.audience == "https://trading-api"
+
+
+@pytest.mark.parametrize(
+    ("auth", "pointer", "reason"),
+    [
+        (
+            {"type": "token-exchange", "scopes": ["a"]},
+            "/auth",
+            "auth type 'token-exchange' needs client-id-env, client-secret-env, token-url",
+        ),
+        ({**OAUTH, "client-id-env": "1BAD"}, "/auth/client-id-env", "not a valid environment"),
+        ({**OAUTH, "token-url": "idp/token"}, "/auth/token-url", "absolute http(s) URL"),
+        ({**OAUTH, "resource": "ftp://x"}, "/auth/resource", "absolute http(s) URL"),
+        ({**OAUTH, "scopes": ["a b"]}, "/auth/scopes", "is not one scope token"),
+        ({**OAUTH, "env": "TOKEN"}, "/auth", "takes no 'env', 'header' or 'param'"),
+        (
+            {k: v for k, v in OAUTH.items() if k != "token-url"} | {"discovery-hosts": ["idp"]},
+            "/auth/token-url",
+            "discovery from RFC 9728 metadata is for MCP services",
+        ),
+    ],
+)
+def test_oauth_fields_are_checked_and_named(
+    tmp_path: Path, auth: dict[str, Any], pointer: str, reason: str
+) -> None:
+    caught = error(tmp_path, changed("auth", auth))
+    assert caught.pointer == pointer
+    assert reason in caught.reason
+
+
+def test_an_mcp_service_may_discover_its_token_endpoint(tmp_path: Path) -> None:
+    data = changed("auth", {**OAUTH, "discovery-hosts": ["idp:8080"]})
+    del data["auth"]["token-url"]
+    data["mcp"] = {"path": "/mcp"}
+    assert load(tmp_path, data).descriptor.auth.discovery_hosts == ("idp:8080",)

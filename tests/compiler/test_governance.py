@@ -260,3 +260,92 @@ def test_case_aware_string_functions_work_at_run_time() -> None:
     for symbol, expected in (("NVDA", True), (" nvda ", True), ("Nvda", True), ("AMD", False)):
         variables = activation("a", "desk.execute_trade", {}, {"symbol": symbol})
         assert evaluate(condition, variables) is expected
+
+
+OAUTH_PRINCIPALS = """\
+    desk-oauth:
+      service: desk
+      auth: {type: oauth2-client-credentials, token-url: "http://idp:8080/token",
+             client-id-env: DESK_CLIENT_ID, client-secret-env: DESK_CLIENT_SECRET,
+             scopes: [quotes.read, trades.write], audience: "https://desk"}
+    desk-for-user:
+      service: desk
+      auth: {type: token-exchange, token-url: "http://idp:8080/token",
+             client-id-env: DESK_CLIENT_ID, client-secret-env: DESK_CLIENT_SECRET,
+             scopes: [trades.write]}
+"""
+
+
+def oauth_pod() -> str:
+    return (
+        desk_pod(OAUTH_PRINCIPALS)
+        .replace("principal: desk-readonly}", "principal: desk-oauth}")
+        .replace("principal: desk-trader}", "principal: desk-for-user}")
+    )
+
+
+def test_oauth_principals_reach_the_build_and_inspect_names_them(desk: PodDir) -> None:
+    pod = desk.compile(oauth_pod())
+    out = desk.root / "out"
+    write_build(pod, out, sidecar_image="example/sidecar")
+    build = load_build(out)
+    analyst = build.agents["analyst"].tools.tools[0].execution.auth
+    assert analyst.type == "oauth2-client-credentials" and analyst.principal == "desk-oauth"
+    assert analyst.scopes == ("quotes.read", "trades.write") and analyst.audience == "https://desk"
+    trader = build.agents["trader"].tools.tools[0].execution.auth
+    assert trader.type == "token-exchange"
+    shown = io.StringIO()
+    inspect_command(out, shown)
+    text = shown.getvalue()
+    assert (
+        "OAuth client credentials (scopes quotes.read trades.write) (principal desk-oauth)" in text
+    )
+    assert "on behalf of the end user (scopes trades.write) (principal desk-for-user)" in text
+    compose = (out / "compose.yml").read_text()
+    assert "DESK_CLIENT_ID" in compose and "DESK_CLIENT_SECRET" in compose  # for the sidecar
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            (
+                "client-secret-env: DESK_CLIENT_SECRET,\n             scopes: [quotes",
+                "scopes: [quotes",
+            ),
+            "needs client-secret-env",
+        ),
+        (
+            (
+                'token-url: "http://idp:8080/token",\n             client-id-env: DESK_CLIENT_ID, '
+                "client-secret-env: DESK_CLIENT_SECRET,\n             scopes: [trades",
+                'token-url: "idp", client-id-env: DESK_CLIENT_ID, client-secret-env: '
+                "DESK_CLIENT_SECRET,\n             scopes: [trades",
+            ),
+            "principal 'desk-for-user': token-url 'idp' must be an absolute http(s) URL",
+        ),
+        (
+            (
+                "      service: desk\n      auth: {type: oauth2",
+                "      service: desk\n      env: X\n      auth: {type: oauth2",
+            ),
+            "either env (a credential) or auth (OAuth)",
+        ),
+    ],
+)
+def test_bad_oauth_principals_are_named(
+    desk: PodDir, change: tuple[str, str], message: str
+) -> None:
+    text = oauth_pod()
+    assert change[0] in text
+    error = desk.error(text.replace(*change))
+    assert message in str(error) and "pod.yml:" in str(error)
+
+
+def test_an_agent_holding_an_oauth_client_secret_is_starved(desk: PodDir) -> None:
+    text = oauth_pod().replace(
+        "  analyst:\n    image: example/agent\n",
+        "  analyst:\n    image: example/agent\n    environment: {DESK_CLIENT_SECRET: stolen}\n",
+    )
+    error = desk.error(text)
+    assert "DESK_CLIENT_SECRET" in str(error) and "must not hold credentials" in str(error)

@@ -52,7 +52,7 @@ def register_build_env(build: Build, env: Mapping[str, str]) -> None:
     names.add("CLAW_WEBHOOK_SECRET")  # signs approval webhooks (docs/operators.md)
     basic: set[str] = set()
     for agent in build.agents.values():
-        names.update(t.execution.auth.env for t in agent.tools.tools if t.execution.auth.env)
+        names.update(name for t in agent.tools.tools for name in t.execution.auth.credential_envs)
         basic.update(
             t.execution.auth.env
             for t in agent.tools.tools
