@@ -52,7 +52,13 @@ def register_build_env(build: Build, env: Mapping[str, str]) -> None:
     names.add("CLAW_WEBHOOK_SECRET")  # signs approval webhooks (docs/operators.md)
     basic: set[str] = set()
     for agent in build.agents.values():
-        names.update(name for t in agent.tools.tools for name in t.execution.auth.credential_envs)
+        # An OAuth client id names the client and is no secret; its secret is one.
+        names.update(
+            name
+            for t in agent.tools.tools
+            for name in (t.execution.auth.env, t.execution.auth.client_secret_env)
+            if name
+        )
         basic.update(
             t.execution.auth.env
             for t in agent.tools.tools
