@@ -12,9 +12,11 @@ import orjson
 import pytest
 
 from clawpod.sidecar.execution.executor import CallLimits, ToolExecutor
-from clawpod.sidecar.manifest import ManagedTool
+from clawpod.sidecar.identity.oauth_client import ServiceTokens
+from clawpod.sidecar.manifest import ManagedTool, ToolAuth
 from clawpod.sidecar.model.conversation import ToolOutcome
 from clawpod.sidecar.model.end_user import EndUser
+from clawpod.sidecar.transport import HttpClient
 from tests.support import secret_sweep
 from tests.support.authorization_server import AuthorizationServerProcess
 from tests.support.protected_resources import TokenCheck, protected_http_service
@@ -216,3 +218,50 @@ async def test_token_exchange_without_an_end_user_is_refused_and_nothing_is_sent
     assert outcome.error_code == "token_unavailable" and not outcome.executed
     assert "no verified end-user token" in outcome.envelope["error"]["message"]
     assert svc.check.calls == 0 and registered.counts() == before
+
+
+async def test_a_token_is_fetched_anew_before_it_expires_not_after(
+    registered: AuthorizationServerProcess,
+) -> None:
+    registered.add_client("short-lived", "short-secret-77", expires_in=100)
+    secret_sweep.register("short-secret-77")
+    now = [1000.0]
+    tokens = ServiceTokens({"ID": "short-lived", "SECRET": "short-secret-77"}, clock=lambda: now[0])
+    tokens.client = HttpClient(keepalive_s=15, connect_timeout_s=5)
+    auth = ToolAuth.model_validate(
+        {
+            "type": "oauth2-client-credentials",
+            "token-url": registered.token_url,
+            "client-id-env": "ID",
+            "client-secret-env": "SECRET",
+        }
+    )
+    try:
+        first = await tokens.token(auth, None, timeout_s=5)
+        now[0] += 69  # 100 s lifetime less the 30 s skew: still good
+        assert await tokens.token(auth, None, timeout_s=5) == first
+        now[0] += 2
+        renewed = await tokens.token(auth, None, timeout_s=5)
+    finally:
+        await tokens.client.close()
+    assert renewed != first
+    secret_sweep.register(first, renewed)
+
+
+async def test_a_waiter_that_gives_up_does_not_cancel_the_fetch_others_wait_for(
+    registered: AuthorizationServerProcess,
+) -> None:
+    tokens = ServiceTokens(dict(ENV))
+    tokens.client = HttpClient(keepalive_s=15, connect_timeout_s=5)
+    auth = ToolAuth.model_validate(client_credentials(registered.token_url))
+    before = registered.counts().get("client_credentials", 0)
+    try:
+        impatient = asyncio.ensure_future(tokens.token(auth, None, timeout_s=5))
+        patient = asyncio.ensure_future(tokens.token(auth, None, timeout_s=5))
+        await asyncio.sleep(0)
+        impatient.cancel()
+        token = await patient
+    finally:
+        await tokens.client.close()
+    assert token and registered.counts()["client_credentials"] - before == 1
+    secret_sweep.register(token)
