@@ -9,6 +9,7 @@ each connection has an owner task of its own; calls from any request task use it
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -71,16 +72,27 @@ class OAuthBearer:
         self.token_url = token_url
         self.end_user: EndUser | None = None  # the latest call's, for an exchange
         self.refused = False  # the service answered 401 to a fresh token too
+        # The tokens sent lately: what a result must not echo.
+        self.sent: collections.deque[str] = collections.deque(maxlen=2)
 
     async def async_auth_flow(self, request: Any) -> Any:
         token = await self._token(None)
-        request.headers["Authorization"] = f"Bearer {token}"
+        request.headers["Authorization"] = self._sending(token)
         response = yield request
         if response.status_code == 401:
             token = await self._token(token)
-            request.headers["Authorization"] = f"Bearer {token}"
+            request.headers["Authorization"] = self._sending(token)
             response = yield request
             self.refused = response.status_code == 401
+
+    def _sending(self, token: str) -> str:
+        if token not in self.sent:
+            self.sent.append(token)
+        return f"Bearer {token}"
+
+    @property
+    def secrets(self) -> tuple[bytes, ...]:
+        return tuple(token.encode() for token in self.sent)
 
     async def _token(self, stale: str | None) -> str:
         return await self.tokens.token(
@@ -258,8 +270,8 @@ class McpBackends:
             message = f"the MCP exchange with the service failed ({type(exc).__name__})"
             return failed("unreachable", message, True, started)
         secrets = self._secrets(execution.auth) if key.credential else ()
-        if bearer is not None:  # every token this pod holds: a service may echo an older one
-            secrets = tuple(s.encode() for s in self.tokens.secrets())
+        if bearer is not None:
+            secrets = bearer.secrets
         return outcome_for_result(result, max_result_bytes, secrets, started)
 
     async def close(self) -> None:
