@@ -41,6 +41,8 @@ TOKEN_TIMEOUT_S = 10.0
 EXPIRY_SKEW_S = 30.0
 # A token response without expires_in (RFC 6749 lets the server leave it out) is kept this long.
 DEFAULT_LIFETIME_S = 60.0
+# However long a server says a token lives, it is fetched anew after this.
+MAX_LIFETIME_S = 24 * 3600.0
 MAX_CACHED_TOKENS = 10_000
 # RFC 6749 §5.2: error codes are %x20-21 / %x23-5B / %x5D-7E.
 ERROR_CODE = re.compile(r"^[\x20\x21\x23-\x5b\x5d-\x7e]{1,64}$")
@@ -152,7 +154,12 @@ class ServiceTokens:
         }
         started = self._clock()
         answer = await bounded_json(self._http(), "POST", key.token_url, headers, form)
-        return self._token_from(answer, started)
+        token = self._token_from(answer, started)
+        if key.end_user is not None and end_user is not None:
+            # Nothing done for the user outlives their own token (model/end_user.py).
+            user_left = end_user.expires_at - time.time()
+            token = _Token(token.value, min(token.refresh_at, started + user_left))
+        return token
 
     def _token_from(self, answer: JsonAnswer, started: float) -> _Token:
         body = answer.body
@@ -171,7 +178,7 @@ class ServiceTokens:
         lifetime = body.get("expires_in", DEFAULT_LIFETIME_S)
         if isinstance(lifetime, bool) or not isinstance(lifetime, int | float) or lifetime <= 0:
             raise TokenUnavailable("the token endpoint's expires_in is not a positive number")
-        lifetime = float(lifetime)
+        lifetime = min(float(lifetime), MAX_LIFETIME_S)
         return _Token(value, started + lifetime - min(EXPIRY_SKEW_S, lifetime / 2))
 
     def _client_credentials(self, auth: ToolAuth) -> tuple[str, str]:

@@ -5,6 +5,7 @@ token), fetched once for every waiting call, cached, refreshed once on a 401, an
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -265,3 +266,25 @@ async def test_a_waiter_that_gives_up_does_not_cancel_the_fetch_others_wait_for(
         await tokens.client.close()
     assert token and registered.counts()["client_credentials"] - before == 1
     secret_sweep.register(token)
+
+
+async def test_an_exchanged_token_is_not_kept_past_the_end_users_own(
+    registered: AuthorizationServerProcess,
+) -> None:
+    alice = end_user(registered, "alice", "alice-password-1")
+    # Alice's session, as the door verified it, ends in 5 s (her token itself lives longer).
+    leaving = EndUser(alice.subject, alice.issuer, time.time() + 5, alice.token)
+    now = [1000.0]
+    tokens = ServiceTokens(dict(ENV), clock=lambda: now[0])
+    tokens.client = HttpClient(keepalive_s=15, connect_timeout_s=5)
+    auth = ToolAuth.model_validate(exchange_auth(registered.token_url))
+    before = registered.counts().get(EXCHANGE, 0)
+    try:
+        first = await tokens.token(auth, leaving, timeout_s=5)
+        assert await tokens.token(auth, leaving, timeout_s=5) == first
+        now[0] += 6
+        await tokens.token(auth, leaving, timeout_s=5)
+    finally:
+        await tokens.client.close()
+    assert registered.counts()[EXCHANGE] - before == 2
+    secret_sweep.register(alice.token, *tokens.secrets())
