@@ -222,7 +222,12 @@ class McpBackends:
             await connection.close()
 
     async def list_tools(self, key: BackendKey) -> list[types.Tool]:
-        return await all_tools(await self.client(key))
+        """The service's tools (the drift check), with the pod's own OAuth token where its
+        auth is client credentials (TokenUnavailable when none can be had)."""
+        bearer = None
+        if key.oauth is not None:
+            bearer = await self._bearer(key, None, LIST_TIMEOUT_S)
+        return await all_tools(await self.client(key, bearer))
 
     async def call(
         self,

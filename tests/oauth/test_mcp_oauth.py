@@ -193,3 +193,14 @@ async def test_an_mcp_service_that_always_answers_401_is_not_asked_again_and_aga
     first, retried = check.tokens[0::2], check.tokens[1::2]
     assert check.calls in (2, 4) and all(a != b for a, b in zip(first, retried, strict=True))
     assert registered.counts()["client_credentials"] - before == check.calls // 2 + 1
+
+
+async def test_the_drift_check_lists_an_oauth_service_with_the_pods_token(
+    registered: AuthorizationServerProcess,  # noqa: F811
+    executor: ToolExecutor,
+) -> None:
+    async with protected_mcp_service(TokenCheck(registered.issuer, AUDIENCE), []) as service:
+        tool = mcp_tool(service.url, client_credentials(registered.token_url))
+        listed = await executor.mcp.list_tools(executor.mcp.key_for(tool.execution, tool))
+    assert "get_quote" in {t.name for t in listed}
+    assert all(claims is not None for claims in service.check.seen)
