@@ -197,11 +197,12 @@ USER_AGENT = "clawpod-sidecar"
 
 @dataclass(frozen=True, slots=True)
 class _PreparedTool:
-    """Per-tool work done once: the parsed path template."""
+    """Per-tool work done once: the parsed path template, whether it sends an OAuth token."""
 
     tool: ManagedTool
     path_parts: tuple[str, ...]  # literal, placeholder, literal, placeholder, ..., literal
     base_url: str
+    oauth: bool
 
 
 class ToolExecutor(ToolRunner):
@@ -258,6 +259,7 @@ class ToolExecutor(ToolRunner):
                 tool=tool,
                 path_parts=split_path_template(tool.execution.path),
                 base_url=tool.execution.base_url.rstrip("/"),
+                oauth=tool.execution.auth.oauth,
             )
             self._prepared[id(tool)] = prepared
         return prepared
@@ -301,7 +303,7 @@ class ToolExecutor(ToolRunner):
         # The exchange runs as its own task: if the caller is cancelled (client disconnect), a
         # call already on its way to the service still completes (docs/contract.md §4.2 point
         # 16).
-        if tool.execution.auth.oauth:
+        if prepared.oauth:
             exchange = self._send_with_token(request, limits, started, end_user)
         else:
             exchange = send(
