@@ -26,6 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
         "tasks",
         "credential_files",
         "request_body",
+        "identity",
     ),
     ("state",),
     ("backends",),

@@ -33,6 +33,7 @@ from ..backends.quarantine import Quarantine
 from ..manifest import ManagedTool
 from ..model.canonical import canonical_json
 from ..model.conversation import CheckedCall, ToolOutcome, invalid_arguments
+from ..model.end_user import EndUser
 from ..observability import tracing
 from ..observability.metrics import Metrics, connection_counts
 from ..path_template import split_path_template
@@ -168,8 +169,16 @@ class CallLimits:
 
 
 class ToolRunner(Protocol):
-    async def execute(self, agent_id: str, call: CheckedCall, limits: CallLimits) -> ToolOutcome:
-        """Run ``call`` for ``agent_id`` and say how it went; refusals are outcomes too."""
+    async def execute(
+        self,
+        agent_id: str,
+        call: CheckedCall,
+        limits: CallLimits,
+        *,
+        end_user: EndUser | None = None,
+    ) -> ToolOutcome:
+        """Run ``call`` for ``agent_id`` (and ``end_user``, the verified end user it is for,
+        SPEC §21) and say how it went; refusals are outcomes too."""
         ...
 
 
@@ -245,10 +254,17 @@ class ToolExecutor(ToolRunner):
     # -- execution ---------------------------------------------------------------------------
 
     async def execute(
-        self, agent_id: str, call: CheckedCall, limits: CallLimits, *, shielded: bool = False
+        self,
+        agent_id: str,
+        call: CheckedCall,
+        limits: CallLimits,
+        *,
+        shielded: bool = False,
+        end_user: EndUser | None = None,
     ) -> ToolOutcome:
         """``shielded``: the caller runs in a task nobody cancels (the mediated driver's), so the
-        exchange runs in it; otherwise in a task of its own (a task costs ~7 µs)."""
+        exchange runs in it; otherwise in a task of its own (a task costs ~7 µs). ``end_user``:
+        the verified end user the call is for (SPEC §21)."""
         started = time.perf_counter()
         tool = call.tool
         if tool.execution.transport == "mcp":

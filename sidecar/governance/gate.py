@@ -28,6 +28,7 @@ from ..manifest import (
 )
 from ..model.client_approval import ClientApproval
 from ..model.conversation import CheckedCall, ToolOutcome, refused
+from ..model.end_user import EndUser
 from ..model.taint import (
     TAINTED,
     UNTAINTED,
@@ -176,13 +177,16 @@ class GovernedExecutor(ToolRunner):
         before_send: Callable[[], Awaitable[None]] | None = None,
         client: ClientApproval | None = None,
         shielded: bool = False,
+        end_user: EndUser | None = None,
     ) -> ToolOutcome:
         """``taint``: the untrusted results that entered the calling request (mediated mode);
         ``deadline`` (``time.monotonic()``): the caller's budget, which an approval's wait
         never outlives; ``before_send``: awaited once the call is cleared to go, right before
         it is sent (the mediated journal records it there, after any approval); ``client``:
         given when the caller's client can answer approvals itself (SPEC §16); ``shielded``:
-        the caller runs in a task nobody cancels (see :meth:`ToolExecutor.execute`)."""
+        the caller runs in a task nobody cancels (see :meth:`ToolExecutor.execute`);
+        ``end_user``: the verified end user the call is for (SPEC §21), passed on to the
+        executor."""
         tool = call.tool
         if id(tool) not in self._granted.get(agent_id, ()):
             return refused("policy_denied", f"{tool.presented} is not granted to this agent")
@@ -233,7 +237,9 @@ class GovernedExecutor(ToolRunner):
             limits = dataclasses.replace(limits, timeout_s=timeout_s)
         if before_send is not None:
             await before_send()
-        outcome = await self.executor.execute(agent_id, call, limits, shielded=shielded)
+        outcome = await self.executor.execute(
+            agent_id, call, limits, shielded=shielded, end_user=end_user
+        )
         return fenced(outcome) if tool.untrusted and outcome.executed else outcome
 
     async def _rate_refusal(
