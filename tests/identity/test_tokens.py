@@ -122,9 +122,7 @@ async def test_symmetric_and_private_keys_in_a_key_set_are_never_used(key: Signi
 
 
 def _from_url(url: str, client: HttpClient, refresh_ms: int = 60000) -> JwtVerifier:
-    issuer = TokenIssuer(
-        issuer=ISSUER, audience=AUDIENCE, jwks_url=url, jwks_refresh_ms=refresh_ms
-    )
+    issuer = TokenIssuer(issuer=ISSUER, audience=AUDIENCE, jwks_url=url, jwks_refresh_ms=refresh_ms)
     return JwtVerifier(issuer, client)
 
 

@@ -46,7 +46,9 @@ class SigningKey:
         )
 
     def sign(self, claims: dict[str, Any], **header: Any) -> str:
-        return jwt.encode(claims, self.private, algorithm="RS256", headers={"kid": self.kid, **header})
+        return jwt.encode(
+            claims, self.private, algorithm="RS256", headers={"kid": self.kid, **header}
+        )
 
 
 def claims(subject: str, **overrides: Any) -> dict[str, Any]:
