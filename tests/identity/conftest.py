@@ -4,6 +4,7 @@ an in-process sidecar on 127.0.0.1 with the real SDKs as clients (SPEC §21)."""
 from __future__ import annotations
 
 import inspect
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from tests.support.sidecar import TEST_PROVIDER_KEYS, RunningSidecar, audit_reco
 from tests.support.upstream import StubUpstream
 
 END_USER_HEADER = "x-end-user-token"
+OPERATOR_TOKEN = "op-identity-" + secrets.token_urlsafe(32)
 
 
 @dataclass
@@ -114,7 +116,11 @@ async def make_door(
         tokens = write_build(
             root, agents, providers_for(upstream.openai_url, upstream.anthropic_url), **config
         )
-        env = {**TEST_PROVIDER_KEYS, "TRADING_TOKEN": TRADING_TOKEN}
+        env = {
+            **TEST_PROVIDER_KEYS,
+            "TRADING_TOKEN": TRADING_TOKEN,
+            "CLAW_OPERATOR_TOKEN": OPERATOR_TOKEN,
+        }
         state_dir = tmp_path / f"state{len(pods)}"
         sidecar = await start_sidecar(root, state_dir, env=env)
         pod = DoorPod(sidecar, upstream, service, tokens, state_dir, agent_key, user_key)
