@@ -13,16 +13,16 @@ from collections.abc import Mapping
 
 from ..manifest import EndUsers
 from ..model.end_user import EndUser
-from ..transport.client import HttpClient
+from .jwks import KeySet
 from .tokens import JwtVerifier, TokenRejected
 
 _BOUND_TO = ("azp", "client_id")
 
 
 class EndUserVerifier:
-    def __init__(self, config: EndUsers, client: HttpClient | None) -> None:
+    def __init__(self, config: EndUsers, keys: KeySet) -> None:
         self.header = config.header
-        self.tokens = JwtVerifier(config, client)
+        self.tokens = JwtVerifier(config, keys)
 
     async def verify(self, headers: Mapping[str, str], agent_id: str) -> EndUser | None:
         """The end user of a request from ``agent_id``; None without the header. Raises

@@ -11,6 +11,7 @@ size, and refusals that name the failed check and never echo the token.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,14 +41,11 @@ class VerifiedToken:
 class JwtVerifier:
     """One issuer's tokens for one audience."""
 
-    def __init__(self, issuer: TokenIssuer, client: HttpClient | None = None) -> None:
+    def __init__(self, issuer: TokenIssuer, keys: KeySet) -> None:
+        """``keys``: the issuer's key set, shared by every verifier of the same JWKS URL (one
+        fetch per interval for them all: ``key_sets``)."""
         self.issuer = issuer
-        self.keys = KeySet(
-            url=issuer.jwks_url,
-            document=issuer.jwks,
-            client=client,
-            refresh_interval_s=issuer.jwks_refresh_ms / 1000,
-        )
+        self.keys = keys
 
     async def verify(self, token: str) -> VerifiedToken:
         if len(token) > MAX_TOKEN_BYTES:
@@ -99,3 +97,22 @@ class JwtVerifier:
             raise TokenRejected("the token's signature does not verify") from None
         except jwt.PyJWTError:
             raise TokenRejected("the token is not valid") from None
+
+
+def key_sets(issuers: Iterable[TokenIssuer], client: HttpClient | None) -> dict[int, KeySet]:
+    """Each issuer's key set by ``id(issuer)``: one per JWKS URL (the first issuer naming it
+    sets its refresh interval), one per key set carried in the build."""
+    by_url: dict[str, KeySet] = {}
+    sets: dict[int, KeySet] = {}
+    for issuer in issuers:
+        if issuer.jwks_url is None:
+            sets[id(issuer)] = KeySet(document=issuer.jwks)
+            continue
+        if issuer.jwks_url not in by_url:
+            by_url[issuer.jwks_url] = KeySet(
+                url=issuer.jwks_url,
+                client=client,
+                refresh_interval_s=issuer.jwks_refresh_ms / 1000,
+            )
+        sets[id(issuer)] = by_url[issuer.jwks_url]
+    return sets

@@ -50,7 +50,7 @@ from aiohttp import StreamReader, hdrs, web
 
 from ..codecs import codec_for_caller
 from ..identity.end_users import EndUserVerifier
-from ..identity.tokens import JwtVerifier, TokenRejected
+from ..identity.tokens import JwtVerifier, TokenRejected, key_sets
 from ..manifest import AgentBuild, Build, EdgeConfig, SidecarConfig
 from ..mcp.http import jsonrpc_error
 from ..model.end_user import EndUser
@@ -84,19 +84,19 @@ class TokenVerifier:
             (bytes.fromhex(agent.agent.token_sha256), agent) for agent in build.agents.values()
         ]
         self._agents = build.agents
-        config = build.config
+        identity, end_users = build.config.identity, build.config.end_users
+        issuers = [i for i in (identity, end_users) if i is not None]
         self._client = (
             HttpClient(keepalive_s=_JWKS_KEEPALIVE_S, connect_timeout_s=_JWKS_CONNECT_TIMEOUT_S)
-            if any(i is not None and i.jwks_url for i in (config.identity, config.end_users))
+            if any(i.jwks_url for i in issuers)
             else None
         )
+        keys = key_sets(issuers, self._client)
         self.agent_tokens = (
-            JwtVerifier(config.identity, self._client) if config.identity is not None else None
+            JwtVerifier(identity, keys[id(identity)]) if identity is not None else None
         )
         self.end_users = (
-            EndUserVerifier(config.end_users, self._client)
-            if config.end_users is not None
-            else None
+            EndUserVerifier(end_users, keys[id(end_users)]) if end_users is not None else None
         )
 
     def authenticate(self, headers: Mapping[str, str]) -> AgentBuild:

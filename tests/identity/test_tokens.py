@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from clawpod.sidecar.identity.jwks import MAX_JWKS_BYTES
+from clawpod.sidecar.identity.jwks import MAX_JWKS_BYTES, KeySet
 from clawpod.sidecar.identity.tokens import JwtVerifier, TokenRejected
 from clawpod.sidecar.manifest import TokenIssuer
 from clawpod.sidecar.transport.client import HttpClient
@@ -39,9 +39,8 @@ def _unsigned(header: dict, payload: dict, signature: bytes = b"") -> str:
 
 
 def _from_file(*keys: SigningKey, claim: str = "sub") -> JwtVerifier:
-    return JwtVerifier(
-        TokenIssuer(issuer=ISSUER, audience=AUDIENCE, jwks=key_set(*keys), claim=claim)
-    )
+    issuer = TokenIssuer(issuer=ISSUER, audience=AUDIENCE, jwks=key_set(*keys), claim=claim)
+    return JwtVerifier(issuer, KeySet(document=issuer.jwks))
 
 
 @pytest.fixture
@@ -113,7 +112,8 @@ async def test_garbage_is_refused_without_echo(key: SigningKey, garbage: str) ->
 async def test_symmetric_and_private_keys_in_a_key_set_are_never_used(key: SigningKey) -> None:
     secret = _b64(b"shared-secret-of-the-idp")
     document = {"keys": [{"kty": "oct", "k": secret, "kid": "hs", "alg": "HS256"}, key.jwk]}
-    verifier = JwtVerifier(TokenIssuer(issuer=ISSUER, audience=AUDIENCE, jwks=document))
+    issuer = TokenIssuer(issuer=ISSUER, audience=AUDIENCE, jwks=document)
+    verifier = JwtVerifier(issuer, KeySet(document=document))
     header = {"alg": "HS256", "kid": "hs"}
     head = _b64(json.dumps(header).encode()) + "." + _b64(json.dumps(claims("eve")).encode())
     signature = hmac.new(b"shared-secret-of-the-idp", head.encode(), hashlib.sha256).digest()
@@ -123,7 +123,7 @@ async def test_symmetric_and_private_keys_in_a_key_set_are_never_used(key: Signi
 
 def _from_url(url: str, client: HttpClient, refresh_ms: int = 60000) -> JwtVerifier:
     issuer = TokenIssuer(issuer=ISSUER, audience=AUDIENCE, jwks_url=url, jwks_refresh_ms=refresh_ms)
-    return JwtVerifier(issuer, client)
+    return JwtVerifier(issuer, KeySet(url=url, client=client, refresh_interval_s=refresh_ms / 1000))
 
 
 @pytest.fixture
