@@ -1,15 +1,16 @@
 """The end user a request is for (SPEC §21, ``x-claw.end-users``): the token a runner passes in
 the pod's header, verified like an agent's JWT, made the request's :class:`EndUser`.
 
-Replay by another agent: a token that names the party it was issued to (``azp``, else
-``client_id``) is accepted only from that agent (the claim must be the agent's id); a token
-that names none is accepted from any agent of the pod, and the audit record of every request
-names both the agent (its log) and the end user (``end_user``). docs/security.md says so.
+Replay by another agent: a token issued to one of the pod's agents (its ``azp``, else its
+``client_id``, names that agent's id) is accepted only from that agent. Any other token (one
+that names no party, or the runner's own OAuth client, as every RFC 9068 access token does) is
+accepted from any agent of the pod, and the audit record of every request names both the
+agent (its log) and the end user (``end_user``). docs/identity.md says so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 
 from ..manifest import EndUsers
 from ..model.end_user import EndUser
@@ -20,9 +21,11 @@ _BOUND_TO = ("azp", "client_id")
 
 
 class EndUserVerifier:
-    def __init__(self, config: EndUsers, keys: KeySet) -> None:
+    def __init__(self, config: EndUsers, keys: KeySet, agents: Container[str]) -> None:
+        """``agents``: the pod's agent ids, the parties a token can be bound to."""
         self.header = config.header
         self.tokens = JwtVerifier(config, keys)
+        self._agents = agents
 
     async def verify(self, headers: Mapping[str, str], agent_id: str) -> EndUser | None:
         """The end user of a request from ``agent_id``; None without the header. Raises
@@ -38,10 +41,10 @@ class EndUserVerifier:
             raise TokenRejected("the end user's token is empty or not printable ASCII")
         verified = await self.tokens.verify(token)
         party = next((verified.claims[c] for c in _BOUND_TO if c in verified.claims), None)
-        if party is not None and party != agent_id:
+        if party != agent_id and party in self._agents:
             raise TokenRejected(
-                "the end user's token was issued to another party ('azp'/'client_id' is not "
-                "this agent)"
+                "the end user's token was issued to another agent of this pod ('azp' or "
+                "'client_id')"
             )
         return EndUser(
             subject=verified.subject,

@@ -96,7 +96,9 @@ class TokenVerifier:
             JwtVerifier(identity, keys[id(identity)]) if identity is not None else None
         )
         self.end_users = (
-            EndUserVerifier(end_users, keys[id(end_users)]) if end_users is not None else None
+            EndUserVerifier(end_users, keys[id(end_users)], self._agents)
+            if end_users is not None
+            else None
         )
 
     def authenticate(self, headers: Mapping[str, str]) -> AgentBuild:

@@ -130,10 +130,11 @@ async def test_an_expired_end_user_token_is_refused(door: DoorPod) -> None:
 
 
 async def test_a_token_bound_to_one_agent_is_refused_from_another(door: DoorPod) -> None:
-    """Replay: a token that names its party (``azp``) is that agent's alone; one that names
-    none is accepted from any agent, and each record names its agent and the end user."""
+    """Replay: a token issued to an agent of the pod (``azp``) is that agent's alone; one that
+    names none, or a party that is no agent (the runner's client), is accepted from any agent,
+    and each record names its agent and the end user."""
     bound = door.user_token("carol", azp="analyst")
-    with pytest.raises(openai.PermissionDeniedError, match="issued to another party"):
+    with pytest.raises(openai.PermissionDeniedError, match="issued to another agent"):
         await door.openai(door.tokens["ops"], end_user=bound).chat.completions.create(
             model=MODEL, messages=ASK
         )
@@ -145,8 +146,13 @@ async def test_a_token_bound_to_one_agent_is_refused_from_another(door: DoorPod)
     await door.openai(door.tokens["ops"], end_user=unbound).chat.completions.create(
         model=MODEL, messages=ASK
     )
+    script(door, oa_text("ok"))
+    runners = door.user_token("carol", client_id="runner-app")
+    await door.openai(door.tokens["ops"], end_user=runners).chat.completions.create(
+        model=MODEL, messages=ASK
+    )
     (analysts,) = await audit_records_when(door.state_dir, "analyst", 1)
-    (ops,) = await audit_records_when(door.state_dir, "ops", 1)
+    (ops, _) = await audit_records_when(door.state_dir, "ops", 2)
     assert (analysts["agent"], analysts["end_user"]) == ("analyst", "carol")
     assert (ops["agent"], ops["end_user"]) == ("ops", "carol")
 
