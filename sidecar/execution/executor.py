@@ -177,8 +177,8 @@ class ToolRunner(Protocol):
         *,
         end_user: EndUser | None = None,
     ) -> ToolOutcome:
-        """Run ``call`` for ``agent_id`` (and ``end_user``, the verified end user it is for,
-        SPEC §21) and say how it went; refusals are outcomes too."""
+        """Run ``call`` for ``agent_id`` (working for ``end_user``, when verified) and say how
+        it went; refusals are outcomes too."""
         ...
 
 

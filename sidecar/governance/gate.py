@@ -185,8 +185,7 @@ class GovernedExecutor(ToolRunner):
         it is sent (the mediated journal records it there, after any approval); ``client``:
         given when the caller's client can answer approvals itself (SPEC §16); ``shielded``:
         the caller runs in a task nobody cancels (see :meth:`ToolExecutor.execute`);
-        ``end_user``: the verified end user the call is for (SPEC §21), passed on to the
-        executor."""
+        ``end_user``: the verified person the agent works for (SPEC §21), for the backends."""
         tool = call.tool
         if id(tool) not in self._granted.get(agent_id, ()):
             return refused("policy_denied", f"{tool.presented} is not granted to this agent")

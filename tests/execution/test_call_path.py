@@ -87,5 +87,8 @@ def test_the_gate_and_the_executor_run_calls_with_one_signature() -> None:
         parameters = list(inspect.signature(runner.execute).parameters.values())
         # The gate adds only keyword-only options (taint, deadline, before_send).
         shared = [p for p in parameters if p.kind is not p.KEYWORD_ONLY]
-        assert [p.name for p in shared] == list(protocol.parameters)
+        positional = [p for p in protocol.parameters.values() if p.kind is not p.KEYWORD_ONLY]
+        assert [p.name for p in shared] == [p.name for p in positional]
+        # Both take the verified end user the same way (SPEC §21).
+        assert "end_user" in inspect.signature(runner.execute).parameters
         assert all(p.default is not p.empty for p in parameters if p.kind is p.KEYWORD_ONLY)
