@@ -112,6 +112,8 @@ class KeySet:
         self._fetching: asyncio.Lock | None = None
         self.fetches = 0
         """Fetches of the URL so far (the refresh bound's tests and the console read it)."""
+        self.generation = 0
+        """Changes whenever the keys do: a token verified under other keys is checked again."""
 
     async def key_for(self, kid: str | None) -> PinnedKey | None:
         """The key a token's ``kid`` names (a token without one: the set's only key), fetching
@@ -142,6 +144,7 @@ class KeySet:
         self.fetches += 1
         try:
             self._keys = parse_key_set(await self._download(self._url, self._client))
+            self.generation += 1
         except JwksUnavailable as exc:
             log.warning("JWKS of %s not refreshed (its tokens are refused): %s", self._url, exc)
 

@@ -7,10 +7,16 @@ installed with the MCP SDK, and its ``decode`` checks the registered claims in o
 sidecar adds what PyJWT leaves to its caller: which key and which algorithm (never the token's
 say alone: ``none`` and ``HS*`` are never among a key's algorithms), a bound on the token's
 size, and refusals that name the failed check and never echo the token.
+
+A verification costs about 160 µs of CPU (RS256, PyJWT); a runner sends the same token with
+every request until it expires, so each verifier remembers the tokens it accepted
+(``MAX_REMEMBERED``, the oldest forgotten first) until their ``exp`` (plus the leeway), and
+checks one again whenever its issuer's keys changed since.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +30,7 @@ from .jwks import KeySet
 LEEWAY_S = 30  # clock skew tolerated on exp, nbf and iat
 MAX_TOKEN_BYTES = 16 * 1024
 MAX_SUBJECT_CHARS = 256
+MAX_REMEMBERED = 1024
 _REQUIRED_CLAIMS = ["exp", "iss", "aud"]
 
 
@@ -38,6 +45,13 @@ class VerifiedToken:
     claims: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class _Accepted:
+    verified: VerifiedToken
+    until: float  # Unix seconds: its exp plus the leeway
+    generation: int  # of the key set that verified it
+
+
 class JwtVerifier:
     """One issuer's tokens for one audience."""
 
@@ -46,8 +60,24 @@ class JwtVerifier:
         fetch per interval for them all: ``key_sets``)."""
         self.issuer = issuer
         self.keys = keys
+        self._accepted: dict[str, _Accepted] = {}
 
     async def verify(self, token: str) -> VerifiedToken:
+        accepted = self._accepted.get(token)
+        if (
+            accepted is not None
+            and accepted.generation == self.keys.generation
+            and time.time() < accepted.until
+        ):
+            return accepted.verified
+        verified = await self._verify(token)
+        if len(self._accepted) >= MAX_REMEMBERED:
+            del self._accepted[next(iter(self._accepted))]
+        until = float(verified.claims["exp"]) + LEEWAY_S
+        self._accepted[token] = _Accepted(verified, until, self.keys.generation)
+        return verified
+
+    async def _verify(self, token: str) -> VerifiedToken:
         if len(token) > MAX_TOKEN_BYTES:
             raise TokenRejected(f"the token is longer than {MAX_TOKEN_BYTES} bytes")
         try:

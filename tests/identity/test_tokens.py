@@ -201,3 +201,27 @@ async def test_a_key_set_url_answering_1gb_fails_closed(
         await asyncio.sleep(0.2)  # let the server notice the closed connection
         # What was read is bounded; what the server got out before the close is its buffers'.
         assert server.hostile_bytes_sent < 64 * MAX_JWKS_BYTES
+
+
+async def test_a_remembered_token_is_checked_again_once_its_keys_changed(
+    key: SigningKey, client: HttpClient
+) -> None:
+    """Accepted tokens are remembered (a verification costs ~160 µs), never past a change of
+    the issuer's keys: a key the issuer withdrew stops its tokens at the next refresh."""
+    async with jwks_server(key) as server:
+        verifier = _from_url(server.jwks_url, client, refresh_ms=200)
+        token = key.sign(claims("alice"))
+        await verifier.verify(token)
+        await verifier.verify(token)
+        assert server.fetches == 1
+        server.keys = [SigningKey("k2")]  # k1 withdrawn
+        probe = server.keys[0].sign(claims("bob"))
+        deadline = time.monotonic() + GUARD_S
+        while server.fetches < 2:  # an unknown kid refreshes once the interval allows
+            try:
+                await verifier.verify(probe)
+            except TokenRejected:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+        with pytest.raises(TokenRejected, match="does not publish"):
+            await verifier.verify(token)
