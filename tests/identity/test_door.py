@@ -182,3 +182,21 @@ async def test_an_end_users_budget_is_shared_by_the_pods_agents(make_door: DoorF
     records = await audit_records_when(door.state_dir, "ops", 3)
     assert [r.get("end_user") for r in records] == ["dave", "erin", None]
     assert records[0]["outcome"]["code"] == "budget_exhausted"
+
+
+async def test_one_end_users_request_is_never_anothers_retry(door: DoorPod) -> None:
+    """Exactly once (contract §8.2) resumes a failed request when it is sent again, its calls'
+    outcomes replayed, not repeated. Two end users who send one agent the same words are two
+    requests: the second never resumes the first's, nor is its trade taken as made."""
+    trade = {"symbol": "AAPL", "side": "buy", "quantity": 1}
+    words = [{"role": "user", "content": "buy one AAPL"}]
+    script(door, oa_calls(("c1", "desk_trade", trade)))
+    door.upstream.enqueue("openai", Reply.error("openai", 500, "upstream broke"))
+    alices = door.openai(door.tokens["analyst"], end_user=door.user_token("alice"))
+    with pytest.raises(openai.InternalServerError):
+        await alices.chat.completions.create(model=MODEL, messages=words)
+    script(door, oa_calls(("c1", "desk_trade", trade)), oa_text("bought for bob"))
+    bobs = door.openai(door.tokens["analyst"], end_user=door.user_token("bob"))
+    completion = await bobs.chat.completions.create(model=MODEL, messages=words)
+    assert completion.choices[0].message.content == "bought for bob"
+    assert [r.raw_path for r in door.service.requests] == ["/trades", "/trades"]
