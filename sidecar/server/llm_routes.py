@@ -127,7 +127,9 @@ async def _llm_request(exchange: Exchange, state: SidecarState, route: LlmRoute)
         request_id=next(_request_ids),
         started=started,
         forward_headers=_forward_headers(exchange.headers, codec),
-        budgeted=state.budgets.applies(agent.agent.id, end_user),
+        # The agents with a budget are known at start; an end user's is asked only with one.
+        budgeted=agent.agent.id in state.budgets.governed
+        or (end_user is not None and state.budgets.applies(agent.agent.id, end_user)),
         end_user=end_user,
     )
     with state.body_bytes.holding(agent.agent.id) as take:
