@@ -5,31 +5,17 @@ user's token is in any span, audit record, log line or error; the suite's creden
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 
 import openai
 import orjson
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from clawpod.sidecar.observability import tracing
 from tests.identity.conftest import DoorPod
 from tests.mediation.scripted import oa_calls, oa_text
 from tests.support import secret_sweep
 from tests.support.sidecar import audit_records_when
 from tests.support.upstream import Reply
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.use_provider(provider)
-    yield exporter
-    tracing.use_provider(None)
 
 
 def _everything_in(spans: InMemorySpanExporter) -> str:
