@@ -105,9 +105,14 @@ def _build_agents(build: Path) -> list[str]:
 
 
 def show_command(
-    state_dir: Path, out: TextIO, agent: str | None = None, limit: int | None = None
+    state_dir: Path,
+    out: TextIO,
+    agent: str | None = None,
+    limit: int | None = None,
+    end_user: str | None = None,
 ) -> int:
-    """Print a readable summary of the last ``limit`` records of each (or one) agent."""
+    """Print a readable summary of the last ``limit`` records of each (or one) agent (only
+    those for ``end_user``, when given)."""
     files = audit_files(Path(state_dir))
     if agent is not None:
         files = [path for path in files if path.stem == agent]
@@ -120,7 +125,11 @@ def show_command(
     for path in files:
         out.write(f"== {path.stem}\n")
         records: deque[LogLine] = deque(maxlen=limit) if limit else deque()
-        records.extend(log_lines(path))
+        records.extend(
+            line
+            for line in log_lines(path)
+            if end_user is None or (line.record or {}).get("end_user") == end_user
+        )
         for line in records:
             if line.record is None:
                 out.write(f"  line {line.number}: unreadable record\n")
@@ -146,6 +155,8 @@ def describe(record: dict[str, Any]) -> str:
         _model(record),
         f"{status} (http {record.get('http_status', '-')})",
     ]
+    if record.get("end_user") is not None:
+        parts.append(f"for {record['end_user']}")
     if record.get("stream"):
         parts.append("stream")
     if usage and called_a_model(record):
@@ -205,6 +216,7 @@ def remote_show_command(
     agent: str | None = None,
     limit: int | None = None,
     env: Mapping[str, str] | None = None,
+    end_user: str | None = None,
 ) -> int:
     token = operator_token(env, err)
     if token is None:
@@ -213,9 +225,8 @@ def remote_show_command(
     shown = 0
     for sidecar in sidecars:
         try:
-            answer = call(
-                endpoint(sidecar, "/operator/audit", {"agent": agent, "limit": limit}), token
-            )
+            query = {"agent": agent, "limit": limit, "end_user": end_user}
+            answer = call(endpoint(sidecar, "/operator/audit", query), token)
         except OperatorApiError as exc:
             err.write(f"clawc: error: {exc}\n")
             failed = True

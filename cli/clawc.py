@@ -199,6 +199,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     audit.add_argument("--agent", metavar="ID", help="show: only this agent")
     audit.add_argument("--limit", type=int, metavar="N", help="show: only the last N records")
+    audit.add_argument(
+        "--end-user", metavar="SUBJECT", help="show: only the requests for this end user"
+    )
     _add_approvals(commands)
     budgets = commands.add_parser(
         "budgets",
@@ -405,13 +408,17 @@ def _audit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from .audit import remote_show_command, show_command, verify_command
 
     if args.action == "show" and args.sidecar:
-        return remote_show_command(args.sidecar, out, err, agent=args.agent, limit=args.limit)
+        return remote_show_command(
+            args.sidecar, out, err, agent=args.agent, limit=args.limit, end_user=args.end_user
+        )
     if args.state_dir is None:
         err.write(f"clawc: error: audit {args.action} needs STATE_DIR (or show --sidecar URL)\n")
         return 2
     if args.action == "verify":
         return verify_command(args.state_dir, out, build=args.build, key_env=args.key_env)
-    return show_command(args.state_dir, out, agent=args.agent, limit=args.limit)
+    return show_command(
+        args.state_dir, out, agent=args.agent, limit=args.limit, end_user=args.end_user
+    )
 
 
 def _approvals(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

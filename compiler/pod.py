@@ -6,7 +6,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..sidecar.manifest import Governance, Provider, RouteTarget, SharedLimits, Taint
+from ..sidecar.manifest import (
+    EndUsers,
+    Governance,
+    Provider,
+    RouteTarget,
+    SharedLimits,
+    Taint,
+    TokenIssuer,
+)
 from .agents import AgentPlan, GrantScope, plan_agents
 from .governance.credentials import (
     check_principals,
@@ -14,6 +22,7 @@ from .governance.credentials import (
     forbidden_variables,
     warn_unset_credentials,
 )
+from .governance.identity import resolve_identity
 from .governance.resolution import resolve_governance, resolve_shared_limits, resolve_taint
 from .pod_file.governance_spec import PrincipalSpec
 from .pod_file.providers import pod_providers, warn_unpriced
@@ -45,6 +54,8 @@ class CompiledPod:
     taint: Taint | None = None
     shared_limits: SharedLimits | None = None
     routes: dict[str, list[RouteTarget]] | None = None
+    identity: TokenIssuer | None = None
+    end_users: EndUsers | None = None
 
     @property
     def directory(self) -> Path:
@@ -81,7 +92,8 @@ def compile_pod(path: Path | str) -> CompiledPod:
         name: read_service_claw(reader, name) for name in reader.services
     }
     agent_services = {n for n, c in claws.items() if c is not None and c.is_agent}
-    tool_services = ToolServices(reader, _confinement_root(reader, claw))
+    root = _confinement_root(reader, claw)
+    tool_services = ToolServices(reader, root)
     for name, service_claw in claws.items():
         if service_claw is not None and service_claw.describe:
             tool_services.get(name, service_claw)
@@ -105,6 +117,7 @@ def compile_pod(path: Path | str) -> CompiledPod:
     for name in agent_ids:
         check_starvation(reader, name, forbidden)
     governance = resolve_governance(reader, claw, claws, agents, agent_ids)
+    identity, end_users = resolve_identity(reader, claw, root)
     if governance is not None and governance.usd_budgets:
         warn_unpriced(reader, providers)
     return CompiledPod(
@@ -122,4 +135,6 @@ def compile_pod(path: Path | str) -> CompiledPod:
         taint=resolve_taint(reader, claw, claws, agents),
         routes=routes or None,
         shared_limits=resolve_shared_limits(reader, claw),
+        identity=identity,
+        end_users=end_users,
     )

@@ -436,6 +436,14 @@ class BudgetGroup(_Model):
     usd_per_day: float | None = Field(default=None, gt=0)
 
 
+class EndUserLimits(_Model):
+    """``x-claw.end-user-limits``: what each end user may spend per UTC day, across the pod's
+    agents (and across pods when the pod shares its limits, SPEC §24)."""
+
+    tokens_per_day: int | None = Field(default=None, gt=0)
+    usd_per_day: float | None = Field(default=None, gt=0)
+
+
 class Governance(_Model):
     """Policy on arguments, rate limits, budgets and approvals (SPEC §9)."""
 
@@ -452,6 +460,8 @@ class Governance(_Model):
     budget_groups: dict[str, BudgetGroup] | None = Field(
         default=None, description="group name -> its agents and daily budget (SPEC §24)"
     )
+    end_user_limits: EndUserLimits | None = None
+    """None: end users are audited but not budgeted (SPEC §21)."""
 
 
 OnUnreachable = Literal["fail-closed", "fail-local"]
@@ -462,6 +472,36 @@ class SharedLimits(_Model):
 
     url_env: str = Field(description="the variable holding the server's redis:// URL")
     on_unreachable: OnUnreachable = "fail-closed"
+
+
+DEFAULT_JWKS_REFRESH_MS = 60000
+
+
+class TokenIssuer(_Model):
+    """An identity provider whose JWTs the sidecar verifies (SPEC §21): who signs them, for
+    whom, and where its public keys are. ``jwks_url`` is fetched by the sidecar (cached,
+    refreshed on an unknown ``kid`` at most once per ``jwks_refresh_ms``); ``jwks`` is the key
+    set clawc read from the pod's ``jwks-file``, carried in the build (public keys only)."""
+
+    issuer: str = Field(min_length=1)
+    audience: str = Field(min_length=1)
+    jwks_url: str | None = None
+    jwks: dict[str, Any] | None = None
+    claim: str = Field(default="sub", min_length=1)
+    """The claim that names the agent (``agent-claim``) or the end user (``user-claim``)."""
+    jwks_refresh_ms: int = Field(default=DEFAULT_JWKS_REFRESH_MS, gt=0)
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> TokenIssuer:
+        if (self.jwks_url is None) == (self.jwks is None):
+            raise ValueError("exactly one of jwks_url and jwks")
+        return self
+
+
+class EndUsers(TokenIssuer):
+    """``x-claw.end-users``: the header a runner passes its end user's token in."""
+
+    header: str = Field(default="x-end-user-token", min_length=1)
 
 
 class Taint(_Model):
@@ -526,6 +566,10 @@ class SidecarConfig(_Model):
     """None: no tool of the pod returns untrusted output and none of it applies."""
     shared_limits: SharedLimits | None = None
     """None: rates and budgets are this sidecar's own, kept in its state directory."""
+    identity: TokenIssuer | None = None
+    """None: agents present only their static tokens (SPEC §21)."""
+    end_users: EndUsers | None = None
+    """None: no end user's token is read; requests are the agent's alone."""
 
 
 class Digest(_Model):

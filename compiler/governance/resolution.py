@@ -29,6 +29,7 @@ from ..pod_file.reserved import STORE_URL_ENV
 from ..pod_file.spec import PodClaw, ServiceClaw
 from ..services.tool_names import canonical_name
 from ..services.tool_services import ToolService
+from .identity import resolve_end_user_limits
 
 EVERY_AGENT = "*"
 
@@ -119,6 +120,7 @@ def resolve_governance(
         or claw.approvals
         or claw.budgets
         or claw.budget_groups
+        or claw.end_user_limits
         or _agent_rules(claws)
     ):
         return None
@@ -151,6 +153,7 @@ def resolve_governance(
         budgets=tokens,
         usd_budgets=usd or None,
         budget_groups=_budget_groups(reader, claw, agent_ids),
+        end_user_limits=resolve_end_user_limits(reader, claw),
     )
 
 

@@ -326,6 +326,10 @@ def render_build(
         extra["taint"] = pod.taint
     if pod.shared_limits is not None:
         extra["shared_limits"] = pod.shared_limits
+    if pod.identity is not None:
+        extra["identity"] = pod.identity
+    if pod.end_users is not None:
+        extra["end_users"] = pod.end_users
     config = SidecarConfig(
         pod=pod.name,
         providers=pod.providers,

@@ -28,6 +28,7 @@ from .governance_spec import (
     SharedLimitsSpec,
 )
 from .grants import Grant, GrantItem
+from .identity_spec import EndUsersSpec, IdentitySpec
 from .providers import ModelEntry, ProviderSpec, RouteTargetSpec
 from .reader import PodReader, Where
 
@@ -187,6 +188,19 @@ class PodClaw(_Spec):
         default=None,
         alias="shared-limits",
         description="rates and budgets counted in Redis/Valkey, shared across sidecars",
+    )
+    identity: IdentitySpec | None = Field(
+        default=None, description="agents may present this issuer's JWT (SPEC §21)"
+    )
+    end_users: EndUsersSpec | None = Field(
+        default=None,
+        alias="end-users",
+        description="the header and issuer of the end user's token a runner passes (SPEC §21)",
+    )
+    end_user_limits: BudgetSpec | None = Field(
+        default=None,
+        alias="end-user-limits",
+        description="each end user's daily budget, across the pod's agents (SPEC §21)",
     )
     operator_access: list[OperatorPeer] | None = Field(
         default=None,

@@ -56,6 +56,7 @@ import orjson
 
 from ..manifest import ManagedTool
 from ..model.conversation import ToolOutcome
+from ..model.end_user import EndUser
 from ..observability.logs import rfc3339_now
 
 # Arguments are kept for the operator, but a runaway model must not bloat the log.
@@ -94,9 +95,11 @@ def request_record(
     tool_trace: list[dict[str, Any]] | None = None,
     time: str | None = None,
     trace_id: str | None = None,
+    end_user: EndUser | None = None,
 ) -> dict[str, Any]:
     """A request's record before the log chains it (the log adds agent, prev and hash, and the
-    time when none is given)."""
+    time when none is given). ``end_user``: who the request was for (SPEC §21), by the subject
+    the pod's end-user claim names; never the token."""
     record: dict[str, Any] = {
         "id": record_id,
         "time": time,
@@ -114,6 +117,8 @@ def request_record(
         del record["time"]  # the log sets it
     if trace_id is not None:
         record["trace_id"] = trace_id  # the OpenTelemetry trace this request belongs to
+    if end_user is not None:
+        record["end_user"] = end_user.subject
     return record
 
 

@@ -5,7 +5,10 @@ usd-per-day: X}}``.
 Each agent with a budget (its own, else ``*``'s) may spend N tokens (input + output, as the
 sidecar accounts every request) and X USD (at the pod's prices) per UTC day; a group's agents
 together (with the same group's agents in every pod sharing the store) may spend the group's.
-Once any budget of an agent is spent, its LLM requests are refused with 429 until the day ends.
+With ``x-claw.end-user-limits: {tokens-per-day: N, usd-per-day: X}`` each verified end user
+(SPEC §21) may spend as much across the pod's agents (and across pods sharing the store): a
+request for an end user is checked against the agent's budgets and the end user's at once.
+Once any budget of a request is spent, it is refused with 429 until the day ends.
 A request already running finishes. Each running request holds an estimate of what it will
 spend (``admit``), so parallel requests cannot all start on the same remainder. The counts are
 the store's (``state/counters.py``: this sidecar's state directory, or the shared store).
@@ -18,9 +21,18 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..manifest import Governance
+from ..manifest import EndUserLimits, Governance
+from ..model.end_user import EndUser
 from ..state.budgets import utc_day
-from ..state.counters import Claim, Counters, Hold, LocalCounters, group_subject
+from ..state.counters import (
+    Claim,
+    CountedSubjects,
+    Counters,
+    Hold,
+    LocalCounters,
+    group_subject,
+    user_subject,
+)
 
 EVERY_AGENT = "*"
 T = TypeVar("T", int, float)
@@ -66,10 +78,15 @@ def local_counters(
 ) -> LocalCounters:
     """This sidecar's own counters of the budgets of ``agents``."""
     every = {claim for claims in budget_claims(governance, agents).values() for claim in claims}
+    users = (governance.end_user_limits if governance else None) or EndUserLimits()
     return LocalCounters(
         state_dir,
-        [c.subject for c in every if c.tokens is not None],
-        [c.subject for c in every if c.usd is not None],
+        CountedSubjects(
+            [c.subject for c in every if c.tokens is not None], users.tokens_per_day is not None
+        ),
+        CountedSubjects(
+            [c.subject for c in every if c.usd is not None], users.usd_per_day is not None
+        ),
         today,
     )
 
@@ -88,24 +105,42 @@ class TokenBudgets:
         self.claims = {agent: tuple(c) for agent, c in budget_claims(governance, agents).items()}
         self.governed = frozenset(self.claims)
         """The agents a budget applies to, decided once: every other agent's request skips
-        the budget gate without a call."""
+        the budget gate without a call (unless an end user's budget applies to it)."""
+        self.end_user_limits = governance.end_user_limits if governance else None
         self.counters: Counters = counters or local_counters(governance, agents, state_dir, today)
 
-    def counts_usd(self, agent: str) -> bool:
-        """Whether a USD budget, the agent's own or a group's, applies to the agent."""
-        return any(claim.usd is not None for claim in self.claims.get(agent, ()))
+    def applies(self, agent: str, end_user: EndUser | None) -> bool:
+        """Whether a request of ``agent`` for ``end_user`` is admitted, held and charged."""
+        return agent in self.governed or (end_user is not None and self.end_user_limits is not None)
 
-    async def admit(self, agent: str, tokens: int, usd: float) -> Hold | None:
-        """Hold an estimate of a request's spending against each of the agent's budgets, or
-        None (refused: see :meth:`Counters.reserve`). Raises ``SharedLimitsUnavailable``."""
-        return await self.counters.reserve(self.claims[agent], tokens, usd)
+    def claims_of(self, agent: str, end_user: EndUser | None = None) -> tuple[Claim, ...]:
+        """The agent's budgets, and its end user's when the pod budgets end users."""
+        claims = self.claims.get(agent, ())
+        limits = self.end_user_limits
+        if end_user is None or limits is None:
+            return claims
+        user = Claim(user_subject(end_user.subject), limits.tokens_per_day, limits.usd_per_day)
+        return (*claims, user)
+
+    def counts_usd(self, agent: str, end_user: EndUser | None = None) -> bool:
+        """Whether a USD budget (the agent's own, a group's, its end user's) applies."""
+        return any(claim.usd is not None for claim in self.claims_of(agent, end_user))
+
+    async def admit(
+        self, agent: str, tokens: int, usd: float, end_user: EndUser | None = None
+    ) -> Hold | None:
+        """Hold an estimate of a request's spending against each of its budgets, or None
+        (refused: see :meth:`Counters.reserve`). Raises ``SharedLimitsUnavailable``."""
+        return await self.counters.reserve(self.claims_of(agent, end_user), tokens, usd)
 
     async def release(self, hold: Hold) -> None:
         """A finished request's hold (its real spending is ``spend``'s)."""
         await self.counters.release(hold)
 
-    async def spend(self, agent: str, tokens: int, usd: float = 0.0) -> None:
-        claims = self.claims.get(agent)
+    async def spend(
+        self, agent: str, tokens: int, usd: float = 0.0, end_user: EndUser | None = None
+    ) -> None:
+        claims = self.claims_of(agent, end_user)
         if claims and (tokens > 0 or usd > 0):
             await self.counters.spend([c.subject for c in claims], max(tokens, 0), max(usd, 0.0))
 

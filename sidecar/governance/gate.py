@@ -220,7 +220,7 @@ class GovernedExecutor(ToolRunner):
             if refusal is None and asks is not None:
                 refusal = await self.client_approvals.settle(agent_id, call, asks, decision)
             elif refusal is None:
-                refusal = await self._approved(agent_id, call, decision, reason, deadline)
+                refusal = await self._approved(agent_id, call, decision, reason, deadline, end_user)
             if refusal is not None:
                 return refusal
         # Quarantined tools are left out when tools are offered (the engine refuses a call of
@@ -273,11 +273,16 @@ class GovernedExecutor(ToolRunner):
         held_by: RuleDecision,
         reason: str | None,
         deadline: float | None,
+        end_user: EndUser | None,
     ) -> ToolOutcome | None:
-        """None once an operator approved this exact call; else the refusal the model sees.
-        ``reason``: why a new approval is asked for (``tainted``), shown while it is pending."""
+        """None once an operator approved this exact call for this end user; else the refusal
+        the model sees. ``reason``: why a new approval is asked for (``tainted``), shown while
+        it is pending."""
         tool = call.tool
-        approval = self.approvals.find(agent_id, tool.name, call.args_digest, self.manifest_digest)
+        subject = end_user.subject if end_user is not None else None
+        approval = self.approvals.find(
+            agent_id, tool.name, call.args_digest, self.manifest_digest, subject
+        )
         if approval is None:
             approval = open_approval(
                 self.approvals,
@@ -287,6 +292,7 @@ class GovernedExecutor(ToolRunner):
                 self.manifest_digest,
                 rule=self._holding_rule(held_by),
                 reason=reason,
+                end_user=subject,
             )
             if isinstance(approval, ToolOutcome):
                 return approval
@@ -358,6 +364,8 @@ class GovernedExecutor(ToolRunner):
             "who": who,
             "latency_ms": latency_ms,
         }
+        if approval.end_user is not None:
+            record["end_user"] = approval.end_user
         try:
             await self._audit.append(approval.agent, record)
         except Exception:

@@ -26,6 +26,7 @@ from ..governance.gate import GovernedExecutor
 from ..manifest import AgentBuild, Effect, ManagedTool
 from ..model.client_approval import requested_approval
 from ..model.conversation import ToolOutcome, refused
+from ..model.end_user import EndUser
 from ..observability import tracing
 from ..observability.metrics import Metrics
 from ..state.journal import has_side_effects
@@ -76,6 +77,8 @@ class McpRequest:
     stream: bool
     approvals: ApprovalChannel | None = None
     """How its client answers an approval, if it can (SPEC §16, ``mcp/client_approvals.py``)."""
+    end_user: EndUser | None = None
+    """The verified end user the request is for (SPEC §21)."""
 
 
 # A method's handler: the request's ``result`` object; raises JsonRpcError to answer an error.
@@ -122,10 +125,11 @@ class McpDispatch:
         version: str,
         messages: list[Message],
         approvals: ApprovalChannel | None = None,
+        end_user: EndUser | None = None,
     ) -> list[dict[str, Any]]:
         """A batch's answers (sent in a stream), in order. As in mediated mode (§4.2.9), its
         calls run at once only when every one is read-only; otherwise one by one, in order."""
-        requests = [McpRequest(agent, version, m, True, approvals) for m in messages]
+        requests = [McpRequest(agent, version, m, True, approvals, end_user) for m in messages]
         if self._all_read_only(agent, messages):
             return list(await asyncio.gather(*map(self.answer, requests)))
         return [await self.answer(request) for request in requests]
@@ -229,7 +233,7 @@ class McpDispatch:
             )
             outcome = await self.elicitations.run(
                 lambda client: self._executor.execute(
-                    agent.agent.id, checked, limits, client=client
+                    agent.agent.id, checked, limits, client=client, end_user=request.end_user
                 ),
                 request.approvals,
                 tool,
@@ -265,6 +269,7 @@ class McpDispatch:
                     usage=usage_record(rounds=1),
                     tool_trace=[{"round": 1, "calls": [call]}],
                     trace_id=tracing.current_trace_id(),
+                    end_user=request.end_user,
                 ),
             )
         except OSError:

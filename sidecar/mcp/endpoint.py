@@ -29,6 +29,7 @@ from ..manifest import (
     DEFAULT_MAX_BODY_BYTES,
     AgentBuild,
 )
+from ..model.end_user import EndUser
 from ..model.json_cost import costs_over
 from ..observability.logs import log_request
 from ..observability.metrics import Metrics
@@ -97,7 +98,11 @@ class McpEndpoint:
         self.keepalive_s = keepalive_s
         self.dispatch = McpDispatch(executor, audit, metrics, tasks, pod)
 
-    async def handle(self, request: web.Request, agent: AgentBuild) -> web.StreamResponse:
+    async def handle(
+        self, request: web.Request, agent: AgentBuild, end_user: EndUser | None = None
+    ) -> web.StreamResponse:
+        """``end_user``: the verified end user the request is for (SPEC §21), on every call's
+        audit record and passed to the executor."""
         started = time.perf_counter()
         try:
             check_origin(request, self._allowed_hosts)
@@ -109,7 +114,7 @@ class McpEndpoint:
                     "/mcp serves native-mode agents",
                 )
             if request.method == "POST":
-                response = await self._post(request, agent)
+                response = await self._post(request, agent, end_user)
             elif request.method == "DELETE":
                 response = self._delete(request, agent)
             else:
@@ -146,7 +151,9 @@ class McpEndpoint:
                 )
             await asyncio.sleep(0)
 
-    async def _post(self, request: web.Request, agent: AgentBuild) -> web.StreamResponse:
+    async def _post(
+        self, request: web.Request, agent: AgentBuild, end_user: EndUser | None
+    ) -> web.StreamResponse:
         accepts_json, accepts_sse = accepts(request)
         if not (accepts_json or accepts_sse):
             raise HttpError(406, INVALID_REQUEST, f"Not Acceptable: accept {JSON} and {SSE}")
@@ -161,7 +168,9 @@ class McpEndpoint:
         except JsonRpcError as err:
             raise HttpError(400, err.code, err.message) from None
         if is_stateless(request.headers.get(VERSION_HEADER), messages):
-            return await self._post_stateless(request, agent, messages, batch, accepts_json)
+            return await self._post_stateless(
+                request, agent, messages, batch, accepts_json, end_user
+            )
         if any(m.method == "initialize" for m in messages):
             if batch:
                 raise HttpError(
@@ -188,8 +197,8 @@ class McpEndpoint:
             approvals = None
             if can_elicit(session.capabilities):
                 approvals = ApprovalChannel(stateless=False, session_id=session.id)
-            return await self._answer_sse(request, agent, version, requests, approvals)
-        answers = [await self._answer_one(agent, version, m) for m in requests]
+            return await self._answer_sse(request, agent, version, requests, approvals, end_user)
+        answers = [await self._answer_one(agent, version, m, end_user) for m in requests]
         return json_response(answers if batch else answers[0])
 
     async def _post_stateless(
@@ -199,6 +208,7 @@ class McpEndpoint:
         messages: list[Message],
         batch: bool,
         accepts_json: bool,
+        end_user: EndUser | None,
     ) -> web.StreamResponse:
         """MCP 2026-07-28: one self-contained request per POST, no session."""
         if batch:
@@ -220,8 +230,8 @@ class McpEndpoint:
             meta = message.params.get("_meta") if isinstance(message.params, dict) else None
             capabilities = meta.get(CAPABILITIES_META_KEY) if isinstance(meta, dict) else None
             approvals = ApprovalChannel(stateless=True) if can_elicit(capabilities) else None
-            return await self._answer_sse(request, agent, version, [message], approvals)
-        answer = await self._answer_one(agent, version, message)
+            return await self._answer_sse(request, agent, version, [message], approvals, end_user)
+        answer = await self._answer_one(agent, version, message, end_user)
         status = ERROR_STATUS.get(answer["error"]["code"], 200) if "error" in answer else 200
         return json_response(answer, status=status)
 
@@ -271,10 +281,12 @@ class McpEndpoint:
         return session
 
     async def _answer_one(
-        self, agent: AgentBuild, version: str, message: Message
+        self, agent: AgentBuild, version: str, message: Message, end_user: EndUser | None
     ) -> dict[str, Any]:
         """The answer to one request, sent as plain JSON."""
-        return await self.dispatch.answer(McpRequest(agent, version, message, stream=False))
+        return await self.dispatch.answer(
+            McpRequest(agent, version, message, stream=False, end_user=end_user)
+        )
 
     # -- SSE -------------------------------------------------------------------------------------
 
@@ -284,7 +296,8 @@ class McpEndpoint:
         agent: AgentBuild,
         version: str,
         requests: list[Message],
-        approvals: ApprovalChannel | None = None,
+        approvals: ApprovalChannel | None,
+        end_user: EndUser | None,
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": SSE, "Cache-Control": "no-cache"})
         await response.prepare(request)
@@ -300,7 +313,7 @@ class McpEndpoint:
 
         if approvals is not None and not approvals.stateless:
             approvals = dataclasses.replace(approvals, send=send)
-        work = self.dispatch.answer_all(agent, version, requests, approvals)
+        work = self.dispatch.answer_all(agent, version, requests, approvals, end_user)
         answers = await with_keepalives(work, keepalive, self.keepalive_s)
         if connected:
             for answer in answers:

@@ -57,7 +57,7 @@ async def record_request(
     if cost and ctx.provider_name is not None:
         metrics.count_cost(agent_id, ctx.provider_name, cost)
     if ctx.budgeted:
-        await spend_budget(ctx.state, agent_id, usage, cost)
+        await spend_budget(ctx.state, agent_id, usage, cost, ctx.end_user)
     stamp = rfc3339_now()  # one timestamp for the log line and the audit record
     log_request_fields(
         stamp,
@@ -90,6 +90,7 @@ async def record_request(
         usage=usage,
         tool_trace=tool_trace,
         trace_id=None if tracing.tracer is None else tracing.current_trace_id(),
+        end_user=ctx.end_user,
     )
     if cost is not None:
         entry["cost_usd"] = round(cost, 9)

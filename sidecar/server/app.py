@@ -184,6 +184,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         await state.continuity.close()
         state.journal.close()
         state.objects.close()
+        await state.verifier.close()
         await state.audit.close()  # flushes pending audit records to disk
         if isinstance(state.budgets.counters, SharedCounters):
             await state.budgets.counters.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..governance.budgets import seconds_to_next_day
+from ..model.end_user import EndUser
 from ..model.errors import ApiError
 from ..model.usage import TOKENS_PER_PRICE_UNIT, UNKNOWN_MAX_OUTPUT, max_output_of
 from ..state.counters import SHARED_LIMITS_UNAVAILABLE, SharedLimitsUnavailable
@@ -23,12 +24,13 @@ BYTES_PER_TOKEN = 4
 _OUTPUT_CAPS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
 
 
-def budget_spent() -> ApiError:
+def budget_spent(for_end_user: bool = False) -> ApiError:
     """429 that SDKs must not retry (they would only be refused again) until the day ends."""
+    whose = "this agent's or its end user's" if for_end_user else "this agent's"
     return ApiError(
         429,
         "budget_exhausted",
-        "this agent's budget for today is spent; it renews at midnight UTC",
+        f"{whose} budget for today is spent; it renews at midnight UTC",
         "rate_limit_error",
         headers={
             "x-should-retry": "false",
@@ -84,8 +86,8 @@ def shared_limits_unavailable() -> ApiError:
 async def admit(ctx: RequestContext, body: dict[str, Any]) -> ApiError | None:
     """Hold the request's estimated spending against the agent's budgets, or say why not."""
     budgets = ctx.state.budgets
-    agent = ctx.agent.agent.id
-    if agent not in budgets.governed:
+    agent, end_user = ctx.agent.agent.id, ctx.end_user
+    if not budgets.applies(agent, end_user):
         return None
     if body.get("background") is True:
         return background_refused()
@@ -93,7 +95,7 @@ async def admit(ctx: RequestContext, body: dict[str, Any]) -> ApiError | None:
     if ctx.targets:
         _, provider, model = ctx.targets[0]
         max_output = provider.max_output_tokens or max_output_of(model) or UNKNOWN_MAX_OUTPUT
-        if budgets.counts_usd(agent):
+        if budgets.counts_usd(agent, end_user):
             refusal, usd_per_token = _priced(ctx, ctx.targets)
             if refusal is not None:
                 return refusal
@@ -102,12 +104,12 @@ async def admit(ctx: RequestContext, body: dict[str, Any]) -> ApiError | None:
         TOKENS_PER_PRICE_UNIT
     )
     try:
-        hold = await budgets.admit(agent, input_tokens + output_tokens, usd)
+        hold = await budgets.admit(agent, input_tokens + output_tokens, usd, end_user)
     except SharedLimitsUnavailable:
         return shared_limits_unavailable()
     if hold is None:
         ctx.state.metrics.budget_refusals.labels(agent=agent).inc()
-        return budget_spent()
+        return budget_spent(end_user is not None and budgets.end_user_limits is not None)
     if not hold.shared and ctx.state.config.shared_limits is not None:
         # fail-local: admitted on this sidecar's own counts; the record says so (SPEC §24).
         ctx.audit_extra = {**(ctx.audit_extra or {}), "limits": "local"}
@@ -140,15 +142,19 @@ async def release(ctx: RequestContext) -> None:
 
 
 async def spend_budget(
-    state: SidecarState, agent: str, usage: dict[str, int], cost: float | None
+    state: SidecarState,
+    agent: str,
+    usage: dict[str, int],
+    cost: float | None,
+    end_user: EndUser | None = None,
 ) -> None:
     budgets = state.budgets
-    if agent not in budgets.governed:
+    if not budgets.applies(agent, end_user):
         return
     tokens = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
     usd = cost or 0.0
-    await budgets.spend(agent, tokens, usd)
-    claims = budgets.claims[agent]
+    await budgets.spend(agent, tokens, usd, end_user)
+    claims = budgets.claims.get(agent, ())
     if tokens > 0 and any(claim.tokens is not None for claim in claims):
         state.metrics.budget_tokens.labels(agent=agent).inc(tokens)
     if usd > 0 and any(claim.usd is not None for claim in claims):

@@ -34,6 +34,8 @@ class AuditFilter:
     agent: str = ""
     tool: str = ""
     outcome: str = ""
+    end_user: str = ""
+    """The end user a request was for (its record's ``end_user``, exactly: SPEC §21)."""
     since: str = ""
     until: str = ""
     limit: int = DEFAULT_RECORDS
@@ -51,6 +53,7 @@ class AuditFilter:
             agent=text("agent"),
             tool=text("tool"),
             outcome=text("outcome"),
+            end_user=text("end_user"),
             since=text("since"),
             until=text("until"),
             limit=max(1, min(limit, MAX_RECORDS)),
@@ -63,6 +66,8 @@ class AuditFilter:
         if self.until and stamp[: len(self.until)] > self.until:
             return False
         if self.outcome and self.outcome not in outcome_words(record):
+            return False
+        if self.end_user and record.get("end_user") != self.end_user:
             return False
         return not self.tool or any(self._tool_matches(name) for name in tool_names(record))
 

@@ -24,8 +24,10 @@ request by the edge itself when it refuses nothing: the application's router, mi
 response signal, which every request would otherwise enter, are for the routes that need them.
 
 Who a request is from is decided here too (``TokenVerifier``): the per-agent token, checked in
-constant time against the build's hashes; a connection that carried an authenticated request
-is the last one evicted.
+constant time against the build's hashes, or a JWT from the pod's identity provider whose
+claim names the agent (``x-claw.identity``); and the end user it is for, from the pod's
+end-user header (``x-claw.end-users``), both verified by ``identity/``. A connection that
+carried an authenticated request is the last one evicted.
 
 What leaves through the edge leaves in the caller's protocol: ``protocol_errors`` answers
 every failure on aiohttp's routes, the edge's refusals among them, as JSON-RPC on ``/mcp`` and
@@ -47,39 +49,107 @@ import orjson
 from aiohttp import StreamReader, hdrs, web
 
 from ..codecs import codec_for_caller
+from ..identity.end_users import EndUserVerifier
+from ..identity.tokens import JwtVerifier, TokenRejected, key_sets
 from ..manifest import AgentBuild, Build, EdgeConfig, SidecarConfig
 from ..mcp.http import jsonrpc_error
+from ..model.end_user import EndUser
 from ..model.errors import ApiError, internal_error
 from ..observability.logs import log_request
+from ..transport.client import HttpClient
 from .aiohttp_compat import HandlerBase, RunnerBase, ServerBase, check
 
 
 class AuthError(ApiError):
     """401 when no usable token was presented, 403 when it matches no agent."""
 
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(status, "invalid_token" if status == 403 else "missing_token", message)
+    def __init__(self, status: int, message: str, code: str | None = None) -> None:
+        if code is None:
+            code = "invalid_token" if status == 403 else "missing_token"
+        super().__init__(status, code, message)
+
+
+NOT_AN_AGENT = "the presented token does not belong to any agent of this pod"
+# JWKS fetches of the door's issuers: small documents, rarely fetched.
+_JWKS_CONNECT_TIMEOUT_S = 5.0
+_JWKS_KEEPALIVE_S = 30.0
 
 
 class TokenVerifier:
-    """Holds every agent's token digest; a check always compares against all of them."""
+    """The door of every agent-facing route: who the request is from (an agent's static token,
+    every digest compared, or its JWT) and, where the pod reads one, whose end user."""
 
     def __init__(self, build: Build) -> None:
         self._digests = [
             (bytes.fromhex(agent.agent.token_sha256), agent) for agent in build.agents.values()
         ]
+        self._agents = build.agents
+        identity, end_users = build.config.identity, build.config.end_users
+        issuers = [i for i in (identity, end_users) if i is not None]
+        self._client = (
+            HttpClient(keepalive_s=_JWKS_KEEPALIVE_S, connect_timeout_s=_JWKS_CONNECT_TIMEOUT_S)
+            if any(i.jwks_url for i in issuers)
+            else None
+        )
+        keys = key_sets(issuers, self._client)
+        self.agent_tokens = (
+            JwtVerifier(identity, keys[id(identity)]) if identity is not None else None
+        )
+        self.end_users = (
+            EndUserVerifier(end_users, keys[id(end_users)], self._agents)
+            if end_users is not None
+            else None
+        )
 
     def authenticate(self, headers: Mapping[str, str]) -> AgentBuild:
+        """The agent whose static token the request presents (for a caller that only names the
+        kind of token it was given: the operator API, the console's sign-in)."""
+        match = self._static(presented_token(headers))
+        if match is None:
+            raise AuthError(403, NOT_AN_AGENT)
+        return match
+
+    async def identify(self, headers: Mapping[str, str]) -> tuple[AgentBuild, EndUser | None]:
+        """The agent a request is from and the end user it is for (None: no end-user header,
+        or a pod that reads none). Raises ``AuthError``."""
         token = presented_token(headers)
+        agent = self._static(token)
+        if agent is None:
+            if self.agent_tokens is None or token.count(".") != 2:
+                raise AuthError(403, NOT_AN_AGENT)
+            agent = await self._agent_of_jwt(self.agent_tokens, token)
+        if self.end_users is None:
+            return agent, None
+        try:
+            return agent, await self.end_users.verify(headers, agent.agent.id)
+        except TokenRejected as exc:
+            raise AuthError(
+                403, f"end user token refused: {exc}", "invalid_end_user_token"
+            ) from None
+
+    def _static(self, token: str) -> AgentBuild | None:
         digest = hashlib.sha256(token.encode()).digest()
         match: AgentBuild | None = None
         # No early exit: the time taken must not depend on which agent (if any) matched.
         for expected, agent in self._digests:
             if hmac.compare_digest(digest, expected):
                 match = agent
-        if match is None:
-            raise AuthError(403, "the presented token does not belong to any agent of this pod")
         return match
+
+    async def _agent_of_jwt(self, verifier: JwtVerifier, token: str) -> AgentBuild:
+        try:
+            verified = await verifier.verify(token)
+        except TokenRejected as exc:
+            raise AuthError(403, f"agent token refused: {exc}") from None
+        agent = self._agents.get(verified.subject)
+        if agent is None:
+            claim = verifier.issuer.claim
+            raise AuthError(403, f"the token's {claim!r} claim names no agent of this pod")
+        return agent
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
 
 
 def presented_token(headers: Mapping[str, str]) -> str:

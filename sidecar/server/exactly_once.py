@@ -58,10 +58,12 @@ async def begin_attempt(
 ) -> ExactlyOnce:
     """For an agent with a tool with side effects (``plan.side_effects``). An identical request
     still running waits here; a failed one is resumed. A request is identified by its
-    conversation; one the codec cannot read, by its bytes."""
+    conversation (and its end user: one user's request is never another's retry, SPEC §21);
+    one the codec cannot read, by its bytes."""
     agent = ctx.agent.agent.id
     conversation = engine.conversation if engine.prepare() is None else None
-    request, rewrite = identities(agent, ctx.codec.api, conversation, body)
+    owner = agent if ctx.end_user is None else f"{agent}\x00end user\x00{ctx.end_user.subject}"
+    request, rewrite = identities(owner, ctx.codec.api, conversation, body)
     attempt = await ctx.state.journal.begin(agent, request, ctx.request_id, rewrite)
     return ExactlyOnce(ctx, plan, attempt)
 

@@ -19,6 +19,7 @@ from aiohttp import web
 
 from ..codecs.base import Codec
 from ..manifest import AgentBuild, Provider
+from ..model.end_user import EndUser
 from ..model.errors import ApiError
 from ..request_body import no_accounting, read_body_once
 from ..state.counters import Hold
@@ -202,4 +203,7 @@ class RequestContext:
     walks: bool = True
     """The targets need the failover walk (``RoutePlan.walks``); False: one plain target."""
     budgeted: bool = False
-    """The agent has a daily budget: the request is admitted, held and charged (#32)."""
+    """The agent or its end user has a daily budget: the request is admitted, held and charged
+    (#32, SPEC §21)."""
+    end_user: EndUser | None = None
+    """The verified end user the request is for (SPEC §21): audited, budgeted, passed to tools."""

@@ -8,7 +8,6 @@ import orjson
 from aiohttp import web
 
 from ..codecs import codec_for_caller
-from ..manifest import AgentBuild
 from ..mcp.http import jsonrpc_error
 from ..model.errors import ApiError
 from ..observability import tracing
@@ -22,7 +21,7 @@ async def models(request: web.Request) -> web.Response:
     """The exact model ids the agent may pick, each only in its own API's shape: Anthropic's
     for Anthropic clients (they send ``anthropic-version``), OpenAI's for the others."""
     state = request.app[STATE_KEY]
-    state.verifier.authenticate(request.headers)
+    await state.verifier.identify(request.headers)
     mark_authenticated(request)
     codec = codec_for_caller(request.path, request.headers)
     body = codec.models_list(state.router.exact_models(codec.api))
@@ -32,7 +31,7 @@ async def models(request: web.Request) -> web.Response:
 async def model(request: web.Request) -> web.Response:
     """One model the agent may use, by its id (an exact id or one its globs allow)."""
     state = request.app[STATE_KEY]
-    state.verifier.authenticate(request.headers)
+    await state.verifier.identify(request.headers)
     mark_authenticated(request)
     codec = codec_for_caller(request.path, request.headers)
     model_id = request.match_info["model_id"]
@@ -46,13 +45,13 @@ async def model(request: web.Request) -> web.Response:
 async def mcp(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE_KEY]
     try:
-        agent: AgentBuild = state.verifier.authenticate(request.headers)
+        agent, end_user = await state.verifier.identify(request.headers)
     except AuthError as err:
         return jsonrpc_error(err.status, JSONRPC_UNAUTHORIZED, err.message)
     mark_authenticated(request)
     with tracing.agent_span("/mcp", request.headers):
         tracing.name_agent(agent.agent.id)
-        return await state.mcp.handle(request, agent)
+        return await state.mcp.handle(request, agent, end_user)
 
 
 async def healthz(request: web.Request) -> web.Response:

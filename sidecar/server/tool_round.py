@@ -17,6 +17,7 @@ from ..execution.executor import CallLimits, ToolExecutor
 from ..governance.gate import CallPlan
 from ..mediation.commands import ExecuteTools, PlannedExecution, ToolsDone
 from ..model.conversation import CheckedCall, ToolOutcome, refused
+from ..model.end_user import EndUser
 
 if TYPE_CHECKING:
     from .exchange import RequestContext
@@ -85,8 +86,8 @@ def run_call(
     if not command.taint.tainted and id(call.tool) in plan.ungoverned:
         # No step of the gate applies to this call: the executor makes it.
         if before_send is None:
-            return state.executor.execute(agent, call, limits, shielded=True)
-        return _sent_after(before_send, state.executor, agent, call, limits)
+            return state.executor.execute(agent, call, limits, shielded=True, end_user=ctx.end_user)
+        return _sent_after(before_send, state.executor, agent, call, limits, ctx.end_user)
     return state.governed.execute(
         agent,
         call,
@@ -96,6 +97,7 @@ def run_call(
         before_send=before_send,
         client=execution.client,
         shielded=True,  # the driver runs as a task of its own (server/mediated.py)
+        end_user=ctx.end_user,
     )
 
 
@@ -105,6 +107,7 @@ async def _sent_after(
     agent: str,
     call: CheckedCall,
     limits: CallLimits,
+    end_user: EndUser | None,
 ) -> ToolOutcome:
     await before_send()
-    return await executor.execute(agent, call, limits, shielded=True)
+    return await executor.execute(agent, call, limits, shielded=True, end_user=end_user)

@@ -63,6 +63,9 @@ class Approval(BaseModel):
     # a client's approval also names the call it holds (a Responses call id; None over MCP).
     approver: Approver = "operator"
     call_id: str | None = None
+    # The verified end user the call is for (SPEC §21): the operator sees whom it acts for,
+    # and one end user's approval never clears another's identical call.
+    end_user: str | None = None
 
     def public(self) -> dict[str, Any]:
         """As listed and sent to the webhook: arguments longer than ``ARGUMENTS_PREVIEW_BYTES``
@@ -99,8 +102,8 @@ def open_approval(
     **fields: Any,
 ) -> Approval | ToolOutcome:
     """A new pending approval of this call (``fields``: ``rule``, ``reason``, ``approver``,
-    ``call_id``), or the refusal the model sees: arguments too large to keep, or the agent
-    has its limit open. Nothing is stored for a refused one."""
+    ``call_id``, ``end_user``), or the refusal the model sees: arguments too large to keep, or
+    the agent has its limit open. Nothing is stored for a refused one."""
     tool = call.tool
     if len(call.canonical) > MAX_APPROVAL_ARGUMENTS_BYTES:
         return refused(
@@ -189,14 +192,26 @@ class ApprovalStore:
         return sum(1 for approval in self._open.values() if approval.agent == agent)
 
     def find(
-        self, agent: str, tool: str, digest_of_args: str, manifest_digest: str
+        self,
+        agent: str,
+        tool: str,
+        digest_of_args: str,
+        manifest_digest: str,
+        end_user: str | None = None,
     ) -> Approval | None:
         """An open (pending or approved, unexpired) operator's approval of exactly this call
-        (a client's approval is answered by its own request id, never shared)."""
+        for this end user (a client's approval is answered by its own request id, never
+        shared)."""
         self._expire_due()
-        wanted = (agent, tool, digest_of_args, manifest_digest)
+        wanted = (agent, tool, digest_of_args, manifest_digest, end_user)
         for approval in self._open.values():
-            bound = (approval.agent, approval.tool, approval.args_digest, approval.manifest_digest)
+            bound = (
+                approval.agent,
+                approval.tool,
+                approval.args_digest,
+                approval.manifest_digest,
+                approval.end_user,
+            )
             if approval.approver == "operator" and bound == wanted:
                 return approval
         return None
@@ -216,6 +231,7 @@ class ApprovalStore:
         reason: str | None = None,
         approver: Approver = "operator",
         call_id: str | None = None,
+        end_user: str | None = None,
     ) -> Approval:
         """A pending approval; ``reason`` says why the call waits (``tainted``, SPEC §17)."""
         now = self.clock()
@@ -233,6 +249,7 @@ class ApprovalStore:
             reason=reason,
             approver=approver,
             call_id=call_id,
+            end_user=end_user,
         )
         self._save(approval)
         self._open[approval.id] = approval

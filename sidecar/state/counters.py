@@ -3,9 +3,10 @@
 ``<state>/budgets.json``, holds and rate buckets in memory); ``state/shared_counters.py``
 keeps them in Redis or Valkey for every sidecar that names the same server.
 
-A counter belongs to a *subject*: an agent of this pod (its id), or a group of agents across
-pods (``group:NAME``, ``x-claw.budget-groups``). Per end user will be one more kind of subject,
-``user:ID``; nothing below needs to know which kind a subject is.
+A counter belongs to a *subject*: an agent of this pod (its id), a group of agents across
+pods (``group:NAME``, ``x-claw.budget-groups``), or an end user across the pod's agents and
+pods (``user:SUBJECT``, ``x-claw.end-user-limits``, SPEC §21); nothing below needs to know
+which kind a subject is, except which subjects are counted at all (``CountedSubjects``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -28,8 +29,32 @@ RateKey = tuple[str, str, int]
 """(agent, tool, rule number): one tool rule's rate for one agent."""
 
 
+USER_PREFIX = "user:"
+
+
 def group_subject(name: str) -> str:
     return GROUP_PREFIX + name
+
+
+def user_subject(subject: str) -> str:
+    """An end user's counter, by the subject their verified token names."""
+    return USER_PREFIX + subject
+
+
+class CountedSubjects:
+    """The subjects whose spending is kept: the named ones, and every end user when the pod
+    budgets end users (their subjects are known only as their requests come)."""
+
+    __slots__ = ("_names", "_users")
+
+    def __init__(self, names: Iterable[str], users: bool = False) -> None:
+        self._names = frozenset(names)
+        self._users = users
+
+    def __contains__(self, subject: object) -> bool:
+        return subject in self._names or (
+            self._users and isinstance(subject, str) and subject.startswith(USER_PREFIX)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,13 +177,13 @@ class LocalCounters:
     def __init__(
         self,
         state_dir: Path,
-        token_subjects: Sequence[str] = (),
-        usd_subjects: Sequence[str] = (),
+        token_subjects: Container[str] = (),
+        usd_subjects: Container[str] = (),
         today: Callable[[], str] = utc_day,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``token_subjects``, ``usd_subjects``: the subjects whose spending of each is kept."""
-        self._spent = SpentToday(state_dir, set(token_subjects), set(usd_subjects), today)
+        self._spent = SpentToday(state_dir, token_subjects, usd_subjects, today)
         self._held: Counter[str] = Counter()
         self._held_usd: dict[str, float] = {}
         self.rates = RateBuckets(clock)

@@ -43,6 +43,7 @@ from ..observability.metrics import Metrics
 from .budgets import utc_day
 from .counters import (
     GROUP_PREFIX,
+    USER_PREFIX,
     Claim,
     Hold,
     LocalCounters,
@@ -232,9 +233,12 @@ def _pool(url: str, timeout_s: float) -> ConnectionPool:
 
 
 def subject_key(pod: str, subject: str) -> str:
-    """A group is one across pods; an agent is its pod's (replicas of a pod share it)."""
+    """A group is one across pods, and so is an end user (pods that share a store share their
+    identity provider); an agent is its pod's (replicas of a pod share it)."""
     if subject.startswith(GROUP_PREFIX):
         return "group/" + subject.removeprefix(GROUP_PREFIX)
+    if subject.startswith(USER_PREFIX):
+        return "user/" + subject.removeprefix(USER_PREFIX)
     return f"pod/{pod}/agent/{subject}"
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from clawpod.sidecar.governance.budgets import TokenBudgets
-from clawpod.sidecar.manifest import BudgetGroup, Governance, Rate
+from clawpod.sidecar.manifest import BudgetGroup, EndUserLimits, Governance, Rate
+from clawpod.sidecar.model.end_user import EndUser
 from clawpod.sidecar.state.counters import Claim, Counters, LocalCounters
 from clawpod.sidecar.state.shared_counters import (
     SharedCounters,
@@ -187,3 +188,50 @@ async def test_a_spend_written_again_counts_once(
     for _ in range(3):
         await counters._scripts["spend"](keys=keys, args=args)
     assert (await counters.spent(["a"]))["a"] == (100, 0.0)
+
+
+def _end_user(subject: str) -> EndUser:
+    return EndUser(subject=subject, issuer="https://idp.test", expires_at=0.0, token="t" * 40)
+
+
+async def test_an_end_users_budget_is_spent_by_any_agent_and_survives_a_restart(
+    tmp_path: Path, budgets_at
+) -> None:  # type: ignore[no-untyped-def]
+    """SPEC §21: per-end-user budgets beside the agents' own, in either store."""
+    day = ["2026-11-25"]
+    users = Governance(end_user_limits=EndUserLimits(tokens_per_day=100, usd_per_day=1.0))
+    budgets = budgets_at(tmp_path, day, users)
+    alice, bob = _end_user("alice"), _end_user("bob")
+    assert budgets.governed == set()  # no agent budget: only requests for an end user count
+    assert budgets.applies("a", alice) and not budgets.applies("a", None)
+    await budgets.spend("a", 60, 0.0, alice)
+    await budgets.spend("b", 40, 0.0, alice)
+    assert await budgets.admit("b", 1, 0.0, alice) is None
+    assert await budgets.admit("a", 1, 0.0, bob)  # another end user's day is their own
+    restarted = budgets_at(tmp_path, day, users)
+    assert await restarted.admit("a", 1, 0.0, alice) is None
+    await restarted.spend("a", 1, 1.5, bob)
+    assert await restarted.admit("a", 1, 0.0, bob) is None  # $1.50 of $1
+    day[0] = "2026-11-26"
+    assert await restarted.admit("a", 1, 0.0, alice)
+
+
+@pytest.mark.redis
+async def test_an_end_users_budget_is_shared_across_pods(
+    tmp_path: Path, redis_server: RedisServer, shared_counters: list[SharedCounters]
+) -> None:
+    users = Governance(end_user_limits=EndUserLimits(tokens_per_day=100))
+    pods = []
+    for pod in ("north", "south"):
+        counters = SharedCounters(
+            connect(redis_server.url),
+            pod=pod,
+            on_unreachable="fail-closed",
+            local=LocalCounters(tmp_path / pod),
+        )
+        shared_counters.append(counters)
+        pods.append(TokenBudgets(users, ["a"], tmp_path / pod, counters=counters))
+    north, south = pods
+    await north.spend("a", 100, 0.0, _end_user("carol"))
+    assert await south.admit("a", 1, 0.0, _end_user("carol")) is None
+    assert await south.admit("a", 1, 0.0, _end_user("dave"))

@@ -4,11 +4,6 @@ context reaches the tool service, and the trace id in the audit record."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from clawpod.sidecar.observability import tracing
@@ -18,16 +13,6 @@ from tests.support.upstream import Reply
 
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.use_provider(provider)
-    yield exporter
-    tracing.use_provider(None)
 
 
 async def test_a_mediated_request_is_one_trace_from_client_to_tool(

@@ -6,8 +6,12 @@ import os
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from clawpod.sidecar.audit.log import AUDIT_KEY_ENV
+from clawpod.sidecar.observability import tracing
 from tests.support import secret_sweep
 from tests.support.services import ToolService
 from tests.support.sidecar import TEST_AUDIT_KEY
@@ -40,3 +44,14 @@ async def upstream() -> AsyncIterator[StubUpstream]:
     """A local stand-in for the OpenAI and Anthropic APIs."""
     async with StubUpstream() as stub:
         yield stub
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """Tracing on for the test, every finished span kept in memory."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.use_provider(provider)
+    yield exporter
+    tracing.use_provider(None)
