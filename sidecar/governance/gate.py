@@ -176,13 +176,16 @@ class GovernedExecutor(ToolRunner):
         before_send: Callable[[], Awaitable[None]] | None = None,
         client: ClientApproval | None = None,
         shielded: bool = False,
+        on_hold: Callable[[str], None] | None = None,
     ) -> ToolOutcome:
         """``taint``: the untrusted results that entered the calling request (mediated mode);
         ``deadline`` (``time.monotonic()``): the caller's budget, which an approval's wait
         never outlives; ``before_send``: awaited once the call is cleared to go, right before
         it is sent (the mediated journal records it there, after any approval); ``client``:
         given when the caller's client can answer approvals itself (SPEC §16); ``shielded``:
-        the caller runs in a task nobody cancels (see :meth:`ToolExecutor.execute`)."""
+        the caller runs in a task nobody cancels (see :meth:`ToolExecutor.execute`);
+        ``on_hold``: told the approval's id when the call starts waiting for an operator (an
+        MCP task shows it, SPEC §22)."""
         tool = call.tool
         if id(tool) not in self._granted.get(agent_id, ()):
             return refused("policy_denied", f"{tool.presented} is not granted to this agent")
@@ -217,7 +220,7 @@ class GovernedExecutor(ToolRunner):
             if refusal is None and asks is not None:
                 refusal = await self.client_approvals.settle(agent_id, call, asks, decision)
             elif refusal is None:
-                refusal = await self._approved(agent_id, call, decision, reason, deadline)
+                refusal = await self._approved(agent_id, call, decision, reason, deadline, on_hold)
             if refusal is not None:
                 return refusal
         # Quarantined tools are left out when tools are offered (the engine refuses a call of
@@ -268,6 +271,7 @@ class GovernedExecutor(ToolRunner):
         held_by: RuleDecision,
         reason: str | None,
         deadline: float | None,
+        on_hold: Callable[[str], None] | None = None,
     ) -> ToolOutcome | None:
         """None once an operator approved this exact call; else the refusal the model sees.
         ``reason``: why a new approval is asked for (``tainted``), shown while it is pending."""
@@ -289,6 +293,8 @@ class GovernedExecutor(ToolRunner):
             self._metrics.approvals.labels(event="created").inc()
             if self.webhook is not None:
                 self._tasks.spawn(self._notify(self.webhook, approval))
+        if on_hold is not None:
+            on_hold(approval.id)
         try:
             wait_s = None if deadline is None else max(0.0, deadline - time.monotonic())
             final = await asyncio.wait_for(self.waits.wait(approval.id), wait_s)
