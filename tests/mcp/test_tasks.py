@@ -224,3 +224,33 @@ async def test_no_list_and_no_result_method_in_the_extension(desk: Desk) -> None
             with pytest.raises(MCPError) as refused:
                 await client.session.send_request(request, types.Result)
             assert refused.value.error.code == types.METHOD_NOT_FOUND
+
+
+# -- restarts --------------------------------------------------------------------------------
+
+
+async def test_a_restart_keeps_a_task_waiting_for_its_approval(desk: Desk) -> None:
+    async with trader(desk) as client:
+        task = await start_task(client, "desk_execute_trade", TRADE)
+        [pending] = await desk.pending()
+    await desk.restart()
+    async with trader(desk) as client:
+        held = await poll(client, task.task_id)
+        assert held.status == "working" and pending["id"] in (held.status_message or "")
+        await desk.operator("POST", f"/operator/approvals/{pending['id']}", decision="approve")
+        await poll_until(client, task.task_id, "completed")
+        result = await task_result(client, task.task_id)
+    assert result.is_error is False
+    assert [(r.method, r.path) for r in desk.service.requests] == [("POST", "/trades")]
+
+
+async def test_a_restart_keeps_finished_tasks_and_their_results(desk: Desk) -> None:
+    desk.service.reply("/quotes/A", json={"price": 3})
+    async with trader(desk) as client:
+        task = await start_task(client, "desk_get_quote", {"symbol": "A"})
+        await poll_until(client, task.task_id, "completed")
+    await desk.restart()
+    async with trader(desk) as client:
+        result = await task_result(client, task.task_id)
+    assert result.structured_content["data"] == {"price": 3}
+    assert len(desk.service.requests) == 1
