@@ -40,7 +40,8 @@ RELATED_TASK = "io.modelcontextprotocol/related-task"
 ID_PREFIX = "tsk_"
 MAX_ID_LENGTH = 64  # ours are 36 characters: anything longer is not one
 POLL_INTERVAL_MS = 1000
-PAGE_SIZE = 50  # tasks/list: one page, whatever the client asks
+PAGE_SIZE = 50
+PRUNE_EVERY = 256  # tasks/list: one page, whatever the client asks
 
 DEFAULT_MAX_TASKS = 1000
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
@@ -120,6 +121,7 @@ class NativeTasks:
         self._by_agent: dict[str, OrderedDict[str, NativeTask]] = {}
         self._bytes: dict[str, int] = {}
         self.stopping = False
+        self._forgotten = 0  # since the journal's segments were last pruned
 
     # -- counts (metrics, console) ----------------------------------------------------------
 
@@ -335,6 +337,10 @@ class NativeTasks:
             return
         self._bytes[task.agent] = max(0, self._bytes.get(task.agent, 0) - task.size)
         self.journal.drop(task.agent, task.id)
+        self._forgotten += 1
+        if self._forgotten >= PRUNE_EVERY:  # segments only forgotten tasks held go from disk
+            self._forgotten = 0
+            self._shielded.spawn(self.journal.prune())
 
     # -- restart ------------------------------------------------------------------------------
 
