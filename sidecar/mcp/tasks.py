@@ -164,7 +164,9 @@ class NativeTasks:
         self._make_room(agent, task.size)
         try:
             await self.journal.write(agent, task.id, self._created_record(task))
-        except OSError as exc:
+            # Again: other tasks of the agent were made while this one's record was synced.
+            self._make_room(agent, task.size)
+        except (OSError, TaskRefused) as exc:
             self.journal.drop(agent, task.id)
             raise TaskRefused(f"the task could not be recorded: {exc}") from None
         self._admit(task)

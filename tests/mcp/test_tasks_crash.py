@@ -42,9 +42,11 @@ async def test_a_call_sent_before_a_crash_is_never_sent_again(
                 await asyncio.sleep(0.02)
         running.process.send_signal(signal.SIGKILL)
         await running.process.wait()
-    async with sidecar_process(tmp_path / "build", state, env) as running:
-        async with mcp_client(running.url + "/mcp", tokens["trader"]) as client:
-            after = await poll(client, task.task_id)
+    async with (
+        sidecar_process(tmp_path / "build", state, env) as running,
+        mcp_client(running.url + "/mcp", tokens["trader"]) as client,
+    ):
+        after = await poll(client, task.task_id)
     assert after.status == "failed" and "outcome unknown" in (after.status_message or "")
     while service.completed < 1:  # the one call the service got ends
         await asyncio.sleep(0.05)
