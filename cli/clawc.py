@@ -200,6 +200,20 @@ def _parser() -> argparse.ArgumentParser:
     audit.add_argument("--agent", metavar="ID", help="show: only this agent")
     audit.add_argument("--limit", type=int, metavar="N", help="show: only the last N records")
     _add_approvals(commands)
+    tasks = commands.add_parser(
+        "tasks",
+        help="the MCP tasks not finished in running sidecars (SPEC §22)",
+        epilog="examples:\n  clawc tasks --sidecar http://localhost:9090\n"
+        f"the operator token is read from {OPERATOR_TOKEN_ENV}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    tasks.add_argument(
+        "--sidecar",
+        required=True,
+        action="append",
+        metavar="URL",
+        help="a sidecar's operator listener; repeat for many pods (one list)",
+    )
     budgets = commands.add_parser(
         "budgets",
         help="the fleet's budgets as the shared store of limits counts them (SPEC §24)",
@@ -414,6 +428,12 @@ def _audit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return show_command(args.state_dir, out, agent=args.agent, limit=args.limit)
 
 
+def _tasks(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .running_tasks import tasks_command
+
+    return tasks_command(args.sidecar, out, err)
+
+
 def _approvals(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from .approvals import approvals_command
 
@@ -435,6 +455,7 @@ _COMMANDS = {
     "schema": _schema,
     "audit": _audit,
     "approvals": _approvals,
+    "tasks": _tasks,
     "budgets": _budgets,
 }
 

@@ -128,6 +128,22 @@ class NativeTasks:
     def running(self) -> list[NativeTask]:
         return [t for tasks in self._by_agent.values() for t in tasks.values() if not t.terminal]
 
+    def overview(self) -> list[dict[str, Any]]:
+        """The tasks not finished, oldest first, as an operator reads them (no arguments)."""
+        running = sorted(self.running(), key=lambda task: task.created)
+        return [
+            {
+                "id": task.id,
+                "agent": task.agent,
+                "tool": task.name,
+                "status": task.status,
+                "message": task.message,
+                "created": task.created,
+                "sent": task.sent,
+            }
+            for task in running
+        ]
+
     def kept(self, agent: str) -> int:
         return len(self._by_agent.get(agent, ()))
 

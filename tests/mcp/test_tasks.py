@@ -7,17 +7,21 @@ tool service sees it once."""
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import aiohttp
 import mcp_types as types
 import pytest
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from tests.execution.test_governance import TRADE, Desk, desk
+from clawpod.cli.clawc import main as clawc
+from tests.execution.test_governance import OPERATOR_TOKEN, TRADE, Desk, desk
+from tests.operators.console_client import ConsoleClient
 from tests.support.mcp_tasks_client import Tasks, get_task
 from tests.support.sidecar import audit_records
 
@@ -254,3 +258,37 @@ async def test_a_restart_keeps_finished_tasks_and_their_results(desk: Desk) -> N
         result = await task_result(client, task.task_id)
     assert result.structured_content["data"] == {"price": 3}
     assert len(desk.service.requests) == 1
+
+
+# -- operators -------------------------------------------------------------------------------
+
+
+async def test_operators_see_running_tasks_in_clawc_the_console_and_metrics(
+    desk: Desk, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CLAW_OPERATOR_TOKEN", OPERATOR_TOKEN)
+    async with trader(desk) as client:
+        task = await start_task(client, "desk_execute_trade", TRADE)
+        [pending] = await desk.pending()
+        out, err = io.StringIO(), io.StringIO()
+        code = await asyncio.to_thread(
+            clawc, ["tasks", "--sidecar", desk.sidecar.admin_url], out, err
+        )
+        assert code == 0, err.getvalue()
+        [row] = out.getvalue().splitlines()
+        assert task.task_id in row and "working" in row and "desk_execute_trade" in row
+        assert pending["id"] in row and "not sent" in row
+        async with ConsoleClient(desk.sidecar.admin_url) as console:
+            await console.sign_in(OPERATOR_TOKEN)
+            status, page, _ = await console.get("/console/health")
+        assert status == 200 and task.task_id in page
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(desk.sidecar.admin_url + "/metrics") as response,
+        ):
+            metrics = await response.text()
+        assert "claw_mcp_tasks_running 1.0" in metrics
+        assert 'claw_mcp_tasks_total{event="created"} 1.0' in metrics
+        await cancel(client, task.task_id)
+    code = await asyncio.to_thread(clawc, ["tasks", "--sidecar", desk.sidecar.admin_url], out, err)
+    assert out.getvalue().endswith("no running tasks\n")
