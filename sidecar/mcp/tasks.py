@@ -309,7 +309,8 @@ class NativeTasks:
 
     def update(self, task: NativeTask, responses: Any) -> None:
         """The client's answers to the task's questions (2026-07-28); others are ignored."""
-        if isinstance(responses, dict) and task.input_requests:
+        if isinstance(responses, dict) and task.input_requests and task.answers.empty():
+            # One answer waits at a time: a client repeating tasks/update queues nothing more.
             answered = {k: v for k, v in responses.items() if k in task.input_requests}
             if answered:
                 task.answers.put_nowait(answered)
