@@ -203,6 +203,20 @@ def _parser() -> argparse.ArgumentParser:
         "--end-user", metavar="SUBJECT", help="show: only the requests for this end user"
     )
     _add_approvals(commands)
+    tasks = commands.add_parser(
+        "tasks",
+        help="the MCP tasks not finished in running sidecars (SPEC §22)",
+        epilog="examples:\n  clawc tasks --sidecar http://localhost:9090\n"
+        f"the operator token is read from {OPERATOR_TOKEN_ENV}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    tasks.add_argument(
+        "--sidecar",
+        required=True,
+        action="append",
+        metavar="URL",
+        help="a sidecar's operator listener; repeat for many pods (one list)",
+    )
     budgets = commands.add_parser(
         "budgets",
         help="the fleet's budgets as the shared store of limits counts them (SPEC §24)",
@@ -421,6 +435,12 @@ def _audit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     )
 
 
+def _tasks(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .running_tasks import tasks_command
+
+    return tasks_command(args.sidecar, out, err)
+
+
 def _approvals(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from .approvals import approvals_command
 
@@ -442,6 +462,7 @@ _COMMANDS = {
     "schema": _schema,
     "audit": _audit,
     "approvals": _approvals,
+    "tasks": _tasks,
     "budgets": _budgets,
 }
 

@@ -233,6 +233,11 @@ class ManagedTool(_Model):
         default=None,
         description="true: its results are open-world content that taints a request (SPEC §17)",
     )
+    long_running: bool | None = Field(
+        default=None,
+        description="true: its calls may outlive the tool timeout; a mediated round with one "
+        "waits up to the request's tool budget (SPEC §22)",
+    )
     effect: Effect = Field(
         description="what running it does, from its annotations (MCP's defaults)"
     )

@@ -145,6 +145,7 @@ def _tool_entry(service: ToolService, tool: CompiledTool) -> _ToolEntry:
         ),
         pin=tool.pin,
         untrusted_output=tool.untrusted_output or None,
+        long_running=tool.long_running or None,
     )
     data = model.model_dump(mode="json", by_alias=True, exclude_none=True)
     data["presented"] = _PRESENTED

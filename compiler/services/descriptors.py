@@ -136,6 +136,12 @@ class ToolClaw(_Spec):
         alias="untrusted-output",
         description="its results carry open-world content (SPEC §17), as openWorldHint: true",
     )
+    long_running: StrictBool = Field(
+        default=False,
+        alias="long-running",
+        description="its calls may outlive the tool timeout: a mediated round with one waits "
+        "up to the request's tool budget, and an MCP service may run it as a task (SPEC §22)",
+    )
 
 
 class ToolSpec(_Spec):
@@ -193,6 +199,7 @@ class CompiledTool:
     headers: dict[str, str] | None = None
     ttl_ms: int | None = None
     untrusted_output: bool = False
+    long_running: bool = False
 
 
 @dataclass
@@ -279,6 +286,7 @@ def _compile_tool(
         annotations=annotations,
         pin=pin,
         untrusted_output=spec.untrusted_output,
+        long_running=spec.x_claw.long_running,
     )
     http = spec.http
     if http is None:

@@ -121,6 +121,8 @@ class _Connection:
         from mcp import Client
         from mcp.client.streamable_http import streamable_http_client
 
+        from .mcp_tasks import BackendTasks
+
         headers = dict([self.key.credential]) if self.key.credential else {}
         auth = None
         if self.bearer is not None:
@@ -143,7 +145,11 @@ class _Connection:
         try:
             async with (
                 http,
-                Client(streamable_http_client(self.key.endpoint, http_client=http)) as client,
+                Client(
+                    streamable_http_client(self.key.endpoint, http_client=http),
+                    # Calls a service runs as tasks are polled here (SPEC §22).
+                    extensions=[BackendTasks()],
+                ) as client,
             ):
                 self.ready.set_result(client)
                 await self.closing.wait()
@@ -242,6 +248,8 @@ class McpBackends:
     ) -> ToolOutcome:
         from mcp.shared.exceptions import MCPError
 
+        from .mcp_tasks import BackendTaskFailed
+
         execution = tool.execution
         key = self.key_for(execution, tool, end_user)
         bearer = None
@@ -270,6 +278,8 @@ class McpBackends:
                 message = f"the service's result is larger than {bound.limit} bytes: not read"
                 return failed("result_too_large", message, True, started)
             return _protocol_error(exc, started)
+        except BackendTaskFailed as exc:
+            return failed("mcp_error", str(exc), True, started)
         except Exception as exc:  # transport failures surface as the client library's own types
             await self.forget(key)
             message = f"the MCP exchange with the service failed ({type(exc).__name__})"

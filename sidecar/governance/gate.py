@@ -178,6 +178,7 @@ class GovernedExecutor(ToolRunner):
         client: ClientApproval | None = None,
         shielded: bool = False,
         end_user: EndUser | None = None,
+        on_hold: Callable[[str], None] | None = None,
     ) -> ToolOutcome:
         """``taint``: the untrusted results that entered the calling request (mediated mode);
         ``deadline`` (``time.monotonic()``): the caller's budget, which an approval's wait
@@ -185,7 +186,9 @@ class GovernedExecutor(ToolRunner):
         it is sent (the mediated journal records it there, after any approval); ``client``:
         given when the caller's client can answer approvals itself (SPEC §16); ``shielded``:
         the caller runs in a task nobody cancels (see :meth:`ToolExecutor.execute`);
-        ``end_user``: the verified person the agent works for (SPEC §21), for the backends."""
+        ``end_user``: the verified person the agent works for (SPEC §21), for the backends;
+        ``on_hold``: told the approval's id when the call starts waiting for an operator (an
+        MCP task shows it, SPEC §22)."""
         tool = call.tool
         if id(tool) not in self._granted.get(agent_id, ()):
             return refused("policy_denied", f"{tool.presented} is not granted to this agent")
@@ -220,7 +223,9 @@ class GovernedExecutor(ToolRunner):
             if refusal is None and asks is not None:
                 refusal = await self.client_approvals.settle(agent_id, call, asks, decision)
             elif refusal is None:
-                refusal = await self._approved(agent_id, call, decision, reason, deadline, end_user)
+                refusal = await self._approved(
+                    agent_id, call, decision, reason, deadline, end_user, on_hold
+                )
             if refusal is not None:
                 return refusal
         # Quarantined tools are left out when tools are offered (the engine refuses a call of
@@ -274,6 +279,7 @@ class GovernedExecutor(ToolRunner):
         reason: str | None,
         deadline: float | None,
         end_user: EndUser | None,
+        on_hold: Callable[[str], None] | None = None,
     ) -> ToolOutcome | None:
         """None once an operator approved this exact call for this end user; else the refusal
         the model sees. ``reason``: why a new approval is asked for (``tainted``), shown while
@@ -300,6 +306,8 @@ class GovernedExecutor(ToolRunner):
             self._metrics.approvals.labels(event="created").inc()
             if self.webhook is not None:
                 self._tasks.spawn(self._notify(self.webhook, approval))
+        if on_hold is not None:
+            on_hold(approval.id)
         try:
             wait_s = None if deadline is None else max(0.0, deadline - time.monotonic())
             final = await asyncio.wait_for(self.waits.wait(approval.id), wait_s)

@@ -123,6 +123,9 @@ class ApprovalChannel:
     stateless: bool
     session_id: str | None = None
     send: Send | None = None
+    ask: Callable[[str, dict[str, Any]], Awaitable[Any]] | None = None
+    """A task's own way to ask (SPEC §22): the question waits in the task, ``input_required``,
+    for the client's ``tasks/update`` (the approval's id, the question; the answer)."""
 
 
 @dataclass(slots=True)
@@ -173,7 +176,13 @@ class Elicitations:
         if asked is None:
             return outcome
         question = elicitation_params(tool, params.arguments or {})
-        result = await self.ask(channel, question, timeout_s)
+        if channel.ask is not None:
+            try:
+                result = await asyncio.wait_for(channel.ask(asked, question), timeout_s)
+            except TimeoutError:
+                result = None
+        else:
+            result = await self.ask(channel, question, timeout_s)
         if result is None:
             return unanswered(asked)
         return await execute(ClientApproval(None, answer_of(asked, result)))

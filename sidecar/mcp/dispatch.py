@@ -13,9 +13,10 @@ limits, and each one is audited.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,10 +37,12 @@ from .protocol import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     METHOD_NOT_FOUND,
+    TASKS_SINCE,
     CallToolParams,
     JsonRpcError,
     ListToolsParams,
     Message,
+    TaskParams,
     error_response,
     instructions,
     parse_params,
@@ -53,6 +56,15 @@ from .stateless import (
     discover_result,
     tools_list_result,
 )
+from .tasks import (
+    NativeTask,
+    NativeTasks,
+    TaskHooks,
+    TaskRefused,
+    related,
+    task_2025,
+    task_2026,
+)
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +72,7 @@ ROUTE = "/mcp"
 # The metric label of a call naming no tool of the agent: names clients choose never become
 # label values.
 UNKNOWN_TOOL_LABEL = "(unknown)"
+TASK_SUPPORT = {"taskSupport": "optional"}
 
 # Per agent (and per set of tools offered), built once: the build it came from, presented name ->
 # tool, the tools/list payload.
@@ -79,6 +92,8 @@ class McpRequest:
     """How its client answers an approval, if it can (SPEC §16, ``mcp/client_approvals.py``)."""
     end_user: EndUser | None = None
     """The verified end user the request is for (SPEC §21)."""
+    tasks: bool = False
+    """Its client takes a task for an answer (2026-07-28: the tasks extension, SEP-2663)."""
 
 
 # A method's handler: the request's ``result`` object; raises JsonRpcError to answer an error.
@@ -92,9 +107,13 @@ class McpDispatch:
         audit: AuditLog,
         metrics: Metrics,
         tasks: ShieldedTasks,
+        native_tasks: NativeTasks,
+        agents: Mapping[str, AgentBuild],
         pod: str = "",
     ) -> None:
         self._pod = pod  # part of every Idempotency-Key, as in mediated mode
+        self.native_tasks = native_tasks
+        self._agents = agents  # whose tasks a restart resumes
         self._executor = executor
         self._audit = audit
         self._metrics = metrics
@@ -126,10 +145,13 @@ class McpDispatch:
         messages: list[Message],
         approvals: ApprovalChannel | None = None,
         end_user: EndUser | None = None,
+        tasks: bool = False,
     ) -> list[dict[str, Any]]:
         """A batch's answers (sent in a stream), in order. As in mediated mode (§4.2.9), its
         calls run at once only when every one is read-only; otherwise one by one, in order."""
-        requests = [McpRequest(agent, version, m, True, approvals, end_user) for m in messages]
+        requests = [
+            McpRequest(agent, version, m, True, approvals, end_user, tasks) for m in messages
+        ]
         if self._all_read_only(agent, messages):
             return list(await asyncio.gather(*map(self.answer, requests)))
         return [await self.answer(request) for request in requests]
@@ -140,10 +162,18 @@ class McpDispatch:
         return {}
 
     async def list_tools(self, request: McpRequest) -> dict[str, Any]:
-        return {"tools": self._listing(request)}
+        tools = self._listing(request)
+        if request.version >= TASKS_SINCE:  # each may be called as a task (SPEC §22)
+            tools = [{**tool, "execution": TASK_SUPPORT} for tool in tools]
+        return {"tools": tools}
 
     async def call_tool(self, request: McpRequest) -> dict[str, Any]:
         params = parse_params(CallToolParams, request.message)
+        asked = (params.model_extra or {}).get("task")
+        if request.version >= TASKS_SINCE and isinstance(asked, dict):
+            ttl = asked.get("ttl")
+            ttl_ms = ttl if isinstance(ttl, int) and not isinstance(ttl, bool) else None
+            return {"task": task_2025(await self._start_task(request, params, ttl_ms))}
         return tool_result(await self._call(request, params), request.version)
 
     # -- handlers of the stateless era: every result says it is complete --------------------------
@@ -161,12 +191,140 @@ class McpDispatch:
 
     async def call_tool_stateless(self, request: McpRequest) -> dict[str, Any]:
         params = parse_params(CallToolParams, request.message)
+        if request.tasks:  # the server decides (SEP-2663): every call of such a client
+            task = await self._start_task(request, params, None)
+            return {**task_2026(task, detailed=False), "resultType": "task"}
         outcome = await self._call(request, params)
         asked = requested_approval(outcome)
         if asked is not None:  # the client retries with its user's answer (SPEC §16)
             tool = self._tools_of(request.agent)[1][params.name]
             return input_required(asked, tool, params.arguments or {})
         return complete(tool_result(outcome, request.version))
+
+    # -- tasks (SPEC §22): the 2025-11-25 methods, then SEP-2663's -----------------------------
+
+    async def get_task(self, request: McpRequest) -> dict[str, Any]:
+        return task_2025(self._task(request))
+
+    async def task_result(self, request: McpRequest) -> dict[str, Any]:
+        """Waits until the task ends (the endpoint streams keep-alives meanwhile)."""
+        task = self._task(request)
+        await task.done.wait()
+        if task.status == "completed" and task.result is not None:
+            return {**task.result, "_meta": related(task)}
+        if task.status == "failed" and task.error is not None:
+            raise JsonRpcError(task.error.get("code", INTERNAL_ERROR), task.error["message"])
+        raise JsonRpcError(INVALID_PARAMS, f"Task {task.id} was cancelled: it has no result")
+
+    async def cancel_task(self, request: McpRequest) -> dict[str, Any]:
+        task = self._task(request)
+        if task.terminal:
+            raise JsonRpcError(INVALID_PARAMS, f"Cannot cancel task: it is already {task.status}")
+        await self.native_tasks.cancel(task)
+        self._metrics.tasks.labels(event="cancelled").inc()
+        return task_2025(task)
+
+    async def list_tasks(self, request: McpRequest) -> dict[str, Any]:
+        cursor = parse_params(ListToolsParams, request.message).cursor
+        try:
+            tasks, after = self.native_tasks.page(request.agent.agent.id, cursor)
+        except ValueError:
+            raise JsonRpcError(INVALID_PARAMS, "Invalid params: unknown cursor") from None
+        listing: dict[str, Any] = {"tasks": [task_2025(task) for task in tasks]}
+        if after is not None:
+            listing["nextCursor"] = after
+        return listing
+
+    async def get_task_stateless(self, request: McpRequest) -> dict[str, Any]:
+        return complete(task_2026(self._task(request), detailed=True))
+
+    async def update_task(self, request: McpRequest) -> dict[str, Any]:
+        """Acknowledged whatever the id (SEP-2663); answers only the agent's own task."""
+        task = self._task(request, strict=False)
+        if task is not None:
+            params = request.message.params if isinstance(request.message.params, dict) else {}
+            self.native_tasks.update(task, params.get("inputResponses"))
+        return complete({})
+
+    async def cancel_task_stateless(self, request: McpRequest) -> dict[str, Any]:
+        task = self._task(request, strict=False)
+        if task is not None and not task.terminal:
+            await self.native_tasks.cancel(task)
+            self._metrics.tasks.labels(event="cancelled").inc()
+        return complete({})
+
+    def _task(self, request: McpRequest, *, strict: bool = True) -> Any:
+        """The agent's own task the request names; another agent's is as unknown as a made-up
+        id (the same answer, no oracle)."""
+        task_id = parse_params(TaskParams, request.message).task_id
+        task = self.native_tasks.get(request.agent.agent.id, task_id)
+        if task is None and strict:
+            raise JsonRpcError(INVALID_PARAMS, "Failed to retrieve task: Task not found or expired")
+        return task
+
+    async def _start_task(
+        self, request: McpRequest, params: CallToolParams, ttl_ms: int | None
+    ) -> NativeTask:
+        """Make the task (durable first), then run its call in the sidecar: the same governed
+        call, approvals and audit record as any call."""
+        tool = await self._tool(request, params)
+        try:
+            task = await self.native_tasks.create(
+                request.agent.agent.id,
+                request.version,
+                request.message.id,
+                params.name,
+                params.arguments or {},
+                ttl_ms,
+            )
+        except TaskRefused as exc:
+            raise JsonRpcError(INTERNAL_ERROR, f"Task not created: {exc}") from None
+        self._metrics.tasks.labels(event="created").inc()
+        self._launch(task, request, params, tool)
+        return task
+
+    def _launch(
+        self, task: NativeTask, request: McpRequest, params: CallToolParams, tool: ManagedTool
+    ) -> None:
+        stateless = request.version in STATELESS_VERSIONS
+        hooks = self.native_tasks.hooks(task, stateless)
+        # A 2026 client that can elicit answers a client approval with tasks/update; a 2025
+        # task has no stream to be asked on: the operator decides.
+        approvals = None
+        if stateless and request.approvals is not None:
+            approvals = ApprovalChannel(stateless=False, ask=hooks.ask)
+        running = dataclasses.replace(request, approvals=approvals, tasks=False)
+        self.native_tasks.start(task, self._task_work(running, params, tool, task, hooks))
+
+    async def _task_work(
+        self,
+        request: McpRequest,
+        params: CallToolParams,
+        tool: ManagedTool,
+        task: NativeTask,
+        hooks: TaskHooks,
+    ) -> dict[str, Any] | None:
+        outcome = await self._run(request, params, tool, hooks)
+        if self.native_tasks.stopping and not task.sent:
+            return None  # its approval wait ended with the sidecar: the restart resumes it
+        self._metrics.tasks.labels(event="finished").inc()
+        return tool_result(outcome, request.version)
+
+    def resume(self, tasks: list[NativeTask]) -> None:
+        """Run again, after a restart, the tasks whose calls were never sent (they waited for
+        an approval, which the approval store kept)."""
+        for task in tasks:
+            agent = self._agents.get(task.agent)
+            tool = self._tools_of(agent)[1].get(task.name) if agent is not None else None
+            if agent is None or tool is None:
+                self._tasks.spawn(
+                    self.native_tasks.fail(task, "its tool is no longer granted: not called")
+                )
+                continue
+            params = CallToolParams(name=task.name, arguments=task.arguments)
+            message = Message("request", task.request_id, "tools/call", params.model_dump())
+            request = McpRequest(agent, task.version, message, stream=False)
+            self._launch(task, request, params, tool)
 
     # -- the tools -------------------------------------------------------------------------------
 
@@ -202,17 +360,25 @@ class McpDispatch:
     # -- tools/call ------------------------------------------------------------------------------
 
     async def _call(self, request: McpRequest, params: CallToolParams) -> ToolOutcome:
+        tool = await self._tool(request, params)
+        # The call and its audit record run as one task: a client that goes away does not
+        # cancel a call already sent, and the record is still written.
+        return await self._tasks.run(self._run(request, params, tool))
+
+    async def _tool(self, request: McpRequest, params: CallToolParams) -> ManagedTool:
         tool = self._tools_of(request.agent)[1].get(params.name)
         if tool is None:
             # Never executed: not a tool of THIS agent (another agent's, ungranted or made up).
             await self._audit_call(request, params, None, _unknown(params.name))
             raise JsonRpcError(INVALID_PARAMS, f"Unknown tool: {params.name}")
-        # The call and its audit record run as one task: a client that goes away does not
-        # cancel a call already sent, and the record is still written.
-        return await self._tasks.run(self._run(request, params, tool))
+        return tool
 
     async def _run(
-        self, request: McpRequest, params: CallToolParams, tool: ManagedTool
+        self,
+        request: McpRequest,
+        params: CallToolParams,
+        tool: ManagedTool,
+        hooks: TaskHooks | None = None,
     ) -> ToolOutcome:
         agent = request.agent
         policy = agent.tools.policy
@@ -233,7 +399,13 @@ class McpDispatch:
             )
             outcome = await self.elicitations.run(
                 lambda client: self._executor.execute(
-                    agent.agent.id, checked, limits, client=client, end_user=request.end_user
+                    agent.agent.id,
+                    checked,
+                    limits,
+                    client=client,
+                    end_user=request.end_user,
+                    before_send=hooks.sending if hooks else None,
+                    on_hold=hooks.held if hooks else None,
                 ),
                 request.approvals,
                 tool,
@@ -282,12 +454,20 @@ SESSION_ERA: dict[str, Handler] = {
     "ping": McpDispatch.ping,
     "tools/list": McpDispatch.list_tools,
     "tools/call": McpDispatch.call_tool,
+    "tasks/get": McpDispatch.get_task,
+    "tasks/result": McpDispatch.task_result,
+    "tasks/cancel": McpDispatch.cancel_task,
+    "tasks/list": McpDispatch.list_tasks,
 }
+# SEP-2663: no tasks/result and no tasks/list ("Method not found").
 STATELESS_ERA: dict[str, Handler] = {
     "ping": McpDispatch.ping_stateless,
     "server/discover": McpDispatch.discover,
     "tools/list": McpDispatch.list_tools_stateless,
     "tools/call": McpDispatch.call_tool_stateless,
+    "tasks/get": McpDispatch.get_task_stateless,
+    "tasks/update": McpDispatch.update_task,
+    "tasks/cancel": McpDispatch.cancel_task_stateless,
 }
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -70,13 +70,17 @@ from .stateless import (
     ERROR_STATUS,
     Rejected,
     check_request,
+    declares_tasks,
     is_stateless,
 )
+from .tasks import NativeTasks
 
 SESSION_HEADER = "Mcp-Session-Id"
 VERSION_HEADER = "MCP-Protocol-Version"
 # Without the header, the transport spec says to assume this revision.
 DEFAULT_HEADER_VERSION = "2025-03-26"
+# Requests that may take long, answered as SSE with keep-alives where the client accepts it.
+LONG_METHODS = frozenset({"tools/call", "tasks/result"})
 
 
 class McpEndpoint:
@@ -87,6 +91,8 @@ class McpEndpoint:
         metrics: Metrics,
         keepalive_s: float,
         tasks: ShieldedTasks,
+        native_tasks: NativeTasks,
+        agents: Mapping[str, AgentBuild],
         allowed_hosts: Iterable[str] = DEFAULT_ALLOWED_HOSTS,
         pod: str = "",
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
@@ -96,7 +102,7 @@ class McpEndpoint:
         self._metrics = metrics
         self.sessions = SessionStore()
         self.keepalive_s = keepalive_s
-        self.dispatch = McpDispatch(executor, audit, metrics, tasks, pod)
+        self.dispatch = McpDispatch(executor, audit, metrics, tasks, native_tasks, agents, pod)
 
     async def handle(
         self, request: web.Request, agent: AgentBuild, end_user: EndUser | None = None
@@ -192,7 +198,7 @@ class McpEndpoint:
         if not requests:
             return web.Response(status=202)
         version = session.protocol_version
-        calls = any(m.method == "tools/call" for m in requests)
+        calls = any(m.method in LONG_METHODS for m in requests)
         if accepts_sse and (calls or not accepts_json):
             approvals = None
             if can_elicit(session.capabilities):
@@ -230,7 +236,10 @@ class McpEndpoint:
             meta = message.params.get("_meta") if isinstance(message.params, dict) else None
             capabilities = meta.get(CAPABILITIES_META_KEY) if isinstance(meta, dict) else None
             approvals = ApprovalChannel(stateless=True) if can_elicit(capabilities) else None
-            return await self._answer_sse(request, agent, version, [message], approvals, end_user)
+            tasks = declares_tasks(capabilities)
+            return await self._answer_sse(
+                request, agent, version, [message], approvals, end_user, tasks
+            )
         answer = await self._answer_one(agent, version, message, end_user)
         status = ERROR_STATUS.get(answer["error"]["code"], 200) if "error" in answer else 200
         return json_response(answer, status=status)
@@ -298,6 +307,7 @@ class McpEndpoint:
         requests: list[Message],
         approvals: ApprovalChannel | None,
         end_user: EndUser | None,
+        tasks: bool = False,
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": SSE, "Cache-Control": "no-cache"})
         await response.prepare(request)
@@ -313,7 +323,7 @@ class McpEndpoint:
 
         if approvals is not None and not approvals.stateless:
             approvals = dataclasses.replace(approvals, send=send)
-        work = self.dispatch.answer_all(agent, version, requests, approvals, end_user)
+        work = self.dispatch.answer_all(agent, version, requests, approvals, end_user, tasks)
         answers = await with_keepalives(work, keepalive, self.keepalive_s)
         if connected:
             for answer in answers:

@@ -23,6 +23,9 @@ LATEST_VERSION = SUPPORTED_VERSIONS[0]
 # Before this revision results had no structuredContent and JSON-RPC batches were allowed.
 STRUCTURED_CONTENT_SINCE = "2025-06-18"
 BATCHES_UNTIL = "2025-03-26"
+# Tasks (SPEC §22): the capability of this revision; 2026-07-28 made them an extension.
+TASKS_SINCE = "2025-11-25"
+TASKS_CAPABILITY = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
 MCP_ANNOTATIONS = ("title", "readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 
 SERVER_INFO = {"name": "clawpod-sidecar", "version": "0.1.0"}
@@ -126,6 +129,12 @@ class ListToolsParams(_Params):
     cursor: str | None = None
 
 
+class TaskParams(_Params):
+    """``tasks/get``, ``tasks/result``, ``tasks/cancel``, ``tasks/update``."""
+
+    task_id: str = Field(alias="taskId")
+
+
 def parse_params(model: type[ParamsT], message: Message) -> ParamsT:
     try:
         return model.model_validate(message.params or {})
@@ -145,9 +154,12 @@ def negotiate_version(requested: str) -> str:
 
 
 def initialize_result(version: str, agent: AgentBuild) -> dict[str, Any]:
+    capabilities: dict[str, Any] = {"tools": {"listChanged": False}}
+    if version >= TASKS_SINCE:
+        capabilities["tasks"] = TASKS_CAPABILITY
     return {
         "protocolVersion": version,
-        "capabilities": {"tools": {"listChanged": False}},
+        "capabilities": capabilities,
         "serverInfo": SERVER_INFO,
         "instructions": instructions(agent),
     }

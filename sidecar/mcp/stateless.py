@@ -34,7 +34,16 @@ VERSION_META_KEY = "io.modelcontextprotocol/protocolVersion"
 CAPABILITIES_META_KEY = "io.modelcontextprotocol/clientCapabilities"
 SERVER_INFO_META_KEY = "io.modelcontextprotocol/serverInfo"
 # The params field each name-bearing method mirrors in Mcp-Name.
-NAMED_PARAMS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+NAMED_PARAMS = {
+    "tools/call": "name",
+    "prompts/get": "name",
+    "resources/read": "uri",
+    # SEP-2663: task requests name their task, so a router can find the instance holding it.
+    "tasks/get": "taskId",
+    "tasks/update": "taskId",
+    "tasks/cancel": "taskId",
+}
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 
 HEADER_MISMATCH = -32020
 UNSUPPORTED_PROTOCOL_VERSION = -32022
@@ -151,7 +160,10 @@ def discover_result(instructions: str) -> dict[str, Any]:
     return complete(
         {
             "supportedVersions": list(STATELESS_VERSIONS),
-            "capabilities": {"tools": {"listChanged": False}},
+            "capabilities": {
+                "tools": {"listChanged": False},
+                "extensions": {TASKS_EXTENSION: {}},
+            },
             "instructions": instructions,
             "ttlMs": LISTING_TTL_MS,
             "cacheScope": "private",  # per agent: never shared across tokens
@@ -162,6 +174,12 @@ def discover_result(instructions: str) -> dict[str, Any]:
 
 def tools_list_result(tools: list[dict[str, Any]]) -> dict[str, Any]:
     return complete({"tools": tools, "ttlMs": LISTING_TTL_MS, "cacheScope": "private"})
+
+
+def declares_tasks(capabilities: Any) -> bool:
+    """The request's client takes a task for an answer (SEP-2663)."""
+    extensions = capabilities.get("extensions") if isinstance(capabilities, dict) else None
+    return isinstance(extensions, dict) and isinstance(extensions.get(TASKS_EXTENSION), dict)
 
 
 def complete(result: dict[str, Any]) -> dict[str, Any]:

@@ -92,6 +92,15 @@ class Metrics:
             ["event"],
             registry=r,
         )
+        self.tasks = Counter(
+            "claw_mcp_tasks",
+            "MCP tasks on /mcp (SPEC §22): created, finished (their call answered), cancelled",
+            ["event"],
+            registry=r,
+        )
+        self.tasks_running = Gauge(
+            "claw_mcp_tasks_running", "MCP tasks not finished now (working or waiting)", registry=r
+        )
         self.budget_refusals = Counter(
             "claw_budget_refusals",
             "LLM requests refused because the agent's daily token budget is spent",

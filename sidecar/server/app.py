@@ -19,6 +19,7 @@ from ..governance.taint_guard import held_credentials
 from ..governance.webhooks import WEBHOOK_SECRET_ENV, ApprovalWebhook, webhook_signer
 from ..manifest import Build
 from ..mcp.endpoint import McpEndpoint
+from ..mcp.tasks import DEFAULT_MAX_AGE_S, NativeTasks
 from ..model.usage import PriceBook
 from ..observability.metrics import Metrics
 from ..state.approvals import ApprovalStore
@@ -28,6 +29,7 @@ from ..state.journal import RequestJournal
 from ..state.lock import StateLock, instance_name
 from ..state.shared_counters import SharedCounters, SharedLimitsError, connect
 from ..state.stored_objects import StoredObjects
+from ..state.task_journal import TaskJournal
 from ..tasks import ShieldedTasks
 from ..transport.keepalive import keepalive_interval
 from .context import STATE_KEY, SidecarState
@@ -85,6 +87,10 @@ def create_app(
         ),
         rates=counters,
     )
+    native_tasks = NativeTasks(
+        TaskJournal(state_dir, max_age_s=DEFAULT_MAX_AGE_S), tasks
+    )  # tasks on /mcp, kept across restarts (SPEC §22)
+    metrics.tasks_running.set_function(lambda: len(native_tasks.running()))
     state = SidecarState(
         config=config,
         state_dir=state_dir,
@@ -102,6 +108,8 @@ def create_app(
             metrics,
             keepalive_s,
             tasks,
+            native_tasks,
+            build.agents,
             allowed_hosts=config.allowed_hosts,
             pod=config.pod,
             max_body_bytes=config.max_body_bytes,
@@ -158,6 +166,7 @@ async def _end_waiting_approvals(app: web.Application) -> None:
     an operator are answered now (``approval_pending``, in the caller's protocol), so they
     neither hold the shutdown until its timeout nor end as cut streams (issue 30). So are
     calls waiting for an MCP client's answer (SPEC §16)."""
+    app[STATE_KEY].mcp.dispatch.native_tasks.stop()  # their approval waits resume on restart
     app[STATE_KEY].governed.waits.stop()
     app[STATE_KEY].mcp.dispatch.elicitations.stop()
 
@@ -170,12 +179,15 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         await state.budgets.counters.start()
     # Pins are checked before the first request is served, then every ttl in the background.
     await state.drift.check_due()
+    dispatch = state.mcp.dispatch
+    dispatch.resume(await dispatch.native_tasks.recover())
     drift = state.tasks.spawn(state.drift.run())
     try:
         yield
     finally:
         drift.cancel()  # the one task that never ends by itself
         await state.upstream.close()  # model calls still waiting fail fast
+        dispatch.native_tasks.stop()
         state.governed.waits.stop()  # calls waiting for an operator give up; files stay
         if state.governed.webhook is not None:
             state.governed.webhook.stop()  # no more retries: the drain below must not wait
@@ -183,6 +195,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         await state.executor.close()
         await state.continuity.close()
         state.journal.close()
+        dispatch.native_tasks.close()
         state.objects.close()
         await state.verifier.close()
         await state.audit.close()  # flushes pending audit records to disk

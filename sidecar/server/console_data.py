@@ -241,6 +241,7 @@ def health(state: SidecarState) -> dict[str, Any]:
         "state_dir_writable": os.access(state.state_dir, os.W_OK),
         "audit_keyed": state.audit.key is not None,
         "open_approvals": len(state.governed.approvals.listing()),
+        "running_tasks": state.mcp.dispatch.native_tasks.overview(),
         "webhook": state.governed.webhook.url if state.governed.webhook else None,
         "mcp_backends": drift["mcp_backends"],
         "quarantined": drift["quarantined"],

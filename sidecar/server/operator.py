@@ -2,7 +2,8 @@
 
 ``GET /operator/approvals`` (``?all=1`` adds recently finished ones),
 ``POST /operator/approvals/{id}`` with ``{"decision": "approve"|"deny", "reason": "..."}`` and
-``GET /operator/audit`` (newest records per agent). Every answer names the pod.
+``GET /operator/audit`` (newest records per agent) and ``GET /operator/tasks`` (the MCP tasks
+not finished, SPEC §22). Every answer names the pod.
 Only the operator token (``CLAW_OPERATOR_TOKEN`` in the sidecar's environment) opens it: an
 agent's token is refused, and without the variable the API is closed.
 """
@@ -112,7 +113,17 @@ async def decide_approval(request: web.Request) -> web.Response:
     return _json({**approval.public(), "pod": state.config.pod})
 
 
+async def running_tasks(request: web.Request) -> web.Response:
+    state = request.app[STATE_KEY]
+    refusal = await _authorised(request, state)
+    if refusal is not None:
+        return refusal
+    tasks = state.mcp.dispatch.native_tasks.overview()
+    return _json({"pod": state.config.pod, "tasks": tasks})
+
+
 def add_operator_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/operator/approvals", list_approvals)
     router.add_post("/operator/approvals/{approval_id}", decide_approval)
     router.add_get("/operator/audit", audit_records)
+    router.add_get("/operator/tasks", running_tasks)

@@ -626,3 +626,23 @@ def test_thinking_and_server_blocks_pass_through_and_stay_in_the_transcript() ->
     codec = codec_of("anthropic")
     sent = client_bytes(codec, engine.conversation, [first, final], run.response.body)
     assert codec.assemble_stream(sent)["content"] == final["content"]
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_round_with_a_long_running_tool_waits_up_to_the_tool_budget(api: str) -> None:
+    """``x-claw.long-running`` (SPEC §22): its round's timeout is what is left of the request's
+    tool budget, not the tool timeout; a round without one keeps the tool timeout."""
+    report = tool(
+        "desk.report",
+        schema={"type": "object", "properties": {"symbol": {"type": "string"}}},
+        annotations={"readOnlyHint": True},
+        long_running=True,
+    )
+    build = agent(LOOKUP, report, total_timeout_ms=60000, timeout_per_tool_ms=5000)
+    script = [
+        calls(api, ("c1", "desk_report", {"symbol": "A"})),
+        calls(api, ("c2", "desk_lookup", {"symbol": "A"})),
+        text(api, "final"),
+    ]
+    run = drive(engine_for(api, request(api), build), script, clock=Clock())
+    assert [e.timeout_s for e in run.of(ExecuteTools)] == [60.0, 5.0]

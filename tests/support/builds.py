@@ -49,6 +49,7 @@ def http_tool(
     body_key: str | None = None,
     auth: ToolAuth | None = None,
     description: str = "",
+    long_running: bool | None = None,
 ) -> ManagedTool:
     has_body = method in ("POST", "PUT", "PATCH")
     return ManagedTool(
@@ -66,6 +67,7 @@ def http_tool(
             body_key=body_key,
             auth=auth or ToolAuth(type="none"),
         ),
+        long_running=long_running,
     )
 
 
