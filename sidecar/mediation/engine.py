@@ -34,6 +34,14 @@ from ..model.conversation import (
 )
 from ..model.errors import upstream_failure
 from ..model.taint import UNTAINTED, RequestTaint, held_when_tainted, withdrawn
+from ..model.tool_search import (
+    SEARCH_DESCRIPTION,
+    SEARCH_SCHEMA,
+    SEARCH_TOOL,
+    found_envelope,
+    index_of,
+    read_request,
+)
 from ..model.usage import Usage
 from .client_approvals import (
     ANSWERED,
@@ -179,6 +187,8 @@ class MediationEngine:
         self._parsed: tuple[Fail | None] | None = None
         self.refused_answers: list[ClientAnswer] = []
         """Approval answers naming nothing asked of this agent in this conversation (§16)."""
+        self.offered: list[list[str]] = []
+        """The tool names offered with each model call, for an agent with deferred tools (§23)."""
 
     def prepare(self) -> Fail | None:
         """Read the client request once: the driver needs its conversation (the retry identity)
@@ -216,7 +226,21 @@ class MediationEngine:
             if tool.presented not in self.tools
             and tool.presented not in conversation.runner_tool_names
         }
-        self.specs = [ToolSpec(n, t.description, t.input_schema) for n, t in self.tools.items()]
+        deferred = frozenset(self.agent.agent.deferred or ())
+        self.deferred = {n: t for n, t in self.tools.items() if t.name in deferred}
+        """Tools offered only once ``claw_tool_search`` found them (§23), by request name."""
+        self.found: set[str] = set()
+        self.specs = [
+            ToolSpec(n, t.description, t.input_schema)
+            for n, t in self.tools.items()
+            if n not in self.deferred
+        ]
+        self.search_name: str | None = None
+        if self.deferred:
+            taken = conversation.runner_tool_names | set(self.tools)
+            clash = SEARCH_TOOL in taken
+            self.search_name = _alternative_name(SEARCH_TOOL, taken) if clash else SEARCH_TOOL
+            self.specs.append(ToolSpec(self.search_name, SEARCH_DESCRIPTION, SEARCH_SCHEMA))
         self._request_name = {t.name: n for n, t in self.tools.items()}
         self._request_name |= {t.presented: n for n, t in self.tools.items()}
         return None
@@ -253,6 +277,8 @@ class MediationEngine:
                 ToolChoice(mode="none") if finalizing else self._offered(choice),
             )
             asked_at = len(transcript)
+            if self.search_name is not None:
+                self.offered.append([] if finalizing else [spec.name for spec in self.specs])
             event = yield CallModel(body, self.model_timeout_s)
             turn = self._accept_reply(event)
             if isinstance(turn, Fail):
@@ -260,7 +286,7 @@ class MediationEngine:
                 return
             previous = (turn, asked_at)
             # Only names presented to the model for THIS agent are the sidecar's (points 4, 6).
-            managed = [c for c in turn.calls if c.name in self.tools or c.name in self.withheld]
+            managed = [c for c in turn.calls if self._managed(c.name)]
             if not managed:  # an answer, or calls the runner owns: hand it back
                 yield from self._finish(turn, transcript)
                 return
@@ -380,6 +406,12 @@ class MediationEngine:
             if call.name in self.withheld:
                 outcomes[position] = self.withheld[call.name][1]
                 continue
+            if call.name == self.search_name:
+                outcomes[position] = self._search(call.arguments)
+                continue
+            if call.name in self.deferred and call.name not in self.found:
+                outcomes[position] = self._not_found_yet(call.name)
+                continue
             tool = self.tools[call.name]
             if call.name in self.withdrawn:  # the model calls a tool it is no longer offered
                 outcomes[position] = withdrawn(tool)
@@ -424,6 +456,36 @@ class MediationEngine:
             tool = self.tools[calls[position].name]
             outcomes[position] = _repeat(tool, calls[source].id, _known(outcomes[source]))
         return [_known(o) for o in outcomes]
+
+    # --- tool search (§23) -------------------------------------------------------------------
+
+    def _managed(self, name: str) -> bool:
+        """Whether a call of this name is the sidecar's: a tool of this agent, or its search."""
+        return name in self.tools or name in self.withheld or name == self.search_name
+
+    def _search(self, arguments: Any) -> ToolOutcome:
+        """Answer ``claw_tool_search`` here (no service is called): the deferred tools that best
+        match, which the next model call is offered. Only this agent's granted tools are in
+        the index; a withdrawn tool (§17) is never found again."""
+        request = read_request(arguments)
+        if isinstance(request, str):
+            return refused("invalid_arguments", request)
+        index = index_of(list(self.deferred.values()))
+        withdrawn = frozenset(self.tools[n].name for n in self.withdrawn)
+        found = index.search(request.query, request.limit, excluded=withdrawn)
+        matches = [(self._request_name[tool.name], tool) for tool in found]
+        for name, tool in matches:
+            if name not in self.found:
+                self.found.add(name)
+                self.specs.append(ToolSpec(name, tool.description, tool.input_schema))
+        return ToolOutcome(found_envelope(matches), None, None, executed=False, latency_ms=0.0)
+
+    def _not_found_yet(self, name: str) -> ToolOutcome:
+        return refused(
+            "tool_not_found",
+            f"{name} is offered only once {self.search_name} has found it in this request: "
+            f"search for it first",
+        )
 
     def _answer(self, turn: ModelTurn, outcomes: list[ToolOutcome]) -> list[dict[str, Any]]:
         """Trace a round and render it (assistant turn + results) for the next model call."""
@@ -645,8 +707,8 @@ class MediationEngine:
         )
 
     def _mixed_message(self, calls: list[ToolCall]) -> str:
-        sidecar = [f"{c.name} ({c.id})" for c in calls if self._tool_named(c.name)]
-        runner = [f"{c.name} ({c.id})" for c in calls if not self._tool_named(c.name)]
+        sidecar = [f"{c.name} ({c.id})" for c in calls if self._managed(c.name)]
+        runner = [f"{c.name} ({c.id})" for c in calls if not self._managed(c.name)]
         return (
             "the model mixed sidecar tool calls [" + ", ".join(sidecar) + "] and runner tool "
             "calls [" + ", ".join(runner) + "] in one response; nothing was executed"
