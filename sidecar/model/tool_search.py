@@ -56,46 +56,12 @@ SEARCH_SCHEMA: dict[str, Any] = {
 }
 
 _WORD = re.compile(r"[A-Za-z][a-z]+|[A-Z]+(?![a-z])|[0-9]+|[a-z]+")
-_STOPWORDS = frozenset(
-    [
-        "a",
-        "an",
-        "and",
-        "are",
-        "as",
-        "at",
-        "be",
-        "by",
-        "can",
-        "do",
-        "for",
-        "from",
-        "how",
-        "i",
-        "in",
-        "is",
-        "it",
-        "me",
-        "my",
-        "of",
-        "on",
-        "or",
-        "please",
-        "some",
-        "that",
-        "the",
-        "this",
-        "to",
-        "use",
-        "want",
-        "what",
-        "when",
-        "which",
-        "with",
-        "you",
-        "your",
-    ]
+# Words that say nothing of what a tool does.
+_STOPWORD_TEXT = (
+    "a an and are as at be by can do for from how i in is it me my of on or please "
+    "some that the this to use want what when which with you your"
 )
+_STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 
 
 def terms(text: str) -> list[str]:

@@ -191,6 +191,8 @@ async def record_mediated(
         extra["resumed_from"] = resumed_from
     if engine.taint.tainted:
         extra["taint_sources"] = list(engine.taint.sources)
+    if engine.offered:  # SPEC §23: an agent with deferred tools is offered a few per round
+        extra["tools_offered"] = engine.offered
     if engine.refused_answers:  # SPEC §16: answers naming nothing asked here
         extra["approval_answers_refused"] = [a.approval_id[:100] for a in engine.refused_answers]
     try:
