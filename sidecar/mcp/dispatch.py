@@ -26,6 +26,7 @@ from ..governance.gate import GovernedExecutor
 from ..manifest import AgentBuild, Effect, ManagedTool
 from ..model.client_approval import requested_approval
 from ..model.conversation import ToolOutcome, refused
+from ..model.tool_search import SEARCH_TOOL
 from ..observability import tracing
 from ..observability.metrics import Metrics
 from ..state.journal import has_side_effects
@@ -52,6 +53,7 @@ from .stateless import (
     discover_result,
     tools_list_result,
 )
+from .tool_search import answer_search, offers_search, page, search_listing_entry
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +138,8 @@ class McpDispatch:
         return {}
 
     async def list_tools(self, request: McpRequest) -> dict[str, Any]:
-        return {"tools": self._listing(request)}
+        tools, following = self._listing(request)
+        return {"tools": tools, **({"nextCursor": following} if following else {})}
 
     async def call_tool(self, request: McpRequest) -> dict[str, Any]:
         params = parse_params(CallToolParams, request.message)
@@ -153,7 +156,9 @@ class McpDispatch:
         return discover_result(instructions(request.agent))
 
     async def list_tools_stateless(self, request: McpRequest) -> dict[str, Any]:
-        return tools_list_result(self._listing(request))
+        tools, following = self._listing(request)
+        result = tools_list_result(tools)
+        return {**result, "nextCursor": following} if following else result
 
     async def call_tool_stateless(self, request: McpRequest) -> dict[str, Any]:
         params = parse_params(CallToolParams, request.message)
@@ -166,21 +171,25 @@ class McpDispatch:
 
     # -- the tools -------------------------------------------------------------------------------
 
-    def _listing(self, request: McpRequest) -> list[dict[str, Any]]:
-        message = request.message
-        if parse_params(ListToolsParams, message).cursor is not None:
-            raise JsonRpcError(
-                INVALID_PARAMS, "Invalid params: unknown cursor (the list has one page)"
-            )
+    def _listing(self, request: McpRequest) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of the agent's tools, and the cursor of the next (SPEC §23)."""
+        cursor = parse_params(ListToolsParams, request.message).cursor
         # Tools whose definition drifted from their pin are not offered (§11.2).
-        return self._tools_of(self._executor.quarantine.offered(request.agent))[2]
+        listing = self._tools_of(self._executor.quarantine.offered(request.agent))[2]
+        try:
+            return page(listing, cursor)
+        except ValueError:
+            raise JsonRpcError(INVALID_PARAMS, "Invalid params: unknown cursor") from None
 
     def _tools_of(self, agent: AgentBuild) -> _AgentTools:
         key = (agent.agent.id, len(agent.tools.tools))
         cached = self._agent_tools.get(key)
         if cached is None or cached[0] is not agent:
             by_name = {tool.presented: tool for tool in agent.tools.tools}
-            cached = (agent, by_name, tool_listing(agent))
+            listing = tool_listing(agent)
+            if offers_search(agent):  # a long list: the search leads it (SPEC §23)
+                listing.insert(0, search_listing_entry())
+            cached = (agent, by_name, listing)
             self._agent_tools[key] = cached
         return cached
 
@@ -199,6 +208,11 @@ class McpDispatch:
 
     async def _call(self, request: McpRequest, params: CallToolParams) -> ToolOutcome:
         tool = self._tools_of(request.agent)[1].get(params.name)
+        if tool is None and params.name == SEARCH_TOOL and offers_search(request.agent):
+            offered = self._executor.quarantine.offered(request.agent).tools.tools
+            outcome = answer_search(offered, params.arguments)
+            await self._audit_call(request, params, None, outcome)
+            return outcome
         if tool is None:
             # Never executed: not a tool of THIS agent (another agent's, ungranted or made up).
             await self._audit_call(request, params, None, _unknown(params.name))
