@@ -111,6 +111,59 @@ def present_tools(tools: list[ManagedTool], runner_names: set[str]) -> dict[str,
     return named
 
 
+@dataclass(frozen=True, slots=True)
+class ToolOffer:
+    """What an agent's tools offer one request: each tool by the name it has there, the specs
+    offered from the first model call (its search among them when some are deferred, §23), the
+    deferred tools, and the request name of every canonical and presented name."""
+
+    tools: dict[str, ManagedTool]
+    specs: tuple[ToolSpec, ...]
+    deferred: dict[str, ManagedTool]
+    search_name: str | None
+    request_name: dict[str, str]
+
+
+def make_offer(agent: AgentBuild, runner_names: set[str]) -> ToolOffer:
+    tools = present_tools(list(agent.tools.tools), runner_names)
+    deferred_names = frozenset(agent.agent.deferred or ())
+    deferred = {n: t for n, t in tools.items() if t.name in deferred_names}
+    specs = [
+        ToolSpec(n, t.description, t.input_schema) for n, t in tools.items() if n not in deferred
+    ]
+    search_name = None
+    if deferred:
+        taken = runner_names | set(tools)
+        search_name = _alternative_name(SEARCH_TOOL, taken) if SEARCH_TOOL in taken else SEARCH_TOOL
+        specs.append(ToolSpec(search_name, SEARCH_DESCRIPTION, SEARCH_SCHEMA))
+    request_name = {t.name: n for n, t in tools.items()} | {
+        t.presented: n for n, t in tools.items()
+    }
+    return ToolOffer(tools, tuple(specs), deferred, search_name, request_name)
+
+
+# The offer of each agent build lately served, for requests whose runner tools take none of its
+# names (nearly all): a grant of hundreds of tools is presented once, not on every request.
+# Keyed by the build's identity; each entry holds the build, so an id is not reused while kept.
+_OFFERS: dict[int, tuple[AgentBuild, frozenset[str], ToolOffer]] = {}
+KEPT_OFFERS = 256
+
+
+def offer_of(agent: AgentBuild, runner_names: set[str]) -> ToolOffer:
+    """The agent's offer to a request with these runner tools."""
+    kept = _OFFERS.get(id(agent))
+    if kept is None or kept[0] is not agent:
+        offer = make_offer(agent, set())
+        names = frozenset(offer.tools) | {offer.search_name or SEARCH_TOOL}
+        kept = (agent, names, offer)
+        if len(_OFFERS) >= KEPT_OFFERS:
+            del _OFFERS[next(iter(_OFFERS))]
+        _OFFERS[id(agent)] = kept
+    if runner_names.isdisjoint(kept[1]):
+        return kept[2]
+    return make_offer(agent, runner_names)  # a runner tool takes a name: presented anew
+
+
 def _alternative_name(base: str, taken: set[str]) -> str:
     for attempt in itertools.count(1):
         suffix = "_claw" if attempt == 1 else f"_claw{attempt}"
@@ -219,30 +272,21 @@ class MediationEngine:
             )
             return Fail(400, "invalid_request", message)
         conversation = self.conversation
-        self.tools = present_tools(list(self.agent.tools.tools), conversation.runner_tool_names)
+        offer = offer_of(self.agent, conversation.runner_tool_names)
+        self.tools = offer.tools
+        """Request name -> managed tool: shared by the requests of one build, never changed."""
         self.withheld = {
             tool.presented: (tool, refusal)
             for tool, refusal in self._withheld_tools
             if tool.presented not in self.tools
             and tool.presented not in conversation.runner_tool_names
         }
-        deferred = frozenset(self.agent.agent.deferred or ())
-        self.deferred = {n: t for n, t in self.tools.items() if t.name in deferred}
+        self.deferred = offer.deferred
         """Tools offered only once ``claw_tool_search`` found them (§23), by request name."""
         self.found: set[str] = set()
-        self.specs = [
-            ToolSpec(n, t.description, t.input_schema)
-            for n, t in self.tools.items()
-            if n not in self.deferred
-        ]
-        self.search_name: str | None = None
-        if self.deferred:
-            taken = conversation.runner_tool_names | set(self.tools)
-            clash = SEARCH_TOOL in taken
-            self.search_name = _alternative_name(SEARCH_TOOL, taken) if clash else SEARCH_TOOL
-            self.specs.append(ToolSpec(self.search_name, SEARCH_DESCRIPTION, SEARCH_SCHEMA))
-        self._request_name = {t.name: n for n, t in self.tools.items()}
-        self._request_name |= {t.presented: n for n, t in self.tools.items()}
+        self.specs = list(offer.specs)
+        self.search_name = offer.search_name
+        self._request_name = offer.request_name
         return None
 
     # --- the loop ---------------------------------------------------------------------------
@@ -470,7 +514,7 @@ class MediationEngine:
         request = read_request(arguments)
         if isinstance(request, str):
             return refused("invalid_arguments", request)
-        index = index_of(list(self.deferred.values()))
+        index = index_of(self.deferred)
         withdrawn = frozenset(self.tools[n].name for n in self.withdrawn)
         found = index.search(request.query, request.limit, excluded=withdrawn)
         matches = [(self._request_name[tool.name], tool) for tool in found]

@@ -15,7 +15,7 @@ import heapq
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,22 +154,23 @@ class ToolIndex:
         return [tool for tool in found if tool.name not in excluded][:limit]
 
 
-# Indexes of the tool lists lately searched: an agent's grant is indexed once, not per request.
-# Keyed by the identity of the tools, which each entry holds, so an id is not reused while kept.
-_INDEXES: dict[tuple[int, ...], ToolIndex] = {}
+# Indexes of the tool collections lately searched: an agent's grant is indexed once, not per
+# request. Keyed by the collection's identity (one build's list, or a request offer's dict of
+# deferred tools, shared by its requests); each entry holds it, so an id is not reused while kept.
+_INDEXES: dict[int, tuple[Collection[ManagedTool], ToolIndex]] = {}
 KEPT_INDEXES = 64
 
 
-def index_of(tools: Sequence[ManagedTool]) -> ToolIndex:
-    """The index of ``tools``, built once while they stay the same objects (one build)."""
-    key = tuple(map(id, tools))
-    index = _INDEXES.pop(key, None)
-    if index is None:
-        index = ToolIndex(tools)
-    _INDEXES[key] = index  # the most recent last
+def index_of(tools: Collection[ManagedTool] | Mapping[str, ManagedTool]) -> ToolIndex:
+    """The index of ``tools`` (a mapping: its values), built once while it is the same object."""
+    kept = _INDEXES.pop(id(tools), None)
+    if kept is None or kept[0] is not tools:
+        values = tools.values() if isinstance(tools, Mapping) else tools
+        kept = (tools, ToolIndex(list(values)))
+    _INDEXES[id(tools)] = kept  # the most recent last
     while len(_INDEXES) > KEPT_INDEXES:
         del _INDEXES[next(iter(_INDEXES))]
-    return index
+    return kept[1]
 
 
 def found_envelope(matches: Sequence[tuple[str, ManagedTool]]) -> dict[str, Any]:

@@ -174,3 +174,24 @@ def test_an_agent_without_deferred_tools_is_offered_every_tool_and_no_search() -
         "weather_forecast",
     ]
     assert engine.offered == []
+
+
+@pytest.mark.parametrize("api", EVERY_API)
+def test_the_offer_kept_for_a_build_still_yields_to_a_runner_tool_of_the_same_name(
+    api: str,
+) -> None:
+    """An agent's offer is presented once per build; a later request whose runner has a tool
+    of one of its names still gets the managed tool under another name."""
+    first = engine_for(api, request(api), POD)
+    drive(first, [text(api, "ok")])
+    body = request(api, tools=[runner_tool(api, "desk_lookup")])
+    second = engine_for(api, body, POD)
+    transcript = drive(second, [text(api, "ok")])
+    assert tool_names(api, transcript.upstream_bodies[0]) == [
+        "desk_lookup",
+        "desk_lookup_claw",
+        SEARCH_TOOL,
+    ]
+    third = engine_for(api, request(api), POD)
+    drive(third, [text(api, "ok")])
+    assert third.tools is first.tools  # the kept offer again

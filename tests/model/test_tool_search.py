@@ -87,5 +87,8 @@ def test_the_request_is_bounded() -> None:
 
 
 def test_a_grant_is_indexed_once_while_its_tools_are_the_same() -> None:
-    assert index_of(CATALOG) is index_of(list(CATALOG))
-    assert index_of(CATALOG) is not index_of(CATALOG[:2])
+    assert index_of(CATALOG) is index_of(CATALOG)
+    assert index_of(CATALOG) is not index_of(list(CATALOG))  # another list: indexed anew
+    by_name = {t.presented: t for t in CATALOG}
+    assert index_of(by_name) is index_of(by_name)
+    assert [t.name for t in index_of(by_name).search("rain", 1)] == ["weather.forecast"]

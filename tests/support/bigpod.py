@@ -173,11 +173,15 @@ def held_out_questions(count: int = 50) -> list[tuple[str, str]]:
 
 
 def write_catalog_pod(
-    directory: Path, provider_url: str, service_url: str, defer_over: int | None
+    directory: Path,
+    provider_url: str,
+    service_url: str,
+    defer_over: int | None,
+    services: int = len(DOMAINS),
 ) -> Path:
-    """A pod of one agent granted the catalog's 500 tools (25 services of 20), served at
-    ``service_url``, its model at ``provider_url`` (Chat Completions); ``defer_over`` is the
-    pod's ``defer-tools-over`` (None: every tool injected)."""
+    """A pod of one agent granted the catalog's tools (``services`` services of 20: 500 for all
+    25), served at ``service_url``, its model at ``provider_url`` (Chat Completions);
+    ``defer_over`` is the pod's ``defer-tools-over`` (None: every tool injected)."""
     directory.mkdir(parents=True, exist_ok=True)
     claw: dict = {
         "pod": "catalog",
@@ -193,7 +197,7 @@ def write_catalog_pod(
     if defer_over is not None:
         claw["defer-tools-over"] = defer_over
     compose: dict = {"x-claw": claw, "services": {}}
-    for domain, thing in DOMAINS:
+    for domain, thing in DOMAINS[:services]:
         (directory / f"{domain}.json").write_text(json.dumps(_catalog_descriptor(domain, thing)))
         compose["services"][domain] = {
             "image": "example/tool",
@@ -201,7 +205,7 @@ def write_catalog_pod(
         }
     compose["services"]["agent"] = {
         "image": "example/agent",
-        "x-claw": {"agent": {}, "tools": [d for d, _ in DOMAINS]},
+        "x-claw": {"agent": {}, "tools": [d for d, _ in DOMAINS[:services]]},
     }
     pod = directory / "pod.yml"
     pod.write_text(yaml.safe_dump(compose, sort_keys=False))
