@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from ..codecs.approval_items import asking_turn
 from ..codecs.base import Codec
@@ -284,6 +287,8 @@ class MediationEngine:
         self.deferred = offer.deferred
         """Tools offered only once ``claw_tool_search`` found them (§23), by request name."""
         self.found: set[str] = set()
+        self._history: list[dict[str, Any]] = conversation.messages
+        self._history_text: str | None = None
         self.specs = list(offer.specs)
         self.search_name = offer.search_name
         self._request_name = offer.request_name
@@ -302,6 +307,7 @@ class MediationEngine:
         history = yield from self._restore_hidden_rounds()
         yield from self._restore_chain_taint()
         history = yield from self._settle_approvals(history)
+        self._history = history
         transcript: list[dict[str, Any]] = []
         choice = self._initial_choice()
         finalizing = False
@@ -453,7 +459,7 @@ class MediationEngine:
             if call.name == self.search_name:
                 outcomes[position] = self._search(call.arguments)
                 continue
-            if call.name in self.deferred and call.name not in self.found:
+            if call.name in self.deferred and not self._was_found(call.name):
                 outcomes[position] = self._not_found_yet(call.name)
                 continue
             tool = self.tools[call.name]
@@ -523,6 +529,24 @@ class MediationEngine:
                 self.found.add(name)
                 self.specs.append(ToolSpec(name, tool.description, tool.input_schema))
         return ToolOutcome(found_envelope(matches), None, None, executed=False, latency_ms=0.0)
+
+    def _was_found(self, name: str) -> bool:
+        """Found by a search of this request, or named in the conversation before it (a search
+        or a call of an earlier turn): then it is offered from here on too. Being found is not
+        what allows a call (the grant is): it keeps a model from guessing at names."""
+        if name in self.found:
+            return True
+        if self._history_text is None:  # read once, and only when a model calls such a tool
+            try:
+                self._history_text = orjson.dumps(self._history).decode()
+            except TypeError:  # an integer beyond 64 bits: nothing counts as found before
+                self._history_text = ""
+        if not re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", self._history_text):
+            return False
+        tool = self.deferred[name]
+        self.found.add(name)
+        self.specs.append(ToolSpec(name, tool.description, tool.input_schema))
+        return True
 
     def _not_found_yet(self, name: str) -> ToolOutcome:
         return refused(

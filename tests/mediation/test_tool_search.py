@@ -14,6 +14,7 @@ from tests.mediation.scripted import (
     calls,
     drive,
     engine_for,
+    messages_field,
     request,
     text,
     tool,
@@ -195,3 +196,37 @@ def test_the_offer_kept_for_a_build_still_yields_to_a_runner_tool_of_the_same_na
     third = engine_for(api, request(api), POD)
     drive(third, [text(api, "ok")])
     assert third.tools is first.tools  # the kept offer again
+
+
+@pytest.mark.parametrize("api", EVERY_API)
+def test_a_tool_found_in_an_earlier_turn_is_offered_again(api: str) -> None:
+    """The runner sends the conversation back with the earlier search and its result: the
+    model calls the tool it found then, and it runs (and is offered from then on)."""
+    engine = engine_for(api, request(api, "Will it rain in Oslo?"), POD)
+    first = drive(
+        engine,
+        [calls(api, ("c1", SEARCH_TOOL, search("weather rain"))), text(api, "Searching.")],
+    )
+    history = first.upstream_bodies[-1][messages_field(api)]
+    later = [*history, *user_turn(api, "And in Bergen?")]
+    engine = engine_for(api, request(api, messages=later), POD)
+    replies = [calls(api, ("c2", "weather_forecast", {"city": "Bergen"})), text(api, "Dry.")]
+    transcript = drive(engine, replies)
+    assert [e.checked.tool.name for e in transcript.executions] == ["weather.forecast"]
+    assert "weather_forecast" in tool_names(api, transcript.upstream_bodies[1])
+
+
+def test_a_name_inside_a_longer_word_does_not_count_as_found() -> None:
+    conversation = [
+        {"role": "user", "content": "call billing_send_invoice_later or xbilling_send_invoice"}
+    ]
+    engine = engine_for("openai", request("openai", messages=conversation), POD)
+    replies = [calls("openai", ("c1", "billing_send_invoice", {})), text("openai", "ok")]
+    transcript = drive(engine, replies)
+    assert transcript.executions == []
+    [result] = results_of("openai", transcript.upstream_bodies[1])
+    assert result["error"]["code"] == "tool_not_found"
+
+
+def user_turn(api: str, content: str) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": content}]
