@@ -545,14 +545,14 @@ class MediationEngine:
             return False
         tool = self.deferred[name]
         self.found.add(name)
-        self.specs.append(ToolSpec(name, tool.description, tool.input_schema))
+        if name not in self.withdrawn:  # a withdrawn tool (§17) is refused as such, not offered
+            self.specs.append(ToolSpec(name, tool.description, tool.input_schema))
         return True
 
     def _not_found_yet(self, name: str) -> ToolOutcome:
         return refused(
             "tool_not_found",
-            f"{name} is offered only once {self.search_name} has found it in this request: "
-            f"search for it first",
+            f"{name} is offered only once {self.search_name} has found it: search for it first",
         )
 
     def _answer(self, turn: ModelTurn, outcomes: list[ToolOutcome]) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ from ..codecs.base import Codec
 from ..codecs.usage import StreamUsage
 from ..mediation.engine import MediationEngine
 from ..model.taint import TAINTED_ARGUMENT
+from ..model.tool_search import SEARCH_TOOL
 from ..model.usage import cost_usd
 from ..observability import tracing
 from ..observability.logs import log_request_fields, rfc3339_now
@@ -175,6 +176,8 @@ async def record_mediated(
     metrics.rounds.observe(len(engine.rounds))
     for answered in (a for calls in engine.rounds for a in calls):
         label = answered.tool.name if answered.tool else RUNNER_TOOL_LABEL
+        if answered.tool is None and answered.call.name == engine.search_name:
+            label = SEARCH_TOOL  # the sidecar's own search (SPEC §23), not a runner's tool
         metrics.count_tool_call(label, answered.outcome)
     cache_read, cache_creation = engine.codec.cache_counts(engine.usage.fields)
     usage = usage_record(

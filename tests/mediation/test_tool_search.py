@@ -7,9 +7,12 @@ from typing import Any
 import pytest
 
 from clawpod.sidecar.manifest import AgentBuild, ManagedTool
+from clawpod.sidecar.mediation.engine import MediationEngine
 from clawpod.sidecar.model.tool_search import MAX_RESULTS, SEARCH_TOOL
 from tests.mediation.scripted import (
+    CHECK,
     LOOKUP,
+    MODEL_TIMEOUT_S,
     agent,
     calls,
     drive,
@@ -20,7 +23,7 @@ from tests.mediation.scripted import (
     tool,
 )
 from tests.mediation.test_engine import results_of, runner_tool, tool_names
-from tests.support.codecs import EVERY_API
+from tests.support.codecs import EVERY_API, codec_of
 
 WEATHER = tool(
     "weather.forecast",
@@ -230,3 +233,30 @@ def test_a_name_inside_a_longer_word_does_not_count_as_found() -> None:
 
 def user_turn(api: str, content: str) -> list[dict[str, Any]]:
     return [{"role": "user", "content": content}]
+
+
+def test_a_tool_withdrawn_after_an_untrusted_read_is_not_offered_by_being_named() -> None:
+    """§17 withdraw mode: once an untrusted result tainted the request, a deferred destructive
+    tool named in the conversation is refused as withdrawn and never offered."""
+    wipe = tool("billing.wipe", description="Wipe every invoice", method="POST")
+    pod = deferring(LOOKUP, wipe, deferred=[wipe])
+    body = request("openai", messages=[{"role": "user", "content": "use billing_wipe"}])
+    engine = MediationEngine(
+        codec_of("openai"),
+        pod,
+        body,
+        check=CHECK,
+        model_timeout_s=MODEL_TIMEOUT_S,
+        taint_mode="withdraw",
+        untrusted=frozenset({LOOKUP.name}),
+    )
+    replies = [
+        calls("openai", ("c1", "desk_lookup", {"symbol": "X"})),
+        calls("openai", ("c2", "billing_wipe", {})),
+        text("openai", "ok"),
+    ]
+    transcript = drive(engine, replies)
+    assert [e.checked.tool.name for e in transcript.executions] == ["desk.lookup"]
+    [result] = results_of("openai", transcript.upstream_bodies[2])
+    assert result["error"]["code"] != "tool_not_found"
+    assert "billing_wipe" not in tool_names("openai", transcript.upstream_bodies[2])

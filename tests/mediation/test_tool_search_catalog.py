@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
 import openai
 import pytest
 
@@ -37,6 +38,7 @@ class Arm:
     upstream: StubUpstream
     service: ToolService
     state_dir: Path
+    admin_url: str
 
     async def ask(self, question: str) -> str:
         await self.client.chat.completions.create(
@@ -61,7 +63,7 @@ async def arms(tmp_path: Path) -> AsyncIterator[dict[str, Arm]]:
         sidecar = await start_sidecar(out, directory / "state")
         token = read_token(out / "agents" / "agent.env")
         client = openai.AsyncOpenAI(base_url=sidecar.openai_base_url, api_key=token, max_retries=0)
-        made[name] = Arm(client, model, upstream, service, directory / "state")
+        made[name] = Arm(client, model, upstream, service, directory / "state", sidecar.admin_url)
         closing += [client.close, sidecar.close, service.close, upstream.close]
     yield made
     for close in reversed(closing):
@@ -92,6 +94,13 @@ async def test_deferred_tools_cost_a_tenth_and_find_the_right_tool_as_often(
     offered = records[0]["tools_offered"]
     assert offered[0] == ["claw_tool_search"]
     assert QUESTIONS[0][1].replace(".", "_") in offered[1]
+    # The search's calls are counted as the sidecar's own, not as a runner's tool.
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(arms["deferred"].admin_url + "/metrics") as response,
+    ):
+        metrics = await response.text()
+    assert 'tool="claw_tool_search"' in metrics
 
 
 async def test_a_tool_not_searched_for_or_not_granted_is_not_run(arms: dict[str, Arm]) -> None:
