@@ -125,6 +125,8 @@ class ToolOffer:
     deferred: dict[str, ManagedTool]
     search_name: str | None
     request_name: dict[str, str]
+    native_specs: tuple[ToolSpec, ...]
+    """Every tool, the deferred ones marked for the provider's own search to load."""
 
 
 def make_offer(agent: AgentBuild, runner_names: set[str]) -> ToolOffer:
@@ -134,6 +136,10 @@ def make_offer(agent: AgentBuild, runner_names: set[str]) -> ToolOffer:
     specs = [
         ToolSpec(n, t.description, t.input_schema) for n, t in tools.items() if n not in deferred
     ]
+    native_specs = (
+        *specs,
+        *(ToolSpec(n, t.description, t.input_schema, deferred=True) for n, t in deferred.items()),
+    )
     search_name = None
     if deferred:
         taken = runner_names | set(tools)
@@ -142,7 +148,7 @@ def make_offer(agent: AgentBuild, runner_names: set[str]) -> ToolOffer:
     request_name = {t.name: n for n, t in tools.items()} | {
         t.presented: n for n, t in tools.items()
     }
-    return ToolOffer(tools, tuple(specs), deferred, search_name, request_name)
+    return ToolOffer(tools, tuple(specs), deferred, search_name, request_name, native_specs)
 
 
 # The offer of each agent build lately served, for requests whose runner tools take none of its
@@ -292,6 +298,10 @@ class MediationEngine:
         self.specs = list(offer.specs)
         self.search_name = offer.search_name
         self._request_name = offer.request_name
+        if self.deferred and self.codec.searches_natively(conversation):
+            # The provider's search loads them, and its API refuses a call of one it did not
+            # load: sent deferred beside the runner's search tool, nothing left to find here.
+            self.specs, self.search_name, self.deferred = list(offer.native_specs), None, {}
         return None
 
     # --- the loop ---------------------------------------------------------------------------

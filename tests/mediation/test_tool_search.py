@@ -24,6 +24,7 @@ from tests.mediation.scripted import (
 )
 from tests.mediation.test_engine import results_of, runner_tool, tool_names
 from tests.support.codecs import EVERY_API, codec_of
+from tests.support.upstream import load_fixture
 
 WEATHER = tool(
     "weather.forecast",
@@ -260,3 +261,59 @@ def test_a_tool_withdrawn_after_an_untrusted_read_is_not_offered_by_being_named(
     [result] = results_of("openai", transcript.upstream_bodies[2])
     assert result["error"]["code"] != "tool_not_found"
     assert "billing_wipe" not in tool_names("openai", transcript.upstream_bodies[2])
+
+
+# --- the provider's own search (Anthropic), replayed from a recorded exchange ----------------
+
+RECORDED = "anthropic/stream_server_tool_blocks_then_tool_use.pydantic-ai.yaml"
+
+
+def test_deferred_tools_ride_on_the_runners_own_claude_tool_search() -> None:
+    """A runner that offers Claude's tool search (claude-sonnet-4-6, recorded): the agent's
+    deferred tools go with ``defer_loading: true`` beside it, not behind claw_tool_search. The
+    recorded answer (a server-side search, its tool_reference, then a call of the found tool)
+    runs that tool, and the next call carries the server blocks back untouched, as the
+    recorded second request does."""
+    first, second = load_fixture(RECORDED)
+    assert first.request is not None and second.request is not None
+    search_tool = first.request["tools"][-1]
+    recorded_tool = first.request["tools"][0]
+    rate = tool(
+        "fx.get_exchange_rate",
+        description=recorded_tool["description"],
+        schema=recorded_tool["input_schema"],
+        annotations={"readOnlyHint": True},
+    )
+    rate = rate.model_copy(update={"presented": "get_exchange_rate"})
+    pod = deferring(LOOKUP, rate, deferred=[rate])
+    body = {**first.request, "tools": [search_tool], "stream": False}
+    engine = engine_for("anthropic", body, pod)
+    reply = codec_of("anthropic").assemble_stream(first.body)
+    transcript = drive(engine, [reply, text("anthropic", "1 USD is 0.92 EUR")])
+    sent, then = transcript.upstream_bodies
+    assert sent["tools"] == [
+        search_tool,
+        {
+            "name": "desk_lookup",
+            "description": LOOKUP.description,
+            "input_schema": LOOKUP.input_schema,
+        },
+        {**recorded_tool, "defer_loading": True},
+    ]
+    assert [e.checked.tool.name for e in transcript.executions] == ["fx.get_exchange_rate"]
+    recorded_turn = second.request["messages"][1]["content"]
+    assert then["messages"][1]["content"] == reply["content"]
+    assert [b["type"] for b in then["messages"][1]["content"]] == [b["type"] for b in recorded_turn]
+    assert then["messages"][2]["content"][0]["tool_use_id"] == recorded_turn[-1]["id"]
+    assert engine.search_name is None and engine.offered == []
+
+
+def test_without_the_runners_search_the_sidecar_offers_its_own() -> None:
+    first = load_fixture(RECORDED)[0]
+    assert first.request is not None
+    body = {**first.request, "tools": [], "stream": False}
+    engine = engine_for("anthropic", body, POD)
+    transcript = drive(engine, [text("anthropic", "ok")])
+    names = tool_names("anthropic", transcript.upstream_bodies[0])
+    assert names == ["desk_lookup", SEARCH_TOOL]
+    assert all("defer_loading" not in t for t in transcript.upstream_bodies[0]["tools"])
