@@ -18,6 +18,7 @@ from ..sidecar.manifest import (
     SidecarConfig,
     load_build,
 )
+from ..sidecar.model.tool_search import SEARCH_TOOL
 
 _MODES = {
     "mediated": "mediated: the sidecar offers these tools in every LLM request and runs them",
@@ -109,12 +110,23 @@ def _agent_lines(agent_build: AgentBuild, quarantined: dict[str, str]) -> list[s
     ]
     if not tools.tools:
         return [*lines, "  tools    none (deny by default)", ""]
+    deferred = set(agent.deferred or ())
     rows = [("MODEL SEES", "CANONICAL", "EFFECT", "EXECUTES AS", "AUTH", "PIN")]
     rows += [
-        (t.presented, t.name, _effect(t), _execution(t), _auth(t), _pin(t, quarantined))
+        (
+            t.presented + (" (deferred)" if t.name in deferred else ""),
+            t.name,
+            _effect(t),
+            _execution(t),
+            _auth(t),
+            _pin(t, quarantined),
+        )
         for t in tools.tools
     ]
-    return [*lines, f"  tools    {len(tools.tools)}", *_table(rows, "    "), ""]
+    count = f"  tools    {len(tools.tools)}"
+    if deferred:
+        count += f", {len(deferred)} deferred: offered once {SEARCH_TOOL} finds them (SPEC §23)"
+    return [*lines, count, *_table(rows, "    "), ""]
 
 
 def _route_lines(routes: dict[str, list[RouteTarget]]) -> list[str]:

@@ -3,7 +3,7 @@ plan each one compiles to."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..sidecar.manifest import Mode, ToolInjection, ToolPolicy
 from .pod_file.governance_spec import PrincipalSpec
@@ -18,6 +18,7 @@ from .pod_file.spec import (
     effective_policy,
 )
 from .services.descriptors import CompiledTool
+from .services.tool_names import canonical_name
 from .services.tool_services import ToolService, ToolServices
 
 GrantedTools = list[tuple[ToolService, CompiledTool]]
@@ -33,6 +34,8 @@ class AgentPlan:
     tools: GrantedTools
     surfaces: list[str]
     tool_injection: ToolInjection = "auto"
+    deferred: list[str] = field(default_factory=list)
+    """Canonical names of the tools offered only once found (SPEC §23)."""
 
 
 def agent_ids(name: str, marker: AgentMarker) -> list[str]:
@@ -188,7 +191,9 @@ def _plans(
     grants = expand(
         declared, (*prefix, "tools"), claw.tools_defaults, DEFAULTS_PATH, reader.failer(name)
     )
-    tools = resolve_grants(scope, union(grants, reader.failer(name)), name)
+    granted = union(grants, reader.failer(name))
+    tools = resolve_grants(scope, granted, name)
+    deferred = deferred_tools(granted, tools, claw.defer_tools_over)
     policy = effective_policy(
         claw.tool_policy_defaults,
         service_claw.tool_policy,
@@ -199,4 +204,17 @@ def _plans(
     check_agent_definition(reader, name, service_claw.agent)
     mode = service_claw.mode or claw.mode
     injection = service_claw.tool_injection or claw.tool_injection
-    return [AgentPlan(i, name, mode, policy, tools, surfaces, injection) for i in ids]
+    return [AgentPlan(i, name, mode, policy, tools, surfaces, injection, deferred) for i in ids]
+
+
+def deferred_tools(grants: list[ServiceGrant], tools: GrantedTools, over: int | None) -> list[str]:
+    """The canonical names of the granted tools offered only once found: every tool when there
+    are more than the pod's ``defer-tools-over``, else those a grant says ``defer: true`` of."""
+    if over is not None and len(tools) > over:
+        return [canonical_name(service.name, tool.name) for service, tool in tools]
+    by_service = {grant.service: grant for grant in grants}
+    return [
+        canonical_name(service.name, tool.name)
+        for service, tool in tools
+        if by_service[service.name].defers(tool.name)
+    ]

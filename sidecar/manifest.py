@@ -283,6 +283,11 @@ class AgentManifest(_Model):
     tool_injection: ToolInjection = "auto"
     policy: ToolPolicy
     names: dict[str, str] = Field(description="presented name -> canonical name")
+    deferred: list[str] | None = Field(
+        default=None,
+        description="canonical names of the tools offered only once found (SPEC §23); "
+        "None: every tool is offered",
+    )
 
 
 # A provider's ``models`` holds exact ids and fnmatch globs; these characters make a glob.

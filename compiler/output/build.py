@@ -302,6 +302,7 @@ def render_build(
             tool_injection=agent.tool_injection,
             policy=agent.policy,
             names={names[e.canonical]: e.canonical for e in agent_entries},
+            deferred=agent.deferred or None,
         )
         directory = f"context/{agent.id}"
         files[f"{directory}/tools.json"] = _tools_json(agent, agent_entries, names)

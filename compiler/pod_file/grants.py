@@ -1,14 +1,15 @@
 """The grant grammar of ``tools:`` and ``tools-defaults:`` (docs/contract.md §2).
 
 A grant item is ``...`` (splice the defaults), a service name (all its tools) or a mapping
-``{service, allow, principal}`` where ``allow`` is ``all`` (also when omitted) or a list of tool
-names, and ``principal`` (optional) names the pod principal whose credential the calls use.
+``{service, allow, principal, defer}`` where ``allow`` is ``all`` (also when omitted) or a list
+of tool names, ``principal`` (optional) names the pod principal whose credential the calls use,
+and ``defer: true`` offers the granted tools only once the model has searched for them (SPEC §23).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from pydantic import PlainValidator, WithJsonSchema
@@ -24,6 +25,7 @@ class Grant:
     service: str
     allow: Literal["all"] | tuple[str, ...]
     principal: str | None = None
+    defer: bool = False
 
 
 def _parse_item(value: Any) -> str | Grant:
@@ -35,11 +37,14 @@ def _parse_item(value: Any) -> str | Grant:
         return Grant(service=value, allow=ALL)
     if not isinstance(value, dict):
         raise ValueError("a grant is '...', a service name, or a mapping {service, allow}")
-    unknown = sorted(set(value) - {"service", "allow", "principal"})
+    unknown = sorted(set(value) - {"service", "allow", "principal", "defer"})
     if unknown:
         raise ValueError(
-            f"unknown field '{unknown[0]}' in grant (expected service, allow, principal)"
+            f"unknown field '{unknown[0]}' in grant (expected service, allow, principal, defer)"
         )
+    defer = value.get("defer", False)
+    if not isinstance(defer, bool):
+        raise ValueError("defer must be true or false")
     service = value.get("service")
     if not isinstance(service, str) or not service:
         raise ValueError("a grant mapping needs 'service: NAME'")
@@ -47,7 +52,7 @@ def _parse_item(value: Any) -> str | Grant:
     if principal is not None and (not isinstance(principal, str) or not principal):
         raise ValueError("principal must name a principal of x-claw.principals")
     if "allow" not in value or value["allow"] == ALL:
-        return Grant(service=service, allow=ALL, principal=principal)
+        return Grant(service=service, allow=ALL, principal=principal, defer=defer)
     allow = value["allow"]
     if not isinstance(allow, list):
         raise ValueError("allow must be 'all' or a list of tool names")
@@ -57,7 +62,7 @@ def _parse_item(value: Any) -> str | Grant:
         raise ValueError("allow must list tool names (strings)")
     if ALL in allow:
         raise ValueError("allow: 'all' cannot be combined with tool names")
-    return Grant(service=service, allow=tuple(allow), principal=principal)
+    return Grant(service=service, allow=tuple(allow), principal=principal, defer=defer)
 
 
 _ITEM_SCHEMA = {
@@ -69,6 +74,10 @@ _ITEM_SCHEMA = {
             "properties": {
                 "service": {"type": "string"},
                 "principal": {"type": "string", "description": "a key of x-claw.principals"},
+                "defer": {
+                    "type": "boolean",
+                    "description": "offer these tools only once the model searched for them",
+                },
                 "allow": {
                     "anyOf": [
                         {"const": ALL},
@@ -137,6 +146,13 @@ class ServiceGrant:
     path: tuple[str | int, ...]
     principal: str | None = None
     principal_path: tuple[str | int, ...] | None = None
+    defer_all: bool = False
+    """A grant of all the service's tools said ``defer: true``."""
+    deferred: set[str] = field(default_factory=set)
+    """Tools a grant naming them said ``defer: true`` of."""
+
+    def defers(self, tool: str) -> bool:
+        return self.defer_all or tool in self.deferred
 
 
 def union(
@@ -162,7 +178,10 @@ def union(
             )
         if grant.allow == ALL:
             entry.all = True
+            entry.defer_all = entry.defer_all or grant.defer
             continue
+        if grant.defer:
+            entry.deferred.update(grant.allow)
         for position, name in enumerate(grant.allow):
             if name not in entry.name_paths:
                 entry.names.append(name)

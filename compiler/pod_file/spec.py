@@ -163,6 +163,12 @@ class PodClaw(_Spec):
     )
     tools_defaults: list[GrantItem] | None = Field(default=None, alias="tools-defaults")
     tool_policy_defaults: PolicySpec | None = Field(default=None, alias="tool-policy-defaults")
+    defer_tools_over: Annotated[int, Strict(), Field(ge=0)] | None = Field(
+        default=None,
+        alias="defer-tools-over",
+        description="an agent granted more tools than this is offered them only once the model "
+        "searched for them (SPEC §23)",
+    )
     max_body_bytes: Annotated[int, Strict(), Field(gt=0)] | None = Field(
         default=None, alias="max-body-bytes"
     )

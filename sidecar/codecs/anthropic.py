@@ -58,6 +58,11 @@ ERROR_TYPES = frozenset(
 )
 
 
+# The type of Claude's tool search tools (``tool_search_tool_bm25_20251119``, ...): the provider
+# searches the request's ``defer_loading`` tools and loads those it finds (SPEC §23).
+NATIVE_SEARCH_PREFIX = "tool_search_tool_"
+
+
 class AnthropicCodec(Codec):
     name = "messages"
     title = "Messages"
@@ -145,7 +150,22 @@ class AnthropicCodec(Codec):
 
     @staticmethod
     def tool_definition(spec: ToolSpec) -> dict[str, Any]:
-        return {"name": spec.name, "description": spec.description, "input_schema": spec.schema}
+        definition = {
+            "name": spec.name,
+            "description": spec.description,
+            "input_schema": spec.schema,
+        }
+        if spec.deferred:
+            definition["defer_loading"] = True
+        return definition
+
+    def searches_natively(self, conversation: Conversation) -> bool:
+        """The runner offers Claude's tool search tool (``tool_search_tool_regex_20251119`` or
+        ``tool_search_tool_bm25_20251119``), under the beta header it sent with it."""
+        return any(
+            str(tool.get("type", "")).startswith(NATIVE_SEARCH_PREFIX)
+            for tool in conversation.tools
+        )
 
     @staticmethod
     def render_choice(choice: ToolChoice) -> Any:

@@ -289,6 +289,12 @@ class Codec(WireCodec):
     def tool_definition(spec: ToolSpec) -> dict[str, Any]:
         """A managed tool in the provider's tool shape."""
 
+    def searches_natively(self, conversation: Conversation) -> bool:
+        """Whether the runner's own tools include the provider's tool search (SPEC §23): then
+        its provider loads deferred tools itself, and the sidecar's deferred tools go with it
+        (``ToolSpec.deferred``) rather than behind ``claw_tool_search``."""
+        return False
+
     @staticmethod
     @abstractmethod
     def render_choice(choice: ToolChoice) -> Any:

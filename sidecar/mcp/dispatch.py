@@ -28,6 +28,7 @@ from ..manifest import AgentBuild, Effect, ManagedTool
 from ..model.client_approval import requested_approval
 from ..model.conversation import ToolOutcome, refused
 from ..model.end_user import EndUser
+from ..model.tool_search import SEARCH_TOOL
 from ..observability import tracing
 from ..observability.metrics import Metrics
 from ..state.journal import has_side_effects
@@ -65,6 +66,7 @@ from .tasks import (
     task_2025,
     task_2026,
 )
+from .tool_search import answer_search, offers_search, page, search_listing_entry
 
 log = logging.getLogger(__name__)
 
@@ -162,10 +164,10 @@ class McpDispatch:
         return {}
 
     async def list_tools(self, request: McpRequest) -> dict[str, Any]:
-        tools = self._listing(request)
+        tools, following = self._listing(request)
         if request.version >= TASKS_SINCE:  # each may be called as a task (SPEC §22)
-            tools = [{**tool, "execution": TASK_SUPPORT} for tool in tools]
-        return {"tools": tools}
+            tools = [_with_task_support(tool) for tool in tools]
+        return {"tools": tools, **({"nextCursor": following} if following else {})}
 
     async def call_tool(self, request: McpRequest) -> dict[str, Any]:
         params = parse_params(CallToolParams, request.message)
@@ -187,7 +189,9 @@ class McpDispatch:
         return discover_result(instructions(request.agent))
 
     async def list_tools_stateless(self, request: McpRequest) -> dict[str, Any]:
-        return tools_list_result(self._listing(request))
+        tools, following = self._listing(request)
+        result = tools_list_result(tools)
+        return {**result, "nextCursor": following} if following else result
 
     async def call_tool_stateless(self, request: McpRequest) -> dict[str, Any]:
         params = parse_params(CallToolParams, request.message)
@@ -328,21 +332,25 @@ class McpDispatch:
 
     # -- the tools -------------------------------------------------------------------------------
 
-    def _listing(self, request: McpRequest) -> list[dict[str, Any]]:
-        message = request.message
-        if parse_params(ListToolsParams, message).cursor is not None:
-            raise JsonRpcError(
-                INVALID_PARAMS, "Invalid params: unknown cursor (the list has one page)"
-            )
+    def _listing(self, request: McpRequest) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of the agent's tools, and the cursor of the next (SPEC §23)."""
+        cursor = parse_params(ListToolsParams, request.message).cursor
         # Tools whose definition drifted from their pin are not offered (§11.2).
-        return self._tools_of(self._executor.quarantine.offered(request.agent))[2]
+        listing = self._tools_of(self._executor.quarantine.offered(request.agent))[2]
+        try:
+            return page(listing, cursor)
+        except ValueError:
+            raise JsonRpcError(INVALID_PARAMS, "Invalid params: unknown cursor") from None
 
     def _tools_of(self, agent: AgentBuild) -> _AgentTools:
         key = (agent.agent.id, len(agent.tools.tools))
         cached = self._agent_tools.get(key)
         if cached is None or cached[0] is not agent:
             by_name = {tool.presented: tool for tool in agent.tools.tools}
-            cached = (agent, by_name, tool_listing(agent))
+            listing = tool_listing(agent)
+            if offers_search(agent):  # a long list: the search leads it (SPEC §23)
+                listing.insert(0, search_listing_entry())
+            cached = (agent, by_name, listing)
             self._agent_tools[key] = cached
         return cached
 
@@ -360,6 +368,9 @@ class McpDispatch:
     # -- tools/call ------------------------------------------------------------------------------
 
     async def _call(self, request: McpRequest, params: CallToolParams) -> ToolOutcome:
+        searched = await self._search(request, params)
+        if searched is not None:
+            return searched
         tool = await self._tool(request, params)
         # The call and its audit record run as one task: a client that goes away does not
         # cancel a call already sent, and the record is still written.
@@ -372,6 +383,18 @@ class McpDispatch:
             await self._audit_call(request, params, None, _unknown(params.name))
             raise JsonRpcError(INVALID_PARAMS, f"Unknown tool: {params.name}")
         return tool
+
+    async def _search(self, request: McpRequest, params: CallToolParams) -> ToolOutcome | None:
+        """``claw_tool_search`` answered by the sidecar itself (SPEC §23), where it is offered
+        and no granted tool has its name; None for every other call."""
+        if params.name != SEARCH_TOOL or not offers_search(request.agent):
+            return None
+        if params.name in self._tools_of(request.agent)[1]:
+            return None
+        offered = self._executor.quarantine.offered(request.agent).tools.tools
+        outcome = answer_search(offered, params.arguments)
+        await self._audit_call(request, params, None, outcome)
+        return outcome
 
     async def _run(
         self,
@@ -473,3 +496,9 @@ STATELESS_ERA: dict[str, Handler] = {
 
 def _unknown(name: str) -> ToolOutcome:
     return refused("unknown_tool", f"{name} is not a tool of this agent")
+
+
+def _with_task_support(tool: dict[str, Any]) -> dict[str, Any]:
+    """A listed tool marked as callable as a task (SPEC §22); the sidecar's own search answers
+    at once and is never a task."""
+    return tool if tool["name"] == SEARCH_TOOL else {**tool, "execution": TASK_SUPPORT}

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from ..codecs.approval_items import asking_turn
 from ..codecs.base import Codec
@@ -34,6 +37,14 @@ from ..model.conversation import (
 )
 from ..model.errors import upstream_failure
 from ..model.taint import UNTAINTED, RequestTaint, held_when_tainted, withdrawn
+from ..model.tool_search import (
+    SEARCH_DESCRIPTION,
+    SEARCH_SCHEMA,
+    SEARCH_TOOL,
+    found_envelope,
+    index_of,
+    read_request,
+)
 from ..model.usage import Usage
 from .client_approvals import (
     ANSWERED,
@@ -101,6 +112,65 @@ def present_tools(tools: list[ManagedTool], runner_names: set[str]) -> dict[str,
             taken.add(name)
         named[name] = tool
     return named
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOffer:
+    """What an agent's tools offer one request: each tool by the name it has there, the specs
+    offered from the first model call (its search among them when some are deferred, §23), the
+    deferred tools, and the request name of every canonical and presented name."""
+
+    tools: dict[str, ManagedTool]
+    specs: tuple[ToolSpec, ...]
+    deferred: dict[str, ManagedTool]
+    search_name: str | None
+    request_name: dict[str, str]
+    native_specs: tuple[ToolSpec, ...]
+    """Every tool, the deferred ones marked for the provider's own search to load."""
+
+
+def make_offer(agent: AgentBuild, runner_names: set[str]) -> ToolOffer:
+    tools = present_tools(list(agent.tools.tools), runner_names)
+    deferred_names = frozenset(agent.agent.deferred or ())
+    deferred = {n: t for n, t in tools.items() if t.name in deferred_names}
+    specs = [
+        ToolSpec(n, t.description, t.input_schema) for n, t in tools.items() if n not in deferred
+    ]
+    native_specs = (
+        *specs,
+        *(ToolSpec(n, t.description, t.input_schema, deferred=True) for n, t in deferred.items()),
+    )
+    search_name = None
+    if deferred:
+        taken = runner_names | set(tools)
+        search_name = _alternative_name(SEARCH_TOOL, taken) if SEARCH_TOOL in taken else SEARCH_TOOL
+        specs.append(ToolSpec(search_name, SEARCH_DESCRIPTION, SEARCH_SCHEMA))
+    request_name = {t.name: n for n, t in tools.items()} | {
+        t.presented: n for n, t in tools.items()
+    }
+    return ToolOffer(tools, tuple(specs), deferred, search_name, request_name, native_specs)
+
+
+# The offer of each agent build lately served, for requests whose runner tools take none of its
+# names (nearly all): a grant of hundreds of tools is presented once, not on every request.
+# Keyed by the build's identity; each entry holds the build, so an id is not reused while kept.
+_OFFERS: dict[int, tuple[AgentBuild, frozenset[str], ToolOffer]] = {}
+KEPT_OFFERS = 256
+
+
+def offer_of(agent: AgentBuild, runner_names: set[str]) -> ToolOffer:
+    """The agent's offer to a request with these runner tools."""
+    kept = _OFFERS.get(id(agent))
+    if kept is None or kept[0] is not agent:
+        offer = make_offer(agent, set())
+        names = frozenset(offer.tools) | {offer.search_name or SEARCH_TOOL}
+        kept = (agent, names, offer)
+        if len(_OFFERS) >= KEPT_OFFERS:
+            del _OFFERS[next(iter(_OFFERS))]
+        _OFFERS[id(agent)] = kept
+    if runner_names.isdisjoint(kept[1]):
+        return kept[2]
+    return make_offer(agent, runner_names)  # a runner tool takes a name: presented anew
 
 
 def _alternative_name(base: str, taken: set[str]) -> str:
@@ -179,6 +249,8 @@ class MediationEngine:
         self._parsed: tuple[Fail | None] | None = None
         self.refused_answers: list[ClientAnswer] = []
         """Approval answers naming nothing asked of this agent in this conversation (§16)."""
+        self.offered: list[list[str]] = []
+        """The tool names offered with each model call, for an agent with deferred tools (§23)."""
 
     def prepare(self) -> Fail | None:
         """Read the client request once: the driver needs its conversation (the retry identity)
@@ -209,16 +281,27 @@ class MediationEngine:
             )
             return Fail(400, "invalid_request", message)
         conversation = self.conversation
-        self.tools = present_tools(list(self.agent.tools.tools), conversation.runner_tool_names)
+        offer = offer_of(self.agent, conversation.runner_tool_names)
+        self.tools = offer.tools
+        """Request name -> managed tool: shared by the requests of one build, never changed."""
         self.withheld = {
             tool.presented: (tool, refusal)
             for tool, refusal in self._withheld_tools
             if tool.presented not in self.tools
             and tool.presented not in conversation.runner_tool_names
         }
-        self.specs = [ToolSpec(n, t.description, t.input_schema) for n, t in self.tools.items()]
-        self._request_name = {t.name: n for n, t in self.tools.items()}
-        self._request_name |= {t.presented: n for n, t in self.tools.items()}
+        self.deferred = offer.deferred
+        """Tools offered only once ``claw_tool_search`` found them (§23), by request name."""
+        self.found: set[str] = set()
+        self._history: list[dict[str, Any]] = conversation.messages
+        self._history_text: str | None = None
+        self.specs = list(offer.specs)
+        self.search_name = offer.search_name
+        self._request_name = offer.request_name
+        if self.deferred and self.codec.searches_natively(conversation):
+            # The provider's search loads them, and its API refuses a call of one it did not
+            # load: sent deferred beside the runner's search tool, nothing left to find here.
+            self.specs, self.search_name, self.deferred = list(offer.native_specs), None, {}
         return None
 
     # --- the loop ---------------------------------------------------------------------------
@@ -234,6 +317,7 @@ class MediationEngine:
         history = yield from self._restore_hidden_rounds()
         yield from self._restore_chain_taint()
         history = yield from self._settle_approvals(history)
+        self._history = history
         transcript: list[dict[str, Any]] = []
         choice = self._initial_choice()
         finalizing = False
@@ -253,6 +337,8 @@ class MediationEngine:
                 ToolChoice(mode="none") if finalizing else self._offered(choice),
             )
             asked_at = len(transcript)
+            if self.search_name is not None:
+                self.offered.append([] if finalizing else [spec.name for spec in self.specs])
             event = yield CallModel(body, self.model_timeout_s)
             turn = self._accept_reply(event)
             if isinstance(turn, Fail):
@@ -260,7 +346,7 @@ class MediationEngine:
                 return
             previous = (turn, asked_at)
             # Only names presented to the model for THIS agent are the sidecar's (points 4, 6).
-            managed = [c for c in turn.calls if c.name in self.tools or c.name in self.withheld]
+            managed = [c for c in turn.calls if self._managed(c.name)]
             if not managed:  # an answer, or calls the runner owns: hand it back
                 yield from self._finish(turn, transcript)
                 return
@@ -380,6 +466,12 @@ class MediationEngine:
             if call.name in self.withheld:
                 outcomes[position] = self.withheld[call.name][1]
                 continue
+            if call.name == self.search_name:
+                outcomes[position] = self._search(call.arguments)
+                continue
+            if call.name in self.deferred and not self._was_found(call.name):
+                outcomes[position] = self._not_found_yet(call.name)
+                continue
             tool = self.tools[call.name]
             if call.name in self.withdrawn:  # the model calls a tool it is no longer offered
                 outcomes[position] = withdrawn(tool)
@@ -427,6 +519,54 @@ class MediationEngine:
             tool = self.tools[calls[position].name]
             outcomes[position] = _repeat(tool, calls[source].id, _known(outcomes[source]))
         return [_known(o) for o in outcomes]
+
+    # --- tool search (§23) -------------------------------------------------------------------
+
+    def _managed(self, name: str) -> bool:
+        """Whether a call of this name is the sidecar's: a tool of this agent, or its search."""
+        return name in self.tools or name in self.withheld or name == self.search_name
+
+    def _search(self, arguments: Any) -> ToolOutcome:
+        """Answer ``claw_tool_search`` here (no service is called): the deferred tools that best
+        match, which the next model call is offered. Only this agent's granted tools are in
+        the index; a withdrawn tool (§17) is never found again."""
+        request = read_request(arguments)
+        if isinstance(request, str):
+            return refused("invalid_arguments", request)
+        index = index_of(self.deferred)
+        withdrawn = frozenset(self.tools[n].name for n in self.withdrawn)
+        found = index.search(request.query, request.limit, excluded=withdrawn)
+        matches = [(self._request_name[tool.name], tool) for tool in found]
+        for name, tool in matches:
+            if name not in self.found:
+                self.found.add(name)
+                self.specs.append(ToolSpec(name, tool.description, tool.input_schema))
+        return ToolOutcome(found_envelope(matches), None, None, executed=False, latency_ms=0.0)
+
+    def _was_found(self, name: str) -> bool:
+        """Found by a search of this request, or named in the conversation before it (a search
+        or a call of an earlier turn): then it is offered from here on too. Being found is not
+        what allows a call (the grant is): it keeps a model from guessing at names."""
+        if name in self.found:
+            return True
+        if self._history_text is None:  # read once, and only when a model calls such a tool
+            try:
+                self._history_text = orjson.dumps(self._history).decode()
+            except TypeError:  # an integer beyond 64 bits: nothing counts as found before
+                self._history_text = ""
+        if not re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", self._history_text):
+            return False
+        tool = self.deferred[name]
+        self.found.add(name)
+        if name not in self.withdrawn:  # a withdrawn tool (§17) is refused as such, not offered
+            self.specs.append(ToolSpec(name, tool.description, tool.input_schema))
+        return True
+
+    def _not_found_yet(self, name: str) -> ToolOutcome:
+        return refused(
+            "tool_not_found",
+            f"{name} is offered only once {self.search_name} has found it: search for it first",
+        )
 
     def _answer(self, turn: ModelTurn, outcomes: list[ToolOutcome]) -> list[dict[str, Any]]:
         """Trace a round and render it (assistant turn + results) for the next model call."""
@@ -648,8 +788,8 @@ class MediationEngine:
         )
 
     def _mixed_message(self, calls: list[ToolCall]) -> str:
-        sidecar = [f"{c.name} ({c.id})" for c in calls if self._tool_named(c.name)]
-        runner = [f"{c.name} ({c.id})" for c in calls if not self._tool_named(c.name)]
+        sidecar = [f"{c.name} ({c.id})" for c in calls if self._managed(c.name)]
+        runner = [f"{c.name} ({c.id})" for c in calls if not self._managed(c.name)]
         return (
             "the model mixed sidecar tool calls [" + ", ".join(sidecar) + "] and runner tool "
             "calls [" + ", ".join(runner) + "] in one response; nothing was executed"

@@ -167,6 +167,9 @@ class ToolSpec:
     name: str
     description: str
     schema: dict[str, Any]
+    deferred: bool = False
+    """Sent for the provider's own tool search to load (SPEC §23): only where the codec says
+    the request carries that search (``Codec.searches_natively``)."""
 
 
 # A conversation resends its whole history with every request, and an agent its system prompt:

@@ -18,6 +18,7 @@ from ..codecs.base import Codec
 from ..codecs.usage import StreamUsage
 from ..mediation.engine import MediationEngine
 from ..model.taint import TAINTED_ARGUMENT
+from ..model.tool_search import SEARCH_TOOL
 from ..model.usage import cost_usd
 from ..observability import tracing
 from ..observability.logs import log_request_fields, rfc3339_now
@@ -176,6 +177,8 @@ async def record_mediated(
     metrics.rounds.observe(len(engine.rounds))
     for answered in (a for calls in engine.rounds for a in calls):
         label = answered.tool.name if answered.tool else RUNNER_TOOL_LABEL
+        if answered.tool is None and answered.call.name == engine.search_name:
+            label = SEARCH_TOOL  # the sidecar's own search (SPEC §23), not a runner's tool
         metrics.count_tool_call(label, answered.outcome)
     cache_read, cache_creation = engine.codec.cache_counts(engine.usage.fields)
     usage = usage_record(
@@ -192,6 +195,8 @@ async def record_mediated(
         extra["resumed_from"] = resumed_from
     if engine.taint.tainted:
         extra["taint_sources"] = list(engine.taint.sources)
+    if engine.offered:  # SPEC §23: an agent with deferred tools is offered a few per round
+        extra["tools_offered"] = engine.offered
     if engine.refused_answers:  # SPEC §16: answers naming nothing asked here
         extra["approval_answers_refused"] = [a.approval_id[:100] for a in engine.refused_answers]
     try:

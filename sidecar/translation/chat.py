@@ -25,6 +25,7 @@ from .parts import (
     data_url,
     from_url,
     json_format,
+    not_deferred,
     read_openai_usage,
     result_text,
     stop_list,
@@ -260,7 +261,7 @@ def _tool(raw: Any) -> FunctionTool:
     tool = as_dict(raw, "a tool")
     if tool.get("type", "function") != "function":
         raise Untranslatable(f"a tool of type {tool.get('type')!r} (only functions translate)")
-    return _function(tool.get("function"))
+    return _function(not_deferred(as_dict(tool.get("function"), "a function"), tool))
 
 
 def _function(raw: Any) -> FunctionTool:

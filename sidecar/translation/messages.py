@@ -24,6 +24,7 @@ from .parts import (
     as_dict,
     as_list,
     from_url,
+    not_deferred,
     stop_list,
     string,
     unwrap_carried,
@@ -209,7 +210,7 @@ def _source(kind: str, source: dict[str, Any], block: dict[str, Any]) -> Part:
 
 
 def _tool(raw: Any) -> FunctionTool:
-    tool = as_dict(raw, "a tool")
+    tool = not_deferred(as_dict(raw, "a tool"))
     if tool.get("type", "custom") != "custom":
         raise Untranslatable(f"the provider-run tool {tool.get('type')!r}")
     return FunctionTool(

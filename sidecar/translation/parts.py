@@ -62,6 +62,19 @@ def as_dict(value: Any, what: str) -> dict[str, Any]:
     return value
 
 
+def not_deferred(tool: dict[str, Any], *where: Any) -> dict[str, Any]:
+    """``tool`` (a tool object or its function), refused when it asks for deferred loading
+    (SPEC §23): deferral only works with its protocol's own search tool and the blocks a search
+    answers with, which no other protocol carries."""
+    if any(isinstance(w, dict) and w.get("defer_loading") for w in (tool, *where)):
+        name = tool.get("name")
+        raise Untranslatable(
+            f"deferred loading (defer_loading on the tool {name!r}): it needs the caller's "
+            "protocol's own tool search; offer the tool without it"
+        )
+    return tool
+
+
 def string(value: Any, what: str) -> str:
     if not isinstance(value, str):
         raise Untranslatable(f"{what} is not a string")

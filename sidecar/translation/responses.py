@@ -26,6 +26,7 @@ from .parts import (
     data_url,
     from_url,
     json_format,
+    not_deferred,
     read_openai_usage,
     result_text,
     string,
@@ -265,6 +266,7 @@ def _tool(tool: dict[str, Any], namespace: str | None = None) -> FunctionTool:
         return _freeform(tool)
     if tool.get("type") != "function":
         raise Untranslatable(f"a tool of type {tool.get('type')!r} (only functions translate)")
+    not_deferred(tool)
     name = string(tool.get("name"), "a function's name")
     return FunctionTool(
         name=flat_name(namespace, name) if namespace else name,

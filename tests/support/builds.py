@@ -80,6 +80,8 @@ class AgentSpec:
     policy: ToolPolicy = field(default_factory=ToolPolicy)
     tool_injection: ToolInjection = "auto"
     token: str = field(default_factory=lambda: "claw_" + secrets.token_urlsafe(24))
+    deferred: list[str] | None = None
+    """Canonical names of the tools offered only once found (SPEC §23)."""
 
 
 def write_build(
@@ -106,6 +108,7 @@ def write_build(
             tool_injection=spec.tool_injection,
             policy=spec.policy,
             names={t.presented: t.name for t in spec.tools},
+            deferred=spec.deferred,
         )
         tools = ToolsManifest(agent=spec.id, tools=spec.tools, policy=spec.policy)
         (directory / "agent.json").write_text(dump_json(manifest))

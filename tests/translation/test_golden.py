@@ -65,7 +65,7 @@ def test_the_recordings_are_there() -> None:
 
 
 # Features a recorded request uses that no other protocol has: refused (docs/translation.md).
-REFUSED = ("the provider-run tool", "web_search_options")
+REFUSED = ("the provider-run tool", "web_search_options", "deferred loading")
 
 
 @pytest.mark.parametrize("exchange", REQUESTS, ids=_id)
