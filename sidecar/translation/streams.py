@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..codecs.base import Codec
+from ..codecs.streaming import TextDelta
 from ..model.errors import ApiError
 from .ir import FunctionTool
 from .stream_events import Ended, Failed, Started, Stopped, StreamEvent, Told
@@ -175,3 +176,74 @@ def stream_translator(
     reader = _READERS[target]()
     reader.watch = watch
     return StreamTranslator(reader, writer, provider, redact)
+
+
+class TranslatedTurn:
+    """One streamed model call of a mediated request answered in another protocol, read as the
+    caller's turn: the text deltas it shows as they come, its end, and the whole turn in the
+    caller's protocol (what the caller's ``TurnAssembler`` gives for its own protocol)."""
+
+    def __init__(self, translator: StreamTranslator, caller: Codec) -> None:
+        self._translator = translator
+        self._assembler = caller.stream_assembler()
+
+    @property
+    def head(self) -> dict[str, Any]:
+        return self._assembler.head
+
+    @property
+    def events(self) -> int:
+        """The caller's events read so far: none when the target's stream said nothing."""
+        return self._assembler.events
+
+    @property
+    def complete(self) -> bool:
+        return self._translator.complete
+
+    @property
+    def failed(self) -> bool:
+        return self._translator.failure is not None
+
+    def feed(self, data: bytes) -> list[TextDelta]:
+        return self._assembler.feed(self._translator.feed(data))
+
+    def end(self) -> ApiError | None:
+        """The target's stream ended: the error it failed with (its provider's, a malformed or
+        cut stream), told as the translator told it; None: the turn is whole (or empty, which
+        ``finish`` says as for any provider)."""
+        tail = self._translator.finish()
+        failure = self._translator.failure
+        if failure is not None and not self._translator.said_nothing:
+            return failure
+        if failure is None:
+            self._assembler.feed(tail)
+        return None
+
+    def finish(self) -> dict[str, Any]:
+        """The whole turn in the caller's protocol; ``CodecError`` if there is none."""
+        return self._assembler.finish()
+
+
+def translated_turn(
+    target: str,
+    caller: Codec,
+    *,
+    provider: str,
+    model: str | None,
+    include_usage: bool,
+    reshaped: dict[str, FunctionTool] | None = None,
+    redact: Callable[[str], str] | None = None,
+) -> TranslatedTurn:
+    """The caller's turn read from a stream of the ``target`` protocol (``stream_translator``'s
+    parameters); a failure is the turn's, for the driver to tell in the caller's one stream."""
+    translator = stream_translator(
+        target,
+        caller,
+        provider=provider,
+        model=model,
+        include_usage=include_usage,
+        tells=False,
+        reshaped=reshaped,
+        redact=redact,
+    )
+    return TranslatedTurn(translator, caller)
