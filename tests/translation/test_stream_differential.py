@@ -48,6 +48,8 @@ _DIRECTORY_PROTOCOL = {"anthropic": "messages", "openai": "chat", "openai_compat
 # Values written from the clock, or numbered by the writer: compared by order of appearance.
 _CLOCK = frozenset({"created", "created_at"})
 _NAMES = frozenset({"id", "item_id"})
+# Fields one writer leaves out and another writes empty: the same to every reader of the shape.
+_EMPTY_ALIKE = frozenset({"logprobs", "refusal"})
 
 
 def _recorded_streams() -> Iterator[tuple[str, str, bytes]]:
@@ -120,14 +122,14 @@ def mediated(source: str, caller: str, data: bytes) -> dict[str, Any]:
     heads: list[Any] = []
     for piece in _pieces(data):
         deltas = turn.feed(piece)
-        if deltas:
-            heads.append(turn.head)
+        if deltas and not heads:  # as it was when the text began to show
+            heads.append(orjson.loads(orjson.dumps(turn.head)))
         for delta in deltas:
-            before = list(delta.before)
-            shown.append([list(delta.part), delta.text, delta.item_id, before])
+            place = {"part": list(delta.part), "item_id": delta.item_id}
+            shown.append([place, delta.text, list(delta.before)])
         if turn.failed:
             break
-    seen: dict[str, Any] = {"shown": _joined(shown), "head": heads[:1]}
+    seen: dict[str, Any] = {"shown": _joined(shown), "head": heads}
     failure = turn.end()
     if failure is not None:
         return {**seen, "failed": failure.message}
@@ -157,7 +159,8 @@ def observed(source: str, caller: str, data: bytes) -> Any:
         "mediated": mediated(source, caller, data),
         "whole": whole(source, caller, data),
     }
-    return _numbered(orjson.loads(orjson.dumps(seen)), {})
+    # Each way is numbered on its own: a writer may name what another wrote, not the same.
+    return {way: _numbered(orjson.loads(orjson.dumps(got)), {}) for way, got in seen.items()}
 
 
 def _pieces(data: bytes) -> Iterator[bytes]:
@@ -177,7 +180,7 @@ def _joined(shown: list[list[Any]]) -> list[list[Any]]:
     into events is not what a caller sees."""
     joined: list[list[Any]] = []
     for delta in shown:
-        if joined and joined[-1][0] == delta[0] and not delta[3]:
+        if joined and joined[-1][0] == delta[0] and not delta[2]:
             joined[-1][1] += delta[1]
         else:
             joined.append(delta)
@@ -185,8 +188,10 @@ def _joined(shown: list[list[Any]]) -> list[list[Any]]:
 
 
 def _numbered(value: Any, names: dict[str, str]) -> Any:
-    """``value`` with clock values zeroed and written ids numbered by first appearance."""
+    """``value`` with clock values zeroed, written ids numbered by first appearance, and
+    empty fields that mean the same as none left out."""
     if isinstance(value, dict):
+        value = {k: v for k, v in value.items() if k not in _EMPTY_ALIKE or v not in (None, [])}
         return {
             key: (
                 0
