@@ -173,7 +173,7 @@ async def _relay(
 
 class LiveCall:
     """One streamed model call of a mediated request over targets of any protocol: the
-    request each target gets, and what its answer needs to reach the caller's assembler."""
+    request each target gets, and its answer read as the caller's turn."""
 
     def __init__(self, ctx: RequestContext, caller: Codec) -> None:
         self._ctx = ctx
@@ -202,15 +202,12 @@ class LiveCall:
         if translated is None:
             return None
         ctx = self._ctx
-        translations = ctx.translations
         # A failed call is the driver's to tell the client, inside its one lifecycle.
         return translated_turn(
             translated.target,
             self._caller,
+            translated.request,
             provider=ctx.provider_name or "",
-            model=ctx.model,
-            include_usage=translations is not None and translations.include_usage,
-            reshaped=reshaped_tools(translated.request),
             redact=functools.partial(ctx.state.upstream.redact_text, ctx.provider_name),
         )
 

@@ -115,9 +115,8 @@ def relayed(source: str, caller: str, data: bytes) -> list[Any]:
 def mediated(source: str, caller: str, data: bytes) -> dict[str, Any]:
     """A mediated request's streamed call: the deltas shown, the failure or the whole turn."""
     caller_codec = codec_of(API_OF[caller])
-    turn = translated_turn(
-        source, caller_codec, provider="recorded", model="asked-model", include_usage=True
-    )
+    request = translate_request(ASKED[caller], caller, source).request
+    turn = translated_turn(source, caller_codec, request, provider="recorded")
     shown: list[list[Any]] = []
     heads: list[Any] = []
     for piece in _pieces(data):
