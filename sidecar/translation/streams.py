@@ -87,11 +87,6 @@ class StreamTranslator:
         return self._reader.ended
 
     @property
-    def said_nothing(self) -> bool:
-        """The target stream carried no event at all (a server that cannot stream this)."""
-        return self._reader.events == 0
-
-    @property
     def events(self) -> int:
         """The SSE events the target stream carried so far."""
         return self._reader.events
