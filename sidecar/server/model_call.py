@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import orjson
 
 from ..codecs.base import Codec
-from ..codecs.streaming import ClientStream, TextDelta
+from ..codecs.streaming import ClientStream, TextDelta, TurnAssembler
 from ..mediation.commands import CallModel, Event, Fail, ModelFailed, ModelReplied, Respond
 from ..model.conversation import CodecError, Conversation
 from ..model.errors import ApiError
@@ -332,14 +332,16 @@ async def _streamed(
     if isinstance(response, ModelFailed):
         return response
     provider = ctx.provider_name
-    assembler = codec.stream_assembler()
+    # The provider's stream read as the caller's turn, translated when it speaks another.
+    crossed = crossing.turn() if crossing is not None else None
+    assembler: TurnAssembler | translated_stream.TranslatedTurn = (
+        codec.stream_assembler() if crossed is None else crossed
+    )
     end = codec.end_watch()
-    # The provider's stream as the caller's.
-    translator = crossing.translator() if crossing is not None else None
     try:
         if response.status != 200:
             data = ctx.state.upstream.redact(provider, await response.read())
-            if translator is not None:  # the provider's error, told in the caller's terms
+            if crossed is not None:  # the provider's error, told in the caller's terms
                 if may_fall_back and response.status in REFUSAL_STATUSES:
                     return StreamUnanswered(f"answered {response.status}", definitive=False)
                 return crossing.whole(UpstreamResponse(response.status, response.headers, data))
@@ -347,7 +349,7 @@ async def _streamed(
             if may_fall_back and response.status in REFUSAL_STATUSES and refusal.kind != NOT_SERVED:
                 return StreamUnanswered(f"answered {response.status}", definitive=False)
             return refusal
-        if response.content_type != "text/event-stream" and translator is not None:
+        if response.content_type != "text/event-stream" and crossed is not None:
             answered = crossing.whole(
                 UpstreamResponse(200, response.headers, await response.read())
             )
@@ -363,17 +365,13 @@ async def _streamed(
             return ModelReplied(reply)
         while chunk := await response.read_chunk():
             end.feed(chunk)
-            if translator is not None:
-                chunk = translator.feed(chunk)
             deltas = assembler.feed(chunk)
             if deltas:
                 await show(assembler.head, deltas)
-            if translator is not None and translator.failure is not None:
+            if crossed is not None and crossed.failed:
                 break
-        if translator is not None:
-            failed = translated_stream.finish_crossing(translator, assembler)
-            if failed is not None:
-                return failed
+        if crossed is not None and (failure := crossed.end()) is not None:
+            return ModelFailed("protocol", failure.message)
         try:
             return ModelReplied(assembler.finish())
         except CodecError:
@@ -387,7 +385,7 @@ async def _streamed(
         return ModelFailed("protocol", f"the provider's reply is not valid: {exc}")
     finally:
         # A stream without its end marker leaves the connection's state unknown: not pooled.
-        whole = end.seen if translator is None else translator.complete
+        whole = end.seen if crossed is None else crossed.complete
         response.release(reuse=whole or response.content_type != "text/event-stream")
 
 

@@ -14,12 +14,16 @@ import orjson
 
 from ..codecs import CODECS
 from ..codecs.base import Codec
-from ..codecs.streaming import TurnAssembler
 from ..codecs.usage import StreamUsage
-from ..mediation.commands import Event, ModelFailed
+from ..mediation.commands import Event
 from ..model.errors import upstream_failure
 from ..translation import Translated, reshaped_tools, translate_request
-from ..translation.streams import StreamTranslator, stream_translator
+from ..translation.streams import (
+    StreamTranslator,
+    TranslatedTurn,
+    stream_translator,
+    translated_turn,
+)
 from ..transport import Response, TransportError
 from . import translated
 from .accounting import record_request, stream_usage
@@ -59,7 +63,6 @@ def translator_for(
     caller: Codec,
     translated: Translated,
     *,
-    tells: bool = True,
     usage: StreamUsage | None = None,
 ) -> StreamTranslator:
     """The translator of the answer to ``translated`` (a request in its target's protocol);
@@ -71,7 +74,6 @@ def translator_for(
         provider=ctx.provider_name or "",
         model=ctx.model,
         include_usage=translations is not None and translations.include_usage,
-        tells=tells,
         reshaped=reshaped_tools(translated.request),
         watch=None if usage is None else usage.read,
         redact=functools.partial(ctx.state.upstream.redact_text, ctx.provider_name),
@@ -171,7 +173,7 @@ async def _relay(
 
 class LiveCall:
     """One streamed model call of a mediated request over targets of any protocol: the
-    request each target gets, and what its answer needs to reach the caller's assembler."""
+    request each target gets, and its answer read as the caller's turn."""
 
     def __init__(self, ctx: RequestContext, caller: Codec) -> None:
         self._ctx = ctx
@@ -193,31 +195,24 @@ class LiveCall:
         upstream_body = streamed(translated.for_provider(call.body, None, provider), protocol)
         return translated.retarget(target, protocol, stream=True), orjson.dumps(upstream_body)
 
-    def translator(self) -> StreamTranslator | None:
-        """The translator of the answering provider's stream into the caller's; None when it
-        speaks the caller's protocol."""
+    def turn(self) -> TranslatedTurn | None:
+        """The answering provider's stream read as the caller's turn; None when it speaks the
+        caller's protocol."""
         translated = self._spoken.get(self._ctx.provider_name or "")
         if translated is None:
             return None
+        ctx = self._ctx
         # A failed call is the driver's to tell the client, inside its one lifecycle.
-        return translator_for(self._ctx, self._caller, translated, tells=False)
+        return translated_turn(
+            translated.target,
+            self._caller,
+            translated.request,
+            provider=ctx.provider_name or "",
+            redact=functools.partial(ctx.state.upstream.redact_text, ctx.provider_name),
+        )
 
     def whole(self, reply: UpstreamResponse) -> Event:
         """The answering provider's answer that came whole, or its refusal, as the engine's
         event (translated as ``translated.py`` translates whole answers)."""
         answered = self._spoken.get(self._ctx.provider_name or "")
         return translated.reply_event(self._ctx, reply, answered)
-
-
-def finish_crossing(translator: StreamTranslator, assembler: TurnAssembler) -> Event | None:
-    """The end of a translated call's stream: what its end completes goes to the caller's
-    assembler; a stream that failed (the provider's error, a malformed or cut stream) is the
-    call's failure, told as the translator told it; None: the assembler has it all."""
-    tail = translator.finish()
-    failure = translator.failure
-    if failure is not None and not translator.said_nothing:
-        return ModelFailed("protocol", failure.message)
-    if failure is not None:
-        return None  # an empty stream: the caller's assembler says so as for any provider
-    assembler.feed(tail)
-    return None

@@ -66,9 +66,6 @@ class StreamWriter(ABC):
         self.closed = False
         self.failure: ApiError | None = None
         """The error the lifecycle ended with, if it failed."""
-        self.tells = True
-        """A failure goes out as the protocol's in-band error and end. Without it, it is only
-        kept in ``failure`` for whoever tells the caller its own way (a mediated round)."""
         self._usage = Usage()
         self._stop: Stop | None = None
 
@@ -85,7 +82,7 @@ class StreamWriter(ABC):
                 # The lifecycle opens with its first content, or at the end.
                 self._head = Started(event.id, event.model or self._model, event.created)
             elif isinstance(event, Told):
-                self._usage = _merged(self._usage, event.usage)
+                self._usage = merged_usage(self._usage, event.usage)
             elif isinstance(event, Stopped):
                 self._stop = event.reason
             elif isinstance(event, Failed):
@@ -102,7 +99,7 @@ class StreamWriter(ABC):
             return b""
         self.closed = True
         self.failure = err
-        return self._open_once() + self._failure(err) if self.tells else b""
+        return self._open_once() + self._failure(err)
 
     def _open_once(self) -> bytes:
         if self.opened:
@@ -127,7 +124,7 @@ class StreamWriter(ABC):
     def _failure(self, err: ApiError) -> bytes: ...
 
 
-def _merged(known: Usage, told: Usage) -> Usage:
+def merged_usage(known: Usage, told: Usage) -> Usage:
     """Counts only grow: a protocol may tell input at the start and output at the end."""
     return Usage(
         max(known.input, told.input),

@@ -1,12 +1,16 @@
 """Stream translation (contract §18), sans-IO: a target's SSE stream, fed in pieces of any
-size as they arrive, comes out as the caller's SSE stream, event by event.
+size as they arrive, read once into stream events (``stream_events.py``) by the reader of its
+protocol (``stream_readers.py``), and then, for a caller of another protocol:
 
-A reader per protocol (``stream_readers.py``) turns the target's events into stream events
-(``stream_events.py``); a writer per protocol (``stream_writers.py``) writes those in the
-caller's protocol. Three readers and three writers make the six directions. Whatever the
-target does — a malformed event, an event past the size bound, a failure event, a stream that
-stops before its end marker — the caller gets a well-formed stream that ends with its
-protocol's error and end.
+- relayed (``StreamTranslator``, a pass-through): written event by event as the caller's SSE
+  stream by the writer of the caller's protocol (``stream_writers.py``);
+- a mediated request's turn (``TranslatedTurn``): folded straight into the answer's parts, its
+  text shown as it comes, the whole turn written at its end as a whole answer is written (the
+  protocol module's ``write_reply``); nothing of the caller's stream is written and parsed back.
+
+Whatever the target does — a malformed event, an event past the size bound, a failure event, a
+stream that stops before its end marker — a relayed caller gets a well-formed stream that ends
+with its protocol's error and end, and a mediated turn ends with that error.
 """
 
 from __future__ import annotations
@@ -14,10 +18,25 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..codecs.anthropic_stream import goes_before_text as messages_goes_before_text
 from ..codecs.base import Codec
+from ..codecs.responses_stream import goes_before_text as responses_goes_before_text
+from ..codecs.streaming import TextDelta
 from ..model.errors import ApiError
-from .ir import FunctionTool
-from .stream_events import Ended, Failed, Started, Stopped, StreamEvent, Told
+from . import chat, messages, responses
+from .ir import FunctionTool, Part, Reply, Request, Stop, Usage
+from .stream_events import (
+    CallArguments,
+    CallStarted,
+    Ended,
+    Failed,
+    Reasoning,
+    Started,
+    Stopped,
+    StreamEvent,
+    Text,
+    Told,
+)
 from .stream_readers import (
     ChatStreamReader,
     MessagesStreamReader,
@@ -29,12 +48,14 @@ from .stream_writers import (
     MessagesStreamWriter,
     ResponsesStreamWriter,
     StreamWriter,
+    merged_usage,
 )
 
 MAX_EVENT_BYTES = 8 << 20
 """The most one event may take before it completes: a call's whole arguments in one event
 (Ollama sends calls whole) stay far below it; past it, a stream is taken for hostile."""
 
+_MODULES = {"chat": chat, "messages": messages, "responses": responses}
 _READERS: dict[str, type[StreamReader]] = {
     "chat": ChatStreamReader,
     "messages": MessagesStreamReader,
@@ -64,11 +85,6 @@ class StreamTranslator:
     def complete(self) -> bool:
         """The target stream carried its end (its connection may be pooled again)."""
         return self._reader.ended
-
-    @property
-    def said_nothing(self) -> bool:
-        """The target stream carried no event at all (a server that cannot stream this)."""
-        return self._reader.events == 0
 
     @property
     def events(self) -> int:
@@ -141,6 +157,8 @@ class StreamTranslator:
         return ApiError(502, "upstream_protocol_error", message)
 
 
+# Events of the answer's content (the others tell about it).
+_CONTENT = frozenset({Text, CallStarted, CallArguments, Reasoning})
 # Events that carry no answer: a Chat ``[DONE]`` alone reads as a stop and an end.
 _NO_ANSWER = frozenset({Started, Stopped, Told, Ended})
 
@@ -152,7 +170,6 @@ def stream_translator(
     provider: str,
     model: str | None,
     include_usage: bool,
-    tells: bool = True,
     reshaped: dict[str, FunctionTool] | None = None,
     watch: Callable[[dict[str, Any]], None] | None = None,
     redact: Callable[[str], str] | None = None,
@@ -160,10 +177,10 @@ def stream_translator(
     """A translator from a stream of the ``target`` protocol (``chat``, ``messages``,
     ``responses``) to ``caller``'s. ``model``: the model the caller asked for, shown until the
     target names its own; ``include_usage``: a Chat Completions caller asked for the usage
-    chunk; ``tells``: see ``StreamWriter.tells``; ``reshaped``: the Responses caller's custom
-    and namespaced tools (``ResponsesStreamWriter``); ``watch``: sees each event the reader
-    parses (``StreamReader.watch``); ``redact``: removes the provider's key from the failure
-    it reports in the stream."""
+    chunk; ``reshaped``: the Responses caller's custom and namespaced tools
+    (``ResponsesStreamWriter``); ``watch``: sees each event the reader parses
+    (``StreamReader.watch``); ``redact``: removes the provider's key from the failure it reports
+    in the stream."""
     writer: StreamWriter
     if caller.name == "chat":
         writer = ChatStreamWriter(model, include_usage=include_usage, error_body=caller.error_body)
@@ -171,7 +188,218 @@ def stream_translator(
         writer = MessagesStreamWriter(model, error_body=caller.error_body)
     else:
         writer = ResponsesStreamWriter(model, reshaped)
-    writer.tells = tells
     reader = _READERS[target]()
     reader.watch = watch
     return StreamTranslator(reader, writer, provider, redact)
+
+
+class TranslatedTurn:
+    """One streamed model call of a mediated request answered in another protocol, read as the
+    caller's turn: the target's events (its reader's) folded straight into the answer's parts,
+    the text shown as it comes, and the whole turn written once, at its end, in the caller's
+    protocol as a whole answer is (no stream of the caller's is written, nor parsed back)."""
+
+    def __init__(
+        self,
+        reader: StreamReader,
+        caller: Codec,
+        request: Request,
+        provider: str,
+        redact: Callable[[str], str] | None = None,
+    ) -> None:
+        self._reader = reader
+        self._caller = caller
+        self._write_reply = _MODULES[caller.name].write_reply
+        self._layout = _LAYOUTS.get(caller.name)
+        self._request = request
+        self._provider = provider
+        self._redact = redact
+        self._head = Started(None, request.model)
+        self._parts: list[Part] = []
+        self._calls: dict[int, Part] = {}  # source call -> its part
+        self._usage = Usage()
+        self._stop: Stop | None = None
+        self._text: list[str] | None = None  # pieces of the open text part
+        self._where: tuple[tuple[int, ...], str | None] = ((0,), None)  # its delta's place
+        self._handed = 0  # the caller's parts before this one were shown or stay for the end
+        self._item_ids: dict[int, str] = {}  # output item -> the id its text was shown under
+        self._unfinished = 0  # bytes fed since the last complete event
+        self._answered = False  # the stream carried some content (an empty text counts)
+        self.head: dict[str, Any] = {}
+        """The answer's head in the caller's protocol, once its first text is shown."""
+        self.failure: ApiError | None = None
+
+    @property
+    def events(self) -> int:
+        """The target's events read so far: none when its stream said nothing."""
+        return self._reader.events
+
+    @property
+    def complete(self) -> bool:
+        """The target's stream carried its end (its connection may be pooled again)."""
+        return self._reader.ended
+
+    @property
+    def failed(self) -> bool:
+        return self.failure is not None
+
+    def feed(self, data: bytes) -> list[TextDelta]:
+        """The text deltas the target's ``data`` completes, in order."""
+        if self.failure is not None:
+            return []
+        events = self._reader.feed(data)
+        self._unfinished = 0 if events else self._unfinished + len(data)
+        deltas: list[TextDelta] = []
+        self._fold(events, deltas)
+        if self._reader.malformed is not None:
+            self._fail(self._malformed(self._reader.malformed))
+        elif self._unfinished > MAX_EVENT_BYTES:
+            self._fail(self._malformed(f"an event exceeds {MAX_EVENT_BYTES} bytes"))
+        return deltas
+
+    def end(self) -> ApiError | None:
+        """The target's stream ended: the error it failed with (its provider's, a malformed or
+        cut stream); None: the turn is whole (or empty, which ``finish`` says)."""
+        if self.failure is None:
+            self._fold(self._reader.finish(), [])
+        if self.failure is None and self._reader.malformed is not None:
+            self._fail(self._malformed(self._reader.malformed))
+        if self.failure is None and not self._reader.ended:
+            message = f"provider {self._provider!r} ended the stream before its end"
+            self._fail(ApiError(502, "upstream_protocol_error", message))
+        return None if self._reader.events == 0 else self.failure
+
+    def finish(self) -> dict[str, Any]:
+        """The whole turn in the caller's protocol; ``CodecError`` if the stream said
+        nothing, in the words of the caller's own reader of an empty stream."""
+        if self._reader.events == 0:
+            return self._caller.stream_assembler().finish()  # raises: it read nothing
+        self._close_text()
+        stop: Stop = "tool_calls" if self._calls else self._stop or "end"
+        body = self._written(stop, self._usage)
+        for index, item_id in self._item_ids.items():  # the ids its text was shown under
+            body["output"][index]["id"] = item_id
+        return body
+
+    def _fold(self, events: list[StreamEvent], deltas: list[TextDelta]) -> None:
+        for event in events:
+            if type(event) is Text and not event.refusal:  # the common case first
+                self._told(event.text, deltas)
+                continue
+            self._close_text()
+            if type(event) in _CONTENT:
+                self._answered = True
+            match event:
+                case CallStarted(index, call_id, name):
+                    call = {"type": "tool_call", "id": call_id, "name": name, "arguments": ""}
+                    self._calls[index] = call
+                    self._parts.append(call)
+                case CallArguments(index, json):
+                    if index in self._calls:  # arguments of a call never started: dropped
+                        self._calls[index]["arguments"] += json
+                case Text(text):
+                    self._parts.append({"type": "refusal", "text": text})
+                case Reasoning(part):
+                    self._parts.append(part)
+                case Started(answer_id, model, created):
+                    self._head = Started(answer_id, model or self._request.model, created)
+                case Told(usage):
+                    self._usage = merged_usage(self._usage, usage)
+                case Stopped(reason):
+                    self._stop = reason
+                case Failed():
+                    self._fail(self._provider_failure(event))
+                    return
+                case Ended() if not self._answered:
+                    # An end with nothing before it (a Chat stream of only ``data: [DONE]``):
+                    # the 502 a provider of the caller's protocol gets for it.
+                    self._fail(self._malformed("it carried no answer"))
+                    return
+
+    def _told(self, text: str, deltas: list[TextDelta]) -> None:
+        """The next piece of the answer's text, shown at once."""
+        self._answered = True
+        if not text:
+            return
+        if self._text is not None:
+            self._text.append(text)
+            deltas.append(TextDelta(self._where[0], text, self._where[1]))
+            return
+        self._text = [text]
+        self._parts.append({"type": "text", "text": text})
+        body = self._written("end", None)
+        if not self.head:
+            self.head = _head_of(self._caller.name, body)
+        before: tuple[dict[str, Any], ...] = ()
+        if self._layout is not None:  # a protocol of parts: where the text is among them
+            items_of, goes_before_text = self._layout
+            items = items_of(body)
+            position = len(items) - 1  # the text is the last part so far
+            before = tuple(i for i in items[self._handed : position] if goes_before_text(i))
+            self._handed = max(self._handed, position + 1)
+            item_id = items[position].get("id") if self._caller.name == "responses" else None
+            if item_id is not None:
+                item_id = self._item_ids.setdefault(position, item_id)
+                content = len(items[position]["content"]) - 1
+                self._where = ((position, content), item_id)
+            else:
+                self._where = ((position,), None)
+        deltas.append(TextDelta(self._where[0], text, self._where[1], before))
+
+    def _close_text(self) -> None:
+        if self._text is not None:
+            self._parts[-1]["text"] = "".join(self._text)
+            self._text = None
+
+    def _written(self, stop: Stop, usage: Usage | None) -> dict[str, Any]:
+        head = self._head
+        parts = self._parts
+        if self._text is not None:  # the open text part as far as it came
+            parts = [*parts[:-1], {"type": "text", "text": "".join(self._text)}]
+        reply = Reply(head.id or "translated", head.model, parts, stop, usage, head.created)
+        return self._write_reply(reply, self._request)  # type: ignore[no-any-return]
+
+    def _provider_failure(self, failed: Failed) -> ApiError:
+        """The provider's failure, told without its key (a provider may echo the key it was
+        sent in its error's message)."""
+        redact = self._redact or (lambda text: text)
+        return ApiError(502, redact(failed.code), redact(failed.message), failed.type)
+
+    def _fail(self, err: ApiError) -> None:
+        if self.failure is None:
+            self.failure = err
+
+    def _malformed(self, why: str) -> ApiError:
+        message = f"provider {self._provider!r} sent a stream that is not valid: {why}"
+        return ApiError(502, "upstream_protocol_error", message)
+
+
+def _head_of(protocol: str, body: dict[str, Any]) -> dict[str, Any]:
+    """What a streamed answer says about itself before its content, from the answer so far."""
+    if protocol == "chat":
+        return {key: body[key] for key in ("id", "created", "model", "object")}
+    if protocol == "messages":
+        return {**body, "content": [], "stop_reason": None}
+    return {**body, "status": "in_progress", "output": [], "usage": None}
+
+
+# The caller protocols whose answers are a list of parts (content blocks, output items) a text
+# delta names its place in: the list, and which of its parts a client sees before the text.
+_LAYOUTS: dict[str, tuple[Callable[[dict[str, Any]], list[dict[str, Any]]], Any]] = {
+    "messages": (lambda body: body["content"], messages_goes_before_text),
+    "responses": (lambda body: body["output"], responses_goes_before_text),
+}
+
+
+def translated_turn(
+    target: str,
+    caller: Codec,
+    request: Request,
+    *,
+    provider: str,
+    redact: Callable[[str], str] | None = None,
+) -> TranslatedTurn:
+    """The caller's turn (``request``: the caller's request as ``ir`` reads it) read from a
+    stream of the ``target`` protocol; a failure is the turn's, for the driver to tell in the
+    caller's one stream. ``redact``: see ``stream_translator``."""
+    return TranslatedTurn(_READERS[target](), caller, request, provider, redact)

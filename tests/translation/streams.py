@@ -138,12 +138,16 @@ async def stream_through(
     agent: str,
     model: str,
     on_text: Callable[[], None] = lambda: None,
+    *,
+    chat_usage: bool = True,
     **extra: Any,
 ) -> Streamed:
     """One streamed request through the caller's real SDK; ``on_text`` runs at each text
-    delta as it arrives. An error the SDK raises is kept in the result."""
+    delta as it arrives; ``chat_usage``: a Chat Completions caller asks for its usage chunk.
+    An error the SDK raises is kept in the result."""
     got = Streamed()
     prompt = [{"role": "user", "content": "What is AAPL at?"}]
+    usage = {"include_usage": True}
     try:
         if caller == "messages":
             async with (
@@ -164,7 +168,10 @@ async def stream_through(
             async with (
                 pod.openai(agent) as client,
                 client.chat.completions.stream(
-                    model=model, messages=prompt, stream_options={"include_usage": True}, **extra
+                    model=model,
+                    messages=prompt,
+                    **({"stream_options": usage} if chat_usage else {}),
+                    **extra,
                 ) as live,
             ):
                 async for event in live:

@@ -74,6 +74,27 @@ async def test_streamed_tool_round_mediated_runs_the_tool_once(
     assert "/quotes/AAPL" in str(second)  # the tool's result went back up, translated
 
 
+async def test_mediated_stream_is_charged_as_the_provider_counted(
+    translating_pod: TranslatingPod, caller: str, target: str
+) -> None:
+    """Each translated call of a mediated round is charged the usage its provider's stream
+    told, also for a Chat caller that did not ask for its usage chunk (#43: its turn was the
+    caller's stream parsed back, which carries usage only when the caller asked for it)."""
+    pod = translating_pod
+    pod.script(
+        target,
+        stream_reply(target, [], [("call_1", "desk_quote", {"symbol": "AAPL"})], tokens=40),
+        stream_reply(target, TEXTS, tokens=50),
+    )
+    got = await asyncio.wait_for(
+        stream_through(pod, caller, "analyst", MODEL[target], chat_usage=False), DEADLINE_S
+    )
+    assert got.error is None, got.error
+    (record,) = pod.audit("analyst")
+    assert "estimated" not in record["usage"], record["usage"]
+    assert (record["usage"]["input_tokens"], record["usage"]["output_tokens"]) == (90, 6)
+
+
 async def test_runner_tool_comes_back_in_the_stream(
     translating_pod: TranslatingPod, caller: str, target: str
 ) -> None:
