@@ -452,6 +452,8 @@ class EndUserLimits(_Model):
 
     tokens_per_day: int | None = Field(default=None, gt=0)
     usd_per_day: float | None = Field(default=None, gt=0)
+    requests: Rate | None = None
+    """Each end user's requests (LLM requests and ``/mcp`` calls), across the pod's agents."""
 
 
 class Governance(_Model):

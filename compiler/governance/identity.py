@@ -13,6 +13,7 @@ from typing import Any
 
 from ...sidecar.manifest import EndUserLimits, EndUsers, TokenIssuer
 from ..pod_file.confined_files import ConfinementError, read_limited, resolve_confined
+from ..pod_file.governance_spec import parse_rate
 from ..pod_file.identity_spec import IssuerSpec
 from ..pod_file.reader import PodReader, Where
 from ..pod_file.spec import PodClaw
@@ -73,7 +74,11 @@ def resolve_end_user_limits(reader: PodReader, claw: PodClaw) -> EndUserLimits |
             "token): without it no request has an end user to count",
             ("x-claw", "end-user-limits"),
         )
-    return EndUserLimits(tokens_per_day=spec.tokens_per_day, usd_per_day=spec.usd_per_day)
+    return EndUserLimits(
+        tokens_per_day=spec.tokens_per_day,
+        usd_per_day=spec.usd_per_day,
+        requests=parse_rate(spec.requests) if spec.requests is not None else None,
+    )
 
 
 def _issuer(reader: PodReader, spec: IssuerSpec, root: Path, where: Where) -> dict[str, Any]:

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
+
+from .governance_spec import parse_rate
 
 HEADER_NAME = r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$"
 
@@ -60,3 +62,26 @@ class EndUsersSpec(IssuerSpec):
     user_claim: str = Field(
         default="sub", alias="user-claim", min_length=1, description="the claim naming the user"
     )
+
+
+class EndUserLimitsSpec(_Spec):
+    """``end-user-limits``: each end user's daily budget and request rate, across agents."""
+
+    tokens_per_day: Annotated[int, Strict(), Field(gt=0)] | None = Field(
+        default=None, alias="tokens-per-day"
+    )
+    usd_per_day: Annotated[float, Field(gt=0)] | None = Field(default=None, alias="usd-per-day")
+    requests: str | None = Field(default=None, description="N/second, N/minute or N/hour")
+
+    @field_validator("requests")
+    @classmethod
+    def _rate(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_rate(value)
+        return value
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> EndUserLimitsSpec:
+        if self.tokens_per_day is None and self.usd_per_day is None and self.requests is None:
+            raise ValueError("set tokens-per-day, usd-per-day, requests or several")
+        return self

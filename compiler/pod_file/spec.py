@@ -28,7 +28,7 @@ from .governance_spec import (
     SharedLimitsSpec,
 )
 from .grants import Grant, GrantItem
-from .identity_spec import EndUsersSpec, IdentitySpec
+from .identity_spec import EndUserLimitsSpec, EndUsersSpec, IdentitySpec
 from .providers import ModelEntry, ProviderSpec, RouteTargetSpec
 from .reader import PodReader, Where
 
@@ -203,7 +203,7 @@ class PodClaw(_Spec):
         alias="end-users",
         description="the header and issuer of the end user's token a runner passes (SPEC §21)",
     )
-    end_user_limits: BudgetSpec | None = Field(
+    end_user_limits: EndUserLimitsSpec | None = Field(
         default=None,
         alias="end-user-limits",
         description="each end user's daily budget, across the pod's agents (SPEC §21)",

@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..governance.budgets import seconds_to_next_day
+from ..manifest import Rate
 from ..model.end_user import EndUser
 from ..model.errors import ApiError
 from ..model.usage import TOKENS_PER_PRICE_UNIT, UNKNOWN_MAX_OUTPUT, max_output_of
-from ..state.counters import SHARED_LIMITS_UNAVAILABLE, SharedLimitsUnavailable
+from ..state.counters import SHARED_LIMITS_UNAVAILABLE, SharedLimitsUnavailable, user_subject
 from .key_pool import retry_after_header
 
 if TYPE_CHECKING:
@@ -81,6 +82,31 @@ def shared_limits_unavailable() -> ApiError:
         "overloaded_error",
         headers={"x-should-retry": "true", "retry-after": "1"},
     )
+
+
+def end_user_rate_limited(rate: Rate) -> ApiError:
+    """429 the client may retry once the end user's rate allows another request."""
+    return ApiError(
+        429,
+        "end_user_rate_limited",
+        f"this end user's requests are limited to {rate.count} per {rate.per}; try again shortly",
+        "rate_limit_error",
+        headers={"retry-after": retry_after_header(rate.period_s / rate.count)},
+    )
+
+
+async def end_user_rate(state: SidecarState, end_user: EndUser | None) -> ApiError | None:
+    """One request from the end user's rate (``end-user-limits.requests``, across the pod's
+    agents and the pods sharing the store), or why not."""
+    limits = state.budgets.end_user_limits
+    if end_user is None or limits is None or limits.requests is None:
+        return None
+    key = (user_subject(end_user.subject), "requests", 0)
+    try:
+        taken = await state.budgets.counters.take(key, limits.requests)
+    except SharedLimitsUnavailable:
+        return shared_limits_unavailable()
+    return None if taken else end_user_rate_limited(limits.requests)
 
 
 async def admit(ctx: RequestContext, body: dict[str, Any]) -> ApiError | None:

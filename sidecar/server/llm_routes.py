@@ -31,7 +31,7 @@ from ..request_body import check_shape
 from ..state.stored_objects import refs
 from . import translated
 from .accounting import record_request
-from .budget_gate import admit, release
+from .budget_gate import admit, end_user_rate, release
 from .context import STATE_KEY, SidecarState
 from .counting import with_managed_tools
 from .edge import DIRECT_ROUTES, AuthError
@@ -178,7 +178,9 @@ async def _read_and_serve(
             await reply_error(exchange, codec, err, final=True)  # the body or its routing
             await record_request(ctx, http_status=err.status, error_code=err.code)
             return
-        refusal = await admit(ctx, body) if ctx.budgeted else None
+        refusal = await end_user_rate(state, ctx.end_user) if ctx.end_user else None
+        if refusal is None and ctx.budgeted:
+            refusal = await admit(ctx, body)
         if refusal is not None:
             _called_no_model(ctx, body)
             await reply_error(exchange, codec, refusal)

@@ -11,10 +11,12 @@ from ..codecs import codec_for_caller
 from ..mcp.http import jsonrpc_error
 from ..model.errors import ApiError
 from ..observability import tracing
+from .budget_gate import end_user_rate
 from .context import STATE_KEY
 from .edge import AuthError, mark_authenticated
 
 JSONRPC_UNAUTHORIZED = -32001
+JSONRPC_LIMITED = -32000  # an implementation-defined server error (JSON-RPC 2.0 §5.1)
 
 
 async def models(request: web.Request) -> web.Response:
@@ -49,6 +51,11 @@ async def mcp(request: web.Request) -> web.StreamResponse:
     except AuthError as err:
         return jsonrpc_error(err.status, JSONRPC_UNAUTHORIZED, err.message)
     mark_authenticated(request)
+    refusal = await end_user_rate(state, end_user) if end_user else None
+    if refusal is not None:
+        response = jsonrpc_error(refusal.status, JSONRPC_LIMITED, refusal.message)
+        response.headers.update(refusal.headers)
+        return response
     with tracing.agent_span("/mcp", request.headers):
         tracing.name_agent(agent.agent.id)
         return await state.mcp.handle(request, agent, end_user)

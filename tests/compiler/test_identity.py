@@ -22,7 +22,7 @@ URL_IDENTITY = """  identity: {issuer: https://idp.example, jwks-url: http://idp
 FILE_END_USERS = """  end-users: {header: X-User-Token, issuer: https://idp.example,
               jwks-file: idp.jwks.json, audience: clawpod-users, user-claim: email,
               jwks-refresh-ms: 5000}
-  end-user-limits: {tokens-per-day: 50000, usd-per-day: 2.5}
+  end-user-limits: {tokens-per-day: 50000, usd-per-day: 2.5, requests: 60/minute}
 """
 
 
@@ -60,6 +60,8 @@ def test_the_sidecar_gets_both_issuers_and_the_end_user_limits(
     assert config.governance is not None and config.governance.end_user_limits is not None
     limits = config.governance.end_user_limits
     assert (limits.tokens_per_day, limits.usd_per_day) == (50000, 2.5)
+    assert limits.requests is not None
+    assert (limits.requests.count, limits.requests.per) == (60, "minute")
 
 
 @pytest.mark.parametrize(
@@ -94,6 +96,12 @@ def test_the_sidecar_gets_both_issuers_and_the_end_user_limits(
             "  end-user-limits: {tokens-per-day: 5}\n",
             None,
             "end-user-limits needs x-claw.end-users",
+        ),
+        (
+            "  end-users: {issuer: i, audience: a, jwks-url: http://x/j}\n"
+            "  end-user-limits: {requests: lots}\n",
+            None,
+            "write N/second, N/minute or N/hour",
         ),
         (
             "  end-users: {issuer: i, audience: a, jwks-url: http://x/j}\n  end-user-limits: {}\n",

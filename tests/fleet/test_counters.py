@@ -12,7 +12,7 @@ import pytest
 from clawpod.sidecar.governance.budgets import TokenBudgets
 from clawpod.sidecar.manifest import BudgetGroup, EndUserLimits, Governance, Rate
 from clawpod.sidecar.model.end_user import EndUser
-from clawpod.sidecar.state.counters import Claim, Counters, LocalCounters
+from clawpod.sidecar.state.counters import Claim, Counters, LocalCounters, user_subject
 from clawpod.sidecar.state.shared_counters import (
     SharedCounters,
     budget_key,
@@ -235,3 +235,8 @@ async def test_an_end_users_budget_is_shared_across_pods(
     await north.spend("a", 100, 0.0, _end_user("carol"))
     assert await south.admit("a", 1, 0.0, _end_user("carol")) is None
     assert await south.admit("a", 1, 0.0, _end_user("dave"))
+    # And so is an end user's request rate (end-user-limits.requests).
+    once = Rate(count=1, per="hour")
+    assert await north.counters.take((user_subject("carol"), "requests", 0), once)
+    assert not await south.counters.take((user_subject("carol"), "requests", 0), once)
+    assert await south.counters.take((user_subject("dave"), "requests", 0), once)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+import aiohttp
 import anthropic
 import openai
 import pytest
@@ -13,7 +14,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from clawpod.sidecar.manifest import EndUserLimits, Governance
+from clawpod.sidecar.manifest import EndUserLimits, Governance, Rate
 from tests.identity.conftest import END_USER_HEADER, DoorFactory, DoorPod
 from tests.mediation.scripted import an_text, oa_calls, oa_text
 from tests.support import secret_sweep
@@ -200,3 +201,33 @@ async def test_one_end_users_request_is_never_anothers_retry(door: DoorPod) -> N
     completion = await bobs.chat.completions.create(model=MODEL, messages=words)
     assert completion.choices[0].message.content == "bought for bob"
     assert [r.raw_path for r in door.service.requests] == ["/trades", "/trades"]
+
+
+async def test_an_end_users_request_rate_is_shared_by_the_pods_agents(
+    make_door: DoorFactory,
+) -> None:
+    limits = EndUserLimits(requests=Rate(count=2, per="hour"))
+    door = await make_door(governance=Governance(end_user_limits=limits))
+    door.upstream.always("openai", Reply.json(oa_text("ok")))
+    alice = door.user_token("alice")
+    for agent in ("analyst", "ops"):
+        await door.openai(door.tokens[agent], end_user=alice).chat.completions.create(
+            model=MODEL, messages=ASK
+        )
+    with pytest.raises(openai.RateLimitError) as refused:
+        await door.openai(door.tokens["analyst"], end_user=alice).chat.completions.create(
+            model=MODEL, messages=ASK
+        )
+    assert refused.value.body["code"] == "end_user_rate_limited"
+    headers = {"Authorization": f"Bearer {door.tokens['native']}", END_USER_HEADER: alice}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(door.sidecar.url + "/mcp", json={}, headers=headers) as response,
+    ):
+        assert response.status == 429 and "limited to 2 per hour" in await response.text()
+    # Another end user, and requests for none, are not counted against Alice.
+    bob = door.user_token("bob")
+    await door.openai(door.tokens["ops"], end_user=bob).chat.completions.create(
+        model=MODEL, messages=ASK
+    )
+    await door.openai(door.tokens["ops"]).chat.completions.create(model=MODEL, messages=ASK)
