@@ -16,9 +16,6 @@ if TYPE_CHECKING:
     from .exchange import RequestContext
     from .upstream import Target
 
-# A rough count of tokens in JSON text: about four bytes each for English (OpenAI's own rule
-# of thumb); exact counts need each model's tokenizer, which the sidecar does not carry.
-BYTES_PER_TOKEN = 4
 # The fields that cap a request's output in the three protocols.
 _OUTPUT_CAPS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
 
@@ -58,10 +55,10 @@ def unpriced(provider: str, model: str) -> ApiError:
     )
 
 
-def estimate_tokens(request_bytes: int, body: dict[str, Any], max_output: int) -> tuple[int, int]:
-    """(input, output) a request may spend: its size, and its output cap or, without one, the
-    most its model may write (``max_output``): a request without a cap may write that much."""
-    input_tokens = max(1, request_bytes // BYTES_PER_TOKEN)
+def estimate_tokens(input_tokens: int, body: dict[str, Any], max_output: int) -> tuple[int, int]:
+    """(input, output) a request may spend: its estimated input, and its output cap or, without
+    one, the most its model may write (``max_output``): a request without a cap may write
+    that much."""
     for field in _OUTPUT_CAPS:
         cap = body.get(field)
         if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0:
@@ -97,7 +94,7 @@ async def admit(ctx: RequestContext, body: dict[str, Any]) -> ApiError | None:
             refusal, usd_per_token = _priced(ctx, ctx.targets)
             if refusal is not None:
                 return refusal
-    input_tokens, output_tokens = estimate_tokens(ctx.request_bytes, body, max_output)
+    input_tokens, output_tokens = estimate_tokens(ctx.input_estimate(), body, max_output)
     usd = (input_tokens * usd_per_token[0] + output_tokens * usd_per_token[1]) / (
         TOKENS_PER_PRICE_UNIT
     )
