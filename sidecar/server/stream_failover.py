@@ -6,7 +6,11 @@ answer (or its text) is done, is continued by the route's next target: the text 
 it as the assistant's own (Messages: a trailing assistant message, which the model continues;
 Chat Completions and Responses: the partial answer and a user message asking for the rest),
 and its answer is spliced into the client's stream with the first stream's ids, block indices
-and event numbers. The audit record says so (``failover``)."""
+and event numbers. The audit record says so (``failover``).
+
+A mediated request's streamed model call is continued alike (:class:`ContinuedStream`): the
+continuation, spliced, reads to the turn's assembler as the rest of the first stream, so the
+client sees one answer and the engine one turn."""
 
 from __future__ import annotations
 
@@ -16,11 +20,12 @@ from typing import Any
 
 import orjson
 
-from ..model.errors import ApiError
-from ..transport import Response
+from ..codecs.base import Codec
+from ..model.errors import ApiError, upstream_failure
+from ..transport import Response, TransportError
 from .exchange import RequestContext
 from .failover import open_upstream
-from .upstream import UpstreamError, UpstreamTarget
+from .upstream import UpstreamError, UpstreamTarget, translate_error
 
 CONTINUE = (
     "Your previous answer was cut off. Continue it exactly where it stops, "
@@ -202,6 +207,53 @@ async def _ask(ctx: RequestContext, rest: list[Any], body: dict[str, Any]) -> Re
         return None
     finally:
         ctx.targets = targets
+
+
+class ContinuedStream:
+    """A mediated model call's stream read chunk by chunk: when it breaks after text and
+    before any tool call, the rest comes from the route's next target, spliced in."""
+
+    __slots__ = ("_codec", "_ctx", "_end", "_request", "_splice", "_watch", "response")
+
+    def __init__(
+        self, ctx: RequestContext, codec: Codec, response: Response, request: dict[str, Any]
+    ) -> None:
+        self._ctx = ctx
+        self._codec = codec
+        self._request = request
+        self.response = response  # the stream read now: the caller releases it
+        self._watch = watch_for(ctx) if codec is ctx.codec else None
+        self._end = codec.end_watch()
+        self._splice: Splice | None = None
+
+    async def read_chunk(self) -> bytes:
+        while True:
+            try:
+                chunk = await self.response.read_chunk()
+            except TransportError as exc:
+                failure = translate_error(exc, self._ctx.provider_name or "")
+                if await self._continued(upstream_failure(failure.kind, failure.message).code):
+                    continue
+                raise
+            ended = not chunk and not self._end.seen
+            if ended and await self._continued("upstream_protocol_error"):
+                continue
+            self._end.feed(chunk)
+            if self._watch is not None:
+                self._watch.feed(self._codec.name, chunk)
+            return self._splice.feed(chunk) if self._splice is not None and chunk else chunk
+
+    async def _continued(self, cause: str) -> bool:
+        watch, self._watch = self._watch, None  # continued once at most
+        if watch is None or self._splice is not None:
+            return False
+        more = await reopen(self._ctx, watch, orjson.dumps(self._request), cause)
+        if more is None:
+            return False
+        self.response.release(reuse=False)
+        self.response, self._end = more, self._codec.end_watch()
+        self._splice = Splice(self._codec.name, watch)
+        return True
 
 
 class Splice:
