@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from ..manifest import Governance
 from ..state.budgets import utc_day
-from ..state.counters import Claim, Counters, Hold, LocalCounters, group_subject
+from ..state.counters import Claim, Counters, Hold, LocalCounters, Refused, group_subject
 
 EVERY_AGENT = "*"
 T = TypeVar("T", int, float)
@@ -52,7 +52,13 @@ def budget_claims(governance: Governance | None, agents: Iterable[str]) -> dict[
             claims[agent] = [Claim(agent, tokens.get(agent), usd.get(agent))]
     groups = (governance.budget_groups if governance else None) or {}
     for name, group in sorted(groups.items()):
-        claim = Claim(group_subject(name), group.tokens_per_day, group.usd_per_day)
+        claim = Claim(
+            group_subject(name),
+            group.tokens_per_day,
+            group.usd_per_day,
+            group.requests_per_minute,
+            group.tokens_per_minute,
+        )
         for agent in group.agents:
             claims.setdefault(agent, []).append(claim)
     return claims
@@ -95,9 +101,10 @@ class TokenBudgets:
         """Whether a USD budget, the agent's own or a group's, applies to the agent."""
         return any(claim.usd is not None for claim in self.claims.get(agent, ()))
 
-    async def admit(self, agent: str, tokens: int, usd: float) -> Hold | None:
-        """Hold an estimate of a request's spending against each of the agent's budgets, or
-        None (refused: see :meth:`Counters.reserve`). Raises ``SharedLimitsUnavailable``."""
+    async def admit(self, agent: str, tokens: int, usd: float) -> Hold | Refused:
+        """Hold an estimate of a request's spending against each of the agent's budgets and
+        its groups' rates, or say which refused it (see :meth:`Counters.reserve`). Raises
+        ``SharedLimitsUnavailable``."""
         return await self.counters.reserve(self.claims[agent], tokens, usd)
 
     async def release(self, hold: Hold) -> None:
@@ -107,7 +114,7 @@ class TokenBudgets:
     async def spend(self, agent: str, tokens: int, usd: float = 0.0) -> None:
         claims = self.claims.get(agent)
         if claims and (tokens > 0 or usd > 0):
-            await self.counters.spend([c.subject for c in claims], max(tokens, 0), max(usd, 0.0))
+            await self.counters.spend(claims, max(tokens, 0), max(usd, 0.0))
 
     async def today(self) -> list[dict[str, Any]]:
         """Each budget (an agent's or a group's): its limits and what was spent today."""

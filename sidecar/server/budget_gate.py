@@ -3,12 +3,13 @@ budget refuses up front, and what the request really spent is charged at the end
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from ..governance.budgets import seconds_to_next_day
 from ..model.errors import ApiError
 from ..model.usage import TOKENS_PER_PRICE_UNIT, UNKNOWN_MAX_OUTPUT, max_output_of
-from ..state.counters import SHARED_LIMITS_UNAVAILABLE, SharedLimitsUnavailable
+from ..state.counters import SHARED_LIMITS_UNAVAILABLE, Refused, SharedLimitsUnavailable
 from .key_pool import retry_after_header
 
 if TYPE_CHECKING:
@@ -30,6 +31,21 @@ def budget_spent() -> ApiError:
         headers={
             "x-should-retry": "false",
             "retry-after": retry_after_header(seconds_to_next_day()),
+        },
+    )
+
+
+def group_rate_spent() -> ApiError:
+    """429 the SDKs may retry: a group's rate for this minute is spent (SPEC §24)."""
+    return ApiError(
+        429,
+        "group_rate_exceeded",
+        "the requests or tokens per minute of this agent's budget group are spent for this "
+        "minute; try again in the next one",
+        "rate_limit_error",
+        headers={
+            "x-should-retry": "true",
+            "retry-after": retry_after_header(60 - time.time() % 60),
         },
     )
 
@@ -102,9 +118,9 @@ async def admit(ctx: RequestContext, body: dict[str, Any]) -> ApiError | None:
         hold = await budgets.admit(agent, input_tokens + output_tokens, usd)
     except SharedLimitsUnavailable:
         return shared_limits_unavailable()
-    if hold is None:
+    if isinstance(hold, Refused):
         ctx.state.metrics.budget_refusals.labels(agent=agent).inc()
-        return budget_spent()
+        return group_rate_spent() if hold.per_minute else budget_spent()
     if not hold.shared and ctx.state.config.shared_limits is not None:
         # fail-local: admitted on this sidecar's own counts; the record says so (SPEC §24).
         ctx.audit_extra = {**(ctx.audit_extra or {}), "limits": "local"}

@@ -56,7 +56,7 @@ async def test_usd_spent_survives_a_restart_and_renews_the_next_day(
     await budgets.release(hold)
     await budgets.spend("a", 10, 1.25)
     restarted = budgets_at(tmp_path, day)
-    assert await restarted.admit("a", 1, 0.0) is None  # $1.25 of $1 spent
+    assert not await restarted.admit("a", 1, 0.0)  # $1.25 of $1 spent
     assert await restarted.admit("b", 1, 0.0)  # b has a token budget only, untouched
     day[0] = "2026-11-26"
     assert await restarted.admit("a", 1, 0.0)
@@ -68,7 +68,7 @@ async def test_a_held_estimate_keeps_parallel_requests_out_until_released(
     budgets = budgets_at(tmp_path, ["2026-11-25"])
     first = await budgets.admit("b", 600, 0.0)  # alone: admitted on any remainder
     assert first is not None
-    assert await budgets.admit("b", 600, 0.0) is None  # beside it, it does not fit
+    assert not await budgets.admit("b", 600, 0.0)  # beside it, it does not fit
     second = await budgets.admit("b", 300, 0.0)  # a smaller one does
     assert second is not None
     await budgets.release(first)
@@ -89,9 +89,9 @@ async def test_one_agents_running_requests_hold_nothing_of_anothers(
     assert await budgets.admit("a", 900, 0.9)
     assert await budgets.admit("b", 900, 0.0)  # b's budget is its own
     await budgets.spend("a", 1000, 0.0)  # a's day is spent; b's is not
-    assert await budgets.admit("a", 1, 0.0) is None
+    assert not await budgets.admit("a", 1, 0.0)
     assert await budgets.admit("b", 50, 0.0)  # 950 of b's 1000 held
-    assert await budgets.admit("b", 100, 0.0) is None  # 1,050 would not fit
+    assert not await budgets.admit("b", 100, 0.0)  # 1,050 would not fit
 
 
 async def test_a_group_budget_is_spent_by_any_of_its_agents(tmp_path: Path, budgets_at) -> None:  # type: ignore[no-untyped-def]
@@ -100,10 +100,72 @@ async def test_a_group_budget_is_spent_by_any_of_its_agents(tmp_path: Path, budg
     assert budgets.governed == {"a", "b"}
     await budgets.spend("a", 60, 0.0)
     await budgets.spend("b", 40, 0.0)
-    assert await budgets.admit("b", 1, 0.0) is None
-    assert await budgets.admit("a", 1, 0.0) is None
+    assert not await budgets.admit("b", 1, 0.0)
+    assert not await budgets.admit("a", 1, 0.0)
     (row,) = await budgets.today()
     assert (row["subject"], row["tokens"]) == ("group:team", 100)
+
+
+def _at_minute(budgets: TokenBudgets, minute: list[str]) -> TokenBudgets:
+    """The budgets' counters (and a shared store's local ones) in the minute ``minute[0]``."""
+    counters: object = budgets.counters
+    while counters is not None:
+        counters._this_minute = lambda: minute[0]  # type: ignore[attr-defined]
+        counters = getattr(counters, "local", None)
+    return budgets
+
+
+RATED = Governance(
+    budget_groups={
+        "team": BudgetGroup(agents=["a", "b"], requests_per_minute=3, tokens_per_minute=100)
+    }
+)
+
+
+async def test_a_groups_requests_per_minute_are_counted_as_they_start(
+    tmp_path: Path, budgets_at
+) -> None:  # type: ignore[no-untyped-def]
+    """#51: before, a group had daily budgets only, and the pod file refused a rate."""
+    minute = ["2026-11-25T10:00"]
+    budgets = _at_minute(budgets_at(tmp_path, ["2026-11-25"], RATED), minute)
+    for agent in ("a", "b", "a"):
+        hold = await budgets.admit(agent, 1, 0.0)
+        assert hold is not None
+        await budgets.release(hold)  # a finished request still counts in its minute
+    assert not await budgets.admit("b", 1, 0.0)  # the group's fourth this minute
+    minute[0] = "2026-11-25T10:01"
+    assert await budgets.admit("b", 1, 0.0)
+
+
+async def test_a_groups_tokens_per_minute_hold_and_spend_like_a_budget(
+    tmp_path: Path, budgets_at
+) -> None:  # type: ignore[no-untyped-def]
+    minute = ["2026-11-25T10:00"]
+    budgets = _at_minute(budgets_at(tmp_path, ["2026-11-25"], RATED), minute)
+    first = await budgets.admit("a", 80, 0.0)
+    assert first is not None
+    assert not await budgets.admit("b", 30, 0.0)  # 80 held: 30 more does not fit
+    await budgets.release(first)
+    await budgets.spend("a", 100, 0.0)
+    assert not await budgets.admit("b", 1, 0.0)  # this minute's 100 are spent
+    minute[0] = "2026-11-25T10:01"
+    assert await budgets.admit("b", 1, 0.0)
+
+
+@pytest.mark.redis
+async def test_a_groups_rate_is_one_across_sidecars(
+    tmp_path: Path, redis_server: RedisServer, shared_counters: list[SharedCounters]
+) -> None:
+    """Three sidecars, one group's 3 requests a minute: three are admitted in all."""
+    minute = ["2026-11-25T10:00"]
+    sidecars = []
+    for i in range(3):
+        counters = make_shared(shared_counters, redis_server.url, tmp_path / f"s{i}", ["a"])
+        await warm(counters, 10)
+        budgets = TokenBudgets(RATED, ["a", "b"], tmp_path / f"s{i}", counters=counters)
+        sidecars.append(_at_minute(budgets, minute))
+    holds = await asyncio.gather(*(s.admit("a", 1, 0.0) for s in sidecars for _ in range(10)))
+    assert len([h for h in holds if h]) == 3
 
 
 @pytest.mark.redis
@@ -125,7 +187,7 @@ async def test_sidecars_sharing_a_store_admit_one_remainder_once(
         assert isinstance(budgets.counters, SharedCounters)
         await warm(budgets.counters, 10)
     holds = await asyncio.gather(*(s.admit("b", 600, 0.0) for s in sidecars for _ in range(10)))
-    admitted = [h for h in holds if h is not None]
+    admitted = [h for h in holds if h]
     assert len(admitted) == 1  # 600 alone; a second 600 never fits beside it
     assert day
 
@@ -164,7 +226,7 @@ async def test_what_was_spent_while_the_store_was_away_is_written_once(
     )
     redis_server.kill()
     for _ in range(3):
-        await counters.spend(["a"], 100, 0.0)  # kept: the store is away
+        await counters.spend([Claim("a", 10**6, None)], 100, 0.0)  # kept: the store is away
     redis_server.start()
     now[0] = 100.0  # the pause is over
     claims = [Claim("a", 10**6, None)]
@@ -183,7 +245,7 @@ async def test_a_spend_written_again_counts_once(
     again when the server answers: its marker makes the second write count nothing."""
     counters = make_shared(shared_counters, redis_server.url, tmp_path, ["a"])
     keys = [budget_key("desk", "a", "2026-12-07"), "{clawpod}:spent:one-spend"]
-    args = [100, 0, day_expiry("2026-12-07"), 60]
+    args = [100, 0, 60, day_expiry("2026-12-07")]
     for _ in range(3):
         await counters._scripts["spend"](keys=keys, args=args)
     assert (await counters.spent(["a"]))["a"] == (100, 0.0)
