@@ -90,7 +90,6 @@ def pass_through(protocol: str, stream: list[bytes]) -> None:
     redactor = StreamRedactor(REDACTOR)
     for piece in stream:
         usage.feed(piece)
-        usage.events += piece.count(b"data:")
         if stored is not None:
             stored.feed(piece)
         end.feed(piece)
@@ -110,6 +109,7 @@ def translated(target: str, caller: str, stream: list[bytes]) -> None:
         redact=REDACTOR.text,
     )
     for piece in stream:
+        usage.feed_written(piece)  # what the model wrote, for an estimate (as the relay)
         translator.feed(piece)
     translator.finish()
 
