@@ -111,9 +111,17 @@ class TokenBudgets:
         """A finished request's hold (its real spending is ``spend``'s)."""
         await self.counters.release(hold)
 
-    async def spend(self, agent: str, tokens: int, usd: float = 0.0) -> None:
+    async def spend(
+        self, agent: str, tokens: int, usd: float = 0.0, hold: Hold | None = None
+    ) -> None:
+        """What a request spent; with its ``hold``, released in the same step (one round trip
+        to a shared store instead of two)."""
         claims = self.claims.get(agent)
-        if claims and (tokens > 0 or usd > 0):
+        if not claims:
+            return
+        if hold is not None:
+            await self.counters.settle(hold, claims, max(tokens, 0), max(usd, 0.0))
+        elif tokens > 0 or usd > 0:
             await self.counters.spend(claims, max(tokens, 0), max(usd, 0.0))
 
     async def today(self) -> list[dict[str, Any]]:

@@ -56,7 +56,8 @@ async def record_request(
     if cost and ctx.provider_name is not None:
         metrics.count_cost(agent_id, ctx.provider_name, cost)
     if ctx.budgeted:
-        await spend_budget(ctx.state, agent_id, usage, cost)
+        hold, ctx.reserved = ctx.reserved, None  # released with the spending, in one step
+        await spend_budget(ctx.state, agent_id, usage, cost, hold)
     stamp = rfc3339_now()  # one timestamp for the log line and the audit record
     log_request_fields(
         stamp,

@@ -13,6 +13,7 @@ from ..state.counters import SHARED_LIMITS_UNAVAILABLE, Refused, SharedLimitsUna
 from .key_pool import retry_after_header
 
 if TYPE_CHECKING:
+    from ..state.counters import Hold
     from .context import SidecarState
     from .exchange import RequestContext
     from .upstream import Target
@@ -153,14 +154,24 @@ async def release(ctx: RequestContext) -> None:
 
 
 async def spend_budget(
-    state: SidecarState, agent: str, usage: dict[str, int], cost: float | None
+    state: SidecarState,
+    agent: str,
+    usage: dict[str, int],
+    cost: float | None,
+    hold: Hold | None = None,
 ) -> None:
+    """What a request spent, charged to its agent's budgets; its ``hold`` (if ``release`` did
+    not give it back already) released in the same step."""
     budgets = state.budgets
     if agent not in budgets.governed:
         return
     tokens = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
     usd = cost or 0.0
-    await budgets.spend(agent, tokens, usd)
+    settling = budgets.spend(agent, tokens, usd, hold)
+    if hold is not None and hold.shared:  # as ``release``: not left behind by a cancel
+        await state.tasks.run(settling)
+    else:
+        await settling
     claims = budgets.claims[agent]
     if tokens > 0 and any(claim.tokens is not None for claim in claims):
         state.metrics.budget_tokens.labels(agent=agent).inc(tokens)

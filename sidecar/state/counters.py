@@ -117,6 +117,10 @@ class Counters(RateCounters, Protocol):
         """A finished request's spending: today's, and this minute's where a claim has rates."""
         ...
 
+    async def settle(self, hold: Hold, claims: Sequence[Claim], tokens: int, usd: float) -> None:
+        """A finished request's hold released and its spending counted, at once."""
+        ...
+
     async def spent(self, subjects: Sequence[str]) -> dict[str, tuple[int, float]]:
         """Tokens and USD each subject spent today."""
         ...
@@ -272,6 +276,10 @@ class LocalCounters:
                 self._minute_tokens[claim.subject] += tokens
 
     async def spend(self, claims: Sequence[Claim], tokens: int, usd: float) -> None:
+        self.spend_now(claims, tokens, usd)
+
+    async def settle(self, hold: Hold, claims: Sequence[Claim], tokens: int, usd: float) -> None:
+        self.release_now(hold)
         self.spend_now(claims, tokens, usd)
 
     async def spent(self, subjects: Sequence[str]) -> dict[str, tuple[int, float]]:

@@ -168,6 +168,28 @@ end
 return #KEYS - 1
 """
 
+SETTLE = (
+    _EXPIRE_HOLDS
+    + """
+-- A finished request: its hold released and its spending counted in one round trip.
+-- KEYS: the hold's windows (budget hash, holds zset) in pairs, then each window the spend counts
+-- in, then the spend's marker. ARGV: hold id, the number of hold pairs, tokens, nano-USD, the
+-- marker's lifetime (s), then each spend window's key expiry (unix s).
+local pairs_ = tonumber(ARGV[2])
+for i = 1, pairs_ do
+  unhold(KEYS[2 * i - 1], ARGV[1])
+  redis.call('ZREM', KEYS[2 * i], ARGV[1])
+end
+if not redis.call('SET', KEYS[#KEYS], '1', 'NX', 'EX', ARGV[5]) then return 0 end
+for i = 2 * pairs_ + 1, #KEYS - 1 do
+  if ARGV[3] ~= '0' then redis.call('HINCRBY', KEYS[i], 't', ARGV[3]) end
+  if ARGV[4] ~= '0' then redis.call('HINCRBY', KEYS[i], 'u', ARGV[4]) end
+  redis.call('EXPIREAT', KEYS[i], ARGV[5 + i - 2 * pairs_])
+end
+return 1
+"""
+)
+
 TAKE = """
 -- KEYS: the bucket. ARGV: its size (calls), its period (ms). Answers {admitted, calls left x 1000}.
 local now = redis.call('TIME')
@@ -339,6 +361,7 @@ class SharedCounters:
                 ("reserve", RESERVE),
                 ("release", RELEASE),
                 ("spend", SPEND),
+                ("settle", SETTLE),
                 ("take", TAKE),
             )
         }
@@ -401,6 +424,35 @@ class SharedCounters:
             self._keep_release(hold.id, keys)
 
     async def spend(self, claims: Sequence[Claim], tokens: int, usd: float) -> None:
+        spend_id, keys, args = self._spending(claims, tokens, usd)
+        try:
+            await self._call("spend", keys, args)
+        except _Unreachable:
+            self._keep_spend(spend_id, keys, args)
+            if self.on_unreachable == "fail-local":
+                self.local.spend_now(claims, tokens, usd)
+
+    async def settle(self, hold: Hold, claims: Sequence[Claim], tokens: int, usd: float) -> None:
+        if not hold.shared:  # admitted on this sidecar's counts while the store was away
+            self.local.release_now(hold)
+            await self.spend(claims, tokens, usd)
+            return
+        hold_keys = self._hold_keys(hold)
+        spend_id, keys, args = self._spending(claims, tokens, usd)
+        head = [hold.id, len(hold_keys) // 2, *args[:3]]
+        try:
+            await self._call("settle", [*hold_keys, *keys], [*head, *args[3:]])
+        except _Unreachable:
+            self._keep_release(hold.id, hold_keys)
+            self._keep_spend(spend_id, keys, args)
+            if self.on_unreachable == "fail-local":
+                self.local.spend_now(claims, tokens, usd)
+
+    def _spending(
+        self, claims: Sequence[Claim], tokens: int, usd: float
+    ) -> tuple[str, list[str], list[Any]]:
+        """A spend's id, and the keys and arguments of its ``SPEND``: each day's window, each
+        rated minute's, its marker."""
         day, minute = self._today(), self._this_minute()
         spend_id = uuid.uuid4().hex
         keys = [budget_key(self._pod, c.subject, day) for c in claims]
@@ -410,13 +462,7 @@ class SharedCounters:
                 keys.append(budget_key(self._pod, claim.subject, minute))
                 expiries.append(minute_expiry(minute))
         keys.append(f"{KEY_PREFIX}:spent:{spend_id}")
-        args = [max(tokens, 0), nano_usd(usd), SPEND_MARKER_S, *expiries]
-        try:
-            await self._call("spend", keys, args)
-        except _Unreachable:
-            self._keep_spend(spend_id, keys, args)
-            if self.on_unreachable == "fail-local":
-                self.local.spend_now(claims, tokens, usd)
+        return spend_id, keys, [max(tokens, 0), nano_usd(usd), SPEND_MARKER_S, *expiries]
 
     async def spent(self, subjects: Sequence[str]) -> dict[str, tuple[int, float]]:
         day = self._today()

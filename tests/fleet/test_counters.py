@@ -8,6 +8,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from redis import Redis
 
 from clawpod.sidecar.governance.budgets import TokenBudgets
 from clawpod.sidecar.manifest import BudgetGroup, Governance, Rate
@@ -249,3 +250,49 @@ async def test_a_spend_written_again_counts_once(
     for _ in range(3):
         await counters._scripts["spend"](keys=keys, args=args)
     assert (await counters.spent(["a"]))["a"] == (100, 0.0)
+
+
+async def test_a_settled_request_gives_its_hold_back_and_counts_what_it_spent(
+    tmp_path: Path, budgets_at
+) -> None:  # type: ignore[no-untyped-def]
+    budgets = budgets_at(tmp_path, ["2026-11-25"])
+    hold = await budgets.admit("b", 600, 0.0)
+    assert hold
+    await budgets.spend("b", 100, 0.0, hold)
+    again = await budgets.admit("b", 600, 0.0)  # nothing held beside it any more
+    assert again
+    (row,) = [r for r in await budgets.today() if r["subject"] == "b"]
+    assert row["tokens"] == 100
+
+
+@pytest.mark.redis
+async def test_a_request_costs_the_shared_store_two_round_trips(
+    tmp_path: Path, redis_server: RedisServer, shared_counters: list[SharedCounters]
+) -> None:
+    """#51: the reservation of every limit of a request is one script, and its release and
+    spend one more (before: a release and a spend, three calls a request)."""
+    rated = Governance(
+        budgets={"*": 1000},
+        budget_groups={
+            "team": BudgetGroup(agents=["a"], tokens_per_day=10**6, tokens_per_minute=10**5)
+        },
+    )
+    counters = make_shared(shared_counters, redis_server.url, tmp_path, ["a"])
+    budgets = TokenBudgets(rated, ["a", "b"], tmp_path, counters=counters)
+    await counters.start()
+    before = _script_calls(redis_server)
+    hold = await budgets.admit("a", 10, 0.0)
+    assert hold
+    await budgets.spend("a", 5, 0.0, hold)
+    assert _script_calls(redis_server) - before == 2
+    spent = await counters.spent(["a", "group:team"])
+    assert spent == {"a": (5, 0.0), "group:team": (5, 0.0)}
+
+
+def _script_calls(server: RedisServer) -> int:
+    client = Redis.from_url(server.url)
+    try:
+        stats = client.info("commandstats")
+        return sum(v["calls"] for k, v in stats.items() if k.startswith("cmdstat_eval"))
+    finally:
+        client.close()
