@@ -133,11 +133,6 @@ def refuses(limit: float | None, spent: float, held: float, estimate: float) -> 
     return spent + held >= limit or (held > 0 and spent + held + estimate > limit)
 
 
-def in_minute(subject: str, minute: str) -> str:
-    """A subject's counter in one minute's window."""
-    return f"{subject}@{minute}"
-
-
 @dataclass(slots=True)
 class _Bucket:
     tokens: float
@@ -208,8 +203,10 @@ class LocalCounters:
         self.rates = RateBuckets(clock)
         self._this_minute = this_minute
         self._minute = ""
-        # This minute's tokens and requests per subject, in memory: a restart loses a minute.
+        # This minute's tokens, holds and requests per subject, in memory: a restart loses a
+        # minute.
         self._minute_tokens: Counter[str] = Counter()
+        self._minute_held: Counter[str] = Counter()
         self._minute_requests: Counter[str] = Counter()
 
     def reserve_now(self, claims: Sequence[Claim], tokens: int, usd: float) -> Hold | Refused:
@@ -230,13 +227,13 @@ class LocalCounters:
             self._held_usd[subject] = self._held_usd.get(subject, 0.0) + usd
         rated = tuple(claim.subject for claim in claims if claim.per_minute)
         for subject in rated:
-            self._held[in_minute(subject, minute)] += tokens
+            self._minute_held[subject] += tokens
             self._minute_requests[subject] += 1  # a request counts when it starts
         hold_id = uuid.uuid4().hex
         return Hold(spent.day, subjects, tokens, usd, hold_id, False, minute, rated)
 
     def _minute_refuses(self, claim: Claim, minute: str, tokens: int) -> bool:
-        held = self._held[in_minute(claim.subject, minute)]
+        held = self._minute_held[claim.subject]
         spent = self._minute_tokens[claim.subject]
         if refuses(claim.tokens_per_minute, spent, held, tokens):
             return True
@@ -248,9 +245,8 @@ class LocalCounters:
         if minute != self._minute:
             self._minute = minute
             self._minute_tokens.clear()
+            self._minute_held.clear()  # a past minute's holds count in no window
             self._minute_requests.clear()
-            for key in [k for k in self._held if "@" in k and not k.endswith("@" + minute)]:
-                del self._held[key]  # a past minute's holds count in no window
         return minute
 
     async def reserve(self, claims: Sequence[Claim], tokens: int, usd: float) -> Hold | Refused:
@@ -260,10 +256,9 @@ class LocalCounters:
         for subject in hold.subjects:
             self._held[subject] = max(0, self._held[subject] - hold.tokens)
             self._held_usd[subject] = max(0.0, self._held_usd.get(subject, 0.0) - hold.usd)
-        for subject in hold.minute_subjects:
-            key = in_minute(subject, hold.minute)
-            if key in self._held:
-                self._held[key] = max(0, self._held[key] - hold.tokens)
+        if hold.minute == self._minute:
+            for subject in hold.minute_subjects:
+                self._minute_held[subject] = max(0, self._minute_held[subject] - hold.tokens)
 
     async def release(self, hold: Hold) -> None:
         self.release_now(hold)

@@ -296,3 +296,14 @@ def _script_calls(server: RedisServer) -> int:
         return sum(v["calls"] for k, v in stats.items() if k.startswith("cmdstat_eval"))
     finally:
         client.close()
+
+
+def test_a_new_minute_keeps_every_days_holds(tmp_path: Path) -> None:
+    """A subject whose name has an '@' (an end user's e-mail) keeps its day's hold when the
+    minute turns: before, the roll took every held key with an '@' for a minute's."""
+    minute = ["2026-11-25T10:00"]
+    counters = LocalCounters(tmp_path, ["user:ann@example.com"], [], this_minute=lambda: minute[0])
+    claims = [Claim("user:ann@example.com", 1000, None)]
+    assert counters.reserve_now(claims, 600, 0.0)
+    minute[0] = "2026-11-25T10:01"
+    assert not counters.reserve_now(claims, 600, 0.0)  # 600 still held: 1,200 would not fit
