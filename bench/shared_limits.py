@@ -2,8 +2,8 @@
 request against a real redis-server on 127.0.0.1 (one Lua script, one round trip) beside the
 same admission in the sidecar's own counters, interleaved round by round so both see the same
 noise; a tool rate's check; and a bare PING of the same client, the round trip's floor on the
-machine. Release and spend happen after the answer went out, off the client's path: reported,
-not counted in the added latency.
+machine. The settlement (the hold released and the spend counted, one more script) happens
+after the answer went out, off the client's path: reported, not counted in the added latency.
 
     python -m bench.shared_limits [--rounds N] [--output FILE]
 
@@ -70,8 +70,7 @@ async def measure(url: str, state: Path, rounds: int, warm: int = 200) -> dict[s
         for name, budgets in (("local", local), ("shared", shared))[:: 1 if index % 2 else -1]:
             took, hold = await _timed(lambda b=budgets: b.admit("agent", 100, 0.001))
             settle_start = time.perf_counter()
-            await budgets.release(hold)
-            await budgets.spend("agent", 90, 0.0009)
+            await budgets.spend("agent", 90, 0.0009, hold)  # released with it, in one step
             settled = time.perf_counter() - settle_start
             if index >= warm:
                 samples[f"{name}_admit"].append(took)

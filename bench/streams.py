@@ -13,9 +13,10 @@ both sides, and each side's work on them is timed in this process (``time.proces
 best of five):
 
 - pass-through: what ``server/passthrough.py`` does with each piece of the caller's own
-  protocol (usage, the event count, stored ids, the end marker, the key redactor);
+  protocol (usage and what the model wrote, stored ids, the end marker, the key redactor);
 - translated: ``StreamTranslator.feed`` on each piece of the provider's stream, its usage
-  read from the events it parses, as ``server/translated_stream.py`` does.
+  read from the events it parses and what the model wrote counted, as
+  ``server/translated_stream.py`` does.
 
 Pieces: ``event``, one event a piece (a model streaming at its own pace); ``cut``, five events
 a piece, each cut 30 bytes into the next event (the 0.6-4 KiB pieces a busy sidecar reads);
@@ -90,7 +91,6 @@ def pass_through(protocol: str, stream: list[bytes]) -> None:
     redactor = StreamRedactor(REDACTOR)
     for piece in stream:
         usage.feed(piece)
-        usage.events += piece.count(b"data:")
         if stored is not None:
             stored.feed(piece)
         end.feed(piece)
@@ -110,6 +110,7 @@ def translated(target: str, caller: str, stream: list[bytes]) -> None:
         redact=REDACTOR.text,
     )
     for piece in stream:
+        usage.feed_written(piece)  # what the model wrote, for an estimate (as the relay)
         translator.feed(piece)
     translator.finish()
 

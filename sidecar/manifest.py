@@ -444,6 +444,8 @@ class BudgetGroup(_Model):
     agents: list[str] = Field(min_length=1)
     tokens_per_day: int | None = Field(default=None, gt=0)
     usd_per_day: float | None = Field(default=None, gt=0)
+    requests_per_minute: int | None = Field(default=None, gt=0)
+    tokens_per_minute: int | None = Field(default=None, gt=0)
 
 
 class EndUserLimits(_Model):

@@ -234,7 +234,11 @@ def _budget_groups(
                 )
             members += [agent for agent in found if agent not in members]
         groups[name] = BudgetGroup(
-            agents=members, tokens_per_day=spec.tokens_per_day, usd_per_day=spec.usd_per_day
+            agents=members,
+            tokens_per_day=spec.tokens_per_day,
+            usd_per_day=spec.usd_per_day,
+            requests_per_minute=spec.requests_per_minute,
+            tokens_per_minute=spec.tokens_per_minute,
         )
     return groups
 

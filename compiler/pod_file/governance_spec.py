@@ -110,12 +110,33 @@ class BudgetSpec(_Spec):
         return self
 
 
-class BudgetGroupSpec(BudgetSpec):
-    """``budget-groups: {NAME: {agents: [...], tokens-per-day, usd-per-day}}`` (SPEC §24)."""
+class BudgetGroupSpec(_Spec):
+    """``budget-groups: {NAME: {agents: [...], tokens-per-day, usd-per-day,
+    requests-per-minute, tokens-per-minute}}`` (SPEC §24): the group's daily budgets and its
+    rates, shared by its agents (across pods sharing a store)."""
 
     agents: list[Annotated[str, Field(min_length=1)]] = Field(
         min_length=1, description="agent ids or agent services of this pod"
     )
+    tokens_per_day: Positive | None = Field(default=None, alias="tokens-per-day")
+    usd_per_day: Annotated[float, Field(gt=0)] | None = Field(default=None, alias="usd-per-day")
+    requests_per_minute: Positive | None = Field(default=None, alias="requests-per-minute")
+    tokens_per_minute: Positive | None = Field(default=None, alias="tokens-per-minute")
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> BudgetGroupSpec:
+        limits = (self.tokens_per_day, self.usd_per_day)
+        if all(v is None for v in (*limits, self.requests_per_minute, self.tokens_per_minute)):
+            raise ValueError(
+                "set tokens-per-day, usd-per-day, requests-per-minute and/or tokens-per-minute"
+            )
+        day, minute = self.tokens_per_day, self.tokens_per_minute
+        if day is not None and minute is not None and minute > day:
+            raise ValueError(
+                f"tokens-per-minute ({minute}) is more than tokens-per-day ({day}): "
+                "no minute could spend it"
+            )
+        return self
 
 
 DEFAULT_STORE_IMAGE = "valkey/valkey:8.1-alpine"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any
 
 import orjson
@@ -65,6 +66,10 @@ NATIVE_SEARCH_PREFIX = "tool_search_tool_"
 
 class AnthropicCodec(Codec):
     name = "messages"
+    written_in_stream = re.compile(
+        rb'"(?:text|thinking|partial_json|name)"\s*:\s*"((?:[^"\\]|\\.)*)"'
+    )
+    call_in_stream = re.compile(rb'"type"\s*:\s*"tool_use"')
     title = "Messages"
     api = "anthropic"
     route = "/v1/messages"

@@ -73,6 +73,11 @@ class WireCodec(ABC):
     """What a complete stream carries last; its absence means the stream was cut."""
     input_key: ClassVar[str]
     output_key: ClassVar[str]
+    written_in_stream: ClassVar[re.Pattern[bytes]]
+    """A JSON string a stream event carries that the model wrote (text, thinking, a tool's
+    name or arguments): what an answer is estimated by when its provider counts none."""
+    call_in_stream: ClassVar[re.Pattern[bytes]]
+    """The start of a tool call in a stream's events."""
 
     @property
     def stream_ends(self) -> tuple[bytes, ...]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -39,6 +40,10 @@ SIMPLE_CHOICES = ("auto", "none", "required")
 
 class OpenAICodec(OpenAIShapes, Codec):
     name = "chat"
+    written_in_stream = re.compile(
+        rb'"(?:content|reasoning_content|refusal|name|arguments)"\s*:\s*"((?:[^"\\]|\\.)*)"'
+    )
+    call_in_stream = re.compile(rb'"function"\s*:\s*\{\s*"name"')
     title = "Chat Completions"
     api = "openai"
     route = "/v1/chat/completions"

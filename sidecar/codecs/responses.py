@@ -10,6 +10,7 @@ flattens them back into ``input`` with every item untouched.
 from __future__ import annotations
 
 import functools
+import re
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -63,6 +64,9 @@ _VOLATILE_FIELDS = ("id", "status")
 
 class ResponsesCodec(OpenAIShapes, Codec):
     name = "responses"
+    # Only deltas: a Responses stream repeats what was written in its ``.done`` events.
+    written_in_stream = re.compile(rb'"delta"\s*:\s*"((?:[^"\\]|\\.)*)"')
+    call_in_stream = re.compile(rb'"response\.output_item\.added".*"type"\s*:\s*"function_call"')
     title = "Responses"
     api = "openai"
     route = "/v1/responses"

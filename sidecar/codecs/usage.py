@@ -6,6 +6,7 @@ from typing import Any
 
 import orjson
 
+from ..model.token_estimate import answer_tokens
 from .base import WireCodec
 
 _MAX_PENDING_LINE = 1 << 20
@@ -24,9 +25,10 @@ class StreamUsage:
         "_pending",
         "cache_creation",
         "cache_read",
-        "events",
+        "calls",
         "input_tokens",
         "output_tokens",
+        "written",
     )
 
     def __init__(self, codec: WireCodec) -> None:
@@ -36,22 +38,37 @@ class StreamUsage:
         self.output_tokens = 0
         self.cache_read = 0
         self.cache_creation = 0
-        self.events = 0
-        """``data:`` events seen (the relay counts them): an answer's size when no usage came."""
+        self.written = 0
+        """Characters the model wrote (text, thinking, tool names and arguments) as the
+        stream's events carry them: an answer's size when no usage came."""
+        self.calls = 0
+        """Tool calls the stream started."""
 
     def feed(self, chunk: bytes) -> None:
-        data = self._pending + chunk if self._pending else chunk
-        end = data.rfind(b"\n")
-        if end < 0:
-            self._pending = data if len(data) <= _MAX_PENDING_LINE else b""
-            return
-        self._pending = data[end + 1 :]
-        complete = data[:end]
+        complete = self.feed_written(chunk)
         if b'"usage"' not in complete:
             return
         for line in complete.split(b"\n"):
             if b'"usage"' in line and line.startswith(b"data:"):
                 self._read_event(line[5:])
+
+    def feed_written(self, chunk: bytes) -> bytes:
+        """Count what the model wrote in the chunk's complete lines (a translated stream's
+        usage is read by its translator); returns those lines."""
+        data = self._pending + chunk if self._pending else chunk
+        end = data.rfind(b"\n")
+        if end < 0:
+            self._pending = data if len(data) <= _MAX_PENDING_LINE else b""
+            return b""
+        self._pending = data[end + 1 :]
+        complete = data[:end]
+        self.written += sum(map(len, self._codec.written_in_stream.findall(complete)))
+        self.calls += len(self._codec.call_in_stream.findall(complete))
+        return complete
+
+    def written_tokens(self) -> int:
+        """The answer's output tokens, estimated from what the model wrote."""
+        return answer_tokens(self.written, self.calls, self._codec.name)
 
     def _read_event(self, payload: bytes) -> None:
         try:

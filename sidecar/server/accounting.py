@@ -11,18 +11,17 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from ..audit.log import request_record, trace_call, usage_record
 from ..codecs.base import Codec
 from ..codecs.usage import StreamUsage
 from ..mediation.engine import MediationEngine
 from ..model.taint import TAINTED_ARGUMENT
+from ..model.token_estimate import reply_tokens, request_tokens
 from ..model.tool_search import SEARCH_TOOL
 from ..model.usage import cost_usd
 from ..observability import tracing
 from ..observability.logs import log_request_fields, rfc3339_now
-from .budget_gate import BYTES_PER_TOKEN, spend_budget
+from .budget_gate import spend_budget
 
 if TYPE_CHECKING:
     from .exchange import RequestContext
@@ -58,7 +57,8 @@ async def record_request(
     if cost and ctx.provider_name is not None:
         metrics.count_cost(agent_id, ctx.provider_name, cost)
     if ctx.budgeted:
-        await spend_budget(ctx.state, agent_id, usage, cost, ctx.end_user)
+        hold, ctx.reserved = ctx.reserved, None  # released with the spending, in one step
+        await spend_budget(ctx.state, agent_id, usage, cost, hold, ctx.end_user)
     stamp = rfc3339_now()  # one timestamp for the log line and the audit record
     log_request_fields(
         stamp,
@@ -152,10 +152,7 @@ class ModelCharges:
         read, creation = codec.cache_counts(usage)
         tokens = codec.usage_counts(usage)
         if not any(tokens):
-            tokens = (
-                len(orjson.dumps(request)) // BYTES_PER_TOKEN,
-                len(orjson.dumps(reply)) // BYTES_PER_TOKEN,
-            )
+            tokens = (request_tokens(request, codec.name), reply_tokens(reply, codec.name))
             self.estimated = (self.estimated[0] + tokens[0], self.estimated[1] + tokens[1])
         call = usage_record(*tokens, cache_read=read, cache_creation=creation)
         cost = call_cost(ctx, ctx.provider_name, ctx.model, call)
@@ -247,23 +244,32 @@ def _replayed(call: dict[str, Any]) -> dict[str, Any]:
     return call | {"executed": False, "replayed": True, "latency_ms": 0.0}
 
 
-def stream_usage(ctx: RequestContext, usage: StreamUsage) -> dict[str, int]:
-    """A passing stream's usage as its provider counted it, or an estimate where it counted none."""
-    if not (usage.input_tokens or usage.output_tokens):
-        # Local servers often stream one token per event.
-        return estimated_usage(ctx, usage.events)
-    return usage_record(
+def stream_usage(ctx: RequestContext, usage: StreamUsage, complete: bool) -> dict[str, int]:
+    """A passing stream's usage as its provider counted it, or an estimate where it counted
+    none. A stream cut before its end may carry only early counts (Anthropic's first event
+    counts the input and a few output tokens): its output is at least what its model wrote."""
+    counted = usage_record(
         usage.input_tokens,
         usage.output_tokens,
         rounds=1,
         cache_read=usage.cache_read,
         cache_creation=usage.cache_creation,
     )
+    if complete and (usage.input_tokens or usage.output_tokens):
+        return counted
+    written = usage.written_tokens()
+    if usage.input_tokens and usage.output_tokens >= written:
+        return counted
+    if not usage.input_tokens:
+        return estimated_usage(ctx, max(written, usage.output_tokens))
+    counted["output_tokens"] = written
+    counted["estimated"] = True
+    return counted
 
 
 def estimated_usage(ctx: RequestContext, output_tokens: int) -> dict[str, int]:
     """Usage of an answer the provider did not count: the request's size in tokens and the
     answer's estimate, marked so the audit tells it from a provider's count (#32)."""
-    usage = usage_record(ctx.request_bytes // BYTES_PER_TOKEN, output_tokens, rounds=1)
+    usage = usage_record(ctx.input_estimate(), output_tokens, rounds=1)
     usage["estimated"] = True
     return usage

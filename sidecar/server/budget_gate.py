@@ -3,6 +3,7 @@ budget refuses up front, and what the request really spent is charged at the end
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from ..governance.budgets import seconds_to_next_day
@@ -10,17 +11,20 @@ from ..manifest import Rate
 from ..model.end_user import EndUser
 from ..model.errors import ApiError
 from ..model.usage import TOKENS_PER_PRICE_UNIT, UNKNOWN_MAX_OUTPUT, max_output_of
-from ..state.counters import SHARED_LIMITS_UNAVAILABLE, SharedLimitsUnavailable, user_subject
+from ..state.counters import (
+    SHARED_LIMITS_UNAVAILABLE,
+    Refused,
+    SharedLimitsUnavailable,
+    user_subject,
+)
 from .key_pool import retry_after_header
 
 if TYPE_CHECKING:
+    from ..state.counters import Hold
     from .context import SidecarState
     from .exchange import RequestContext
     from .upstream import Target
 
-# A rough count of tokens in JSON text: about four bytes each for English (OpenAI's own rule
-# of thumb); exact counts need each model's tokenizer, which the sidecar does not carry.
-BYTES_PER_TOKEN = 4
 # The fields that cap a request's output in the three protocols.
 _OUTPUT_CAPS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
 
@@ -36,6 +40,21 @@ def budget_spent(for_end_user: bool = False) -> ApiError:
         headers={
             "x-should-retry": "false",
             "retry-after": retry_after_header(seconds_to_next_day()),
+        },
+    )
+
+
+def group_rate_spent() -> ApiError:
+    """429 the SDKs may retry: a group's rate for this minute is spent (SPEC §24)."""
+    return ApiError(
+        429,
+        "group_rate_exceeded",
+        "the requests or tokens per minute of this agent's budget group are spent for this "
+        "minute; try again in the next one",
+        "rate_limit_error",
+        headers={
+            "x-should-retry": "true",
+            "retry-after": retry_after_header(60 - time.time() % 60),
         },
     )
 
@@ -61,10 +80,10 @@ def unpriced(provider: str, model: str) -> ApiError:
     )
 
 
-def estimate_tokens(request_bytes: int, body: dict[str, Any], max_output: int) -> tuple[int, int]:
-    """(input, output) a request may spend: its size, and its output cap or, without one, the
-    most its model may write (``max_output``): a request without a cap may write that much."""
-    input_tokens = max(1, request_bytes // BYTES_PER_TOKEN)
+def estimate_tokens(input_tokens: int, body: dict[str, Any], max_output: int) -> tuple[int, int]:
+    """(input, output) a request may spend: its estimated input, and its output cap or, without
+    one, the most its model may write (``max_output``): a request without a cap may write
+    that much."""
     for field in _OUTPUT_CAPS:
         cap = body.get(field)
         if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0:
@@ -125,7 +144,7 @@ async def admit(ctx: RequestContext, body: dict[str, Any]) -> ApiError | None:
             refusal, usd_per_token = _priced(ctx, ctx.targets)
             if refusal is not None:
                 return refusal
-    input_tokens, output_tokens = estimate_tokens(ctx.request_bytes, body, max_output)
+    input_tokens, output_tokens = estimate_tokens(ctx.input_estimate(), body, max_output)
     usd = (input_tokens * usd_per_token[0] + output_tokens * usd_per_token[1]) / (
         TOKENS_PER_PRICE_UNIT
     )
@@ -133,8 +152,10 @@ async def admit(ctx: RequestContext, body: dict[str, Any]) -> ApiError | None:
         hold = await budgets.admit(agent, input_tokens + output_tokens, usd, end_user)
     except SharedLimitsUnavailable:
         return shared_limits_unavailable()
-    if hold is None:
+    if isinstance(hold, Refused):
         ctx.state.metrics.budget_refusals.labels(agent=agent).inc()
+        if hold.per_minute:
+            return group_rate_spent()
         return budget_spent(end_user is not None and budgets.end_user_limits is not None)
     if not hold.shared and ctx.state.config.shared_limits is not None:
         # fail-local: admitted on this sidecar's own counts; the record says so (SPEC §24).
@@ -172,14 +193,21 @@ async def spend_budget(
     agent: str,
     usage: dict[str, int],
     cost: float | None,
+    hold: Hold | None = None,
     end_user: EndUser | None = None,
 ) -> None:
+    """What a request spent, charged to its agent's budgets; its ``hold`` (if ``release`` did
+    not give it back already) released in the same step."""
     budgets = state.budgets
     if not budgets.applies(agent, end_user):
         return
     tokens = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
     usd = cost or 0.0
-    await budgets.spend(agent, tokens, usd, end_user)
+    settling = budgets.spend(agent, tokens, usd, hold, end_user)
+    if hold is not None and hold.shared:  # as ``release``: not left behind by a cancel
+        await state.tasks.run(settling)
+    else:
+        await settling
     claims = budgets.claims.get(agent, ())
     if tokens > 0 and any(claim.tokens is not None for claim in claims):
         state.metrics.budget_tokens.labels(agent=agent).inc(tokens)

@@ -21,6 +21,7 @@ from ..codecs.base import Codec
 from ..manifest import AgentBuild, Provider
 from ..model.end_user import EndUser
 from ..model.errors import ApiError
+from ..model.token_estimate import request_tokens
 from ..request_body import no_accounting, read_body_once
 from ..state.counters import Hold
 from ..state.stored_objects import StoredRef
@@ -167,6 +168,13 @@ class RequestContext:
     # Stored objects this request used, made or was refused (for its audit record).
     objects: list[dict[str, str]] = field(default_factory=list)
 
+    def input_estimate(self) -> int:
+        """The client's request in tokens, estimated once asked: where budget holds start
+        (#32), and its input where the provider counts none (#45)."""
+        if self._input_estimate is None:
+            self._input_estimate = request_tokens(self.request, self.codec.name)
+        return self._input_estimate
+
     def note_objects(self, use: str, refs: list[StoredRef]) -> None:
         self.objects += [{"kind": ref.kind, "id": ref.id, "use": use} for ref in refs]
 
@@ -196,8 +204,9 @@ class RequestContext:
     """Tokens and USD held against the agent's budgets while the request runs (#32)."""
     strip_usage: bool = False
     """Chat Completions usage was asked upstream for the budget; the client did not ask."""
-    request_bytes: int = 0
-    """Size of the client's body, where budget estimates start (#32)."""
+    request: dict[str, Any] = field(default_factory=dict)
+    """The client's body as parsed (its model set to the target's)."""
+    _input_estimate: int | None = None
     translations: Translations | None = None
     """Set when a target speaks another protocol than the caller (contract §18)."""
     walks: bool = True

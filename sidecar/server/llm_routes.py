@@ -156,7 +156,7 @@ async def _read_and_serve(
             ctx.stream = body.get("stream") is True or _query_streams(exchange.query)
             if route.upstream is not None:
                 _address_resource(ctx, exchange, route.upstream)
-            ctx.request_bytes = len(raw)
+            ctx.request = body
             if route.upstream is None or "model" in body:
                 plan = state.router.plan(codec.api, codec.name, body.get("model"))
                 ctx.targets, ctx.walks = plan.targets, plan.walks  # type: ignore[assignment]

@@ -8,9 +8,10 @@ answers such a request with an empty stream or an error status; when the setting
 round is asked again whole (nothing was shown, nothing executed) and its text re-streamed.
 
 Either way the request's targets are tried in turn until one answers (``server/failover.py``),
-all before any text of this turn is shown, and an answer saying the provider has no route for
-the protocol becomes the refusal of ``server/unserved.py``. ``codec`` is the protocol spoken to
-the upstream, a parameter of each call.
+all before any text of this turn is shown (a stream that breaks after text, before any tool
+call, goes on at the next target: ``server/stream_failover.py``), and an answer saying the
+provider has no route for the protocol becomes the refusal of ``server/unserved.py``.
+``codec`` is the protocol spoken to the upstream, a parameter of each call.
 
 The client's side of those calls (:class:`MediatedClient`): its stream, its keep-alives and
 its one answer. A client that goes away in the middle must cost neither the loop nor its
@@ -42,6 +43,7 @@ from .accounting import ModelCharges
 from .errors import FINAL_HEADERS, JSON_HEADERS
 from .exchange import Exchange
 from .failover import open_upstream
+from .stream_failover import ContinuedStream
 from .stream_tools import REFUSAL_STATUSES
 from .unserved import NOT_SERVED, not_served_message
 from .upstream import UpstreamResponse, UpstreamTarget, translate_error
@@ -338,6 +340,7 @@ async def _streamed(
         codec.stream_assembler() if crossed is None else crossed
     )
     end = codec.end_watch()
+    reader: ContinuedStream | None = None
     try:
         if response.status != 200:
             data = ctx.state.upstream.redact(provider, await response.read())
@@ -363,7 +366,10 @@ async def _streamed(
                 return ModelFailed("protocol", "the provider's reply is not a JSON object")
             await show_whole(codec, conversation, reply, show)
             return ModelReplied(reply)
-        while chunk := await response.read_chunk():
+        # Without a crossing, a stream that breaks after text goes on at the next target.
+        if crossed is None:
+            reader = ContinuedStream(ctx, codec, response, streamed)
+        while chunk := await (reader or response).read_chunk():
             end.feed(chunk)
             deltas = assembler.feed(chunk)
             if deltas:
@@ -386,6 +392,7 @@ async def _streamed(
     finally:
         # A stream without its end marker leaves the connection's state unknown: not pooled.
         whole = end.seen if crossed is None else crossed.complete
+        response = reader.response if reader is not None else response
         response.release(reuse=whole or response.content_type != "text/event-stream")
 
 

@@ -19,12 +19,12 @@ import orjson
 from ..audit.log import usage_record
 from ..codecs.usage import StreamUsage
 from ..model.errors import ApiError, upstream_failure
+from ..model.token_estimate import reply_tokens
 from ..observability import tracing
 from ..state.stored_objects import StoredRef, StreamedIds, refs
 from ..transport import Response, TransportError
 from . import stream_failover, translated, translated_stream
 from .accounting import call_cost, estimated_usage, record_request, stream_usage
-from .budget_gate import BYTES_PER_TOKEN
 from .errors import reply_error
 from .exchange import Exchange, RequestContext
 from .failover import open_upstream
@@ -179,7 +179,7 @@ async def _relay_stream(
                 message = f"provider {ctx.provider_name!r} ended the stream before its end"
                 cut = ApiError(502, "upstream_protocol_error", message)
             if cut is not None and watch is not None:
-                broke = (ctx.provider_name, ctx.model, stream_usage(ctx, usage))
+                broke = (ctx.provider_name, ctx.model, stream_usage(ctx, usage, False))
                 more = await stream_failover.reopen(ctx, watch, raw, cut.code)
                 if more is not None:
                     spent.append(broke)
@@ -202,7 +202,6 @@ async def _relay_stream(
             if error_code is None and STREAM_ERROR.search(chunk):
                 status, error_code = 502, "upstream_stream_error"  # the provider's, relayed
             usage.feed(chunk)
-            usage.events += chunk.count(b"data:")
             if stored is not None and stored.feed(chunk):
                 ctx.record_objects(stored.found)  # at once: a client may leave after it
             whole = end.feed(chunk)  # the provider's end marker, read before any redaction
@@ -218,13 +217,13 @@ async def _relay_stream(
         # A client that closes once the answer is complete (SDKs stop at the end event) got it.
         error_code = None if finished else "client_disconnected"
     except asyncio.CancelledError:
-        _record_later(ctx, None if finished else "client_disconnected", usage, spent)
+        _record_later(ctx, None if finished else "client_disconnected", usage, spent, end.seen)
         raise
     finally:
         # Whatever the HTTP framing said, a stream cut short leaves the connection's state
         # unknown: it is closed, never handed to the next request (of any agent).
         upstream.release(reuse=end.seen)
-    usage_now = stream_usage(ctx, usage)
+    usage_now = stream_usage(ctx, usage, end.seen)
     await record_request(
         ctx,
         http_status=status,
@@ -293,9 +292,9 @@ STREAM_ERROR = re.compile(rb'^(?:event: ?error\r?$|data: ?\{\s*"error"\s*:)', re
 
 
 def _record_later(
-    ctx: RequestContext, code: str | None, usage: StreamUsage, spent: list[Call]
+    ctx: RequestContext, code: str | None, usage: StreamUsage, spent: list[Call], complete: bool
 ) -> None:
-    usage_now = stream_usage(ctx, usage)
+    usage_now = stream_usage(ctx, usage, complete)
     recording = record_request(
         ctx,
         http_status=200,
@@ -311,7 +310,7 @@ def _body_usage(ctx: RequestContext, body: Any, answer_bytes: int) -> dict[str, 
     read, creation = ctx.codec.cache_counts(usage)
     tokens = ctx.codec.usage_counts(usage)
     if not any(tokens) and ctx.route == ctx.codec.route:  # side routes spend nothing
-        return estimated_usage(ctx, answer_bytes // BYTES_PER_TOKEN)
+        return estimated_usage(ctx, reply_tokens(body, ctx.codec.name))
     return usage_record(*tokens, rounds=1, cache_read=read, cache_creation=creation)
 
 

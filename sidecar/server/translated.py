@@ -17,6 +17,7 @@ from ..codecs.base import Codec
 from ..mediation.commands import CallModel, Event, ModelFailed, ModelReplied
 from ..model.conversation import Conversation, ToolChoice
 from ..model.errors import ApiError, upstream_failure
+from ..model.token_estimate import reply_tokens, request_tokens
 from ..translation import (
     Translated,
     Untranslatable,
@@ -31,7 +32,6 @@ from ..translation import (
 )
 from ..transport import Headers, Response, TransportError
 from .accounting import record_request
-from .budget_gate import BYTES_PER_TOKEN
 from .counting import with_managed_tools
 from .errors import reply_error
 from .failover import open_upstream
@@ -176,7 +176,7 @@ async def relay_translated(
     if isinstance(event, ApiError):
         return await _fail(ctx, exchange, event)
     body, upstream_usage = event
-    usage = _usage(_CODECS[translated.target], translated.body, upstream_usage)
+    usage = _usage(_CODECS[translated.target], translated.body, upstream_usage, body)
     headers = _kept_headers(upstream)
     with contextlib.suppress(ConnectionError):  # a client that left is still audited
         if ctx.stream:
@@ -200,12 +200,17 @@ def _kept_headers(upstream: Response) -> dict[str, str]:
     return {k: v for k, v in upstream.headers.items() if k.lower() in _KEPT_HEADERS}
 
 
-def _usage(target: Codec, request: dict[str, Any], usage: Any) -> dict[str, int]:
+def _usage(
+    target: Codec, request: dict[str, Any], usage: Any, answer: dict[str, Any]
+) -> dict[str, int]:
     """The call's usage as its provider counted it (prices know each provider's sense of
-    input tokens), an estimate marked as such where it counted none."""
+    input tokens), an estimate marked as such where it counted none (``answer``: the reply
+    in the caller's protocol)."""
     tokens = target.usage_counts(usage)
     if not any(tokens):
-        estimate = usage_record(len(orjson.dumps(request)) // BYTES_PER_TOKEN, 0, rounds=1)
+        estimate = usage_record(
+            request_tokens(request, target.name), reply_tokens(answer, target.name), rounds=1
+        )
         estimate["estimated"] = True
         return estimate
     read, creation = target.cache_counts(usage)
@@ -340,7 +345,7 @@ async def answer_count(exchange: Exchange, ctx: RequestContext, body: dict[str, 
     agent = ctx.agent
     if agent.agent.mode == "mediated" and agent.tools.tools:
         body = with_managed_tools(ctx.codec, agent, body)  # the model will see them too
-    tokens = max(len(orjson.dumps(body)) // BYTES_PER_TOKEN, 1)
+    tokens = request_tokens(body, ctx.codec.name)
     answer: dict[str, Any] = {"input_tokens": tokens}
     if ctx.codec.name == "responses":
         answer["object"] = "response.input_tokens"

@@ -115,7 +115,7 @@ async def relay_translated_stream(
     kept = {name: upstream.headers[name] for name in _KEPT_HEADERS if name in upstream.headers}
     await exchange.start_stream(200, {**SSE_HEADERS, **kept})
     try:
-        await _relay(exchange, ctx, upstream, translator)
+        await _relay(exchange, ctx, upstream, translator, usage)
         await exchange.end()
         error_code = _code(translator)
     except ConnectionError:
@@ -136,10 +136,8 @@ async def relay_translated_stream(
 def _charged(
     ctx: RequestContext, usage: StreamUsage, translator: StreamTranslator
 ) -> dict[str, int]:
-    """The stream's usage; where the provider told none, estimated from the events its
-    stream carried, as the translator counted them (no other pass over the bytes)."""
-    usage.events = translator.events
-    return stream_usage(ctx, usage)
+    """The stream's usage; where the provider told none, estimated from what its model wrote."""
+    return stream_usage(ctx, usage, translator.complete)
 
 
 def _code(translator: StreamTranslator) -> str | None:
@@ -147,7 +145,11 @@ def _code(translator: StreamTranslator) -> str | None:
 
 
 async def _relay(
-    exchange: Exchange, ctx: RequestContext, upstream: Response, translator: StreamTranslator
+    exchange: Exchange,
+    ctx: RequestContext,
+    upstream: Response,
+    translator: StreamTranslator,
+    usage: StreamUsage,
 ) -> None:
     after_end = 0  # bytes read past the caller's end, to let the connection be pooled
     while after_end <= _MAX_AFTER_END and not (translator.closed and not translator.complete):
@@ -163,6 +165,7 @@ async def _relay(
         if translator.closed:
             after_end += len(chunk)
             continue
+        usage.feed_written(chunk)
         frames = translator.feed(chunk)
         if frames:
             await exchange.write(frames)

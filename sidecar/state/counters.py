@@ -7,10 +7,13 @@ A counter belongs to a *subject*: an agent of this pod (its id), a group of agen
 pods (``group:NAME``, ``x-claw.budget-groups``), or an end user across the pod's agents and
 pods (``user:SUBJECT``, ``x-claw.end-user-limits``, SPEC §21); nothing below needs to know
 which kind a subject is, except which subjects are counted at all (``CountedSubjects``).
+A subject's limits are per UTC day (tokens, USD) and, for a group, may be per minute too
+(requests, tokens): the same rule in a window of a minute, checked in the same reservation.
 """
 
 from __future__ import annotations
 
+import datetime
 import time
 import uuid
 from collections import Counter
@@ -57,13 +60,25 @@ class CountedSubjects:
         )
 
 
+def utc_minute() -> str:
+    """The current minute's window (UTC), ``YYYY-MM-DDTHH:MM``."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M")
+
+
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """One subject's daily limits a request is checked against (None: no such limit)."""
+    """One subject's limits a request is checked against (None: no such limit): per UTC day,
+    and per minute (a group's rates)."""
 
     subject: str
     tokens: int | None
     usd: float | None
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+
+    @property
+    def per_minute(self) -> bool:
+        return self.requests_per_minute is not None or self.tokens_per_minute is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +92,23 @@ class Hold:
     id: str
     shared: bool
     """Held in the shared store (False: in this sidecar's own counters)."""
+    minute: str = ""
+    minute_subjects: tuple[str, ...] = ()
+    """The subjects whose per-minute tokens it holds too, in the window of ``minute``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A request a limit refused: a day's budget, or a group's rate in this minute (the
+    client may try again in the next one). False, as no hold is."""
+
+    per_minute: bool
+
+    def __bool__(self) -> bool:
+        return False
+
+
+DAY_REFUSED, MINUTE_REFUSED = Refused(per_minute=False), Refused(per_minute=True)
 
 
 class SharedLimitsUnavailable(Exception):
@@ -96,9 +128,9 @@ class RateCounters(Protocol):
 class Counters(RateCounters, Protocol):
     """Spending per subject and day, holds of running requests, and rate buckets."""
 
-    async def reserve(self, claims: Sequence[Claim], tokens: int, usd: float) -> Hold | None:
-        """Hold a request's estimate against every claim at once, or None (nothing held) when
-        one of them refuses it. A request that finds a budget spent (spent plus held) is
+    async def reserve(self, claims: Sequence[Claim], tokens: int, usd: float) -> Hold | Refused:
+        """Hold a request's estimate against every claim at once, or say which window refused
+        it (nothing held). A request that finds a budget spent (spent plus held) is
         refused; so is one whose estimate does not fit beside requests already running.
         Alone, a request may start on any remainder (a day's last request is not refused for
         its size)."""
@@ -106,7 +138,13 @@ class Counters(RateCounters, Protocol):
 
     async def release(self, hold: Hold) -> None: ...
 
-    async def spend(self, subjects: Sequence[str], tokens: int, usd: float) -> None: ...
+    async def spend(self, claims: Sequence[Claim], tokens: int, usd: float) -> None:
+        """A finished request's spending: today's, and this minute's where a claim has rates."""
+        ...
+
+    async def settle(self, hold: Hold, claims: Sequence[Claim], tokens: int, usd: float) -> None:
+        """A finished request's hold released and its spending counted, at once."""
+        ...
 
     async def spent(self, subjects: Sequence[str]) -> dict[str, tuple[int, float]]:
         """Tokens and USD each subject spent today."""
@@ -114,7 +152,7 @@ class Counters(RateCounters, Protocol):
 
 
 def refuses(limit: float | None, spent: float, held: float, estimate: float) -> bool:
-    """Today's admission rule of one limit (see :meth:`Counters.reserve`)."""
+    """The admission rule of one limit in its window (see :meth:`Counters.reserve`)."""
     if limit is None:
         return False
     return spent + held >= limit or (held > 0 and spent + held + estimate > limit)
@@ -181,44 +219,88 @@ class LocalCounters:
         usd_subjects: Container[str] = (),
         today: Callable[[], str] = utc_day,
         clock: Callable[[], float] = time.monotonic,
+        this_minute: Callable[[], str] = utc_minute,
     ) -> None:
         """``token_subjects``, ``usd_subjects``: the subjects whose spending of each is kept."""
         self._spent = SpentToday(state_dir, token_subjects, usd_subjects, today)
         self._held: Counter[str] = Counter()
         self._held_usd: dict[str, float] = {}
         self.rates = RateBuckets(clock)
+        self._this_minute = this_minute
+        self._minute = ""
+        # This minute's tokens, holds and requests per subject, in memory: a restart loses a
+        # minute.
+        self._minute_tokens: Counter[str] = Counter()
+        self._minute_held: Counter[str] = Counter()
+        self._minute_requests: Counter[str] = Counter()
 
-    def reserve_now(self, claims: Sequence[Claim], tokens: int, usd: float) -> Hold | None:
+    def reserve_now(self, claims: Sequence[Claim], tokens: int, usd: float) -> Hold | Refused:
         spent = self._spent
         spent.roll()
+        minute = self._roll_minute()
         for claim in claims:
             held, held_usd = self._held[claim.subject], self._held_usd.get(claim.subject, 0.0)
             if refuses(claim.tokens, spent.tokens.get(claim.subject, 0), held, tokens):
-                return None
+                return DAY_REFUSED
             if refuses(claim.usd, spent.usd.get(claim.subject, 0.0), held_usd, usd):
-                return None
+                return DAY_REFUSED
+            if claim.per_minute and self._minute_refuses(claim, minute, tokens):
+                return MINUTE_REFUSED
         subjects = tuple(claim.subject for claim in claims)
         for subject in subjects:
             self._held[subject] += tokens
             self._held_usd[subject] = self._held_usd.get(subject, 0.0) + usd
-        return Hold(spent.day, subjects, tokens, usd, uuid.uuid4().hex, shared=False)
+        rated = tuple(claim.subject for claim in claims if claim.per_minute)
+        for subject in rated:
+            self._minute_held[subject] += tokens
+            self._minute_requests[subject] += 1  # a request counts when it starts
+        hold_id = uuid.uuid4().hex
+        return Hold(spent.day, subjects, tokens, usd, hold_id, False, minute, rated)
 
-    async def reserve(self, claims: Sequence[Claim], tokens: int, usd: float) -> Hold | None:
+    def _minute_refuses(self, claim: Claim, minute: str, tokens: int) -> bool:
+        held = self._minute_held[claim.subject]
+        spent = self._minute_tokens[claim.subject]
+        if refuses(claim.tokens_per_minute, spent, held, tokens):
+            return True
+        limit = claim.requests_per_minute
+        return limit is not None and self._minute_requests[claim.subject] >= limit
+
+    def _roll_minute(self) -> str:
+        minute = self._this_minute()
+        if minute != self._minute:
+            self._minute = minute
+            self._minute_tokens.clear()
+            self._minute_held.clear()  # a past minute's holds count in no window
+            self._minute_requests.clear()
+        return minute
+
+    async def reserve(self, claims: Sequence[Claim], tokens: int, usd: float) -> Hold | Refused:
         return self.reserve_now(claims, tokens, usd)
 
     def release_now(self, hold: Hold) -> None:
         for subject in hold.subjects:
             self._held[subject] = max(0, self._held[subject] - hold.tokens)
             self._held_usd[subject] = max(0.0, self._held_usd.get(subject, 0.0) - hold.usd)
+        if hold.minute == self._minute:
+            for subject in hold.minute_subjects:
+                self._minute_held[subject] = max(0, self._minute_held[subject] - hold.tokens)
 
     async def release(self, hold: Hold) -> None:
         self.release_now(hold)
 
-    def spend_now(self, subjects: Sequence[str], tokens: int, usd: float) -> None:
-        self._spent.add(subjects, tokens, usd)
+    def spend_now(self, claims: Sequence[Claim], tokens: int, usd: float) -> None:
+        self._spent.add([claim.subject for claim in claims], tokens, usd)
+        self._roll_minute()
+        for claim in claims:
+            if claim.per_minute:
+                self._minute_tokens[claim.subject] += tokens
 
-    async def spend(self, subjects: Sequence[str], tokens: int, usd: float) -> None:
-        self.spend_now(subjects, tokens, usd)
+    async def spend(self, claims: Sequence[Claim], tokens: int, usd: float) -> None:
+        self.spend_now(claims, tokens, usd)
+
+    async def settle(self, hold: Hold, claims: Sequence[Claim], tokens: int, usd: float) -> None:
+        self.release_now(hold)
+        self.spend_now(claims, tokens, usd)
 
     async def spent(self, subjects: Sequence[str]) -> dict[str, tuple[int, float]]:
         spent = self._spent

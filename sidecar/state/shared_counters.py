@@ -5,8 +5,10 @@ fail-local}``.
 Each operation is one Lua script the server runs atomically: a reservation checks every budget
 of a request and holds its estimate in all of them or in none, so N sidecars together admit
 what one sidecar would (the limit, plus at most the estimate of the one request that may start
-alone on a remainder). Counters expire with their window: a day's budget keys at the end of the
-day (plus an hour), a rate bucket after two periods idle. A hold lives at most ``HOLD_LEASE_S``,
+alone on a remainder). A group's rates per minute (requests, tokens) are the same rule in a
+minute's window, checked in the same script. Counters expire with their window: a day's budget
+keys at the end of the day (plus an hour), a minute's two minutes after it, a rate bucket after
+two periods idle. A hold lives at most ``HOLD_LEASE_S``,
 so a sidecar that dies mid-request does not keep its holds.
 
 The client is redis-py (``redis`` on PyPI): maintained by Redis, pure Python when hiredis is
@@ -42,13 +44,17 @@ from ..manifest import OnUnreachable, Rate
 from ..observability.metrics import Metrics
 from .budgets import utc_day
 from .counters import (
+    DAY_REFUSED,
     GROUP_PREFIX,
+    MINUTE_REFUSED,
     USER_PREFIX,
     Claim,
     Hold,
     LocalCounters,
     RateKey,
+    Refused,
     SharedLimitsUnavailable,
+    utc_minute,
 )
 
 log = logging.getLogger(__name__)
@@ -92,8 +98,9 @@ end
 RESERVE = (
     _EXPIRE_HOLDS
     + """
--- KEYS: each subject's budget hash and holds zset, in pairs. ARGV: hold id, tokens, nano-USD,
--- hold lease (ms), key expiry (unix s), then each subject's token and nano-USD limits (-1: none).
+-- KEYS: each window's budget hash and holds zset, in pairs (a subject's day, a group's
+-- minute). ARGV: hold id, tokens, nano-USD, hold lease (ms), then each window's token,
+-- nano-USD and request limits (-1: none) and its keys' expiry (unix s).
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local id, tokens, usd = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -109,11 +116,13 @@ local function refuses(limit, spent, held, estimate)
   return spent + held >= limit or (held > 0 and spent + held + estimate > limit)
 end
 for i = 1, subjects do
-  local v = redis.call('HMGET', KEYS[2 * i - 1], 't', 'u', 'ht', 'hu')
+  local v = redis.call('HMGET', KEYS[2 * i - 1], 't', 'u', 'ht', 'hu', 'r')
   local t, u = tonumber(v[1]) or 0, tonumber(v[2]) or 0
   local ht, hu = tonumber(v[3]) or 0, tonumber(v[4]) or 0
-  if refuses(tonumber(ARGV[4 + 2 * i]), t, ht, tokens)
-      or refuses(tonumber(ARGV[5 + 2 * i]), u, hu, usd) then
+  local requests = tonumber(ARGV[3 + 4 * i])
+  if refuses(tonumber(ARGV[1 + 4 * i]), t, ht, tokens)
+      or refuses(tonumber(ARGV[2 + 4 * i]), u, hu, usd)
+      or (requests >= 0 and (tonumber(v[5]) or 0) >= requests) then
     return i
   end
 end
@@ -121,12 +130,14 @@ for i = 1, subjects do
   local budget, holds = KEYS[2 * i - 1], KEYS[2 * i]
   redis.call('HINCRBY', budget, 'ht', ARGV[2])
   redis.call('HINCRBY', budget, 'hu', ARGV[3])
+  -- a request counts when it starts
+  if ARGV[3 + 4 * i] ~= '-1' then redis.call('HINCRBY', budget, 'r', 1) end
   -- the limits it was held against, for the fleet view (clawc budgets)
   redis.call('HSET', budget, 'h:' .. id, ARGV[2] .. ' ' .. ARGV[3],
-    'lt', ARGV[4 + 2 * i], 'lu', ARGV[5 + 2 * i])
+    'lt', ARGV[1 + 4 * i], 'lu', ARGV[2 + 4 * i])
   redis.call('ZADD', holds, now_ms + tonumber(ARGV[4]), id)
-  redis.call('EXPIREAT', budget, ARGV[5])
-  redis.call('EXPIREAT', holds, ARGV[5])
+  redis.call('EXPIREAT', budget, ARGV[4 + 4 * i])
+  redis.call('EXPIREAT', holds, ARGV[4 + 4 * i])
 end
 return 0
 """
@@ -146,17 +157,39 @@ return released
 )
 
 SPEND = """
--- KEYS: each subject's budget hash, then this spend's marker. ARGV: tokens, nano-USD, key
--- expiry (unix s), the marker's lifetime (s). A spend written again (its first answer was
--- lost) finds its marker and counts nothing.
-if not redis.call('SET', KEYS[#KEYS], '1', 'NX', 'EX', ARGV[4]) then return 0 end
+-- KEYS: each window's budget hash, then this spend's marker. ARGV: tokens, nano-USD, the
+-- marker's lifetime (s), then each window's key expiry (unix s). A spend written again (its
+-- first answer was lost) finds its marker and counts nothing.
+if not redis.call('SET', KEYS[#KEYS], '1', 'NX', 'EX', ARGV[3]) then return 0 end
 for i = 1, #KEYS - 1 do
   if ARGV[1] ~= '0' then redis.call('HINCRBY', KEYS[i], 't', ARGV[1]) end
   if ARGV[2] ~= '0' then redis.call('HINCRBY', KEYS[i], 'u', ARGV[2]) end
-  redis.call('EXPIREAT', KEYS[i], ARGV[3])
+  redis.call('EXPIREAT', KEYS[i], ARGV[3 + i])
 end
 return #KEYS - 1
 """
+
+SETTLE = (
+    _EXPIRE_HOLDS
+    + """
+-- A finished request: its hold released and its spending counted in one round trip.
+-- KEYS: the hold's windows (budget hash, holds zset) in pairs, then each window the spend counts
+-- in, then the spend's marker. ARGV: hold id, the number of hold pairs, tokens, nano-USD, the
+-- marker's lifetime (s), then each spend window's key expiry (unix s).
+local pairs_ = tonumber(ARGV[2])
+for i = 1, pairs_ do
+  unhold(KEYS[2 * i - 1], ARGV[1])
+  redis.call('ZREM', KEYS[2 * i], ARGV[1])
+end
+if not redis.call('SET', KEYS[#KEYS], '1', 'NX', 'EX', ARGV[5]) then return 0 end
+for i = 2 * pairs_ + 1, #KEYS - 1 do
+  if ARGV[3] ~= '0' then redis.call('HINCRBY', KEYS[i], 't', ARGV[3]) end
+  if ARGV[4] ~= '0' then redis.call('HINCRBY', KEYS[i], 'u', ARGV[4]) end
+  redis.call('EXPIREAT', KEYS[i], ARGV[5 + i - 2 * pairs_])
+end
+return 1
+"""
+)
 
 TAKE = """
 -- KEYS: the bucket. ARGV: its size (calls), its period (ms). Answers {admitted, calls left x 1000}.
@@ -250,6 +283,13 @@ def holds_key(pod: str, subject: str, day: str) -> str:
     return f"{KEY_PREFIX}:holds:{subject_key(pod, subject)}:{day}"
 
 
+def minute_expiry(minute: str) -> int:
+    """Unix seconds when a minute's counters go: two minutes after it (and at least two from
+    now: a sidecar's clock may lag the server's a little)."""
+    end = calendar.timegm(time.strptime(minute, "%Y-%m-%dT%H:%M")) + 60
+    return max(end, int(time.time())) + 120
+
+
 def day_expiry(day: str) -> int:
     """Unix seconds when a day's counters go: an hour after the day's end (and at least an hour
     from now: a sidecar whose clock lags still finds them)."""
@@ -263,6 +303,10 @@ def _day_end(day: str) -> int:
 
 def nano_usd(usd: float) -> int:
     return max(0, round(usd * NANO_USD))
+
+
+def _limit(value: float | None) -> int:
+    return -1 if value is None else int(value)
 
 
 def _integer(reply: object, low: int, high: int) -> int:
@@ -303,8 +347,10 @@ class SharedCounters:
         today: Callable[[], str] = utc_day,
         timeout_s: float = TIMEOUT_S,
         clock: Callable[[], float] = time.monotonic,
+        this_minute: Callable[[], str] = utc_minute,
     ) -> None:
         """``local``: this sidecar's own counters, for ``fail-local``."""
+        self._this_minute = this_minute
         self._redis = client
         self._pod = pod
         self.on_unreachable = on_unreachable
@@ -319,6 +365,7 @@ class SharedCounters:
                 ("reserve", RESERVE),
                 ("release", RELEASE),
                 ("spend", SPEND),
+                ("settle", SETTLE),
                 ("take", TAKE),
             )
         }
@@ -342,46 +389,84 @@ class SharedCounters:
 
     # -- the Counters interface ---------------------------------------------------------------
 
-    async def reserve(self, claims: Sequence[Claim], tokens: int, usd: float) -> Hold | None:
-        day = self._today()
+    async def reserve(self, claims: Sequence[Claim], tokens: int, usd: float) -> Hold | Refused:
+        day, minute = self._today(), self._this_minute()
         subjects = tuple(claim.subject for claim in claims)
-        hold = Hold(day, subjects, tokens, usd, uuid.uuid4().hex, shared=True)
-        keys = self._hold_keys(day, subjects)
+        rated = [claim for claim in claims if claim.per_minute]
+        hold_id = uuid.uuid4().hex
+        hold = Hold(
+            day, subjects, tokens, usd, hold_id, True, minute, tuple(c.subject for c in rated)
+        )
+        keys = self._hold_keys(hold)
         limits: list[int] = []
         for claim in claims:
-            limits.append(-1 if claim.tokens is None else claim.tokens)
-            limits.append(-1 if claim.usd is None else nano_usd(claim.usd))
-        args = [hold.id, max(tokens, 0), nano_usd(usd), HOLD_LEASE_S * 1000, day_expiry(day)]
+            usd_limit = None if claim.usd is None else nano_usd(claim.usd)
+            limits += (_limit(claim.tokens), _limit(usd_limit), -1)
+            limits.append(day_expiry(day))
+        for claim in rated:
+            limits += (_limit(claim.tokens_per_minute), -1, _limit(claim.requests_per_minute))
+            limits.append(minute_expiry(minute))
+        args = [hold.id, max(tokens, 0), nano_usd(usd), HOLD_LEASE_S * 1000]
         try:
             refused = await self._call(
-                "reserve", keys, [*args, *limits], lambda r: _integer(r, 0, len(claims))
+                "reserve", keys, [*args, *limits], lambda r: _integer(r, 0, len(keys) // 2)
             )
         except _Unreachable:
             return self._decide_locally(lambda: self.local.reserve_now(claims, tokens, usd))
-        return None if refused else hold
+        if not refused:
+            return hold
+        return MINUTE_REFUSED if refused > len(claims) else DAY_REFUSED  # its windows come last
 
     async def release(self, hold: Hold) -> None:
         if not hold.shared:
             self.local.release_now(hold)
             return
-        keys = self._hold_keys(hold.day, hold.subjects)
+        keys = self._hold_keys(hold)
         try:
             await self._call("release", keys, [hold.id])
         except _Unreachable:
             self._keep_release(hold.id, keys)
 
-    async def spend(self, subjects: Sequence[str], tokens: int, usd: float) -> None:
-        day = self._today()
-        spend_id = uuid.uuid4().hex
-        keys = [budget_key(self._pod, s, day) for s in subjects]
-        keys.append(f"{KEY_PREFIX}:spent:{spend_id}")
-        args = [max(tokens, 0), nano_usd(usd), day_expiry(day), SPEND_MARKER_S]
+    async def spend(self, claims: Sequence[Claim], tokens: int, usd: float) -> None:
+        spend_id, keys, args = self._spending(claims, tokens, usd)
         try:
             await self._call("spend", keys, args)
         except _Unreachable:
             self._keep_spend(spend_id, keys, args)
             if self.on_unreachable == "fail-local":
-                self.local.spend_now(subjects, tokens, usd)
+                self.local.spend_now(claims, tokens, usd)
+
+    async def settle(self, hold: Hold, claims: Sequence[Claim], tokens: int, usd: float) -> None:
+        if not hold.shared:  # admitted on this sidecar's counts while the store was away
+            self.local.release_now(hold)
+            await self.spend(claims, tokens, usd)
+            return
+        hold_keys = self._hold_keys(hold)
+        spend_id, keys, args = self._spending(claims, tokens, usd)
+        head = [hold.id, len(hold_keys) // 2, *args[:3]]
+        try:
+            await self._call("settle", [*hold_keys, *keys], [*head, *args[3:]])
+        except _Unreachable:
+            self._keep_release(hold.id, hold_keys)
+            self._keep_spend(spend_id, keys, args)
+            if self.on_unreachable == "fail-local":
+                self.local.spend_now(claims, tokens, usd)
+
+    def _spending(
+        self, claims: Sequence[Claim], tokens: int, usd: float
+    ) -> tuple[str, list[str], list[Any]]:
+        """A spend's id, and the keys and arguments of its ``SPEND``: each day's window, each
+        rated minute's, its marker."""
+        day, minute = self._today(), self._this_minute()
+        spend_id = uuid.uuid4().hex
+        keys = [budget_key(self._pod, c.subject, day) for c in claims]
+        expiries = [day_expiry(day)] * len(keys)
+        for claim in claims:
+            if claim.per_minute:
+                keys.append(budget_key(self._pod, claim.subject, minute))
+                expiries.append(minute_expiry(minute))
+        keys.append(f"{KEY_PREFIX}:spent:{spend_id}")
+        return spend_id, keys, [max(tokens, 0), nano_usd(usd), SPEND_MARKER_S, *expiries]
 
     async def spent(self, subjects: Sequence[str]) -> dict[str, tuple[int, float]]:
         day = self._today()
@@ -414,10 +499,12 @@ class SharedCounters:
 
     # -- reaching the server ------------------------------------------------------------------
 
-    def _hold_keys(self, day: str, subjects: Sequence[str]) -> list[str]:
+    def _hold_keys(self, hold: Hold) -> list[str]:
+        """The windows a hold is in, in pairs: each subject's day, then each rated minute."""
         keys: list[str] = []
-        for subject in subjects:
-            keys += (budget_key(self._pod, subject, day), holds_key(self._pod, subject, day))
+        windows = [(s, hold.day) for s in hold.subjects]
+        for subject, window in [*windows, *((s, hold.minute) for s in hold.minute_subjects)]:
+            keys += (budget_key(self._pod, subject, window), holds_key(self._pod, subject, window))
         return keys
 
     async def _call(

@@ -91,12 +91,34 @@ def test_the_sidecar_gets_the_store_and_the_groups_by_agent_id(tmp_path: Path, p
         ("  shared-limits: {url-env: 'not a name'}\n", "url-env"),
         ("  budget-groups: {desk: {agents: [nobody], tokens-per-day: 5}}\n", "'nobody' is not"),
         ("  budget-groups: {desk: {agents: [analyst]}}\n", "tokens-per-day, usd-per-day"),
+        (
+            "  budget-groups: {desk: {agents: [analyst], requests-per-minute: 0}}\n",
+            "requests-per-minute",
+        ),
+        (
+            "  budget-groups: {d: {agents: [analyst], tokens-per-day: 5, tokens-per-minute: 9}}\n",
+            "tokens-per-minute (9) is more than tokens-per-day (5)",
+        ),
         ("  budget-groups: {desk: {agents: [], usd-per-day: 1}}\n", "agents"),
     ],
 )
 def test_what_clawc_refuses(tmp_path: Path, pod_with, claw: str, message: str) -> None:  # type: ignore[no-untyped-def]
     code, err = _compile(pod_with(claw), tmp_path / "out")
     assert code == 1 and message in err, err
+
+
+def test_a_groups_rates_reach_the_sidecar(tmp_path: Path, pod_with) -> None:  # type: ignore[no-untyped-def]
+    """#51: before, clawc refused ``requests-per-minute`` as an unknown key."""
+    claw = EXTERNAL.replace(
+        "usd-per-day: 50}", "requests-per-minute: 60, tokens-per-minute: 40000}"
+    )
+    code, err = _compile(pod_with(claw), tmp_path / "out")
+    assert code == 0, err
+    config = load_build(tmp_path / "out").config
+    assert config.governance is not None and config.governance.budget_groups is not None
+    group = config.governance.budget_groups["desk"]
+    assert (group.requests_per_minute, group.tokens_per_minute) == (60, 40000)
+    assert group.tokens_per_day is None and group.usd_per_day is None
 
 
 def test_groups_without_a_shared_store_are_warned_about(tmp_path: Path, pod_with) -> None:  # type: ignore[no-untyped-def]

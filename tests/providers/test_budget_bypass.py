@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import time
 
 import openai
 import orjson
 import pytest
 
-from clawpod.sidecar.manifest import Governance
+from clawpod.sidecar.manifest import BudgetGroup, Governance
 from tests.mediation.scripted import oa_calls, oa_text
 from tests.providers.conftest import PodMaker
 from tests.providers.streams import chat_stream_events
@@ -165,3 +166,28 @@ async def test_a_mediated_request_to_a_server_without_usage_is_charged_an_estima
     assert record["usage"]["estimated"] is True
     assert record["usage"]["input_tokens"] > 0 and record["usage"]["output_tokens"] > 0
     assert record["cost_usd"] > 0
+
+
+async def test_a_groups_requests_per_minute_are_refused_retryably_past_the_rate(
+    make_pod: PodMaker,
+) -> None:
+    """#51: a budget group's rate; its agents' third request in a minute is refused with a
+    429 the SDKs may retry in the next minute; an agent outside the group is not."""
+    team = BudgetGroup(agents=["analyst"], requests_per_minute=2)
+    pod = await make_pod(
+        routes={},
+        agent_ids=("analyst", "bystander"),
+        governance=Governance(budget_groups={"team": team}),
+    )
+    pod.upstreams.primary.always("openai", Reply.json(openai_completion()))
+    if time.time() % 60 > 50:  # the three requests in one minute
+        await asyncio.sleep(61 - time.time() % 60)
+    client = pod.openai()
+    for _ in range(2):
+        await client.chat.completions.create(model="gpt-4o", messages=ASK)
+    with pytest.raises(openai.RateLimitError) as refused:
+        await client.chat.completions.create(model="gpt-4o", messages=ASK)
+    assert refused.value.code == "group_rate_exceeded"
+    assert refused.value.response.headers["x-should-retry"] == "true"
+    assert 1 <= int(refused.value.response.headers["retry-after"]) <= 60
+    await pod.openai("bystander").chat.completions.create(model="gpt-4o", messages=ASK)

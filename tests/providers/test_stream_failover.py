@@ -16,6 +16,8 @@ from clawpod.sidecar.manifest import Price, RouteTarget
 from clawpod.sidecar.server.stream_failover import CONTINUE, Splice, StreamWatch
 from tests.providers.conftest import PodMaker, ProviderPod, Upstreams, pool_providers
 from tests.providers.streams import chat_stream_events, messages_stream_events
+from tests.support import responses as rs
+from tests.support.upstream import FIXTURES_DIR as FIXTURES
 from tests.support.upstream import RESET, Reply, fixture_files, load_fixture
 
 ASK = [{"role": "user", "content": "count to six"}]
@@ -282,6 +284,82 @@ def test_a_continuation_event_without_an_end_is_passed_on_not_held() -> None:
     assert splice.feed(endless) == endless
 
 
+def _responses_events(body: dict[str, Any]) -> list[bytes]:
+    return [
+        b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+        for kind, payload in rs.sse_events(body)
+    ]
+
+
+async def _responses_stream(pod: ProviderPod) -> tuple[list[Any], Any]:
+    """Every event the SDK read, and the response it assembled."""
+    stream = await pod.openai().responses.create(model="gpt-4o", input="count", stream=True)
+    events = [event async for event in stream]
+    completed = [e for e in events if e.type == "response.completed"]
+    return events, completed[-1].response if completed else None
+
+
+@pytest.mark.parametrize("cut", ["reset", "ended"])
+async def test_a_responses_stream_cut_after_text_goes_on_at_the_next_target(
+    make_pod: PodMaker, cut: str
+) -> None:
+    """Before: a Responses stream that broke after text ended in an error event (#45)."""
+    pod = await make_pod()
+    first = _responses_events(rs.response(rs.message("one two three four", "msg_a")))
+    # created, in_progress, item added, part added, "one t", "wo th": cut there
+    broken = [*first[:6], *([RESET] * (cut == "reset"))]
+    pod.upstreams.primary.enqueue("responses", Reply.sse(broken))
+    rest = rs.response(rs.message("ree four", "msg_b"), response_id="resp_b", output_tokens=2)
+    pod.upstreams.secondary.enqueue("responses", Reply.sse(_responses_events(rest)))
+    events, final = await _responses_stream(pod)
+    deltas = [e for e in events if e.type == "response.output_text.delta"]
+    assert "".join(e.delta for e in deltas) == "one two three four"
+    assert {e.item_id for e in deltas} == {"msg_a"}  # one message to the client
+    numbers = [e.sequence_number for e in events]
+    assert numbers == list(range(len(events)))  # numbered as one stream
+    assert [e.type for e in events].count("response.created") == 1
+    assert final.output_text == "one two three four"
+    assert final.id == "resp_b"  # the response stored with the whole conversation
+    asked = pod.upstreams.secondary.requests_to("responses")[-1].json
+    assert asked["model"] == "gpt-4o-east"
+    assert asked["input"] == [
+        {"role": "user", "content": "count"},
+        {"role": "assistant", "content": "one two th"},
+        {"role": "user", "content": CONTINUE},
+    ]
+    (record,) = await pod.audit()
+    assert record["outcome"]["status"] == "ok"
+    assert record["provider"] == "azure-east"
+    assert record["failover"]["after_text"] == len("one two th")
+    assert record["usage"]["rounds"] == 2
+
+
+async def test_a_responses_stream_cut_after_a_function_call_is_not_continued(
+    make_pod: PodMaker,
+) -> None:
+    pod = await make_pod()
+    events = _responses_events(rs.response(rs.call("call_1", "quote", {"s": "AAPL"})))
+    pod.upstreams.primary.enqueue("responses", Reply.sse([*events[:4], RESET]))
+    pod.upstreams.secondary.enqueue("responses", Reply.sse(events))
+    got, final = await _responses_stream(pod)
+    assert got[-1].type == "error" and final is None  # the SDK yields the error event
+    assert pod.upstreams.secondary.received == []
+    (record,) = await pod.audit()
+    assert "failover" not in record
+
+
+async def test_a_responses_stream_whose_text_was_told_done_is_not_continued(
+    make_pod: PodMaker,
+) -> None:
+    pod = await make_pod()
+    events = _responses_events(rs.response(rs.message("one two", "msg_a")))
+    done = next(i for i, e in enumerate(events) if b"output_text.done" in e)
+    pod.upstreams.primary.enqueue("responses", Reply.sse([*events[: done + 1], RESET]))
+    got, final = await _responses_stream(pod)
+    assert got[-1].type == "error" and final is None
+    assert pod.upstreams.secondary.received == []
+
+
 HOSTILE = [
     b'data: {"id":"c","choices":[1]}\n\n',
     b'data: {"id":"c","choices":[{"index":0,"delta":"x"}]}\n\n',
@@ -290,11 +368,16 @@ HOSTILE = [
     b'data: {"type":"content_block_start","index":0,"content_block":7}\n\n',
     b"data: [1, 2]\n\n",
     b"data: {not json\n\n",
+    b'data: {"type":"response.output_item.added","item":[1]}\n\n',
+    b'data: {"type":"response.output_text.delta","item_id":null,"delta":7}\n\n',
+    b'data: {"type":"response.completed","response":{"output":[{"type":"message",'
+    b'"content":7}]}}\n\n',
+    b'data: {"type":"response.output_text.done","text":["x"],"part":"y"}\n\n',
 ]
 
 
 @pytest.mark.parametrize("event", HOSTILE)
-@pytest.mark.parametrize("protocol", ["chat", "messages"])
+@pytest.mark.parametrize("protocol", ["chat", "messages", "responses"])
 def test_events_of_another_shape_are_no_text_to_continue(protocol: str, event: bytes) -> None:
     """A provider's events may be anything: the watch gives up, the splice passes them on."""
     watch = StreamWatch()
@@ -338,3 +421,17 @@ def test_recorded_streams_are_continuable_until_a_tool_call_or_their_end(
     tool = re.search(rb'"tool_calls":\[\{|"(?:server_)?tool_use"|"type":"thinking"', body)
     if text_first and (tool is None or text_first.start() < tool.start()):
         assert gathered.strip(), fixture  # text before any tool call: it could go on
+
+
+def test_a_local_servers_responses_stream_is_continuable_until_its_text_is_done() -> None:
+    """llama-server's Responses stream (no output_index or sequence_number on any event)."""
+    body = (FIXTURES.parent / "local_servers" / "llama_server.responses_text.sse").read_bytes()
+    watch = StreamWatch()
+    for event in body.split(b"\n\n"):
+        before = watch.text
+        watch.feed("responses", event + b"\n\n")
+        if b"output_text.done" in event:
+            assert not watch.continuable and before == "AAPL is 1."
+            return
+        assert watch.continuable
+    raise AssertionError("the stream's text was never done")
