@@ -121,7 +121,7 @@ class _Connection:
         from mcp import Client
         from mcp.client.streamable_http import streamable_http_client
 
-        from .mcp_tasks import BackendTasks
+        from .mcp_tasks import backend_tasks
 
         headers = dict([self.key.credential]) if self.key.credential else {}
         auth = None
@@ -148,7 +148,7 @@ class _Connection:
                 Client(
                     streamable_http_client(self.key.endpoint, http_client=http),
                     # Calls a service runs as tasks are polled here (SPEC §22).
-                    extensions=[BackendTasks()],
+                    extensions=[backend_tasks()],
                 ) as client,
             ):
                 self.ready.set_result(client)

@@ -7,21 +7,22 @@ service. Every answer is read under the call's result bound (``mcp_http.py``), p
 included, and is checked like any result.
 
 The official client's extension interface carries it: a ``ResultClaim`` on ``tools/call`` whose
-resolver drives the polls, so :mod:`.mcp`'s ``call_tool`` returns the task's final result.
+resolver drives the polls, so :mod:`.mcp`'s ``call_tool`` returns the task's final result. The
+SDK is imported when the first MCP connection opens (:func:`backend_tasks`), as :mod:`.mcp`
+imports it: a sidecar without MCP tools never pays for it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import mcp_types as types
-from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
-from mcp.client.session import ClientSession
-from pydantic import ConfigDict, Field
+if TYPE_CHECKING:
+    from mcp.client.extension import ClientExtension
 
 log = logging.getLogger(__name__)
 
@@ -34,63 +35,80 @@ CANCEL_TIMEOUT_S = 5.0
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
 
-class CreatedTask(types.Result):
-    result_type: Literal["task"] = Field(alias="resultType")
-    task_id: str = Field(max_length=256)
-    status: str
-    poll_interval_milliseconds: int | None = None
-
-
-class TaskState(types.Result):
-    """A ``tasks/get`` answer, its fields as sent (``result``, ``error``, ...)."""
-
-    model_config = ConfigDict(extra="allow")
-
-
-class TaskParams(types.RequestParams):
-    task_id: str
-
-
-class GetTask(types.Request[TaskParams, Literal["tasks/get"]]):
-    method: Literal["tasks/get"] = "tasks/get"
-    name_param = "taskId"  # SEP-2663: Mcp-Name carries the task id
-
-
-class CancelTask(types.Request[TaskParams, Literal["tasks/cancel"]]):
-    method: Literal["tasks/cancel"] = "tasks/cancel"
-    name_param = "taskId"
-
-
 class BackendTaskFailed(Exception):
     """The service's task ended failed or cancelled: the call has no result."""
 
 
-class BackendTasks(ClientExtension):
-    identifier = EXTENSION
+def backend_tasks() -> ClientExtension:
+    """The extension an MCP backend connection is opened with."""
+    return _extension_class()()
 
-    def claims(self) -> Sequence[ResultClaim[Any]]:
-        return [ResultClaim(result_type="task", model=CreatedTask, resolve=self.resolve)]
 
-    async def resolve(self, created: CreatedTask, ctx: ClaimContext) -> types.CallToolResult:
-        session, task_id = ctx.session, created.task_id
-        interval = created.poll_interval_milliseconds
-        try:
-            while True:
-                await asyncio.sleep(_poll_s(interval))
-                state = await session.send_request(
-                    GetTask(params=TaskParams(task_id=task_id)), TaskState
-                )
-                fields = state.model_extra or {}
-                status = fields.get("status")
-                if status == "completed":
-                    return types.CallToolResult.model_validate(fields.get("result") or {})
-                if status in TERMINAL:
-                    raise BackendTaskFailed(_why(fields))
-                raw = fields.get("pollIntervalMilliseconds")
-                interval = raw if isinstance(raw, int) else interval
-        except asyncio.CancelledError:
-            await _forward_cancel(session, task_id)
-            raise
+@functools.cache
+def _extension_class() -> type[ClientExtension]:
+    import mcp_types as types
+    from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+    from mcp.client.session import ClientSession
+    from pydantic import ConfigDict, Field
+
+    class CreatedTask(types.Result):
+        result_type: Literal["task"] = Field(alias="resultType")
+        task_id: str = Field(max_length=256)
+        status: str
+        poll_interval_milliseconds: int | None = None
+
+    class TaskState(types.Result):
+        """A ``tasks/get`` answer, its fields as sent (``result``, ``error``, ...)."""
+
+        model_config = ConfigDict(extra="allow")
+
+    class TaskParams(types.RequestParams):
+        task_id: str
+
+    class GetTask(types.Request[TaskParams, Literal["tasks/get"]]):
+        method: Literal["tasks/get"] = "tasks/get"
+        name_param = "taskId"  # SEP-2663: Mcp-Name carries the task id
+
+    class CancelTask(types.Request[TaskParams, Literal["tasks/cancel"]]):
+        method: Literal["tasks/cancel"] = "tasks/cancel"
+        name_param = "taskId"
+
+    async def forward_cancel(session: ClientSession, task_id: str) -> None:
+        """Tell the service its task is no longer wanted; its answer does not matter."""
+        request = CancelTask(params=TaskParams(task_id=task_id))
+        with contextlib.suppress(Exception):
+            await asyncio.shield(
+                asyncio.wait_for(session.send_request(request, TaskState), CANCEL_TIMEOUT_S)
+            )
+
+    class BackendTasks(ClientExtension):
+        identifier = EXTENSION
+
+        def claims(self) -> Sequence[ResultClaim[Any]]:
+            return [ResultClaim(result_type="task", model=CreatedTask, resolve=self.resolve)]
+
+        async def resolve(self, created: CreatedTask, ctx: ClaimContext) -> types.CallToolResult:
+            session, task_id = ctx.session, created.task_id
+            interval = created.poll_interval_milliseconds
+            try:
+                while True:
+                    await asyncio.sleep(_poll_s(interval))
+                    state = await session.send_request(
+                        GetTask(params=TaskParams(task_id=task_id)), TaskState
+                    )
+                    fields = state.model_extra or {}
+                    status = fields.get("status")
+                    if status == "completed":
+                        return types.CallToolResult.model_validate(fields.get("result") or {})
+                    if status in TERMINAL:
+                        raise BackendTaskFailed(_why(fields))
+                    raw = fields.get("pollIntervalMilliseconds")
+                    interval = raw if isinstance(raw, int) else interval
+            except asyncio.CancelledError:
+                await forward_cancel(session, task_id)
+                raise
+
+    return BackendTasks
 
 
 def _poll_s(interval_ms: int | None) -> float:
@@ -104,12 +122,3 @@ def _why(fields: dict[str, Any]) -> str:
     message = error.get("message") if isinstance(error, dict) else fields.get("statusMessage")
     text = message if isinstance(message, str) else "no reason given"
     return f"the service's task ended {fields.get('status')}: {text[:500]}"
-
-
-async def _forward_cancel(session: ClientSession, task_id: str) -> None:
-    """Tell the service its task is no longer wanted; its answer does not matter."""
-    request = CancelTask(params=TaskParams(task_id=task_id))
-    with contextlib.suppress(Exception):
-        await asyncio.shield(
-            asyncio.wait_for(session.send_request(request, TaskState), CANCEL_TIMEOUT_S)
-        )

@@ -280,6 +280,7 @@ class McpDispatch:
                 params.name,
                 params.arguments or {},
                 ttl_ms,
+                client_answers=request.approvals is not None,
             )
         except TaskRefused as exc:
             raise JsonRpcError(INTERNAL_ERROR, f"Task not created: {exc}") from None
@@ -327,7 +328,9 @@ class McpDispatch:
                 continue
             params = CallToolParams(name=task.name, arguments=task.arguments)
             message = Message("request", task.request_id, "tools/call", params.model_dump())
-            request = McpRequest(agent, task.version, message, stream=False)
+            # A client that answered its approvals itself is asked again, not the operator.
+            approvals = ApprovalChannel(stateless=True) if task.client_answers else None
+            request = McpRequest(agent, task.version, message, False, approvals)
             self._launch(task, request, params, tool)
 
     # -- the tools -------------------------------------------------------------------------------

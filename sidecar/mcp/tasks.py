@@ -84,6 +84,9 @@ class NativeTask:
     """The JSON-RPC error of a failed task."""
     sent: bool = False
     """The call was cleared to leave: it is never sent again (§8.2)."""
+    client_answers: bool = False
+    """Its client answers a client approval itself (2026-07-28, ``tasks/update``): kept so a
+    restart asks the same person, not the operator."""
     size: int = 0
     done: asyncio.Event = field(default_factory=asyncio.Event)
     answers: asyncio.Queue[dict[str, Any]] = field(default_factory=asyncio.Queue)
@@ -160,6 +163,7 @@ class NativeTasks:
         name: str,
         arguments: dict[str, Any],
         ttl_ms: int | None = None,
+        client_answers: bool = False,
     ) -> NativeTask:
         """A new task, durable before it is returned (a ``tasks/get`` of it resolves then)."""
         max_age = self.limits.max_age_s
@@ -175,6 +179,7 @@ class NativeTasks:
             created=now,
             updated=now,
             ttl_s=ttl_s,
+            client_answers=client_answers,
         )
         task.size = len(orjson.dumps(arguments))
         self._make_room(agent, task.size)
@@ -225,6 +230,8 @@ class NativeTasks:
             try:
                 while True:
                     responses = await task.answers.get()
+                    if not responses:  # the sidecar is stopping: the restart asks again
+                        return None
                     if approval_id in responses:
                         return responses[approval_id]
             finally:
@@ -393,8 +400,12 @@ class NativeTasks:
         return unsent
 
     def stop(self) -> None:
-        """The sidecar is stopping: tasks waiting for an approval stay as they are on disk."""
+        """The sidecar is stopping: tasks waiting for an approval stay as they are on disk, and
+        those waiting for their client's answer stop waiting (the restart asks again)."""
         self.stopping = True
+        for task in self.running():
+            if task.input_requests:
+                task.answers.put_nowait({})
 
     def close(self) -> None:
         self.journal.close()
@@ -410,6 +421,7 @@ class NativeTasks:
             "arguments": task.arguments,
             "at": task.created,
             "ttl_s": task.ttl_s,
+            "client_answers": task.client_answers,
         }
 
 
@@ -427,6 +439,7 @@ def _restored(records: list[dict[str, Any]]) -> NativeTask | None:
             arguments=dict(first.get("arguments") or {}),
             created=float(first["at"]),
             ttl_s=float(first["ttl_s"]),
+            client_answers=first.get("client_answers") is True,
         )
     except (KeyError, TypeError, ValueError):
         return None

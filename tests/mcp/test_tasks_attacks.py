@@ -4,6 +4,7 @@ tasks/update answers, result requests for what it may not read."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 from mcp import MCPError
@@ -64,3 +65,22 @@ async def test_a_flood_of_answers_queues_one(tmp_path) -> None:
     assert task.answers.qsize() == 1
     assert task.answers.get_nowait() == {"apr_1": {"action": "accept"}}
     tasks.close()
+
+
+async def test_a_stopping_sidecar_releases_a_task_waiting_for_its_clients_answer(
+    tmp_path: Path,
+) -> None:
+    """Shutdown does not wait out the approval's timeout for a client that never answers, and
+    the restart asks the same client again (not the operator)."""
+    tasks = NativeTasks(TaskJournal(tmp_path, max_age_s=60), ShieldedTasks())
+    task = await tasks.create("trader", "2026-07-28", 1, "desk_x", {}, client_answers=True)
+    waiting = asyncio.ensure_future(tasks.hooks(task, stateless=True).ask("apr_1", {}))
+    while not task.input_requests:
+        await asyncio.sleep(0)
+    tasks.stop()
+    assert await asyncio.wait_for(waiting, 10) is None
+    tasks.close()
+    again = NativeTasks(TaskJournal(tmp_path, max_age_s=60), ShieldedTasks())
+    [unsent] = await again.recover()
+    assert (unsent.id, unsent.client_answers) == (task.id, True)
+    again.close()
