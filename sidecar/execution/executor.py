@@ -45,6 +45,7 @@ MAX_REPORTED_SCHEMA_ERRORS = 8
 MAX_ERROR_TEXT = 300
 MAX_REMEMBERED_TEXT = 1024
 MAX_REMEMBERED_ARGUMENTS = 1024
+Schema = dict[str, Any]
 
 
 class ArgumentCheck:
@@ -58,8 +59,10 @@ class ArgumentCheck:
     """
 
     def __init__(self) -> None:
-        self._validators: dict[int, tuple[ManagedTool, Draft202012Validator]] = {}
-        self._valid_texts: dict[tuple[int, str], tuple[ManagedTool, bytes]] = {}
+        # By tool key, each with the schema it holds for: a key names one tool per agent, and
+        # the agents' tools of one name (each with its principal) share their schema.
+        self._validators: dict[str, tuple[Schema, Draft202012Validator]] = {}
+        self._valid_texts: dict[tuple[str, str], tuple[Schema, bytes]] = {}
 
     def __call__(
         self, tool: ManagedTool, arguments: str | dict[str, Any] | None, call_id: str = ""
@@ -67,12 +70,12 @@ class ArgumentCheck:
         """The checked call, or an ``invalid_arguments`` outcome whose message tells the model
         what to fix."""
         started = time.perf_counter()
-        memo_key = (id(tool), arguments) if memoizable(arguments) else None
+        memo_key = (tool.name, arguments) if memoizable(arguments) else None
         parsed = parse_arguments(arguments)
         if isinstance(parsed, str):
             return invalid_arguments(parsed, started)
         known = self._valid_texts.get(memo_key) if memo_key is not None else None
-        if known is not None and known[0] is tool:
+        if known is not None and same_schema(known[0], tool.input_schema):
             return CheckedCall(tool, parsed, known[1], tool.effect, call_id)
         problems = schema_problems(self._validator(tool), parsed)
         if problems:
@@ -81,23 +84,28 @@ class ArgumentCheck:
             )
         checked = CheckedCall(tool, parsed, canonical_json(parsed), tool.effect, call_id)
         if memo_key is not None:
-            self._remember(memo_key, (tool, checked.canonical))
+            self._remember(memo_key, (tool.input_schema, checked.canonical))
         return checked
 
-    def _remember(self, key: tuple[int, str], known: tuple[ManagedTool, bytes]) -> None:
+    def _remember(self, key: tuple[str, str], known: tuple[Schema, bytes]) -> None:
         if len(self._valid_texts) >= MAX_REMEMBERED_ARGUMENTS:
             self._valid_texts.pop(next(iter(self._valid_texts)))
         self._valid_texts[key] = known
 
     def _validator(self, tool: ManagedTool) -> Draft202012Validator:
-        compiled = self._validators.get(id(tool))
-        if compiled is None or compiled[0] is not tool:
+        compiled = self._validators.get(tool.name)
+        if compiled is None or not same_schema(compiled[0], tool.input_schema):
             validator = Draft202012Validator(
                 tool.input_schema, format_checker=Draft202012Validator.FORMAT_CHECKER
             )
-            compiled = (tool, validator)
-            self._validators[id(tool)] = compiled
+            compiled = (tool.input_schema, validator)
+            self._validators[tool.name] = compiled
         return compiled[1]
+
+
+def same_schema(known: Schema, schema: Schema) -> bool:
+    """The schema some work was done for is this one: the same object, or a copy of it."""
+    return known is schema or known == schema
 
 
 def parse_arguments(arguments: str | dict[str, Any] | None) -> dict[str, Any] | str:
@@ -182,7 +190,6 @@ USER_AGENT = "clawpod-sidecar"
 class _PreparedTool:
     """Per-tool work done once: the parsed path template."""
 
-    tool: ManagedTool
     path_parts: tuple[str, ...]  # literal, placeholder, literal, placeholder, ..., literal
     base_url: str
 
@@ -196,7 +203,8 @@ class ToolExecutor(ToolRunner):
     ) -> None:
         self._env = env if env is not None else os.environ
         self._metrics = metrics
-        self._prepared: dict[int, _PreparedTool] = {}
+        # By what the work is done on, so copies and the agents' same tools share it.
+        self._prepared: dict[tuple[str, str], _PreparedTool] = {}
         self._client: HttpClient | None = None
         self._tasks = tasks if tasks is not None else ShieldedTasks()
         # Tools of MCP services (§11.1) and the tools whose definitions drifted (§11.2).
@@ -232,14 +240,13 @@ class ToolExecutor(ToolRunner):
             self._client = None
 
     def _prepare(self, tool: ManagedTool) -> _PreparedTool:
-        prepared = self._prepared.get(id(tool))
-        if prepared is None or prepared.tool is not tool:
+        where = (tool.execution.path, tool.execution.base_url)
+        prepared = self._prepared.get(where)
+        if prepared is None:
             prepared = _PreparedTool(
-                tool=tool,
-                path_parts=split_path_template(tool.execution.path),
-                base_url=tool.execution.base_url.rstrip("/"),
+                path_parts=split_path_template(where[0]), base_url=where[1].rstrip("/")
             )
-            self._prepared[id(tool)] = prepared
+            self._prepared[where] = prepared
         return prepared
 
     # -- execution ---------------------------------------------------------------------------

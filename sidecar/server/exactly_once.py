@@ -72,7 +72,7 @@ def side_effect_ran(engine: MediationEngine, plan: CallPlan) -> bool:
     return any(
         answered.outcome.executed
         and answered.tool is not None
-        and id(answered.tool) not in plan.repeatable
+        and answered.tool.name not in plan.repeatable
         for calls in engine.rounds
         for answered in calls
     )
@@ -99,7 +99,7 @@ class ExactlyOnce:
             return self._model_turn(command, ask_model)
         # The turns asking for it go with the first call with side effects (_run_one).
         self.attempt.before_execution(
-            any(id(e.checked.tool) not in self.plan.repeatable for e in command.executions)
+            any(e.checked.tool.name not in self.plan.repeatable for e in command.executions)
         )
         return run_round(command, self._run_one)
 
@@ -138,7 +138,7 @@ class ExactlyOnce:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return refused("timeout", "the request's total time budget ran out before this call")
-        side_effects = id(execution.checked.tool) not in self.plan.repeatable
+        side_effects = execution.checked.tool.name not in self.plan.repeatable
         unjournaled: list[OSError] = []
 
         async def journal_sending() -> None:

@@ -82,7 +82,7 @@ def run_call(
     an untainted request), to the executor straight; ``before_send`` is awaited right before
     it is sent (the journal's ``sent`` line, after any approval)."""
     state, agent, call = ctx.state, ctx.agent.agent.id, execution.checked
-    if not command.taint.tainted and id(call.tool) in plan.ungoverned:
+    if not command.taint.tainted and call.tool.name in plan.ungoverned:
         # No step of the gate applies to this call: the executor makes it.
         if before_send is None:
             return state.executor.execute(agent, call, limits, shielded=True)

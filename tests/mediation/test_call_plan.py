@@ -121,7 +121,7 @@ def repeatable(pod: MediatedPod, agent: str) -> set[str]:
         {"Authorization": f"Bearer {pod.tokens[agent]}"}
     )
     plan = pod.sidecar.state.governed.plans[agent]
-    return {tool.name for tool in build.tools.tools if id(tool) in plan.repeatable}
+    return {tool.name for tool in build.tools.tools if tool.name in plan.repeatable}
 
 
 def ungoverned(pod: MediatedPod, agent: str) -> set[str]:
@@ -130,7 +130,7 @@ def ungoverned(pod: MediatedPod, agent: str) -> set[str]:
         {"Authorization": f"Bearer {pod.tokens[agent]}"}
     )
     plan = pod.sidecar.state.governed.plans[agent]
-    return {tool.name for tool in build.tools.tools if id(tool) in plan.ungoverned}
+    return {tool.name for tool in build.tools.tools if tool.name in plan.ungoverned}
 
 
 async def test_a_read_only_request_meets_neither_the_journal_nor_the_gate(pod: MediatedPod) -> None:
