@@ -41,7 +41,7 @@ from ..state.counters import SHARED_LIMITS_UNAVAILABLE, RateCounters, SharedLimi
 from ..state.journal import has_side_effects
 from ..tasks import ShieldedTasks
 from .approval_waits import ApprovalWaits
-from .client_approvals import ClientApprovals, asks_client
+from .client_answer_check import ClientApprovals, asks_client
 from .policy import (
     UNTAINTED_REQUEST,
     Policy,

@@ -35,16 +35,6 @@ from ..model.conversation import (
 from ..model.errors import upstream_failure
 from ..model.taint import UNTAINTED, RequestTaint, held_when_tainted, withdrawn
 from ..model.usage import Usage
-from .client_approvals import (
-    ANSWERED,
-    ASKED,
-    PendingRound,
-    StoppedRound,
-    asked_in,
-    mentioned,
-    record_key,
-    settle,
-)
 from .commands import (
     BeginStream,
     CallModel,
@@ -61,6 +51,16 @@ from .commands import (
     Remembered,
     Respond,
     ToolsDone,
+)
+from .stopped_rounds import (
+    ANSWERED,
+    ASKED,
+    PendingRound,
+    StoppedRound,
+    asked_in,
+    mentioned,
+    record_key,
+    settle,
 )
 
 CheckArguments = Callable[[ManagedTool, Any, str], "CheckedCall | ToolOutcome"]
@@ -460,7 +460,7 @@ class MediationEngine:
                 yield Remember(keys, rounds, context, origin=keys[0], taint_sources=sources)
         yield Respond(body)
 
-    # --- approvals the client answers (§16, mediation/client_approvals.py) ------------------
+    # --- approvals the client answers (§16, mediation/stopped_rounds.py) ------------------
 
     def _ask_client(
         self,
