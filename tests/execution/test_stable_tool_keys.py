@@ -10,19 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from clawpod.sidecar.audit.log import AuditLog
 from clawpod.sidecar.execution.executor import CallLimits, ToolExecutor
 from clawpod.sidecar.governance.gate import GovernedExecutor
 from clawpod.sidecar.manifest import AgentBuild, ManagedTool
 from clawpod.sidecar.model.conversation import ToolOutcome
 from clawpod.sidecar.observability.metrics import Metrics
-from clawpod.sidecar.state.approvals import ApprovalStore
-from clawpod.sidecar.tasks import ShieldedTasks
 from tests.mediation.scripted import agent
 from tests.support.builds import http_tool
+from tests.support.gates import governed
 from tests.support.services import ToolService
 
-AUDIT_KEY = b"stable-keys-test-key-0123456789ab"
 COPIES: dict[str, Callable[[AgentBuild], AgentBuild]] = {
     "pickle": lambda build: pickle.loads(pickle.dumps(build)),
     "deepcopy": copy.deepcopy,
@@ -44,23 +41,10 @@ async def service() -> AsyncIterator[ToolService]:
 
 
 @pytest.fixture
-async def gate(service: ToolService, tmp_path: Path) -> AsyncIterator[GovernedExecutor]:
-    tasks = ShieldedTasks()
-    metrics = Metrics()
-    executor = ToolExecutor(env={}, metrics=metrics, tasks=tasks)
-    await executor.start()
-    governed = GovernedExecutor(
-        executor,
-        None,
-        {"analyst": agent(lookup(service))},
-        ApprovalStore(tmp_path),
-        manifest_digest="0" * 64,
-        audit=AuditLog(tmp_path, key=AUDIT_KEY),
-        metrics=metrics,
-        tasks=tasks,
-    )
-    yield governed
-    await executor.close()
+def gate(
+    executor: ToolExecutor, metrics: Metrics, service: ToolService, tmp_path: Path
+) -> GovernedExecutor:
+    return governed(executor, metrics, {"analyst": agent(lookup(service))}, tmp_path)
 
 
 def lookup(service: ToolService) -> ManagedTool:

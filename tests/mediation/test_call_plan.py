@@ -242,3 +242,20 @@ def test_only_a_pinned_mcp_tool_may_drift(service: ToolService) -> None:
     assert not may_drift(http)
     assert not may_drift(mcp)  # no pin: never checked
     assert may_drift(mcp.model_copy(update={"pin": "0" * 64}))
+
+
+async def test_a_read_only_agent_answers_as_a_journaled_agent_does(pod: MediatedPod) -> None:
+    """The shortcut past the journal (``CallPlan.side_effects`` false) against its general
+    path: the same quote asked by the read-only ``reader`` and by ``analyst``, whose trade
+    puts its requests in the journal, gives the model the same messages and the caller the
+    same answer (docs/architecture.md, "Shortcuts")."""
+    answers = []
+    for agent in ("reader", "analyst"):
+        pod.upstream.enqueue(
+            "openai", Reply.json(oa_calls(("q1", "desk_quote", QUOTE))), Reply.json(oa_text("Up."))
+        )
+        answers.append(await ask(pod, agent))
+    sent = [body["messages"] for body in pod.sent("openai")]
+    assert sent[:2] == sent[2:]
+    assert answers[0] == answers[1]
+    assert [r.path for r in pod.service.requests] == ["/quotes/AAPL"] * 2

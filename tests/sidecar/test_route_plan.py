@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import aiohttp
 import openai
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -112,3 +113,47 @@ async def test_a_pass_through_is_traced_only_while_tracing_is_on(
     else:
         assert names == []
         assert "trace_id" not in record
+
+
+STREAMED = b'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\ndata: [DONE]\n\n'
+UPSTREAM_ANSWERS = {
+    "answer": lambda: Reply.json(openai_completion()),
+    "stream": lambda: Reply.sse(STREAMED),
+    "rate limited": lambda: Reply.error("openai", 429, "slow down", "rate_limit_error"),
+    "server error": lambda: Reply.error("openai", 500, "boom"),
+    "refused": lambda: Reply.error("openai", 400, "bad request", "invalid_request_error"),
+    "not JSON": lambda: Reply.garbage(502),
+    "reset": lambda: Reply(reset=True),
+}
+
+
+@pytest.mark.parametrize("answer", UPSTREAM_ANSWERS)
+async def test_a_plain_route_answers_as_the_failover_walk_does(
+    make_pod: PodFactory, upstream: StubUpstream, answer: str
+) -> None:
+    """The plain path (one target sent to directly, ``RoutePlan.walks`` false) against the
+    general path it stands for: the same provider with a first-byte bound nobody reaches
+    walks, and the caller gets the same status, type and body (docs/architecture.md,
+    "Shortcuts")."""
+    stub = {"api": "openai", "base_url": upstream.openai_url, "key_env": "OPENAI_API_KEY"}
+    direct, bounded = (
+        Provider(**stub, models=["*"]),
+        Provider(**stub, models=["*"], first_byte_timeout_ms=60_000),
+    )
+    assert not plan_route("chat", [("stub", direct, "gpt-4o")]).walks
+    assert plan_route("chat", [("stub", bounded, "gpt-4o")]).walks
+    plain = await make_pod(providers={"stub": direct})
+    walked = await make_pod(providers={"stub": bounded})
+    replies = []
+    for pod in (plain, walked):
+        upstream.enqueue("openai", UPSTREAM_ANSWERS[answer]())
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                pod.sidecar.openai_base_url + "/chat/completions",
+                json={"model": "gpt-4o", "messages": PROMPT, "stream": answer == "stream"},
+                headers={"Authorization": f"Bearer {pod.token}"},
+            ) as response,
+        ):
+            replies.append((response.status, response.content_type, await response.read()))
+    assert replies[0] == replies[1]
