@@ -17,17 +17,17 @@ from collections.abc import Callable, Mapping
 from importlib import metadata
 from pathlib import Path
 
-from .audit.log import AUDIT_KEY_ENV, AuditKeyError, AuditStateError
+from .audit.log import AuditKeyError, AuditStateError
 from .build_signature import SignatureError, verify_signature
 from .credential_files import (
     FILE_SUFFIX,
-    OPERATOR_TOKEN_ENV,
     CredentialFileError,
     credential_names,
     with_credential_files,
 )
-from .governance.webhooks import WEBHOOK_SECRET_ENV, WebhookSecretError
+from .governance.webhooks import WebhookSecretError
 from .manifest import Build, BuildError, load_build
+from .model.env_names import AUDIT_KEY_ENV, OPERATOR_TOKEN_ENV, WEBHOOK_SECRET_ENV
 from .observability.logs import configure_logging
 from .observability.tracing import ENDPOINT_ENV, configure_tracing
 from .server.admin import create_admin_app

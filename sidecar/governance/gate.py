@@ -28,6 +28,7 @@ from ..manifest import (
 )
 from ..model.client_approval import ClientApproval
 from ..model.conversation import CheckedCall, ToolOutcome, refused
+from ..model.rules import UNTAINTED_REQUEST, tool_matches
 from ..model.taint import (
     TAINTED,
     UNTAINTED,
@@ -42,12 +43,8 @@ from ..state.journal import has_side_effects
 from ..tasks import ShieldedTasks
 from .approval_waits import ApprovalWaits
 from .client_answer_check import ClientApprovals, asks_client
-from .policy import (
-    UNTAINTED_REQUEST,
-    Policy,
-    tool_matches,
-)
 from .policy import Decision as RuleDecision
+from .policy import Policy
 from .rates import RateLimiter
 from .taint_guard import ArgumentGuard
 from .webhooks import ApprovalWebhook

@@ -9,16 +9,16 @@ from pathlib import Path
 
 from aiohttp import web
 
-from ..audit.log import AUDIT_KEY_ENV, AuditLog, audit_key
+from ..audit.log import AuditLog, audit_key
 from ..backends.drift import DriftChecker
-from ..credential_files import OPERATOR_TOKEN_ENV
 from ..execution.executor import ToolExecutor
 from ..governance.budgets import TokenBudgets, local_counters
 from ..governance.gate import GovernedExecutor
 from ..governance.taint_guard import held_credentials
-from ..governance.webhooks import WEBHOOK_SECRET_ENV, ApprovalWebhook, webhook_signer
+from ..governance.webhooks import ApprovalWebhook, webhook_signer
 from ..manifest import Build
 from ..mcp.endpoint import McpEndpoint
+from ..model.env_names import AUDIT_KEY_ENV, OPERATOR_TOKEN_ENV, WEBHOOK_SECRET_ENV
 from ..model.usage import PriceBook
 from ..observability.metrics import Metrics
 from ..state.approvals import ApprovalStore

@@ -23,7 +23,7 @@ import jinja2
 import orjson
 from aiohttp import web
 
-from ..credential_files import OPERATOR_TOKEN_ENV
+from ..model.env_names import OPERATOR_TOKEN_ENV
 from ..state.approvals import Approval, ApprovalError
 from ..state.counters import SharedLimitsUnavailable
 from . import console_data

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from ..credential_files import OPERATOR_TOKEN_ENV
+from ..model.env_names import OPERATOR_TOKEN_ENV
 from ..state.approvals import ApprovalError
 from .console_data import AuditFilter, recent_records
 from .context import STATE_KEY, SidecarState

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import orjson
 from aiohttp import web
 
-from ..credential_files import OPERATOR_TOKEN_ENV
 from ..manifest import SIDECAR_SERVICE
 from ..mcp.http import hostname
+from ..model.env_names import OPERATOR_TOKEN_ENV
 from .context import STATE_KEY
 
 MIN_TOKEN_CHARS = 32

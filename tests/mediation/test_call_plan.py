@@ -34,6 +34,7 @@ NOT_NEEDED = {
     "state.journal",
     "governance.gate",
     "governance.policy",
+    "model.rules",
     "backends.quarantine",
 }
 QUOTE = {"symbol": "AAPL"}
