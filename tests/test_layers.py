@@ -78,5 +78,5 @@ def test_lower_layers_load_no_higher_layer_and_no_io_library(lower: str) -> None
 
 def test_the_graph_sees_relative_and_absolute_imports() -> None:
     """A resolver that lost imports would let every other test here pass on an empty graph."""
-    assert "clawpod.sidecar.mediation.engine" in GRAPH["clawpod.sidecar.server.mediated"]
+    assert "clawpod.sidecar.mediation.engine" in GRAPH["clawpod.sidecar.server.mediated.mediated"]
     assert sum(map(len, GRAPH.values())) > 300

@@ -4,7 +4,7 @@
 tool calls, remember these rounds, respond, fail) and receives events back. It never touches a
 socket, a file or a clock, so every decision is testable in isolation: time reaches it only as
 the tool time each ``ToolsDone`` reports, spent against the request's tool budget. The driver
-in :mod:`clawpod.sidecar.server.mediated` performs the I/O and renders audit and metrics.
+in :mod:`clawpod.sidecar.server.mediated.mediated` performs the I/O and renders audit and metrics.
 """
 
 from __future__ import annotations

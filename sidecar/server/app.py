@@ -30,13 +30,13 @@ from ..state.shared_counters import SharedCounters, SharedLimitsError, connect
 from ..state.stored_objects import StoredObjects
 from ..tasks import ShieldedTasks
 from ..transport.keepalive import keepalive_interval
-from .context import STATE_KEY, SidecarState
-from .edge import TokenVerifier, protocol_errors
-from .llm_routes import add_llm_routes
-from .operator_auth import operator_token
+from .front.edge import TokenVerifier, protocol_errors
+from .llm.llm_routes import add_llm_routes
+from .operator.operator_auth import operator_token
+from .providers.stream_tools import StreamToolsSupport
+from .providers.upstream import ModelRouter, UpstreamClient
+from .request.context import STATE_KEY, SidecarState
 from .routes import healthz, mcp, model, models
-from .stream_tools import StreamToolsSupport
-from .upstream import ModelRouter, UpstreamClient
 
 
 def create_app(

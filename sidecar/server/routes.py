@@ -12,8 +12,8 @@ from ..manifest import AgentBuild
 from ..mcp.http import jsonrpc_error
 from ..model.errors import ApiError
 from ..observability import tracing
-from .context import STATE_KEY
-from .edge import AuthError, mark_authenticated
+from .front.edge import AuthError, mark_authenticated
+from .request.context import STATE_KEY
 
 JSONRPC_UNAUTHORIZED = -32001
 

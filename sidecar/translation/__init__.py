@@ -25,10 +25,10 @@ Design (for whoever wires or extends it; docs/translation.md has the tables):
   restored for its own protocol and dropped for any other. Chat has no place for it.
 - Streams are translated live by ``streams.py`` (``StreamTranslator``: a reader per protocol
   into ``stream_events.py``, a writer per protocol out of them), hooked by
-  ``server/translated_stream.py``: a streamed pass-through is relayed through it, and a
+  ``server/translated/translated_stream.py``: a streamed pass-through is relayed through it, and a
   mediated request's streamed call is translated into the caller's assembler. An answer that
   comes whole is still translated whole here and re-rendered by the caller's codec.
-- The server's side is ``server/translated.py`` (every hook in one module):
+- The server's side is ``server/translated/translated.py`` (every hook in one module):
   ``plan(ctx, body)`` after routing (refusal up front; sets ``ctx.translations``);
   pass-through: ``passthrough_send`` (in the failover ``send``), ``answered_in`` +
   ``relay_translated`` (the answer; streamed callers re-rendered); mediated:

@@ -3,7 +3,7 @@
 what the general path answers.
 
 - An ungoverned call of an untainted request goes to the executor straight
-  (``server/tool_round.py``, the agent's ``CallPlan.ungoverned``), not through the gate.
+  (``server/mediated/tool_round.py``, the agent's ``CallPlan.ungoverned``), not through the gate.
 - The argument check remembers the short texts it found valid (``ArgumentCheck``) instead of
   validating them again."""
 

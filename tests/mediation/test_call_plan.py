@@ -30,7 +30,7 @@ from tests.support.upstream import Reply, StubUpstream
 PACKAGE = "clawpod.sidecar."
 # What a read-only request of an ungoverned agent has no use for.
 NOT_NEEDED = {
-    "server.exactly_once",
+    "server.mediated.exactly_once",
     "state.journal",
     "governance.gate",
     "governance.policy",
@@ -167,7 +167,7 @@ async def test_an_agent_with_a_tool_with_side_effects_still_meets_the_journal(
     )
     with modules_entered() as entered:
         await ask(pod, "analyst")
-    assert {"server.exactly_once", "state.journal"} <= entered
+    assert {"server.mediated.exactly_once", "state.journal"} <= entered
     assert [r.path for r in pod.service.requests] == ["/quotes/AAPL"]
 
 

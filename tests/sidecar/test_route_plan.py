@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from clawpod.sidecar.manifest import Governance, Provider
 from clawpod.sidecar.observability import tracing
-from clawpod.sidecar.server.upstream import plan_route
+from clawpod.sidecar.server.providers.upstream import plan_route
 from tests.sidecar.conftest import Pod, PodFactory
 from tests.support.builds import AgentSpec
 from tests.support.sidecar import audit_records_when
