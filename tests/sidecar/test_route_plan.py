@@ -13,11 +13,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from clawpod.sidecar.manifest import Governance, Provider
+from clawpod.sidecar.manifest import Governance, Mode, Provider
 from clawpod.sidecar.observability import tracing
 from clawpod.sidecar.server.providers.upstream import plan_route
 from tests.sidecar.conftest import Pod, PodFactory
-from tests.support.builds import AgentSpec
+from tests.support.builds import AgentSpec, http_tool
 from tests.support.sidecar import audit_records_when
 from tests.support.upstream import Reply, StubUpstream, openai_completion
 
@@ -127,14 +127,15 @@ UPSTREAM_ANSWERS = {
 }
 
 
+@pytest.mark.parametrize("mode", ["native", "mediated"])
 @pytest.mark.parametrize("answer", UPSTREAM_ANSWERS)
 async def test_a_plain_route_answers_as_the_failover_walk_does(
-    make_pod: PodFactory, upstream: StubUpstream, answer: str
+    make_pod: PodFactory, upstream: StubUpstream, answer: str, mode: Mode
 ) -> None:
     """The plain path (one target sent to directly, ``RoutePlan.walks`` false) against the
     general path it stands for: the same provider with a first-byte bound nobody reaches
-    walks, and the caller gets the same status, type and body (docs/architecture.md,
-    "Shortcuts")."""
+    walks, and the caller gets the same status, type and body, passed through (native) or
+    as a mediated model call (docs/architecture.md, "Shortcuts")."""
     stub = {"api": "openai", "base_url": upstream.openai_url, "key_env": "OPENAI_API_KEY"}
     direct, bounded = (
         Provider(**stub, models=["*"]),
@@ -142,8 +143,11 @@ async def test_a_plain_route_answers_as_the_failover_walk_does(
     )
     assert not plan_route("chat", [("stub", direct, "gpt-4o")]).walks
     assert plan_route("chat", [("stub", bounded, "gpt-4o")]).walks
-    plain = await make_pod(providers={"stub": direct})
-    walked = await make_pod(providers={"stub": bounded})
+    # A mediated agent with a tool to inject is driven through its model calls.
+    tools = [http_tool("desk", "quote", URL)] if mode == "mediated" else []
+    agents = [AgentSpec("agent", tools=tools, mode=mode)]
+    plain = await make_pod(agents=agents, providers={"stub": direct})
+    walked = await make_pod(agents=agents, providers={"stub": bounded})
     replies = []
     for pod in (plain, walked):
         upstream.enqueue("openai", UPSTREAM_ANSWERS[answer]())
