@@ -12,11 +12,11 @@ the bench's 200-event answers (``bench/upstream.py``) are cut into pieces the sa
 both sides, and each side's work on them is timed in this process (``time.process_time``,
 best of five):
 
-- pass-through: what ``server/passthrough.py`` does with each piece of the caller's own
+- pass-through: what ``server/llm/passthrough.py`` does with each piece of the caller's own
   protocol (usage and what the model wrote, stored ids, the end marker, the key redactor);
 - translated: ``StreamTranslator.feed`` on each piece of the provider's stream, its usage
   read from the events it parses and what the model wrote counted, as
-  ``server/translated_stream.py`` does.
+  ``server/translated/translated_stream.py`` does.
 
 Pieces: ``event``, one event a piece (a model streaming at its own pace); ``cut``, five events
 a piece, each cut 30 bytes into the next event (the 0.6-4 KiB pieces a busy sidecar reads);

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from ..sidecar.audit.log import AUDIT_KEY_ENV, AuditKeyError, audit_key
+from ..sidecar.audit.log import AuditKeyError, audit_key
 from ..sidecar.audit.verify import (
     LogLine,
     audit_files,
@@ -26,6 +26,7 @@ from ..sidecar.audit.verify import (
     orphan_heads,
     verify_file,
 )
+from ..sidecar.model.env_names import AUDIT_KEY_ENV
 from .operator_api import (
     OperatorApiError,
     call,

@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..compiler.errors import CompileError, display_path
-from ..sidecar.audit.log import AUDIT_KEY_ENV
-from ..sidecar.credential_files import OPERATOR_TOKEN_ENV
+from ..sidecar.model.env_names import AUDIT_KEY_ENV, OPERATOR_TOKEN_ENV
 from .openapi_import import add_import_parser, import_command
 
 TARGETS = ("compose", "kubernetes", "swarm")

@@ -12,7 +12,7 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from ..sidecar.credential_files import OPERATOR_TOKEN_ENV
+from ..sidecar.model.env_names import OPERATOR_TOKEN_ENV
 
 TIMEOUT_S = 30
 

@@ -17,25 +17,25 @@ from collections.abc import Callable, Mapping
 from importlib import metadata
 from pathlib import Path
 
-from .audit.log import AUDIT_KEY_ENV, AuditKeyError, AuditStateError
+from .audit.log import AuditKeyError, AuditStateError
 from .build_signature import SignatureError, verify_signature
 from .credential_files import (
     FILE_SUFFIX,
-    OPERATOR_TOKEN_ENV,
     CredentialFileError,
     credential_names,
     with_credential_files,
 )
-from .governance.webhooks import WEBHOOK_SECRET_ENV, WebhookSecretError
+from .governance.webhooks import WebhookSecretError
 from .manifest import Build, BuildError, load_build
+from .model.env_names import AUDIT_KEY_ENV, OPERATOR_TOKEN_ENV, WEBHOOK_SECRET_ENV
 from .observability.logs import configure_logging
 from .observability.tracing import ENDPOINT_ENV, configure_tracing
 from .server.admin import create_admin_app
 from .server.app import create_app
-from .server.context import STATE_KEY
-from .server.edge import EdgeLimits
-from .server.operator_auth import OperatorTokenError
-from .server.serving import listen
+from .server.front.edge import EdgeLimits
+from .server.front.serving import listen
+from .server.operator.operator_auth import OperatorTokenError
+from .server.request.context import STATE_KEY
 from .state.lock import INSTANCE_ENV, StateLock, StateLockError, instance_name
 from .state.shared_counters import SharedLimitsError
 from .transport.keepalive import KEEPALIVE_ENV
@@ -136,7 +136,7 @@ def _version() -> str:
 
 def configuration_warnings(build: Build, env: Mapping[str, str]) -> list[str]:
     """What the build asks for that cannot work with this environment, one line each (provider
-    keys are checked where their pools are made, server/upstream.py)."""
+    keys are checked where their pools are made, server/providers/upstream.py)."""
     warnings = []
     if not env.get(OPERATOR_TOKEN_ENV) and _operator_decides(build):
         warnings.append(

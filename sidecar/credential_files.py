@@ -15,9 +15,6 @@ from collections.abc import Iterable, Mapping
 from .manifest import Build
 
 FILE_SUFFIX = "_FILE"
-# The sidecar's operator token: the compiler references it in the compose file, clawc's operator
-# commands send it, the operator API and console require it.
-OPERATOR_TOKEN_ENV = "CLAW_OPERATOR_TOKEN"
 MAX_CREDENTIAL_BYTES = 64 * 1024  # a key or token; a larger file is a wrong mount
 
 

@@ -218,6 +218,8 @@ def effect_of(annotations: Mapping[str, Any]) -> Effect:
 
 
 class ManagedTool(_Model):
+    # The sidecar keys a tool by its name, unique in an agent's build and the same in every
+    # copy of it (``id()`` is not: a copied build lost its grants).
     name: str = Field(description="canonical name <service>.<tool>")
     presented: str = Field(pattern=PRESENTED_NAME_PATTERN, description="what the model sees")
     description: str

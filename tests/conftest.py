@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 from aiohttp import web
 
-from clawpod.sidecar.server.context import STATE_KEY
+from clawpod.sidecar.server.request.context import STATE_KEY
 from tests.support import secret_sweep
 from tests.support.redis_server import redis_server  # noqa: F401 (a fixture of the redis suite)
 

@@ -1,6 +1,6 @@
 """docs/architecture.md names every module of the two programs, so the page cannot drift from
-the tree: by its path inside its program's folder (``server/mediated.py``), or by its file name
-alone where no other module has that name."""
+the tree: by its path inside its program's folder (``server/mediated/mediated.py``), or by its
+file name alone where no other module has that name."""
 
 from __future__ import annotations
 

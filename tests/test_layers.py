@@ -35,6 +35,19 @@ LAYERS: list[tuple[str, ...]] = [
     ("mcp",),
     ("server", "__main__"),
 ]
+SERVER = PACKAGE + ".server"
+# ``server/``'s rooms, bottom to top; the last holds the modules of ``server/`` itself.
+SERVER_ROOMS: list[tuple[str, ...]] = [
+    ("front", "providers"),
+    ("request",),
+    ("accounting", "failover", "operator"),
+    ("translated",),
+    ("mediated",),
+    ("llm",),
+    ("app", "admin", "routes"),
+]
+# What only a model request needs: the operator plane (API, console) imports none of it.
+LLM_PATH = ("providers", "accounting", "failover", "translated", "mediated", "llm")
 IO_LIBRARIES = ("aiohttp", "httptools", "jsonschema", "prometheus_client", "uvloop")
 SANS_IO = ["manifest", "model", "codecs", "translation", "mediation.engine", "mediation.commands"]
 
@@ -77,7 +90,38 @@ def test_lower_layers_load_no_higher_layer_and_no_io_library(lower: str) -> None
     assert not io, f"{target} loads I/O libraries {sorted({m.split('.')[0] for m in io})}"
 
 
+def server_room(module: str) -> str:
+    """``mediated`` for ``….server.mediated.model_call``; ``app`` for ``….server.app``."""
+    return module.removeprefix(SERVER + ".").split(".")[0]
+
+
+def server_rank(module: str) -> int:
+    room = server_room(module)
+    return next(i for i, rooms in enumerate(SERVER_ROOMS) if room in rooms)
+
+
+SERVER_MODULES = sorted(m for m in GRAPH if m.startswith(SERVER + "."))
+
+
+def test_every_server_module_has_a_room() -> None:
+    for module in SERVER_MODULES:
+        server_rank(module)  # raises StopIteration for a module no room names
+
+
+@pytest.mark.parametrize("module", SERVER_MODULES)
+def test_no_server_room_imports_one_above_it(module: str) -> None:
+    inside = [i for i in GRAPH[module] if i.startswith(SERVER + ".")]
+    upward = [i for i in inside if server_rank(i) > server_rank(module)]
+    assert not upward, f"{module} (room {server_room(module)}) imports from above: {upward}"
+
+
+@pytest.mark.parametrize("module", [m for m in SERVER_MODULES if server_room(m) == "operator"])
+def test_the_operator_plane_imports_nothing_of_the_llm_path(module: str) -> None:
+    llm = [i for i in GRAPH[module] if i.startswith(SERVER + ".") and server_room(i) in LLM_PATH]
+    assert not llm, f"{module} imports the LLM path: {llm}"
+
+
 def test_the_graph_sees_relative_and_absolute_imports() -> None:
     """A resolver that lost imports would let every other test here pass on an empty graph."""
-    assert "clawpod.sidecar.mediation.engine" in GRAPH["clawpod.sidecar.server.mediated"]
+    assert "clawpod.sidecar.mediation.engine" in GRAPH["clawpod.sidecar.server.mediated.mediated"]
     assert sum(map(len, GRAPH.values())) > 300

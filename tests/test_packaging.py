@@ -56,6 +56,6 @@ def test_the_wheel_holds_only_clawpod(tmp_path: Path) -> None:
     assert wheel.name.endswith("-py3-none-any.whl"), wheel.name
     assert not [n for n in names if n.endswith((".so", ".pyd", ".c"))]
     # The operator console's pages, style and script ship in the wheel (no build step).
-    assets = (REPO / "sidecar/server/console_assets").iterdir()
+    assets = (REPO / "sidecar/server/operator/console_assets").iterdir()
     for asset in assets:
-        assert f"clawpod/sidecar/server/console_assets/{asset.name}" in names
+        assert f"clawpod/sidecar/server/operator/console_assets/{asset.name}" in names

@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 from tests.support.import_graph import assert_no_circles, clawpod_imports, module_name
+from tests.test_layers import LAYERS
 
 REPO = Path(__file__).resolve().parents[1]
 PROGRAMS = ("cli", "compiler", "sidecar")  # top to bottom
+CONTRACT = LAYERS[0]  # the sidecar's bottom layer: what the compiler and the sidecar share
 
 
 GRAPH = {
@@ -78,3 +80,18 @@ def test_imports_inside_the_programs_are_relative(program: str) -> None:
         if (lines := absolute_clawpod_imports(path))
     }
     assert not absolute, f"absolute clawpod imports: {absolute}"
+
+
+def sidecar_part(module: str) -> str:
+    """``manifest`` for ``clawpod.sidecar.manifest``, ``model`` for ``clawpod.sidecar.model.x``."""
+    return module.split(".")[2] if module.count(".") >= 2 else ""
+
+
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if program_of(m) == "compiler"))
+def test_the_compiler_reads_only_the_sidecars_contract(module: str) -> None:
+    """The compiler writes what the sidecar reads: it shares the contract's layer (the build's
+    models, the rules' language, the environment's names), never the sidecar's internals."""
+    beyond = sorted(
+        i for i in GRAPH[module] if program_of(i) == "sidecar" and sidecar_part(i) not in CONTRACT
+    )
+    assert not beyond, f"{module} imports sidecar internals: {beyond}"

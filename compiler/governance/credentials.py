@@ -16,9 +16,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ...sidecar.audit.log import AUDIT_KEY_ENV
-from ...sidecar.credential_files import OPERATOR_TOKEN_ENV
 from ...sidecar.manifest import Provider
+from ...sidecar.model.env_names import AUDIT_KEY_ENV, OPERATOR_TOKEN_ENV
 from ..pod_file.governance_spec import PrincipalSpec
 from ..pod_file.reader import PodReader
 from ..pod_file.reserved import AGENT_ENV_NAMES

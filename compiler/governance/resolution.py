@@ -9,11 +9,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ...sidecar.governance.policy import (
-    condition_problem,
-    exact_string_comparisons,
-    tool_matches,
-)
 from ...sidecar.manifest import (
     Approvals,
     BudgetGroup,
@@ -22,6 +17,7 @@ from ...sidecar.manifest import (
     Taint,
     ToolRule,
 )
+from ...sidecar.model.rules import condition_problem, exact_string_comparisons, tool_matches
 from ..agents import AgentPlan
 from ..pod_file.governance_spec import RuleSpec, parse_rate
 from ..pod_file.reader import PodReader, Where

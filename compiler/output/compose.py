@@ -11,9 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ...sidecar.audit.log import AUDIT_KEY_ENV
-from ...sidecar.credential_files import OPERATOR_TOKEN_ENV
-from ...sidecar.governance.webhooks import WEBHOOK_SECRET_ENV
+from ...sidecar.model.env_names import AUDIT_KEY_ENV, OPERATOR_TOKEN_ENV, WEBHOOK_SECRET_ENV
 from ..pod import CompiledPod
 from ..pod_file.governance_spec import StoreServiceSpec
 from ..pod_file.reserved import (

@@ -57,6 +57,7 @@ import orjson
 from ..manifest import ManagedTool
 from ..model.conversation import ToolOutcome
 from ..model.end_user import EndUser
+from ..model.env_names import AUDIT_KEY_ENV
 from ..observability.logs import rfc3339_now
 
 # Arguments are kept for the operator, but a runaway model must not bloat the log.
@@ -171,7 +172,6 @@ def _cut_arguments(text: str) -> str:
 
 
 GENESIS = "0" * 64
-AUDIT_KEY_ENV = "CLAW_AUDIT_KEY"
 # A short key can be guessed offline from one record; 16 bytes is the HMAC minimum we accept.
 MIN_KEY_BYTES = 16
 KEYED = "hmac-sha256"

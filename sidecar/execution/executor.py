@@ -54,6 +54,7 @@ MAX_REPORTED_SCHEMA_ERRORS = 8
 MAX_ERROR_TEXT = 300
 MAX_REMEMBERED_TEXT = 1024
 MAX_REMEMBERED_ARGUMENTS = 1024
+Schema = dict[str, Any]
 
 
 class ArgumentCheck:
@@ -67,8 +68,10 @@ class ArgumentCheck:
     """
 
     def __init__(self) -> None:
-        self._validators: dict[int, tuple[ManagedTool, Draft202012Validator]] = {}
-        self._valid_texts: dict[tuple[int, str], tuple[ManagedTool, bytes]] = {}
+        # By tool key, each with the schema it holds for: a key names one tool per agent, and
+        # the agents' tools of one name (each with its principal) share their schema.
+        self._validators: dict[str, tuple[Schema, Draft202012Validator]] = {}
+        self._valid_texts: dict[tuple[str, str], tuple[Schema, bytes]] = {}
 
     def __call__(
         self, tool: ManagedTool, arguments: str | dict[str, Any] | None, call_id: str = ""
@@ -76,12 +79,12 @@ class ArgumentCheck:
         """The checked call, or an ``invalid_arguments`` outcome whose message tells the model
         what to fix."""
         started = time.perf_counter()
-        memo_key = (id(tool), arguments) if memoizable(arguments) else None
+        memo_key = (tool.name, arguments) if memoizable(arguments) else None
         parsed = parse_arguments(arguments)
         if isinstance(parsed, str):
             return invalid_arguments(parsed, started)
         known = self._valid_texts.get(memo_key) if memo_key is not None else None
-        if known is not None and known[0] is tool:
+        if known is not None and same_schema(known[0], tool.input_schema):
             return CheckedCall(tool, parsed, known[1], tool.effect, call_id)
         problems = schema_problems(self._validator(tool), parsed)
         if problems:
@@ -90,23 +93,28 @@ class ArgumentCheck:
             )
         checked = CheckedCall(tool, parsed, canonical_json(parsed), tool.effect, call_id)
         if memo_key is not None:
-            self._remember(memo_key, (tool, checked.canonical))
+            self._remember(memo_key, (tool.input_schema, checked.canonical))
         return checked
 
-    def _remember(self, key: tuple[int, str], known: tuple[ManagedTool, bytes]) -> None:
+    def _remember(self, key: tuple[str, str], known: tuple[Schema, bytes]) -> None:
         if len(self._valid_texts) >= MAX_REMEMBERED_ARGUMENTS:
             self._valid_texts.pop(next(iter(self._valid_texts)))
         self._valid_texts[key] = known
 
     def _validator(self, tool: ManagedTool) -> Draft202012Validator:
-        compiled = self._validators.get(id(tool))
-        if compiled is None or compiled[0] is not tool:
+        compiled = self._validators.get(tool.name)
+        if compiled is None or not same_schema(compiled[0], tool.input_schema):
             validator = Draft202012Validator(
                 tool.input_schema, format_checker=Draft202012Validator.FORMAT_CHECKER
             )
-            compiled = (tool, validator)
-            self._validators[id(tool)] = compiled
+            compiled = (tool.input_schema, validator)
+            self._validators[tool.name] = compiled
         return compiled[1]
+
+
+def same_schema(known: Schema, schema: Schema) -> bool:
+    """The schema some work was done for is this one: the same object, or a copy of it."""
+    return known is schema or known == schema
 
 
 def parse_arguments(arguments: str | dict[str, Any] | None) -> dict[str, Any] | str:
@@ -199,7 +207,6 @@ USER_AGENT = "clawpod-sidecar"
 class _PreparedTool:
     """Per-tool work done once: the parsed path template, whether it sends an OAuth token."""
 
-    tool: ManagedTool
     path_parts: tuple[str, ...]  # literal, placeholder, literal, placeholder, ..., literal
     base_url: str
     oauth: bool
@@ -214,7 +221,8 @@ class ToolExecutor(ToolRunner):
     ) -> None:
         self._env = env if env is not None else os.environ
         self._metrics = metrics
-        self._prepared: dict[int, _PreparedTool] = {}
+        # By what the work is done on, so copies and the agents' same tools share it.
+        self._prepared: dict[tuple[str, str, bool], _PreparedTool] = {}
         self._client: HttpClient | None = None
         self._tasks = tasks if tasks is not None else ShieldedTasks()
         # OAuth tokens for services (SPEC §21), fetched through this executor's client.
@@ -253,15 +261,16 @@ class ToolExecutor(ToolRunner):
             self._client = None
 
     def _prepare(self, tool: ManagedTool) -> _PreparedTool:
-        prepared = self._prepared.get(id(tool))
-        if prepared is None or prepared.tool is not tool:
+        # Keyed by what it is made of, so copies of a tool share it (not by the tool's id()).
+        where = (tool.execution.path, tool.execution.base_url, tool.execution.auth.oauth)
+        prepared = self._prepared.get(where)
+        if prepared is None:
             prepared = _PreparedTool(
-                tool=tool,
-                path_parts=split_path_template(tool.execution.path),
-                base_url=tool.execution.base_url.rstrip("/"),
-                oauth=tool.execution.auth.oauth,
+                path_parts=split_path_template(where[0]),
+                base_url=where[1].rstrip("/"),
+                oauth=where[2],
             )
-            self._prepared[id(tool)] = prepared
+            self._prepared[where] = prepared
         return prepared
 
     # -- execution ---------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from ..manifest import (
 from ..model.client_approval import ClientApproval
 from ..model.conversation import CheckedCall, ToolOutcome, refused
 from ..model.end_user import EndUser
+from ..model.rules import UNTAINTED_REQUEST, tool_matches
 from ..model.taint import (
     TAINTED,
     UNTAINTED,
@@ -42,13 +43,9 @@ from ..state.counters import SHARED_LIMITS_UNAVAILABLE, RateCounters, SharedLimi
 from ..state.journal import has_side_effects
 from ..tasks import ShieldedTasks
 from .approval_waits import ApprovalWaits
-from .client_approvals import ClientApprovals, asks_client
-from .policy import (
-    UNTAINTED_REQUEST,
-    Policy,
-    tool_matches,
-)
+from .client_answer_check import ClientApprovals, asks_client
 from .policy import Decision as RuleDecision
+from .policy import Policy
 from .rates import RateLimiter
 from .taint_guard import ArgumentGuard
 from .webhooks import ApprovalWebhook
@@ -73,8 +70,8 @@ class CallPlan:
     """What the tool calls of one agent can need, decided once when the sidecar starts: a
     request of the agent reads it instead of entering each step to learn it does nothing."""
 
-    ungoverned: frozenset[int]
-    """Ids of the agent's tools no step of :meth:`GovernedExecutor.execute` applies to while
+    ungoverned: frozenset[str]
+    """Names of the agent's tools no step of :meth:`GovernedExecutor.execute` applies to while
     the request is untainted: no rule names them, no approval is required, their output is
     trusted and their definition is never quarantined. Such a call may go to the executor
     straight (``GovernedExecutor.executor``)."""
@@ -82,8 +79,8 @@ class CallPlan:
     """Some tool's definition is checked against its pin: some may be quarantined."""
     side_effects: bool
     """Some tool is neither read-only nor idempotent: the agent's requests meet the journal."""
-    repeatable: frozenset[int]
-    """Ids of the agent's tools that are read-only or idempotent: the journal reads this
+    repeatable: frozenset[str]
+    """Names of the agent's tools that are read-only or idempotent: the journal reads this
     instead of asking each called tool; a call of any other tool is journaled (SPEC §8.2)."""
     untrusted: frozenset[str]
     """Names of the tools whose results are open-world content that taints a request (§17):
@@ -126,7 +123,8 @@ class GovernedExecutor(ToolRunner):
             record=self._record,
         )
         self._granted = {
-            agent_id: {id(tool) for tool in build.tools.tools} for agent_id, build in agents.items()
+            agent_id: {tool.name: tool for tool in build.tools.tools}
+            for agent_id, build in agents.items()
         }
         self._audit = audit
         self._metrics = metrics
@@ -149,10 +147,10 @@ class GovernedExecutor(ToolRunner):
             and not may_drift(tool)
         ]
         return CallPlan(
-            ungoverned=frozenset(map(id, ungoverned)),
+            ungoverned=frozenset(tool.name for tool in ungoverned),
             may_drift=any(map(may_drift, tools)),
             side_effects=any(map(has_side_effects, tools)),
-            repeatable=frozenset(id(tool) for tool in tools if not has_side_effects(tool)),
+            repeatable=frozenset(tool.name for tool in tools if not has_side_effects(tool)),
             untrusted=frozenset(tool.name for tool in tools if tool.untrusted),
         )
 
@@ -190,7 +188,9 @@ class GovernedExecutor(ToolRunner):
         ``on_hold``: told the approval's id when the call starts waiting for an operator (an
         MCP task shows it, SPEC §22)."""
         tool = call.tool
-        if id(tool) not in self._granted.get(agent_id, ()):
+        # By name, so a copy of the granted tool is granted; another tool of its name is not.
+        granted = self._granted.get(agent_id, {}).get(tool.name)
+        if granted is not tool and granted != tool:
             return refused("policy_denied", f"{tool.presented} is not granted to this agent")
         checked = call.arguments
         guard = self.argument_guard

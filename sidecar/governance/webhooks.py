@@ -22,12 +22,12 @@ import orjson
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import EmptyWebhookSecretError
 
+from ..model.env_names import WEBHOOK_SECRET_ENV
 from ..transport.client import HttpClient
 from ..transport.errors import TransportError
 
 log = logging.getLogger(__name__)
 
-WEBHOOK_SECRET_ENV = "CLAW_WEBHOOK_SECRET"
 ATTEMPT_TIMEOUT_S = 10
 MAX_ATTEMPTS = 5
 FIRST_BACKOFF_S = 0.5  # doubled after each failed attempt: 0.5, 1, 2, 4 s

@@ -33,7 +33,7 @@ from ..observability import tracing
 from ..observability.metrics import Metrics
 from ..state.journal import has_side_effects
 from ..tasks import ShieldedTasks
-from .client_approvals import ApprovalChannel, Elicitations, input_required
+from .elicitation import ApprovalChannel, Elicitations, input_required
 from .protocol import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -91,7 +91,7 @@ class McpRequest:
     message: Message
     stream: bool
     approvals: ApprovalChannel | None = None
-    """How its client answers an approval, if it can (SPEC §16, ``mcp/client_approvals.py``)."""
+    """How its client answers an approval, if it can (SPEC §16, ``mcp/elicitation.py``)."""
     end_user: EndUser | None = None
     """The verified end user the request is for (SPEC §21)."""
     tasks: bool = False

@@ -36,8 +36,8 @@ from ..observability.metrics import Metrics
 from ..request_body import read_body_once
 from ..tasks import ShieldedTasks
 from ..transport.keepalive import with_keepalives
-from .client_approvals import ApprovalChannel, can_elicit
 from .dispatch import ROUTE, McpDispatch, McpRequest
+from .elicitation import ApprovalChannel, can_elicit
 from .http import (
     JSON,
     SSE,

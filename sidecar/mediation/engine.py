@@ -4,7 +4,7 @@
 tool calls, remember these rounds, respond, fail) and receives events back. It never touches a
 socket, a file or a clock, so every decision is testable in isolation: time reaches it only as
 the tool time each ``ToolsDone`` reports, spent against the request's tool budget. The driver
-in :mod:`clawpod.sidecar.server.mediated` performs the I/O and renders audit and metrics.
+in :mod:`clawpod.sidecar.server.mediated.mediated` performs the I/O and renders audit and metrics.
 """
 
 from __future__ import annotations
@@ -46,16 +46,6 @@ from ..model.tool_search import (
     read_request,
 )
 from ..model.usage import Usage
-from .client_approvals import (
-    ANSWERED,
-    ASKED,
-    PendingRound,
-    StoppedRound,
-    asked_in,
-    mentioned,
-    record_key,
-    settle,
-)
 from .commands import (
     BeginStream,
     CallModel,
@@ -72,6 +62,16 @@ from .commands import (
     Remembered,
     Respond,
     ToolsDone,
+)
+from .stopped_rounds import (
+    ANSWERED,
+    ASKED,
+    PendingRound,
+    StoppedRound,
+    asked_in,
+    mentioned,
+    record_key,
+    settle,
 )
 
 CheckArguments = Callable[[ManagedTool, Any, str], "CheckedCall | ToolOutcome"]
@@ -603,7 +603,7 @@ class MediationEngine:
                 yield Remember(keys, rounds, context, origin=keys[0], taint_sources=sources)
         yield Respond(body)
 
-    # --- approvals the client answers (§16, mediation/client_approvals.py) ------------------
+    # --- approvals the client answers (§16, mediation/stopped_rounds.py) ------------------
 
     def _ask_client(
         self,

@@ -48,7 +48,7 @@ _UPSTREAM_FAILURES = {
     "timeout": (504, "upstream_timeout"),
     "unreachable": (502, "upstream_unreachable"),
     "protocol": (502, "upstream_protocol_error"),
-    # The provider has no route for the caller's protocol (server/unserved.py).
+    # The provider has no route for the caller's protocol (server/providers/unserved.py).
     "not_served": (400, "protocol_not_served"),
 }
 

@@ -8,7 +8,7 @@ variants and the older GPT-4 and GPT-3.5 models at their own list prices, read a
 December 2026); a pod file overrides or extends them per provider (``prices:``, with a
 ``default`` entry for every model neither prices). A model nobody prices has no cost
 (``None``): the audit says so instead of guessing, and an agent with a USD budget is refused
-it (``server/budget_gate.py``).
+it (``server/accounting/budget_gate.py``).
 
 Beside the prices, each model's most output tokens (the same pages): what a request without
 an output cap may spend, held against a budget while it runs.

@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterable, Mapping
 
 from aiohttp import web
 
-from .console import add_console
-from .context import STATE_KEY, SidecarState
-from .operator import add_operator_routes
-from .operator_auth import SIGN_IN_KEY, SignInThrottle, host_check, operator_hosts
+from .operator.console import add_console
+from .operator.operator import add_operator_routes
+from .operator.operator_auth import SIGN_IN_KEY, SignInThrottle, host_check, operator_hosts
+from .request.context import STATE_KEY, SidecarState
 from .routes import metrics_route, readyz
 
 RouteAdder = Callable[[web.UrlDispatcher], None]

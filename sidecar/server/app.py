@@ -9,17 +9,17 @@ from pathlib import Path
 
 from aiohttp import web
 
-from ..audit.log import AUDIT_KEY_ENV, AuditLog, audit_key
+from ..audit.log import AuditLog, audit_key
 from ..backends.drift import DriftChecker
-from ..credential_files import OPERATOR_TOKEN_ENV
 from ..execution.executor import ToolExecutor
 from ..governance.budgets import TokenBudgets, local_counters
 from ..governance.gate import GovernedExecutor
 from ..governance.taint_guard import held_credentials
-from ..governance.webhooks import WEBHOOK_SECRET_ENV, ApprovalWebhook, webhook_signer
+from ..governance.webhooks import ApprovalWebhook, webhook_signer
 from ..manifest import Build
 from ..mcp.endpoint import McpEndpoint
 from ..mcp.tasks import DEFAULT_MAX_AGE_S, NativeTasks
+from ..model.env_names import AUDIT_KEY_ENV, OPERATOR_TOKEN_ENV, WEBHOOK_SECRET_ENV
 from ..model.usage import PriceBook
 from ..observability.metrics import Metrics
 from ..state.approvals import ApprovalStore
@@ -32,13 +32,13 @@ from ..state.stored_objects import StoredObjects
 from ..state.task_journal import TaskJournal
 from ..tasks import ShieldedTasks
 from ..transport.keepalive import keepalive_interval
-from .context import STATE_KEY, SidecarState
-from .edge import TokenVerifier, protocol_errors
-from .llm_routes import add_llm_routes
-from .operator_auth import operator_token
+from .front.edge import TokenVerifier, protocol_errors
+from .llm.llm_routes import add_llm_routes
+from .operator.operator_auth import operator_token
+from .providers.stream_tools import StreamToolsSupport
+from .providers.upstream import ModelRouter, UpstreamClient
+from .request.context import STATE_KEY, SidecarState
 from .routes import healthz, mcp, model, models
-from .stream_tools import StreamToolsSupport
-from .upstream import ModelRouter, UpstreamClient
 
 
 def create_app(

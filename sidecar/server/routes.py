@@ -11,9 +11,9 @@ from ..codecs import codec_for_caller
 from ..mcp.http import jsonrpc_error
 from ..model.errors import ApiError
 from ..observability import tracing
-from .budget_gate import end_user_rate
-from .context import STATE_KEY
-from .edge import AuthError, mark_authenticated
+from .accounting.budget_gate import end_user_rate
+from .front.edge import AuthError, mark_authenticated
+from .request.context import STATE_KEY
 
 JSONRPC_UNAUTHORIZED = -32001
 JSONRPC_LIMITED = -32000  # an implementation-defined server error (JSON-RPC 2.0 §5.1)

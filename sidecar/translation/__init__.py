@@ -24,12 +24,12 @@ Design (for whoever wires or extends it; docs/translation.md has the tables):
   Messages client as a thinking block whose ``signature`` carries the item); sent back, it is
   restored for its own protocol and dropped for any other. Chat has no place for it.
 - Streams are read live by ``streams.py`` (a reader per protocol into ``stream_events.py``),
-  hooked by ``server/translated_stream.py``: a streamed pass-through is written out of those
-  events by the caller's writer (``StreamTranslator``), and a mediated request's streamed call
-  folds them into its turn (``TranslatedTurn``), written once at its end by the caller's
-  ``write_reply``, as a whole answer is. An answer that comes whole is still translated whole
-  here and re-rendered by the caller's codec.
-- The server's side is ``server/translated.py`` (every hook in one module):
+  hooked by ``server/translated/translated_stream.py``: a streamed pass-through is written out
+  of those events by the caller's writer (``StreamTranslator``), and a mediated request's
+  streamed call folds them into its turn (``TranslatedTurn``), written once at its end by the
+  caller's ``write_reply``, as a whole answer is. An answer that comes whole is still
+  translated whole here and re-rendered by the caller's codec.
+- The server's side is ``server/translated/translated.py`` (every hook in one module):
   ``plan(ctx, body)`` after routing (refusal up front; sets ``ctx.translations``);
   pass-through: ``passthrough_send`` (in the failover ``send``), ``answered_in`` +
   ``relay_translated`` (the answer; streamed callers re-rendered); mediated:

@@ -21,9 +21,9 @@ async def test_one_read_only_round_enters_at_most_its_modules() -> None:
     found = re.match(r"(\d+) stays in (\d+) sidecar modules", report)
     assert found is not None, report
     assert int(found[2]) <= READ_ONLY_ROUND_MODULES, report
-    # The sidecar's state (server.context) is built once, never entered per request; the rest
-    # were joined to the halves every request enters.
-    left = ("server.context", "manifest", "model.outcome", "audit.chain", "audit.records")
+    # The sidecar's state (server.request.context) is built once, never entered per request; the
+    # rest were joined to the halves every request enters.
+    left = ("server.request.context", "manifest", "model.outcome", "audit.chain", "audit.records")
     left += ("server.auth", "server.routing", "server.mediated_client", "execution.arguments")
     for gone in left:
         assert f"  {gone}\n" not in report + "\n", report

@@ -12,7 +12,7 @@ import yaml
 
 from clawpod.compiler.services.descriptors import load_descriptor
 from clawpod.compiler.services.sources import FileSource
-from clawpod.sidecar.governance.policy import condition_problem, tool_matches
+from clawpod.sidecar.model.rules import condition_problem, tool_matches
 from tests.compiler.conftest import REPO
 
 YAML_BLOCK = re.compile(r"^```ya?ml\n(.*?)^```", re.DOTALL | re.MULTILINE)

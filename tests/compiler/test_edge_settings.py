@@ -9,7 +9,7 @@ from pathlib import Path
 from clawpod.compiler.output.build import write_build
 from clawpod.compiler.pod import compile_pod
 from clawpod.sidecar.manifest import load_build
-from clawpod.sidecar.server.edge import EdgeLimits
+from clawpod.sidecar.server.front.edge import EdgeLimits
 from tests.compiler.conftest import TOOL_SERVICES, PodDir
 
 

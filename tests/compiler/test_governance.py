@@ -10,7 +10,8 @@ import pytest
 
 from clawpod.cli.inspect import inspect_command
 from clawpod.compiler.output.build import write_build
-from clawpod.sidecar.governance.policy import (
+from clawpod.sidecar.manifest import Rate, load_build
+from clawpod.sidecar.model.rules import (
     activation,
     as_declared,
     compile_condition,
@@ -18,7 +19,6 @@ from clawpod.sidecar.governance.policy import (
     exact_string_comparisons,
     sample_of,
 )
-from clawpod.sidecar.manifest import Rate, load_build
 from tests.compiler.conftest import PodDir, descriptor, tool
 
 TRADE = {

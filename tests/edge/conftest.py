@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from clawpod.sidecar.server.edge import EdgeLimits
+from clawpod.sidecar.server.front.edge import EdgeLimits
 from tests.sidecar.conftest import Pod
 from tests.support.builds import AgentSpec, providers_for, write_build
 from tests.support.sidecar import start_sidecar

@@ -11,9 +11,9 @@ import pytest
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from clawpod.sidecar.server import aiohttp_compat
-from clawpod.sidecar.server.aiohttp_compat import AiohttpIncompatible, check, missing_names
-from clawpod.sidecar.server.edge import EdgeLimits, EdgeRunner
+from clawpod.sidecar.server.front import aiohttp_compat
+from clawpod.sidecar.server.front.aiohttp_compat import AiohttpIncompatible, check, missing_names
+from clawpod.sidecar.server.front.edge import EdgeLimits, EdgeRunner
 
 SIDECAR = Path(__file__).resolve().parents[2] / "sidecar"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from clawpod.sidecar.server.edge import EdgeLimits
+from clawpod.sidecar.server.front.edge import EdgeLimits
 from tests.edge.conftest import EdgePodFactory
 from tests.edge.wire import RawClient, chat_request, get_request
 

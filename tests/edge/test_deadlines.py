@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from clawpod.sidecar.server.edge import EdgeLimits
+from clawpod.sidecar.server.front.edge import EdgeLimits
 from tests.edge.conftest import SHORT, EdgePodFactory
 from tests.edge.wire import CHAT, GUARD_S, RawClient, chat_request, get_request, outcome
 from tests.sidecar.conftest import Pod

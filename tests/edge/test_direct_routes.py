@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from clawpod.sidecar.server.edge import EdgeLimits
+from clawpod.sidecar.server.front.edge import EdgeLimits
 from tests.edge.conftest import EdgePodFactory
 from tests.edge.wire import BODY, RawClient, chat_request
 from tests.sidecar.conftest import Pod

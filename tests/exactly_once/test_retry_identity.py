@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from clawpod.sidecar.model.conversation import Conversation
-from clawpod.sidecar.server.model_call import MediatedClient
+from clawpod.sidecar.server.mediated.model_call import MediatedClient
 from clawpod.sidecar.state import journal
 from clawpod.sidecar.state.journal import asked_content
 from tests.mediation.conftest import MediatedPod

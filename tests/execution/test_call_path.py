@@ -14,7 +14,7 @@ from jsonschema import Draft202012Validator
 
 from clawpod.sidecar.execution.executor import ArgumentCheck, ToolExecutor, ToolRunner
 from clawpod.sidecar.governance.gate import GovernedExecutor
-from clawpod.sidecar.server.context import STATE_KEY
+from clawpod.sidecar.server.request.context import STATE_KEY
 from tests.execution.test_governance import TRADE, Desk, ask_analyst, desk, trade
 
 __all__ = ["desk"]  # the fixture, shared with the governance tests

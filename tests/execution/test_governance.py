@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from clawpod.cli.clawc import main as clawc
-from clawpod.sidecar.server.operator_auth import MAX_DELAY_S, SIGN_IN_KEY
+from clawpod.sidecar.server.operator.operator_auth import MAX_DELAY_S, SIGN_IN_KEY
 from tests.mcp.conftest import mcp_client
 from tests.mediation.scripted import oa_calls, oa_text
 from tests.support.services import ToolService

@@ -16,8 +16,8 @@ import openai
 import pytest
 
 from clawpod.sidecar.manifest import BudgetGroup, Governance, Provider, SharedLimits
-from clawpod.sidecar.server import console_data
-from clawpod.sidecar.server.context import STATE_KEY
+from clawpod.sidecar.server.operator import console_data
+from clawpod.sidecar.server.request.context import STATE_KEY
 from clawpod.sidecar.state.counters import SharedLimitsUnavailable
 from clawpod.sidecar.state.shared_counters import budget_key
 from tests.support.builds import AgentSpec, write_build

@@ -11,7 +11,7 @@ import pytest
 from mcp import MCPError
 
 from clawpod.sidecar.mcp.tasks import DEFAULT_MAX_TASKS
-from clawpod.sidecar.server.context import STATE_KEY
+from clawpod.sidecar.server.request.context import STATE_KEY
 from tests.mcp.conftest import NativePod, mcp_client
 from tests.mcp.test_tasks import list_tasks, poll, start_task
 

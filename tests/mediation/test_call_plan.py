@@ -30,10 +30,11 @@ from tests.support.upstream import Reply, StubUpstream
 PACKAGE = "clawpod.sidecar."
 # What a read-only request of an ungoverned agent has no use for.
 NOT_NEEDED = {
-    "server.exactly_once",
+    "server.mediated.exactly_once",
     "state.journal",
     "governance.gate",
     "governance.policy",
+    "model.rules",
     "backends.quarantine",
 }
 QUOTE = {"symbol": "AAPL"}
@@ -121,7 +122,7 @@ def repeatable(pod: MediatedPod, agent: str) -> set[str]:
         {"Authorization": f"Bearer {pod.tokens[agent]}"}
     )
     plan = pod.sidecar.state.governed.plans[agent]
-    return {tool.name for tool in build.tools.tools if id(tool) in plan.repeatable}
+    return {tool.name for tool in build.tools.tools if tool.name in plan.repeatable}
 
 
 def ungoverned(pod: MediatedPod, agent: str) -> set[str]:
@@ -130,7 +131,7 @@ def ungoverned(pod: MediatedPod, agent: str) -> set[str]:
         {"Authorization": f"Bearer {pod.tokens[agent]}"}
     )
     plan = pod.sidecar.state.governed.plans[agent]
-    return {tool.name for tool in build.tools.tools if id(tool) in plan.ungoverned}
+    return {tool.name for tool in build.tools.tools if tool.name in plan.ungoverned}
 
 
 async def test_a_read_only_request_meets_neither_the_journal_nor_the_gate(pod: MediatedPod) -> None:
@@ -166,7 +167,7 @@ async def test_an_agent_with_a_tool_with_side_effects_still_meets_the_journal(
     )
     with modules_entered() as entered:
         await ask(pod, "analyst")
-    assert {"server.exactly_once", "state.journal"} <= entered
+    assert {"server.mediated.exactly_once", "state.journal"} <= entered
     assert [r.path for r in pod.service.requests] == ["/quotes/AAPL"]
 
 
@@ -242,3 +243,20 @@ def test_only_a_pinned_mcp_tool_may_drift(service: ToolService) -> None:
     assert not may_drift(http)
     assert not may_drift(mcp)  # no pin: never checked
     assert may_drift(mcp.model_copy(update={"pin": "0" * 64}))
+
+
+async def test_a_read_only_agent_answers_as_a_journaled_agent_does(pod: MediatedPod) -> None:
+    """The shortcut past the journal (``CallPlan.side_effects`` false) against its general
+    path: the same quote asked by the read-only ``reader`` and by ``analyst``, whose trade
+    puts its requests in the journal, gives the model the same messages and the caller the
+    same answer (docs/architecture.md, "Shortcuts")."""
+    answers = []
+    for agent in ("reader", "analyst"):
+        pod.upstream.enqueue(
+            "openai", Reply.json(oa_calls(("q1", "desk_quote", QUOTE))), Reply.json(oa_text("Up."))
+        )
+        answers.append(await ask(pod, agent))
+    sent = [body["messages"] for body in pod.sent("openai")]
+    assert sent[:2] == sent[2:]
+    assert answers[0] == answers[1]
+    assert [r.path for r in pod.service.requests] == ["/quotes/AAPL"] * 2

@@ -216,7 +216,7 @@ async def test_a_lesson_is_tested_again_after_a_while(
 
 
 def test_the_kind_of_each_round() -> None:
-    from clawpod.sidecar.server.stream_tools import round_kind
+    from clawpod.sidecar.server.providers.stream_tools import round_kind
 
     tools = {"tools": [{"type": "function", "function": {"name": "f"}}]}
     assert round_kind({}) is None

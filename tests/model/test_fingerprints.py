@@ -70,3 +70,24 @@ def test_a_flood_of_distinct_turns_keeps_what_is_remembered_within_its_bound() -
     assert len(remembered) == before
     wide = {"role": "user", "content": [{"type": "text", "text": "n"}], "n": 1 << 70}
     assert remembered(codec.fingerprint, wide) == codec.fingerprint(wide)  # not JSON for orjson
+
+
+TURNS = [
+    {"role": "user", "content": "Buy one."},
+    {"role": "user", "content": "Buy one. "},
+    {"role": "user", "content": [{"type": "text", "text": "Buy one."}]},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function"}]},
+    {"role": "assistant", "content": [{"type": "text", "text": "Done."}]},
+    {"role": "tool", "tool_call_id": "c1", "content": '{"ok": true}'},
+    {"role": "user", "content": "é ☃ 𝄞", "name": "desk"},
+    SYSTEM,
+]
+
+
+def test_a_remembered_fingerprint_is_the_codecs_over_a_set_of_turns() -> None:
+    """The shortcut against its general path (docs/architecture.md, "Shortcuts"): every turn,
+    asked twice and as an equal copy, under each codec, gets the codec's own fingerprint."""
+    remembered = RememberedFingerprints()
+    for fingerprint in (OpenAICodec().fingerprint, AnthropicCodec().fingerprint):
+        for turn in [*TURNS, *TURNS, *(dict(turn) for turn in TURNS)]:
+            assert remembered(fingerprint, turn) == fingerprint(turn)

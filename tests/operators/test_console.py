@@ -16,9 +16,9 @@ import pytest
 from aiohttp import web
 
 from clawpod.sidecar.server.admin import create_admin_app
-from clawpod.sidecar.server.console import CHECKS_KEY, SESSIONS_KEY
-from clawpod.sidecar.server.console_session import SESSION_IDLE_S
-from clawpod.sidecar.server.context import STATE_KEY
+from clawpod.sidecar.server.operator.console import CHECKS_KEY, SESSIONS_KEY
+from clawpod.sidecar.server.operator.console_session import SESSION_IDLE_S
+from clawpod.sidecar.server.request.context import STATE_KEY
 from clawpod.sidecar.state.approvals import ARGUMENTS_PREVIEW_BYTES
 from tests.execution.test_governance import (
     OPERATOR_TOKEN,

@@ -14,7 +14,7 @@ import pytest
 
 from clawpod.sidecar.manifest import load_build
 from clawpod.sidecar.server.app import create_app
-from clawpod.sidecar.server.operator_auth import OperatorTokenError
+from clawpod.sidecar.server.operator.operator_auth import OperatorTokenError
 from tests.execution.test_governance import ENV, OPERATOR_TOKEN, Desk, pass_sign_in_delays
 from tests.operators.console_client import ConsoleClient, csrf_of
 from tests.support.sidecar import audit_records

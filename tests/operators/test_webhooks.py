@@ -18,7 +18,7 @@ from standardwebhooks import Webhook, WebhookVerificationError
 from clawpod.sidecar.governance.webhooks import ApprovalWebhook, WebhookSecretError
 from clawpod.sidecar.manifest import load_build
 from clawpod.sidecar.server.app import create_app
-from clawpod.sidecar.server.context import STATE_KEY
+from clawpod.sidecar.server.request.context import STATE_KEY
 from tests.execution.test_governance import ENV, POD, TRADE, Desk, compile_desk, trade
 from tests.mcp.conftest import mcp_client
 from tests.operators.desk import WEBHOOK_SECRET, start_desk

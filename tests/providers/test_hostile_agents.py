@@ -13,7 +13,7 @@ import anthropic
 import openai
 import pytest
 
-from clawpod.sidecar.server.key_pool import DEFAULT_REST_S
+from clawpod.sidecar.server.providers.key_pool import DEFAULT_REST_S
 from tests.providers.conftest import KEYS, PodMaker, ProviderPod, pool_providers
 from tests.providers.provider_rules import AnthropicRules, OpenAIRules
 from tests.support.upstream import Received, Reply, openai_completion

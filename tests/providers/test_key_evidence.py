@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from clawpod.sidecar.server.key_pool import (
+from clawpod.sidecar.server.providers.key_pool import (
     DEFAULT_REST_S,
     MAX_REST_S,
     KeyPool,

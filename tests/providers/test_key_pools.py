@@ -8,7 +8,7 @@ import anthropic
 import openai
 import pytest
 
-from clawpod.sidecar.server.key_pool import DEFAULT_REST_S, MAX_REST_S, KeyPool
+from clawpod.sidecar.server.providers.key_pool import DEFAULT_REST_S, MAX_REST_S, KeyPool
 from tests.providers.conftest import KEYS, PodMaker
 from tests.support.upstream import Reply, anthropic_message, openai_completion
 

@@ -7,7 +7,7 @@ import openai
 import orjson
 import pytest
 
-from clawpod.sidecar.server.stream_failover import CONTINUE
+from clawpod.sidecar.server.failover.stream_failover import CONTINUE
 from tests.mediation.scripted import an_calls, an_text, oa_calls, oa_text
 from tests.providers.conftest import PodMaker
 from tests.providers.streams import chat_stream_events, messages_stream_events

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from multidict import CIMultiDict
 
-from clawpod.sidecar.server.upstream import response_headers
+from clawpod.sidecar.server.providers.upstream import response_headers
 
 RELAYED = {
     "Content-Type": "application/json",

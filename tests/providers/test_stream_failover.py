@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from clawpod.sidecar.manifest import Price, RouteTarget
-from clawpod.sidecar.server.stream_failover import CONTINUE, Splice, StreamWatch
+from clawpod.sidecar.server.failover.stream_failover import CONTINUE, Splice, StreamWatch
 from tests.providers.conftest import PodMaker, ProviderPod, Upstreams, pool_providers
 from tests.providers.streams import chat_stream_events, messages_stream_events
 from tests.support import responses as rs

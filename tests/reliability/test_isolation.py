@@ -26,7 +26,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from clawpod.sidecar.manifest import BuildError, load_build, token_sha256
-from clawpod.sidecar.server import edge
+from clawpod.sidecar.server.front import edge
 from tests.reliability.wire import text, tool_call
 from tests.support import secret_sweep
 from tests.support.builds import AgentSpec, http_tool, providers_for, write_build

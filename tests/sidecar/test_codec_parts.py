@@ -14,12 +14,12 @@ from tests.support.codecs import codec_of
 
 SIDECAR = Path(__file__).resolve().parents[2] / "sidecar"
 WIRE_ONLY = [
-    "server/passthrough.py",
-    "server/errors.py",
-    "server/edge.py",
+    "server/llm/passthrough.py",
+    "server/request/errors.py",
+    "server/front/edge.py",
     "server/routes.py",
-    "server/upstream.py",
-    "server/unserved.py",
+    "server/providers/upstream.py",
+    "server/providers/unserved.py",
     "state/stored_objects.py",
     "codecs/usage.py",
 ]

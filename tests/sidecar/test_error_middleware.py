@@ -12,9 +12,9 @@ import pytest
 from aiohttp import web
 
 from clawpod.sidecar.model.errors import internal_error
-from clawpod.sidecar.server.edge import protocol_errors
-from clawpod.sidecar.server.errors import reply_error
-from clawpod.sidecar.server.exchange import AiohttpExchange
+from clawpod.sidecar.server.front.edge import protocol_errors
+from clawpod.sidecar.server.request.errors import reply_error
+from clawpod.sidecar.server.request.exchange import AiohttpExchange
 from tests.support.codecs import codec_of
 
 SECRET_DETAIL = "db password is hunter2"

@@ -6,17 +6,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import aiohttp
 import openai
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from clawpod.sidecar.manifest import Governance, Provider
+from clawpod.sidecar.manifest import Governance, Mode, Provider
 from clawpod.sidecar.observability import tracing
-from clawpod.sidecar.server.upstream import plan_route
+from clawpod.sidecar.server.providers.upstream import plan_route
 from tests.sidecar.conftest import Pod, PodFactory
-from tests.support.builds import AgentSpec
+from tests.support.builds import AgentSpec, http_tool
 from tests.support.sidecar import audit_records_when
 from tests.support.upstream import Reply, StubUpstream, openai_completion
 
@@ -112,3 +113,51 @@ async def test_a_pass_through_is_traced_only_while_tracing_is_on(
     else:
         assert names == []
         assert "trace_id" not in record
+
+
+STREAMED = b'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\ndata: [DONE]\n\n'
+UPSTREAM_ANSWERS = {
+    "answer": lambda: Reply.json(openai_completion()),
+    "stream": lambda: Reply.sse(STREAMED),
+    "rate limited": lambda: Reply.error("openai", 429, "slow down", "rate_limit_error"),
+    "server error": lambda: Reply.error("openai", 500, "boom"),
+    "refused": lambda: Reply.error("openai", 400, "bad request", "invalid_request_error"),
+    "not JSON": lambda: Reply.garbage(502),
+    "reset": lambda: Reply(reset=True),
+}
+
+
+@pytest.mark.parametrize("mode", ["native", "mediated"])
+@pytest.mark.parametrize("answer", UPSTREAM_ANSWERS)
+async def test_a_plain_route_answers_as_the_failover_walk_does(
+    make_pod: PodFactory, upstream: StubUpstream, answer: str, mode: Mode
+) -> None:
+    """The plain path (one target sent to directly, ``RoutePlan.walks`` false) against the
+    general path it stands for: the same provider with a first-byte bound nobody reaches
+    walks, and the caller gets the same status, type and body, passed through (native) or
+    as a mediated model call (docs/architecture.md, "Shortcuts")."""
+    stub = {"api": "openai", "base_url": upstream.openai_url, "key_env": "OPENAI_API_KEY"}
+    direct, bounded = (
+        Provider(**stub, models=["*"]),
+        Provider(**stub, models=["*"], first_byte_timeout_ms=60_000),
+    )
+    assert not plan_route("chat", [("stub", direct, "gpt-4o")]).walks
+    assert plan_route("chat", [("stub", bounded, "gpt-4o")]).walks
+    # A mediated agent with a tool to inject is driven through its model calls.
+    tools = [http_tool("desk", "quote", URL)] if mode == "mediated" else []
+    agents = [AgentSpec("agent", tools=tools, mode=mode)]
+    plain = await make_pod(agents=agents, providers={"stub": direct})
+    walked = await make_pod(agents=agents, providers={"stub": bounded})
+    replies = []
+    for pod in (plain, walked):
+        upstream.enqueue("openai", UPSTREAM_ANSWERS[answer]())
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                pod.sidecar.openai_base_url + "/chat/completions",
+                json={"model": "gpt-4o", "messages": PROMPT, "stream": answer == "stream"},
+                headers={"Authorization": f"Bearer {pod.token}"},
+            ) as response,
+        ):
+            replies.append((response.status, response.content_type, await response.read()))
+    assert replies[0] == replies[1]

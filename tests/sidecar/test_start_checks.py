@@ -16,7 +16,8 @@ import pytest
 from clawpod.cli.clawc import main as clawc
 from tests.compiler.test_kubernetes import EXAMPLE
 
-# Strong enough for the operator door (server/operator_auth.py refuses short tokens at start).
+# Strong enough for the operator door (server/operator/operator_auth.py refuses short tokens at
+# start).
 OPERATOR_TOKEN = "start-checks-operator-6c1e9a3f5b7d2c4e8a0f"
 STARTUP_GUARD_S = 30  # a deadlock guard for the child process, not a timing assertion
 EXAMPLE_CREDENTIALS = (

@@ -129,7 +129,7 @@ async def test_error_bodies_never_leak_internals(pod: Pod) -> None:
 
 
 def test_an_answer_over_the_limit_is_a_protocol_failure_naming_the_limit() -> None:
-    from clawpod.sidecar.server.upstream import translate_error
+    from clawpod.sidecar.server.providers.upstream import translate_error
     from clawpod.sidecar.transport import BodyTooLarge
 
     failure = translate_error(BodyTooLarge(1024), "openai")

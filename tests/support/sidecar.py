@@ -15,9 +15,9 @@ from clawpod.sidecar.audit.log import AUDIT_KEY_ENV
 from clawpod.sidecar.manifest import load_build
 from clawpod.sidecar.server.admin import create_admin_app
 from clawpod.sidecar.server.app import create_app
-from clawpod.sidecar.server.context import STATE_KEY, SidecarState
-from clawpod.sidecar.server.edge import EdgeLimits
-from clawpod.sidecar.server.serving import Listening, listen
+from clawpod.sidecar.server.front.edge import EdgeLimits
+from clawpod.sidecar.server.front.serving import Listening, listen
+from clawpod.sidecar.server.request.context import STATE_KEY, SidecarState
 from tests.support import secret_sweep
 
 TEST_PROVIDER_KEYS = {
