@@ -222,7 +222,7 @@ class ToolExecutor(ToolRunner):
         self._env = env if env is not None else os.environ
         self._metrics = metrics
         # By what the work is done on, so copies and the agents' same tools share it.
-        self._prepared: dict[tuple[str, str, bool], _PreparedTool] = {}
+        self._prepared: dict[tuple[str, str, str], _PreparedTool] = {}
         self._client: HttpClient | None = None
         self._tasks = tasks if tasks is not None else ShieldedTasks()
         # OAuth tokens for services (SPEC §21), fetched through this executor's client.
@@ -261,14 +261,16 @@ class ToolExecutor(ToolRunner):
             self._client = None
 
     def _prepare(self, tool: ManagedTool) -> _PreparedTool:
-        # Keyed by what it is made of, so copies of a tool share it (not by the tool's id()).
-        where = (tool.execution.path, tool.execution.base_url, tool.execution.auth.oauth)
+        # Keyed by what it is made of, so copies of a tool share it (not by the tool's id());
+        # plain fields only: the key is read on every call.
+        execution = tool.execution
+        where = (execution.path, execution.base_url, execution.auth.type)
         prepared = self._prepared.get(where)
         if prepared is None:
             prepared = _PreparedTool(
                 path_parts=split_path_template(where[0]),
                 base_url=where[1].rstrip("/"),
-                oauth=where[2],
+                oauth=execution.auth.oauth,
             )
             self._prepared[where] = prepared
         return prepared
