@@ -247,15 +247,15 @@ def _withheld(agent: AgentBuild, codec: Codec, body: dict[str, Any]) -> str | No
 
 
 def _check_stored_objects(ctx: RequestContext, exchange: Exchange, body: dict[str, Any]) -> None:
-    """Refuse a request that names a stored object this agent does not hold: every agent
-    shares the provider key, so the provider cannot refuse it (see ``stored_objects``)."""
+    """Refuse a request that names a stored object its owner (the agent, for its end user) does
+    not hold: every agent shares the provider key, so the provider cannot refuse it (see
+    ``stored_objects``)."""
     pairs = ctx.codec.stored_references(exchange.path_params, body)
     if not pairs:  # always, for a protocol without stored objects
         return
     referenced = refs(pairs)
-    agent = ctx.agent.agent.id
     for ref in referenced:
-        why = ctx.state.objects.refusal(agent, ref)
+        why = ctx.state.objects.refusal(ctx.owner, ref)
         if why is not None:
             ctx.note_objects(f"refused ({why})", [ref])
             raise ApiError(
