@@ -6,6 +6,10 @@ subject) and by RFC 8693 token exchange (the token, as the exchange's subject to
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
+
+AuthKind = Literal["jwt", "token"]
+"""How an agent proved who it is, in a pod with ``identity``: a JWT or its static token."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,3 +34,7 @@ def owner_of(agent_id: str, end_user: EndUser | None) -> str:
 def agent_of(owner: str) -> str:
     """The agent part of an ``owner_of`` (agent ids never hold a NUL)."""
     return owner.partition("\x00")[0]
+
+
+Caller = tuple[EndUser | None, AuthKind | None]
+"""Whom a request is for and how its agent proved who it is (the audit's ``end_user``, ``auth``)."""

@@ -115,7 +115,7 @@ def _aiohttp_llm_handler(route: LlmRoute, app: web.Application, *, routed: bool)
 async def _llm_request(exchange: Exchange, state: SidecarState, route: LlmRoute) -> None:
     started = time.monotonic()
     codec = route.codec
-    agent, end_user = await state.verifier.identify(exchange.headers)
+    agent, end_user, auth = await state.verifier.identify(exchange.headers)
     exchange.authenticated()
     if tracing.tracer is not None:
         tracing.name_agent(agent.agent.id)
@@ -131,6 +131,7 @@ async def _llm_request(exchange: Exchange, state: SidecarState, route: LlmRoute)
         budgeted=agent.agent.id in state.budgets.governed
         or (end_user is not None and state.budgets.applies(agent.agent.id, end_user)),
         end_user=end_user,
+        auth=auth,
     )
     with state.body_bytes.holding(agent.agent.id) as take:
         await _read_and_serve(exchange, state, route, ctx, take)

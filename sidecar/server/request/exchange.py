@@ -19,7 +19,7 @@ from aiohttp import web
 
 from ...codecs.base import Codec
 from ...manifest import AgentBuild, Provider
-from ...model.end_user import EndUser, owner_of
+from ...model.end_user import AuthKind, EndUser, owner_of
 from ...model.errors import ApiError
 from ...model.token_estimate import request_tokens
 from ...request_body import no_accounting, read_body_once
@@ -221,3 +221,5 @@ class RequestContext:
     (#32, SPEC §21)."""
     end_user: EndUser | None = None
     """The verified end user the request is for (SPEC §21): audited, budgeted, passed to tools."""
+    auth: AuthKind | None = None
+    """How the agent proved who it is, in a pod with ``identity`` (audited, SPEC §21)."""
