@@ -222,7 +222,8 @@ class MediationEngine:
         self._withheld_tools = withheld
         self.agent = agent
         self.agent_id = agent.agent.id
-        self.owner = owner_of(self.agent_id, end_user)
+        # ``owner_of``'s own answer without an end user, without the call on the hot path.
+        self.owner = self.agent_id if end_user is None else owner_of(self.agent_id, end_user)
         """Whose remembered rounds, approvals and taint this request may find (every key's)."""
         self.on_mixed = agent.agent.on_mixed
         self.policy = agent.tools.policy
