@@ -56,7 +56,7 @@ import orjson
 
 from ..manifest import ManagedTool
 from ..model.conversation import ToolOutcome
-from ..model.end_user import EndUser
+from ..model.end_user import AuthKind, EndUser
 from ..model.env_names import AUDIT_KEY_ENV
 from ..observability.logs import rfc3339_now
 
@@ -97,10 +97,12 @@ def request_record(
     time: str | None = None,
     trace_id: str | None = None,
     end_user: EndUser | None = None,
+    auth: AuthKind | None = None,
 ) -> dict[str, Any]:
     """A request's record before the log chains it (the log adds agent, prev and hash, and the
     time when none is given). ``end_user``: who the request was for (SPEC §21), by the subject
-    the pod's end-user claim names; never the token."""
+    the pod's end-user claim names; never the token. ``auth``: how the agent proved who it is
+    (``"jwt"`` or its static ``"token"``), for a pod with ``identity``."""
     record: dict[str, Any] = {
         "id": record_id,
         "time": time,
@@ -120,6 +122,8 @@ def request_record(
         record["trace_id"] = trace_id  # the OpenTelemetry trace this request belongs to
     if end_user is not None:
         record["end_user"] = end_user.subject
+    if auth is not None:
+        record["auth"] = auth
     return record
 
 

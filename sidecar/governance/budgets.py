@@ -17,6 +17,7 @@ the store's (``state/counters.py``: this sidecar's state directory, or the share
 from __future__ import annotations
 
 import datetime
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -36,6 +37,8 @@ from ..state.counters import (
 )
 
 EVERY_AGENT = "*"
+# The end users the console can list: the most recent this sidecar admitted.
+MAX_KNOWN_END_USERS = 10_000
 T = TypeVar("T", int, float)
 
 
@@ -115,6 +118,9 @@ class TokenBudgets:
         the budget gate without a call (unless an end user's budget applies to it)."""
         self.end_user_limits = governance.end_user_limits if governance else None
         self.counters: Counters = counters or local_counters(governance, agents, state_dir, today)
+        self._end_users: OrderedDict[str, None] = OrderedDict()
+        """The end users this sidecar admitted, most recent last: whom ``end_users_today``
+        lists (the counters cannot list a shared store's subjects)."""
 
     def applies(self, agent: str, end_user: EndUser | None) -> bool:
         """Whether a request of ``agent`` for ``end_user`` is admitted, held and charged."""
@@ -139,6 +145,8 @@ class TokenBudgets:
         """Hold an estimate of a request's spending against each of its budgets (the agent's,
         its groups' with their rates, its end user's), or say which refused it (see
         :meth:`Counters.reserve`). Raises ``SharedLimitsUnavailable``."""
+        if end_user is not None and self.end_user_limits is not None:
+            self.note_end_user(end_user.subject)
         return await self.counters.reserve(self.claims_of(agent, end_user), tokens, usd)
 
     async def release(self, hold: Hold) -> None:
@@ -162,6 +170,33 @@ class TokenBudgets:
             await self.counters.settle(hold, claims, max(tokens, 0), max(usd, 0.0))
         elif tokens > 0 or usd > 0:
             await self.counters.spend(claims, max(tokens, 0), max(usd, 0.0))
+
+    def note_end_user(self, subject: str) -> None:
+        """An end user this sidecar admits a request for (budget or rate)."""
+        known = self._end_users
+        known[subject] = None
+        known.move_to_end(subject)
+        if len(known) > MAX_KNOWN_END_USERS:
+            known.popitem(last=False)
+
+    async def end_users_today(self, top: int) -> tuple[list[dict[str, Any]], int]:
+        """The ``top`` end users by what they spent today (USD, then tokens), each with the
+        requests their rate has left now (None: not counted yet), and how many more there are.
+        Raises ``SharedLimitsUnavailable``."""
+        subjects = list(self._end_users)
+        spent = await self.counters.spent([user_subject(s) for s in subjects])
+        levels = self.counters.levels()
+        rows = [
+            {
+                "subject": subject,
+                "tokens": spent[user_subject(subject)][0],
+                "usd": spent[user_subject(subject)][1],
+                "requests_left": levels.get((user_subject(subject), "requests", 0)),
+            }
+            for subject in subjects
+        ]
+        rows.sort(key=lambda row: (-row["usd"], -row["tokens"], row["subject"]))
+        return rows[:top], max(0, len(rows) - top)
 
     async def today(self) -> list[dict[str, Any]]:
         """Each budget (an agent's or a group's): its limits and what was spent today."""

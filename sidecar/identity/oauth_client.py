@@ -116,6 +116,8 @@ class ServiceTokens:
                 "this tool acts on behalf of the end user, and the request carries no verified "
                 "end-user token; it is never sent with a shared credential"
             )
+        if auth.type == "token-exchange" and end_user is not None:
+            _refuse_past_expiry(end_user)
         key = self.key(auth, url, end_user)
         cached = self._tokens.get(key)
         if cached is not None and cached.value != stale and self._clock() < cached.refresh_at:
@@ -201,6 +203,16 @@ class ServiceTokens:
     def secrets(self) -> tuple[str, ...]:
         """Every token held now (for tests' credential sweeps)."""
         return tuple(token.value for token in self._tokens.values())
+
+
+def _refuse_past_expiry(end_user: EndUser) -> None:
+    """No call acts for an end user after their token's ``exp``, not even with an exchanged token
+    still cached: a long request outlives the token the door verified (docs/identity.md)."""
+    if time.time() >= end_user.expires_at:
+        raise TokenUnavailable(
+            "the end user's token expired while the request ran; nothing is done on their behalf "
+            "after it (the runner sends a fresh token with its next request)"
+        )
 
 
 def token_form(auth: ToolAuth, end_user: EndUser | None) -> bytes:

@@ -27,7 +27,7 @@ from ..governance.gate import GovernedExecutor
 from ..manifest import AgentBuild, Effect, ManagedTool
 from ..model.client_approval import requested_approval
 from ..model.conversation import ToolOutcome, refused
-from ..model.end_user import EndUser
+from ..model.end_user import AuthKind, EndUser
 from ..model.tool_search import SEARCH_TOOL
 from ..observability import tracing
 from ..observability.metrics import Metrics
@@ -96,6 +96,8 @@ class McpRequest:
     """The verified end user the request is for (SPEC §21)."""
     tasks: bool = False
     """Its client takes a task for an answer (2026-07-28: the tasks extension, SEP-2663)."""
+    auth: AuthKind | None = None
+    """How the agent proved who it is, for a pod with ``identity`` (SPEC §21)."""
 
 
 # A method's handler: the request's ``result`` object; raises JsonRpcError to answer an error.
@@ -148,11 +150,12 @@ class McpDispatch:
         approvals: ApprovalChannel | None = None,
         end_user: EndUser | None = None,
         tasks: bool = False,
+        auth: AuthKind | None = None,
     ) -> list[dict[str, Any]]:
         """A batch's answers (sent in a stream), in order. As in mediated mode (§4.2.9), its
         calls run at once only when every one is read-only; otherwise one by one, in order."""
         requests = [
-            McpRequest(agent, version, m, True, approvals, end_user, tasks) for m in messages
+            McpRequest(agent, version, m, True, approvals, end_user, tasks, auth) for m in messages
         ]
         if self._all_read_only(agent, messages):
             return list(await asyncio.gather(*map(self.answer, requests)))
@@ -468,6 +471,7 @@ class McpDispatch:
                     tool_trace=[{"round": 1, "calls": [call]}],
                     trace_id=tracing.current_trace_id(),
                     end_user=request.end_user,
+                    auth=request.auth,
                 ),
             )
         except OSError:

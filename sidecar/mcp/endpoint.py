@@ -29,7 +29,7 @@ from ..manifest import (
     DEFAULT_MAX_BODY_BYTES,
     AgentBuild,
 )
-from ..model.end_user import EndUser
+from ..model.end_user import AuthKind, Caller, EndUser
 from ..model.json_cost import costs_over
 from ..observability.logs import log_request
 from ..observability.metrics import Metrics
@@ -105,10 +105,15 @@ class McpEndpoint:
         self.dispatch = McpDispatch(executor, audit, metrics, tasks, native_tasks, agents, pod)
 
     async def handle(
-        self, request: web.Request, agent: AgentBuild, end_user: EndUser | None = None
+        self,
+        request: web.Request,
+        agent: AgentBuild,
+        end_user: EndUser | None = None,
+        auth: AuthKind | None = None,
     ) -> web.StreamResponse:
         """``end_user``: the verified end user the request is for (SPEC §21), on every call's
-        audit record and passed to the executor."""
+        audit record and passed to the executor; ``auth``: how the agent proved who it is (on
+        the records, for a pod with ``identity``)."""
         started = time.perf_counter()
         try:
             check_origin(request, self._allowed_hosts)
@@ -120,7 +125,7 @@ class McpEndpoint:
                     "/mcp serves native-mode agents",
                 )
             if request.method == "POST":
-                response = await self._post(request, agent, end_user)
+                response = await self._post(request, agent, (end_user, auth))
             elif request.method == "DELETE":
                 response = self._delete(request, agent)
             else:
@@ -158,7 +163,7 @@ class McpEndpoint:
             await asyncio.sleep(0)
 
     async def _post(
-        self, request: web.Request, agent: AgentBuild, end_user: EndUser | None
+        self, request: web.Request, agent: AgentBuild, caller: Caller
     ) -> web.StreamResponse:
         accepts_json, accepts_sse = accepts(request)
         if not (accepts_json or accepts_sse):
@@ -174,9 +179,7 @@ class McpEndpoint:
         except JsonRpcError as err:
             raise HttpError(400, err.code, err.message) from None
         if is_stateless(request.headers.get(VERSION_HEADER), messages):
-            return await self._post_stateless(
-                request, agent, messages, batch, accepts_json, end_user
-            )
+            return await self._post_stateless(request, agent, messages, batch, accepts_json, caller)
         if any(m.method == "initialize" for m in messages):
             if batch:
                 raise HttpError(
@@ -203,8 +206,8 @@ class McpEndpoint:
             approvals = None
             if can_elicit(session.capabilities):
                 approvals = ApprovalChannel(stateless=False, session_id=session.id)
-            return await self._answer_sse(request, agent, version, requests, approvals, end_user)
-        answers = [await self._answer_one(agent, version, m, end_user) for m in requests]
+            return await self._answer_sse(request, agent, version, requests, approvals, caller)
+        answers = [await self._answer_one(agent, version, m, caller) for m in requests]
         return json_response(answers if batch else answers[0])
 
     async def _post_stateless(
@@ -214,7 +217,7 @@ class McpEndpoint:
         messages: list[Message],
         batch: bool,
         accepts_json: bool,
-        end_user: EndUser | None,
+        caller: Caller,
     ) -> web.StreamResponse:
         """MCP 2026-07-28: one self-contained request per POST, no session."""
         if batch:
@@ -238,9 +241,9 @@ class McpEndpoint:
             approvals = ApprovalChannel(stateless=True) if can_elicit(capabilities) else None
             tasks = declares_tasks(capabilities)
             return await self._answer_sse(
-                request, agent, version, [message], approvals, end_user, tasks
+                request, agent, version, [message], approvals, caller, tasks
             )
-        answer = await self._answer_one(agent, version, message, end_user)
+        answer = await self._answer_one(agent, version, message, caller)
         status = ERROR_STATUS.get(answer["error"]["code"], 200) if "error" in answer else 200
         return json_response(answer, status=status)
 
@@ -290,11 +293,12 @@ class McpEndpoint:
         return session
 
     async def _answer_one(
-        self, agent: AgentBuild, version: str, message: Message, end_user: EndUser | None
+        self, agent: AgentBuild, version: str, message: Message, caller: Caller
     ) -> dict[str, Any]:
         """The answer to one request, sent as plain JSON."""
+        end_user, auth = caller
         return await self.dispatch.answer(
-            McpRequest(agent, version, message, stream=False, end_user=end_user)
+            McpRequest(agent, version, message, stream=False, end_user=end_user, auth=auth)
         )
 
     # -- SSE -------------------------------------------------------------------------------------
@@ -306,7 +310,7 @@ class McpEndpoint:
         version: str,
         requests: list[Message],
         approvals: ApprovalChannel | None,
-        end_user: EndUser | None,
+        caller: Caller,
         tasks: bool = False,
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": SSE, "Cache-Control": "no-cache"})
@@ -323,7 +327,8 @@ class McpEndpoint:
 
         if approvals is not None and not approvals.stateless:
             approvals = dataclasses.replace(approvals, send=send)
-        work = self.dispatch.answer_all(agent, version, requests, approvals, end_user, tasks)
+        end_user, auth = caller
+        work = self.dispatch.answer_all(agent, version, requests, approvals, end_user, tasks, auth)
         answers = await with_keepalives(work, keepalive, self.keepalive_s)
         if connected:
             for answer in answers:

@@ -35,6 +35,7 @@ from ..model.conversation import (
     ToolSpec,
     refused,
 )
+from ..model.end_user import EndUser, owner_of
 from ..model.errors import upstream_failure
 from ..model.taint import UNTAINTED, RequestTaint, held_when_tainted, withdrawn
 from ..model.tool_search import (
@@ -209,16 +210,21 @@ class MediationEngine:
         withheld: Sequence[tuple[ManagedTool, ToolOutcome]] = (),
         taint_mode: TaintMode = "off",
         untrusted: frozenset[str] | None = None,
+        end_user: EndUser | None = None,
     ) -> None:
         """``withheld``: the agent's tools not offered now (quarantined, §11.2), each with the
         refusal a call to it gets: a model that still calls one is refused, not handed to the
         runner as a tool nobody knows. ``untrusted``: the names of the agent's tools whose
         results taint the request (§17), decided once per agent (``CallPlan.untrusted``); left
-        out, read from the agent's tools, so that no caller trusts a tool by omission."""
+        out, read from the agent's tools, so that no caller trusts a tool by omission.
+        ``end_user``: whom the request is for (SPEC §21): its remembered rounds are theirs."""
         self.codec = codec
         self._withheld_tools = withheld
         self.agent = agent
         self.agent_id = agent.agent.id
+        # ``owner_of``'s own answer without an end user, without the call on the hot path.
+        self.owner = self.agent_id if end_user is None else owner_of(self.agent_id, end_user)
+        """Whose remembered rounds, approvals and taint this request may find (every key's)."""
         self.on_mixed = agent.agent.on_mixed
         self.policy = agent.tools.policy
         self.body = body
@@ -696,7 +702,7 @@ class MediationEngine:
         return unanswered(approval_id)
 
     def _approval_key(self, kind: str, approval_id: str) -> str:
-        return record_key(self.agent_id, self.codec.api, kind, approval_id)
+        return record_key(self.owner, self.codec.api, kind, approval_id)
 
     # --- taint (§17) ------------------------------------------------------------------------
 
@@ -727,7 +733,7 @@ class MediationEngine:
                 self._taint_with_sources(remembered.taint_sources)
 
     def _taint_key(self, chain_id: str) -> str:
-        return digest(self.agent_id, self.codec.api, "taint", chain_id)
+        return digest(self.owner, self.codec.api, "taint", chain_id)
 
     def _taint_with_sources(self, sources: Iterable[str]) -> None:
         self.taint = self.taint.with_sources(sources)
@@ -821,10 +827,11 @@ class MediationEngine:
     # Hidden rounds are found by the turn they led to and the turn just before it, not by the
     # bytes of everything before: runners rewrite system prompts, move context messages, drop
     # old turns. The codecs' fingerprints already ignore ids' punctuation, re-serialised
-    # content and placeholder text. The agent is in every key: agents never see each other's.
+    # content and placeholder text. The agent, and the end user if any, is in every key: agents
+    # never see each other's, nor an end user another's replaying their turns (SPEC §21).
 
     def _key(self, answer: str, before: str) -> str:
-        return digest(self.agent_id, self.codec.api, answer, before)
+        return digest(self.owner, self.codec.api, answer, before)
 
     def _answer_lookups(self) -> dict[int, tuple[list[str], list[str]]]:
         """Position of every assistant turn -> the turns before it (system prompts aside) and

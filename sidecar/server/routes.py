@@ -47,7 +47,7 @@ async def model(request: web.Request) -> web.Response:
 async def mcp(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE_KEY]
     try:
-        agent, end_user = await state.verifier.identify(request.headers)
+        agent, end_user, auth = await state.verifier.identify(request.headers)
     except AuthError as err:
         return jsonrpc_error(err.status, JSONRPC_UNAUTHORIZED, err.message)
     mark_authenticated(request)
@@ -58,7 +58,7 @@ async def mcp(request: web.Request) -> web.StreamResponse:
         return response
     with tracing.agent_span("/mcp", request.headers):
         tracing.name_agent(agent.agent.id)
-        return await state.mcp.handle(request, agent, end_user)
+        return await state.mcp.handle(request, agent, end_user, auth)
 
 
 async def healthz(request: web.Request) -> web.Response:

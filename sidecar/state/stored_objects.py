@@ -3,8 +3,9 @@
 Every agent reaches the provider through one key, so the provider cannot tell agents apart: any
 agent holding another's ``resp_…`` id could read, continue (``previous_response_id``), cancel or
 delete it. The sidecar records each id as it passes (from the provider's answers, whole and
-streamed) under the agent it answered, and refuses every reference to an id this agent does not
-hold, whether another agent's or one it never got.
+streamed) under the agent it answered (and, for a request with an end user, under that agent
+for that end user: SPEC §21), and refuses every reference to an id this owner does not hold,
+whether another agent's, another end user's, or one it never got.
 
 A conversation is bound to the agent that created it through the sidecar (``POST
 /v1/conversations``), or that the provider named it to in an answer. Any other conversation id is
@@ -12,9 +13,9 @@ refused as unknown: one made outside the sidecar, or another agent's, is never c
 first user (which let an agent that learnt the id first take it).
 
 Records persist in ``STATE/objects/owners.jsonl`` (one line per change, rewritten when mostly
-stale) and survive a restart. Each agent keeps at most ``MAX_PER_AGENT`` ids, its oldest dropped
-first, so one agent's flood never evicts another's; a dropped response id is refused like an
-unknown one.
+stale) and survive a restart. Each agent (its end users' ids included) keeps at most
+``MAX_PER_AGENT`` ids, its oldest dropped first, so one agent's flood never evicts another's; a
+dropped response id is refused like an unknown one.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Literal
 
 import orjson
+
+from ..model.end_user import agent_of
 
 if TYPE_CHECKING:
     from ..codecs.base import WireCodec
@@ -71,35 +74,35 @@ class StoredObjects:
     def owner(self, ref: StoredRef) -> str | None:
         return self._owner.get(ref)
 
-    def refusal(self, agent: str, ref: StoredRef) -> str | None:
-        """None when ``agent`` holds ``ref``; else why not: ``"foreign"`` (another agent's) or
-        ``"unknown"``."""
-        owner = self._owner.get(ref)
-        if owner == agent:
+    def refusal(self, owner: str, ref: StoredRef) -> str | None:
+        """None when ``owner`` (``owner_of``) holds ``ref``; else why not: ``"foreign"``
+        (another agent's or end user's) or ``"unknown"``."""
+        holder = self._owner.get(ref)
+        if holder == owner:
             return None
-        return "unknown" if owner is None else "foreign"
+        return "unknown" if holder is None else "foreign"
 
     # --- changes ----------------------------------------------------------------------------
 
-    def record(self, agent: str, refs: list[StoredRef]) -> list[StoredRef]:
-        """Bind ``refs`` to ``agent``; the ones that were new. An id already bound to another
-        agent keeps its owner (a provider would not hand one id to two agents)."""
+    def record(self, owner: str, refs: list[StoredRef]) -> list[StoredRef]:
+        """Bind ``refs`` to ``owner``; the ones that were new. An id already bound to another
+        owner keeps it (a provider would not hand one id to two agents)."""
         added = []
         for ref in refs:
             if len(ref.id) > MAX_ID_CHARS or ref in self._owner:
                 continue
-            self._bind(agent, ref)
-            self._append({"a": agent, "k": ref.kind, "i": ref.id})
+            self._bind(owner, ref)
+            self._append({"a": owner, "k": ref.kind, "i": ref.id})
             added.append(ref)
         self._maybe_compact()
         return added
 
-    def forget(self, agent: str, ref: StoredRef) -> None:
+    def forget(self, owner: str, ref: StoredRef) -> None:
         """The object is gone (deleted at the provider)."""
-        if self._owner.get(ref) != agent:
+        if self._owner.get(ref) != owner:
             return
         self._unbind(ref)
-        self._append({"a": agent, "k": ref.kind, "i": ref.id, "gone": True})
+        self._append({"a": owner, "k": ref.kind, "i": ref.id, "gone": True})
 
     def close(self) -> None:
         if self._file is not None:
@@ -108,18 +111,18 @@ class StoredObjects:
 
     # --- memory -----------------------------------------------------------------------------
 
-    def _bind(self, agent: str, ref: StoredRef) -> None:
-        held = self._agents.setdefault(agent, _Agent()).held
+    def _bind(self, owner: str, ref: StoredRef) -> None:
+        held = self._agents.setdefault(agent_of(owner), _Agent()).held
         held[ref] = None
-        self._owner[ref] = agent
+        self._owner[ref] = owner
         while len(held) > self._max:
             oldest, _ = held.popitem(last=False)
             del self._owner[oldest]
 
     def _unbind(self, ref: StoredRef) -> None:
-        agent = self._owner.pop(ref, None)
-        if agent is not None:
-            self._agents[agent].held.pop(ref, None)
+        owner = self._owner.pop(ref, None)
+        if owner is not None:
+            self._agents[agent_of(owner)].held.pop(ref, None)
 
     # --- the file ---------------------------------------------------------------------------
 
@@ -135,14 +138,14 @@ class StoredObjects:
             try:
                 entry = orjson.loads(line)
                 ref = StoredRef(entry["k"], entry["i"])
-                agent = entry["a"]
+                owner = entry["a"]
             except (orjson.JSONDecodeError, KeyError, TypeError):
                 continue  # a line cut short by a crash
             if entry.get("gone"):
-                if self._owner.get(ref) == agent:
+                if self._owner.get(ref) == owner:
                     self._unbind(ref)
             elif ref not in self._owner:
-                self._bind(agent, ref)
+                self._bind(owner, ref)
             self._lines += 1
 
     def _append(self, entry: dict[str, object]) -> None:
@@ -164,9 +167,10 @@ class StoredObjects:
         temporary = self._path.with_suffix(".tmp")
         try:
             with temporary.open("wb") as out:
-                for agent, state in self._agents.items():
+                for state in self._agents.values():
                     for ref in state.held:
-                        out.write(orjson.dumps({"a": agent, "k": ref.kind, "i": ref.id}) + b"\n")
+                        entry = {"a": self._owner[ref], "k": ref.kind, "i": ref.id}
+                        out.write(orjson.dumps(entry) + b"\n")
                 out.flush()
                 os.fsync(out.fileno())
             self.close()

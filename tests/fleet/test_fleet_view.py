@@ -12,7 +12,8 @@ import pytest
 
 from clawpod.cli.clawc import main
 from clawpod.sidecar.governance.budgets import TokenBudgets
-from clawpod.sidecar.manifest import BudgetGroup, Governance
+from clawpod.sidecar.manifest import BudgetGroup, EndUserLimits, Governance
+from clawpod.sidecar.model.end_user import EndUser
 from clawpod.sidecar.state.counters import LocalCounters
 from clawpod.sidecar.state.shared_counters import SharedCounters, connect
 from tests.support.redis_server import RedisServer
@@ -85,3 +86,35 @@ def test_a_store_away_is_an_error_without_its_url(monkeypatch: pytest.MonkeyPatc
 def test_a_day_is_a_day() -> None:
     with pytest.raises(SystemExit):
         _run("--url-env", "X", "--day", "*")
+
+
+@pytest.mark.redis
+async def test_the_end_users_spending_most_are_listed_and_the_rest_counted(
+    tmp_path: Path, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("clawpod.cli.budgets.TOP_END_USERS", 2, raising=False)
+    governance = Governance(end_user_limits=EndUserLimits(tokens_per_day=1000))
+    counters = SharedCounters(
+        connect(redis_server.url),
+        pod="pod-a",
+        on_unreachable="fail-closed",
+        local=LocalCounters(tmp_path / "pod-a"),
+        today=lambda: DAY,
+    )
+    budgets = TokenBudgets(governance, ["analyst"], tmp_path / "pod-a", counters=counters)
+    for user, tokens in [("carol", 50), ("alice", 300), ("bob", 150), ("dave", 10)]:
+        await budgets.spend("analyst", tokens, end_user=EndUser(user, "https://idp", 0.0, "t"))
+    monkeypatch.setenv("FLEET_REDIS_URL", redis_server.url)
+    code, out, err = await _in_thread(_run, "--url-env", "FLEET_REDIS_URL", "--day", DAY)
+    assert code == 0, err
+    assert out.splitlines() == [
+        f"budgets of {DAY} (UTC) in the shared store: 4",
+        "user/alice  tokens 300  usd $0",
+        "user/bob  tokens 150  usd $0",
+        "and 2 more end users (user/...), spending less",
+    ]
+    code, out, _ = await _in_thread(_run, "--url-env", "FLEET_REDIS_URL", "--day", DAY, "--json")
+    document = json.loads(out)
+    assert [b["budget"] for b in document["budgets"]] == ["user/alice", "user/bob"]
+    assert document["more_end_users"] == 2
+    await counters.close()

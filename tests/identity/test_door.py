@@ -48,6 +48,17 @@ async def test_an_agent_presents_a_jwt_instead_of_its_static_token(door: DoorPod
     # The static token still works beside it.
     script(door, oa_text("again"))
     await door.openai(door.tokens["analyst"]).chat.completions.create(model=MODEL, messages=ASK)
+    # Each record says how the agent proved who it is.
+    records = await audit_records_when(door.state_dir, "analyst", 3)
+    assert [r["auth"] for r in records] == ["jwt", "jwt", "token"]
+
+
+async def test_records_name_no_auth_in_a_pod_without_identity(make_door: DoorFactory) -> None:
+    door = await make_door(identity=None)
+    script(door, oa_text("hello"))
+    await door.openai(door.tokens["analyst"]).chat.completions.create(model=MODEL, messages=ASK)
+    (record,) = await audit_records_when(door.state_dir, "analyst", 1)
+    assert "auth" not in record
 
 
 @pytest.mark.parametrize(
@@ -100,6 +111,7 @@ async def test_the_end_user_is_in_the_record_of_an_mcp_call(door: DoorPod) -> No
     assert not result.is_error
     (record,) = await audit_records_when(door.state_dir, "native", 1)
     assert record["mode"] == "native" and record["end_user"] == "bob"
+    assert record["auth"] == "jwt"
     assert user not in door.audit_text()
 
 

@@ -288,3 +288,26 @@ async def test_an_exchanged_token_is_not_kept_past_the_end_users_own(
         await tokens.client.close()
     assert registered.counts()[EXCHANGE] - before == 2
     secret_sweep.register(alice.token, *tokens.secrets())
+
+
+async def test_no_exchange_acts_for_an_end_user_after_their_token_expired(
+    registered: AuthorizationServerProcess, executor: ToolExecutor
+) -> None:
+    """The door verified alice's token; it expired while her long request ran (its ``exp`` is
+    past now). A tool acting on her behalf is refused, exchanged token cached or not: neither
+    the token endpoint nor the service hears of it."""
+    alice = end_user(registered, "alice", "alice-password-1")
+    async with protected_http_service(TokenCheck(registered.issuer, AUDIENCE)) as svc:
+        tool = oauth_tool(svc.url, exchange_auth(registered.token_url))
+        assert (await run(executor, tool, alice)).executed  # cached from now on
+        before, served = dict(registered.counts()), svc.check.calls
+        expired = EndUser(alice.subject, alice.issuer, time.time() - 1, alice.token)
+        outcome = await run(executor, tool, expired)
+        client_credentials_tool = oauth_tool(svc.url, client_credentials(registered.token_url))
+        agents_own = await run(executor, client_credentials_tool, expired)
+    assert outcome.error_code == "token_unavailable" and not outcome.executed
+    assert "token expired while the request ran" in outcome.envelope["error"]["message"]
+    assert agents_own.executed  # the agent's own credentials are not the end user's
+    assert registered.counts().get(EXCHANGE) == before.get(EXCHANGE)
+    assert svc.check.calls == served + 1  # the client-credentials call only
+    secret_sweep.register(alice.token)

@@ -10,6 +10,7 @@ from typing import Any
 import openai
 import pytest
 
+from clawpod.sidecar.model.end_user import EndUser, owner_of
 from clawpod.sidecar.state.stored_objects import OWNERS_FILE, StoredObjects, StoredRef
 from tests.sidecar.conftest import Pod, PodFactory
 from tests.support import responses as r
@@ -247,3 +248,26 @@ def test_a_hostile_provider_cannot_hand_one_agents_id_to_another(tmp_path: Path)
     assert store.record("bob", [StoredRef("response", "r" * 10_000)]) == []
     assert store.refusal("bob", StoredRef("conversation", "c" * 10_000)) == "unknown"
     store.close()
+
+
+def test_an_agents_end_users_share_its_bound_and_keep_their_ids_through_compaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPEC §21: ids are an end user's within the agent; a flood of end users is still held to
+    the agent's bound (not one bound each), and compaction keeps whose each id is."""
+    monkeypatch.setattr("clawpod.sidecar.state.stored_objects.STALE_LINES", 20)
+    user = EndUser("alice", "https://idp", 0.0, token="t")
+    alices = owner_of("analyst", user)
+    store = StoredObjects(tmp_path, max_per_agent=5)
+    store.record("other", [StoredRef("response", "resp_other")])
+    for n in range(100):
+        store.record(alices, [StoredRef("response", f"resp_{n}")])
+    store.record(owner_of("analyst", None), [StoredRef("response", "resp_agent")])
+    store.close()
+    again = StoredObjects(tmp_path, max_per_agent=5)
+    assert again.refusal(alices, StoredRef("response", "resp_99")) is None
+    assert again.refusal("analyst", StoredRef("response", "resp_99")) == "foreign"
+    assert again.refusal(alices, StoredRef("response", "resp_agent")) == "foreign"
+    assert again.owner(StoredRef("response", "resp_94")) is None  # the agent's bound: 5 ids
+    assert again.owner(StoredRef("response", "resp_other")) == "other"
+    again.close()

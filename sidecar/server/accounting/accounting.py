@@ -92,6 +92,7 @@ async def record_request(
         tool_trace=tool_trace,
         trace_id=None if tracing.tracer is None else tracing.current_trace_id(),
         end_user=ctx.end_user,
+        auth=ctx.auth,
     )
     if cost is not None:
         entry["cost_usd"] = round(cost, 9)

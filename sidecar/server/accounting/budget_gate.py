@@ -125,6 +125,7 @@ async def end_user_rate(state: SidecarState, end_user: EndUser | None) -> ApiErr
     limits = state.budgets.end_user_limits
     if end_user is None or limits is None or limits.requests is None:
         return None
+    state.budgets.note_end_user(end_user.subject)
     key = (user_subject(end_user.subject), "requests", 0)
     try:
         taken = await state.budgets.counters.take(key, limits.requests)

@@ -53,7 +53,7 @@ from ...identity.end_users import EndUserVerifier
 from ...identity.tokens import JwtVerifier, TokenRejected, key_sets
 from ...manifest import AgentBuild, Build, EdgeConfig, SidecarConfig
 from ...mcp.http import jsonrpc_error
-from ...model.end_user import EndUser
+from ...model.end_user import AuthKind, EndUser
 from ...model.errors import ApiError, internal_error
 from ...observability.logs import log_request
 from ...transport.client import HttpClient
@@ -109,19 +109,23 @@ class TokenVerifier:
             raise AuthError(403, NOT_AN_AGENT)
         return match
 
-    async def identify(self, headers: Mapping[str, str]) -> tuple[AgentBuild, EndUser | None]:
-        """The agent a request is from and the end user it is for (None: no end-user header,
-        or a pod that reads none). Raises ``AuthError``."""
+    async def identify(
+        self, headers: Mapping[str, str]
+    ) -> tuple[AgentBuild, EndUser | None, AuthKind | None]:
+        """The agent a request is from, the end user it is for (None: no end-user header, or a
+        pod that reads none) and, in a pod with ``identity``, how the agent proved who it is.
+        Raises ``AuthError``."""
         token = presented_token(headers)
         agent = self._static(token)
+        auth: AuthKind | None = None if self.agent_tokens is None else "token"
         if agent is None:
             if self.agent_tokens is None or token.count(".") != 2:
                 raise AuthError(403, NOT_AN_AGENT)
-            agent = await self._agent_of_jwt(self.agent_tokens, token)
+            agent, auth = await self._agent_of_jwt(self.agent_tokens, token), "jwt"
         if self.end_users is None:
-            return agent, None
+            return agent, None, auth
         try:
-            return agent, await self.end_users.verify(headers, agent.agent.id)
+            return agent, await self.end_users.verify(headers, agent.agent.id), auth
         except TokenRejected as exc:
             raise AuthError(
                 403, f"end user token refused: {exc}", "invalid_end_user_token"

@@ -115,7 +115,7 @@ def _aiohttp_llm_handler(route: LlmRoute, app: web.Application, *, routed: bool)
 async def _llm_request(exchange: Exchange, state: SidecarState, route: LlmRoute) -> None:
     started = time.monotonic()
     codec = route.codec
-    agent, end_user = await state.verifier.identify(exchange.headers)
+    agent, end_user, auth = await state.verifier.identify(exchange.headers)
     exchange.authenticated()
     if tracing.tracer is not None:
         tracing.name_agent(agent.agent.id)
@@ -131,6 +131,7 @@ async def _llm_request(exchange: Exchange, state: SidecarState, route: LlmRoute)
         budgeted=agent.agent.id in state.budgets.governed
         or (end_user is not None and state.budgets.applies(agent.agent.id, end_user)),
         end_user=end_user,
+        auth=auth,
     )
     with state.body_bytes.holding(agent.agent.id) as take:
         await _read_and_serve(exchange, state, route, ctx, take)
@@ -247,15 +248,15 @@ def _withheld(agent: AgentBuild, codec: Codec, body: dict[str, Any]) -> str | No
 
 
 def _check_stored_objects(ctx: RequestContext, exchange: Exchange, body: dict[str, Any]) -> None:
-    """Refuse a request that names a stored object this agent does not hold: every agent
-    shares the provider key, so the provider cannot refuse it (see ``stored_objects``)."""
+    """Refuse a request that names a stored object its owner (the agent, for its end user) does
+    not hold: every agent shares the provider key, so the provider cannot refuse it (see
+    ``stored_objects``)."""
     pairs = ctx.codec.stored_references(exchange.path_params, body)
     if not pairs:  # always, for a protocol without stored objects
         return
     referenced = refs(pairs)
-    agent = ctx.agent.agent.id
     for ref in referenced:
-        why = ctx.state.objects.refusal(agent, ref)
+        why = ctx.state.objects.refusal(ctx.owner, ref)
         if why is not None:
             ctx.note_objects(f"refused ({why})", [ref])
             raise ApiError(

@@ -273,7 +273,7 @@ async def _fail(exchange: Exchange, ctx: RequestContext, err: ApiError) -> None:
 
 
 def _track_stored_objects(ctx: RequestContext, status: int, parsed: Any) -> None:
-    """Bind what the provider stored to the agent; forget what it deleted."""
+    """Bind what the provider stored to the request's owner; forget what it deleted."""
     if status != 200:
         return
     if ctx.method == "DELETE":
@@ -281,7 +281,7 @@ def _track_stored_objects(ctx: RequestContext, status: int, parsed: Any) -> None
         deleted = parsed.get("id") if isinstance(parsed, dict) and parsed.get("deleted") else None
         for ref in ctx.objects:
             if ref["use"] == "referenced" and ref["id"] == deleted:
-                ctx.state.objects.forget(ctx.agent.agent.id, StoredRef(ref["kind"], ref["id"]))
+                ctx.state.objects.forget(ctx.owner, StoredRef(ref["kind"], ref["id"]))
         return
     ctx.record_objects(refs(ctx.codec.stored_ids(parsed)))
 

@@ -35,6 +35,7 @@ from ...mediation.commands import (
 )
 from ...mediation.engine import MediationEngine
 from ...model.conversation import ToolOutcome, refused
+from ...model.end_user import owner_of
 from ...state.continuity import StateWriteFailed
 from ...state.journal import Attempt, call_key, identities
 from ..accounting.accounting import report_state_write_failure
@@ -62,8 +63,7 @@ async def begin_attempt(
     one the codec cannot read, by its bytes."""
     agent = ctx.agent.agent.id
     conversation = engine.conversation if engine.prepare() is None else None
-    owner = agent if ctx.end_user is None else f"{agent}\x00end user\x00{ctx.end_user.subject}"
-    request, rewrite = identities(owner, ctx.codec.api, conversation, body)
+    request, rewrite = identities(owner_of(agent, ctx.end_user), ctx.codec.api, conversation, body)
     attempt = await ctx.state.journal.begin(agent, request, ctx.request_id, rewrite)
     return ExactlyOnce(ctx, plan, attempt)
 

@@ -58,14 +58,12 @@ async def handle_mediated(exchange: Exchange, ctx: RequestContext, body: dict[st
         withheld=quarantine.withheld(ctx.agent) if quarantine else (),
         taint_mode=state.config.taint.mode if state.config.taint is not None else "off",
         untrusted=plan.untrusted,
+        end_user=ctx.end_user,
     )
     for _ in engine.prepared_in_slices():  # other requests run between a long one's slices
         await asyncio.sleep(0)
-    once = (
-        await begin_attempt(ctx, plan, engine, body)
-        if plan.side_effects
-        else Unjournaled(ctx, plan)
-    )
+    journaled = plan.side_effects  # a tool with side effects: exactly once (exactly_once.py)
+    once = await begin_attempt(ctx, plan, engine, body) if journaled else Unjournaled(ctx, plan)
     # Its own task: a cancelled handler must not cut a loop (and its audit) short.
     await state.tasks.run(_Driver(exchange, ctx, engine, once).run())
 

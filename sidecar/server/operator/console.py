@@ -402,13 +402,15 @@ async def limits_page(request: web.Request, session: Session) -> web.StreamRespo
     state = request.app[STATE_KEY]
     try:
         budgets, unreachable = await console_data.budgets(state), False
+        end_users = await console_data.end_users(state)
     except SharedLimitsUnavailable:  # fail-closed, and the store away: nothing to show
-        budgets, unreachable = [], True
+        budgets, end_users, unreachable = [], None, True
     return _page(
         request,
         "limits.html.j2",
         session=session,
         budgets=budgets,
+        end_users=end_users,
         store_unreachable=unreachable,
         rates=console_data.rate_limits(state),
     )

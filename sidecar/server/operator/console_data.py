@@ -22,6 +22,8 @@ from ..request.context import SidecarState
 AUDIT_TAIL_BYTES = 4 * 1024 * 1024
 MAX_RECORDS = 500
 DEFAULT_RECORDS = 50
+# The end users the limits page lists, by spending; the rest are counted.
+TOP_END_USERS = 50
 GLOB_CHARACTERS = frozenset("*?[")
 MAX_VERIFIED_BYTES = 64 * 1024 * 1024  # about a second of one core
 
@@ -202,6 +204,32 @@ async def budgets(state: SidecarState) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+async def end_users(state: SidecarState) -> dict[str, Any] | None:
+    """Without ``end-user-limits``: None. Else each end user's limits, the ``TOP_END_USERS``
+    spending most today (tokens and USD spent and left, the requests their rate has left now:
+    None while untouched, i.e. full) and how many more there are. Raises
+    ``SharedLimitsUnavailable``."""
+    limits = state.budgets.end_user_limits
+    if limits is None:
+        return None
+    tokens, usd = limits.tokens_per_day, limits.usd_per_day
+    rows, more = await state.budgets.end_users_today(TOP_END_USERS)
+    for row in rows:
+        row["tokens_left"] = None if tokens is None else max(0, tokens - row["tokens"])
+        row["usd_left"] = None if usd is None else round(max(0.0, usd - row["usd"]), 6)
+        row["usd"] = round(row["usd"], 6)
+        left = row["requests_left"]
+        row["requests_left"] = None if left is None else int(left)
+    rate = limits.requests
+    return {
+        "tokens": tokens,
+        "usd": usd,
+        "rate": None if rate is None else f"{rate.count}/{rate.per}",
+        "top": rows,
+        "more": more,
+    }
 
 
 def rate_limits(state: SidecarState) -> list[dict[str, Any]]:

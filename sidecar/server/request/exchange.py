@@ -19,7 +19,7 @@ from aiohttp import web
 
 from ...codecs.base import Codec
 from ...manifest import AgentBuild, Provider
-from ...model.end_user import EndUser
+from ...model.end_user import AuthKind, EndUser, owner_of
 from ...model.errors import ApiError
 from ...model.token_estimate import request_tokens
 from ...request_body import no_accounting, read_body_once
@@ -190,10 +190,15 @@ class RequestContext:
             key,
         )
 
+    @property
+    def owner(self) -> str:
+        """Whose remembered state the request may use: its agent's, for its end user."""
+        return owner_of(self.agent.agent.id, self.end_user)
+
     def record_objects(self, refs: list[StoredRef]) -> None:
-        """Bind objects the provider stored for this request to its agent."""
+        """Bind objects the provider stored for this request to its owner (agent, end user)."""
         if refs:
-            self.note_objects("created", self.state.objects.record(self.agent.agent.id, refs))
+            self.note_objects("created", self.state.objects.record(self.owner, refs))
 
     audit_extra: dict[str, Any] | None = None  # fields the request's audit record adds
     targets: list[tuple[str, Provider, str | None]] = field(default_factory=list)
@@ -216,3 +221,5 @@ class RequestContext:
     (#32, SPEC §21)."""
     end_user: EndUser | None = None
     """The verified end user the request is for (SPEC §21): audited, budgeted, passed to tools."""
+    auth: AuthKind | None = None
+    """How the agent proved who it is, in a pod with ``identity`` (audited, SPEC §21)."""
