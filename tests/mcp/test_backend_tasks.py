@@ -9,8 +9,11 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
+from openai import AsyncOpenAI
 
 from clawpod.cli.discover import fetch_descriptor
 from clawpod.sidecar.manifest import ToolPolicy
@@ -19,6 +22,7 @@ from tests.mcp.test_backends import mcp_tools
 from tests.support.builds import AgentSpec, providers_for, write_build
 from tests.support.mcp_task_service import TaskService, running_task_service
 from tests.support.sidecar import TEST_PROVIDER_KEYS, RunningSidecar, start_sidecar
+from tests.support.upstream import Reply, StubUpstream, openai_completion
 
 ENV = {**TEST_PROVIDER_KEYS, "DESK_TOKEN": "reports-service-token"}
 
@@ -78,3 +82,65 @@ async def test_a_backend_task_past_the_tool_timeout_is_cancelled_at_the_service(
         await asyncio.sleep(0.02)
     assert reports.service.cancelled == [task_id]
     assert reports.service.tasks[task_id]["status"] == "cancelled" and reports.service.runs == 0
+
+
+def _round_of_calls(*calls: tuple[str, dict[str, Any]]) -> Reply:
+    """An OpenAI reply asking for these tool calls in one round."""
+    body = openai_completion("")
+    body["choices"][0]["message"] = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": f"call_{n}",
+                "type": "function",
+                "function": {"name": name, "arguments": orjson.dumps(arguments).decode()},
+            }
+            for n, (name, arguments) in enumerate(calls)
+        ],
+    }
+    body["choices"][0]["finish_reason"] = "tool_calls"
+    return Reply.json(body)
+
+
+async def test_a_mixed_round_gives_only_the_long_running_call_the_tool_budget(
+    tmp_path: Path,
+) -> None:
+    """``x-claw.long-running`` (§22) lengthens its own call's wait, not its round's: the other
+    call of the round keeps its tool timeout."""
+    async with running_task_service() as service, StubUpstream() as upstream:
+        descriptor = await fetch_descriptor(service.url, None, {})
+        tools = [
+            tool.model_copy(update={"long_running": tool.name == "desk.slow_report" or None})
+            for tool in mcp_tools(descriptor, service.url)
+        ]
+        policy = ToolPolicy(timeout_per_tool_ms=1000, total_timeout_ms=60000)
+        agents = [AgentSpec("mediated", tools=tools, mode="mediated", policy=policy)]
+        providers = providers_for(openai_url=upstream.openai_url)
+        tokens = write_build(tmp_path / "build", agents, providers)
+        sidecar = await start_sidecar(tmp_path / "build", tmp_path / "state", env=ENV)
+        try:
+            both = _round_of_calls(
+                ("desk_slow_report", {"topic": "q3"}), ("desk_held_lookup", {"symbol": "A"})
+            )
+            upstream.enqueue("openai", both)
+            upstream.enqueue("openai", Reply.json(openai_completion("done")))
+            client = AsyncOpenAI(base_url=sidecar.openai_base_url, api_key=tokens["mediated"])
+            asked = asyncio.ensure_future(
+                client.chat.completions.create(
+                    model="gpt-4o-mini", messages=[{"role": "user", "content": "report"}]
+                )
+            )
+            # Each poll of the report's task waits at least 50 ms: 60 of them outlast the
+            # lookup's 1 s timeout, whatever the machine's speed.
+            while service.polls < 60 and not asked.done():
+                await asyncio.sleep(0.02)
+            service.release.set()
+            answer = await asyncio.wait_for(asked, 60)
+        finally:
+            await sidecar.close()
+    assert answer.choices[0].message.content == "done"
+    results = [m for m in upstream.received[1].json["messages"] if m["role"] == "tool"]
+    report, lookup = (orjson.loads(m["content"]) for m in results)
+    assert report["ok"] is True and report["data"] == {"topic": "q3", "pages": 12}
+    assert lookup["ok"] is False and lookup["error"]["code"] == "timeout"

@@ -1,7 +1,8 @@
 """An MCP service that runs a tool as a task (SEP-2663), built with the official SDK's server
 and its extension interface (``mcp.server.extension``): ``slow_report`` answers a client that
 declares ``io.modelcontextprotocol/tasks`` with a task, finished when the test releases it;
-``tasks/get`` and ``tasks/cancel`` are the extension's methods. It records what it was asked."""
+``tasks/get`` and ``tasks/cancel`` are the extension's methods; ``held_lookup``, a plain call,
+also answers once released. It records what it was asked."""
 
 from __future__ import annotations
 
@@ -110,6 +111,14 @@ async def running_task_service() -> AsyncIterator[TaskService]:
     )
     async def slow_report(topic: str) -> dict[str, Any]:
         return await slow_report_body(service, topic)
+
+    @server.tool(
+        description="A lookup that answers once the test releases it (never as a task).",
+        annotations=types.ToolAnnotations(read_only_hint=True),
+    )
+    async def held_lookup(symbol: str) -> dict[str, Any]:
+        await service.release.wait()
+        return {"symbol": symbol}
 
     app = server.streamable_http_app(json_response=True)
     sock = socket.socket()

@@ -154,7 +154,7 @@ class ExactlyOnce:
 
         try:
             limits = CallLimits(
-                timeout_s=min(command.timeout_s, remaining),
+                timeout_s=min(command.call_timeout_s(execution), remaining),
                 max_result_bytes=command.max_result_bytes,
                 idempotency_key=idempotency_key(
                     self.ctx.state.config.pod,
