@@ -13,7 +13,7 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -245,10 +245,15 @@ class McpBackends:
         started: float,
         idempotency_key: str | None = None,
         end_user: EndUser | None = None,
+        task_started: Callable[[str], Awaitable[None]] | None = None,
+        resumed_task: str | None = None,
     ) -> ToolOutcome:
+        """``task_started``: told the id of the task the service runs the call as (SPEC §22),
+        before it is polled. ``resumed_task``: the call is already that task at the service
+        (journaled before a restart): it is polled, never sent again (§8.2)."""
         from mcp.shared.exceptions import MCPError
 
-        from .mcp_tasks import BackendTaskFailed
+        from .mcp_tasks import TASK_STARTED, BackendTaskFailed, poll_task
 
         execution = tool.execution
         key = self.key_for(execution, tool, end_user)
@@ -269,7 +274,16 @@ class McpBackends:
         try:
             with bounded(result_bound(max_result_bytes)) as bound:
                 async with asyncio.timeout(timeout_s):
-                    result = await client.call_tool(execution.tool or "", arguments, meta=meta)
+                    if resumed_task is not None:
+                        result = await poll_task(client.session, resumed_task)
+                    else:
+                        reset = TASK_STARTED.set(task_started)
+                        try:
+                            result = await client.call_tool(
+                                execution.tool or "", arguments, meta=meta
+                            )
+                        finally:
+                            TASK_STARTED.reset(reset)
         except TimeoutError:
             message = f"the service did not answer within {timeout_s:g} s"
             return failed("timeout", message, True, started)

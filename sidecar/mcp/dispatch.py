@@ -317,7 +317,8 @@ class McpDispatch:
 
     def resume(self, tasks: list[NativeTask]) -> None:
         """Run again, after a restart, the tasks whose calls were never sent (they waited for
-        an approval, which the approval store kept)."""
+        an approval, which the approval store kept); poll, for those whose call is a task at
+        its MCP service, that task (their call is never sent again, §8.2)."""
         for task in tasks:
             agent = self._agents.get(task.agent)
             tool = self._tools_of(agent)[1].get(task.name) if agent is not None else None
@@ -331,7 +332,32 @@ class McpDispatch:
             # A client that answered its approvals itself is asked again, not the operator.
             approvals = ApprovalChannel(stateless=True) if task.client_answers else None
             request = McpRequest(agent, task.version, message, False, approvals)
-            self._launch(task, request, params, tool)
+            if task.sent:
+                self.native_tasks.start(task, self._polled(request, params, tool, task))
+            else:
+                self._launch(task, request, params, tool)
+
+    async def _polled(
+        self, request: McpRequest, params: CallToolParams, tool: ManagedTool, task: NativeTask
+    ) -> dict[str, Any]:
+        """The outcome of a task's call its MCP service runs as a task of its own, journaled
+        before a restart: that task is polled within the tool's timeout, as the call was."""
+        policy = request.agent.tools.policy
+        checked = self._executor.check(tool, params.arguments, str(request.message.id))
+        if isinstance(checked, ToolOutcome):  # its arguments no longer pass: not polled
+            outcome = refused(
+                "outcome_unknown", f"not polled after a restart: {checked.error_code}"
+            )
+        else:
+            limits = CallLimits(
+                timeout_s=policy.timeout_per_tool_ms / 1000,
+                max_result_bytes=policy.max_tool_result_bytes,
+                resumed_task=task.backend_task,
+            )
+            outcome = await self._executor.executor.execute(request.agent.agent.id, checked, limits)
+        await self._audit_call(request, params, tool, outcome)
+        self._metrics.tasks.labels(event="finished").inc()
+        return tool_result(outcome, request.version)
 
     # -- the tools -------------------------------------------------------------------------------
 
@@ -416,6 +442,7 @@ class McpDispatch:
             limits = CallLimits(
                 timeout_s=policy.timeout_per_tool_ms / 1000,
                 max_result_bytes=policy.max_tool_result_bytes,
+                task_started=hooks.task_started if hooks else None,
                 # Every call with side effects carries one (SPEC §8.2): this call's own, named
                 # after its audit record, never repeated by another call with the same
                 # JSON-RPC id.

@@ -6,6 +6,7 @@ extension built on its extension interface (``tests/support/mcp_task_service.py`
 from __future__ import annotations
 
 import asyncio
+import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +20,11 @@ from clawpod.cli.discover import fetch_descriptor
 from clawpod.sidecar.manifest import ToolPolicy
 from tests.mcp.conftest import mcp_client
 from tests.mcp.test_backends import mcp_tools
+from tests.mcp.test_tasks import poll, poll_until, start_task, task_result
 from tests.support.builds import AgentSpec, providers_for, write_build
 from tests.support.mcp_task_service import TaskService, running_task_service
 from tests.support.sidecar import TEST_PROVIDER_KEYS, RunningSidecar, start_sidecar
+from tests.support.sidecar_process import sidecar_process
 from tests.support.upstream import Reply, StubUpstream, openai_completion
 
 ENV = {**TEST_PROVIDER_KEYS, "DESK_TOKEN": "reports-service-token"}
@@ -144,3 +147,91 @@ async def test_a_mixed_round_gives_only_the_long_running_call_the_tool_budget(
     report, lookup = (orjson.loads(m["content"]) for m in results)
     assert report["ok"] is True and report["data"] == {"topic": "q3", "pages": 12}
     assert lookup["ok"] is False and lookup["error"]["code"] == "timeout"
+
+
+async def test_a_backend_task_is_polled_again_after_a_crash_never_sent_again(
+    tmp_path: Path,
+) -> None:
+    """A native task whose call its service runs as a task (§22), the sidecar killed while it
+    polls: the restart polls the same service task to its result; the call went once (§8.2)."""
+    async with running_task_service() as service:
+        descriptor = await fetch_descriptor(service.url, None, {})
+        policy = ToolPolicy(timeout_per_tool_ms=60000)
+        tools = mcp_tools(descriptor, service.url)
+        agents = [AgentSpec("native", tools=tools, mode="native", policy=policy)]
+        tokens = write_build(
+            tmp_path / "build", agents, providers_for(openai_url="http://127.0.0.1:9/v1")
+        )
+        state = tmp_path / "state"
+        async with sidecar_process(tmp_path / "build", state, ENV) as running:
+            async with mcp_client(running.url + "/mcp", tokens["native"]) as client:
+                task = await start_task(client, "desk_slow_report", {"topic": "q3"})
+                while not service.polls:  # its service task id is journaled before any poll
+                    await asyncio.sleep(0.02)
+            running.process.send_signal(signal.SIGKILL)
+            await running.process.wait()
+        polls_before = service.polls
+        async with (
+            sidecar_process(tmp_path / "build", state, ENV) as running,
+            mcp_client(running.url + "/mcp", tokens["native"]) as client,
+        ):
+            # The restarted sidecar polls the same task (or has given up on it).
+            while service.polls == polls_before:
+                if (await poll(client, task.task_id)).status in ("completed", "failed"):
+                    break
+                await asyncio.sleep(0.02)
+            service.release.set()
+            after = await poll_until(client, task.task_id, "completed", "failed")
+            result = await task_result(client, task.task_id)
+    assert after.status == "completed"
+    assert result.structured_content["data"] == {"topic": "q3", "pages": 12}
+    assert len(service.tasks) == 1 and service.runs == 1
+
+
+async def test_a_mediated_retry_after_a_crash_polls_the_backend_task_it_sent(
+    tmp_path: Path,
+) -> None:
+    """A mediated call with side effects its service runs as a task (§22), the sidecar killed
+    while it polls: the runner's retry resumes the journal (§8.2), and the sidecar polls the
+    same service task for the outcome instead of calling it unknown or sending it again."""
+    async with running_task_service() as service, StubUpstream() as upstream:
+        descriptor = await fetch_descriptor(service.url, None, {})
+        policy = ToolPolicy(timeout_per_tool_ms=60000)
+        tools = mcp_tools(descriptor, service.url)
+        agents = [AgentSpec("mediated", tools=tools, mode="mediated", policy=policy)]
+        providers = providers_for(openai_url=upstream.openai_url)
+        tokens = write_build(tmp_path / "build", agents, providers)
+        upstream.enqueue("openai", _round_of_calls(("desk_slow_order", {"symbol": "NVDA"})))
+        upstream.enqueue("openai", Reply.json(openai_completion("ordered")))
+        state = tmp_path / "state"
+        messages: Any = [{"role": "user", "content": "buy NVDA"}]
+        async with sidecar_process(tmp_path / "build", state, ENV) as running:
+            client = AsyncOpenAI(
+                base_url=running.url + "/v1", api_key=tokens["mediated"], max_retries=0
+            )
+            asked = asyncio.ensure_future(
+                client.chat.completions.create(model="gpt-4o-mini", messages=messages)
+            )
+            while not service.polls:  # its service task id is journaled before any poll
+                await asyncio.sleep(0.02)
+            running.process.send_signal(signal.SIGKILL)
+            await running.process.wait()
+            with pytest.raises(Exception):  # noqa: B017 - the connection died with the sidecar
+                await asked
+        polls_before = service.polls
+        async with sidecar_process(tmp_path / "build", state, ENV) as running:
+            client = AsyncOpenAI(
+                base_url=running.url + "/v1", api_key=tokens["mediated"], max_retries=0
+            )
+            retried = asyncio.ensure_future(
+                client.chat.completions.create(model="gpt-4o-mini", messages=messages)
+            )
+            while service.polls == polls_before and not retried.done():
+                await asyncio.sleep(0.02)
+            service.release.set()
+            answer = await asyncio.wait_for(retried, 60)
+    assert answer.choices[0].message.content == "ordered"
+    [result] = [m for m in upstream.received[-1].json["messages"] if m["role"] == "tool"]
+    envelope = orjson.loads(result["content"])
+    assert envelope["ok"] is True and envelope["data"] == {"topic": "NVDA", "pages": 12}
+    assert len(service.tasks) == 1 and service.runs == 1
