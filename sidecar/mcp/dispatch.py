@@ -224,8 +224,7 @@ class McpDispatch:
         task = self._task(request)
         if task.terminal:
             raise JsonRpcError(INVALID_PARAMS, f"Cannot cancel task: it is already {task.status}")
-        await self.native_tasks.cancel(task)
-        self._metrics.tasks.labels(event="cancelled").inc()
+        await self._cancel(request, task)
         return task_2025(task)
 
     async def list_tasks(self, request: McpRequest) -> dict[str, Any]:
@@ -253,9 +252,22 @@ class McpDispatch:
     async def cancel_task_stateless(self, request: McpRequest) -> dict[str, Any]:
         task = self._task(request, strict=False)
         if task is not None and not task.terminal:
-            await self.native_tasks.cancel(task)
-            self._metrics.tasks.labels(event="cancelled").inc()
+            await self._cancel(request, task)
         return complete({})
+
+    async def _cancel(self, request: McpRequest, task: NativeTask) -> None:
+        """Cancel the agent's task. A call never sent is audited here: its run, cancelled
+        before the call left, writes no record of its own."""
+        unsent = not task.sent
+        await self.native_tasks.cancel(task)
+        self._metrics.tasks.labels(event="cancelled").inc()
+        if unsent:
+            params = CallToolParams(name=task.name, arguments=task.arguments)
+            message = Message("request", task.request_id, "tools/call", params.model_dump())
+            asked = dataclasses.replace(request, message=message)
+            tool = self._tools_of(request.agent)[1].get(task.name)
+            reason = f"task {task.id} was cancelled by its client before its call was sent"
+            await self._audit_call(asked, params, tool, refused("cancelled", reason))
 
     def _task(self, request: McpRequest, *, strict: bool = True) -> Any:
         """The agent's own task the request names; another agent's is as unknown as a made-up
