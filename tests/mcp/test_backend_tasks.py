@@ -17,7 +17,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from clawpod.cli.discover import fetch_descriptor
-from clawpod.sidecar.manifest import ToolPolicy
+from clawpod.sidecar.manifest import ManagedTool, ToolPolicy
 from tests.mcp.conftest import mcp_client
 from tests.mcp.test_backends import mcp_tools
 from tests.mcp.test_tasks import poll, poll_until, start_task, task_result
@@ -30,6 +30,16 @@ from tests.support.upstream import Reply, StubUpstream, openai_completion
 ENV = {**TEST_PROVIDER_KEYS, "DESK_TOKEN": "reports-service-token"}
 
 
+def task_tools(
+    descriptor: dict[str, Any], url: str, long_running: bool = True
+) -> list[ManagedTool]:
+    """The service's tools as the build has them, its slow ones marked long-running."""
+    return [
+        tool.model_copy(update={"long_running": (long_running and "slow" in tool.name) or None})
+        for tool in mcp_tools(descriptor, url)
+    ]
+
+
 @dataclass
 class ReportsPod:
     service: TaskService
@@ -39,10 +49,11 @@ class ReportsPod:
 
 @pytest.fixture
 async def reports(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[ReportsPod]:
-    timeout_ms = getattr(request, "param", 30000)
+    timeout_ms, long_running = getattr(request, "param", (30000, True))
     async with running_task_service() as service:
         descriptor = await fetch_descriptor(service.url, None, {})
-        tools = mcp_tools(descriptor, service.url)  # a bearer credential it ignores
+        # A bearer credential it ignores.
+        tools = task_tools(descriptor, service.url, long_running)
         agents = [
             AgentSpec(
                 "native",
@@ -73,7 +84,23 @@ async def test_a_backend_task_is_polled_to_its_result(reports: ReportsPod) -> No
     assert len(reports.service.tasks) == 1 and reports.service.runs == 1
 
 
-@pytest.mark.parametrize("reports", [1000], indirect=True)
+@pytest.mark.parametrize("reports", [(30000, False)], indirect=True)
+async def test_a_tool_not_long_running_nor_advertised_is_called_without_tasks(
+    reports: ReportsPod,
+) -> None:
+    """The tasks extension is declared only on the calls that may run as tasks (a long-running
+    tool, or one the service lists with task support): any other call is a plain call."""
+    async with mcp_client(reports.sidecar.url + "/mcp", reports.tokens["native"]) as client:
+        call = asyncio.ensure_future(client.call_tool("desk_slow_report", {"topic": "q1"}))
+        while not reports.service.started and not call.done():
+            await asyncio.sleep(0.02)
+        reports.service.release.set()
+        result = await call
+    assert result.structured_content["data"] == {"topic": "q1", "pages": 12}
+    assert reports.service.tasks == {} and reports.service.runs == 1
+
+
+@pytest.mark.parametrize("reports", [(1000, True)], indirect=True)
 async def test_a_backend_task_past_the_tool_timeout_is_cancelled_at_the_service(
     reports: ReportsPod,
 ) -> None:
@@ -113,10 +140,7 @@ async def test_a_mixed_round_gives_only_the_long_running_call_the_tool_budget(
     call of the round keeps its tool timeout."""
     async with running_task_service() as service, StubUpstream() as upstream:
         descriptor = await fetch_descriptor(service.url, None, {})
-        tools = [
-            tool.model_copy(update={"long_running": tool.name == "desk.slow_report" or None})
-            for tool in mcp_tools(descriptor, service.url)
-        ]
+        tools = task_tools(descriptor, service.url)
         policy = ToolPolicy(timeout_per_tool_ms=1000, total_timeout_ms=60000)
         agents = [AgentSpec("mediated", tools=tools, mode="mediated", policy=policy)]
         providers = providers_for(openai_url=upstream.openai_url)
@@ -157,7 +181,7 @@ async def test_a_backend_task_is_polled_again_after_a_crash_never_sent_again(
     async with running_task_service() as service:
         descriptor = await fetch_descriptor(service.url, None, {})
         policy = ToolPolicy(timeout_per_tool_ms=60000)
-        tools = mcp_tools(descriptor, service.url)
+        tools = task_tools(descriptor, service.url)
         agents = [AgentSpec("native", tools=tools, mode="native", policy=policy)]
         tokens = write_build(
             tmp_path / "build", agents, providers_for(openai_url="http://127.0.0.1:9/v1")
@@ -197,7 +221,7 @@ async def test_a_mediated_retry_after_a_crash_polls_the_backend_task_it_sent(
     async with running_task_service() as service, StubUpstream() as upstream:
         descriptor = await fetch_descriptor(service.url, None, {})
         policy = ToolPolicy(timeout_per_tool_ms=60000)
-        tools = mcp_tools(descriptor, service.url)
+        tools = task_tools(descriptor, service.url)
         agents = [AgentSpec("mediated", tools=tools, mode="mediated", policy=policy)]
         providers = providers_for(openai_url=upstream.openai_url)
         tokens = write_build(tmp_path / "build", agents, providers)

@@ -34,7 +34,8 @@ class TaskIdParams(types.RequestParams):
 class TaskService:
     url: str = ""
     release: asyncio.Event = field(default_factory=asyncio.Event)
-    runs: int = 0  # slow_report bodies that ran to their end
+    started: int = 0  # slow_report and slow_order bodies begun
+    runs: int = 0  # ... and ran to their end
     tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
     polls: int = 0
     cancelled: list[str] = field(default_factory=list)
@@ -98,6 +99,7 @@ class ServerTasks(Extension):
 
 
 async def slow_report_body(service: TaskService, topic: str) -> dict[str, Any]:
+    service.started += 1
     await service.release.wait()
     service.runs += 1
     return {"topic": topic, "pages": 12}
