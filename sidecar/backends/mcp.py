@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +61,9 @@ class BackendKey:
     credential: tuple[str, str] | None
     oauth: ToolAuth | None = None
     end_user: tuple[str, str] | None = None  # (issuer, subject)
+    tasks: bool = False
+    """Opened with the tasks extension (SPEC §22): for the calls the sidecar lets the service
+    run as tasks (:meth:`McpBackends.runs_as_task`), the others go without it."""
 
 
 class OAuthBearer:
@@ -148,7 +152,7 @@ class _Connection:
                 Client(
                     streamable_http_client(self.key.endpoint, http_client=http),
                     # Calls a service runs as tasks are polled here (SPEC §22).
-                    extensions=[backend_tasks()],
+                    extensions=[backend_tasks()] if self.key.tasks else [],
                 ) as client,
             ):
                 self.ready.set_result(client)
@@ -176,6 +180,16 @@ class McpBackends:
         self._connections: dict[BackendKey, _Connection] = {}
         self.tokens = tokens if tokens is not None else ServiceTokens(env)
         self._token_endpoints = TokenEndpoints()
+        # Per endpoint, the tools its listing says support tasks (`execution.taskSupport`).
+        self._task_support: dict[str, frozenset[str]] = {}
+
+    def runs_as_task(self, tool: ManagedTool) -> bool:
+        """Whether a call of ``tool`` declares the tasks extension, letting the service answer
+        with a task: a tool the pod marks long-running, or one the service's listing says
+        supports tasks. Other calls are plain calls, bound by the tool timeout as always."""
+        execution = tool.execution
+        advertised = self._task_support.get(execution.endpoint, frozenset())
+        return bool(tool.long_running) or (execution.tool or "") in advertised
 
     def key_for(
         self, execution: Execution, tool: ManagedTool, end_user: EndUser | None = None
@@ -233,7 +247,11 @@ class McpBackends:
         bearer = None
         if key.oauth is not None:
             bearer = await self._bearer(key, None, LIST_TIMEOUT_S)
-        return await all_tools(await self.client(key, bearer))
+        tools = await all_tools(await self.client(key, bearer))
+        self._task_support[key.endpoint] = frozenset(
+            tool.name for tool in tools if _task_support(tool) in ("optional", "required")
+        )
+        return tools
 
     async def call(
         self,
@@ -245,13 +263,20 @@ class McpBackends:
         started: float,
         idempotency_key: str | None = None,
         end_user: EndUser | None = None,
+        task_started: Callable[[str], Awaitable[None]] | None = None,
+        resumed_task: str | None = None,
     ) -> ToolOutcome:
+        """``task_started``: told the id of the task the service runs the call as (SPEC §22),
+        before it is polled. ``resumed_task``: the call is already that task at the service
+        (journaled before a restart): it is polled, never sent again (§8.2)."""
         from mcp.shared.exceptions import MCPError
 
-        from .mcp_tasks import BackendTaskFailed
+        from .mcp_tasks import TASK_STARTED, BackendTaskFailed, poll_task
 
         execution = tool.execution
         key = self.key_for(execution, tool, end_user)
+        if resumed_task is not None or self.runs_as_task(tool):
+            key = dataclasses.replace(key, tasks=True)
         bearer = None
         if key.oauth is not None:
             try:
@@ -269,7 +294,16 @@ class McpBackends:
         try:
             with bounded(result_bound(max_result_bytes)) as bound:
                 async with asyncio.timeout(timeout_s):
-                    result = await client.call_tool(execution.tool or "", arguments, meta=meta)
+                    if resumed_task is not None:
+                        result = await poll_task(client.session, resumed_task)
+                    else:
+                        reset = TASK_STARTED.set(task_started)
+                        try:
+                            result = await client.call_tool(
+                                execution.tool or "", arguments, meta=meta
+                            )
+                        finally:
+                            TASK_STARTED.reset(reset)
         except TimeoutError:
             message = f"the service did not answer within {timeout_s:g} s"
             return failed("timeout", message, True, started)
@@ -335,6 +369,12 @@ async def all_tools(client: Client) -> list[types.Tool]:
             raise ListingRefused("the service repeated a page cursor (an endless listing)")
         seen.add(cursor)
     raise ListingRefused(f"the service's tool list runs past {MAX_LIST_PAGES} pages")
+
+
+def _task_support(tool: types.Tool) -> str | None:
+    """A listed tool's ``execution.taskSupport`` (2025-11-25), where its listing kept one."""
+    execution = getattr(tool, "execution", None)
+    return getattr(execution, "task_support", None)
 
 
 def _protocol_error(exc: MCPError, started: float) -> ToolOutcome:

@@ -8,6 +8,9 @@ included, and is checked like any result.
 
 The official client's extension interface carries it: a ``ResultClaim`` on ``tools/call`` whose
 resolver drives the polls, so :mod:`.mcp`'s ``call_tool`` returns the task's final result. The
+resolver first tells the call's caller the task id (:data:`TASK_STARTED`, set around the call),
+which journals it: after a restart the sidecar polls that task (:func:`poll_task`) instead of
+sending the call again (§8.2). The
 SDK is imported when the first MCP connection opens (:func:`backend_tasks`), as :mod:`.mcp`
 imports it: a sidecar without MCP tools never pays for it.
 """
@@ -16,13 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    import mcp_types as types
     from mcp.client.extension import ClientExtension
+    from mcp.client.session import ClientSession
 
 log = logging.getLogger(__name__)
 
@@ -35,20 +41,45 @@ CANCEL_TIMEOUT_S = 5.0
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
 
+TASK_STARTED: contextvars.ContextVar[Callable[[str], Awaitable[None]] | None] = (
+    contextvars.ContextVar("backend_task_started", default=None)
+)
+"""Set around one ``tools/call``: told the id of the task the service runs it as, before the
+first poll (its caller journals it)."""
+
+
 class BackendTaskFailed(Exception):
     """The service's task ended failed or cancelled: the call has no result."""
 
 
+async def poll_task(session: ClientSession, task_id: str) -> types.CallToolResult:
+    """The final result of a task the service already runs (one a restart found journaled):
+    polled as a fresh call's task is, never sent again."""
+    return await _sdk().poll(session, task_id, None)
+
+
+class _Sdk:
+    """What is built on the SDK's types, once: the extension and the poll loop it shares with
+    :func:`poll_task`."""
+
+    def __init__(
+        self,
+        extension: type[ClientExtension],
+        poll: Callable[[ClientSession, str, int | None], Awaitable[types.CallToolResult]],
+    ) -> None:
+        self.extension = extension
+        self.poll = poll
+
+
 def backend_tasks() -> ClientExtension:
     """The extension an MCP backend connection is opened with."""
-    return _extension_class()()
+    return _sdk().extension()
 
 
 @functools.cache
-def _extension_class() -> type[ClientExtension]:
+def _sdk() -> _Sdk:
     import mcp_types as types
     from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
-    from mcp.client.session import ClientSession
     from pydantic import ConfigDict, Field
 
     class CreatedTask(types.Result):
@@ -88,27 +119,38 @@ def _extension_class() -> type[ClientExtension]:
             return [ResultClaim(result_type="task", model=CreatedTask, resolve=self.resolve)]
 
         async def resolve(self, created: CreatedTask, ctx: ClaimContext) -> types.CallToolResult:
-            session, task_id = ctx.session, created.task_id
-            interval = created.poll_interval_milliseconds
-            try:
-                while True:
-                    await asyncio.sleep(_poll_s(interval))
-                    state = await session.send_request(
-                        GetTask(params=TaskParams(task_id=task_id)), TaskState
-                    )
-                    fields = state.model_extra or {}
-                    status = fields.get("status")
-                    if status == "completed":
-                        return types.CallToolResult.model_validate(fields.get("result") or {})
-                    if status in TERMINAL:
-                        raise BackendTaskFailed(_why(fields))
-                    raw = fields.get("pollIntervalMilliseconds")
-                    interval = raw if isinstance(raw, int) else interval
-            except asyncio.CancelledError:
-                await forward_cancel(session, task_id)
-                raise
+            started = TASK_STARTED.get()
+            if started is not None:
+                try:
+                    await started(created.task_id)
+                except BaseException:
+                    await forward_cancel(ctx.session, created.task_id)
+                    raise
+            return await poll(ctx.session, created.task_id, created.poll_interval_milliseconds)
 
-    return BackendTasks
+    async def poll(
+        session: ClientSession, task_id: str, interval: int | None
+    ) -> types.CallToolResult:
+        """``tasks/get`` until the task ends; a wait given up cancels it at the service."""
+        try:
+            while True:
+                await asyncio.sleep(_poll_s(interval))
+                state = await session.send_request(
+                    GetTask(params=TaskParams(task_id=task_id)), TaskState
+                )
+                fields = state.model_extra or {}
+                status = fields.get("status")
+                if status == "completed":
+                    return types.CallToolResult.model_validate(fields.get("result") or {})
+                if status in TERMINAL:
+                    raise BackendTaskFailed(_why(fields))
+                raw = fields.get("pollIntervalMilliseconds")
+                interval = raw if isinstance(raw, int) else interval
+        except asyncio.CancelledError:
+            await forward_cancel(session, task_id)
+            raise
+
+    return _Sdk(BackendTasks, poll)
 
 
 def _poll_s(interval_ms: int | None) -> float:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -182,6 +182,12 @@ class CallLimits:
     max_result_bytes: int
     idempotency_key: str | None = None
     """Sent with a call that is neither read-only nor idempotent (SPEC §8.2)."""
+    task_started: Callable[[str], Awaitable[None]] | None = None
+    """Told the id of the task an MCP service runs the call as, before it is polled: its
+    caller journals it (SPEC §22)."""
+    resumed_task: str | None = None
+    """The MCP service's task this call already is (journaled before a restart): polled for
+    its outcome, the call never sent again (§8.2)."""
 
 
 class ToolRunner(Protocol):
@@ -378,6 +384,8 @@ class ToolExecutor(ToolRunner):
                 # What an HTTP tool sends as `Idempotency-Key` travels here as `_meta`.
                 idempotency_key=limits.idempotency_key,
                 end_user=end_user,
+                task_started=limits.task_started,
+                resumed_task=limits.resumed_task,
             )
         except RequestProblem as problem:
             return problem.outcome

@@ -227,8 +227,7 @@ class McpDispatch:
         task = self._task(request)
         if task.terminal:
             raise JsonRpcError(INVALID_PARAMS, f"Cannot cancel task: it is already {task.status}")
-        await self.native_tasks.cancel(task)
-        self._metrics.tasks.labels(event="cancelled").inc()
+        await self._cancel(request, task)
         return task_2025(task)
 
     async def list_tasks(self, request: McpRequest) -> dict[str, Any]:
@@ -256,9 +255,22 @@ class McpDispatch:
     async def cancel_task_stateless(self, request: McpRequest) -> dict[str, Any]:
         task = self._task(request, strict=False)
         if task is not None and not task.terminal:
-            await self.native_tasks.cancel(task)
-            self._metrics.tasks.labels(event="cancelled").inc()
+            await self._cancel(request, task)
         return complete({})
+
+    async def _cancel(self, request: McpRequest, task: NativeTask) -> None:
+        """Cancel the agent's task. A call never sent is audited here: its run, cancelled
+        before the call left, writes no record of its own."""
+        unsent = not task.sent
+        await self.native_tasks.cancel(task)
+        self._metrics.tasks.labels(event="cancelled").inc()
+        if unsent:
+            params = CallToolParams(name=task.name, arguments=task.arguments)
+            message = Message("request", task.request_id, "tools/call", params.model_dump())
+            asked = dataclasses.replace(request, message=message)
+            tool = self._tools_of(request.agent)[1].get(task.name)
+            reason = f"task {task.id} was cancelled by its client before its call was sent"
+            await self._audit_call(asked, params, tool, refused("cancelled", reason))
 
     def _task(self, request: McpRequest, *, strict: bool = True) -> Any:
         """The agent's own task the request names; another agent's is as unknown as a made-up
@@ -320,7 +332,8 @@ class McpDispatch:
 
     def resume(self, tasks: list[NativeTask]) -> None:
         """Run again, after a restart, the tasks whose calls were never sent (they waited for
-        an approval, which the approval store kept)."""
+        an approval, which the approval store kept); poll, for those whose call is a task at
+        its MCP service, that task (their call is never sent again, §8.2)."""
         for task in tasks:
             agent = self._agents.get(task.agent)
             tool = self._tools_of(agent)[1].get(task.name) if agent is not None else None
@@ -334,7 +347,32 @@ class McpDispatch:
             # A client that answered its approvals itself is asked again, not the operator.
             approvals = ApprovalChannel(stateless=True) if task.client_answers else None
             request = McpRequest(agent, task.version, message, False, approvals)
-            self._launch(task, request, params, tool)
+            if task.sent:
+                self.native_tasks.start(task, self._polled(request, params, tool, task))
+            else:
+                self._launch(task, request, params, tool)
+
+    async def _polled(
+        self, request: McpRequest, params: CallToolParams, tool: ManagedTool, task: NativeTask
+    ) -> dict[str, Any]:
+        """The outcome of a task's call its MCP service runs as a task of its own, journaled
+        before a restart: that task is polled within the tool's timeout, as the call was."""
+        policy = request.agent.tools.policy
+        checked = self._executor.check(tool, params.arguments, str(request.message.id))
+        if isinstance(checked, ToolOutcome):  # its arguments no longer pass: not polled
+            outcome = refused(
+                "outcome_unknown", f"not polled after a restart: {checked.error_code}"
+            )
+        else:
+            limits = CallLimits(
+                timeout_s=policy.timeout_per_tool_ms / 1000,
+                max_result_bytes=policy.max_tool_result_bytes,
+                resumed_task=task.backend_task,
+            )
+            outcome = await self._executor.executor.execute(request.agent.agent.id, checked, limits)
+        await self._audit_call(request, params, tool, outcome)
+        self._metrics.tasks.labels(event="finished").inc()
+        return tool_result(outcome, request.version)
 
     # -- the tools -------------------------------------------------------------------------------
 
@@ -419,6 +457,7 @@ class McpDispatch:
             limits = CallLimits(
                 timeout_s=policy.timeout_per_tool_ms / 1000,
                 max_result_bytes=policy.max_tool_result_bytes,
+                task_started=hooks.task_started if hooks else None,
                 # Every call with side effects carries one (SPEC §8.2): this call's own, named
                 # after its audit record, never repeated by another call with the same
                 # JSON-RPC id.

@@ -84,6 +84,8 @@ class NativeTask:
     """The JSON-RPC error of a failed task."""
     sent: bool = False
     """The call was cleared to leave: it is never sent again (§8.2)."""
+    backend_task: str | None = None
+    """The id of the task its MCP service runs the call as: what a restart polls."""
     client_answers: bool = False
     """Its client answers a client approval itself (2026-07-28, ``tasks/update``): kept so a
     restart asks the same person, not the operator."""
@@ -105,6 +107,7 @@ class TaskHooks:
     """What the governed call tells its task as it goes (:meth:`NativeTasks.hooks`)."""
 
     sending: Callable[[], Awaitable[None]]
+    task_started: Callable[[str], Awaitable[None]]
     held: Callable[[str], None]
     ask: Callable[[str, dict[str, Any]], Awaitable[Any]] | None
 
@@ -218,6 +221,14 @@ class NativeTasks:
             task.sent = True
             await self.journal.write(task.agent, task.id, {"sent": 1})
 
+        async def task_started(backend_task: str) -> None:
+            """Synced before the service's task is polled: a restart polls it again."""
+            task.backend_task = backend_task
+            try:
+                await self.journal.write(task.agent, task.id, {"backend_task": backend_task})
+            except OSError:
+                log.exception("task %s: its service's task id was not journaled", task.id)
+
         def held(approval_id: str) -> None:
             message = f"waiting for approval {approval_id} by an operator"
             status: Status = "input_required" if stateless else "working"
@@ -237,7 +248,7 @@ class NativeTasks:
             finally:
                 self._set(task, "working", None, None)
 
-        return TaskHooks(sending, held, ask if stateless else None)
+        return TaskHooks(sending, task_started, held, ask if stateless else None)
 
     def _set(
         self, task: NativeTask, status: Status, message: str | None, asks: dict | None
@@ -373,8 +384,9 @@ class NativeTasks:
     async def recover(self) -> list[NativeTask]:
         """Bring back every kept task. A task whose call was sent and has no outcome failed
         with its outcome unknown: it is never sent again. The tasks returned were not sent
-        (waiting for an approval when the sidecar stopped): the caller runs them again."""
-        unsent: list[NativeTask] = []
+        (waiting for an approval when the sidecar stopped): the caller runs them again; or
+        their call is a task at its MCP service: the caller polls that task for the outcome."""
+        to_resume: list[NativeTask] = []
         for records in await self.journal.recover():
             task = _restored(records)
             if task is None:
@@ -382,7 +394,7 @@ class NativeTasks:
             self._admit(task)
             if task.terminal:
                 task.done.set()
-            elif task.sent:
+            elif task.sent and task.backend_task is None:
                 await self._finish(
                     task,
                     "failed",
@@ -393,11 +405,11 @@ class NativeTasks:
                     message="outcome unknown: the sidecar restarted while the call ran",
                 )
             else:
-                unsent.append(task)
+                to_resume.append(task)
         for agent in list(self._by_agent):
             self._make_room(agent, 0)
         await self.journal.prune()
-        return unsent
+        return to_resume
 
     def stop(self) -> None:
         """The sidecar is stopping: tasks waiting for an approval stay as they are on disk, and
@@ -448,6 +460,9 @@ def _restored(records: list[dict[str, Any]]) -> NativeTask | None:
     for record in records[1:]:
         if "sent" in record:
             task.sent = True
+        backend_task = record.get("backend_task")
+        if isinstance(backend_task, str):
+            task.backend_task = backend_task
         finished = record.get("finished")
         if finished in TERMINAL:
             task.status = finished

@@ -58,6 +58,11 @@ class ExecuteTools:
     taint: RequestTaint = UNTAINTED
     """The untrusted results that entered the request before this round (SPEC §17)."""
 
+    def call_timeout_s(self, execution: PlannedExecution) -> float:
+        """A long-running tool's call waits up to what is left of the tool budget (§22); every
+        other call of the round keeps its tool timeout."""
+        return self.budget_s if execution.checked.tool.long_running else self.timeout_s
+
 
 @dataclass(slots=True)
 class Remember:

@@ -507,10 +507,7 @@ class MediationEngine:
             event = yield ExecuteTools(
                 executions,
                 concurrent=all(e.checked.effect is Effect.READ_ONLY for e in executions),
-                # A long-running tool's round waits up to the request's tool budget (§22).
-                timeout_s=remaining
-                if any(e.checked.tool.long_running for e in executions)
-                else min(self.policy.timeout_per_tool_ms / 1000, remaining),
+                timeout_s=min(self.policy.timeout_per_tool_ms / 1000, remaining),
                 max_result_bytes=self.policy.max_tool_result_bytes,
                 budget_s=remaining,
                 taint=self.taint,

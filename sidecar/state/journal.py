@@ -15,6 +15,9 @@ append-only log for the pod, its lines naming the agent and the identity):
   idempotent (running those again is harmless), so a request that only reads costs no I/O;
 - ``{"sent": key}`` — a call of a tool that is neither read-only nor idempotent, synced before
   it is sent;
+- ``{"backend_task": id, "call": key}`` — such a call its MCP service runs as a task (SPEC
+  §22), synced before the task is polled: a retry after a crash polls that task for the
+  outcome instead of reporting it unknown;
 - ``{"result": key, "outcome": ...}`` — a call answered by its service, synced before the next
   model call carries it (SPEC §8.2); a result a crash took before that leaves the call sent
   and unanswered, so a retry does not send it again and tells the model its outcome is unknown.
@@ -267,6 +270,8 @@ class _Journaled:
     sent: set[str]
     retried: set[str] = field(default_factory=set)
     """Calls refused unsent for a reason a retry may get past: they run on the retry."""
+    backend_tasks: dict[str, str] = field(default_factory=dict)
+    """Sent calls their MCP service runs as tasks: the call's key -> the service's task id."""
     records: list[dict[str, Any]] = field(default_factory=list)
     adopted: Key | None = None
     """The journal of another request this one took over (a rewritten retry), else None."""
@@ -450,6 +455,8 @@ def _journaled(records: list[dict[str, Any]]) -> _Journaled | None:
         elif "unsent" in record:
             journaled.sent.discard(record["unsent"])
             journaled.retried.add(record["unsent"])
+        elif "backend_task" in record:
+            journaled.backend_tasks[str(record.get("call"))] = str(record["backend_task"])
         elif "result" in record:
             journaled.results[record["result"]] = ToolOutcome(**record["outcome"])
     if not (journaled.results or journaled.sent or journaled.retried):
@@ -522,14 +529,27 @@ class Attempt:
 
     def known_outcome(self, key: str) -> ToolOutcome | None:
         """The journaled outcome of an answered call, or a refusal for a destructive call sent
-        and never answered; None when the call has to run."""
+        and never answered (unless its service runs it as a task: :meth:`resumed_task`); None
+        when the call has to run."""
         if self.earlier is None:
             return None
         if key in self.earlier.results:
             return self.earlier.results[key]
-        if key in self.earlier.sent:
+        if key in self.earlier.sent and key not in self.earlier.backend_tasks:
             return refused("outcome_unknown", OUTCOME_UNKNOWN)
         return None
+
+    def resumed_task(self, key: str) -> str | None:
+        """The MCP service's task a call sent and never answered is (SPEC §22): its outcome is
+        polled from there, the call never sent again."""
+        if self.earlier is None or key in self.earlier.results or key not in self.earlier.sent:
+            return None
+        return self.earlier.backend_tasks.get(key)
+
+    def task_started(self, key: str, task_id: str) -> Awaitable[None]:
+        """Durably record the service's task a sent call became (raises OSError if it cannot)."""
+        self._queue({"backend_task": task_id, "call": key})
+        return self.flush()
 
     def sending(self, key: str) -> Awaitable[None]:
         """Durably record that this call is about to be sent (raises OSError if it cannot)."""

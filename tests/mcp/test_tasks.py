@@ -158,6 +158,12 @@ async def test_a_cancelled_task_never_sends_its_call(desk: Desk) -> None:
         with pytest.raises(MCPError):
             await task_result(client, task.task_id)
     assert desk.service.requests == []
+    # The call never sent has its own audit record: what was asked, cancelled, not executed.
+    [record] = [r for r in audit_records(desk.state_dir, "trader") if r.get("tool_trace")]
+    [call] = record["tool_trace"][0]["calls"]
+    assert record["mode"] == "native"
+    assert call["name"] == "desk.execute_trade" and call["arguments"] == TRADE
+    assert call["executed"] is False and call["error_code"] == "cancelled"
 
 
 async def test_forged_ids_and_cursors_are_refused_alike(desk: Desk) -> None:

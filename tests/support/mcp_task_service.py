@@ -1,7 +1,9 @@
 """An MCP service that runs a tool as a task (SEP-2663), built with the official SDK's server
 and its extension interface (``mcp.server.extension``): ``slow_report`` answers a client that
 declares ``io.modelcontextprotocol/tasks`` with a task, finished when the test releases it;
-``tasks/get`` and ``tasks/cancel`` are the extension's methods. It records what it was asked."""
+``tasks/get`` and ``tasks/cancel`` are the extension's methods; ``slow_order``, with side
+effects, is run as a task the same way; ``held_lookup``, a plain call,
+also answers once released. It records what it was asked."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from mcp.server.extension import Extension, MethodBinding
 from mcp.server.mcpserver import MCPServer
 
 EXTENSION = "io.modelcontextprotocol/tasks"
+TASKED = ("slow_report", "slow_order")  # the tools run as tasks for a client that can
 CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
 
 
@@ -31,7 +34,8 @@ class TaskIdParams(types.RequestParams):
 class TaskService:
     url: str = ""
     release: asyncio.Event = field(default_factory=asyncio.Event)
-    runs: int = 0  # slow_report bodies that ran to their end
+    started: int = 0  # slow_report and slow_order bodies begun
+    runs: int = 0  # ... and ran to their end
     tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
     polls: int = 0
     cancelled: list[str] = field(default_factory=list)
@@ -55,7 +59,7 @@ class ServerTasks(Extension):
 
     async def intercept_tool_call(self, params: Any, ctx: Any, call_next: Any) -> Any:
         declared = ((ctx.meta or {}).get(CAPABILITIES) or {}).get("extensions") or {}
-        if params.name != "slow_report" or EXTENSION not in declared:
+        if params.name not in TASKED or EXTENSION not in declared:
             return await call_next(ctx)
         task_id = secrets.token_hex(16)
         task: dict[str, Any] = {
@@ -71,7 +75,8 @@ class ServerTasks(Extension):
         return {"resultType": "task", **{k: v for k, v in task.items() if k != "work"}}
 
     async def _run(self, task: dict[str, Any], arguments: dict[str, Any]) -> None:
-        report = await slow_report_body(self.service, arguments.get("topic", ""))
+        subject = arguments.get("topic") or arguments.get("symbol", "")
+        report = await slow_report_body(self.service, subject)
         task["status"] = "completed"
         task["result"] = {
             "content": [{"type": "text", "text": str(report)}],
@@ -94,6 +99,7 @@ class ServerTasks(Extension):
 
 
 async def slow_report_body(service: TaskService, topic: str) -> dict[str, Any]:
+    service.started += 1
     await service.release.wait()
     service.runs += 1
     return {"topic": topic, "pages": 12}
@@ -110,6 +116,21 @@ async def running_task_service() -> AsyncIterator[TaskService]:
     )
     async def slow_report(topic: str) -> dict[str, Any]:
         return await slow_report_body(service, topic)
+
+    @server.tool(
+        description="An order that takes long (it has side effects).",
+        annotations=types.ToolAnnotations(read_only_hint=False, destructive_hint=True),
+    )
+    async def slow_order(symbol: str) -> dict[str, Any]:
+        return await slow_report_body(service, symbol)
+
+    @server.tool(
+        description="A lookup that answers once the test releases it (never as a task).",
+        annotations=types.ToolAnnotations(read_only_hint=True),
+    )
+    async def held_lookup(symbol: str) -> dict[str, Any]:
+        await service.release.wait()
+        return {"symbol": symbol}
 
     app = server.streamable_http_app(json_response=True)
     sock = socket.socket()

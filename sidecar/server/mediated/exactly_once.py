@@ -140,6 +140,10 @@ class ExactlyOnce:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return refused("timeout", "the request's total time budget ran out before this call")
+        resumed = attempt.resumed_task(key)
+        if resumed is not None:  # sent by the attempt this one resumes, a task at its service
+            self.replayed_calls.add(execution.call.id)
+            return await self._poll_resumed(command, execution, key, resumed, remaining)
         side_effects = execution.checked.tool.name not in self.plan.repeatable
         unjournaled: list[OSError] = []
 
@@ -152,9 +156,16 @@ class ExactlyOnce:
                 unjournaled.append(exc)
                 raise _NotJournaled from exc
 
+        async def journal_task(task_id: str) -> None:
+            """The service runs the call as a task: a retry after a crash polls it."""
+            try:
+                await attempt.task_started(key, task_id)
+            except OSError:  # the call goes on; a crash now leaves its outcome unknown
+                log.exception("the task of tool %s was not journaled", execution.checked.tool.name)
+
         try:
             limits = CallLimits(
-                timeout_s=min(command.timeout_s, remaining),
+                timeout_s=min(command.call_timeout_s(execution), remaining),
                 max_result_bytes=command.max_result_bytes,
                 idempotency_key=idempotency_key(
                     self.ctx.state.config.pod,
@@ -164,6 +175,7 @@ class ExactlyOnce:
                 )
                 if side_effects
                 else None,
+                task_started=journal_task if side_effects else None,
             )
             before_send = journal_sending if side_effects else None
             outcome = await run_call(
@@ -177,4 +189,30 @@ class ExactlyOnce:
             log.exception("tool %s failed in the executor", execution.checked.tool.name)
             return refused("execution_failed", "the sidecar could not execute this call")
         attempt.answered(key, outcome)  # durable before the next model call uses it
+        return outcome
+
+    async def _poll_resumed(
+        self,
+        command: ExecuteTools,
+        execution: PlannedExecution,
+        key: str,
+        task_id: str,
+        remaining: float,
+    ) -> ToolOutcome:
+        """The outcome of a call the resumed attempt sent, polled from the task its MCP service
+        runs it as: it passed the gate then, and it is never sent again (§8.2)."""
+        limits = CallLimits(
+            timeout_s=min(command.call_timeout_s(execution), remaining),
+            max_result_bytes=command.max_result_bytes,
+            resumed_task=task_id,
+        )
+        ctx = self.ctx
+        try:
+            outcome = await ctx.state.executor.execute(
+                ctx.agent.agent.id, execution.checked, limits, shielded=True, end_user=ctx.end_user
+            )
+        except Exception:
+            log.exception("tool %s failed in the executor", execution.checked.tool.name)
+            return refused("execution_failed", "the sidecar could not poll this call's task")
+        self.attempt.answered(key, outcome)
         return outcome

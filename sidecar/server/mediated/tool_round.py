@@ -62,7 +62,9 @@ class Unjournaled:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return refused("timeout", "the request's total time budget ran out before this call")
-        limits = CallLimits(min(command.timeout_s, remaining), command.max_result_bytes)
+        limits = CallLimits(
+            min(command.call_timeout_s(execution), remaining), command.max_result_bytes
+        )
         try:
             return await run_call(self.ctx, self.plan, command, execution, limits, deadline)
         except Exception:
