@@ -6,9 +6,7 @@ within Docker's 10 s grace (a real sidecar process)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -22,9 +20,9 @@ from tests.execution.test_governance import ENV, OPERATOR_TOKEN, POD, Desk, comp
 from tests.mcp.conftest import mcp_client
 from tests.mediation.scripted import oa_calls, oa_text
 from tests.operators.desk import WEBHOOK_SECRET
-from tests.sidecar.test_main import LISTENING, OPERATOR_LISTENER, STARTUP_GUARD_S
 from tests.support.services import ToolService
 from tests.support.sidecar import start_sidecar
+from tests.support.sidecar_process import sidecar_process
 from tests.support.upstream import Reply, StubUpstream
 
 CAP = 3
@@ -137,36 +135,20 @@ async def test_sigterm_answers_every_waiter_and_exits_in_time(
             Reply.json(oa_calls(("c1", "desk_get_quote", {"symbol": "GME"}))),
             Reply.json(oa_text("no quote today")),
         )
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "clawpod.sidecar", "--build", str(out),
-            "--host", "127.0.0.1", "--port", "0", "--admin-host", "127.0.0.1", "--admin-port", "0",
-            "--state-dir", str(tmp_path / "state"),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, **HOOK_ENV},
-        )  # fmt: skip
-        try:
-            assert process.stdout is not None
-            line = await asyncio.wait_for(process.stdout.readline(), STARTUP_GUARD_S)
-            assert LISTENING.search(line), await process.stderr.read()
-            url = f"http://127.0.0.1:{int(LISTENING.search(line).group(1))}"
-            line = await asyncio.wait_for(process.stdout.readline(), STARTUP_GUARD_S)
-            admin_url = f"http://127.0.0.1:{int(OPERATOR_LISTENER.search(line).group(1))}"
+        async with sidecar_process(out, tmp_path / "state", HOOK_ENV) as sidecar:
             trades = [
-                asyncio.ensure_future(_trade(url, tokens["trader"], n)) for n in range(1, CAP + 1)
+                asyncio.ensure_future(_trade(sidecar.url, tokens["trader"], n))
+                for n in range(1, CAP + 1)
             ]
-            streamed = asyncio.ensure_future(_streamed_answer(url, tokens["analyst"]))
+            streamed = asyncio.ensure_future(_streamed_answer(sidecar.url, tokens["analyst"]))
             async with aiohttp.ClientSession() as session:
                 await asyncio.wait_for(
-                    _operator_pending(session, admin_url, CAP + 1), WAITERS_GUARD_S
+                    _operator_pending(session, sidecar.admin_url, CAP + 1), WAITERS_GUARD_S
                 )
             signalled = time.monotonic()
-            process.send_signal(signal.SIGTERM)
-            code = await asyncio.wait_for(process.wait(), WAITERS_GUARD_S)
+            sidecar.process.send_signal(signal.SIGTERM)
+            code = await asyncio.wait_for(sidecar.process.wait(), WAITERS_GUARD_S)
             took = time.monotonic() - signalled
-        finally:
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
         assert code == 0
         assert took < DOCKER_GRACE_S, f"the sidecar took {took:.1f} s to stop"
         for answer in await asyncio.wait_for(asyncio.gather(*trades), WAITERS_GUARD_S):

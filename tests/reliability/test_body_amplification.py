@@ -7,10 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import http.client
-import os
-import re
-import signal
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -24,6 +20,7 @@ import pytest
 from clawpod.sidecar.manifest import DEFAULT_MAX_BODY_BYTES
 from tests.support.builds import AgentSpec, http_tool, providers_for, write_build
 from tests.support.sidecar import TEST_AUDIT_KEY, TEST_PROVIDER_KEYS
+from tests.support.sidecar_process import SidecarProcess, sidecar_process
 from tests.support.upstream import Reply, StubUpstream, openai_completion
 
 GUARD_S = 60.0  # against a hang, never a timing assertion
@@ -35,19 +32,20 @@ MESSAGES = 1_000_000
 
 @dataclass
 class Process:
-    pid: int
-    url: str
+    """The sidecar process and the tokens of its build's agents."""
+
+    sidecar: SidecarProcess
     tokens: dict[str, str]
 
+    @property
+    def url(self) -> str:
+        return self.sidecar.url
+
     def memory(self) -> tuple[int, int]:
-        """(resident bytes now, high-water mark since the last reset)."""
-        fields = dict(
-            line.split(":", 1) for line in Path(f"/proc/{self.pid}/status").read_text().splitlines()
-        )
-        return int(fields["VmRSS"].split()[0]) * 1024, int(fields["VmHWM"].split()[0]) * 1024
+        return self.sidecar.memory()
 
     def reset_high_water(self) -> None:
-        Path(f"/proc/{self.pid}/clear_refs").write_text("5")
+        self.sidecar.reset_high_water()
 
 
 class HealthProbe(threading.Thread):
@@ -83,22 +81,9 @@ async def sidecar(tmp_path: Path) -> AsyncIterator[Process]:
             AgentSpec("mediated", tools=[http_tool("svc", "look", "http://127.0.0.1:9/")]),
         ]
         tokens = write_build(tmp_path / "build", agents, providers_for(upstream.openai_url))
-        env = {**os.environ, **TEST_PROVIDER_KEYS, "CLAW_AUDIT_KEY": TEST_AUDIT_KEY}
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "clawpod.sidecar", "--build", str(tmp_path / "build"),
-            "--host", "127.0.0.1", "--port", "0", "--admin-host", "127.0.0.1",
-            "--admin-port", "0", "--state-dir", str(tmp_path / "state"),
-            stdout=asyncio.subprocess.PIPE, env=env,
-        )  # fmt: skip
-        try:
-            assert process.stdout is not None
-            line = await asyncio.wait_for(process.stdout.readline(), GUARD_S)
-            port = re.search(rb"127\.0\.0\.1:(\d+)", line)
-            assert port, line
-            yield Process(process.pid, f"http://127.0.0.1:{int(port.group(1))}", tokens)
-        finally:
-            process.send_signal(signal.SIGTERM)
-            await asyncio.wait_for(process.wait(), GUARD_S)
+        env = {**TEST_PROVIDER_KEYS, "CLAW_AUDIT_KEY": TEST_AUDIT_KEY}
+        async with sidecar_process(tmp_path / "build", tmp_path / "state", env) as process:
+            yield Process(process, tokens)
 
 
 async def _post_watched(
