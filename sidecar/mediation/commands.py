@@ -6,6 +6,7 @@ matching event back in. ``Respond`` and ``Fail`` end the exchange.
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -147,3 +148,6 @@ class Done:
 
 
 Event = Recalled | ModelReplied | ModelFailed | ToolsDone | Done
+
+Run = Generator[Command, Event, None]
+"""The engine's exchange, and each of its steps that may end it."""

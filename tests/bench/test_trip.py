@@ -27,6 +27,10 @@ async def test_one_read_only_round_enters_at_most_its_modules() -> None:
     left += ("server.auth", "server.routing", "server.mediated_client", "execution.arguments")
     for gone in left:
         assert f"  {gone}\n" not in report + "\n", report
+    # The engine's concerns that only some requests have are entered only by those (#43).
+    concerns = ("recall", "approval_rounds", "tainting", "tool_search", "tool_offer", "failures")
+    for concern in concerns:
+        assert f"  mediation.{concern}\n" not in report + "\n", report
 
 
 @pytest.mark.parametrize("stream", [False, True])

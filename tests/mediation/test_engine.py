@@ -16,7 +16,7 @@ from clawpod.sidecar.mediation.commands import (
     ModelFailed,
     Remember,
 )
-from clawpod.sidecar.mediation.engine import present_tools
+from clawpod.sidecar.mediation.tool_offer import present_tools
 from clawpod.sidecar.model.conversation import ToolOutcome
 from tests.mediation.scripted import (
     CANCEL,

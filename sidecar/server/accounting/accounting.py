@@ -47,68 +47,73 @@ async def record_request(
     Call it exactly once, after the response has been sent, so the audit write does not delay
     the client. ``cost``: what a request of several model calls cost (each at its own
     provider's price); without it, the usage at the price of the provider that answered."""
-    agent_id = ctx.agent.agent.id
-    mode = ctx.agent.agent.mode
+    agent_id = ctx.caller.agent.agent.id
+    mode = ctx.caller.agent.agent.mode
     usage = usage or usage_record()
     metrics = ctx.state.metrics
-    metrics.count_request(agent_id, ctx.route, http_status)
+    metrics.count_request(agent_id, ctx.caller.route, http_status)
     if cost is None:
-        cost = call_cost(ctx, ctx.provider_name, ctx.model, usage)
-    if cost and ctx.provider_name is not None:
-        metrics.count_cost(agent_id, ctx.provider_name, cost)
-    if ctx.budgeted:
-        hold, ctx.reserved = ctx.reserved, None  # released with the spending, in one step
-        await spend_budget(ctx.state, agent_id, usage, cost, hold, ctx.end_user)
+        cost = call_cost(ctx, ctx.ledger.provider_name, ctx.ledger.model, usage)
+    if cost and ctx.ledger.provider_name is not None:
+        metrics.count_cost(agent_id, ctx.ledger.provider_name, cost)
+    if ctx.caller.budgeted:
+        hold, ctx.ledger.reserved = (
+            ctx.ledger.reserved,
+            None,
+        )  # released with the spending, in one step
+        await spend_budget(ctx.state, agent_id, usage, cost, hold, ctx.caller.end_user)
     stamp = rfc3339_now()  # one timestamp for the log line and the audit record
     log_request_fields(
         stamp,
         {
-            "request_id": ctx.request_id,
+            "request_id": ctx.caller.request_id,
             "agent": agent_id,
-            "route": ctx.route,
+            "route": ctx.caller.route,
             "mode": mode,
-            "model": ctx.model,
-            "provider": ctx.provider_name,
+            "model": ctx.ledger.model,
+            "provider": ctx.ledger.provider_name,
             "status": http_status,
             "code": error_code,
-            "stream": ctx.stream,
+            "stream": ctx.routing.stream,
             "input_tokens": usage.get("input_tokens", 0),
             "output_tokens": usage.get("output_tokens", 0),
             "rounds": usage.get("rounds", 0),
-            "duration_ms": round((time.monotonic() - ctx.started) * 1000, 3),
+            "duration_ms": round((time.monotonic() - ctx.caller.started) * 1000, 3),
         },
     )
     entry = request_record(
-        record_id=ctx.request_id,
+        record_id=ctx.caller.request_id,
         time=stamp,
-        route=ctx.route,
+        route=ctx.caller.route,
         mode=mode,
-        model=ctx.model,
-        provider=ctx.provider_name,
+        model=ctx.ledger.model,
+        provider=ctx.ledger.provider_name,
         error_code=error_code,
         http_status=http_status,
-        stream=ctx.stream,
+        stream=ctx.routing.stream,
         usage=usage,
         tool_trace=tool_trace,
         trace_id=None if tracing.tracer is None else tracing.current_trace_id(),
-        end_user=ctx.end_user,
-        auth=ctx.auth,
+        end_user=ctx.caller.end_user,
+        auth=ctx.caller.auth,
     )
     if cost is not None:
         entry["cost_usd"] = round(cost, 9)
-    if ctx.attempts:  # recorded when there was a choice: a route, a key pool (failover.py)
-        entry["providers"] = ctx.attempts
-    if ctx.audit_extra:
-        entry |= ctx.audit_extra
+    if ctx.ledger.attempts:  # recorded when there was a choice: a route, a key pool (failover.py)
+        entry["providers"] = ctx.ledger.attempts
+    if ctx.ledger.audit_extra:
+        entry |= ctx.ledger.audit_extra
     if extra:
         entry |= extra
-    if ctx.objects:
-        entry["objects"] = ctx.objects  # stored objects used, made or refused, by id
+    if ctx.ledger.objects:
+        entry["objects"] = ctx.ledger.objects  # stored objects used, made or refused, by id
     try:
         ctx.state.audit.append_now(agent_id, entry)
     except Exception:
         # The client already has its answer; losing the record must be loud, not fatal.
-        log.exception("audit append failed for request %s of agent %s", ctx.request_id, agent_id)
+        log.exception(
+            "audit append failed for request %s of agent %s", ctx.caller.request_id, agent_id
+        )
 
 
 def call_cost(
@@ -128,13 +133,13 @@ def call_cost(
 
 async def report_state_write_failure(ctx: RequestContext, exc: Exception, store: str) -> None:
     """Logged, counted and audited; the finished answer still goes out (issue 14.5)."""
-    log.warning("request %s: %s", ctx.request_id, exc)
+    log.warning("request %s: %s", ctx.caller.request_id, exc)
     ctx.state.metrics.state_write_failures.labels(store=store).inc()
-    record = {"event": "state_write_failed", "request": ctx.request_id, "error": str(exc)}
+    record = {"event": "state_write_failed", "request": ctx.caller.request_id, "error": str(exc)}
     try:
-        await ctx.state.audit.append(ctx.agent.agent.id, {**record, "store": store})
+        await ctx.state.audit.append(ctx.caller.agent.agent.id, {**record, "store": store})
     except Exception:
-        log.exception("audit of a failed state write of %s failed", ctx.request_id)
+        log.exception("audit of a failed state write of %s failed", ctx.caller.request_id)
 
 
 @dataclass(slots=True)
@@ -156,7 +161,7 @@ class ModelCharges:
             tokens = (request_tokens(request, codec.name), reply_tokens(reply, codec.name))
             self.estimated = (self.estimated[0] + tokens[0], self.estimated[1] + tokens[1])
         call = usage_record(*tokens, cache_read=read, cache_creation=creation)
-        cost = call_cost(ctx, ctx.provider_name, ctx.model, call)
+        cost = call_cost(ctx, ctx.ledger.provider_name, ctx.ledger.model, call)
         if cost is not None:
             self.cost = (self.cost or 0.0) + cost
 
@@ -208,7 +213,7 @@ async def record_mediated(
             cost=charges.cost,
         )
     except Exception:
-        log.exception("audit of mediated request %s failed", ctx.request_id)
+        log.exception("audit of mediated request %s failed", ctx.caller.request_id)
 
 
 def scrubbed(ctx: RequestContext, engine: MediationEngine, value: Any) -> Any:

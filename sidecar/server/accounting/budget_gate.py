@@ -137,17 +137,17 @@ async def end_user_rate(state: SidecarState, end_user: EndUser | None) -> ApiErr
 async def admit(ctx: RequestContext, body: dict[str, Any]) -> ApiError | None:
     """Hold the request's estimated spending against the agent's budgets, or say why not."""
     budgets = ctx.state.budgets
-    agent, end_user = ctx.agent.agent.id, ctx.end_user
+    agent, end_user = ctx.caller.agent.agent.id, ctx.caller.end_user
     if not budgets.applies(agent, end_user):
         return None
     if body.get("background") is True:
         return background_refused()
     max_output, usd_per_token = UNKNOWN_MAX_OUTPUT, (0.0, 0.0)
-    if ctx.targets:
-        _, provider, model = ctx.targets[0]
+    if ctx.routing.targets:
+        _, provider, model = ctx.routing.targets[0]
         max_output = provider.max_output_tokens or max_output_of(model) or UNKNOWN_MAX_OUTPUT
         if budgets.counts_usd(agent, end_user):
-            refusal, usd_per_token = _priced(ctx, ctx.targets)
+            refusal, usd_per_token = _priced(ctx, ctx.routing.targets)
             if refusal is not None:
                 return refusal
     input_tokens, output_tokens = estimate_tokens(ctx.input_estimate(), body, max_output)
@@ -165,8 +165,8 @@ async def admit(ctx: RequestContext, body: dict[str, Any]) -> ApiError | None:
         return budget_spent(end_user is not None and budgets.end_user_limits is not None)
     if not hold.shared and ctx.state.config.shared_limits is not None:
         # fail-local: admitted on this sidecar's own counts; the record says so (SPEC §24).
-        ctx.audit_extra = {**(ctx.audit_extra or {}), "limits": "local"}
-    ctx.reserved = hold
+        ctx.ledger.audit_extra = {**(ctx.ledger.audit_extra or {}), "limits": "local"}
+    ctx.ledger.reserved = hold
     return None
 
 
@@ -186,8 +186,8 @@ def _priced(
 
 async def release(ctx: RequestContext) -> None:
     """Give back the request's hold; its real spending was charged by ``spend_budget``."""
-    if ctx.reserved is not None:
-        hold, ctx.reserved = ctx.reserved, None
+    if ctx.ledger.reserved is not None:
+        hold, ctx.ledger.reserved = ctx.ledger.reserved, None
         if hold.shared:  # a round trip: a cancelled handler must not leave the hold behind
             await ctx.state.tasks.run(ctx.state.budgets.release(hold))
         else:

@@ -7,7 +7,7 @@ from typing import Any
 
 from ...codecs.base import Codec
 from ...manifest import AgentBuild
-from ...mediation.engine import present_tools
+from ...mediation.tool_offer import present_tools
 from ...model.conversation import CodecError, ToolSpec
 
 

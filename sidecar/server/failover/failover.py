@@ -74,22 +74,22 @@ class FirstChunk:
 
 
 async def open_upstream(ctx: RequestContext, send: Send) -> Response:
-    """The first usable answer among the request's targets; sets ``ctx.provider_name`` and
-    ``ctx.model`` to the target that gave it. Raises ``UpstreamError`` when the last target
+    """The first usable answer among the request's targets; sets ``ctx.ledger.provider_name`` and
+    ``ctx.ledger.model`` to the target that gave it. Raises ``UpstreamError`` when the last target
     could not be reached, ``ApiError`` 429 when every key rests. Attempts are recorded in
-    ``ctx.attempts`` when there was a choice (a route, a key pool, a first-byte bound)."""
-    if not ctx.walks:
+    ``ctx.ledger.attempts`` when there was a choice (a route, a key pool, a first-byte bound)."""
+    if not ctx.routing.walks:
         # One provider, one key, no first-byte bound (``RoutePlan.walks``): the plain path,
         # and nothing to record that the audit record's ``provider`` does not say.
-        name, _, model = ctx.targets[0]
+        name, _, model = ctx.routing.targets[0]
         return await send(ctx.target(name), model)
     return await _walk(ctx, send)
 
 
 async def _walk(ctx: RequestContext, send: Send) -> Response:
     upstream = ctx.state.upstream
-    last = len(ctx.targets) - 1
-    for index, (name, provider, model) in enumerate(ctx.targets):
+    last = len(ctx.routing.targets) - 1
+    for index, (name, provider, model) in enumerate(ctx.routing.targets):
         pool = upstream.pools[name]
         final = index == last
         tried: set[str] = set()
@@ -104,7 +104,7 @@ async def _walk(ctx: RequestContext, send: Send) -> Response:
                         return _served(ctx, name, model, unblamed)
                     _fail_over(ctx, name, "http_429", unblamed)
                 else:
-                    ctx.attempts.append(_attempt(name, None, "no_key_ready"))
+                    ctx.ledger.attempts.append(_attempt(name, None, "no_key_ready"))
                 break
             tried.add(key.label)
             target = ctx.target(name, key.label if pool.pooled else None)
@@ -112,7 +112,7 @@ async def _walk(ctx: RequestContext, send: Send) -> Response:
                 response = await _first_byte(provider, name, send(target, model))
             except UpstreamError as exc:
                 outcome = "first_byte_timeout" if isinstance(exc, FirstByteTimeout) else exc.kind
-                ctx.attempts.append(_attempt(name, key.label, outcome))
+                ctx.ledger.attempts.append(_attempt(name, key.label, outcome))
                 if unblamed is not None:
                     unblamed.release()
                 if final:
@@ -125,7 +125,7 @@ async def _walk(ctx: RequestContext, send: Send) -> Response:
             if status == 429:
                 response, blame = await _blamed(response)
             if blame == "request":  # every key and target would refuse it: the agent's alone
-                ctx.attempts.append(_attempt(name, key.label, "request_refused"))
+                ctx.ledger.attempts.append(_attempt(name, key.label, "request_refused"))
                 return _served(ctx, name, model, _instead_of(unblamed, response))
             if pool.pooled and (blame == "key" or status in KEY_REFUSED):
                 exhausted = _key_failed(ctx, pool, key, name, response)
@@ -134,18 +134,18 @@ async def _walk(ctx: RequestContext, send: Send) -> Response:
                 response.release()
                 continue
             if pool.pooled and blame == "unknown":
-                ctx.attempts.append(_attempt(name, key.label, "http_429"))
+                ctx.ledger.attempts.append(_attempt(name, key.label, "http_429"))
                 _instead_of(unblamed, None)
                 unblamed = response
                 continue
             if not final and (status >= 500 or status == 429):
                 _instead_of(unblamed, None)
-                ctx.attempts.append(_attempt(name, key.label, f"http_{status}"))
+                ctx.ledger.attempts.append(_attempt(name, key.label, f"http_{status}"))
                 _fail_over(ctx, name, f"http_{status}", response)
                 break
             if pool.pooled and status < 400:
                 pool.served(key)
-            ctx.attempts.append(_attempt(name, key.label, _status_outcome(response)))
+            ctx.ledger.attempts.append(_attempt(name, key.label, _status_outcome(response)))
             return _served(ctx, name, model, _instead_of(unblamed, response))
     raise _keys_resting(ctx)
 
@@ -185,13 +185,13 @@ def _key_failed(
     else:
         pool.refused(key)
         event = "key_refused"
-    ctx.attempts.append(_attempt(provider, key.label, event))
+    ctx.ledger.attempts.append(_attempt(provider, key.label, event))
     ctx.state.metrics.count_key_event(provider, key.label, event)
     return not pool.usable()
 
 
 def _served(ctx: RequestContext, name: str, model: str | None, response: R) -> R:
-    ctx.provider_name, ctx.model = name, model
+    ctx.ledger.provider_name, ctx.ledger.model = name, model
     return response
 
 
@@ -219,9 +219,9 @@ async def _first_byte(provider: Provider, name: str, sending: Awaitable[Response
 
 def _keys_resting(ctx: RequestContext) -> ApiError:
     """Every key of every target rests (or is out): a 429 that says when to come back."""
-    pools = [ctx.state.upstream.pools[name] for name, _, _ in ctx.targets]
+    pools = [ctx.state.upstream.pools[name] for name, _, _ in ctx.routing.targets]
     waits = [w for w in (p.seconds_until_ready() for p in pools) if w is not None]
-    names = ", ".join(dict.fromkeys(name for name, _, _ in ctx.targets))
+    names = ", ".join(dict.fromkeys(name for name, _, _ in ctx.routing.targets))
     if not waits:
         return ApiError(
             502,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -158,7 +159,7 @@ class StreamWatch:
 
 def watch_for(ctx: RequestContext) -> StreamWatch | None:
     """A watch when ``ctx``'s stream could be continued by another target, else None."""
-    if ctx.translations is not None or ctx.codec.name not in _CONTINUED:
+    if ctx.routing.translations is not None or ctx.caller.codec.name not in _CONTINUED:
         return None
     return StreamWatch() if _targets_after(ctx) else None
 
@@ -169,10 +170,10 @@ async def reopen(
     """The rest of the answer from the route's next targets, or None (nothing to continue,
     no target answered with a stream). Sets the audit record's ``failover``."""
     rest = _targets_after(ctx)
-    asks = _continuations(ctx.codec.name, raw, watch) if watch.continuable and rest else []
+    asks = _continuations(ctx.caller.codec.name, raw, watch) if watch.continuable and rest else []
     if not asks:
         return None
-    was = ctx.provider_name, ctx.model
+    was = ctx.ledger.provider_name, ctx.ledger.model
     ctx.state.metrics.count_failover(was[0] or "", "stream_cut")
     upstream: Response | None = None
     for body in asks:
@@ -185,11 +186,11 @@ async def reopen(
         if answer.status != 400:
             break
     if upstream is None:
-        ctx.provider_name, ctx.model = was  # the stream that broke is the answer
+        ctx.ledger.provider_name, ctx.ledger.model = was  # the stream that broke is the answer
         return None
-    record = {"after_text": len(watch.text), "from": was[0], "to": ctx.provider_name}
+    record = {"after_text": len(watch.text), "from": was[0], "to": ctx.ledger.provider_name}
     record["cause"] = cause
-    ctx.audit_extra = {**(ctx.audit_extra or {}), "failover": record}
+    ctx.ledger.audit_extra = {**(ctx.ledger.audit_extra or {}), "failover": record}
     return upstream
 
 
@@ -200,13 +201,12 @@ async def _ask(ctx: RequestContext, rest: list[Any], body: dict[str, Any]) -> Re
     def send(target: UpstreamTarget, model: str | None) -> Awaitable[Response]:
         return client.send(target, orjson.dumps({**body, "model": model}))
 
-    targets, ctx.targets = ctx.targets, rest
+    # The same request and ledger, routed over the rest of its targets.
+    rerouted = ctx.routed(replace(ctx.routing, targets=rest))
     try:
-        return await open_upstream(ctx, send)
+        return await open_upstream(rerouted, send)
     except (UpstreamError, ApiError):
         return None
-    finally:
-        ctx.targets = targets
 
 
 class ContinuedStream:
@@ -222,7 +222,7 @@ class ContinuedStream:
         self._codec = codec
         self._request = request
         self.response = response  # the stream read now: the caller releases it
-        self._watch = watch_for(ctx) if codec is ctx.codec else None
+        self._watch = watch_for(ctx) if codec is ctx.caller.codec else None
         self._end = codec.end_watch()
         self._splice: Splice | None = None
 
@@ -231,7 +231,7 @@ class ContinuedStream:
             try:
                 chunk = await self.response.read_chunk()
             except TransportError as exc:
-                failure = translate_error(exc, self._ctx.provider_name or "")
+                failure = translate_error(exc, self._ctx.ledger.provider_name or "")
                 if await self._continued(upstream_failure(failure.kind, failure.message).code):
                     continue
                 raise
@@ -422,10 +422,10 @@ def _continuations(
 
 def _targets_after(ctx: RequestContext) -> list[Any]:
     """The route's targets after the one that answered (a provider may be listed twice)."""
-    served = [(name, model) for name, _, model in ctx.targets]
-    if (ctx.provider_name, ctx.model) not in served:
+    served = [(name, model) for name, _, model in ctx.routing.targets]
+    if (ctx.ledger.provider_name, ctx.ledger.model) not in served:
         return []
-    return ctx.targets[served.index((ctx.provider_name, ctx.model)) + 1 :]
+    return ctx.routing.targets[served.index((ctx.ledger.provider_name, ctx.ledger.model)) + 1 :]
 
 
 def _data_of(event: bytes) -> bytes | None:

@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote
 
@@ -38,7 +38,7 @@ from ..mediated.model_call import CLIENT_CLOSED
 from ..providers.upstream import plan_route
 from ..request.context import STATE_KEY, SidecarState
 from ..request.errors import reply_error
-from ..request.exchange import AiohttpExchange, Exchange, RequestContext
+from ..request.exchange import AiohttpExchange, Caller, Exchange, RequestContext, Routing
 from ..translated import translated
 from .passthrough import pass_through
 
@@ -119,8 +119,7 @@ async def _llm_request(exchange: Exchange, state: SidecarState, route: LlmRoute)
     exchange.authenticated()
     if tracing.tracer is not None:
         tracing.name_agent(agent.agent.id)
-    ctx = RequestContext(
-        state=state,
+    caller = Caller(
         agent=agent,
         codec=codec,
         route=route.path,
@@ -133,6 +132,7 @@ async def _llm_request(exchange: Exchange, state: SidecarState, route: LlmRoute)
         end_user=end_user,
         auth=auth,
     )
+    ctx = RequestContext(state, caller)
     with state.body_bytes.holding(agent.agent.id) as take:
         await _read_and_serve(exchange, state, route, ctx, take)
 
@@ -144,7 +144,7 @@ async def _read_and_serve(
     ctx: RequestContext,
     take: Callable[[int], None],
 ) -> None:
-    codec, agent = ctx.codec, ctx.agent
+    codec, agent = ctx.caller.codec, ctx.caller.agent
     inflight = state.metrics.inflight
     inflight[route.path] += 1
     body: dict[str, Any] = {}
@@ -154,22 +154,17 @@ async def _read_and_serve(
             raw = await exchange.read_body(limit, take)
             await check_shape(raw, limit)
             body = _parse_body(raw) if raw or route.upstream is None else {}
-            ctx.stream = body.get("stream") is True or _query_streams(exchange.query)
+            stream = body.get("stream") is True or _query_streams(exchange.query)
+            method, path = "POST", None
             if route.upstream is not None:
-                _address_resource(ctx, exchange, route.upstream)
-            ctx.request = body
-            if route.upstream is None or "model" in body:
-                plan = state.router.plan(codec.api, codec.name, body.get("model"))
-                ctx.targets, ctx.walks = plan.targets, plan.walks  # type: ignore[assignment]
-                ctx.provider_name, _, ctx.model = plan.targets[0]
-                if route.upstream is None and plan.crosses:
-                    # A target of another protocol: refused or planned.
-                    mediated = route.mediate and _injects(agent, _withheld(agent, codec, body))
-                    translated.plan(ctx, body, mediated=mediated)
-            else:
-                ctx.provider_name = state.router.first_provider(codec.api, codec.name)
-                ctx.targets = [(ctx.provider_name, state.config.providers[ctx.provider_name], None)]
-                ctx.walks = plan_route(codec.name, ctx.targets).walks  # type: ignore[arg-type]
+                method, path = _address_resource(exchange, route.upstream)
+            read = Routing(stream, body, method=method, upstream_path=path)
+            try:
+                routing = _route(ctx, route, read)
+            except ApiError:
+                ctx = ctx.routed(read)  # refused by routing: audited with what the body said
+                raise
+            ctx = ctx.routed(routing)
             if codec.stores_objects:
                 # After translation's refusals: a provider of another protocol stores nothing,
                 # so a previous_response_id there is 400 whoever's it is (docs/translation.md).
@@ -179,21 +174,21 @@ async def _read_and_serve(
             await reply_error(exchange, codec, err, final=True)  # the body or its routing
             await record_request(ctx, http_status=err.status, error_code=err.code)
             return
-        refusal = await end_user_rate(state, ctx.end_user) if ctx.end_user else None
-        if refusal is None and ctx.budgeted:
+        refusal = await end_user_rate(state, ctx.caller.end_user) if ctx.caller.end_user else None
+        if refusal is None and ctx.caller.budgeted:
             refusal = await admit(ctx, body)
         if refusal is not None:
             _called_no_model(ctx, body)
             await reply_error(exchange, codec, refusal)
             await record_request(ctx, http_status=refusal.status, error_code=refusal.code)
             return
-        if ctx.model is not None and ctx.model != body["model"]:
-            body["model"] = ctx.model
+        if ctx.ledger.model is not None and ctx.ledger.model != body["model"]:
+            body["model"] = ctx.ledger.model
             raw = orjson.dumps(body)
         withheld = _withheld(agent, codec, body)
         if withheld is not None:
-            ctx.audit_extra = {"tools_injected": False, "reason": withheld}
-        if ctx.translations is not None and translated.counts_here(ctx):
+            ctx.ledger.audit_extra = {"tools_injected": False, "reason": withheld}
+        if ctx.routing.translations is not None and translated.counts_here(ctx):
             await translated.answer_count(exchange, ctx, body)
         elif route.mediate and _injects(agent, withheld):
             await handle_mediated(exchange, ctx, body)
@@ -201,12 +196,12 @@ async def _read_and_serve(
             counted = orjson.dumps(with_managed_tools(codec, agent, body))
             await pass_through(exchange, ctx, counted)
         else:
-            if route.mediate and ctx.stream:
+            if route.mediate and ctx.routing.stream:
                 raw = _ask_stream_usage(ctx, codec, body, raw)
             await pass_through(exchange, ctx, raw if raw or route.method == "POST" else None)
     finally:
         inflight[route.path] -= 1
-        if ctx.budgeted:
+        if ctx.caller.budgeted:
             await release(ctx)
 
 
@@ -216,7 +211,7 @@ def _ask_stream_usage(ctx: RequestContext, codec: Codec, body: dict[str, Any], r
     asking = codec.asking_stream_usage(body)
     if asking is None:
         return raw
-    ctx.strip_usage = True
+    ctx.ledger.strip_usage = True
     return orjson.dumps(asking)
 
 
@@ -230,8 +225,8 @@ def _called_no_model(ctx: RequestContext, body: dict[str, Any]) -> None:
     """A request refused before any model call is recorded with the model it asked for and
     no provider: none was called, and none spent anything on it."""
     requested = body.get("model")
-    ctx.model = requested if isinstance(requested, str) else None
-    ctx.provider_name = None
+    ctx.ledger.model = requested if isinstance(requested, str) else None
+    ctx.ledger.provider_name = None
 
 
 def _withheld(agent: AgentBuild, codec: Codec, body: dict[str, Any]) -> str | None:
@@ -251,12 +246,12 @@ def _check_stored_objects(ctx: RequestContext, exchange: Exchange, body: dict[st
     """Refuse a request that names a stored object its owner (the agent, for its end user) does
     not hold: every agent shares the provider key, so the provider cannot refuse it (see
     ``stored_objects``)."""
-    pairs = ctx.codec.stored_references(exchange.path_params, body)
+    pairs = ctx.caller.codec.stored_references(exchange.path_params, body)
     if not pairs:  # always, for a protocol without stored objects
         return
     referenced = refs(pairs)
     for ref in referenced:
-        why = ctx.state.objects.refusal(ctx.owner, ref)
+        why = ctx.state.objects.refusal(ctx.caller.owner, ref)
         if why is not None:
             ctx.note_objects(f"refused ({why})", [ref])
             raise ApiError(
@@ -268,13 +263,32 @@ def _check_stored_objects(ctx: RequestContext, exchange: Exchange, body: dict[st
     ctx.note_objects("referenced", referenced)
 
 
-def _address_resource(ctx: RequestContext, exchange: Exchange, upstream: str) -> None:
-    """The upstream path of a provider-held object: each parameter one encoded segment."""
+def _route(ctx: RequestContext, route: LlmRoute, read: Routing) -> Routing:
+    """Where the request goes: the targets the router plans for its model (a resource route
+    without one: its protocol's first provider), each of another protocol with the body
+    translated for it (``translated.plan``). Sets the ledger's first provider and model."""
+    state, ledger = ctx.state, ctx.ledger
+    codec, agent, body = ctx.caller.codec, ctx.caller.agent, read.request
+    if route.upstream is None or "model" in body:
+        plan = state.router.plan(codec.api, codec.name, body.get("model"))
+        ledger.provider_name, _, ledger.model = plan.targets[0]
+        translations = None
+        if route.upstream is None and plan.crosses:
+            # A target of another protocol: refused or planned.
+            mediated = route.mediate and _injects(agent, _withheld(agent, codec, body))
+            translations = translated.plan(ctx, plan.targets, body, mediated=mediated)
+        return replace(read, targets=plan.targets, walks=plan.walks, translations=translations)
+    ledger.provider_name = name = state.router.first_provider(codec.api, codec.name)
+    targets = [(name, state.config.providers[name], None)]
+    return replace(read, targets=targets, walks=plan_route(codec.name, targets).walks)  # type: ignore[arg-type]
+
+
+def _address_resource(exchange: Exchange, upstream: str) -> tuple[str, str]:
+    """The method and upstream path of a provider-held object: each parameter one encoded
+    segment."""
     segments = {name: quote(value, safe="") for name, value in exchange.path_params.items()}
-    ctx.method = exchange.method
-    ctx.upstream_path = upstream.format_map(segments)
-    if exchange.query:
-        ctx.upstream_path += "?" + exchange.query
+    path = upstream.format_map(segments)
+    return exchange.method, path + "?" + exchange.query if exchange.query else path
 
 
 def _query_streams(query: str) -> bool:

@@ -3,7 +3,7 @@ unchanged (streams chunk by chunk, never buffered), and the exchange is audited.
 
 A stream that breaks after text goes on at the route's next target (``stream_failover.py``).
 A request whose route has one plain target (``RoutePlan.walks`` false) is sent to it directly;
-one with no target of another protocol (no ``ctx.translations``) never meets translation."""
+one with no target of another protocol (no ``ctx.routing.translations``) never meets translation."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def pass_through(
 
 
 async def _traced(exchange: Exchange, ctx: RequestContext, raw: bytes | bytearray | None) -> None:
-    with tracing.model_span(ctx.codec.api, ctx.model):
+    with tracing.model_span(ctx.caller.codec.api, ctx.ledger.model):
         await _pass_through(exchange, ctx, raw)
 
 
@@ -62,28 +62,28 @@ async def _pass_through(
     client = ctx.state.upstream
 
     def send(target: UpstreamTarget, model: str | None) -> Awaitable[Response]:
-        if ctx.translations is not None:
+        if ctx.routing.translations is not None:
             live = translated_stream.passthrough_streamed(ctx, target, model)
             if live is not None:  # a streaming caller, a provider of another protocol: live
                 return client.send(*live)
             crossing = translated.passthrough_send(ctx, target, model)
             if crossing is not None:  # a provider of another protocol (contract §18)
                 return client.send(*crossing, max_body_bytes=client.max_response_bytes)
-        same = model is None or model == ctx.model
+        same = model is None or model == ctx.ledger.model
         return client.send(target, raw if same else _with_model(raw, model))
 
     try:
-        if ctx.walks:
+        if ctx.routing.walks:
             upstream = await open_upstream(ctx, send)
         else:  # the plain path of ``open_upstream``, without entering it
-            upstream = await send(ctx.target(ctx.provider_name or ""), ctx.model)
+            upstream = await send(ctx.target(ctx.ledger.provider_name or ""), ctx.ledger.model)
     except UpstreamError as exc:
         return await _fail(exchange, ctx, upstream_api_error(exc))
     except ApiError as err:  # every key rests
         return await _fail(exchange, ctx, err)
     try:
-        ctx.state.metrics.observe_upstream(ctx.provider_name, time.monotonic() - sent)
-        translation = None if ctx.translations is None else translated.answered_in(ctx)
+        ctx.state.metrics.observe_upstream(ctx.ledger.provider_name, time.monotonic() - sent)
+        translation = None if ctx.routing.translations is None else translated.answered_in(ctx)
         if translation is not None and translated_stream.streams_back(ctx, upstream):
             return await translated_stream.relay_translated_stream(
                 exchange, ctx, upstream, translation
@@ -91,9 +91,11 @@ async def _pass_through(
         if translation is not None:
             return await translated.relay_translated(exchange, ctx, upstream, translation)
         if upstream.status == 200 and upstream.content_type == "text/event-stream":
-            if not ctx.stream:
+            if not ctx.routing.stream:
                 # The client asked for one JSON body; a stream would break its SDK.
-                message = f"provider {ctx.provider_name!r} streamed an answer nobody asked for"
+                message = (
+                    f"provider {ctx.ledger.provider_name!r} streamed an answer nobody asked for"
+                )
                 err = ApiError(502, "upstream_protocol_error", message)
                 return await _fail(exchange, ctx, err)
             return await _relay_stream(exchange, ctx, upstream, raw)
@@ -108,15 +110,15 @@ async def _relay_body(exchange: Exchange, ctx: RequestContext, upstream: Respons
         # non-streamed answer was bounded only once it crossed protocols).
         data = await upstream.read(ctx.state.upstream.max_response_bytes)
     except TransportError as exc:
-        failure = translate_error(exc, ctx.provider_name)
+        failure = translate_error(exc, ctx.ledger.provider_name)
         return await _fail(exchange, ctx, upstream_api_error(failure))
     status = upstream.status
     if status >= 400:
-        data = ctx.state.upstream.redact(ctx.provider_name, data)
+        data = ctx.state.upstream.redact(ctx.ledger.provider_name, data)
     unserved = (
         status in NO_SUCH_ROUTE
-        and ctx.upstream_path is None
-        and not_served_message(ctx.codec, ctx.provider_name or "", status, data)
+        and ctx.routing.upstream_path is None
+        and not_served_message(ctx.caller.codec, ctx.ledger.provider_name or "", status, data)
     )
     if unserved:
         return await _fail(exchange, ctx, upstream_failure(NOT_SERVED, unserved))
@@ -130,17 +132,17 @@ async def _relay_body(exchange: Exchange, ctx: RequestContext, upstream: Respons
         err = ApiError(
             502,
             "upstream_protocol_error",
-            f"provider {ctx.provider_name!r} returned a response body that is not JSON",
+            f"provider {ctx.ledger.provider_name!r} returned a response body that is not JSON",
         )
         return await _fail(exchange, ctx, err)
     else:
         error_code = None
         usage = usage_record(rounds=1)
-        if not ctx.upstream_path:  # a stored object's usage was spent when it was made
+        if not ctx.routing.upstream_path:  # a stored object's usage was spent when it was made
             usage = _body_usage(ctx, parsed, len(data))
-        if ctx.codec.stores_objects:
+        if ctx.caller.codec.stores_objects:
             _track_stored_objects(ctx, status, parsed)
-    headers = ctx.state.upstream.relayed_headers(ctx.provider_name, upstream.headers)
+    headers = ctx.state.upstream.relayed_headers(ctx.ledger.provider_name, upstream.headers)
     # The whole response now, so the audit write that follows adds no client latency; a client
     # that left is still audited.
     with contextlib.suppress(ConnectionError):
@@ -152,13 +154,13 @@ async def _relay_stream(
     exchange: Exchange, ctx: RequestContext, upstream: Response, raw: bytes | bytearray | None
 ) -> None:
     await exchange.start_stream(
-        200, ctx.state.upstream.relayed_headers(ctx.provider_name, upstream.headers)
+        200, ctx.state.upstream.relayed_headers(ctx.ledger.provider_name, upstream.headers)
     )
-    redactor = ctx.state.upstream.stream_redactor(ctx.provider_name)
-    stored = StreamedIds(ctx.codec) if ctx.codec.stores_objects else None
-    usage = StreamUsage(ctx.codec)
-    stripper = ctx.codec.usage_stripper() if ctx.strip_usage else None
-    end = ctx.codec.end_watch()
+    redactor = ctx.state.upstream.stream_redactor(ctx.ledger.provider_name)
+    stored = StreamedIds(ctx.caller.codec) if ctx.caller.codec.stores_objects else None
+    usage = StreamUsage(ctx.caller.codec)
+    stripper = ctx.caller.codec.usage_stripper() if ctx.ledger.strip_usage else None
+    end = ctx.caller.codec.end_watch()
     # While the answer could go on at the route's next target (``stream_failover``).
     watch = stream_failover.watch_for(ctx)
     splice: stream_failover.Splice | None = None
@@ -174,20 +176,28 @@ async def _relay_stream(
                 chunk, broken = await upstream.read_chunk(), False
             except TransportError as exc:
                 chunk, broken = b"", True
-                cut = upstream_api_error(translate_error(exc, ctx.provider_name))
+                cut = upstream_api_error(translate_error(exc, ctx.ledger.provider_name))
             if not chunk and cut is None and not end.seen and error_code is None:
                 # A cut stream must not look like a complete answer to the client.
-                message = f"provider {ctx.provider_name!r} ended the stream before its end"
+                message = f"provider {ctx.ledger.provider_name!r} ended the stream before its end"
                 cut = ApiError(502, "upstream_protocol_error", message)
             if cut is not None and watch is not None:
-                broke = (ctx.provider_name, ctx.model, stream_usage(ctx, usage, False))
+                broke = (
+                    ctx.ledger.provider_name,
+                    ctx.ledger.model,
+                    stream_usage(ctx, usage, False),
+                )
                 more = await stream_failover.reopen(ctx, watch, raw, cut.code)
                 if more is not None:
                     spent.append(broke)
                     upstream.release(reuse=False)
-                    upstream, usage, end = more, StreamUsage(ctx.codec), ctx.codec.end_watch()
-                    redactor = ctx.state.upstream.stream_redactor(ctx.provider_name)
-                    splice, watch = stream_failover.Splice(ctx.codec.name, watch), None
+                    upstream, usage, end = (
+                        more,
+                        StreamUsage(ctx.caller.codec),
+                        ctx.caller.codec.end_watch(),
+                    )
+                    redactor = ctx.state.upstream.stream_redactor(ctx.ledger.provider_name)
+                    splice, watch = stream_failover.Splice(ctx.caller.codec.name, watch), None
                     continue
             if not chunk and not broken:
                 if rest := _spliced(splice, redactor.flush()):
@@ -197,7 +207,7 @@ async def _relay_stream(
                 finished = end.seen
             if cut is not None:
                 status, error_code = cut.status, cut.code
-                await exchange.write(ctx.codec.stream_error(cut))
+                await exchange.write(ctx.caller.codec.stream_error(cut))
             if not chunk:
                 break
             if error_code is None and STREAM_ERROR.search(chunk):
@@ -210,7 +220,7 @@ async def _relay_stream(
             if not chunk:
                 continue  # the rest of an event: it goes out with its end
             if watch is not None:
-                watch.feed(ctx.codec.name, chunk)
+                watch.feed(ctx.caller.codec.name, chunk)
             await exchange.write(chunk if stripper is None else stripper.feed(chunk))
             finished = whole  # once the end marker has reached the client
         await exchange.end()
@@ -258,14 +268,14 @@ def _calls_cost(ctx: RequestContext, usage: dict[str, int], spent: list[Call]) -
     """A continued stream's cost, each call at its own provider's price; None: one call."""
     if not spent:
         return None
-    calls = [*spent, (ctx.provider_name, ctx.model, usage)]
+    calls = [*spent, (ctx.ledger.provider_name, ctx.ledger.model, usage)]
     costs = [call_cost(ctx, provider, model, used) for provider, model, used in calls]
     known = [cost for cost in costs if cost is not None]
     return sum(known) if known else None
 
 
 async def _fail(exchange: Exchange, ctx: RequestContext, err: ApiError) -> None:
-    await reply_error(exchange, ctx.codec, err)  # before the audit write: no added latency
+    await reply_error(exchange, ctx.caller.codec, err)  # before the audit write: no added latency
     # A pass-through is one upstream call, answered or not.
     await record_request(
         ctx, http_status=err.status, error_code=err.code, usage=usage_record(rounds=1)
@@ -276,14 +286,14 @@ def _track_stored_objects(ctx: RequestContext, status: int, parsed: Any) -> None
     """Bind what the provider stored to the request's owner; forget what it deleted."""
     if status != 200:
         return
-    if ctx.method == "DELETE":
+    if ctx.routing.method == "DELETE":
         # Only the object the answer says is deleted (deleting a conversation's item keeps it).
         deleted = parsed.get("id") if isinstance(parsed, dict) and parsed.get("deleted") else None
-        for ref in ctx.objects:
+        for ref in ctx.ledger.objects:
             if ref["use"] == "referenced" and ref["id"] == deleted:
-                ctx.state.objects.forget(ctx.owner, StoredRef(ref["kind"], ref["id"]))
+                ctx.state.objects.forget(ctx.caller.owner, StoredRef(ref["kind"], ref["id"]))
         return
-    ctx.record_objects(refs(ctx.codec.stored_ids(parsed)))
+    ctx.record_objects(refs(ctx.caller.codec.stored_ids(parsed)))
 
 
 # An error event in any protocol's stream: Anthropic's and Responses' ``event: error``, a Chat
@@ -308,10 +318,10 @@ def _record_later(
 
 def _body_usage(ctx: RequestContext, body: Any, answer_bytes: int) -> dict[str, int]:
     usage = body.get("usage") if isinstance(body, dict) else None
-    read, creation = ctx.codec.cache_counts(usage)
-    tokens = ctx.codec.usage_counts(usage)
-    if not any(tokens) and ctx.route == ctx.codec.route:  # side routes spend nothing
-        return estimated_usage(ctx, reply_tokens(body, ctx.codec.name))
+    read, creation = ctx.caller.codec.cache_counts(usage)
+    tokens = ctx.caller.codec.usage_counts(usage)
+    if not any(tokens) and ctx.caller.route == ctx.caller.codec.route:  # side routes spend nothing
+        return estimated_usage(ctx, reply_tokens(body, ctx.caller.codec.name))
     return usage_record(*tokens, rounds=1, cache_read=read, cache_creation=creation)
 
 
@@ -336,7 +346,7 @@ def _is_protocol_error(parsed: Any) -> bool:
 def _wrapped_upstream_error(ctx: RequestContext, status: int, data: bytes) -> ApiError:
     """An upstream error whose body is not in the protocol's shape (a proxy page, plain text)."""
     snippet = data[:200].decode("utf-8", "replace").strip()
-    message = f"provider {ctx.provider_name!r} answered HTTP {status}"
+    message = f"provider {ctx.ledger.provider_name!r} answered HTTP {status}"
     if snippet:
         message += f": {snippet}"
     return ApiError(status if status < 600 else 502, f"upstream_http_{status}", message)

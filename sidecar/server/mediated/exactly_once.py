@@ -61,10 +61,12 @@ async def begin_attempt(
     still running waits here; a failed one is resumed. A request is identified by its
     conversation (and its end user: one user's request is never another's retry, SPEC §21);
     one the codec cannot read, by its bytes."""
-    agent = ctx.agent.agent.id
+    agent = ctx.caller.agent.agent.id
     conversation = engine.conversation if engine.prepare() is None else None
-    request, rewrite = identities(owner_of(agent, ctx.end_user), ctx.codec.api, conversation, body)
-    attempt = await ctx.state.journal.begin(agent, request, ctx.request_id, rewrite)
+    request, rewrite = identities(
+        owner_of(agent, ctx.caller.end_user), ctx.caller.codec.api, conversation, body
+    )
+    attempt = await ctx.state.journal.begin(agent, request, ctx.caller.request_id, rewrite)
     return ExactlyOnce(ctx, plan, attempt)
 
 
@@ -169,7 +171,7 @@ class ExactlyOnce:
                 max_result_bytes=command.max_result_bytes,
                 idempotency_key=idempotency_key(
                     self.ctx.state.config.pod,
-                    self.ctx.agent.agent.id,
+                    self.ctx.caller.agent.agent.id,
                     execution.checked,
                     attempt.lineage,
                 )
@@ -209,7 +211,11 @@ class ExactlyOnce:
         ctx = self.ctx
         try:
             outcome = await ctx.state.executor.execute(
-                ctx.agent.agent.id, execution.checked, limits, shielded=True, end_user=ctx.end_user
+                ctx.caller.agent.agent.id,
+                execution.checked,
+                limits,
+                shielded=True,
+                end_user=ctx.caller.end_user,
             )
         except Exception:
             log.exception("tool %s failed in the executor", execution.checked.tool.name)

@@ -44,21 +44,21 @@ Once = ExactlyOnce | Unjournaled
 
 async def handle_mediated(exchange: Exchange, ctx: RequestContext, body: dict[str, Any]) -> None:
     state = ctx.state
-    plan = state.governed.plans[ctx.agent.agent.id]
+    plan = state.governed.plans[ctx.caller.agent.agent.id]
     quarantine = state.executor.quarantine if plan.may_drift else None  # drift: not offered
-    assert ctx.provider_name is not None
-    provider = state.config.providers[ctx.provider_name]
+    assert ctx.ledger.provider_name is not None
+    provider = state.config.providers[ctx.ledger.provider_name]
     engine = MediationEngine(
-        ctx.codec,
-        quarantine.offered(ctx.agent) if quarantine else ctx.agent,
+        ctx.caller.codec,
+        quarantine.offered(ctx.caller.agent) if quarantine else ctx.caller.agent,
         body,
         check=state.executor.check,
         # Each model call: its provider's timeout-ms, within the sidecar's upstream bound.
         model_timeout_s=min(provider.timeout_ms, state.config.upstream_timeout_ms) / 1000,
-        withheld=quarantine.withheld(ctx.agent) if quarantine else (),
+        withheld=quarantine.withheld(ctx.caller.agent) if quarantine else (),
         taint_mode=state.config.taint.mode if state.config.taint is not None else "off",
         untrusted=plan.untrusted,
-        end_user=ctx.end_user,
+        end_user=ctx.caller.end_user,
     )
     for _ in engine.prepared_in_slices():  # other requests run between a long one's slices
         await asyncio.sleep(0)
@@ -75,7 +75,7 @@ class _Driver:
         self.ctx = ctx
         self.engine = engine
         self.once = once
-        self.client = MediatedClient(exchange, ctx, ctx.codec)
+        self.client = MediatedClient(exchange, ctx, ctx.caller.codec)
         self.model = ModelCalls(ctx, engine, self.client)
         self.http_status = 200
         self.error_code: str | None = None
@@ -92,7 +92,7 @@ class _Driver:
             else:
                 await self._reply(command)
         except Exception:
-            log.exception("mediated request %s failed", self.ctx.request_id)
+            log.exception("mediated request %s failed", self.ctx.caller.request_id)
             await self._reply(Fail.internal())
         finally:
             steps.close()
@@ -107,7 +107,9 @@ class _Driver:
             performing = self._call_out(command)
             return await (self.client.keeping_alive(performing) if self.client.live else performing)
         if isinstance(command, BeginStream):
-            await self.client.begin_stream(self.ctx.codec.client_stream(self.engine.conversation))
+            await self.client.begin_stream(
+                self.ctx.caller.codec.client_stream(self.engine.conversation)
+            )
         elif isinstance(command, Recall):
             return Recalled(self.ctx.state.continuity.candidates(command.keys))
         elif isinstance(command, Remember):
@@ -127,7 +129,7 @@ class _Driver:
             self.ctx.state.continuity.remember(
                 command.keys,
                 scrubbed(self.ctx, self.engine, command.messages),
-                agent=self.ctx.agent.agent.id,
+                agent=self.ctx.caller.agent.agent.id,
                 context=command.context,
                 origin=command.origin,
                 taint_sources=command.taint_sources,

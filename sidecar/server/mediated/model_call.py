@@ -123,7 +123,7 @@ class MediatedClient:
             # Messages carry provider text (an error body, a stream's error event): no key in
             # any encoding leaves with them.
             upstream = self.ctx.state.upstream
-            message = upstream.redact_text(self.ctx.provider_name, command.message)
+            message = upstream.redact_text(self.ctx.ledger.provider_name, command.message)
             err = ApiError(command.status, command.code, message)
             if self.live is not None:
                 await self.write(self.live.fail(err))
@@ -160,7 +160,7 @@ class MediatedClient:
             await operation
         except (ConnectionError, RuntimeError) as exc:
             self.gone = True
-            log.info("client of %s went away: %s", self.ctx.request_id, exc)
+            log.info("client of %s went away: %s", self.ctx.caller.request_id, exc)
 
 
 E = TypeVar("E")
@@ -193,7 +193,7 @@ class ModelCalls:
         self.charges = ModelCharges()
 
     async def __call__(self, command: CallModel) -> Event:
-        ctx, codec, live = self.ctx, self.ctx.codec, self.client.live
+        ctx, codec, live = self.ctx, self.ctx.caller.codec, self.client.live
         show = self.client.show if live is not None else None
         event = await call_model(ctx, codec, self.engine.conversation, command, show)
         if isinstance(event, ModelReplied):
@@ -218,7 +218,7 @@ async def call_model(
     if show is None:
         return await _traced(ctx, codec, _whole(ctx, codec, command))
     support = ctx.state.stream_tools
-    provider = ctx.provider_name
+    provider = ctx.ledger.provider_name
     assert provider is not None
     unanswered: StreamUnanswered | None = None
     if support.streams(provider, command.body):
@@ -233,7 +233,7 @@ async def call_model(
         await show_whole(codec, conversation, event.body, show)
     if unanswered is not None and (unanswered.definitive or isinstance(event, ModelReplied)):
         lesson = support.learn_cannot(provider, command.body, unanswered.why)
-        ctx.audit_extra = {**(ctx.audit_extra or {}), "stream_tools": lesson}
+        ctx.ledger.audit_extra = {**(ctx.ledger.audit_extra or {}), "stream_tools": lesson}
     return event
 
 
@@ -243,7 +243,7 @@ async def _traced(ctx: RequestContext, codec: Codec, calling: Awaitable[E]) -> E
     try:
         if tracing.tracer is None:
             return await calling
-        with tracing.model_span(codec.api, ctx.model) as span:
+        with tracing.model_span(codec.api, ctx.ledger.model) as span:
             event = await calling
             if isinstance(event, ModelReplied):
                 tracing.record_usage(span, *codec.usage_of_body(event.body))
@@ -252,7 +252,7 @@ async def _traced(ctx: RequestContext, codec: Codec, calling: Awaitable[E]) -> E
                 tracing.record_error(span, event.kind if status is None else str(status))
             return event
     finally:
-        ctx.state.metrics.observe_upstream(ctx.provider_name, time.perf_counter() - started)
+        ctx.state.metrics.observe_upstream(ctx.ledger.provider_name, time.perf_counter() - started)
 
 
 async def _open(
@@ -274,8 +274,8 @@ async def _open(
         return upstream.send(target, payload, max_body_bytes=upstream.max_response_bytes, **bound)
 
     try:
-        if not ctx.walks:  # the plain path of ``open_upstream``, without entering it
-            return await send(ctx.target(ctx.provider_name or ""), ctx.model)
+        if not ctx.routing.walks:  # the plain path of ``open_upstream``, without entering it
+            return await send(ctx.target(ctx.ledger.provider_name or ""), ctx.ledger.model)
         return await open_upstream(ctx, send)
     except translated.CALL_FAILURES as exc:
         return translated.model_failure(exc)
@@ -283,7 +283,7 @@ async def _open(
 
 def _refusal(ctx: RequestContext, codec: Codec, response: Response, data: bytes) -> ModelFailed:
     """A provider's error answer: the protocol it does not serve, or its own error."""
-    provider = ctx.provider_name
+    provider = ctx.ledger.provider_name
     assert provider is not None
     unserved = not_served_message(codec, provider, response.status, data)
     if unserved:
@@ -293,7 +293,7 @@ def _refusal(ctx: RequestContext, codec: Codec, response: Response, data: bytes)
 
 
 async def _whole(ctx: RequestContext, codec: Codec, command: CallModel) -> Event:
-    if ctx.translations is not None:  # a target of another protocol (contract §18)
+    if ctx.routing.translations is not None:  # a target of another protocol (contract §18)
         return await translated.call_model(ctx, command)
     response = await _open(ctx, command.body, timeout_s=command.timeout_s)
     if isinstance(response, ModelFailed):
@@ -301,12 +301,14 @@ async def _whole(ctx: RequestContext, codec: Codec, command: CallModel) -> Event
     try:
         data = await response.read()
     except TransportError as exc:
-        failure = translate_error(exc, ctx.provider_name)
+        failure = translate_error(exc, ctx.ledger.provider_name)
         return ModelFailed(failure.kind, failure.message)
     finally:
         response.release()
     if response.status != 200:
-        return _refusal(ctx, codec, response, ctx.state.upstream.redact(ctx.provider_name, data))
+        return _refusal(
+            ctx, codec, response, ctx.state.upstream.redact(ctx.ledger.provider_name, data)
+        )
     try:
         if "text/event-stream" in response.headers.get("Content-Type", ""):
             reply = codec.assemble_stream(data)
@@ -331,11 +333,13 @@ async def _streamed(
     back as ``StreamUnanswered`` instead of a failure."""
     streamed = codec.streaming_request(command.body)
     # A target of another protocol (§18); none without translations.
-    crossing = translated_stream.LiveCall(ctx, codec) if ctx.translations is not None else None
+    crossing = (
+        translated_stream.LiveCall(ctx, codec) if ctx.routing.translations is not None else None
+    )
     response = await _open(ctx, streamed, crossing, read_timeout_s=command.timeout_s)
     if isinstance(response, ModelFailed):
         return response
-    provider = ctx.provider_name
+    provider = ctx.ledger.provider_name
     # The provider's stream read as the caller's turn, translated when it speaks another.
     crossed = crossing.turn() if crossing is not None else None
     assembler: TurnAssembler | translated_stream.TranslatedTurn = (

@@ -84,12 +84,14 @@ def run_call(
     """One call through the gate, or, when no step of it applies (the agent's ``CallPlan``,
     an untainted request), to the executor straight; ``before_send`` is awaited right before
     it is sent (the journal's ``sent`` line, after any approval)."""
-    state, agent, call = ctx.state, ctx.agent.agent.id, execution.checked
+    state, agent, call = ctx.state, ctx.caller.agent.agent.id, execution.checked
     if not command.taint.tainted and call.tool.name in plan.ungoverned:
         # No step of the gate applies to this call: the executor makes it.
         if before_send is None:
-            return state.executor.execute(agent, call, limits, shielded=True, end_user=ctx.end_user)
-        return _sent_after(before_send, state.executor, agent, call, limits, ctx.end_user)
+            return state.executor.execute(
+                agent, call, limits, shielded=True, end_user=ctx.caller.end_user
+            )
+        return _sent_after(before_send, state.executor, agent, call, limits, ctx.caller.end_user)
     return state.governed.execute(
         agent,
         call,
@@ -99,7 +101,7 @@ def run_call(
         before_send=before_send,
         client=execution.client,
         shielded=True,  # the driver runs as a task of its own (server/mediated/mediated.py)
-        end_user=ctx.end_user,
+        end_user=ctx.caller.end_user,
     )
 
 

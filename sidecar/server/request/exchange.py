@@ -10,7 +10,7 @@ end the body in-band.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from ...codecs.base import Codec
-from ...manifest import AgentBuild, Provider
+from ...manifest import AgentBuild
 from ...model.end_user import AuthKind, EndUser, owner_of
 from ...model.errors import ApiError
 from ...model.token_estimate import request_tokens
@@ -26,7 +26,7 @@ from ...request_body import no_accounting, read_body_once
 from ...state.counters import Hold
 from ...state.stored_objects import StoredRef
 from ..front.edge import close_if_refused, mark_authenticated
-from ..providers.upstream import UpstreamTarget
+from ..providers.upstream import Target, UpstreamTarget
 
 if TYPE_CHECKING:
     from .context import SidecarState
@@ -148,74 +148,17 @@ class AiohttpExchange(Exchange):
         await self.response.write_eof()
 
 
-@dataclass(slots=True)
-class RequestContext:
-    """One authenticated client request to an LLM route."""
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """What is known of a request once it is authenticated: who asks, for whom, how it proved
+    it, on which route. Never changes."""
 
-    state: SidecarState
     agent: AgentBuild
     codec: Codec
     route: str
     request_id: str
     started: float  # time.monotonic() when the request arrived
     forward_headers: dict[str, str]  # safe client headers for upstream; never auth
-    # Known once the body is read and routed; a request refused before that keeps what it got.
-    stream: bool = False
-    provider_name: str | None = None
-    model: str | None = None  # upstream model, "provider/" prefix stripped
-    method: str = "POST"
-    upstream_path: str | None = None  # a resource route's concrete path (and query) upstream
-    # Stored objects this request used, made or was refused (for its audit record).
-    objects: list[dict[str, str]] = field(default_factory=list)
-
-    def input_estimate(self) -> int:
-        """The client's request in tokens, estimated once asked: where budget holds start
-        (#32), and its input where the provider counts none (#45)."""
-        if self._input_estimate is None:
-            self._input_estimate = request_tokens(self.request, self.codec.name)
-        return self._input_estimate
-
-    def note_objects(self, use: str, refs: list[StoredRef]) -> None:
-        self.objects += [{"kind": ref.kind, "id": ref.id, "use": use} for ref in refs]
-
-    def target(self, provider: str, key: str | None = None) -> UpstreamTarget:
-        """Where this request goes at ``provider`` (with its pooled ``key``, if any)."""
-        return UpstreamTarget(
-            provider,
-            self.route,
-            self.forward_headers,
-            self.stream,
-            self.method,
-            self.upstream_path,
-            key,
-        )
-
-    @property
-    def owner(self) -> str:
-        """Whose remembered state the request may use: its agent's, for its end user."""
-        return owner_of(self.agent.agent.id, self.end_user)
-
-    def record_objects(self, refs: list[StoredRef]) -> None:
-        """Bind objects the provider stored for this request to its owner (agent, end user)."""
-        if refs:
-            self.note_objects("created", self.state.objects.record(self.owner, refs))
-
-    audit_extra: dict[str, Any] | None = None  # fields the request's audit record adds
-    targets: list[tuple[str, Provider, str | None]] = field(default_factory=list)
-    """(provider, its settings, upstream model) in failover order (SPEC §14)."""
-    attempts: list[dict[str, str | None]] = field(default_factory=list)
-    """Each upstream attempt: provider, key label, outcome; the audit record's ``providers``."""
-    reserved: Hold | None = None
-    """Tokens and USD held against the agent's budgets while the request runs (#32)."""
-    strip_usage: bool = False
-    """Chat Completions usage was asked upstream for the budget; the client did not ask."""
-    request: dict[str, Any] = field(default_factory=dict)
-    """The client's body as parsed (its model set to the target's)."""
-    _input_estimate: int | None = None
-    translations: Translations | None = None
-    """Set when a target speaks another protocol than the caller (contract §18)."""
-    walks: bool = True
-    """The targets need the failover walk (``RoutePlan.walks``); False: one plain target."""
     budgeted: bool = False
     """The agent or its end user has a daily budget: the request is admitted, held and charged
     (#32, SPEC §21)."""
@@ -223,3 +166,96 @@ class RequestContext:
     """The verified end user the request is for (SPEC §21): audited, budgeted, passed to tools."""
     auth: AuthKind | None = None
     """How the agent proved who it is, in a pod with ``identity`` (audited, SPEC §21)."""
+
+    @property
+    def owner(self) -> str:
+        """Whose remembered state the request may use: its agent's, for its end user."""
+        return owner_of(self.agent.agent.id, self.end_user)
+
+
+@dataclass(frozen=True, slots=True)
+class Routing:
+    """What routing returned for the request's body: set once (``RequestContext.routed``); a
+    request refused before that has ``UNROUTED``."""
+
+    stream: bool = False
+    request: dict[str, Any] = field(default_factory=dict)
+    """The client's body as parsed (its model set to the target's)."""
+    targets: Sequence[Target] = ()
+    """(provider, its settings, upstream model) in failover order (SPEC §14)."""
+    walks: bool = True
+    """The targets need the failover walk (``RoutePlan.walks``); False: one plain target."""
+    method: str = "POST"
+    upstream_path: str | None = None  # a resource route's concrete path (and query) upstream
+    translations: Translations | None = None
+    """Set when a target speaks another protocol than the caller (contract §18)."""
+
+
+UNROUTED = Routing()
+
+
+@dataclass(slots=True)
+class Ledger:
+    """The one mutable part of a request: what it accumulates while it runs, for its answer,
+    its charge and its audit record."""
+
+    provider_name: str | None = None
+    """The provider called (first the route's first target, then the one that answered); None
+    for a request refused before any call."""
+    model: str | None = None  # upstream model, "provider/" prefix stripped
+    attempts: list[dict[str, str | None]] = field(default_factory=list)
+    """Each upstream attempt: provider, key label, outcome; the audit record's ``providers``."""
+    reserved: Hold | None = None
+    """Tokens and USD held against the agent's budgets while the request runs (#32)."""
+    strip_usage: bool = False
+    """Chat Completions usage was asked upstream for the budget; the client did not ask."""
+    audit_extra: dict[str, Any] | None = None  # fields the request's audit record adds
+    objects: list[dict[str, str]] = field(default_factory=list)
+    """Stored objects this request used, made or was refused (for its audit record)."""
+    input_estimate: int | None = None
+    """The client's request in tokens, once estimated (``RequestContext.input_estimate``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """One authenticated client request to an LLM route: the sidecar it runs in, who asks
+    (``caller``), where routing sends it (``routing``) and, the only part that changes, what it
+    accumulates (``ledger``)."""
+
+    state: SidecarState
+    caller: Caller
+    ledger: Ledger = field(default_factory=Ledger)
+    routing: Routing = UNROUTED
+
+    def routed(self, routing: Routing) -> RequestContext:
+        """The request once routed: the same caller and ledger."""
+        return RequestContext(self.state, self.caller, self.ledger, routing)
+
+    def input_estimate(self) -> int:
+        """The client's request in tokens, estimated once asked: where budget holds start
+        (#32), and its input where the provider counts none (#45)."""
+        ledger = self.ledger
+        if ledger.input_estimate is None:
+            ledger.input_estimate = request_tokens(self.routing.request, self.caller.codec.name)
+        return ledger.input_estimate
+
+    def note_objects(self, use: str, refs: list[StoredRef]) -> None:
+        self.ledger.objects += [{"kind": ref.kind, "id": ref.id, "use": use} for ref in refs]
+
+    def target(self, provider: str, key: str | None = None) -> UpstreamTarget:
+        """Where this request goes at ``provider`` (with its pooled ``key``, if any)."""
+        routing = self.routing
+        return UpstreamTarget(
+            provider,
+            self.caller.route,
+            self.caller.forward_headers,
+            routing.stream,
+            routing.method,
+            routing.upstream_path,
+            key,
+        )
+
+    def record_objects(self, refs: list[StoredRef]) -> None:
+        """Bind objects the provider stored for this request to its owner (agent, end user)."""
+        if refs:
+            self.note_objects("created", self.state.objects.record(self.caller.owner, refs))

@@ -6,7 +6,7 @@ requests alike. The translating itself is sans-IO, in ``translation/``."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -46,6 +46,7 @@ from ..request.translation_plan import Translations
 
 if TYPE_CHECKING:
     from ...manifest import Provider
+    from ..providers.upstream import Target
     from ..request.exchange import Exchange, RequestContext
 
 _CODECS = {codec.name: codec for codec in CODECS}
@@ -55,20 +56,22 @@ JSON_HEADERS = {"Content-Type": "application/json"}
 _KEPT_HEADERS = frozenset({"retry-after", "retry-after-ms", "x-request-id", "request-id"})
 
 
-def plan(ctx: RequestContext, body: dict[str, Any], *, mediated: bool = False) -> None:
+def plan(
+    ctx: RequestContext, targets: Sequence[Target], body: dict[str, Any], *, mediated: bool = False
+) -> Translations | None:
     """Translate the client's body for every target of another protocol, up front, so what
     cannot be carried is refused before anything goes upstream (``ApiError`` 400, naming the
     provider and what is missing), as is one of too many items to walk (``ApiError`` 413).
-    Sets ``ctx.translations`` when any target needs one. ``mediated``: the engine writes the
+    Sets ``ctx.routing.translations`` when any target needs one. ``mediated``: the engine writes the
     body each model call sends (this only checks it)."""
-    caller = ctx.codec
+    caller = ctx.caller.codec
     too_many = caller.too_many_items(body)
     if too_many is not None:
         raise too_many
     found: dict[str, Translated] = {}
     by_provider: dict[str, str | None] = {}
     checked = _without_references(body) if mediated else body
-    for name, provider, _ in ctx.targets:
+    for name, provider, _ in targets:
         protocol = target_protocol(caller.name, provider.served)
         by_provider[name] = None if protocol == caller.name else protocol
         if protocol == caller.name or protocol in found:
@@ -78,10 +81,10 @@ def plan(ctx: RequestContext, body: dict[str, Any], *, mediated: bool = False) -
         except Untranslatable as exc:
             raise untranslatable_error(exc, name, caller.name, protocol) from None
     if not found:
-        return
+        return None
     options = body.get("stream_options")
     include_usage = isinstance(options, dict) and options.get("include_usage") is True
-    ctx.translations = Translations(caller, found, include_usage, by_provider)
+    translations = Translations(caller, found, include_usage, by_provider)
     if caller.name == "responses":
         # Nothing is stored upstream: the engine must not chain calls by response id.
         body["store"] = False
@@ -89,7 +92,8 @@ def plan(ctx: RequestContext, body: dict[str, Any], *, mediated: bool = False) -
     dropped = {name for t in found.values() for name in t.dropped}
     if dropped:
         record["dropped"] = sorted(dropped)
-    ctx.audit_extra = {**(ctx.audit_extra or {}), "translation": record}
+    ctx.ledger.audit_extra = {**(ctx.ledger.audit_extra or {}), "translation": record}
+    return translations
 
 
 def _without_references(body: dict[str, Any]) -> dict[str, Any]:
@@ -138,7 +142,7 @@ def passthrough_send(
 ) -> tuple[UpstreamTarget, bytes] | None:
     """The target and body of a pass-through to a provider of another protocol; None when
     the provider speaks the caller's."""
-    translations = ctx.translations
+    translations = ctx.routing.translations
     providers = ctx.state.config.providers
     protocol = translations and translations.protocol_of(target.provider, providers)
     if not protocol:
@@ -150,10 +154,10 @@ def passthrough_send(
 
 def answered_in(ctx: RequestContext) -> Translated | None:
     """The translation of the target that answered, if it speaks another protocol."""
-    translations = ctx.translations
-    if translations is None or ctx.provider_name is None:
+    translations = ctx.routing.translations
+    if translations is None or ctx.ledger.provider_name is None:
         return None
-    name = ctx.provider_name
+    name = ctx.ledger.provider_name
     protocol = translations.protocol_of(name, ctx.state.config.providers)
     return translations.by_protocol[protocol] if protocol else None
 
@@ -163,7 +167,7 @@ async def relay_translated(
 ) -> None:
     """The provider's whole answer, in the caller's protocol (a streaming caller gets it as
     one stream rendered by its own codec)."""
-    provider = ctx.provider_name or ""
+    provider = ctx.ledger.provider_name or ""
     try:
         data = await upstream.read(ctx.state.upstream.max_response_bytes)
     except TransportError as exc:
@@ -171,7 +175,7 @@ async def relay_translated(
         return await _fail(ctx, exchange, upstream_failure(failure.kind, failure.message))
     streamed = upstream.content_type == "text/event-stream"
     event = _reply_event(
-        ctx, upstream.status, upstream.headers, data, translated, ctx.codec, streamed
+        ctx, upstream.status, upstream.headers, data, translated, ctx.caller.codec, streamed
     )
     if isinstance(event, ApiError):
         return await _fail(ctx, exchange, event)
@@ -179,9 +183,9 @@ async def relay_translated(
     usage = _usage(_CODECS[translated.target], translated.body, upstream_usage, body)
     headers = _kept_headers(upstream)
     with contextlib.suppress(ConnectionError):  # a client that left is still audited
-        if ctx.stream:
+        if ctx.routing.stream:
             await exchange.start_stream(200, {**SSE_HEADERS, **headers})
-            frames = ctx.codec.render_stream(_stream_conversation(ctx, body), body)
+            frames = ctx.caller.codec.render_stream(_stream_conversation(ctx, body), body)
             await exchange.write(b"".join(frames))
             await exchange.end()
         else:
@@ -190,7 +194,7 @@ async def relay_translated(
 
 
 async def _fail(ctx: RequestContext, exchange: Exchange, err: ApiError) -> None:
-    await reply_error(exchange, ctx.codec, err)
+    await reply_error(exchange, ctx.caller.codec, err)
     await record_request(
         ctx, http_status=err.status, error_code=err.code, usage=usage_record(rounds=1)
     )
@@ -219,7 +223,7 @@ def _usage(
 
 def _stream_conversation(ctx: RequestContext, body: dict[str, Any]) -> Conversation:
     """What the caller codec's stream rendering reads of a request."""
-    assert ctx.translations is not None
+    assert ctx.routing.translations is not None
     return Conversation(
         params={"model": body.get("model")},
         messages=[],
@@ -229,7 +233,7 @@ def _stream_conversation(ctx: RequestContext, body: dict[str, Any]) -> Conversat
         runner_tool_names=set(),
         tool_choice=ToolChoice(mode=None),
         stream=True,
-        include_usage=ctx.translations.include_usage,
+        include_usage=ctx.routing.translations.include_usage,
     )
 
 
@@ -240,8 +244,8 @@ async def call_model(ctx: RequestContext, command: CallModel) -> Event:
     """One mediated model call of a request some of whose targets speak another protocol:
     whole, on the targets in turn (``failover.py``), each spoken to in its own protocol, the
     answer or error as the engine's event in the caller's. ``model_call.call_model`` asks it
-    (and times it) instead of its own when ``ctx.translations`` is set."""
-    translations = ctx.translations
+    (and times it) instead of its own when ``ctx.routing.translations`` is set."""
+    translations = ctx.routing.translations
     assert translations is not None
     upstream = ctx.state.upstream
     spoken: dict[str, Translated | None] = {}
@@ -263,10 +267,10 @@ async def call_model(ctx: RequestContext, command: CallModel) -> Event:
         return upstream.send(target, data, **bounds)
 
     try:
-        reply = await read_whole(await open_upstream(ctx, send), ctx.provider_name)
+        reply = await read_whole(await open_upstream(ctx, send), ctx.ledger.provider_name)
     except CALL_FAILURES as exc:
         return model_failure(exc)
-    return reply_event(ctx, reply, spoken.get(ctx.provider_name or ""))
+    return reply_event(ctx, reply, spoken.get(ctx.ledger.provider_name or ""))
 
 
 # What opening a model call raises when no target answered usably.
@@ -288,10 +292,16 @@ def reply_event(
     """A model call's answer or error as the engine's event in the caller's protocol
     (``translated`` None: the provider speaks it); live streams use it for an answer that
     came whole or refused (``translated_stream.py``)."""
-    assert ctx.translations is not None
+    assert ctx.routing.translations is not None
     streamed = "text/event-stream" in reply.headers.get("Content-Type", "")
     event = _reply_event(
-        ctx, reply.status, reply.headers, reply.body, translated, ctx.translations.caller, streamed
+        ctx,
+        reply.status,
+        reply.headers,
+        reply.body,
+        translated,
+        ctx.routing.translations.caller,
+        streamed,
     )
     if not isinstance(event, ApiError):
         return ModelReplied(event[0])
@@ -312,7 +322,7 @@ def _reply_event(
     """The provider's answer in the caller's protocol (``translated`` None: it speaks it) and
     the usage the provider reported, or the error to tell the caller. A tuple, not an object:
     this runs on every translated answer."""
-    provider = ctx.provider_name or ""
+    provider = ctx.ledger.provider_name or ""
     protocol = translated.target if translated is not None else caller.name
     if not 200 <= status < 300:
         data = ctx.state.upstream.redact(provider, data)
@@ -338,16 +348,16 @@ def _reply_event(
 def counts_here(ctx: RequestContext) -> bool:
     """A token count (``count_tokens``, ``input_tokens``) for a provider of another protocol,
     which has no such route: the sidecar estimates it."""
-    return ctx.route in ctx.codec.side_routes and ctx.translations is not None
+    return ctx.caller.route in ctx.caller.codec.side_routes and ctx.routing.translations is not None
 
 
 async def answer_count(exchange: Exchange, ctx: RequestContext, body: dict[str, Any]) -> None:
-    agent = ctx.agent
+    agent = ctx.caller.agent
     if agent.agent.mode == "mediated" and agent.tools.tools:
-        body = with_managed_tools(ctx.codec, agent, body)  # the model will see them too
-    tokens = request_tokens(body, ctx.codec.name)
+        body = with_managed_tools(ctx.caller.codec, agent, body)  # the model will see them too
+    tokens = request_tokens(body, ctx.caller.codec.name)
     answer: dict[str, Any] = {"input_tokens": tokens}
-    if ctx.codec.name == "responses":
+    if ctx.caller.codec.name == "responses":
         answer["object"] = "response.input_tokens"
     with contextlib.suppress(ConnectionError):
         await exchange.respond(200, orjson.dumps(answer), JSON_HEADERS)

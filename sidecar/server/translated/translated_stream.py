@@ -52,7 +52,7 @@ def streamed(body: dict[str, Any], protocol: str) -> dict[str, Any]:
 
 def crossing_protocol(ctx: RequestContext, provider: str) -> str | None:
     """The protocol ``provider`` is spoken to in when it is not the caller's; else None."""
-    translations = ctx.translations
+    translations = ctx.routing.translations
     if translations is None:
         return None
     return translations.protocol_of(provider, ctx.state.config.providers)
@@ -67,16 +67,16 @@ def translator_for(
 ) -> StreamTranslator:
     """The translator of the answer to ``translated`` (a request in its target's protocol);
     ``usage`` reads the provider's usage from the stream as it is translated."""
-    translations = ctx.translations
+    translations = ctx.routing.translations
     return stream_translator(
         translated.target,
         caller,
-        provider=ctx.provider_name or "",
-        model=ctx.model,
+        provider=ctx.ledger.provider_name or "",
+        model=ctx.ledger.model,
         include_usage=translations is not None and translations.include_usage,
         reshaped=reshaped_tools(translated.request),
         watch=None if usage is None else usage.read,
-        redact=functools.partial(ctx.state.upstream.redact_text, ctx.provider_name),
+        redact=functools.partial(ctx.state.upstream.redact_text, ctx.ledger.provider_name),
     )
 
 
@@ -89,19 +89,25 @@ def passthrough_streamed(
     """A streaming caller's pass-through to a provider of another protocol: its translated
     request, streamed; None when the caller does not stream or the provider speaks its
     protocol."""
-    protocol = crossing_protocol(ctx, target.provider) if ctx.stream else None
+    protocol = crossing_protocol(ctx, target.provider) if ctx.routing.stream else None
     if protocol is None:
         return None
-    assert ctx.translations is not None
+    assert ctx.routing.translations is not None
     provider = ctx.state.config.providers[target.provider]
-    body = translated.for_provider(ctx.translations.by_protocol[protocol].body, model, provider)
+    body = translated.for_provider(
+        ctx.routing.translations.by_protocol[protocol].body, model, provider
+    )
     target = translated.retarget(target, protocol, stream=True)
     return target, orjson.dumps(streamed(body, protocol))
 
 
 def streams_back(ctx: RequestContext, upstream: Response) -> bool:
     """The answer is a stream to translate live (any other answer is translated whole)."""
-    return ctx.stream and upstream.status == 200 and upstream.content_type == "text/event-stream"
+    return (
+        ctx.routing.stream
+        and upstream.status == 200
+        and upstream.content_type == "text/event-stream"
+    )
 
 
 async def relay_translated_stream(
@@ -111,7 +117,7 @@ async def relay_translated_stream(
     always ends with its protocol's end, also when the provider's fails or stops short."""
     usage = StreamUsage(_CODECS[translated.target])  # the provider's counts, in its own sense
     # It reads the events the translator parses that tell usage.
-    translator = translator_for(ctx, ctx.codec, translated, usage=usage)
+    translator = translator_for(ctx, ctx.caller.codec, translated, usage=usage)
     kept = {name: upstream.headers[name] for name in _KEPT_HEADERS if name in upstream.headers}
     await exchange.start_stream(200, {**SSE_HEADERS, **kept})
     try:
@@ -156,7 +162,7 @@ async def _relay(
         try:
             chunk = await upstream.read_chunk()
         except TransportError as exc:
-            failure = translate_error(exc, ctx.provider_name or "")
+            failure = translate_error(exc, ctx.ledger.provider_name or "")
             await exchange.write(translator.fail(upstream_failure(failure.kind, failure.message)))
             return
         if not chunk:
@@ -201,7 +207,7 @@ class LiveCall:
     def turn(self) -> TranslatedTurn | None:
         """The answering provider's stream read as the caller's turn; None when it speaks the
         caller's protocol."""
-        translated = self._spoken.get(self._ctx.provider_name or "")
+        translated = self._spoken.get(self._ctx.ledger.provider_name or "")
         if translated is None:
             return None
         ctx = self._ctx
@@ -210,12 +216,12 @@ class LiveCall:
             translated.target,
             self._caller,
             translated.request,
-            provider=ctx.provider_name or "",
-            redact=functools.partial(ctx.state.upstream.redact_text, ctx.provider_name),
+            provider=ctx.ledger.provider_name or "",
+            redact=functools.partial(ctx.state.upstream.redact_text, ctx.ledger.provider_name),
         )
 
     def whole(self, reply: UpstreamResponse) -> Event:
         """The answering provider's answer that came whole, or its refusal, as the engine's
         event (translated as ``translated.py`` translates whole answers)."""
-        answered = self._spoken.get(self._ctx.provider_name or "")
+        answered = self._spoken.get(self._ctx.ledger.provider_name or "")
         return translated.reply_event(self._ctx, reply, answered)
