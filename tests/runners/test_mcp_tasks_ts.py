@@ -1,0 +1,211 @@
+"""MCP tasks on /mcp (SPEC §22) driven by the official TypeScript MCP SDK (its client's
+``experimental.tasks``, @modelcontextprotocol/sdk pinned in scripts/install-runners.sh; the
+SDK's 2.x client has no tasks API) against a real sidecar process: a long call polled to its
+result, a call held for approval approved or denied while the SDK polls, a cancel, and another
+agent's task id refused (tests/runners/mcp_tasks.mjs)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.execution.test_governance import ENV, OPERATOR_TOKEN, POD, TRADE, compile_desk
+from tests.runners.conftest import RUNNER_TIMEOUT_S, RUNNERS_DIR, runner_binary
+from tests.support.services import ToolService
+from tests.support.sidecar import TEST_AUDIT_KEY
+from tests.support.sidecar_process import SidecarProcess, sidecar_process
+from tests.support.upstream import StubUpstream
+
+pytestmark = pytest.mark.runners
+DRIVER = Path(__file__).with_name("mcp_tasks.mjs")
+PREFIX = RUNNERS_DIR / "js-mcp-ts"
+INVALID_PARAMS = -32602
+# A second native agent, to ask for the trader's tasks.
+AUDITOR = """\
+  auditor:
+    image: example/agent
+    x-claw:
+      agent: {{}}
+      mode: native
+      tools: [{{service: desk, allow: [get_quote], principal: desk-readonly}}]
+"""
+
+
+@dataclass
+class TasksPod:
+    sidecar: SidecarProcess
+    service: ToolService
+    tokens: dict[str, str]
+
+    async def operator(self, method: str, path: str, **body: Any) -> dict[str, Any]:
+        headers = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+        async with (
+            aiohttp.ClientSession() as http,
+            http.request(
+                method, self.sidecar.admin_url + path, json=body or None, headers=headers
+            ) as response,
+        ):
+            assert response.status == 200, await response.text()
+            return await response.json()
+
+    async def pending(self) -> dict[str, Any]:
+        """The one pending approval, once the call has made it."""
+        while True:
+            body = await self.operator("GET", "/operator/approvals")
+            pending = [a for a in body["approvals"] if a["status"] == "pending"]
+            if pending:
+                [approval] = pending
+                return approval
+            await asyncio.sleep(0.05)
+
+
+@dataclass
+class TsClient:
+    """One run of the driver: what it printed, read as it goes."""
+
+    process: asyncio.subprocess.Process
+    seen: list[dict[str, Any]] = field(default_factory=list)
+
+    async def until(self, event: str, **fields: Any) -> dict[str, Any]:
+        """The first line of ``event`` whose fields include ``fields`` (read on as needed)."""
+        for line in self.seen:
+            if _matches(line, event, fields):
+                return line
+        assert self.process.stdout is not None
+        while raw := await asyncio.wait_for(self.process.stdout.readline(), RUNNER_TIMEOUT_S):
+            self.seen.append(json.loads(raw))
+            if _matches(self.seen[-1], event, fields):
+                return self.seen[-1]
+        raise AssertionError(f"no {event} {fields} in {self.seen}")
+
+    async def finish(self) -> list[dict[str, Any]]:
+        assert self.process.stdout is not None and self.process.stderr is not None
+        out = await asyncio.wait_for(self.process.stdout.read(), RUNNER_TIMEOUT_S)
+        self.seen += [json.loads(line) for line in out.splitlines()]
+        err = await self.process.stderr.read()
+        code = await self.process.wait()
+        assert code == 0, err.decode()[-3000:]
+        return self.seen
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        return [line for line in self.seen if line["event"] == name]
+
+
+def _matches(line: dict[str, Any], event: str, fields: dict[str, Any]) -> bool:
+    task = line.get("task") or {}
+    return line["event"] == event and all(task.get(k) == v for k, v in fields.items())
+
+
+@pytest.fixture
+async def pod(tmp_path: Path) -> AsyncIterator[TasksPod]:
+    if not (PREFIX / "node_modules" / "@modelcontextprotocol" / "sdk").is_dir():
+        pytest.skip(f"the TypeScript MCP SDK is not in {PREFIX}: run scripts/install-runners.sh")
+    async with ToolService() as service, StubUpstream() as upstream:
+        build, tokens = compile_desk(
+            tmp_path, service, upstream, pod_text=POD + AUDITOR, timeout_ms=60000
+        )
+        env = {**ENV, "CLAW_AUDIT_KEY": TEST_AUDIT_KEY}
+        async with sidecar_process(build, tmp_path / "state", env) as sidecar:
+            yield TasksPod(sidecar, service, tokens)
+
+
+async def run_driver(pod: TasksPod, agent: str, *argv: str) -> TsClient:
+    node = runner_binary("node")
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "MCP_PREFIX": str(PREFIX),
+        "MCP_URL": pod.sidecar.url + "/mcp",
+        "MCP_TOKEN": pod.tokens[agent],
+    }
+    process = await asyncio.create_subprocess_exec(
+        str(node), str(DRIVER), *argv, env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    return TsClient(process)
+
+
+def trade_calls(pod: TasksPod) -> list[tuple[str, str]]:
+    return [(r.method, r.path) for r in pod.service.requests if r.path == "/trades"]
+
+
+async def test_a_long_call_is_polled_by_the_sdk_to_its_result(pod: TasksPod) -> None:
+    pod.service.reply("/quotes/SLOW", json={"price": 42}, delay_s=1.5)
+    client = await run_driver(pod, "trader", "stream", "desk_get_quote", '{"symbol": "SLOW"}')
+    seen = await client.finish()
+    [connected] = client.events("connected")
+    assert connected["capabilities"]["tasks"]["requests"]["tools"]["call"] == {}
+    [created] = client.events("taskCreated")
+    task_id = created["task"]["taskId"]
+    assert created["task"]["status"] == "working"
+    statuses = [line["task"]["status"] for line in client.events("taskStatus")]
+    assert statuses[-1] == "completed"
+    [result] = client.events("result")
+    assert result["result"]["structuredContent"]["data"] == {"price": 42}
+    assert result["result"]["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": task_id}
+    [listed] = client.events("list")
+    assert [t["taskId"] for t in listed["answer"]["tasks"]] == [task_id], seen
+    assert [r.path for r in pod.service.requests] == ["/quotes/SLOW"]
+
+
+@pytest.mark.parametrize("decision", ["approve", "deny"])
+async def test_an_approval_decided_while_the_sdk_polls(pod: TasksPod, decision: str) -> None:
+    client = await run_driver(pod, "trader", "stream", "desk_execute_trade", json.dumps(TRADE))
+    approval = await pod.pending()
+    held = await client.until("taskStatus", status="working")
+    assert approval["id"] in held["task"]["statusMessage"]
+    assert trade_calls(pod) == []
+    await pod.operator("POST", f"/operator/approvals/{approval['id']}", decision=decision)
+    await client.finish()
+    [result] = client.events("result")
+    assert client.events("error") == []
+    if decision == "approve":
+        assert result["result"]["isError"] is False
+        assert trade_calls(pod) == [("POST", "/trades")]
+    else:
+        assert result["result"]["structuredContent"]["error"]["code"] == "approval_denied"
+        assert trade_calls(pod) == []
+
+
+async def test_a_task_cancelled_by_the_sdk_never_sends_its_call(pod: TasksPod) -> None:
+    client = await run_driver(pod, "trader", "cancel", "desk_execute_trade", json.dumps(TRADE))
+    await client.finish()
+    [cancelled] = client.events("cancel")
+    assert cancelled["answer"]["status"] == "cancelled"
+    assert client.events("taskStatus")[-1]["task"]["status"] == "cancelled"
+    [stream_end] = client.events("error")
+    assert "cancelled" in stream_end["message"]
+    # A cancelled task has no result, and cannot be cancelled again.
+    [result] = client.events("result")
+    assert result["refused"]["code"] == INVALID_PARAMS
+    [again] = client.events("cancelAgain")
+    assert again["refused"]["code"] == INVALID_PARAMS
+    # Approved after the cancel: the call still never leaves.
+    approval = await pod.pending()
+    await pod.operator("POST", f"/operator/approvals/{approval['id']}", decision="approve")
+    assert trade_calls(pod) == []
+
+
+async def test_another_agents_task_id_is_refused_to_the_sdk(pod: TasksPod) -> None:
+    pod.service.reply("/quotes/A", json={"price": 1})
+    trader = await run_driver(pod, "trader", "stream", "desk_get_quote", '{"symbol": "A"}')
+    await trader.finish()
+    task_id = trader.events("taskCreated")[0]["task"]["taskId"]
+    auditor = await run_driver(pod, "auditor", "foreign", task_id)
+    await auditor.finish()
+    for method in ("get", "result", "cancel"):
+        [refused] = auditor.events(method)
+        assert refused["refused"]["code"] == INVALID_PARAMS, refused
+        assert "not found" in refused["refused"]["message"]
+    [listed] = auditor.events("list")
+    assert listed["answer"]["tasks"] == []
+    assert trader.events("list")[0]["answer"]["tasks"][0]["status"] == "completed"
