@@ -89,6 +89,9 @@ class NativeTask:
     client_answers: bool = False
     """Its client answers a client approval itself (2026-07-28, ``tasks/update``): kept so a
     restart asks the same person, not the operator."""
+    session_id: str | None = None
+    """The MCP session whose call made it (2025-11-25): where its status changes are told.
+    Not journaled: sessions end with the process."""
     size: int = 0
     done: asyncio.Event = field(default_factory=asyncio.Event)
     answers: asyncio.Queue[dict[str, Any]] = field(default_factory=asyncio.Queue)
@@ -128,6 +131,8 @@ class NativeTasks:
         self._bytes: dict[str, int] = {}
         self.stopping = False
         self._forgotten = 0  # since the journal's segments were last pruned
+        self.on_change: Callable[[NativeTask], None] | None = None
+        """Told each change of a task's status (``notifications/tasks/status``)."""
 
     # -- counts (metrics, console) ----------------------------------------------------------
 
@@ -167,6 +172,7 @@ class NativeTasks:
         arguments: dict[str, Any],
         ttl_ms: int | None = None,
         client_answers: bool = False,
+        session_id: str | None = None,
     ) -> NativeTask:
         """A new task, durable before it is returned (a ``tasks/get`` of it resolves then)."""
         max_age = self.limits.max_age_s
@@ -183,6 +189,7 @@ class NativeTasks:
             updated=now,
             ttl_s=ttl_s,
             client_answers=client_answers,
+            session_id=session_id,
         )
         task.size = len(orjson.dumps(arguments))
         self._make_room(agent, task.size)
@@ -257,6 +264,11 @@ class NativeTasks:
             return
         task.status, task.message, task.input_requests = status, message, asks
         task.updated = self._clock()
+        self._changed(task)
+
+    def _changed(self, task: NativeTask) -> None:
+        if self.on_change is not None:
+            self.on_change(task)
 
     async def _finish(
         self,
@@ -275,6 +287,7 @@ class NativeTasks:
         if task.agent in self._bytes:
             self._bytes[task.agent] += grown
         task.done.set()
+        self._changed(task)
         record = {"finished": status, "result": result, "error": error, "message": message}
         try:
             await self.journal.write(task.agent, task.id, record)

@@ -1,7 +1,8 @@
 // The official TypeScript MCP SDK's client (loaded from the npm prefix MCP_PREFIX) driving
 // MCP tasks (2025-11-25) on the sidecar's /mcp as the agent whose token is MCP_TOKEN. Prints
 // one JSON line per thing the client saw: the stream's messages, each task status
-// notification, each answer or refusal.
+// notification (on the session's GET stream, which the SDK opens after the handshake), each
+// answer or refusal.
 // Usage: node mcp_tasks.mjs stream|cancel TOOL ARGUMENTS_JSON
 //        node mcp_tasks.mjs foreign TASK_ID
 import { join } from "node:path";
@@ -19,10 +20,21 @@ const { TaskStatusNotificationSchema } = await load("types.js");
 const print = (event, fields) => console.log(JSON.stringify({ event, ...fields }));
 const refusal = (error) => ({ code: error.code, message: error.message });
 
+const TERMINAL = ["completed", "failed", "cancelled"];
+const told = [];
+let toldMore = () => {};
 const client = new Client({ name: "clawpod-tasks-test", version: "1" });
-client.setNotificationHandler(TaskStatusNotificationSchema, (notification) =>
-  print("notification", { params: notification.params }),
-);
+client.setNotificationHandler(TaskStatusNotificationSchema, (notification) => {
+  print("notification", { params: notification.params });
+  told.push(notification.params);
+  toldMore();
+});
+
+// Until a status notification says the task ended (the test's guard bounds the wait).
+async function toldEnd(taskId) {
+  const ended = () => told.some((p) => p.taskId === taskId && TERMINAL.includes(p.status));
+  while (!ended()) await new Promise((resolve) => (toldMore = resolve));
+}
 const transport = new StreamableHTTPClientTransport(new URL(process.env.MCP_URL), {
   requestInit: { headers: { Authorization: `Bearer ${process.env.MCP_TOKEN}` } },
 });
@@ -37,8 +49,9 @@ async function attempt(name, ask) {
   }
 }
 
-// A task-augmented call polled by the SDK to its end (tasks/get, then tasks/result); with
-// `cancel`, the task is cancelled as soon as it exists, and asked for again afterwards.
+// A task-augmented call polled by the SDK to its end (tasks/get, then tasks/result), and told
+// its end by notification; with `cancel`, the task is cancelled as soon as it exists, and
+// asked for again afterwards.
 async function stream(cancel, tool, args) {
   await client.listTools(); // the SDK learns which tools take tasks (execution.taskSupport)
   const tasks = client.experimental.tasks;
@@ -57,6 +70,8 @@ async function stream(cancel, tool, args) {
   if (cancel && taskId) {
     await attempt("result", () => tasks.getTaskResult(taskId));
     await attempt("cancelAgain", () => tasks.cancelTask(taskId));
+  } else if (taskId) {
+    await toldEnd(taskId);
   }
   await attempt("list", () => tasks.listTasks());
 }

@@ -2,7 +2,8 @@
 ``experimental.tasks``, @modelcontextprotocol/sdk pinned in scripts/install-runners.sh; the
 SDK's 2.x client has no tasks API) against a real sidecar process: a long call polled to its
 result, a call held for approval approved or denied while the SDK polls, a cancel, and another
-agent's task id refused (tests/runners/mcp_tasks.mjs)."""
+agent's task id refused (tests/runners/mcp_tasks.mjs). The SDK is told each task's end by
+``notifications/tasks/status`` on its session's GET stream; another agent's client never is."""
 
 from __future__ import annotations
 
@@ -134,6 +135,11 @@ async def run_driver(pod: TasksPod, agent: str, *argv: str) -> TsClient:
     return TsClient(process)
 
 
+def told(client: TsClient) -> list[tuple[str, str]]:
+    """The (task id, status) of each status notification the SDK received."""
+    return [(n["params"]["taskId"], n["params"]["status"]) for n in client.events("notification")]
+
+
 def trade_calls(pod: TasksPod) -> list[tuple[str, str]]:
     return [(r.method, r.path) for r in pod.service.requests if r.path == "/trades"]
 
@@ -155,6 +161,7 @@ async def test_a_long_call_is_polled_by_the_sdk_to_its_result(pod: TasksPod) -> 
     [listed] = client.events("list")
     assert [t["taskId"] for t in listed["answer"]["tasks"]] == [task_id], seen
     assert [r.path for r in pod.service.requests] == ["/quotes/SLOW"]
+    assert told(client) == [(task_id, "completed")]
 
 
 @pytest.mark.parametrize("decision", ["approve", "deny"])
@@ -168,6 +175,8 @@ async def test_an_approval_decided_while_the_sdk_polls(pod: TasksPod, decision: 
     await client.finish()
     [result] = client.events("result")
     assert client.events("error") == []
+    task_id = held["task"]["taskId"]
+    assert told(client)[-1] == (task_id, "completed")
     if decision == "approve":
         assert result["result"]["isError"] is False
         assert trade_calls(pod) == [("POST", "/trades")]
@@ -202,6 +211,7 @@ async def test_another_agents_task_id_is_refused_to_the_sdk(pod: TasksPod) -> No
     task_id = trader.events("taskCreated")[0]["task"]["taskId"]
     auditor = await run_driver(pod, "auditor", "foreign", task_id)
     await auditor.finish()
+    assert told(auditor) == []
     for method in ("get", "result", "cancel"):
         [refused] = auditor.events(method)
         assert refused["refused"]["code"] == INVALID_PARAMS, refused
