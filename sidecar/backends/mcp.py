@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,7 @@ from ..model.end_user import EndUser
 from ..model.redaction import credential_secrets, redactor_for
 from .http import credential_header, failed, token_unavailable
 from .mcp_http import DEFAULT_ANSWER_BYTES, bounded, bounded_transport, result_bound
+from .mcp_tasks import TaskStarted
 
 if TYPE_CHECKING:  # the SDK is imported when a build has MCP tools (it costs ~0.3 s to import)
     import mcp_types as types
@@ -263,15 +264,16 @@ class McpBackends:
         started: float,
         idempotency_key: str | None = None,
         end_user: EndUser | None = None,
-        task_started: Callable[[str], Awaitable[None]] | None = None,
+        task_started: TaskStarted | None = None,
         resumed_task: str | None = None,
     ) -> ToolOutcome:
         """``task_started``: told the id of the task the service runs the call as (SPEC §22),
-        before it is polled. ``resumed_task``: the call is already that task at the service
+        before it is polled; the event it may answer, once set, cancels that task.
+        ``resumed_task``: the call is already that task at the service
         (journaled before a restart): it is polled, never sent again (§8.2)."""
         from mcp.shared.exceptions import MCPError
 
-        from .mcp_tasks import TASK_STARTED, BackendTaskFailed, poll_task
+        from .mcp_tasks import TASK_STARTED, BackendTaskAbandoned, BackendTaskFailed, poll_task
 
         execution = tool.execution
         key = self.key_for(execution, tool, end_user)
@@ -312,6 +314,8 @@ class McpBackends:
                 message = f"the service's result is larger than {bound.limit} bytes: not read"
                 return failed("result_too_large", message, True, started)
             return _protocol_error(exc, started)
+        except BackendTaskAbandoned as exc:
+            return failed("cancelled", str(exc), True, started)
         except BackendTaskFailed as exc:
             return failed("mcp_error", str(exc), True, started)
         except Exception as exc:  # transport failures surface as the client library's own types

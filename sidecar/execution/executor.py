@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -36,6 +36,7 @@ from ..backends.http import (
     with_bearer,
 )
 from ..backends.mcp import McpBackends
+from ..backends.mcp_tasks import TaskStarted
 from ..backends.quarantine import Quarantine
 from ..identity.oauth_client import ServiceTokens, TokenUnavailable
 from ..manifest import ManagedTool
@@ -182,9 +183,9 @@ class CallLimits:
     max_result_bytes: int
     idempotency_key: str | None = None
     """Sent with a call that is neither read-only nor idempotent (SPEC §8.2)."""
-    task_started: Callable[[str], Awaitable[None]] | None = None
+    task_started: TaskStarted | None = None
     """Told the id of the task an MCP service runs the call as, before it is polled: its
-    caller journals it (SPEC §22)."""
+    caller journals it, and may answer an event that cancels that task once set (SPEC §22)."""
     resumed_task: str | None = None
     """The MCP service's task this call already is (journaled before a restart): polled for
     its outcome, the call never sent again (§8.2)."""

@@ -86,6 +86,9 @@ class NativeTask:
     """The call was cleared to leave: it is never sent again (§8.2)."""
     backend_task: str | None = None
     """The id of the task its MCP service runs the call as: what a restart polls."""
+    abandoned: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when its client cancels it after its call was sent: the service's task, if the
+    call is one, is cancelled too."""
     client_answers: bool = False
     """Its client answers a client approval itself (2026-07-28, ``tasks/update``): kept so a
     restart asks the same person, not the operator."""
@@ -110,7 +113,7 @@ class TaskHooks:
     """What the governed call tells its task as it goes (:meth:`NativeTasks.hooks`)."""
 
     sending: Callable[[], Awaitable[None]]
-    task_started: Callable[[str], Awaitable[None]]
+    task_started: Callable[[str], Awaitable[asyncio.Event]]
     held: Callable[[str], None]
     ask: Callable[[str, dict[str, Any]], Awaitable[Any]] | None
 
@@ -228,13 +231,14 @@ class NativeTasks:
             task.sent = True
             await self.journal.write(task.agent, task.id, {"sent": 1})
 
-        async def task_started(backend_task: str) -> None:
+        async def task_started(backend_task: str) -> asyncio.Event:
             """Synced before the service's task is polled: a restart polls it again."""
             task.backend_task = backend_task
             try:
                 await self.journal.write(task.agent, task.id, {"backend_task": backend_task})
             except OSError:
                 log.exception("task %s: its service's task id was not journaled", task.id)
+            return task.abandoned
 
         def held(approval_id: str) -> None:
             message = f"waiting for approval {approval_id} by an operator"
@@ -328,11 +332,13 @@ class NativeTasks:
 
     async def cancel(self, task: NativeTask) -> None:
         """Cancel a task that has not finished. A call not yet sent never is; a call already
-        with its service finishes there (it cannot be called back) and its result is dropped."""
+        with its service finishes there (it cannot be called back) and its result is dropped,
+        unless the service runs it as a task of its own: that task is cancelled."""
         if task.terminal:
             return
         if not task.sent and task.work is not None:
             task.work.cancel()
+        task.abandoned.set()
         await self._finish(task, "cancelled", message="cancelled by the client")
 
     async def fail(self, task: NativeTask, message: str) -> None:

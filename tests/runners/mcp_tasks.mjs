@@ -3,9 +3,10 @@
 // one JSON line per thing the client saw: the stream's messages, each task status
 // notification (on the session's GET stream, which the SDK opens after the handshake), each
 // answer or refusal.
-// Usage: node mcp_tasks.mjs stream|cancel TOOL ARGUMENTS_JSON
+// Usage: node mcp_tasks.mjs stream|cancel TOOL ARGUMENTS_JSON (cancel: once a line comes on stdin)
 //        node mcp_tasks.mjs foreign TASK_ID
 import { join } from "node:path";
+import { createInterface } from "node:readline";
 import { pathToFileURL } from "node:url";
 
 async function load(path) {
@@ -41,6 +42,13 @@ const transport = new StreamableHTTPClientTransport(new URL(process.env.MCP_URL)
 await client.connect(transport);
 print("connected", { capabilities: client.getServerCapabilities() });
 
+// The test's word that the moment has come: one line on stdin.
+async function cue() {
+  const lines = createInterface({ input: process.stdin });
+  for await (const _ of lines) break;
+  lines.close();
+}
+
 async function attempt(name, ask) {
   try {
     print(name, { answer: await ask() });
@@ -50,8 +58,8 @@ async function attempt(name, ask) {
 }
 
 // A task-augmented call polled by the SDK to its end (tasks/get, then tasks/result), and told
-// its end by notification; with `cancel`, the task is cancelled as soon as it exists, and
-// asked for again afterwards.
+// its end by notification; with `cancel`, the task is cancelled once it exists and the
+// test says so, and asked for again afterwards.
 async function stream(cancel, tool, args) {
   await client.listTools(); // the SDK learns which tools take tasks (execution.taskSupport)
   const tasks = client.experimental.tasks;
@@ -64,7 +72,10 @@ async function stream(cancel, tool, args) {
     print(message.type, message);
     if (message.type === "taskCreated") {
       taskId = message.task.taskId;
-      if (cancel) await attempt("cancel", () => tasks.cancelTask(taskId));
+      if (cancel) {
+        await cue();
+        await attempt("cancel", () => tasks.cancelTask(taskId));
+      }
     }
   }
   if (cancel && taskId) {

@@ -2,8 +2,10 @@
 ``experimental.tasks``, @modelcontextprotocol/sdk pinned in scripts/install-runners.sh; the
 SDK's 2.x client has no tasks API) against a real sidecar process: a long call polled to its
 result, a call held for approval approved or denied while the SDK polls, a cancel, and another
-agent's task id refused (tests/runners/mcp_tasks.mjs). The SDK is told each task's end by
-``notifications/tasks/status`` on its session's GET stream; another agent's client never is."""
+agent's task id refused, and a call its MCP service runs as a task of its own, polled by the
+sidecar, and cancelled there when the SDK cancels (tests/runners/mcp_tasks.mjs). The SDK is
+told each task's end by ``notifications/tasks/status`` on its session's GET stream; another
+agent's client never is."""
 
 from __future__ import annotations
 
@@ -18,8 +20,13 @@ from typing import Any
 import aiohttp
 import pytest
 
+from clawpod.cli.discover import fetch_descriptor
 from tests.execution.test_governance import ENV, OPERATOR_TOKEN, POD, TRADE, compile_desk
+from tests.mcp.test_backend_tasks import ENV as REPORTS_ENV
+from tests.mcp.test_backend_tasks import task_tools
 from tests.runners.conftest import RUNNER_TIMEOUT_S, RUNNERS_DIR, runner_binary
+from tests.support.builds import AgentSpec, providers_for, write_build
+from tests.support.mcp_task_service import TaskService, running_task_service
 from tests.support.services import ToolService
 from tests.support.sidecar import TEST_AUDIT_KEY
 from tests.support.sidecar_process import SidecarProcess, sidecar_process
@@ -87,8 +94,17 @@ class TsClient:
                 return self.seen[-1]
         raise AssertionError(f"no {event} {fields} in {self.seen}")
 
+    async def cue(self) -> None:
+        """Tell the driver the moment has come (a cancel)."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(b"now\n")
+        await self.process.stdin.drain()
+        self.process.stdin.close()
+
     async def finish(self) -> list[dict[str, Any]]:
         assert self.process.stdout is not None and self.process.stderr is not None
+        if self.process.stdin is not None and not self.process.stdin.is_closing():
+            self.process.stdin.close()
         out = await asyncio.wait_for(self.process.stdout.read(), RUNNER_TIMEOUT_S)
         self.seen += [json.loads(line) for line in out.splitlines()]
         err = await self.process.stderr.read()
@@ -105,10 +121,14 @@ def _matches(line: dict[str, Any], event: str, fields: dict[str, Any]) -> bool:
     return line["event"] == event and all(task.get(k) == v for k, v in fields.items())
 
 
-@pytest.fixture
-async def pod(tmp_path: Path) -> AsyncIterator[TasksPod]:
+def needs_sdk() -> None:
     if not (PREFIX / "node_modules" / "@modelcontextprotocol" / "sdk").is_dir():
         pytest.skip(f"the TypeScript MCP SDK is not in {PREFIX}: run scripts/install-runners.sh")
+
+
+@pytest.fixture
+async def pod(tmp_path: Path) -> AsyncIterator[TasksPod]:
+    needs_sdk()
     async with ToolService() as service, StubUpstream() as upstream:
         build, tokens = compile_desk(
             tmp_path, service, upstream, pod_text=POD + AUDITOR, timeout_ms=60000
@@ -118,7 +138,7 @@ async def pod(tmp_path: Path) -> AsyncIterator[TasksPod]:
             yield TasksPod(sidecar, service, tokens)
 
 
-async def run_driver(pod: TasksPod, agent: str, *argv: str) -> TsClient:
+async def run_driver(pod: TasksPod | ReportsPod, agent: str, *argv: str) -> TsClient:
     node = runner_binary("node")
     env = {
         "PATH": "/usr/bin:/bin",
@@ -129,7 +149,7 @@ async def run_driver(pod: TasksPod, agent: str, *argv: str) -> TsClient:
     }
     process = await asyncio.create_subprocess_exec(
         str(node), str(DRIVER), *argv, env=env,
-        stdin=asyncio.subprocess.DEVNULL,
+        stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     return TsClient(process)
@@ -187,6 +207,8 @@ async def test_an_approval_decided_while_the_sdk_polls(pod: TasksPod, decision: 
 
 async def test_a_task_cancelled_by_the_sdk_never_sends_its_call(pod: TasksPod) -> None:
     client = await run_driver(pod, "trader", "cancel", "desk_execute_trade", json.dumps(TRADE))
+    approval = await pod.pending()
+    await client.cue()
     await client.finish()
     [cancelled] = client.events("cancel")
     assert cancelled["answer"]["status"] == "cancelled"
@@ -199,7 +221,6 @@ async def test_a_task_cancelled_by_the_sdk_never_sends_its_call(pod: TasksPod) -
     [again] = client.events("cancelAgain")
     assert again["refused"]["code"] == INVALID_PARAMS
     # Approved after the cancel: the call still never leaves.
-    approval = await pod.pending()
     await pod.operator("POST", f"/operator/approvals/{approval['id']}", decision="approve")
     assert trade_calls(pod) == []
 
@@ -219,3 +240,61 @@ async def test_another_agents_task_id_is_refused_to_the_sdk(pod: TasksPod) -> No
     [listed] = auditor.events("list")
     assert listed["answer"]["tasks"] == []
     assert trader.events("list")[0]["answer"]["tasks"][0]["status"] == "completed"
+
+
+# -- an MCP service that runs the call as a task of its own (SEP-2663) ------------------------
+
+
+@dataclass
+class ReportsPod:
+    sidecar: SidecarProcess
+    service: TaskService
+    tokens: dict[str, str]
+
+
+@pytest.fixture
+async def reports(tmp_path: Path) -> AsyncIterator[ReportsPod]:
+    """The native agent with the reports service's tools, its slow ones long-running."""
+    needs_sdk()
+    async with running_task_service() as service:
+        descriptor = await fetch_descriptor(service.url, None, {})
+        agents = [AgentSpec("native", tools=task_tools(descriptor, service.url), mode="native")]
+        providers = providers_for(openai_url="http://127.0.0.1:9/v1")
+        tokens = write_build(tmp_path / "build", agents, providers)
+        env = {**REPORTS_ENV, "CLAW_AUDIT_KEY": TEST_AUDIT_KEY}
+        async with sidecar_process(tmp_path / "build", tmp_path / "state", env) as sidecar:
+            yield ReportsPod(sidecar, service, tokens)
+
+
+async def polled(service: TaskService) -> None:
+    """Once the sidecar polls the service's task."""
+    while not service.polls:
+        await asyncio.sleep(0.02)
+
+
+async def test_a_service_task_is_polled_by_the_sidecar_for_the_sdk(reports: ReportsPod) -> None:
+    client = await run_driver(reports, "native", "stream", "desk_slow_report", '{"topic": "q3"}')
+    await polled(reports.service)
+    reports.service.release.set()
+    await client.finish()
+    [result] = client.events("result")
+    assert result["result"]["structuredContent"]["data"] == {"topic": "q3", "pages": 12}
+    task_id = client.events("taskCreated")[0]["task"]["taskId"]
+    assert told(client)[-1] == (task_id, "completed")
+    assert len(reports.service.tasks) == 1 and reports.service.runs == 1
+
+
+async def test_the_sdks_cancel_reaches_the_services_task(reports: ReportsPod) -> None:
+    """The call was sent, so it cannot be called back; but the service runs it as a task, and
+    that task is cancelled when the SDK cancels its own."""
+    client = await run_driver(reports, "native", "cancel", "desk_slow_report", '{"topic": "q4"}')
+    await polled(reports.service)
+    await client.cue()
+    await client.finish()
+    assert client.events("cancel")[0]["answer"]["status"] == "cancelled"
+    while not reports.service.cancelled:  # told when the sidecar's poll wakes
+        await asyncio.sleep(0.02)
+    reports.service.release.set()  # a task not cancelled would now run to its end
+    [service_task] = reports.service.tasks
+    assert reports.service.cancelled == [service_task]
+    assert reports.service.runs == 0
