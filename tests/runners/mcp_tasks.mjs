@@ -4,7 +4,7 @@
 // notification (on the session's GET stream, which the SDK opens after the handshake), each
 // answer or refusal.
 // Usage: node mcp_tasks.mjs stream|cancel TOOL ARGUMENTS_JSON (cancel: once a line comes on stdin)
-//        node mcp_tasks.mjs foreign TASK_ID
+//        node mcp_tasks.mjs foreign|await TASK_ID
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { pathToFileURL } from "node:url";
@@ -16,7 +16,7 @@ async function load(path) {
 
 const { Client } = await load("client/index.js");
 const { StreamableHTTPClientTransport } = await load("client/streamableHttp.js");
-const { TaskStatusNotificationSchema } = await load("types.js");
+const { CallToolResultSchema, TaskStatusNotificationSchema } = await load("types.js");
 
 const print = (event, fields) => console.log(JSON.stringify({ event, ...fields }));
 const refusal = (error) => ({ code: error.code, message: error.message });
@@ -96,7 +96,23 @@ async function foreign(taskId) {
   await attempt("list", () => tasks.listTasks());
 }
 
+// A task made before (by another run of the client, before a restart): polled with the SDK's
+// tasks/get until it ends, then its result.
+async function awaitTask(taskId) {
+  const tasks = client.experimental.tasks;
+  let task = await tasks.getTask(taskId);
+  print("taskStatus", { task });
+  while (!TERMINAL.includes(task.status)) {
+    await new Promise((resolve) => setTimeout(resolve, task.pollInterval ?? 1000));
+    task = await tasks.getTask(taskId);
+    print("taskStatus", { task });
+  }
+  // 1.32.2 reads the result with the schema given: without one it fails before it reads.
+  await attempt("result", () => tasks.getTaskResult(taskId, CallToolResultSchema));
+}
+
 const [scenario, ...rest] = process.argv.slice(2);
 if (scenario === "foreign") await foreign(rest[0]);
+else if (scenario === "await") await awaitTask(rest[0]);
 else await stream(scenario === "cancel", rest[0], JSON.parse(rest[1]));
 await client.close();

@@ -1,9 +1,10 @@
 """MCP tasks on /mcp (SPEC §22) driven by the official TypeScript MCP SDK (its client's
 ``experimental.tasks``, @modelcontextprotocol/sdk pinned in scripts/install-runners.sh; the
 SDK's 2.x client has no tasks API) against a real sidecar process: a long call polled to its
-result, a call held for approval approved or denied while the SDK polls, a cancel, and another
-agent's task id refused, and a call its MCP service runs as a task of its own, polled by the
-sidecar, and cancelled there when the SDK cancels (tests/runners/mcp_tasks.mjs). The SDK is
+result, a call held for approval approved or denied while the SDK polls, a cancel, another
+agent's task id refused, a restart in the middle, and a call its MCP service runs as a task of
+its own, polled by the sidecar, and cancelled there when the SDK cancels
+(tests/runners/mcp_tasks.mjs). The SDK is
 told each task's end by ``notifications/tasks/status`` on its session's GET stream; another
 agent's client never is."""
 
@@ -12,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,14 +130,32 @@ def needs_sdk() -> None:
 
 @pytest.fixture
 async def pod(tmp_path: Path) -> AsyncIterator[TasksPod]:
+    async with desk_pod(tmp_path) as (pod, _):
+        yield pod
+
+
+@asynccontextmanager
+async def desk_pod(tmp_path: Path) -> AsyncIterator[tuple[TasksPod, Callable[[], Any]]]:
+    """The desk's sidecar process, and how to restart it (on the same state)."""
     needs_sdk()
     async with ToolService() as service, StubUpstream() as upstream:
         build, tokens = compile_desk(
             tmp_path, service, upstream, pod_text=POD + AUDITOR, timeout_ms=60000
         )
         env = {**ENV, "CLAW_AUDIT_KEY": TEST_AUDIT_KEY}
-        async with sidecar_process(build, tmp_path / "state", env) as sidecar:
-            yield TasksPod(sidecar, service, tokens)
+        async with AsyncExitStack() as running:
+            sidecar = await running.enter_async_context(
+                sidecar_process(build, tmp_path / "state", env)
+            )
+            pod = TasksPod(sidecar, service, tokens)
+
+            async def restart() -> None:
+                await running.aclose()
+                pod.sidecar = await running.enter_async_context(
+                    sidecar_process(build, tmp_path / "state", env)
+                )
+
+            yield pod, restart
 
 
 async def run_driver(pod: TasksPod | ReportsPod, agent: str, *argv: str) -> TsClient:
@@ -240,6 +260,30 @@ async def test_another_agents_task_id_is_refused_to_the_sdk(pod: TasksPod) -> No
     [listed] = auditor.events("list")
     assert listed["answer"]["tasks"] == []
     assert trader.events("list")[0]["answer"]["tasks"][0]["status"] == "completed"
+
+
+async def test_a_restart_in_the_middle_keeps_the_held_task_and_runs_its_call_once(
+    tmp_path: Path,
+) -> None:
+    """The sidecar process stops while the task waits for its approval, and the SDK's client
+    with it; after the restart, a new client polls the same task id: still held for the same
+    approval, then approved, and the order is placed once."""
+    async with desk_pod(tmp_path) as (pod, restart):
+        first = await run_driver(pod, "trader", "stream", "desk_execute_trade", json.dumps(TRADE))
+        approval = await pod.pending()
+        task_id = (await first.until("taskCreated"))["task"]["taskId"]
+        first.process.kill()
+        await first.process.wait()
+        await restart()
+        client = await run_driver(pod, "trader", "await", task_id)
+        held = await client.until("taskStatus", status="working")
+        assert approval["id"] in held["task"]["statusMessage"]
+        await pod.operator("POST", f"/operator/approvals/{approval['id']}", decision="approve")
+        await client.finish()
+    assert client.events("taskStatus")[-1]["task"]["status"] == "completed"
+    [result] = client.events("result")
+    assert result["answer"]["isError"] is False, result
+    assert trade_calls(pod) == [("POST", "/trades")]
 
 
 # -- an MCP service that runs the call as a task of its own (SEP-2663) ------------------------
