@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +28,6 @@ from ..model.end_user import EndUser
 from ..model.redaction import credential_secrets, redactor_for
 from .http import credential_header, failed, token_unavailable
 from .mcp_http import DEFAULT_ANSWER_BYTES, bounded, bounded_transport, result_bound
-from .mcp_tasks import TaskStarted
 
 if TYPE_CHECKING:  # the SDK is imported when a build has MCP tools (it costs ~0.3 s to import)
     import mcp_types as types
@@ -264,16 +263,23 @@ class McpBackends:
         started: float,
         idempotency_key: str | None = None,
         end_user: EndUser | None = None,
-        task_started: TaskStarted | None = None,
+        task_started: Callable[[str], Awaitable[None]] | None = None,
         resumed_task: str | None = None,
+        abandoned: asyncio.Event | None = None,
     ) -> ToolOutcome:
         """``task_started``: told the id of the task the service runs the call as (SPEC §22),
-        before it is polled; the event it may answer, once set, cancels that task.
-        ``resumed_task``: the call is already that task at the service
-        (journaled before a restart): it is polled, never sent again (§8.2)."""
+        before it is polled. ``resumed_task``: the call is already that task at the service
+        (journaled before a restart): it is polled, never sent again (§8.2). ``abandoned``:
+        set when the caller gives up on the call; the service's task is then cancelled."""
         from mcp.shared.exceptions import MCPError
 
-        from .mcp_tasks import TASK_STARTED, BackendTaskAbandoned, BackendTaskFailed, poll_task
+        from .mcp_tasks import (
+            TASK_ABANDONED,
+            TASK_STARTED,
+            BackendTaskAbandoned,
+            BackendTaskFailed,
+            poll_task,
+        )
 
         execution = tool.execution
         key = self.key_for(execution, tool, end_user)
@@ -297,15 +303,17 @@ class McpBackends:
             with bounded(result_bound(max_result_bytes)) as bound:
                 async with asyncio.timeout(timeout_s):
                     if resumed_task is not None:
-                        result = await poll_task(client.session, resumed_task)
+                        result = await poll_task(client.session, resumed_task, abandoned)
                     else:
-                        reset = TASK_STARTED.set(task_started)
+                        told = TASK_STARTED.set(task_started)
+                        watched = TASK_ABANDONED.set(abandoned)
                         try:
                             result = await client.call_tool(
                                 execution.tool or "", arguments, meta=meta
                             )
                         finally:
-                            TASK_STARTED.reset(reset)
+                            TASK_STARTED.reset(told)
+                            TASK_ABANDONED.reset(watched)
         except TimeoutError:
             message = f"the service did not answer within {timeout_s:g} s"
             return failed("timeout", message, True, started)

@@ -42,15 +42,17 @@ CANCEL_TIMEOUT_S = 5.0
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
 
-TaskStarted = Callable[[str], Awaitable["asyncio.Event | None"]]
-"""Told the id of the task the service runs a call as, before the first poll (its caller
-journals it). It may answer an event that its caller sets when it gives up on the call: the
-service's task is then cancelled."""
-
-TASK_STARTED: contextvars.ContextVar[TaskStarted | None] = contextvars.ContextVar(
-    "backend_task_started", default=None
+TASK_STARTED: contextvars.ContextVar[Callable[[str], Awaitable[None]] | None] = (
+    contextvars.ContextVar("backend_task_started", default=None)
 )
-"""Set around one ``tools/call``: its :data:`TaskStarted`."""
+"""Set around one ``tools/call``: told the id of the task the service runs it as, before the
+first poll (its caller journals it)."""
+
+TASK_ABANDONED: contextvars.ContextVar[asyncio.Event | None] = contextvars.ContextVar(
+    "backend_task_abandoned", default=None
+)
+"""Set around one ``tools/call``: set by its caller when it gives up on the call; the task the
+service runs it as is then cancelled."""
 
 
 class BackendTaskFailed(Exception):
@@ -61,10 +63,12 @@ class BackendTaskAbandoned(BackendTaskFailed):
     """The call's caller gave up on it: its task was cancelled at the service."""
 
 
-async def poll_task(session: ClientSession, task_id: str) -> types.CallToolResult:
+async def poll_task(
+    session: ClientSession, task_id: str, abandoned: asyncio.Event | None = None
+) -> types.CallToolResult:
     """The final result of a task the service already runs (one a restart found journaled):
     polled as a fresh call's task is, never sent again."""
-    return await _sdk().poll(session, task_id, None)
+    return await _sdk().poll(session, task_id, None, abandoned)
 
 
 class _Sdk:
@@ -128,15 +132,15 @@ def _sdk() -> _Sdk:
             return [ResultClaim(result_type="task", model=CreatedTask, resolve=self.resolve)]
 
         async def resolve(self, created: CreatedTask, ctx: ClaimContext) -> types.CallToolResult:
-            started, abandoned = TASK_STARTED.get(), None
+            started = TASK_STARTED.get()
             if started is not None:
                 try:
-                    abandoned = await started(created.task_id)
+                    await started(created.task_id)
                 except BaseException:
                     await forward_cancel(ctx.session, created.task_id)
                     raise
             interval = created.poll_interval_milliseconds
-            return await poll(ctx.session, created.task_id, interval, abandoned)
+            return await poll(ctx.session, created.task_id, interval, TASK_ABANDONED.get())
 
     async def poll(
         session: ClientSession,

@@ -17,9 +17,10 @@ quarantined tool never gets here: the gate refuses it first.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -36,7 +37,6 @@ from ..backends.http import (
     with_bearer,
 )
 from ..backends.mcp import McpBackends
-from ..backends.mcp_tasks import TaskStarted
 from ..backends.quarantine import Quarantine
 from ..identity.oauth_client import ServiceTokens, TokenUnavailable
 from ..manifest import ManagedTool
@@ -183,12 +183,15 @@ class CallLimits:
     max_result_bytes: int
     idempotency_key: str | None = None
     """Sent with a call that is neither read-only nor idempotent (SPEC §8.2)."""
-    task_started: TaskStarted | None = None
+    task_started: Callable[[str], Awaitable[None]] | None = None
     """Told the id of the task an MCP service runs the call as, before it is polled: its
-    caller journals it, and may answer an event that cancels that task once set (SPEC §22)."""
+    caller journals it (SPEC §22)."""
     resumed_task: str | None = None
     """The MCP service's task this call already is (journaled before a restart): polled for
     its outcome, the call never sent again (§8.2)."""
+    abandoned: asyncio.Event | None = None
+    """Set when the caller gives up on the call after it was sent: the task an MCP service
+    runs it as is cancelled there (a native task its client cancelled, SPEC §22)."""
 
 
 class ToolRunner(Protocol):
@@ -387,6 +390,7 @@ class ToolExecutor(ToolRunner):
                 end_user=end_user,
                 task_started=limits.task_started,
                 resumed_task=limits.resumed_task,
+                abandoned=limits.abandoned,
             )
         except RequestProblem as problem:
             return problem.outcome

@@ -373,6 +373,7 @@ class McpDispatch:
                 timeout_s=policy.timeout_per_tool_ms / 1000,
                 max_result_bytes=policy.max_tool_result_bytes,
                 resumed_task=task.backend_task,
+                abandoned=task.abandoned,
             )
             outcome = await self._executor.executor.execute(request.agent.agent.id, checked, limits)
         await self._audit_call(request, params, tool, outcome)
@@ -463,6 +464,7 @@ class McpDispatch:
                 timeout_s=policy.timeout_per_tool_ms / 1000,
                 max_result_bytes=policy.max_tool_result_bytes,
                 task_started=hooks.task_started if hooks else None,
+                abandoned=hooks.abandoned if hooks else None,
                 # Every call with side effects carries one (SPEC §8.2): this call's own, named
                 # after its audit record, never repeated by another call with the same
                 # JSON-RPC id.

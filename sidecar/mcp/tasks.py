@@ -113,9 +113,11 @@ class TaskHooks:
     """What the governed call tells its task as it goes (:meth:`NativeTasks.hooks`)."""
 
     sending: Callable[[], Awaitable[None]]
-    task_started: Callable[[str], Awaitable[asyncio.Event]]
+    task_started: Callable[[str], Awaitable[None]]
     held: Callable[[str], None]
     ask: Callable[[str, dict[str, Any]], Awaitable[Any]] | None
+    abandoned: asyncio.Event
+    """Set when its client cancels the task after the call was sent."""
 
 
 class NativeTasks:
@@ -231,14 +233,13 @@ class NativeTasks:
             task.sent = True
             await self.journal.write(task.agent, task.id, {"sent": 1})
 
-        async def task_started(backend_task: str) -> asyncio.Event:
+        async def task_started(backend_task: str) -> None:
             """Synced before the service's task is polled: a restart polls it again."""
             task.backend_task = backend_task
             try:
                 await self.journal.write(task.agent, task.id, {"backend_task": backend_task})
             except OSError:
                 log.exception("task %s: its service's task id was not journaled", task.id)
-            return task.abandoned
 
         def held(approval_id: str) -> None:
             message = f"waiting for approval {approval_id} by an operator"
@@ -259,7 +260,8 @@ class NativeTasks:
             finally:
                 self._set(task, "working", None, None)
 
-        return TaskHooks(sending, task_started, held, ask if stateless else None)
+        asks = ask if stateless else None
+        return TaskHooks(sending, task_started, held, asks, task.abandoned)
 
     def _set(
         self, task: NativeTask, status: Status, message: str | None, asks: dict | None

@@ -236,6 +236,40 @@ async def test_a_backend_task_is_polled_again_after_a_crash_never_sent_again(
     assert len(service.tasks) == 1 and service.runs == 1
 
 
+async def test_a_task_polled_again_after_a_crash_is_cancelled_at_the_service_by_its_client(
+    tmp_path: Path,
+) -> None:
+    """The same, but the client cancels its task while the restarted sidecar polls the
+    service's: that task is cancelled too, and never ran to its end."""
+    async with running_task_service() as service:
+        descriptor = await fetch_descriptor(service.url, None, {})
+        agents = [AgentSpec("native", tools=task_tools(descriptor, service.url), mode="native")]
+        tokens = write_build(
+            tmp_path / "build", agents, providers_for(openai_url="http://127.0.0.1:9/v1")
+        )
+        state = tmp_path / "state"
+        async with sidecar_process(tmp_path / "build", state, ENV) as running:
+            async with mcp_client(running.url + "/mcp", tokens["native"]) as client:
+                task = await start_task(client, "desk_slow_report", {"topic": "q6"})
+                while not service.polls:
+                    await asyncio.sleep(0.02)
+            running.process.send_signal(signal.SIGKILL)
+            await running.process.wait()
+        polls_before = service.polls
+        async with (
+            sidecar_process(tmp_path / "build", state, ENV) as running,
+            mcp_client(running.url + "/mcp", tokens["native"]) as client,
+        ):
+            while service.polls == polls_before:  # the restarted sidecar polls it again
+                await asyncio.sleep(0.02)
+            assert (await cancel(client, task.task_id)).status == "cancelled"
+            while not service.cancelled:
+                await asyncio.sleep(0.02)
+            service.release.set()  # a task not cancelled would now run to its end
+    [service_task] = service.tasks
+    assert service.cancelled == [service_task] and service.runs == 0
+
+
 async def test_a_mediated_retry_after_a_crash_polls_the_backend_task_it_sent(
     tmp_path: Path,
 ) -> None:
