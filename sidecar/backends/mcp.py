@@ -265,13 +265,21 @@ class McpBackends:
         end_user: EndUser | None = None,
         task_started: Callable[[str], Awaitable[None]] | None = None,
         resumed_task: str | None = None,
+        abandoned: asyncio.Event | None = None,
     ) -> ToolOutcome:
         """``task_started``: told the id of the task the service runs the call as (SPEC §22),
         before it is polled. ``resumed_task``: the call is already that task at the service
-        (journaled before a restart): it is polled, never sent again (§8.2)."""
+        (journaled before a restart): it is polled, never sent again (§8.2). ``abandoned``:
+        set when the caller gives up on the call; the service's task is then cancelled."""
         from mcp.shared.exceptions import MCPError
 
-        from .mcp_tasks import TASK_STARTED, BackendTaskFailed, poll_task
+        from .mcp_tasks import (
+            TASK_ABANDONED,
+            TASK_STARTED,
+            BackendTaskAbandoned,
+            BackendTaskFailed,
+            poll_task,
+        )
 
         execution = tool.execution
         key = self.key_for(execution, tool, end_user)
@@ -295,15 +303,17 @@ class McpBackends:
             with bounded(result_bound(max_result_bytes)) as bound:
                 async with asyncio.timeout(timeout_s):
                     if resumed_task is not None:
-                        result = await poll_task(client.session, resumed_task)
+                        result = await poll_task(client.session, resumed_task, abandoned)
                     else:
-                        reset = TASK_STARTED.set(task_started)
+                        told = TASK_STARTED.set(task_started)
+                        watched = TASK_ABANDONED.set(abandoned)
                         try:
                             result = await client.call_tool(
                                 execution.tool or "", arguments, meta=meta
                             )
                         finally:
-                            TASK_STARTED.reset(reset)
+                            TASK_STARTED.reset(told)
+                            TASK_ABANDONED.reset(watched)
         except TimeoutError:
             message = f"the service did not answer within {timeout_s:g} s"
             return failed("timeout", message, True, started)
@@ -312,6 +322,8 @@ class McpBackends:
                 message = f"the service's result is larger than {bound.limit} bytes: not read"
                 return failed("result_too_large", message, True, started)
             return _protocol_error(exc, started)
+        except BackendTaskAbandoned as exc:
+            return failed("cancelled", str(exc), True, started)
         except BackendTaskFailed as exc:
             return failed("mcp_error", str(exc), True, started)
         except Exception as exc:  # transport failures surface as the client library's own types

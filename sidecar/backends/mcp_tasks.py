@@ -3,8 +3,9 @@
 service that decides to run one as a task answers ``resultType: "task"`` at once. The sidecar
 then polls ``tasks/get`` until the task ends, and the call's timeout still bounds the whole
 wait; a call given up (its timeout, the sidecar stopping) has ``tasks/cancel`` forwarded to the
-service. Every answer is read under the call's result bound (``mcp_http.py``), polls
-included, and is checked like any result.
+service, and so does a call whose caller gave up on it (a native task its client cancelled:
+the call was sent and cannot be called back, but the service's task can). Every answer is read
+under the call's result bound (``mcp_http.py``), polls included, and is checked like any result.
 
 The official client's extension interface carries it: a ``ResultClaim`` on ``tools/call`` whose
 resolver drives the polls, so :mod:`.mcp`'s ``call_tool`` returns the task's final result. The
@@ -47,15 +48,27 @@ TASK_STARTED: contextvars.ContextVar[Callable[[str], Awaitable[None]] | None] = 
 """Set around one ``tools/call``: told the id of the task the service runs it as, before the
 first poll (its caller journals it)."""
 
+TASK_ABANDONED: contextvars.ContextVar[asyncio.Event | None] = contextvars.ContextVar(
+    "backend_task_abandoned", default=None
+)
+"""Set around one ``tools/call``: set by its caller when it gives up on the call; the task the
+service runs it as is then cancelled."""
+
 
 class BackendTaskFailed(Exception):
     """The service's task ended failed or cancelled: the call has no result."""
 
 
-async def poll_task(session: ClientSession, task_id: str) -> types.CallToolResult:
+class BackendTaskAbandoned(BackendTaskFailed):
+    """The call's caller gave up on it: its task was cancelled at the service."""
+
+
+async def poll_task(
+    session: ClientSession, task_id: str, abandoned: asyncio.Event | None = None
+) -> types.CallToolResult:
     """The final result of a task the service already runs (one a restart found journaled):
     polled as a fresh call's task is, never sent again."""
-    return await _sdk().poll(session, task_id, None)
+    return await _sdk().poll(session, task_id, None, abandoned)
 
 
 class _Sdk:
@@ -65,7 +78,7 @@ class _Sdk:
     def __init__(
         self,
         extension: type[ClientExtension],
-        poll: Callable[[ClientSession, str, int | None], Awaitable[types.CallToolResult]],
+        poll: Callable[..., Awaitable[types.CallToolResult]],
     ) -> None:
         self.extension = extension
         self.poll = poll
@@ -126,15 +139,25 @@ def _sdk() -> _Sdk:
                 except BaseException:
                     await forward_cancel(ctx.session, created.task_id)
                     raise
-            return await poll(ctx.session, created.task_id, created.poll_interval_milliseconds)
+            interval = created.poll_interval_milliseconds
+            return await poll(ctx.session, created.task_id, interval, TASK_ABANDONED.get())
 
     async def poll(
-        session: ClientSession, task_id: str, interval: int | None
+        session: ClientSession,
+        task_id: str,
+        interval: int | None,
+        abandoned: asyncio.Event | None = None,
     ) -> types.CallToolResult:
-        """``tasks/get`` until the task ends; a wait given up cancels it at the service."""
+        """``tasks/get`` until the task ends; a wait given up, or ``abandoned`` by the call's
+        caller, cancels it at the service."""
         try:
             while True:
-                await asyncio.sleep(_poll_s(interval))
+                await _pause(_poll_s(interval), abandoned)
+                if abandoned is not None and abandoned.is_set():
+                    await forward_cancel(session, task_id)
+                    raise BackendTaskAbandoned(
+                        "its caller gave up on the call: the service's task was cancelled"
+                    )
                 state = await session.send_request(
                     GetTask(params=TaskParams(task_id=task_id)), TaskState
                 )
@@ -151,6 +174,15 @@ def _sdk() -> _Sdk:
             raise
 
     return _Sdk(BackendTasks, poll)
+
+
+async def _pause(seconds: float, abandoned: asyncio.Event | None) -> None:
+    """Wait between two polls, or less if the caller gives up meanwhile."""
+    if abandoned is None:
+        await asyncio.sleep(seconds)
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(abandoned.wait(), seconds)
 
 
 def _poll_s(interval_ms: int | None) -> float:

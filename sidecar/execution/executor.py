@@ -17,6 +17,7 @@ quarantined tool never gets here: the gate refuses it first.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -188,6 +189,9 @@ class CallLimits:
     resumed_task: str | None = None
     """The MCP service's task this call already is (journaled before a restart): polled for
     its outcome, the call never sent again (§8.2)."""
+    abandoned: asyncio.Event | None = None
+    """Set when the caller gives up on the call after it was sent: the task an MCP service
+    runs it as is cancelled there (a native task its client cancelled, SPEC §22)."""
 
 
 class ToolRunner(Protocol):
@@ -386,6 +390,7 @@ class ToolExecutor(ToolRunner):
                 end_user=end_user,
                 task_started=limits.task_started,
                 resumed_task=limits.resumed_task,
+                abandoned=limits.abandoned,
             )
         except RequestProblem as problem:
             return problem.outcome

@@ -98,6 +98,8 @@ class McpRequest:
     """Its client takes a task for an answer (2026-07-28: the tasks extension, SEP-2663)."""
     auth: AuthKind | None = None
     """How the agent proved who it is, for a pod with ``identity`` (SPEC §21)."""
+    session_id: str | None = None
+    """The session it came in (2025-11-25): where its tasks' status changes are told."""
 
 
 # A method's handler: the request's ``result`` object; raises JsonRpcError to answer an error.
@@ -151,11 +153,13 @@ class McpDispatch:
         end_user: EndUser | None = None,
         tasks: bool = False,
         auth: AuthKind | None = None,
+        session_id: str | None = None,
     ) -> list[dict[str, Any]]:
         """A batch's answers (sent in a stream), in order. As in mediated mode (§4.2.9), its
         calls run at once only when every one is read-only; otherwise one by one, in order."""
         requests = [
-            McpRequest(agent, version, m, True, approvals, end_user, tasks, auth) for m in messages
+            McpRequest(agent, version, m, True, approvals, end_user, tasks, auth, session_id)
+            for m in messages
         ]
         if self._all_read_only(agent, messages):
             return list(await asyncio.gather(*map(self.answer, requests)))
@@ -296,6 +300,7 @@ class McpDispatch:
                 params.arguments or {},
                 ttl_ms,
                 client_answers=request.approvals is not None,
+                session_id=request.session_id,
             )
         except TaskRefused as exc:
             raise JsonRpcError(INTERNAL_ERROR, f"Task not created: {exc}") from None
@@ -368,6 +373,7 @@ class McpDispatch:
                 timeout_s=policy.timeout_per_tool_ms / 1000,
                 max_result_bytes=policy.max_tool_result_bytes,
                 resumed_task=task.backend_task,
+                abandoned=task.abandoned,
             )
             outcome = await self._executor.executor.execute(request.agent.agent.id, checked, limits)
         await self._audit_call(request, params, tool, outcome)
@@ -458,6 +464,7 @@ class McpDispatch:
                 timeout_s=policy.timeout_per_tool_ms / 1000,
                 max_result_bytes=policy.max_tool_result_bytes,
                 task_started=hooks.task_started if hooks else None,
+                abandoned=hooks.abandoned if hooks else None,
                 # Every call with side effects carries one (SPEC §8.2): this call's own, named
                 # after its audit record, never repeated by another call with the same
                 # JSON-RPC id.

@@ -1,8 +1,9 @@
 """``/mcp``: the transport of MCP Streamable HTTP for native-mode agents (tools only).
 
 POST carries JSON-RPC (``initialize``, ``notifications/initialized``, then the requests
-:mod:`clawpod.sidecar.mcp.dispatch` answers); GET is answered 405 (this server never opens a
-stream of its own); DELETE ends a session. This module owns what HTTP decides: Origin and Host,
+:mod:`clawpod.sidecar.mcp.dispatch` answers); GET opens a session's own stream, which carries
+``notifications/tasks/status`` for the tasks that session's calls made (2025-11-25 on; 405
+otherwise); DELETE ends a session. This module owns what HTTP decides: Origin and Host,
 Accept and Content-Type, the body's bounds, which era a POST belongs to, the session handshake
 and its header, batches, and the answer's framing.
 
@@ -35,7 +36,7 @@ from ..observability.logs import log_request
 from ..observability.metrics import Metrics
 from ..request_body import read_body_once
 from ..tasks import ShieldedTasks
-from ..transport.keepalive import with_keepalives
+from ..transport.keepalive import KEEPALIVE, with_keepalives
 from .dispatch import ROUTE, McpDispatch, McpRequest
 from .elicitation import ApprovalChannel, can_elicit
 from .http import (
@@ -54,6 +55,7 @@ from .protocol import (
     BATCHES_UNTIL,
     INVALID_REQUEST,
     SUPPORTED_VERSIONS,
+    TASKS_SINCE,
     InitializeParams,
     JsonRpcError,
     Message,
@@ -73,7 +75,7 @@ from .stateless import (
     declares_tasks,
     is_stateless,
 )
-from .tasks import NativeTasks
+from .tasks import NativeTask, NativeTasks, task_2025
 
 SESSION_HEADER = "Mcp-Session-Id"
 VERSION_HEADER = "MCP-Protocol-Version"
@@ -81,6 +83,7 @@ VERSION_HEADER = "MCP-Protocol-Version"
 DEFAULT_HEADER_VERSION = "2025-03-26"
 # Requests that may take long, answered as SSE with keep-alives where the client accepts it.
 LONG_METHODS = frozenset({"tools/call", "tasks/result"})
+STATUS_NOTICE = "notifications/tasks/status"
 
 
 class McpEndpoint:
@@ -103,6 +106,7 @@ class McpEndpoint:
         self.sessions = SessionStore()
         self.keepalive_s = keepalive_s
         self.dispatch = McpDispatch(executor, audit, metrics, tasks, native_tasks, agents, pod)
+        native_tasks.on_change = self._tell_status
 
     async def handle(
         self,
@@ -128,13 +132,10 @@ class McpEndpoint:
                 response = await self._post(request, agent, (end_user, auth))
             elif request.method == "DELETE":
                 response = self._delete(request, agent)
+            elif request.method == "GET" and request.headers.get(SESSION_HEADER):
+                response = await self._stream(request, agent)
             else:
-                response = jsonrpc_error(
-                    405,
-                    INVALID_REQUEST,
-                    "Method Not Allowed: use POST (and DELETE to end a session)",
-                )
-                response.headers["Allow"] = "POST, DELETE"
+                response = no_stream()
         except HttpError as err:
             response = err.response
         agent_id = agent.agent.id
@@ -206,8 +207,10 @@ class McpEndpoint:
             approvals = None
             if can_elicit(session.capabilities):
                 approvals = ApprovalChannel(stateless=False, session_id=session.id)
-            return await self._answer_sse(request, agent, version, requests, approvals, caller)
-        answers = [await self._answer_one(agent, version, m, caller) for m in requests]
+            return await self._answer_sse(
+                request, agent, version, requests, approvals, caller, session_id=session.id
+            )
+        answers = [await self._answer_one(agent, version, m, caller, session.id) for m in requests]
         return json_response(answers if batch else answers[0])
 
     async def _post_stateless(
@@ -293,13 +296,19 @@ class McpEndpoint:
         return session
 
     async def _answer_one(
-        self, agent: AgentBuild, version: str, message: Message, caller: Caller
+        self,
+        agent: AgentBuild,
+        version: str,
+        message: Message,
+        caller: Caller,
+        session_id: str | None = None,
     ) -> dict[str, Any]:
         """The answer to one request, sent as plain JSON."""
         end_user, auth = caller
-        return await self.dispatch.answer(
-            McpRequest(agent, version, message, stream=False, end_user=end_user, auth=auth)
+        request = McpRequest(
+            agent, version, message, False, end_user=end_user, auth=auth, session_id=session_id
         )
+        return await self.dispatch.answer(request)
 
     # -- SSE -------------------------------------------------------------------------------------
 
@@ -312,6 +321,7 @@ class McpEndpoint:
         approvals: ApprovalChannel | None,
         caller: Caller,
         tasks: bool = False,
+        session_id: str | None = None,
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": SSE, "Cache-Control": "no-cache"})
         await response.prepare(request)
@@ -328,7 +338,9 @@ class McpEndpoint:
         if approvals is not None and not approvals.stateless:
             approvals = dataclasses.replace(approvals, send=send)
         end_user, auth = caller
-        work = self.dispatch.answer_all(agent, version, requests, approvals, end_user, tasks, auth)
+        work = self.dispatch.answer_all(
+            agent, version, requests, approvals, end_user, tasks, auth, session_id
+        )
         answers = await with_keepalives(work, keepalive, self.keepalive_s)
         if connected:
             for answer in answers:
@@ -337,6 +349,46 @@ class McpEndpoint:
             else:
                 await response.write_eof()
         return response
+
+    # -- GET: the session's stream ------------------------------------------------------------
+
+    async def _stream(self, request: web.Request, agent: AgentBuild) -> web.StreamResponse:
+        """The session's own stream: the status of the tasks its calls made, as they change
+        (``notifications/tasks/status``), and keep-alives, until the client leaves or the
+        session ends. One per session; a session without tasks (before 2025-11-25) has none."""
+        session = self._session_for(request, agent)
+        if session.protocol_version < TASKS_SINCE:
+            return no_stream()
+        if not accepts(request)[1]:
+            raise HttpError(406, INVALID_REQUEST, f"Not Acceptable: accept {SSE}")
+        notices = session.notices
+        if notices.listening:
+            raise HttpError(409, INVALID_REQUEST, "Conflict: this session's stream is open")
+        notices.listening = True
+        try:
+            response = web.StreamResponse(
+                headers={"Content-Type": SSE, "Cache-Control": "no-cache"}
+            )
+            await response.prepare(request)
+            while not notices.closed:
+                taken = await notices.take(self.keepalive_s)
+                data = b"".join(map(sse_event, taken)) if taken else KEEPALIVE
+                if not await write(response, data):
+                    break
+        finally:
+            notices.stop_listening()
+        return response
+
+    def _tell_status(self, task: NativeTask) -> None:
+        """A task's status changed: its own session's stream is told, if it is open (the
+        session is looked up with the task's agent, so no other agent's stream ever is)."""
+        if task.session_id is None:
+            return
+        session = self.sessions.get(task.session_id, task.agent, touch=False)
+        if session is None:
+            return
+        notice = {"jsonrpc": "2.0", "method": STATUS_NOTICE, "params": task_2025(task)}
+        session.notices.put(task.id, orjson.dumps(notice))
 
     # -- DELETE ----------------------------------------------------------------------------------
 
@@ -347,6 +399,16 @@ class McpEndpoint:
         if not self.sessions.terminate(session_id, agent.agent.id):
             raise HttpError(404, INVALID_REQUEST, "Session not found")
         return web.Response(status=204)
+
+
+def no_stream() -> web.Response:
+    response = jsonrpc_error(
+        405,
+        INVALID_REQUEST,
+        "Method Not Allowed: use POST (and DELETE to end a session)",
+    )
+    response.headers["Allow"] = "POST, DELETE"
+    return response
 
 
 def declares_json(request: web.Request) -> bool:

@@ -86,9 +86,15 @@ class NativeTask:
     """The call was cleared to leave: it is never sent again (§8.2)."""
     backend_task: str | None = None
     """The id of the task its MCP service runs the call as: what a restart polls."""
+    abandoned: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when its client cancels it after its call was sent: the service's task, if the
+    call is one, is cancelled too."""
     client_answers: bool = False
     """Its client answers a client approval itself (2026-07-28, ``tasks/update``): kept so a
     restart asks the same person, not the operator."""
+    session_id: str | None = None
+    """The MCP session whose call made it (2025-11-25): where its status changes are told.
+    Not journaled: sessions end with the process."""
     size: int = 0
     done: asyncio.Event = field(default_factory=asyncio.Event)
     answers: asyncio.Queue[dict[str, Any]] = field(default_factory=asyncio.Queue)
@@ -110,6 +116,8 @@ class TaskHooks:
     task_started: Callable[[str], Awaitable[None]]
     held: Callable[[str], None]
     ask: Callable[[str, dict[str, Any]], Awaitable[Any]] | None
+    abandoned: asyncio.Event
+    """Set when its client cancels the task after the call was sent."""
 
 
 class NativeTasks:
@@ -128,6 +136,8 @@ class NativeTasks:
         self._bytes: dict[str, int] = {}
         self.stopping = False
         self._forgotten = 0  # since the journal's segments were last pruned
+        self.on_change: Callable[[NativeTask], None] | None = None
+        """Told each change of a task's status (``notifications/tasks/status``)."""
 
     # -- counts (metrics, console) ----------------------------------------------------------
 
@@ -167,6 +177,7 @@ class NativeTasks:
         arguments: dict[str, Any],
         ttl_ms: int | None = None,
         client_answers: bool = False,
+        session_id: str | None = None,
     ) -> NativeTask:
         """A new task, durable before it is returned (a ``tasks/get`` of it resolves then)."""
         max_age = self.limits.max_age_s
@@ -183,6 +194,7 @@ class NativeTasks:
             updated=now,
             ttl_s=ttl_s,
             client_answers=client_answers,
+            session_id=session_id,
         )
         task.size = len(orjson.dumps(arguments))
         self._make_room(agent, task.size)
@@ -248,7 +260,8 @@ class NativeTasks:
             finally:
                 self._set(task, "working", None, None)
 
-        return TaskHooks(sending, task_started, held, ask if stateless else None)
+        asks = ask if stateless else None
+        return TaskHooks(sending, task_started, held, asks, task.abandoned)
 
     def _set(
         self, task: NativeTask, status: Status, message: str | None, asks: dict | None
@@ -257,6 +270,11 @@ class NativeTasks:
             return
         task.status, task.message, task.input_requests = status, message, asks
         task.updated = self._clock()
+        self._changed(task)
+
+    def _changed(self, task: NativeTask) -> None:
+        if self.on_change is not None:
+            self.on_change(task)
 
     async def _finish(
         self,
@@ -275,6 +293,7 @@ class NativeTasks:
         if task.agent in self._bytes:
             self._bytes[task.agent] += grown
         task.done.set()
+        self._changed(task)
         record = {"finished": status, "result": result, "error": error, "message": message}
         try:
             await self.journal.write(task.agent, task.id, record)
@@ -315,11 +334,13 @@ class NativeTasks:
 
     async def cancel(self, task: NativeTask) -> None:
         """Cancel a task that has not finished. A call not yet sent never is; a call already
-        with its service finishes there (it cannot be called back) and its result is dropped."""
+        with its service finishes there (it cannot be called back) and its result is dropped,
+        unless the service runs it as a task of its own: that task is cancelled."""
         if task.terminal:
             return
         if not task.sent and task.work is not None:
             task.work.cancel()
+        task.abandoned.set()
         await self._finish(task, "cancelled", message="cancelled by the client")
 
     async def fail(self, task: NativeTask, message: str) -> None:

@@ -169,6 +169,7 @@ async def _end_waiting_approvals(app: web.Application) -> None:
     app[STATE_KEY].mcp.dispatch.native_tasks.stop()  # their approval waits resume on restart
     app[STATE_KEY].governed.waits.stop()
     app[STATE_KEY].mcp.dispatch.elicitations.stop()
+    app[STATE_KEY].mcp.sessions.close_streams()  # their GET streams end now
 
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:

@@ -20,10 +20,10 @@ from clawpod.cli.discover import fetch_descriptor
 from clawpod.sidecar.manifest import ManagedTool, ToolPolicy
 from tests.mcp.conftest import mcp_client
 from tests.mcp.test_backends import mcp_tools
-from tests.mcp.test_tasks import poll, poll_until, start_task, task_result
+from tests.mcp.test_tasks import cancel, poll, poll_until, start_task, task_result
 from tests.support.builds import AgentSpec, providers_for, write_build
 from tests.support.mcp_task_service import TaskService, running_task_service
-from tests.support.sidecar import TEST_PROVIDER_KEYS, RunningSidecar, start_sidecar
+from tests.support.sidecar import TEST_PROVIDER_KEYS, RunningSidecar, audit_records, start_sidecar
 from tests.support.sidecar_process import sidecar_process
 from tests.support.upstream import Reply, StubUpstream, openai_completion
 
@@ -112,6 +112,30 @@ async def test_a_backend_task_past_the_tool_timeout_is_cancelled_at_the_service(
         await asyncio.sleep(0.02)
     assert reports.service.cancelled == [task_id]
     assert reports.service.tasks[task_id]["status"] == "cancelled" and reports.service.runs == 0
+
+
+async def test_a_native_task_cancelled_by_its_client_cancels_the_services_task(
+    reports: ReportsPod, tmp_path: Path
+) -> None:
+    """The call was sent, so it cannot be called back; but the service runs it as a task of its
+    own, and that task is cancelled. The call's audit record says so."""
+    async with mcp_client(reports.sidecar.url + "/mcp", reports.tokens["native"]) as client:
+        task = await start_task(client, "desk_slow_report", {"topic": "q5"})
+        while not reports.service.polls:  # the sidecar polls the service's task
+            await asyncio.sleep(0.02)
+        assert (await cancel(client, task.task_id)).status == "cancelled"
+        while not reports.service.cancelled:
+            await asyncio.sleep(0.02)
+        reports.service.release.set()  # a task not cancelled would now run to its end
+        assert (await poll(client, task.task_id)).status == "cancelled"
+    [service_task] = reports.service.tasks
+    assert reports.service.cancelled == [service_task] and reports.service.runs == 0
+    while not (
+        records := [r for r in audit_records(tmp_path / "state", "native") if r.get("tool_trace")]
+    ):
+        await asyncio.sleep(0.02)  # written when the call's outcome is known
+    [call] = records[0]["tool_trace"][0]["calls"]
+    assert call["executed"] is True and call["error_code"] == "cancelled"
 
 
 def _round_of_calls(*calls: tuple[str, dict[str, Any]]) -> Reply:
@@ -210,6 +234,40 @@ async def test_a_backend_task_is_polled_again_after_a_crash_never_sent_again(
     assert after.status == "completed"
     assert result.structured_content["data"] == {"topic": "q3", "pages": 12}
     assert len(service.tasks) == 1 and service.runs == 1
+
+
+async def test_a_task_polled_again_after_a_crash_is_cancelled_at_the_service_by_its_client(
+    tmp_path: Path,
+) -> None:
+    """The same, but the client cancels its task while the restarted sidecar polls the
+    service's: that task is cancelled too, and never ran to its end."""
+    async with running_task_service() as service:
+        descriptor = await fetch_descriptor(service.url, None, {})
+        agents = [AgentSpec("native", tools=task_tools(descriptor, service.url), mode="native")]
+        tokens = write_build(
+            tmp_path / "build", agents, providers_for(openai_url="http://127.0.0.1:9/v1")
+        )
+        state = tmp_path / "state"
+        async with sidecar_process(tmp_path / "build", state, ENV) as running:
+            async with mcp_client(running.url + "/mcp", tokens["native"]) as client:
+                task = await start_task(client, "desk_slow_report", {"topic": "q6"})
+                while not service.polls:
+                    await asyncio.sleep(0.02)
+            running.process.send_signal(signal.SIGKILL)
+            await running.process.wait()
+        polls_before = service.polls
+        async with (
+            sidecar_process(tmp_path / "build", state, ENV) as running,
+            mcp_client(running.url + "/mcp", tokens["native"]) as client,
+        ):
+            while service.polls == polls_before:  # the restarted sidecar polls it again
+                await asyncio.sleep(0.02)
+            assert (await cancel(client, task.task_id)).status == "cancelled"
+            while not service.cancelled:
+                await asyncio.sleep(0.02)
+            service.release.set()  # a task not cancelled would now run to its end
+    [service_task] = service.tasks
+    assert service.cancelled == [service_task] and service.runs == 0
 
 
 async def test_a_mediated_retry_after_a_crash_polls_the_backend_task_it_sent(
