@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
+from clawpod.compiler.output.workloads import substitute
 from clawpod.compiler.pod_file.reserved import (
     ADMIN_NETWORK,
     SIDECAR_SERVICE,
@@ -222,3 +223,54 @@ def test_the_counts_survive_a_restart_of_the_store(fleet: Pod) -> None:
     # The sidecars rode it out: neither restarted.
     for sidecar in (SIDECAR_SERVICE, SECOND_SIDECAR):
         assert fleet.container(sidecar).attrs["RestartCount"] == 0, sidecar
+
+
+def _run_store(fleet: Pod, environment: dict[str, str], secret: Path | None) -> Any:
+    """The compiled store's entrypoint in a container of its own, off every network."""
+    compiled = yaml.safe_load((fleet.files.out / "compose.yml").read_text())
+    store = compiled["services"][STORE_SERVICE]
+    script = substitute(store["entrypoint"][2], lambda name: pytest.fail(f"interpolates {name}"))
+    mounts = {str(secret): {"bind": f"/run/secrets/{PASSWORD_ENV}", "mode": "ro"}} if secret else {}
+    return fleet.client.containers.run(
+        store["image"],
+        entrypoint=[*store["entrypoint"][:2], script],
+        user=store["user"],
+        environment=environment,
+        volumes=mounts,
+        network_mode="none",
+        detach=True,
+    )
+
+
+def test_the_store_takes_its_password_from_a_secret_file_or_does_not_start(
+    fleet: Pod, tmp_path: Path
+) -> None:
+    """How Swarm hands it the password (``NAME_FILE``, a mounted secret); and without any, it
+    refuses to start rather than serve without one."""
+    password = secrets.token_hex(16)
+    secret = tmp_path / PASSWORD_ENV
+    secret.write_text(password)
+    secret.chmod(0o644)  # the server runs as 999:1000
+    from_file = _run_store(fleet, {f"{PASSWORD_ENV}_FILE": f"/run/secrets/{PASSWORD_ENV}"}, secret)
+    without = _run_store(fleet, {}, None)
+    try:
+        ping = ["valkey-cli", "--no-auth-warning", "-a", password, "ping"]
+        deadline = time.monotonic() + STORE_GUARD_S
+        answer = b""
+        while answer.strip() != b"PONG" and time.monotonic() < deadline:
+            from_file.reload()
+            assert from_file.status == "running", from_file.logs().decode(errors="replace")
+            answer = from_file.exec_run(ping).output
+            time.sleep(0.2)
+        unauthenticated = from_file.exec_run(["valkey-cli", "ping"]).output
+        exited = without.wait(timeout=STORE_GUARD_S)
+        refusal = without.logs().decode(errors="replace")
+        command_line = from_file.exec_run(["cat", "/proc/1/cmdline"]).output
+    finally:
+        from_file.remove(force=True)
+        without.remove(force=True)
+
+    assert answer.strip() == b"PONG"
+    assert b"NOAUTH" in unauthenticated
+    assert password.encode() not in command_line
+    assert exited["StatusCode"] == 1 and f"{PASSWORD_ENV} is empty" in refusal, refusal
