@@ -45,9 +45,10 @@ GROUP_TOKENS = 10  # one scripted answer spends 18: the first request spends the
 STORE_GUARD_S = 60  # how long the sidecar may take to reach a restarted store: a deadlock guard
 
 
-def _pod_file(project: str) -> dict[str, Any]:
+def fleet_pod_file(project: str, agent_image: str, store_image: str) -> dict[str, Any]:
+    """Two agents in one budget group a single answer spends, and the store clawc adds."""
     upstream = f"http://{UPSTREAM}:{UPSTREAM_PORT}/v1"
-    agent = {"image": IMAGES["agent"], "x-claw": {"agent": {}}}
+    agent = {"image": agent_image, "x-claw": {"agent": {}}}
     return {
         "x-claw": {
             "pod": project,
@@ -60,7 +61,7 @@ def _pod_file(project: str) -> dict[str, Any]:
                     "models": ["gpt-*"],
                 }
             },
-            "shared-limits": {"service": {"password-env": PASSWORD_ENV, "image": STORE_IMAGE}},
+            "shared-limits": {"service": {"password-env": PASSWORD_ENV, "image": store_image}},
             "budget-groups": {
                 "team": {"agents": [FIRST_AGENT, SECOND_AGENT], "tokens-per-day": GROUP_TOKENS}
             },
@@ -69,10 +70,9 @@ def _pod_file(project: str) -> dict[str, Any]:
     }
 
 
-def _override(compiled: dict[str, Any]) -> dict[str, Any]:
-    """The scripted upstream on the egress network only, prebuilt images, and the second
-    sidecar: the compiled one on a state volume of its own, its operator listener on its
-    loopback (the operator network's alias names the first)."""
+def second_sidecar(compiled: dict[str, Any]) -> dict[str, Any]:
+    """The compiled sidecar's service on a state volume of its own, its operator listener on
+    its loopback (the operator network's alias names the first)."""
     second = copy.deepcopy(compiled["services"][SIDECAR_SERVICE])
     second["volumes"] = [
         f"{SECOND_STATE}:{STATE_DIR}" if volume.startswith(f"{STATE_VOLUME}:") else volume
@@ -80,6 +80,13 @@ def _override(compiled: dict[str, Any]) -> dict[str, Any]:
     ]
     del second["networks"][ADMIN_NETWORK]
     second["command"] = [*second["command"], "--admin-host", "127.0.0.1"]
+    return second
+
+
+def _override(compiled: dict[str, Any]) -> dict[str, Any]:
+    """The scripted upstream on the egress network only, prebuilt images, and the second
+    sidecar."""
+    second = second_sidecar(compiled)
     never = {"pull_policy": "never"}
     return {
         "services": {
@@ -103,7 +110,8 @@ def _write(directory: Path) -> PodFiles:
     project = f"clawpod-fleet-{secrets.token_hex(3)}"
     pod_file = directory / project / "pod.yml"
     pod_file.parent.mkdir(parents=True)
-    pod_file.write_text(yaml.safe_dump(_pod_file(project), sort_keys=False))
+    pod = fleet_pod_file(project, IMAGES["agent"], STORE_IMAGE)
+    pod_file.write_text(yaml.safe_dump(pod, sort_keys=False))
     out = directory / "build"
     clawc = Path(sys.executable).parent / "clawc"
     command = [str(clawc), "compile", str(pod_file), "-o", str(out)]
@@ -133,7 +141,7 @@ def fleet(images: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> I
         running.stop()
 
 
-def _ask(fleet: Pod, agent: str, sidecar: str) -> dict[str, Any]:
+def ask(fleet: Pod, agent: str, sidecar: str) -> dict[str, Any]:
     """One chat completion from ``agent``'s container through ``sidecar``."""
     base_url = {"OPENAI_BASE_URL": f"http://{sidecar}:8080/v1"}
     return fleet.probe(agent, "chat_status", MODEL, "How much is left?", env=base_url)
@@ -145,8 +153,8 @@ def _audited(fleet: Pod, sidecar: str, agent: str) -> list[dict[str, Any]]:
 
 
 def test_two_sidecars_spend_one_group_budget_through_the_store(fleet: Pod) -> None:
-    answered = _ask(fleet, FIRST_AGENT, SIDECAR_SERVICE)
-    refused = _ask(fleet, SECOND_AGENT, SECOND_SIDECAR)
+    answered = ask(fleet, FIRST_AGENT, SIDECAR_SERVICE)
+    refused = ask(fleet, SECOND_AGENT, SECOND_SIDECAR)
 
     assert answered["status"] == 200 and answered["usage"]["total_tokens"] > GROUP_TOKENS
     assert (refused["status"], refused["code"], refused["should_retry"]) == (
@@ -207,14 +215,14 @@ def test_the_store_password_is_in_no_artifact_command_line_or_log(fleet: Pod) ->
 
 
 def test_the_counts_survive_a_restart_of_the_store(fleet: Pod) -> None:
-    _ask(fleet, FIRST_AGENT, SIDECAR_SERVICE)  # spent, whichever test ran first
+    ask(fleet, FIRST_AGENT, SIDECAR_SERVICE)  # spent, whichever test ran first
     fleet.container(STORE_SERVICE).restart(timeout=10)
 
     deadline = time.monotonic() + STORE_GUARD_S
-    answer = _ask(fleet, SECOND_AGENT, SECOND_SIDECAR)
+    answer = ask(fleet, SECOND_AGENT, SECOND_SIDECAR)
     while answer["code"] == "shared_limits_unavailable" and time.monotonic() < deadline:
         time.sleep(0.5)  # fail-closed until the sidecar reconnects, by itself
-        answer = _ask(fleet, SECOND_AGENT, SECOND_SIDECAR)
+        answer = ask(fleet, SECOND_AGENT, SECOND_SIDECAR)
 
     # The append-only file on the store's volume (written as 999:1000) kept the day's count.
     assert (answer["status"], answer["code"]) == (429, "budget_exhausted"), answer
