@@ -12,8 +12,9 @@ two periods idle. A hold lives at most ``HOLD_LEASE_S``,
 so a sidecar that dies mid-request does not keep its holds.
 
 The client is redis-py (``redis`` on PyPI): maintained by Redis, pure Python when hiredis is
-absent, with an asyncio API and EVALSHA with a reload when a restarted server forgot a script.
-Every call is bounded in time (``TIMEOUT_S``, including the wait for a connection) and every
+absent, with an asyncio API; the scripts run by SHA1 and are sent again to a server that forgot
+them (``Script``). Every call is bounded in time (``TIMEOUT_S``, including the wait for a
+connection, as a whole: the connections have no socket timeout of their own) and every
 answer in size (``BoundedReplies``) and shape (``_integer``): a hostile or broken server costs
 a refusal or a fallback, never the sidecar.
 
