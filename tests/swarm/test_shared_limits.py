@@ -136,12 +136,12 @@ def test_the_stores_password_is_only_a_secret(fleet_stack: FleetStack) -> None:
     task = json.dumps(fleet_stack.container(STORE_SERVICE).attrs)
     target = f"{STORE_SERVICE}:6379"
 
-    from_agent = fleet_stack.reach(FIRST_AGENT, [target])[target]
+    # Who joins its network is the compiler's (tests/compiler/test_shared_limits.py); the
+    # compose suite probes it from the agents' containers.
     ping = fleet_stack.probe(SIDECAR_SERVICE, "store_ping", target)
 
     assert password not in service and password not in task
     spec: list[dict[str, Any]] = json.loads(service)
     secret_files = spec[0]["Spec"]["TaskTemplate"]["ContainerSpec"]["Secrets"]
     assert [s["File"]["Name"] for s in secret_files] == [PASSWORD_ENV]
-    assert from_agent["resolved"] is None and not from_agent["connected"], from_agent
     assert ping["reply"].startswith("-NOAUTH")  # it runs, and wants its password
