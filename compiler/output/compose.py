@@ -199,10 +199,14 @@ STORE_USER = "999:1000"
 
 def _store(spec: StoreServiceSpec) -> dict[str, Any]:
     """The store of shared limits (SPEC §24), on a network only it and the sidecar join. Its
-    password reaches the server in a file inside its container, never on its command line."""
+    password (the variable, or the file ``NAME_FILE`` names: a Swarm secret) reaches the server
+    in a file inside its container, never on its command line; without one it does not start."""
     server = "$$(command -v valkey-server || command -v redis-server)"
+    name = spec.password_env
     start = (
-        f'printf "requirepass %s\\n" "$${spec.password_env}" > /tmp/store.conf'
+        f'if [ -n "$${name}_FILE" ]; then {name}=$$(cat "$${name}_FILE"); fi'
+        f' && if [ -z "$${name}" ]; then echo "claw-limits: {name} is empty" >&2; exit 1; fi'
+        f' && printf "requirepass %s\\n" "$${name}" > /tmp/store.conf'
         f" && exec {server} /tmp/store.conf --appendonly yes --dir /data --port {STORE_PORT}"
     )
     return {

@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from ..pod import CompiledPod
-from ..pod_file.reserved import STATE_VOLUME
+from ..pod_file.reserved import STATE_VOLUME, STORE_SERVICE
 from .compose import BUILD_MOUNT, CONTEXT_MOUNT, MCP_MOUNT
 from .workloads import Workload, interpolated, workloads
 
@@ -123,8 +123,7 @@ class SwarmTarget:
         environment = {}
         service_secrets = []
         for name in sorted(workload.environment):
-            self.secrets[name] = {"external": True, "name": secret_name(self.project, name)}
-            service_secrets.append({"source": name, "target": name})
+            service_secrets.append(self.secret(name))
             environment[f"{name}_FILE"] = f"{SECRETS_DIR}/{name}"
         service["environment"] = environment
         service["secrets"] = service_secrets
@@ -137,6 +136,20 @@ class SwarmTarget:
             "endpoint_mode": "dnsrr",
             "placement": {"constraints": [f"node.labels.{state_label(self.project)} == true"]},
         }
+        return service
+
+    def secret(self, name: str) -> dict[str, str]:
+        """The service's mount of the pod's Swarm secret ``name`` (declared external)."""
+        self.secrets[name] = {"external": True, "name": secret_name(self.project, name)}
+        return {"source": name, "target": name}
+
+    def store(self, workload: Workload) -> dict[str, Any]:
+        """The store of shared limits reads its password from the pod's secret, as the sidecar
+        does: a value from the deploy's environment would be kept in the service's definition."""
+        service = self.service(workload)
+        names = sorted(workload.environment)
+        service["environment"] = {f"{name}_FILE": f"{SECRETS_DIR}/{name}" for name in names}
+        service["secrets"] = [self.secret(name) for name in names]
         return service
 
     def networks(self) -> dict[str, Any]:
@@ -153,6 +166,8 @@ class SwarmTarget:
         for workload in self.workloads:
             if workload.role == "sidecar":
                 services[workload.name] = self.sidecar(workload)
+            elif workload.name == STORE_SERVICE:
+                services[workload.name] = self.store(workload)
             else:
                 services[workload.name] = self.service(workload)
             if "build" in workload.definition and "image" not in workload.definition:

@@ -12,8 +12,9 @@ two periods idle. A hold lives at most ``HOLD_LEASE_S``,
 so a sidecar that dies mid-request does not keep its holds.
 
 The client is redis-py (``redis`` on PyPI): maintained by Redis, pure Python when hiredis is
-absent, with an asyncio API and EVALSHA with a reload when a restarted server forgot a script.
-Every call is bounded in time (``TIMEOUT_S``, including the wait for a connection) and every
+absent, with an asyncio API; the scripts run by SHA1 and are sent again to a server that forgot
+them (``Script``). Every call is bounded in time (``TIMEOUT_S``, including the wait for a
+connection, as a whole: the connections have no socket timeout of their own) and every
 answer in size (``BoundedReplies``) and shape (``_integer``): a hostile or broken server costs
 a refusal or a fallback, never the sidecar.
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import calendar
 import functools
+import hashlib
 import logging
 import time
 import uuid
@@ -38,7 +40,7 @@ from redis._parsers import _AsyncRESP2Parser
 from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import InvalidResponse, RedisError
+from redis.exceptions import InvalidResponse, NoScriptError, RedisError
 
 from ..manifest import OnUnreachable, Rate
 from ..observability.metrics import Metrics
@@ -236,6 +238,24 @@ class BoundedReplies(_AsyncRESP2Parser):
         return await super()._read(length)
 
 
+class Script:
+    """A Lua script run by its SHA1 (EVALSHA), loaded again when the server no longer has it
+    (restarted or flushed). Not redis-py's own Script: its checks for a pipeline or a cluster
+    client cost 0.02 ms per call, and the sidecar calls it with neither."""
+
+    def __init__(self, client: Redis, text: str) -> None:
+        self._client = client
+        self.text = text
+        self.sha = hashlib.sha1(text.encode()).hexdigest()
+
+    async def __call__(self, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        try:
+            return await self._client.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            await self._client.script_load(self.text)
+            return await self._client.evalsha(self.sha, len(keys), *keys, *args)
+
+
 class SharedLimitsError(Exception):
     """The pod names a shared store the sidecar cannot be given (a missing or malformed URL)."""
 
@@ -253,10 +273,14 @@ def connect(url: str, timeout_s: float = TIMEOUT_S) -> Redis:
 def _pool(url: str, timeout_s: float) -> ConnectionPool:
     # Not redis-py's BlockingConnectionPool: its wait for a free connection cost 0.15 ms per
     # call here even when one was free. SharedCounters keeps calls within MAX_CONNECTIONS.
+    # No socket timeout (redis-py's default is 5 s): each call is bounded as a whole by its
+    # caller (SharedCounters._bounded, clawc budgets), and redis-py drops a connection whose
+    # command was cancelled, so a late answer is never read as the next command's. With one,
+    # redis-py sends each command in a task of its own (asyncio.wait_for on Python 3.11).
     return ConnectionPool.from_url(
         url,
         max_connections=MAX_CONNECTIONS,
-        socket_timeout=timeout_s,
+        socket_timeout=None,
         socket_connect_timeout=timeout_s,
         protocol=2,
         parser_class=BoundedReplies,
@@ -360,7 +384,7 @@ class SharedCounters:
         self._timeout_s = timeout_s
         self._clock = clock
         self._scripts = {
-            name: client.register_script(text)
+            name: Script(client, text)
             for name, text in (
                 ("reserve", RESERVE),
                 ("release", RELEASE),
@@ -383,7 +407,7 @@ class SharedCounters:
         each load them); a server away now is tried again at the first check."""
         try:
             for script in self._scripts.values():
-                await self._bounded(self._redis.script_load(script.script))
+                await self._bounded(self._redis.script_load(script.text))
         except _Unreachable:
             pass
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.shared_limits import measure
+from bench.shared_limits import base_module, measure
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis
@@ -25,3 +25,15 @@ async def test_a_tiny_run_reports_every_figure(tmp_path: Path, redis_server: Red
         client.close()
     assert any(":budget:group/team:" in k for k in keys)
     assert any(":rate:pod/bench/agent/agent/" in k for k in keys)
+
+
+async def test_a_base_commit_is_measured_beside_this_tree(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    base = base_module("HEAD")
+    report = await measure(redis_server.url, tmp_path, rounds=20, warm=5, base=base)
+    assert base.__name__ != "clawpod.sidecar.state.shared_counters"
+    for name in ("base_admit", "base_rate", "base_settle"):
+        assert set(report[name]) == {"p50_ms", "p90_ms", "p99_ms", "mean_ms"}
+    for ratio in ("admit_p50_this_over_base", "rate_p50_this_over_base"):
+        assert report[ratio] > 0

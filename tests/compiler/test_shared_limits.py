@@ -204,3 +204,25 @@ def test_on_swarm_the_store_is_on_an_internal_overlay_with_the_sidecar(
     on_it = {n for n, s in stack["services"].items() if "claw-limits" in s.get("networks", [])}
     assert on_it == {"claw-limits", "claw-sidecar"}
     assert "CLAW_LIMITS_URL_FILE" in stack["services"]["claw-sidecar"]["environment"]
+
+
+def test_on_swarm_the_store_reads_its_password_from_the_pods_secret(
+    tmp_path: Path, pod_with
+) -> None:  # type: ignore[no-untyped-def]
+    """As documented (docs/swarm.md), the operator creates the secret and sets no variable: a
+    value taken from the deploy's environment would be kept in the service's definition, and
+    without it the store had no password to start with."""
+    code, err = _compile(pod_with(BUNDLED), tmp_path / "out", "--target", "swarm")
+    assert code == 0, err
+    text = (tmp_path / "out" / "stack.yml").read_text()
+    stack = yaml.safe_load(text)
+    store = stack["services"]["claw-limits"]
+    assert store["environment"] == {
+        "CLAW_LIMITS_PASSWORD_FILE": "/run/secrets/CLAW_LIMITS_PASSWORD"
+    }
+    assert store["secrets"] == [
+        {"source": "CLAW_LIMITS_PASSWORD", "target": "CLAW_LIMITS_PASSWORD"}
+    ]
+    assert stack["secrets"]["CLAW_LIMITS_PASSWORD"]["external"] is True
+    assert "${CLAW_LIMITS_PASSWORD}" not in text  # nothing for the deploy to interpolate
+    assert "$$CLAW_LIMITS_PASSWORD_FILE" in store["entrypoint"][2]

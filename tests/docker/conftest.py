@@ -92,6 +92,21 @@ def build_images(tags: dict[str, str]) -> dict[str, str]:
     return tags
 
 
+def build_store_image(tag: str) -> str:
+    """The shared-limits store (tests/docker/store): Debian trixie's valkey-server on the
+    newest Python image the provisioning makes (CI's fresh-install phase uses it too); ``tag``."""
+    newest = subprocess.run(
+        [str(REPO / "scripts" / "provision-docker.sh"), "newest"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if newest.returncode != 0:
+        pytest.fail(f"provision-docker.sh newest failed:\n{newest.stderr}", pytrace=False)
+    _build(tag, REPO / "tests" / "docker" / "store", newest.stdout.strip())
+    return tag
+
+
 @pytest.fixture(scope="session")
 def images(docker_engine: None) -> dict[str, str]:
     """Build every image the pod runs, once; returns role -> tag."""

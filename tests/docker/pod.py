@@ -237,15 +237,20 @@ class Pod:
             raise AssertionError(f"expected one container for {service}, found {len(found)}")
         return found[0]
 
-    def exec(self, service: str, *command: str) -> tuple[int, str]:
-        result = self.container(service).exec_run(list(command), demux=True)
+    def exec(
+        self, service: str, *command: str, env: dict[str, str] | None = None
+    ) -> tuple[int, str]:
+        result = self.container(service).exec_run(list(command), demux=True, environment=env)
         stdout, stderr = result.output
         return result.exit_code, (stdout or b"").decode() + (stderr or b"").decode()
 
-    def probe(self, service: str, script: str, *args: str) -> Any:
-        """Run ``probes/<script>.py`` inside ``service``'s container; its JSON output."""
+    def probe(
+        self, service: str, script: str, *args: str, env: dict[str, str] | None = None
+    ) -> Any:
+        """Run ``probes/<script>.py`` inside ``service``'s container (``env`` added to its
+        environment); its JSON output."""
         source = (PROBES / f"{script}.py").read_text()
-        code, output = self.exec(service, "python", "-c", source, *args)
+        code, output = self.exec(service, "python", "-c", source, *args, env=env)
         if code != 0:
             raise AssertionError(f"probe {script} in {service} exited {code}:\n{output}")
         return json.loads(output.strip().splitlines()[-1])

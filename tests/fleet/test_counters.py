@@ -360,3 +360,26 @@ def test_a_new_minute_keeps_every_days_holds(tmp_path: Path) -> None:
     assert counters.reserve_now(claims, 600, 0.0)
     minute[0] = "2026-11-25T10:01"
     assert not counters.reserve_now(claims, 600, 0.0)  # 600 still held: 1,200 would not fit
+
+
+@pytest.mark.redis
+async def test_a_server_that_forgot_the_scripts_is_sent_them_again(
+    tmp_path: Path, redis_server: RedisServer, shared_counters: list[SharedCounters]
+) -> None:
+    """A restarted or flushed server has no script: the check loads it and still counts, with
+    no refusal and no pause (the sidecar runs its scripts by SHA1)."""
+    counters = make_shared(shared_counters, redis_server.url, tmp_path, ["a"])
+    await counters.start()
+    client = redis_server.client()
+    try:
+        client.script_flush()
+        hold = await counters.reserve([Claim("a", 1000, None)], 10, 0.0)
+        await counters.settle(hold, [Claim("a", 1000, None)], 7, 0.0)  # type: ignore[arg-type]
+        client.script_flush()
+        taken = await counters.take(("a", "t", 0), Rate(count=1, per="minute"))
+        loaded = client.script_exists(*(s.sha for s in counters._scripts.values()))
+    finally:
+        client.close()
+    assert hold.shared and counters.up and taken  # type: ignore[union-attr]
+    assert (await counters.spent(["a"]))["a"] == (7, 0.0)
+    assert loaded == [False, False, False, False, True]  # the rate's, loaded again

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from clawpod.sidecar.manifest import Rate
-from clawpod.sidecar.state.counters import Claim, LocalCounters, SharedLimitsUnavailable
+from clawpod.sidecar.state.counters import Claim, Hold, LocalCounters, SharedLimitsUnavailable
 from clawpod.sidecar.state.shared_counters import MAX_REPLY_BYTES, SharedCounters, connect
 
 CLAIMS = [Claim("a", 1000, None)]
 HUGE = 1 << 30
+LATE_S = 0.8  # past the calls' bound of 0.5 s
 
 
 class LyingStore:
@@ -118,3 +119,26 @@ async def test_a_store_that_never_answers_costs_one_bounded_wait(counters_on) ->
         with pytest.raises(SharedLimitsUnavailable):
             await counters.reserve(CLAIMS, 10, 0.0)
     assert store.commands == 1
+
+
+async def test_an_answer_that_comes_late_is_never_taken_for_the_next_one(counters_on) -> None:  # type: ignore[no-untyped-def]
+    """The first reservation's answer ("refused") comes after the call gave up on it: the
+    connection it would arrive on is dropped, so the next reservation reads its own ("held")."""
+
+    async def answer(writer: asyncio.StreamWriter) -> None:
+        if store.commands == 1:
+            await asyncio.sleep(LATE_S)
+            writer.write(b":1\r\n")
+        else:
+            writer.write(b":0\r\n")
+
+    store = LyingStore(answer)
+    counters = await counters_on(store)
+    with pytest.raises(SharedLimitsUnavailable):
+        await counters.reserve(CLAIMS, 10, 0.0)
+    await asyncio.sleep(LATE_S + 0.5)  # the late answer was sent; the pause after it is over
+
+    hold = await counters.reserve(CLAIMS, 10, 0.0)
+
+    assert isinstance(hold, Hold) and hold.shared
+    assert store.commands == 2
