@@ -9,7 +9,7 @@ Design (for whoever wires or extends it; docs/translation.md has the tables):
   the mediation engine (its hidden rounds, continuity fingerprints, tool choice rewriting),
   pass-through accounting. A fallback target of another protocol is one more translation at
   the same boundary.
-- Each protocol has one module with four functions over ``ir.py``'s common shape:
+- Each protocol has one module with four functions over ``model/neutral.py``'s shape:
   ``read_request``/``write_request`` and ``read_reply``/``write_reply``. A direction is a read
   in one and a write in the other, so six directions need three modules, not six.
 - Public surface (stable; the server imports only these):
@@ -23,7 +23,7 @@ Design (for whoever wires or extends it; docs/translation.md has the tables):
   whose ``encrypted_content`` carries the block (and a Responses reasoning item reaches a
   Messages client as a thinking block whose ``signature`` carries the item); sent back, it is
   restored for its own protocol and dropped for any other. Chat has no place for it.
-- Streams are read live by ``streams.py`` (a reader per protocol into ``stream_events.py``),
+- Streams are read live by ``streams.py`` (a reader per protocol into ``model/neutral.py``),
   hooked by ``server/translated/translated_stream.py``: a streamed pass-through is written out
   of those events by the caller's writer (``StreamTranslator``), and a mediated request's
   streamed call folds them into its turn (``TranslatedTurn``), written once at its end by the
@@ -49,8 +49,8 @@ import orjson
 
 from ..codecs.anthropic import ERROR_TYPES
 from ..model.errors import ApiError
+from ..model.neutral import Request, Untranslatable
 from . import chat, messages, responses
-from .ir import Request, Untranslatable
 from .responses import reshaped_tools
 
 __all__ = [

@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from ..codecs.base import as_int
-from .ir import (
+from ..model.neutral import (
     Choice,
     FunctionTool,
     Message,

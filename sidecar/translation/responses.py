@@ -9,7 +9,7 @@ import orjson
 
 from ..codecs.approval_items import REQUEST, RESPONSE, is_sidecar_item, is_sidecar_tool
 from ..codecs.base import as_int
-from .ir import (
+from ..model.neutral import (
     Choice,
     FunctionTool,
     Message,

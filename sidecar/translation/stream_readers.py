@@ -1,4 +1,4 @@
-"""A target's SSE stream read into stream events (``stream_events.py``), one reader per
+"""A target's SSE stream read into stream events (``model/neutral.py``), one reader per
 protocol, event by event as the bytes arrive; the other half of stream translation is
 ``stream_writers.py``.
 
@@ -21,20 +21,22 @@ import orjson
 from ..codecs.base import as_int
 from ..codecs.sse import EventReader, NotUtf8
 from ..model.conversation import CodecError
-from . import chat, messages, responses
-from .ir import Part, Stop, Usage
-from .stream_events import (
+from ..model.neutral import (
     CallArguments,
     CallStarted,
     Ended,
     Failed,
+    Part,
     Reasoning,
     Started,
+    Stop,
     Stopped,
     StreamEvent,
     Text,
     Told,
+    Usage,
 )
+from . import chat, messages, responses
 
 _ENDS = (Ended, Failed)
 _LEGACY = "function_call"  # the key of a Chat stream's legacy call among its indexed ones

@@ -17,20 +17,25 @@ import orjson
 
 from ..codecs.sse import DONE, data_frame, event_frame
 from ..model.errors import ApiError
-from . import chat, messages, responses
-from .ir import FunctionTool, Part, Reply, Request, Stop, Usage
-from .stream_events import (
+from ..model.neutral import (
     CallArguments,
     CallStarted,
     Ended,
     Failed,
+    FunctionTool,
+    Part,
     Reasoning,
+    Reply,
+    Request,
     Started,
+    Stop,
     Stopped,
     StreamEvent,
     Text,
     Told,
+    Usage,
 )
+from . import chat, messages, responses
 
 Content = Text | CallStarted | CallArguments | Reasoning
 _CONTENT = (Text, CallStarted, CallArguments, Reasoning)

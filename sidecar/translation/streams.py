@@ -1,5 +1,5 @@
 """Stream translation (contract §18), sans-IO: a target's SSE stream, fed in pieces of any
-size as they arrive, read once into stream events (``stream_events.py``) by the reader of its
+size as they arrive, read once into stream events (``model/neutral.py``) by the reader of its
 protocol (``stream_readers.py``), and then, for a caller of another protocol:
 
 - relayed (``StreamTranslator``, a pass-through): written event by event as the caller's SSE
@@ -23,20 +23,25 @@ from ..codecs.base import Codec
 from ..codecs.responses_stream import goes_before_text as responses_goes_before_text
 from ..codecs.streaming import TextDelta
 from ..model.errors import ApiError
-from . import chat, messages, responses
-from .ir import FunctionTool, Part, Reply, Request, Stop, Usage
-from .stream_events import (
+from ..model.neutral import (
     CallArguments,
     CallStarted,
     Ended,
     Failed,
+    FunctionTool,
+    Part,
     Reasoning,
+    Reply,
+    Request,
     Started,
+    Stop,
     Stopped,
     StreamEvent,
     Text,
     Told,
+    Usage,
 )
+from . import chat, messages, responses
 from .stream_readers import (
     ChatStreamReader,
     MessagesStreamReader,
@@ -399,7 +404,7 @@ def translated_turn(
     provider: str,
     redact: Callable[[str], str] | None = None,
 ) -> TranslatedTurn:
-    """The caller's turn (``request``: the caller's request as ``ir`` reads it) read from a
+    """The caller's turn (``request``: the caller's request in the neutral shape) read from a
     stream of the ``target`` protocol; a failure is the turn's, for the driver to tell in the
     caller's one stream. ``redact``: see ``stream_translator``."""
     return TranslatedTurn(_READERS[target](), caller, request, provider, redact)
