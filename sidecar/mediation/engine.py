@@ -18,8 +18,8 @@ from typing import Any
 
 import orjson
 
-from ..codecs.approval_items import asking_turn
 from ..codecs.base import Codec
+from ..codecs.responses.approval_items import asking_turn
 from ..manifest import AgentBuild, Effect, ManagedTool, TaintMode
 from ..model.canonical import digest
 from ..model.client_approval import ClientAnswer, ClientApproval, unanswered

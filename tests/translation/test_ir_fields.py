@@ -5,8 +5,11 @@ as top_p."""
 
 from __future__ import annotations
 
+from clawpod.sidecar.codecs import parts
+from clawpod.sidecar.codecs.chat import neutral as chat
+from clawpod.sidecar.codecs.messages import neutral as messages
+from clawpod.sidecar.codecs.responses import neutral as responses
 from clawpod.sidecar.model.neutral import Request, Usage
-from clawpod.sidecar.translation import chat, messages, parts, responses
 
 TURN = {"role": "user", "content": "Hi"}
 

@@ -1,4 +1,5 @@
-"""OpenAI Responses bodies read into the translation's shape and written from it."""
+"""OpenAI Responses bodies read into the neutral shape (``model/neutral.py``) and written from it:
+this protocol's side of translation."""
 
 from __future__ import annotations
 
@@ -7,9 +8,7 @@ from typing import Any
 
 import orjson
 
-from ..codecs.approval_items import REQUEST, RESPONSE, is_sidecar_item, is_sidecar_tool
-from ..codecs.base import as_int
-from ..model.neutral import (
+from ...model.neutral import (
     Choice,
     FunctionTool,
     Message,
@@ -20,7 +19,8 @@ from ..model.neutral import (
     Usage,
     text_of,
 )
-from .parts import (
+from ..base import as_int
+from ..parts import (
     as_dict,
     as_list,
     data_url,
@@ -34,6 +34,7 @@ from .parts import (
     wrap_carried,
     write_openai_usage,
 )
+from .approval_items import REQUEST, RESPONSE, is_sidecar_item, is_sidecar_tool
 
 PROTOCOL = "responses"
 MAPPED = frozenset(

@@ -9,10 +9,10 @@ from typing import Any
 
 import orjson
 
-from ..model.conversation import CodecError
-from ..model.errors import ApiError
-from .sse import data_frame
-from .streaming import ClientStream, TextDelta, TurnAssembler
+from ...model.conversation import CodecError
+from ...model.errors import ApiError
+from ..sse import data_frame
+from ..streaming import ClientStream, TextDelta, TurnAssembler
 
 # The choice the mediation loop reads: only its text is shown live.
 ANSWER_CHOICE = 0
