@@ -16,7 +16,8 @@ protocol's own in-band shape. Nothing is written after the end.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -28,6 +29,7 @@ from ..model.neutral import (
     CallStarted,
     Ended,
     Failed,
+    FunctionTool,
     Part,
     Reasoning,
     Reply,
@@ -155,12 +157,27 @@ def reasoning_events(parts: list[Part], found: list[StreamEvent]) -> None:
     found += [Reasoning(p) for p in parts if p["type"] == "reasoning"]
 
 
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """What a caller's stream is written for: the model it asked for (shown until the provider
+    names its own), its protocol's in-band error body, whether it asked for the usage chunk
+    (Chat Completions' ``stream_options.include_usage``), and its tools whose calls go back in
+    a shape of their own, by the name the provider saw (Responses' custom and namespaced
+    tools, ``codecs/responses/neutral.py`` ``reshaped_tools``)."""
+
+    model: str | None
+    error_body: Callable[[ApiError], dict[str, Any]]
+    include_usage: bool = False
+    reshaped: Mapping[str, FunctionTool] = field(default_factory=dict)
+
+
 class StreamWriter(ABC):
     """The caller's one stream lifecycle, written from neutral events."""
 
-    def __init__(self, model: str | None) -> None:
-        self._model = model
-        self._head = Started(None, model)
+    def __init__(self, caller: Caller) -> None:
+        self._caller = caller
+        self._model = caller.model
+        self._head = Started(None, caller.model)
         self.opened = False
         self.closed = False
         self.failure: ApiError | None = None

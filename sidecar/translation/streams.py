@@ -25,7 +25,7 @@ from typing import Any
 from ..codecs.base import Codec
 from ..codecs.chat import neutral_stream as chat_stream
 from ..codecs.messages import neutral_stream as messages_stream
-from ..codecs.neutral_stream import StreamReader, StreamWriter, merged_usage
+from ..codecs.neutral_stream import Caller, StreamReader, StreamWriter, merged_usage
 from ..codecs.responses import neutral_stream as responses_stream
 from ..codecs.streaming import TextDelta
 from ..model.errors import ApiError
@@ -179,9 +179,8 @@ def stream_translator(
     (``ResponsesStreamWriter``); ``watch``: sees each event the reader parses
     (``StreamReader.watch``); ``redact``: removes the provider's key from the failure it reports
     in the stream."""
-    writer: StreamWriter = _STREAMS[caller.name].stream_writer(
-        model, error_body=caller.error_body, include_usage=include_usage, reshaped=reshaped
-    )
+    options = Caller(model, caller.error_body, include_usage, reshaped or {})
+    writer: StreamWriter = _STREAMS[caller.name].WRITER(options)
     reader: StreamReader = _STREAMS[target].READER()
     reader.watch = watch
     return StreamTranslator(reader, writer, provider, redact)

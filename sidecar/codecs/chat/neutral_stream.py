@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -13,7 +12,6 @@ from ...model.neutral import (
     CallArguments,
     CallStarted,
     Ended,
-    FunctionTool,
     Reasoning,
     Started,
     Stop,
@@ -25,6 +23,7 @@ from ...model.neutral import (
 )
 from ..base import as_int
 from ..neutral_stream import (
+    Caller,
     Content,
     StreamReader,
     StreamWriter,
@@ -147,10 +146,8 @@ class ChatStreamWriter(StreamWriter):
     """``chat.completion.chunk`` events for choice 0, the usage chunk when the caller asked
     for it (``stream_options.include_usage``), then ``[DONE]``."""
 
-    def __init__(self, model: str | None, *, include_usage: bool, error_body: Any) -> None:
-        super().__init__(model)
-        self._include_usage = include_usage
-        self._error_body = error_body
+    def __init__(self, caller: Caller) -> None:
+        super().__init__(caller)
         self._calls: dict[int, int] = {}  # source call -> tool_calls index
         self._text_head = b""  # a text chunk up to its text, once the ids are known
 
@@ -181,14 +178,14 @@ class ChatStreamWriter(StreamWriter):
     def _end(self) -> bytes:
         finish = STOP_TO_FINISH[self._stop_reason(bool(self._calls))]
         frames = [self._chunk({}, finish)]
-        if self._include_usage:
+        if self._caller.include_usage:
             usage = write_usage(self._usage)
             frames.append(data_frame({**self._ids(), "choices": [], "usage": usage}))
         frames.append(DONE)
         return b"".join(frames)
 
     def _failure(self, err: ApiError) -> bytes:
-        return data_frame(self._error_body(err)) + DONE
+        return data_frame(self._caller.error_body(err)) + DONE
 
     def _ids(self) -> dict[str, Any]:
         head = self._head
@@ -204,17 +201,6 @@ class ChatStreamWriter(StreamWriter):
         return data_frame({**self._ids(), "choices": [choice]})
 
 
-def stream_writer(
-    model: str | None,
-    *,
-    error_body: Callable[[ApiError], dict[str, Any]],
-    include_usage: bool,
-    reshaped: dict[str, FunctionTool] | None,
-) -> StreamWriter:
-    """The writer of a Chat Completions caller's stream (what ``StreamTranslator`` writes with)."""
-    return ChatStreamWriter(model, include_usage=include_usage, error_body=error_body)
-
-
 def stream_head(body: dict[str, Any]) -> dict[str, Any]:
     """What a streamed answer says about itself before its content, from the answer so far."""
     return {key: body[key] for key in ("id", "created", "model", "object")}
@@ -223,4 +209,5 @@ def stream_head(body: dict[str, Any]) -> dict[str, Any]:
 # An answer of one message: no list of parts a text delta names its place in.
 ANSWER_PARTS = None
 
+WRITER = ChatStreamWriter
 READER = ChatStreamReader

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -13,7 +12,6 @@ from ...model.neutral import (
     CallArguments,
     CallStarted,
     Ended,
-    FunctionTool,
     Reasoning,
     Started,
     Stopped,
@@ -23,6 +21,7 @@ from ...model.neutral import (
 )
 from ..base import as_int
 from ..neutral_stream import (
+    Caller,
     Content,
     StreamReader,
     StreamWriter,
@@ -131,9 +130,8 @@ class MessagesStreamWriter(StreamWriter):
     ``message_delta`` with the stop reason and usage, ``message_stop``. A failure is the
     ``error`` event, which ends a Messages stream."""
 
-    def __init__(self, model: str | None, *, error_body: Any) -> None:
-        super().__init__(model)
-        self._error_body = error_body
+    def __init__(self, caller: Caller) -> None:
+        super().__init__(caller)
         self._blocks = 0
         self._open_block: tuple[str, int] | None = None  # ("text", -1) or ("call", source)
         self._calls: dict[int, int] = {}  # source call -> block index
@@ -219,18 +217,7 @@ class MessagesStreamWriter(StreamWriter):
         )
 
     def _failure(self, err: ApiError) -> bytes:
-        return event_frame("error", self._error_body(err))
-
-
-def stream_writer(
-    model: str | None,
-    *,
-    error_body: Callable[[ApiError], dict[str, Any]],
-    include_usage: bool,
-    reshaped: dict[str, FunctionTool] | None,
-) -> StreamWriter:
-    """The writer of a Messages caller's stream (what ``StreamTranslator`` writes with)."""
-    return MessagesStreamWriter(model, error_body=error_body)
+        return event_frame("error", self._caller.error_body(err))
 
 
 def stream_head(body: dict[str, Any]) -> dict[str, Any]:
@@ -245,4 +232,5 @@ def answer_parts(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 ANSWER_PARTS = (answer_parts, goes_before_text)
 
+WRITER = MessagesStreamWriter
 READER = MessagesStreamReader

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -19,7 +18,6 @@ from ...model.neutral import (
     Reply,
     Request,
     Started,
-    Stop,
     Stopped,
     StreamEvent,
     Text,
@@ -27,6 +25,7 @@ from ...model.neutral import (
 )
 from ..base import as_int
 from ..neutral_stream import (
+    Caller,
     Content,
     StreamReader,
     StreamWriter,
@@ -38,7 +37,7 @@ from ..neutral_stream import (
     str_of,
 )
 from ..sse import event_frame
-from .neutral import read_reply, read_usage, write_reply, write_usage
+from .neutral import INCOMPLETE_REASONS, read_reply, read_stop, read_usage, write_reply, write_usage
 from .stream import goes_before_text
 
 # The text events every stream is mostly made of, written from bytes around the JSON-encoded
@@ -137,15 +136,7 @@ class ResponsesStreamReader(StreamReader):
         usage = read_usage(response.get("usage"))
         if usage is not None:
             found.append(Told(usage))
-        reason = dict_of(response.get("incomplete_details")).get("reason")
-        stop: Stop = "end"
-        if self._arguments:
-            stop = "tool_calls"
-        elif response.get("status") == "incomplete":
-            stop = "content_filter" if reason == "content_filter" else "max_tokens"
-        elif self._refused:
-            stop = "refusal"
-        found += [Stopped(stop), Ended()]
+        found += [Stopped(read_stop(response, bool(self._arguments), self._refused)), Ended()]
 
 
 class ResponsesStreamWriter(StreamWriter):
@@ -155,20 +146,19 @@ class ResponsesStreamWriter(StreamWriter):
     before the next opens (Codex reads calls from ``response.output_item.done``).
     A failure is ``response.failed``, the stream's end.
 
-    ``reshaped``: the caller's tools whose calls go back in a shape of their own, by the name
+    ``Caller.reshaped``: the caller's tools whose calls go back in a shape of their own, by the name
     the provider saw (``neutral.reshaped_tools``). A call of a ``custom`` tool (Codex's
     apply_patch) went to the provider as a function of one string: it is held until complete
     and goes out whole as the ``custom_tool_call`` item the caller offered it as. A call of a
     namespaced function names its namespace and the function's own name."""
 
-    def __init__(self, model: str | None, reshaped: dict[str, FunctionTool] | None = None) -> None:
-        super().__init__(model)
+    def __init__(self, caller: Caller) -> None:
+        super().__init__(caller)
         self._sequence = 0
         self._output: list[dict[str, Any]] = []  # items as the caller has them so far
         self._open_item: dict[str, Any] | None = None
         self._calls: dict[int, int] = {}  # source call -> output index
         self._positions: dict[str, int] = {}  # item id -> output index
-        self._reshaped = reshaped or {}
         self._held: tuple[int, Part] | None = None  # (source call, the call) of a custom tool
         # The open message's text delta as a format of its text and sequence number, and its
         # text so far as the JSON strings its deltas carry (decoded and joined once it closes:
@@ -195,7 +185,7 @@ class ResponsesStreamWriter(StreamWriter):
         if isinstance(event, Reasoning):
             items = one_part_written(write_reply, event.part)["output"]
             return b"".join(self._whole_item(item) for item in items)
-        tool = self._reshaped.get(event.name) if isinstance(event, CallStarted) else None
+        tool = self._caller.reshaped.get(event.name) if isinstance(event, CallStarted) else None
         if tool is not None and tool.freeform:
             frames = self._close_item()
             self._calls[event.index] = -1  # held, not yet an output item
@@ -297,9 +287,8 @@ class ResponsesStreamWriter(StreamWriter):
 
     def _end(self) -> bytes:
         frames = self._close_item()
-        reason = self._stop_reason(bool(self._calls))
-        if reason in ("max_tokens", "content_filter"):
-            why = "max_output_tokens" if reason == "max_tokens" else "content_filter"
+        why = INCOMPLETE_REASONS.get(self._stop_reason(bool(self._calls)))
+        if why is not None:
             response = self._response("incomplete", incomplete_details={"reason": why})
             return frames + self._event("response.incomplete", {"response": response})
         response = self._response("completed")
@@ -341,17 +330,6 @@ def _freeform_tool(name: str) -> FunctionTool:
     return FunctionTool(name, None, {}, freeform=True)
 
 
-def stream_writer(
-    model: str | None,
-    *,
-    error_body: Callable[[ApiError], dict[str, Any]],
-    include_usage: bool,
-    reshaped: dict[str, FunctionTool] | None,
-) -> StreamWriter:
-    """The writer of a Responses caller's stream (what ``StreamTranslator`` writes with)."""
-    return ResponsesStreamWriter(model, reshaped)
-
-
 def stream_head(body: dict[str, Any]) -> dict[str, Any]:
     """What a streamed answer says about itself before its content, from the answer so far."""
     return {**body, "status": "in_progress", "output": [], "usage": None}
@@ -364,4 +342,5 @@ def answer_parts(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 ANSWER_PARTS = (answer_parts, goes_before_text)
 
+WRITER = ResponsesStreamWriter
 READER = ResponsesStreamReader
