@@ -1,14 +1,16 @@
-"""One codec per wire protocol, between the provider's format and the neutral conversation.
+"""One home per wire protocol (``chat/``, ``messages/``, ``responses/``), each between the
+provider's format and the neutral shapes: the engine's conversation and translation's
+``model/neutral.py``.
 
-A new protocol is one module with a ``Codec`` subclass and one line in ``CODECS``.
+A new protocol is one package with a ``Codec`` subclass and one line in ``CODECS``.
 """
 
 from collections.abc import Mapping
 
-from .anthropic import AnthropicCodec
 from .base import Codec, WireCodec
-from .openai import OpenAICodec
-from .responses import ResponsesCodec
+from .chat.codec import OpenAICodec
+from .messages.codec import AnthropicCodec
+from .responses.codec import ResponsesCodec
 
 # Codecs hold no state: one instance serves every request.
 CODECS: tuple[Codec, ...] = (OpenAICodec(), AnthropicCodec(), ResponsesCodec())

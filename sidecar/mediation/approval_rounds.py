@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
-from ..codecs.approval_items import asking_turn
 from ..codecs.base import Codec
+from ..codecs.responses.approval_items import asking_turn
 from ..manifest import ManagedTool
 from ..model.client_approval import ClientAnswer, unanswered
 from ..model.conversation import (

@@ -11,7 +11,7 @@ the last model turn of the input are acted on; an earlier one whose round was se
 for that settled round.
 
 Layout of an asked record: ``[turn group, outputs group, {"role": "approvals", "asked":
-{call id: approval id}, "untrusted": [tool, ...]}]`` (Responses groups, ``codecs/responses.py``).
+{call id: approval id}, "untrusted": [tool, ...]}]`` (Responses groups, ``codecs/responses/``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..codecs.approval_items import REQUEST, RESPONSE, answer_of, requested_id
+from ..codecs.responses.approval_items import REQUEST, RESPONSE, answer_of, requested_id
 from ..model.canonical import digest
 from ..model.client_approval import APPROVAL_UNANSWERED, ClientAnswer, requested_approval
 from ..model.conversation import ToolCall, ToolOutcome

@@ -9,9 +9,10 @@ Design (for whoever wires or extends it; docs/translation.md has the tables):
   the mediation engine (its hidden rounds, continuity fingerprints, tool choice rewriting),
   pass-through accounting. A fallback target of another protocol is one more translation at
   the same boundary.
-- Each protocol has one module with four functions over ``ir.py``'s common shape:
-  ``read_request``/``write_request`` and ``read_reply``/``write_reply``. A direction is a read
-  in one and a write in the other, so six directions need three modules, not six.
+- Each protocol's part lives in its one home, ``codecs/<protocol>/neutral.py``: four functions
+  over ``model/neutral.py``'s shape, ``read_request``/``write_request`` and
+  ``read_reply``/``write_reply``. A direction is a read in one home and a write in another, so
+  six directions need three homes, not six. This package is the glue; it knows no protocol.
 - Public surface (stable; the server imports only these):
   ``translate_request(body, source, target) -> Translated`` (raises ``Untranslatable``),
   ``translate_reply(body, translated) -> dict`` (raises ``Untranslatable`` for a reply that is
@@ -23,7 +24,7 @@ Design (for whoever wires or extends it; docs/translation.md has the tables):
   whose ``encrypted_content`` carries the block (and a Responses reasoning item reaches a
   Messages client as a thinking block whose ``signature`` carries the item); sent back, it is
   restored for its own protocol and dropped for any other. Chat has no place for it.
-- Streams are read live by ``streams.py`` (a reader per protocol into ``stream_events.py``),
+- Streams are read live by ``streams.py`` (each home's reader into ``model/neutral.py``),
   hooked by ``server/translated/translated_stream.py``: a streamed pass-through is written out
   of those events by the caller's writer (``StreamTranslator``), and a mediated request's
   streamed call folds them into its turn (``TranslatedTurn``), written once at its end by the
@@ -47,13 +48,16 @@ from typing import Any
 
 import orjson
 
-from ..codecs.anthropic import ERROR_TYPES
+from ..codecs.chat import neutral as chat
+from ..codecs.messages import neutral as messages
+from ..codecs.messages.codec import ERROR_TYPES
+from ..codecs.responses import neutral as responses
+from ..codecs.responses.neutral import reshaped_tools
 from ..model.errors import ApiError
-from . import chat, messages, responses
-from .ir import Request, Untranslatable
-from .responses import reshaped_tools
+from ..model.neutral import Request, Untranslatable
 
 __all__ = [
+    "PROTOCOLS",
     "PROTOCOL_TITLES",
     "Translated",
     "Untranslatable",
@@ -66,7 +70,8 @@ __all__ = [
     "unusable_reply",
 ]
 
-_MODULES: dict[str, ModuleType] = {"chat": chat, "messages": messages, "responses": responses}
+# Each protocol's bodies read into the neutral shape and written from it, by its name.
+PROTOCOLS: dict[str, ModuleType] = {"chat": chat, "messages": messages, "responses": responses}
 PROTOCOL_TITLES = {"chat": "Chat Completions", "messages": "Messages", "responses": "Responses"}
 # A provider serving several protocols is spoken to in the first it serves of this order:
 # Chat Completions is what every OpenAI-compatible server has.
@@ -100,8 +105,8 @@ def target_protocol(caller: str, served: tuple[str, ...]) -> str:
 def translate_request(body: dict[str, Any], source: str, target: str) -> Translated:
     """``body`` (a ``source`` request) as a ``target`` request."""
     try:
-        request, dropped = _MODULES[source].read_request(body)
-        written = _MODULES[target].write_request(request)
+        request, dropped = PROTOCOLS[source].read_request(body)
+        written = PROTOCOLS[target].write_request(request)
     except Untranslatable:
         raise
     except _MALFORMED as exc:
@@ -116,8 +121,8 @@ def translate_reply(body: Any, translated: Translated) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise Untranslatable("the answer is not a JSON object")
     try:
-        reply = _MODULES[translated.target].read_reply(body)
-        return _MODULES[translated.source].write_reply(reply, translated.request)
+        reply = PROTOCOLS[translated.target].read_reply(body)
+        return PROTOCOLS[translated.source].write_reply(reply, translated.request)
     except Untranslatable:
         raise
     except _MALFORMED as exc:

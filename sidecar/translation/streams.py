@@ -1,12 +1,15 @@
 """Stream translation (contract §18), sans-IO: a target's SSE stream, fed in pieces of any
-size as they arrive, read once into stream events (``stream_events.py``) by the reader of its
-protocol (``stream_readers.py``), and then, for a caller of another protocol:
+size as they arrive, read once into stream events (``model/neutral.py``) by the reader of its
+protocol's home (``codecs/<protocol>/neutral_stream.py``), and then, for a caller of another
+protocol:
 
 - relayed (``StreamTranslator``, a pass-through): written event by event as the caller's SSE
-  stream by the writer of the caller's protocol (``stream_writers.py``);
+  stream by the writer of the caller's home;
 - a mediated request's turn (``TranslatedTurn``): folded straight into the answer's parts, its
   text shown as it comes, the whole turn written at its end as a whole answer is written (the
-  protocol module's ``write_reply``); nothing of the caller's stream is written and parsed back.
+  caller's home's ``write_reply``); nothing of the caller's stream is written and parsed back.
+
+It knows no protocol: what a protocol's stream looks like is its home's.
 
 Whatever the target does — a malformed event, an event past the size bound, a failure event, a
 stream that stops before its end marker — a relayed caller gets a well-formed stream that ends
@@ -16,50 +19,45 @@ with its protocol's error and end, and a mediated turn ends with that error.
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
-from ..codecs.anthropic_stream import goes_before_text as messages_goes_before_text
 from ..codecs.base import Codec
-from ..codecs.responses_stream import goes_before_text as responses_goes_before_text
+from ..codecs.chat import neutral_stream as chat_stream
+from ..codecs.messages import neutral_stream as messages_stream
+from ..codecs.neutral_stream import Caller, StreamReader, StreamWriter, merged_usage
+from ..codecs.responses import neutral_stream as responses_stream
 from ..codecs.streaming import TextDelta
 from ..model.errors import ApiError
-from . import chat, messages, responses
-from .ir import FunctionTool, Part, Reply, Request, Stop, Usage
-from .stream_events import (
+from ..model.neutral import (
     CallArguments,
     CallStarted,
     Ended,
     Failed,
+    FunctionTool,
+    Part,
     Reasoning,
+    Reply,
+    Request,
     Started,
+    Stop,
     Stopped,
     StreamEvent,
     Text,
     Told,
+    Usage,
 )
-from .stream_readers import (
-    ChatStreamReader,
-    MessagesStreamReader,
-    ResponsesStreamReader,
-    StreamReader,
-)
-from .stream_writers import (
-    ChatStreamWriter,
-    MessagesStreamWriter,
-    ResponsesStreamWriter,
-    StreamWriter,
-    merged_usage,
-)
+from . import PROTOCOLS
 
 MAX_EVENT_BYTES = 8 << 20
 """The most one event may take before it completes: a call's whole arguments in one event
 (Ollama sends calls whole) stay far below it; past it, a stream is taken for hostile."""
 
-_MODULES = {"chat": chat, "messages": messages, "responses": responses}
-_READERS: dict[str, type[StreamReader]] = {
-    "chat": ChatStreamReader,
-    "messages": MessagesStreamReader,
-    "responses": ResponsesStreamReader,
+# Each protocol's streams read into the neutral events and written from them, by its name.
+_STREAMS: dict[str, ModuleType] = {
+    "chat": chat_stream,
+    "messages": messages_stream,
+    "responses": responses_stream,
 }
 
 
@@ -181,14 +179,9 @@ def stream_translator(
     (``ResponsesStreamWriter``); ``watch``: sees each event the reader parses
     (``StreamReader.watch``); ``redact``: removes the provider's key from the failure it reports
     in the stream."""
-    writer: StreamWriter
-    if caller.name == "chat":
-        writer = ChatStreamWriter(model, include_usage=include_usage, error_body=caller.error_body)
-    elif caller.name == "messages":
-        writer = MessagesStreamWriter(model, error_body=caller.error_body)
-    else:
-        writer = ResponsesStreamWriter(model, reshaped)
-    reader = _READERS[target]()
+    options = Caller(model, caller.error_body, include_usage, reshaped or {})
+    writer: StreamWriter = _STREAMS[caller.name].WRITER(options)
+    reader: StreamReader = _STREAMS[target].READER()
     reader.watch = watch
     return StreamTranslator(reader, writer, provider, redact)
 
@@ -209,8 +202,9 @@ class TranslatedTurn:
     ) -> None:
         self._reader = reader
         self._caller = caller
-        self._write_reply = _MODULES[caller.name].write_reply
-        self._layout = _LAYOUTS.get(caller.name)
+        self._write_reply = PROTOCOLS[caller.name].write_reply
+        self._home = _STREAMS[caller.name]
+        self._layout = self._home.ANSWER_PARTS
         self._request = request
         self._provider = provider
         self._redact = redact
@@ -329,7 +323,7 @@ class TranslatedTurn:
         self._parts.append({"type": "text", "text": text})
         body = self._written("end", None)
         if not self.head:
-            self.head = _head_of(self._caller.name, body)
+            self.head = self._home.stream_head(body)
         before: tuple[dict[str, Any], ...] = ()
         if self._layout is not None:  # a protocol of parts: where the text is among them
             items_of, goes_before_text = self._layout
@@ -337,7 +331,7 @@ class TranslatedTurn:
             position = len(items) - 1  # the text is the last part so far
             before = tuple(i for i in items[self._handed : position] if goes_before_text(i))
             self._handed = max(self._handed, position + 1)
-            item_id = items[position].get("id") if self._caller.name == "responses" else None
+            item_id = items[position].get("id")  # an output item's; a text block has none
             if item_id is not None:
                 item_id = self._item_ids.setdefault(position, item_id)
                 content = len(items[position]["content"]) - 1
@@ -374,23 +368,6 @@ class TranslatedTurn:
         return ApiError(502, "upstream_protocol_error", message)
 
 
-def _head_of(protocol: str, body: dict[str, Any]) -> dict[str, Any]:
-    """What a streamed answer says about itself before its content, from the answer so far."""
-    if protocol == "chat":
-        return {key: body[key] for key in ("id", "created", "model", "object")}
-    if protocol == "messages":
-        return {**body, "content": [], "stop_reason": None}
-    return {**body, "status": "in_progress", "output": [], "usage": None}
-
-
-# The caller protocols whose answers are a list of parts (content blocks, output items) a text
-# delta names its place in: the list, and which of its parts a client sees before the text.
-_LAYOUTS: dict[str, tuple[Callable[[dict[str, Any]], list[dict[str, Any]]], Any]] = {
-    "messages": (lambda body: body["content"], messages_goes_before_text),
-    "responses": (lambda body: body["output"], responses_goes_before_text),
-}
-
-
 def translated_turn(
     target: str,
     caller: Codec,
@@ -399,7 +376,7 @@ def translated_turn(
     provider: str,
     redact: Callable[[str], str] | None = None,
 ) -> TranslatedTurn:
-    """The caller's turn (``request``: the caller's request as ``ir`` reads it) read from a
+    """The caller's turn (``request``: the caller's request in the neutral shape) read from a
     stream of the ``target`` protocol; a failure is the turn's, for the driver to tell in the
     caller's one stream. ``redact``: see ``stream_translator``."""
-    return TranslatedTurn(_READERS[target](), caller, request, provider, redact)
+    return TranslatedTurn(_STREAMS[target].READER(), caller, request, provider, redact)

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-from clawpod.sidecar.codecs.openai import OpenAICodec
+from clawpod.sidecar.codecs.chat.codec import OpenAICodec
 from clawpod.sidecar.state.journal import asked_content, retries
 from tests.exactly_once.test_retry_identity import BUY, send, trades
 from tests.mediation.conftest import MediatedPod

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from clawpod.sidecar.codecs.anthropic import AnthropicCodec
-from clawpod.sidecar.codecs.openai import OpenAICodec
+from clawpod.sidecar.codecs.chat.codec import OpenAICodec
+from clawpod.sidecar.codecs.messages.codec import AnthropicCodec
 from clawpod.sidecar.model import conversation
 from clawpod.sidecar.model.conversation import RememberedFingerprints
 

@@ -8,7 +8,10 @@ from typing import Any
 
 import pytest
 
-from clawpod.sidecar.translation import Untranslatable, chat, messages, responses, translate_request
+from clawpod.sidecar.codecs.chat import neutral as chat
+from clawpod.sidecar.codecs.messages import neutral as messages
+from clawpod.sidecar.codecs.responses import neutral as responses
+from clawpod.sidecar.translation import Untranslatable, translate_request
 
 TURN = {"role": "user", "content": "Hi"}
 PLAIN = {

@@ -1,11 +1,15 @@
 """Each reader builds the neutral form positionally (cheaper on every request): every field a
-request or an answer carries lands in the field of its name, so a field added to or moved in
-``ir.py`` without the readers following fails here, not as a temperature sent as top_p."""
+request or an answer carries lands in the field of its name, so a field added to or moved
+in ``model/neutral.py`` without the readers following fails here, not as a temperature sent
+as top_p."""
 
 from __future__ import annotations
 
-from clawpod.sidecar.translation import chat, messages, parts, responses
-from clawpod.sidecar.translation.ir import Request, Usage
+from clawpod.sidecar.codecs import parts
+from clawpod.sidecar.codecs.chat import neutral as chat
+from clawpod.sidecar.codecs.messages import neutral as messages
+from clawpod.sidecar.codecs.responses import neutral as responses
+from clawpod.sidecar.model.neutral import Request, Usage
 
 TURN = {"role": "user", "content": "Hi"}
 

@@ -99,7 +99,7 @@ def test_thinking_reaches_a_responses_client_and_goes_back_signed() -> None:
 def test_a_forged_carried_block_is_not_sent_upstream() -> None:
     """Only reasoning rides back that way: a client that forges encrypted_content holding a
     tool_use (or anything else) does not get it into the provider's conversation."""
-    from clawpod.sidecar.translation.parts import wrap_carried
+    from clawpod.sidecar.codecs.parts import wrap_carried
 
     forged = wrap_carried(
         {

@@ -13,8 +13,8 @@ import openai
 import orjson
 import pytest
 
+from clawpod.sidecar.codecs.parts import unwrap_carried
 from clawpod.sidecar.codecs.sse import parse_events
-from clawpod.sidecar.translation.parts import unwrap_carried
 from clawpod.sidecar.translation.streams import stream_translator
 from tests.support import responses as scripted_responses
 from tests.support.codecs import codec_of

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..model.client_approval import SERVER_LABEL, ClientAnswer
-from ..model.conversation import CodecError, ModelTurn
+from ...model.client_approval import SERVER_LABEL, ClientAnswer
+from ...model.conversation import CodecError, ModelTurn
 
 REQUEST = "mcp_approval_request"
 RESPONSE = "mcp_approval_response"

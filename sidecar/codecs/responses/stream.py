@@ -9,9 +9,9 @@ from typing import Any, Protocol
 
 import orjson
 
-from ..model.conversation import CodecError
-from ..model.errors import ApiError
-from .streaming import ClientStream, TextDelta, TurnAssembler
+from ...model.conversation import CodecError
+from ...model.errors import ApiError
+from ..streaming import ClientStream, TextDelta, TurnAssembler
 
 TERMINAL_EVENTS = ("response.completed", "response.failed", "response.incomplete")
 

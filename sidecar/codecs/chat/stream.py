@@ -9,10 +9,10 @@ from typing import Any
 
 import orjson
 
-from ..model.conversation import CodecError
-from ..model.errors import ApiError
-from .sse import data_frame
-from .streaming import ClientStream, TextDelta, TurnAssembler
+from ...model.conversation import CodecError
+from ...model.errors import ApiError
+from ..sse import data_frame
+from ..streaming import ClientStream, TextDelta, TurnAssembler
 
 # The choice the mediation loop reads: only its text is shown live.
 ANSWER_CHOICE = 0
@@ -54,6 +54,9 @@ class ChatAssembler(TurnAssembler):
         return {**self.head, "choices": [_finish_choice(states[i]) for i in sorted(states)]}
 
 
+_TEXT_TAIL = b'},"finish_reason":null}]}\n\n'
+
+
 class ChatClientStream(ClientStream):
     """Text goes out as it comes; the rest of the answer (calls, refusal, finish reason,
     usage, ``[DONE]``) is rendered by the codec's ``render_stream`` without the text."""
@@ -64,13 +67,20 @@ class ChatClientStream(ClientStream):
         self._render = render
         self._error = error
         self._ids: dict[str, Any] = {}
+        self._text_head = b""  # a text chunk up to its text, once the ids are known
 
     def _open(self, head: dict[str, Any]) -> bytes:
         self._ids = {k: head.get(k) for k in ("id", "created", "model")}
-        return self._chunk({"role": "assistant", "content": ""})
+        opening = self._chunk({"role": "assistant", "content": ""})
+        # Text chunks, most of a stream, are written from bytes around their JSON-encoded
+        # text: the same bytes ``_chunk`` writes (a JSON string holds no unescaped quote, so
+        # the first ``{"role"`` is the delta's).
+        self._text_head = opening[: opening.index(b'{"role"')] + b'{"content":'
+        return opening
 
     def _text(self, deltas: list[TextDelta]) -> bytes:
-        return b"".join(self._chunk({"content": d.text}) for d in deltas)
+        head = self._text_head
+        return b"".join([head + orjson.dumps(d.text) + _TEXT_TAIL for d in deltas])
 
     def end_turn(self, body: dict[str, Any]) -> bytes:
         return b""

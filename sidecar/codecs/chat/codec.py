@@ -7,14 +7,14 @@ from typing import Any
 
 import orjson
 
-from ..model.canonical import (
+from ...model.canonical import (
     canonical_arguments,
     canonical_json,
     digest,
     identifying_text,
     normalise_id,
 )
-from ..model.conversation import (
+from ...model.conversation import (
     CodecError,
     Conversation,
     Fingerprints,
@@ -24,15 +24,15 @@ from ..model.conversation import (
     ToolResult,
     ToolSpec,
 )
-from ..model.errors import ApiError
-from .base import Codec
-from .openai_shapes import STRUCTURED_FORMATS, OpenAIShapes
-from .openai_stream import (
+from ...model.errors import ApiError
+from ..base import Codec
+from ..openai_shapes import STRUCTURED_FORMATS, OpenAIShapes
+from ..sse import DONE, data_frame, pieces
+from .stream import (
     ChatAssembler,
     ChatClientStream,
     UsageChunkStripper,
 )
-from .sse import DONE, data_frame, pieces
 
 TEXT_PIECE = 256
 SIMPLE_CHOICES = ("auto", "none", "required")

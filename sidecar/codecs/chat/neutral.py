@@ -1,12 +1,12 @@
-"""Chat Completions bodies read into the translation's shape and written from it."""
+"""Chat Completions bodies read into the neutral shape (``model/neutral.py``) and written from it:
+this protocol's side of translation."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from ..codecs.base import as_int
-from .ir import (
+from ...model.neutral import (
     Choice,
     FunctionTool,
     Message,
@@ -18,7 +18,8 @@ from .ir import (
     Usage,
     text_of,
 )
-from .parts import (
+from ..base import as_int
+from ..parts import (
     arguments_text,
     as_dict,
     as_list,

@@ -15,14 +15,14 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from ..model.canonical import (
+from ...model.canonical import (
     canonical_arguments,
     canonical_json,
     digest,
     identifying_text,
     normalise_text,
 )
-from ..model.conversation import (
+from ...model.conversation import (
     CodecError,
     Conversation,
     Fingerprints,
@@ -32,11 +32,13 @@ from ..model.conversation import (
     ToolResult,
     ToolSpec,
 )
-from ..model.errors import ApiError
+from ...model.errors import ApiError
+from ..base import Codec
+from ..openai_shapes import STRUCTURED_FORMATS, OpenAIShapes
+from ..sse import event_frame, pieces
+from ..streaming import shown_live
 from .approval_items import check_answers, is_sidecar_tool
-from .base import Codec
-from .openai_shapes import STRUCTURED_FORMATS, OpenAIShapes
-from .responses_stream import (
+from .stream import (
     TERMINAL_EVENTS,
     ResponsesAssembler,
     ResponsesClientStream,
@@ -44,8 +46,6 @@ from .responses_stream import (
     has_text,
     text_parts,
 )
-from .sse import event_frame, pieces
-from .streaming import shown_live
 
 TEXT_PIECE = 256
 SIMPLE_CHOICES = ("auto", "none", "required")
@@ -94,7 +94,7 @@ class ResponsesCodec(OpenAIShapes, Codec):
     stream_end = b"response.completed"
     input_key = "input_tokens"
     output_key = "output_tokens"
-    client_approvals = True  # approval items (codecs/approval_items.py, SPEC §16)
+    client_approvals = True  # approval items (approval_items.py, SPEC §16)
 
     @property
     def stream_ends(self) -> tuple[bytes, ...]:

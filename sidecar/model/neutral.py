@@ -1,10 +1,11 @@
-"""The translation's common shape of a request and a reply, richer than the engine's neutral
-model: every content part a protocol can carry, so a body can be read from one protocol and
-written in another.
+"""The neutral shape of a request, an answer and a streamed answer, whatever protocol carries
+it: every protocol's home (``codecs/<protocol>/``) reads its bodies and streams into it and
+writes them from it, so translation is a read in one home and a write in another (contract
+§18). Richer than the engine's conversation (``conversation.py``): every content part a
+protocol can carry.
 
 Parts are plain dicts (translation runs on every request; dataclasses per part would cost more
 than the rest of it):
-
 - ``{"type": "text", "text"}``
 - ``{"type": "image", "url"}`` or ``{"type": "image", "media_type", "data"}`` (base64)
 - ``{"type": "document", "media_type", "data", "filename"?}`` or ``{"type": "document", "url"}``
@@ -118,3 +119,84 @@ def text_of(parts: list[Part]) -> str:
     if len(parts) == 1:
         return parts[0]["text"] if parts[0]["type"] == "text" else ""
     return "".join([p["text"] for p in parts if p["type"] == "text"])
+
+
+# A streamed answer, one event at a time: the stream counterpart of ``Reply``. A reader turns a
+# protocol's SSE into these events and a writer puts them out in another protocol's: the
+# answer's text and function-call argument pieces as they come, usage (``Usage``), why the model
+# stopped (``Stop``), failure. Provider-run tools have no event: no other protocol has a place
+# for them.
+# Not frozen: a frozen dataclass is built through object.__setattr__, twice the cost, and a
+# stream makes one event per piece of its answer; nothing keeps or changes them once written.
+
+
+@dataclass(slots=True)
+class Started:
+    """The answer's head: the provider's id for it and the model that answers."""
+
+    id: str | None
+    model: str | None
+    created: int = 0
+
+
+@dataclass(slots=True)
+class Text:
+    text: str
+    refusal: bool = False
+    """The model's refusal (a Chat ``refusal`` delta, a Responses refusal part)."""
+
+
+@dataclass(slots=True)
+class CallStarted:
+    """A function call begins; ``index`` names it in the source stream."""
+
+    index: int
+    call_id: str
+    name: str
+
+
+@dataclass(slots=True)
+class CallArguments:
+    """The next piece of a call's JSON arguments, passed on as it came (never parsed)."""
+
+    index: int
+    json: str
+
+
+@dataclass(slots=True)
+class Reasoning:
+    """A whole piece of the model's reasoning (a reasoning part, its original carried
+    opaquely): it goes out only to a caller whose protocol has a place for it."""
+
+    part: Part
+
+
+@dataclass(slots=True)
+class Told:
+    """Usage as far as the stream has told it."""
+
+    usage: Usage
+
+
+@dataclass(slots=True)
+class Stopped:
+    reason: Stop
+
+
+@dataclass(slots=True)
+class Ended:
+    """The source stream's end marker: the answer is complete."""
+
+
+@dataclass(slots=True)
+class Failed:
+    """The provider reported a failure inside the stream."""
+
+    code: str
+    message: str
+    type: str = "api_error"
+
+
+StreamEvent = (
+    Started | Text | CallStarted | CallArguments | Reasoning | Told | Stopped | Ended | Failed
+)

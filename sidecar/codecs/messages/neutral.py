@@ -1,12 +1,12 @@
-"""Anthropic Messages bodies read into the translation's shape and written from it."""
+"""Anthropic Messages bodies read into the neutral shape (``model/neutral.py``) and written from it:
+this protocol's side of translation."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
-from ..codecs.base import as_int
-from .ir import (
+from ...model.neutral import (
     Choice,
     FunctionTool,
     Message,
@@ -18,7 +18,8 @@ from .ir import (
     Usage,
     text_of,
 )
-from .parts import (
+from ..base import as_int
+from ..parts import (
     arguments_object,
     arguments_text,
     as_dict,

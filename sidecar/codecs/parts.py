@@ -7,8 +7,8 @@ from typing import Any
 
 import orjson
 
-from ..codecs.base import as_int
-from .ir import Part, Untranslatable, Usage
+from ..model.neutral import Part, Untranslatable, Usage
+from .base import as_int
 
 
 def data_url(part: Part) -> str:

@@ -8,14 +8,14 @@ from typing import Any
 
 import orjson
 
-from ..model.canonical import (
+from ...model.canonical import (
     canonical_arguments,
     canonical_json,
     digest,
     identifying_text,
     normalise_id,
 )
-from ..model.conversation import (
+from ...model.conversation import (
     CodecError,
     Conversation,
     Fingerprints,
@@ -25,16 +25,16 @@ from ..model.conversation import (
     ToolResult,
     ToolSpec,
 )
-from ..model.errors import ApiError
-from .anthropic_stream import (
+from ...model.errors import ApiError
+from ..base import Codec
+from ..sse import event_frame, pieces
+from ..streaming import shown_live
+from .stream import (
     MessagesAssembler,
     MessagesClientStream,
     goes_before_text,
     has_text,
 )
-from .base import Codec
-from .sse import event_frame, pieces
-from .streaming import shown_live
 
 TEXT_PIECE = 256
 # Blocks that carry a JSON ``input`` streamed as input_json_delta.

@@ -1,4 +1,5 @@
-"""OpenAI Responses bodies read into the translation's shape and written from it."""
+"""OpenAI Responses bodies read into the neutral shape (``model/neutral.py``) and written from it:
+this protocol's side of translation."""
 
 from __future__ import annotations
 
@@ -7,20 +8,20 @@ from typing import Any
 
 import orjson
 
-from ..codecs.approval_items import REQUEST, RESPONSE, is_sidecar_item, is_sidecar_tool
-from ..codecs.base import as_int
-from .ir import (
+from ...model.neutral import (
     Choice,
     FunctionTool,
     Message,
     Part,
     Reply,
     Request,
+    Stop,
     Untranslatable,
     Usage,
     text_of,
 )
-from .parts import (
+from ..base import as_int
+from ..parts import (
     as_dict,
     as_list,
     data_url,
@@ -34,6 +35,7 @@ from .parts import (
     wrap_carried,
     write_openai_usage,
 )
+from .approval_items import REQUEST, RESPONSE, is_sidecar_item, is_sidecar_tool
 
 PROTOCOL = "responses"
 MAPPED = frozenset(
@@ -534,23 +536,35 @@ def read_reply(body: dict[str, Any]) -> Reply:
             # Without its encrypted content a reasoning item cannot be sent again (store off).
             parts.append(_reasoning(item))
         # Items the provider ran itself (web_search_call, …) already shaped the text.
-    details = body.get("incomplete_details")
-    reason = details.get("reason") if isinstance(details, dict) else None
-    stop: Any = "end"
-    if any(p["type"] == "tool_call" for p in parts):
-        stop = "tool_calls"
-    elif body.get("status") == "incomplete":
-        stop = "content_filter" if reason == "content_filter" else "max_tokens"
-    elif any(p["type"] == "refusal" for p in parts):
-        stop = "refusal"
+    calls = any(p["type"] == "tool_call" for p in parts)
+    refused = any(p["type"] == "refusal" for p in parts)
     return Reply(
         id=str(body.get("id") or ""),
         model=body.get("model"),
         parts=parts,
-        stop=stop,
+        stop=read_stop(body, calls, refused),
         usage=read_usage(body.get("usage")),
         created=as_int(body.get("created_at")),
     )
+
+
+def read_stop(response: dict[str, Any], calls: bool, refused: bool) -> Stop:
+    """Why a response stopped (whole, or its stream's last event): it calls tools, it is
+    incomplete (and why), the model refused, or it ended."""
+    details = response.get("incomplete_details")
+    reason = details.get("reason") if isinstance(details, dict) else None
+    if calls:
+        return "tool_calls"
+    if response.get("status") == "incomplete":
+        return "content_filter" if reason == "content_filter" else "max_tokens"
+    return "refusal" if refused else "end"
+
+
+# An answer that stopped so is ``incomplete``, for this reason.
+INCOMPLETE_REASONS: dict[str, str] = {
+    "max_tokens": "max_output_tokens",
+    "content_filter": "content_filter",
+}
 
 
 def reshaped_tools(request: Request) -> dict[str, FunctionTool]:
@@ -571,8 +585,8 @@ def write_reply(reply: Reply, request: Request) -> dict[str, Any]:
     output = _wire_items(
         Message("assistant", reply.parts), reply=True, reshaped=reshaped_tools(request)
     )
-    incomplete = reply.stop in ("max_tokens", "content_filter")
-    reason = "content_filter" if reply.stop == "content_filter" else "max_output_tokens"
+    reason = INCOMPLETE_REASONS.get(reply.stop)
+    incomplete = reason is not None
     return {
         "id": reply.id if reply.id.startswith("resp_") else f"resp_{reply.id}",
         "object": "response",

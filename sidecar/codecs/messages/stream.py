@@ -9,11 +9,18 @@ from typing import Any
 
 import orjson
 
-from ..model.conversation import CodecError
-from ..model.errors import ApiError
-from .sse import event_frame
-from .streaming import ClientStream, TextDelta, TurnAssembler
+from ...model.conversation import CodecError
+from ...model.errors import ApiError
+from ..sse import event_frame
+from ..streaming import ClientStream, TextDelta, TurnAssembler
 
+# A text block's next piece, most of a stream's events, written from bytes around its
+# JSON-encoded text: the same bytes ``event_frame`` writes for the whole event.
+TEXT_DELTA_HEAD = (
+    b"event: content_block_delta\ndata: "
+    b'{"type":"content_block_delta","index":%d,"delta":{"type":"text_delta","text":'
+)
+TEXT_DELTA_TAIL = b"}}\n\n"
 Render = Callable[[dict[str, Any]], list[bytes]]
 BlockEvents = Callable[[int, dict[str, Any]], list[bytes]]
 
@@ -100,9 +107,7 @@ class MessagesClientStream(ClientStream):
                 block = {"type": "text", "text": ""}
                 start = {"type": "content_block_start", "index": index, "content_block": block}
                 frames.append(event_frame("content_block_start", start))
-            text = {"type": "text_delta", "text": delta.text}
-            change = {"type": "content_block_delta", "index": index, "delta": text}
-            frames.append(event_frame("content_block_delta", change))
+            frames.append(TEXT_DELTA_HEAD % index + orjson.dumps(delta.text) + TEXT_DELTA_TAIL)
         return b"".join(frames)
 
     def end_turn(self, body: dict[str, Any]) -> bytes:

@@ -1,0 +1,4 @@
+"""OpenAI Responses' one home: its codec (``codec.py``: requests, answers, errors, usage, the
+mediated turn), its live stream (``stream.py``), its approval items (``approval_items.py``),
+and its bodies and streams read into the neutral shape and written from it for translation
+(``neutral.py``, ``neutral_stream.py``)."""
