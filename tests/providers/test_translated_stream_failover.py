@@ -213,11 +213,12 @@ async def test_a_fallback_that_breaks_too_ends_the_callers_stream_in_its_error(
     assert record["failover"]["to"] == "then-messages"
 
 
-def messages_tool_use_events() -> list[bytes]:
+def messages_tool_use_events(name: str = "quote", arguments: Any = None) -> list[bytes]:
     """A Messages answer that is one tool call."""
     events = messages_stream_events("")
-    use = {"type": "tool_use", "id": "toolu_9", "name": "quote", "input": {}}
-    arguments = {"type": "input_json_delta", "partial_json": '{"s": "AAPL"}'}
+    use = {"type": "tool_use", "id": "toolu_9", "name": name, "input": {}}
+    json = orjson.dumps({"s": "AAPL"} if arguments is None else arguments).decode()
+    arguments = {"type": "input_json_delta", "partial_json": json}
 
     def event(name: str, payload: dict[str, Any]) -> bytes:
         return b"event: " + name.encode() + b"\ndata: " + orjson.dumps({"type": name, **payload})
@@ -261,7 +262,7 @@ async def test_a_fallback_that_answers_with_a_tool_call_reaches_the_caller_as_on
         assert "".join(choice.delta.content or "" for choice in got) == said
         calls = [call for choice in got for call in choice.delta.tool_calls or ()]
         assert calls[0].function.name == "quote"  # type: ignore[union-attr]
-        assert "".join(c.function.arguments or "" for c in calls) == '{"s": "AAPL"}'  # type: ignore[union-attr]
+        assert "".join(c.function.arguments or "" for c in calls) == '{"s":"AAPL"}'  # type: ignore[union-attr]
         assert got[-1].finish_reason == "tool_calls"
     else:
         stream = await pod.openai().responses.create(model=MODEL, input=ASK, stream=True)
@@ -272,7 +273,7 @@ async def test_a_fallback_that_answers_with_a_tool_call_reaches_the_caller_as_on
         output = completed.response.output
         assert [item.type for item in output] == ["message", "function_call"]
         assert completed.response.output_text == said
-        assert output[1].arguments == '{"s": "AAPL"}'  # type: ignore[union-attr]
+        assert output[1].arguments == '{"s":"AAPL"}'  # type: ignore[union-attr]
         added = [e.output_index for e in events if e.type == "response.output_item.added"]
         assert added == [0, 1]
     (record,) = await pod.audit()
@@ -303,3 +304,43 @@ async def test_a_mediated_translated_stream_cut_after_text_goes_on_at_the_next_t
         f"first-{first}",
         f"then-{then}",
     )
+
+
+def _trades(pod: ProviderPod) -> int:
+    return sum(1 for r in pod.service.requests if r.path == "/trades")
+
+
+BUY = {"symbol": "AAPL", "side": "buy", "quantity": 1}
+
+
+async def test_a_mediated_translated_stream_cut_after_a_tool_call_delta_is_not_continued(
+    make_pod: PodMaker, upstreams: Upstreams
+) -> None:
+    pod = await crossing_pod(make_pod, upstreams, "chat", "messages", mode="mediated")
+    upstreams.primary.enqueue(
+        "openai", Reply.sse([*_events(_CHAT_TEXT)[:3], _chat_tool_delta(), RESET])
+    )
+    upstreams.secondary.enqueue("anthropic", Reply.sse(messages_stream_events("must not")))
+    with pytest.raises(anthropic.APIError):
+        await streamed_text(pod, "messages")
+    assert upstreams.secondary.received == []
+    assert _trades(pod) == 0
+    (record,) = await pod.audit()
+    assert "failover" not in record
+
+
+async def test_a_mediated_fallback_that_answers_with_a_tool_call_runs_it_once(
+    make_pod: PodMaker, upstreams: Upstreams
+) -> None:
+    """The continued turn is one turn of the text and the fallback's call: its tool runs
+    once, and the next round is asked of the route's first target again."""
+    pod = await crossing_pod(make_pod, upstreams, "chat", "messages", mode="mediated")
+    upstreams.primary.enqueue("openai", Reply.sse(broken_stream("chat")))
+    upstreams.secondary.enqueue("anthropic", Reply.sse(messages_tool_use_events("desk_trade", BUY)))
+    upstreams.primary.enqueue("openai", Reply.sse(chat_stream_events("Bought.")))
+    text, _ = await streamed_text(pod, "messages")
+    assert text.startswith(SAID["chat"]) and text.rstrip().endswith("Bought.")
+    assert _trades(pod) == 1
+    (record,) = await pod.audit()
+    assert record["outcome"]["status"] == "ok"
+    assert record["failover"]["to"] == "then-messages"
