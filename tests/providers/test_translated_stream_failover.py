@@ -344,3 +344,20 @@ async def test_a_mediated_fallback_that_answers_with_a_tool_call_runs_it_once(
     (record,) = await pod.audit()
     assert record["outcome"]["status"] == "ok"
     assert record["failover"]["to"] == "then-messages"
+
+
+async def test_a_next_target_of_another_protocol_that_refuses_the_rest_is_asked_once(
+    make_pod: PodMaker, upstreams: Upstreams
+) -> None:
+    """A Messages caller's prefill goes to a Messages target alone: a Chat target gets the
+    rest asked for in the open, and its 400 is not followed by the same request again."""
+    pod = await crossing_pod(make_pod, upstreams, "messages", "chat")
+    upstreams.primary.enqueue("anthropic", Reply.sse(broken_stream("messages")))
+    upstreams.secondary.enqueue("openai", Reply.error("openai", 400, "no"))
+    with pytest.raises(anthropic.APIError):
+        await streamed_text(pod, "messages")
+    (asked,) = upstreams.secondary.requests_to("openai")
+    assert asked.json["messages"][-1] == {"role": "user", "content": CONTINUE}
+    (record,) = await pod.audit()
+    assert record["outcome"]["status"] == "error"
+    assert "failover" not in record

@@ -204,13 +204,13 @@ async def reopen(
     ctx.state.metrics.count_failover(was[0] or "", "stream_cut")
     upstream: Response | None = None
     for body in asks:
-        answer = await _ask(ctx, rest, body, asks[-1], crossing)
-        if answer is None or _is_stream(answer):
+        answer, form = await _ask(ctx, rest, body, asks[-1], crossing)
+        if answer is None or is_stream(answer):
             upstream = answer
             break
         answer.release()
         # A 400 refuses the form (Claude 4.6 and later refuse a prefill): the next is tried.
-        if answer.status != 400:
+        if answer.status != 400 or form is asks[-1]:
             break
     if upstream is None:
         ctx.provider_name, ctx.model = was  # the stream that broke is the answer
@@ -227,23 +227,26 @@ async def _ask(
     body: dict[str, Any],
     asked: dict[str, Any],
     crossing: Crossing | None,
-) -> Response | None:
-    """``body`` sent over ``rest`` of the route's targets (the failover walk), or None; a
-    target of another protocol gets ``asked`` (the rest asked for in the open) in its own:
-    a prefill is Messages' alone."""
+) -> tuple[Response | None, dict[str, Any]]:
+    """``body`` sent over ``rest`` of the route's targets (the failover walk): the answer, or
+    None, and the form the answering target got; a target of another protocol gets ``asked``
+    (the rest asked for in the open) in its own: a prefill is Messages' alone."""
     client = ctx.state.upstream
+    form = body
 
     def send(target: UpstreamTarget, model: str | None) -> Awaitable[Response]:
+        nonlocal form
         crossed = None if crossing is None else crossing.request(target, {**asked, "model": model})
+        form = body if crossed is None else asked
         if crossed is not None:
             return client.send(*crossed)
         return client.send(target, orjson.dumps({**body, "model": model}))
 
     targets, ctx.targets = ctx.targets, rest
     try:
-        return await open_upstream(ctx, send)
+        return await open_upstream(ctx, send), form
     except (UpstreamError, ApiError):
-        return None
+        return None, form
     finally:
         ctx.targets = targets
 
@@ -549,5 +552,5 @@ def _data_of(event: bytes) -> bytes | None:
     return b"".join(lines) if lines else None
 
 
-def _is_stream(response: Response) -> bool:
+def is_stream(response: Response) -> bool:
     return response.status == 200 and response.content_type == "text/event-stream"

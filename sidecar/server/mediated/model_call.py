@@ -42,7 +42,7 @@ from ...transport import Response, TransportError
 from ...transport.keepalive import with_keepalives
 from ..accounting.accounting import ModelCharges
 from ..failover.failover import open_upstream
-from ..failover.stream_failover import ContinuedStream, may_continue
+from ..failover.stream_failover import ContinuedStream, is_stream, may_continue
 from ..providers.stream_tools import REFUSAL_STATUSES
 from ..providers.unserved import NOT_SERVED, not_served_message
 from ..providers.upstream import UpstreamResponse, UpstreamTarget, translate_error
@@ -338,7 +338,7 @@ async def _streamed(
     provider = ctx.provider_name
     # The provider's stream read as the caller's turn, translated when it speaks another.
     crossed = crossing.turn() if crossing is not None else None
-    if crossed is not None and _is_stream(response) and may_continue(ctx):
+    if crossed is not None and is_stream(response) and may_continue(ctx):
         # One the next target may continue: read as a stream of the caller's own protocol.
         response, crossed = crossing.caller_stream(response), None  # type: ignore[union-attr]
     assembler: TurnAssembler | translated_stream.TranslatedTurn = (
@@ -412,7 +412,3 @@ async def show_whole(
         return  # not an answer of the protocol's shape: the engine says so
     if deltas:
         await show(assembler.head, deltas)
-
-
-def _is_stream(response: Response) -> bool:
-    return response.status == 200 and response.content_type == "text/event-stream"
