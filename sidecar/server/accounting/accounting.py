@@ -131,6 +131,32 @@ def call_cost(
     return cost_usd(price, usage, input_includes_cached=api != "anthropic")
 
 
+# A model call of a stream: provider, model, its usage.
+Call = tuple[str | None, str | None, dict[str, int]]
+
+
+def with_spent(usage: dict[str, int], spent: list[Call]) -> dict[str, int]:
+    """A stream's usage with that of the streams it continued (each a model call)."""
+    total = dict(usage)
+    for _, _, earlier in spent:
+        for name, count in earlier.items():
+            if name == "estimated":
+                total[name] = True  # part of it is an estimate
+            else:
+                total[name] = total.get(name, 0) + count
+    return total
+
+
+def calls_cost(ctx: RequestContext, usage: dict[str, int], spent: list[Call]) -> float | None:
+    """A continued stream's cost, each call at its own provider's price; None: one call."""
+    if not spent:
+        return None
+    calls = [*spent, (ctx.ledger.provider_name, ctx.ledger.model, usage)]
+    costs = [call_cost(ctx, provider, model, used) for provider, model, used in calls]
+    known = [cost for cost in costs if cost is not None]
+    return sum(known) if known else None
+
+
 async def report_state_write_failure(ctx: RequestContext, exc: Exception, store: str) -> None:
     """Logged, counted and audited; the finished answer still goes out (issue 14.5)."""
     log.warning("request %s: %s", ctx.caller.request_id, exc)

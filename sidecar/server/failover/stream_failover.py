@@ -10,14 +10,19 @@ and event numbers. The audit record says so (``failover``).
 
 A mediated request's streamed model call is continued alike (:class:`ContinuedStream`): the
 continuation, spliced, reads to the turn's assembler as the rest of the first stream, so the
-client sees one answer and the engine one turn."""
+client sees one answer and the engine one turn.
+
+Protocols may differ (contract §18): the watch reads the stream as the caller got it (a
+translated stream as its translator wrote it), the rest is asked for in the caller's protocol
+and translated for a next target of another (:class:`Crossing`), and that target's stream is
+read back in the caller's protocol before it is spliced."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Awaitable
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -41,6 +46,20 @@ _CONVERSATION = {"chat": "messages", "messages": "messages", "responses": "input
 _NOT_OF_THE_PROTOCOL = (ValueError, TypeError, AttributeError, KeyError, IndexError)
 # An event longer than this is no text event of a provider's: it is passed on, never held.
 MAX_EVENT_BYTES = 256 * 1024
+
+
+class Crossing(Protocol):
+    """A request's targets of another protocol than its caller's, as a continuation meets
+    them (``translated_stream.LiveCall``)."""
+
+    def request(
+        self, target: UpstreamTarget, body: dict[str, Any]
+    ) -> tuple[UpstreamTarget, bytes] | None:
+        """``body`` (the caller's protocol) streamed to ``target`` in its own; None when
+        ``target`` speaks the caller's."""
+
+    def caller_stream(self, response: Response) -> Response:
+        """The answering target's stream read in the caller's protocol, cut where it was."""
 
 
 class StreamWatch:
@@ -157,18 +176,27 @@ class StreamWatch:
         return True
 
 
+def may_continue(ctx: RequestContext) -> bool:
+    """``ctx``'s stream could be continued by another target."""
+    return ctx.caller.codec.name in _CONTINUED and bool(_targets_after(ctx))
+
+
 def watch_for(ctx: RequestContext) -> StreamWatch | None:
     """A watch when ``ctx``'s stream could be continued by another target, else None."""
-    if ctx.routing.translations is not None or ctx.caller.codec.name not in _CONTINUED:
-        return None
-    return StreamWatch() if _targets_after(ctx) else None
+    return StreamWatch() if may_continue(ctx) else None
 
 
 async def reopen(
-    ctx: RequestContext, watch: StreamWatch, raw: bytes | bytearray | None, cause: str
+    ctx: RequestContext,
+    watch: StreamWatch,
+    raw: bytes | bytearray | None,
+    cause: str,
+    crossing: Crossing | None = None,
 ) -> Response | None:
     """The rest of the answer from the route's next targets, or None (nothing to continue,
-    no target answered with a stream). Sets the audit record's ``failover``."""
+    no target answered with a stream). Sets the audit record's ``failover``. ``crossing``:
+    the request has targets of another protocol (the answer is the target's own stream:
+    ``crossing.caller_stream`` reads it in the caller's)."""
     rest = _targets_after(ctx)
     asks = _continuations(ctx.caller.codec.name, raw, watch) if watch.continuable and rest else []
     if not asks:
@@ -177,13 +205,13 @@ async def reopen(
     ctx.state.metrics.count_failover(was[0] or "", "stream_cut")
     upstream: Response | None = None
     for body in asks:
-        answer = await _ask(ctx, rest, body)
-        if answer is None or _is_stream(answer):
+        answer, form = await _ask(ctx, rest, body, asks[-1], crossing)
+        if answer is None or is_stream(answer):
             upstream = answer
             break
         answer.release()
         # A 400 refuses the form (Claude 4.6 and later refuse a prefill): the next is tried.
-        if answer.status != 400:
+        if answer.status != 400 or form is asks[-1]:
             break
     if upstream is None:
         ctx.ledger.provider_name, ctx.ledger.model = was  # the stream that broke is the answer
@@ -194,33 +222,64 @@ async def reopen(
     return upstream
 
 
-async def _ask(ctx: RequestContext, rest: list[Any], body: dict[str, Any]) -> Response | None:
-    """``body`` sent over ``rest`` of the route's targets (the failover walk), or None."""
+async def _ask(
+    ctx: RequestContext,
+    rest: list[Any],
+    body: dict[str, Any],
+    asked: dict[str, Any],
+    crossing: Crossing | None,
+) -> tuple[Response | None, dict[str, Any]]:
+    """``body`` sent over ``rest`` of the route's targets (the failover walk): the answer, or
+    None, and the form the answering target got; a target of another protocol gets ``asked``
+    (the rest asked for in the open) in its own: a prefill is Messages' alone."""
     client = ctx.state.upstream
+    form = body
 
     def send(target: UpstreamTarget, model: str | None) -> Awaitable[Response]:
+        nonlocal form
+        crossed = None if crossing is None else crossing.request(target, {**asked, "model": model})
+        form = body if crossed is None else asked
+        if crossed is not None:
+            return client.send(*crossed)
         return client.send(target, orjson.dumps({**body, "model": model}))
 
     # The same request and ledger, routed over the rest of its targets.
     rerouted = ctx.routed(replace(ctx.routing, targets=rest))
     try:
-        return await open_upstream(rerouted, send)
+        return await open_upstream(rerouted, send), form
     except (UpstreamError, ApiError):
-        return None
+        return None, form
 
 
 class ContinuedStream:
     """A mediated model call's stream read chunk by chunk: when it breaks after text and
     before any tool call, the rest comes from the route's next target, spliced in."""
 
-    __slots__ = ("_codec", "_ctx", "_end", "_request", "_splice", "_watch", "response")
+    __slots__ = (
+        "_codec",
+        "_crossing",
+        "_ctx",
+        "_end",
+        "_request",
+        "_splice",
+        "_watch",
+        "response",
+    )
 
     def __init__(
-        self, ctx: RequestContext, codec: Codec, response: Response, request: dict[str, Any]
+        self,
+        ctx: RequestContext,
+        codec: Codec,
+        response: Response,
+        request: dict[str, Any],
+        crossing: Crossing | None = None,
     ) -> None:
+        """``response``: the stream in ``codec``'s protocol (a target's of another, read in
+        it); ``crossing``: the request has targets of another protocol."""
         self._ctx = ctx
         self._codec = codec
         self._request = request
+        self._crossing = crossing
         self.response = response  # the stream read now: the caller releases it
         self._watch = watch_for(ctx) if codec is ctx.caller.codec else None
         self._end = codec.end_watch()
@@ -247,9 +306,12 @@ class ContinuedStream:
         watch, self._watch = self._watch, None  # continued once at most
         if watch is None or self._splice is not None:
             return False
-        more = await reopen(self._ctx, watch, orjson.dumps(self._request), cause)
+        request = orjson.dumps(self._request)
+        more = await reopen(self._ctx, watch, request, cause, self._crossing)
         if more is None:
             return False
+        if self._crossing is not None:
+            more = self._crossing.caller_stream(more)
         self.response.release(reuse=False)
         self.response, self._end = more, self._codec.end_watch()
         self._splice = Splice(self._codec.name, watch)
@@ -261,6 +323,7 @@ class Splice:
     open text block continued, later blocks numbered after it; its start is not repeated."""
 
     __slots__ = (
+        "_closed",
         "_offset",
         "_pending",
         "_protocol",
@@ -280,6 +343,7 @@ class Splice:
         # Messages' prefill was sent without its trailing whitespace, which the client has.
         self._strip = protocol == "messages" and watch.text != watch.text.rstrip()
         self._sequence = watch.sequence
+        self._closed: dict[str, Any] | None = None  # Responses: the message ended before a call
 
     def feed(self, chunk: bytes) -> bytes:
         *events, self._pending = _EVENT_END.split(self._pending + chunk)
@@ -320,16 +384,22 @@ class Splice:
         kind = payload.get("type")
         if kind == "message_start":
             return b""
+        closed = b""
         if isinstance(payload.get("index"), int):
             if kind == "content_block_start" and payload["index"] == 0 and self._skip_start:
-                return b""
+                self._skip_start = False
+                if (payload.get("content_block") or {}).get("type") == "text":
+                    return b""  # the client's open text block goes on
+                # The rest begins with a tool call: the open text block ends before it.
+                closed = _messages_event("content_block_stop", {"index": self._offset})
+                self._offset += 1
             payload["index"] += self._offset
         delta = payload.get("delta")
         text = delta.get("text") if isinstance(delta, dict) else None
         if self._strip and isinstance(text, str):
             delta["text"] = text.lstrip()  # type: ignore[index]
             self._strip = not delta["text"]  # type: ignore[index]
-        return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+        return closed + _messages_event(kind, payload)
 
     def _responses(self, payload: dict[str, Any]) -> bytes:
         """The continuation's message is the one the client has open: its opening events are
@@ -339,10 +409,23 @@ class Splice:
         watch = self._watch
         if kind in _RESPONSES_OPENING:
             return b""
-        if kind == "response.output_item.added" and _is_message(payload.get("item")):
+        closed = b""
+        if kind == "response.output_item.added" and self._skip_start:
+            self._skip_start = False
+            if _is_message(payload.get("item")):
+                return b""  # the client's open message goes on
+            # The rest begins with another item (a tool call): the open message ends first.
+            closed, self._closed = self._message_done(), _message(watch.item_id, watch.text)
+            self._offset += 1
+        elif kind == "response.output_item.added" and _is_message(payload.get("item")):
             return b""
         if isinstance(payload.get("output_index"), int):
             payload["output_index"] += self._offset
+        answer = payload.get("response")
+        if self._closed is not None:  # the continuation's items follow the client's message
+            if isinstance(answer, dict) and isinstance(answer.get("output"), list):
+                answer["output"].insert(0, self._closed)
+            return closed + self._numbered(kind, payload)
         if "item_id" in payload:
             payload["item_id"] = watch.item_id
         if kind == "response.output_text.done" and isinstance(payload.get("text"), str):
@@ -352,7 +435,6 @@ class Splice:
         if _is_message(item):
             item["id"] = watch.item_id
             _prefixed_message(item, watch.text)
-        answer = payload.get("response")
         if isinstance(answer, dict):
             # Its id stays the continuation's: that is the response the provider stored, whose
             # conversation holds the whole answer (a later previous_response_id continues it).
@@ -361,10 +443,47 @@ class Splice:
                     output["id"] = watch.item_id
                     _prefixed_message(output, watch.text)
                     break
+        return closed + self._numbered(kind, payload)
+
+    def _numbered(self, kind: str, payload: dict[str, Any]) -> bytes:
         if self._sequence is not None:
             self._sequence += 1
             payload["sequence_number"] = self._sequence
-        return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+        return _messages_event(kind, payload)
+
+    def _message_done(self) -> bytes:
+        """The events that tell the client's open message is done, with its text so far."""
+        watch = self._watch
+        where = {"item_id": watch.item_id, "output_index": self._offset}
+        part = {"type": "output_text", "text": watch.text, "annotations": []}
+        events = (
+            ("response.output_text.done", {**where, "content_index": 0, "text": watch.text}),
+            ("response.content_part.done", {**where, "content_index": 0, "part": part}),
+            (
+                "response.output_item.done",
+                {"output_index": self._offset, "item": _message(watch.item_id, watch.text)},
+            ),
+        )
+        return b"".join(self._numbered(kind, {"type": kind, **event}) for kind, event in events)
+
+
+def _messages_event(kind: str, payload: dict[str, Any]) -> bytes:
+    """An SSE event named ``kind`` (Messages and Responses name each event)."""
+    if "type" not in payload:
+        payload = {"type": kind, **payload}
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+
+def _message(item_id: Any, text: str) -> dict[str, Any]:
+    """A Responses message item whose one part is ``text``."""
+    part = {"type": "output_text", "text": text, "annotations": []}
+    return {
+        "id": item_id,
+        "type": "message",
+        "status": "completed",
+        "role": "assistant",
+        "content": [part],
+    }
 
 
 # A Responses continuation's opening events: the client's stream has them already.
@@ -433,5 +552,5 @@ def _data_of(event: bytes) -> bytes | None:
     return b"".join(lines) if lines else None
 
 
-def _is_stream(response: Response) -> bool:
+def is_stream(response: Response) -> bool:
     return response.status == 200 and response.content_type == "text/event-stream"

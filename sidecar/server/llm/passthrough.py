@@ -23,7 +23,14 @@ from ...model.token_estimate import reply_tokens
 from ...observability import tracing
 from ...state.stored_objects import StoredRef, StreamedIds, refs
 from ...transport import Response, TransportError
-from ..accounting.accounting import call_cost, estimated_usage, record_request, stream_usage
+from ..accounting.accounting import (
+    Call,
+    calls_cost,
+    estimated_usage,
+    record_request,
+    stream_usage,
+    with_spent,
+)
 from ..failover import stream_failover
 from ..failover.failover import open_upstream
 from ..providers.unserved import NO_SUCH_ROUTE, NOT_SERVED, not_served_message
@@ -86,7 +93,7 @@ async def _pass_through(
         translation = None if ctx.routing.translations is None else translated.answered_in(ctx)
         if translation is not None and translated_stream.streams_back(ctx, upstream):
             return await translated_stream.relay_translated_stream(
-                exchange, ctx, upstream, translation
+                exchange, ctx, upstream, translation, raw
             )
         if translation is not None:
             return await translated.relay_translated(exchange, ctx, upstream, translation)
@@ -187,8 +194,15 @@ async def _relay_stream(
                     ctx.ledger.model,
                     stream_usage(ctx, usage, False),
                 )
-                more = await stream_failover.reopen(ctx, watch, raw, cut.code)
+                # The next target may speak another protocol: read back in the caller's.
+                crossing = (
+                    translated_stream.LiveCall(ctx, ctx.caller.codec)
+                    if ctx.routing.translations
+                    else None
+                )
+                more = await stream_failover.reopen(ctx, watch, raw, cut.code, crossing)
                 if more is not None:
+                    more = crossing.caller_stream(more) if crossing is not None else more
                     spent.append(broke)
                     upstream.release(reuse=False)
                     upstream, usage, end = (
@@ -239,39 +253,13 @@ async def _relay_stream(
         ctx,
         http_status=status,
         error_code=error_code,
-        usage=_with_spent(usage_now, spent),
-        cost=_calls_cost(ctx, usage_now, spent),
+        usage=with_spent(usage_now, spent),
+        cost=calls_cost(ctx, usage_now, spent),
     )
 
 
 def _spliced(splice: stream_failover.Splice | None, released: bytes) -> bytes:
     return released if splice is None or not released else splice.feed(released)
-
-
-# A model call of a stream: provider, model, its usage.
-Call = tuple[str | None, str | None, dict[str, int]]
-
-
-def _with_spent(usage: dict[str, int], spent: list[Call]) -> dict[str, int]:
-    """A stream's usage with that of the streams it continued (each a model call)."""
-    total = dict(usage)
-    for _, _, earlier in spent:
-        for name, count in earlier.items():
-            if name == "estimated":
-                total[name] = True  # part of it is an estimate
-            else:
-                total[name] = total.get(name, 0) + count
-    return total
-
-
-def _calls_cost(ctx: RequestContext, usage: dict[str, int], spent: list[Call]) -> float | None:
-    """A continued stream's cost, each call at its own provider's price; None: one call."""
-    if not spent:
-        return None
-    calls = [*spent, (ctx.ledger.provider_name, ctx.ledger.model, usage)]
-    costs = [call_cost(ctx, provider, model, used) for provider, model, used in calls]
-    known = [cost for cost in costs if cost is not None]
-    return sum(known) if known else None
 
 
 async def _fail(exchange: Exchange, ctx: RequestContext, err: ApiError) -> None:
@@ -310,8 +298,8 @@ def _record_later(
         ctx,
         http_status=200,
         error_code=code,
-        usage=_with_spent(usage_now, spent),
-        cost=_calls_cost(ctx, usage_now, spent),
+        usage=with_spent(usage_now, spent),
+        cost=calls_cost(ctx, usage_now, spent),
     )
     ctx.state.tasks.spawn(recording)
 

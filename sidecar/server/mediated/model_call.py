@@ -42,7 +42,7 @@ from ...transport import Response, TransportError
 from ...transport.keepalive import with_keepalives
 from ..accounting.accounting import ModelCharges
 from ..failover.failover import open_upstream
-from ..failover.stream_failover import ContinuedStream
+from ..failover.stream_failover import ContinuedStream, is_stream, may_continue
 from ..providers.stream_tools import REFUSAL_STATUSES
 from ..providers.unserved import NOT_SERVED, not_served_message
 from ..providers.upstream import UpstreamResponse, UpstreamTarget, translate_error
@@ -342,6 +342,9 @@ async def _streamed(
     provider = ctx.ledger.provider_name
     # The provider's stream read as the caller's turn, translated when it speaks another.
     crossed = crossing.turn() if crossing is not None else None
+    if crossed is not None and is_stream(response) and may_continue(ctx):
+        # One the next target may continue: read as a stream of the caller's own protocol.
+        response, crossed = crossing.caller_stream(response), None  # type: ignore[union-attr]
     assembler: TurnAssembler | translated_stream.TranslatedTurn = (
         codec.stream_assembler() if crossed is None else crossed
     )
@@ -372,9 +375,9 @@ async def _streamed(
                 return ModelFailed("protocol", "the provider's reply is not a JSON object")
             await show_whole(codec, conversation, reply, show)
             return ModelReplied(reply)
-        # Without a crossing, a stream that breaks after text goes on at the next target.
+        # A stream that breaks after text goes on at the next target.
         if crossed is None:
-            reader = ContinuedStream(ctx, codec, response, streamed)
+            reader = ContinuedStream(ctx, codec, response, streamed, crossing)
         while chunk := await (reader or response).read_chunk():
             end.feed(chunk)
             deltas = assembler.feed(chunk)

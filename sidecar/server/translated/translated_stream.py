@@ -2,6 +2,10 @@
 the provider streams, and its stream reaches the caller in the caller's protocol event by
 event (``translation/streams.py``), for pass-through and for a mediated request's model calls.
 Requests, whole answers and errors cross at ``translated.py``; this module is their stream.
+
+A stream that breaks after text goes on at the route's next target, of any protocol
+(``stream_failover.py``): the watch reads what the caller was sent, and the rest is read in
+the caller's protocol and spliced in.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from ...codecs import CODECS
 from ...codecs.base import Codec
 from ...codecs.usage import StreamUsage
 from ...mediation.commands import Event
-from ...model.errors import upstream_failure
+from ...model.errors import ApiError, upstream_failure
 from ...translation import Translated, reshaped_tools, translate_request
 from ...translation.streams import (
     StreamTranslator,
@@ -25,7 +29,8 @@ from ...translation.streams import (
     translated_turn,
 )
 from ...transport import Response, TransportError
-from ..accounting.accounting import record_request, stream_usage
+from ..accounting.accounting import Call, calls_cost, record_request, stream_usage, with_spent
+from ..failover import stream_failover
 from ..providers.upstream import UpstreamResponse, UpstreamTarget, translate_error
 from . import translated
 
@@ -61,20 +66,21 @@ def crossing_protocol(ctx: RequestContext, provider: str) -> str | None:
 def translator_for(
     ctx: RequestContext,
     caller: Codec,
-    translated: Translated,
+    translated: Translated | None,
     *,
     usage: StreamUsage | None = None,
 ) -> StreamTranslator:
-    """The translator of the answer to ``translated`` (a request in its target's protocol);
-    ``usage`` reads the provider's usage from the stream as it is translated."""
+    """The translator of the answer to ``translated`` (a request in its target's protocol;
+    None: in the caller's own, read and written again alike); ``usage`` reads the provider's
+    usage from the stream as it is translated."""
     translations = ctx.routing.translations
     return stream_translator(
-        translated.target,
+        caller.name if translated is None else translated.target,
         caller,
         provider=ctx.ledger.provider_name or "",
         model=ctx.ledger.model,
         include_usage=translations is not None and translations.include_usage,
-        reshaped=reshaped_tools(translated.request),
+        reshaped=None if translated is None else reshaped_tools(translated.request),
         watch=None if usage is None else usage.read,
         redact=functools.partial(ctx.state.upstream.redact_text, ctx.ledger.provider_name),
     )
@@ -111,70 +117,148 @@ def streams_back(ctx: RequestContext, upstream: Response) -> bool:
 
 
 async def relay_translated_stream(
-    exchange: Exchange, ctx: RequestContext, upstream: Response, translated: Translated
+    exchange: Exchange,
+    ctx: RequestContext,
+    upstream: Response,
+    translated: Translated,
+    raw: bytes | bytearray | None,
 ) -> None:
     """The provider's stream, in the caller's protocol as it arrives; the caller's stream
-    always ends with its protocol's end, also when the provider's fails or stops short."""
-    usage = StreamUsage(_CODECS[translated.target])  # the provider's counts, in its own sense
-    # It reads the events the translator parses that tell usage.
-    translator = translator_for(ctx, ctx.caller.codec, translated, usage=usage)
+    always ends with its protocol's end, also when the provider's fails or stops short.
+    ``raw``: the caller's request, asked again of the next target when the stream breaks
+    after text."""
+    relay = _Relay(ctx, upstream, translated)
     kept = {name: upstream.headers[name] for name in _KEPT_HEADERS if name in upstream.headers}
     await exchange.start_stream(200, {**SSE_HEADERS, **kept})
     try:
-        await _relay(exchange, ctx, upstream, translator, usage)
+        await relay.run(exchange, raw)
         await exchange.end()
-        error_code = _code(translator)
+        error_code = _code(relay.translator)
     except ConnectionError:
         # A client that closes once its answer is complete (SDKs stop at the end) got it.
-        error_code = _code(translator) if translator.closed else "client_disconnected"
+        error_code = _code(relay.translator) if relay.translator.closed else "client_disconnected"
     except asyncio.CancelledError:
+        translator = relay.translator
         code = _code(translator) if translator.closed else "client_disconnected"
-        charged = _charged(ctx, usage, translator)
-        ctx.state.tasks.spawn(record_request(ctx, http_status=200, error_code=code, usage=charged))
+        usage, cost = relay.charged()
+        recording = record_request(ctx, http_status=200, error_code=code, usage=usage, cost=cost)
+        ctx.state.tasks.spawn(recording)
         raise
     finally:
         # Only a stream read to its end marker leaves its connection in a known state.
-        upstream.release(reuse=translator.complete)
-    charged = _charged(ctx, usage, translator)
-    await record_request(ctx, http_status=200, error_code=error_code, usage=charged)
+        relay.upstream.release(reuse=relay.translator.complete)
+    usage, cost = relay.charged()
+    await record_request(ctx, http_status=200, error_code=error_code, usage=usage, cost=cost)
 
 
-def _charged(
-    ctx: RequestContext, usage: StreamUsage, translator: StreamTranslator
-) -> dict[str, int]:
-    """The stream's usage; where the provider told none, estimated from what its model wrote."""
-    return stream_usage(ctx, usage, translator.complete)
+class _Relay:
+    """One translated stream relayed to its caller, and its continuation at the route's next
+    target when it breaks after text (a target of any protocol: the caller's own is read by
+    a translator of its own protocol, so the caller's lifecycle ends alike)."""
+
+    def __init__(self, ctx: RequestContext, upstream: Response, translated: Translated) -> None:
+        self.ctx = ctx
+        self.upstream = upstream
+        self.usage = StreamUsage(_CODECS[translated.target])  # the provider's, in its sense
+        # It reads the events the translator parses that tell usage.
+        self.translator = translator_for(ctx, ctx.caller.codec, translated, usage=self.usage)
+        self.watch = stream_failover.watch_for(ctx)
+        self.splice: stream_failover.Splice | None = None
+        self.spent: list[Call] = []  # the stream that broke and was continued
+
+    def charged(self) -> tuple[dict[str, int], float | None]:
+        """The usage and cost of the stream and of the one it continued, if any."""
+        now = stream_usage(self.ctx, self.usage, self.translator.complete)
+        return with_spent(now, self.spent), calls_cost(self.ctx, now, self.spent)
+
+    async def run(self, exchange: Exchange, raw: bytes | bytearray | None) -> None:
+        after_end = 0  # bytes read past the caller's end, to let the connection be pooled
+        while after_end <= _MAX_AFTER_END:
+            translator = self.translator
+            if translator.closed and not translator.complete:
+                return
+            try:
+                chunk, cut = await self.upstream.read_chunk(), None
+            except TransportError as exc:
+                failure = translate_error(exc, self.ctx.ledger.provider_name or "")
+                chunk, cut = b"", upstream_failure(failure.kind, failure.message)
+            if not chunk and not translator.complete and await self._continued(raw, cut):
+                continue
+            if cut is not None:
+                return await exchange.write(self._spliced(translator.fail(cut)))
+            if not chunk:
+                return await exchange.write(self._spliced(translator.finish()))
+            if translator.closed:
+                after_end += len(chunk)
+                continue
+            self.usage.feed_written(chunk)
+            frames = translator.feed(chunk)
+            if self.watch is not None:
+                self.watch.feed(self.ctx.caller.codec.name, frames)
+            if frames := self._spliced(frames):
+                await exchange.write(frames)
+
+    def _spliced(self, frames: bytes) -> bytes:
+        return frames if self.splice is None or not frames else self.splice.feed(frames)
+
+    async def _continued(self, raw: bytes | bytearray | None, cut: ApiError | None) -> bool:
+        """The rest of the answer from the next target, once; False: nothing to continue."""
+        watch, self.watch = self.watch, None
+        if watch is None or self.translator.closed:
+            return False
+        ctx = self.ctx
+        cause = "upstream_protocol_error" if cut is None else cut.code
+        broke = (ctx.ledger.provider_name, ctx.ledger.model, stream_usage(ctx, self.usage, False))
+        crossing = LiveCall(ctx, ctx.caller.codec)
+        more = await stream_failover.reopen(ctx, watch, raw, cause, crossing)
+        if more is None:
+            return False
+        self.spent.append(broke)
+        self.upstream.release(reuse=False)
+        spoken = crossing.spoken()
+        protocol = ctx.caller.codec.name if spoken is None else spoken.target
+        self.upstream, self.usage = more, StreamUsage(_CODECS[protocol])
+        self.translator = translator_for(ctx, ctx.caller.codec, spoken, usage=self.usage)
+        self.splice = stream_failover.Splice(ctx.caller.codec.name, watch)
+        return True
 
 
 def _code(translator: StreamTranslator) -> str | None:
     return None if translator.failure is None else translator.failure.code
 
 
-async def _relay(
-    exchange: Exchange,
-    ctx: RequestContext,
-    upstream: Response,
-    translator: StreamTranslator,
-    usage: StreamUsage,
-) -> None:
-    after_end = 0  # bytes read past the caller's end, to let the connection be pooled
-    while after_end <= _MAX_AFTER_END and not (translator.closed and not translator.complete):
-        try:
-            chunk = await upstream.read_chunk()
-        except TransportError as exc:
-            failure = translate_error(exc, ctx.ledger.provider_name or "")
-            await exchange.write(translator.fail(upstream_failure(failure.kind, failure.message)))
-            return
-        if not chunk:
-            await exchange.write(translator.finish())
-            return
-        if translator.closed:
-            after_end += len(chunk)
-            continue
-        usage.feed_written(chunk)
-        frames = translator.feed(chunk)
-        if frames:
-            await exchange.write(frames)
+class TranslatedStream:
+    """A target's stream read as a stream of the caller's protocol: what its translator
+    writes, cut where the target's was cut (its reader tells a cut as it tells one of the
+    caller's own protocol). It reads like the response it wraps."""
+
+    __slots__ = ("_after_end", "_ended", "_response", "_translator")
+
+    def __init__(self, response: Response, translator: StreamTranslator) -> None:
+        self._response = response
+        self._translator = translator
+        self._ended = False
+        self._after_end = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._response, name)
+
+    async def read_chunk(self) -> bytes:
+        translator = self._translator
+        while not self._ended:
+            chunk = await self._response.read_chunk()
+            if not chunk or self._after_end > _MAX_AFTER_END:
+                self._ended = True
+                return translator.finish() if translator.complete else b""
+            if translator.closed:
+                self._after_end += len(chunk)
+                continue
+            if frames := translator.feed(chunk):
+                return frames
+        return b""
+
+    def release(self, reuse: bool = True) -> None:
+        self._response.release(reuse=reuse and self._translator.complete)
 
 
 # --- a mediated request's model calls ---------------------------------------------------------
@@ -219,6 +303,19 @@ class LiveCall:
             provider=ctx.ledger.provider_name or "",
             redact=functools.partial(ctx.state.upstream.redact_text, ctx.ledger.provider_name),
         )
+
+    def spoken(self) -> Translated | None:
+        """The call as the answering provider got it; None when it speaks the caller's."""
+        return self._spoken.get(self._ctx.ledger.provider_name or "")
+
+    def caller_stream(self, response: Response) -> Response:
+        """The answering provider's stream read in the caller's protocol (``TranslatedStream``),
+        as it came when it speaks it."""
+        spoken = self.spoken()
+        if spoken is None:
+            return response
+        translator = translator_for(self._ctx, self._caller, spoken)
+        return TranslatedStream(response, translator)  # type: ignore[return-value]
 
     def whole(self, reply: UpstreamResponse) -> Event:
         """The answering provider's answer that came whole, or its refusal, as the engine's
