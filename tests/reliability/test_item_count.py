@@ -89,7 +89,7 @@ async def sidecar(tmp_path: Path) -> AsyncIterator[Process]:
         tokens = write_build(tmp_path / "build", agents, providers)
         env = {**TEST_PROVIDER_KEYS, "CLAW_AUDIT_KEY": TEST_AUDIT_KEY}
         async with sidecar_process(tmp_path / "build", tmp_path / "state", env) as running:
-            yield Process(running.pid, running.url, tokens)
+            yield Process(running, tokens)
 
 
 def items(count: int) -> list[dict[str, str]]:
