@@ -38,17 +38,11 @@ from ..neutral_stream import (
 )
 from ..sse import event_frame
 from .neutral import INCOMPLETE_REASONS, read_reply, read_stop, read_usage, write_reply, write_usage
-from .stream import goes_before_text
+from .stream import TEXT_DELTA_TAIL, goes_before_text, text_delta_head
+
 
 # The text events every stream is mostly made of, written from bytes around the JSON-encoded
 # text (the same bytes orjson writes for the whole event): they cost the most per stream.
-_RESPONSES_TEXT_HEAD = (
-    b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":'
-)
-_RESPONSES_TEXT_AT = b',"output_index":%d,"content_index":0,"delta":'
-_RESPONSES_TEXT_TAIL = b',"logprobs":[],"sequence_number":%d}\n\n'
-
-
 class ResponsesStreamReader(StreamReader):
     """``response.created`` … ``response.completed``: message text, ``function_call`` items,
     ``reasoning`` items (whole, once done). Lenient as the assembler is with servers that leave
@@ -160,10 +154,10 @@ class ResponsesStreamWriter(StreamWriter):
         self._calls: dict[int, int] = {}  # source call -> output index
         self._positions: dict[str, int] = {}  # item id -> output index
         self._held: tuple[int, Part] | None = None  # (source call, the call) of a custom tool
-        # The open message's text delta as a format of its text and sequence number, and its
+        # The open message's text delta up to its text (``stream.text_delta_head``), and its
         # text so far as the JSON strings its deltas carry (decoded and joined once it closes:
         # adding each piece to one string copies the answer once per event).
-        self._text_format: bytes | None = None
+        self._text_head: bytes | None = None
         self._text: list[bytes] = []
 
     def _open(self) -> bytes:
@@ -175,11 +169,11 @@ class ResponsesStreamWriter(StreamWriter):
     def _content(self, event: Content) -> bytes:
         if type(event) is Text:
             frames = b""
-            if self._text_format is None:
+            if self._text_head is None:
                 frames = self._open_message()
             text = orjson.dumps(event.text)
             self._text.append(text)
-            frame = self._text_format % (text, self._sequence)  # type: ignore[operator]
+            frame = self._text_head + text + TEXT_DELTA_TAIL % self._sequence
             self._sequence += 1
             return frames + frame
         if isinstance(event, Reasoning):
@@ -236,9 +230,7 @@ class ResponsesStreamWriter(StreamWriter):
         message["content"].append(part)
         where = self._where(message)
         at = {**where, "content_index": 0, "part": dict(part)}
-        item_id = orjson.dumps(where["item_id"]).replace(b"%", b"%%")
-        at_index = _RESPONSES_TEXT_AT % where["output_index"]
-        self._text_format = _RESPONSES_TEXT_HEAD + item_id + at_index + b"%b" + _RESPONSES_TEXT_TAIL
+        self._text_head = text_delta_head(where, 0)
         self._text = []
         return frames + self._event("response.content_part.added", at)
 
@@ -266,7 +258,7 @@ class ResponsesStreamWriter(StreamWriter):
         if item["type"] == "message":
             part = item["content"][0]
             part["text"] = "".join(orjson.loads(b"[%b]" % b",".join(self._text)))
-            self._text_format = None
+            self._text_head = None
             at = {**where, "content_index": 0}
             text = {**at, "text": part["text"], "logprobs": []}
             frames.append(self._event("response.output_text.done", text))
