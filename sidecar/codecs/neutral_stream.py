@@ -32,21 +32,21 @@ from ..model.neutral import (
     FunctionTool,
     Part,
     Reasoning,
+    Refusal,
     Reply,
     Request,
     Started,
     Stop,
     Stopped,
     StreamEvent,
-    Text,
     Told,
     Usage,
 )
 from .sse import EventReader, NotUtf8
 
 _ENDS = (Ended, Failed)
-Content = Text | CallStarted | CallArguments | Reasoning
-_CONTENT = (Text, CallStarted, CallArguments, Reasoning)
+Content = str | Refusal | CallStarted | CallArguments | Reasoning
+_CONTENT = (str, Refusal, CallStarted, CallArguments, Reasoning)
 # The whole-answer writers render one reasoning part for us; they read no request field for it.
 _NO_REQUEST = Request(model=None, system=[], messages=[])
 

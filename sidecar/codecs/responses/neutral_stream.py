@@ -15,12 +15,12 @@ from ...model.neutral import (
     FunctionTool,
     Part,
     Reasoning,
+    Refusal,
     Reply,
     Request,
     Started,
     Stopped,
     StreamEvent,
-    Text,
     Told,
 )
 from ..base import as_int
@@ -65,10 +65,10 @@ class ResponsesStreamReader(StreamReader):
         elif kind == "response.output_item.added":
             self._added(data, dict_of(data.get("item")), found)
         elif kind == "response.output_text.delta" and (text := str_of(data.get("delta"))):
-            found.append(Text(text))
+            found.append(text)
         elif kind == "response.refusal.delta" and (text := str_of(data.get("delta"))):
             self._refused = True
-            found.append(Text(text, refusal=True))
+            found.append(Refusal(text))
         elif kind == "response.function_call_arguments.delta":
             index = self._index(data)
             if index in self._arguments and (piece := str_of(data.get("delta"))):
@@ -167,11 +167,13 @@ class ResponsesStreamWriter(StreamWriter):
         )
 
     def _content(self, event: Content) -> bytes:
-        if type(event) is Text:
+        if type(event) is Refusal:  # written as the message's text, as it always was
+            event = event.text
+        if type(event) is str:
             frames = b""
             if self._text_head is None:
                 frames = self._open_message()
-            text = orjson.dumps(event.text)
+            text = orjson.dumps(event)
             self._text.append(text)
             frame = self._text_head + text + TEXT_DELTA_TAIL % self._sequence
             self._sequence += 1
