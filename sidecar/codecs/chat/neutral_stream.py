@@ -57,15 +57,21 @@ class ChatStreamReader(StreamReader):
 
     end_marker = "[DONE]"
 
-    def _marked_end(self, found: list[StreamEvent]) -> None:
-        self._think(found)
-        stop = self._stop or "end"
-        found += [Stopped("tool_calls" if self._calls else stop), Ended()]
+    def _events(
+        self, events: list[tuple[str | None, dict[str, Any] | None]], found: list[StreamEvent]
+    ) -> None:
+        for _, chunk in events:
+            if chunk is None:  # [DONE]
+                self._think(found)
+                stop = self._stop or "end"
+                found += [Stopped("tool_calls" if self._calls else stop), Ended()]
+                return
+            if "error" in chunk:
+                found.append(failure_of(chunk["error"]))
+                return
+            self._chunk(chunk, found)
 
-    def _event(self, name: str | None, chunk: dict[str, Any], found: list[StreamEvent]) -> None:
-        if "error" in chunk:
-            found.append(failure_of(chunk["error"]))
-            return
+    def _chunk(self, chunk: dict[str, Any], found: list[StreamEvent]) -> None:
         if not self._started:
             self._started = True
             found.append(Started(chunk.get("id"), chunk.get("model"), as_int(chunk.get("created"))))

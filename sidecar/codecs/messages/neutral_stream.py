@@ -21,6 +21,7 @@ from ...model.neutral import (
 )
 from ..base import as_int
 from ..neutral_stream import (
+    ENDS,
     Caller,
     Content,
     StreamReader,
@@ -56,6 +57,14 @@ class MessagesStreamReader(StreamReader):
         self._calls: dict[int, bool] = {}  # tool_use block -> an argument piece was passed
         self._thinking: dict[int, dict[str, Any]] = {}  # reasoning blocks being read
         self._usage: dict[str, Any] = {}
+
+    def _events(
+        self, events: list[tuple[str | None, dict[str, Any] | None]], found: list[StreamEvent]
+    ) -> None:
+        for name, data in events:
+            self._event(name, data, found)  # type: ignore[arg-type]  # no end marker: a dict
+            if found and type(found[-1]) in ENDS:
+                return
 
     def _event(self, name: str | None, data: dict[str, Any], found: list[StreamEvent]) -> None:
         kind = data.get("type", name)

@@ -25,6 +25,7 @@ from ...model.neutral import (
 )
 from ..base import as_int
 from ..neutral_stream import (
+    ENDS,
     Caller,
     Content,
     StreamReader,
@@ -55,6 +56,14 @@ class ResponsesStreamReader(StreamReader):
         self._last = -1
         self._arguments: dict[int, int] = {}  # a call's output index -> argument chars passed
         self._refused = False
+
+    def _events(
+        self, events: list[tuple[str | None, dict[str, Any] | None]], found: list[StreamEvent]
+    ) -> None:
+        for name, data in events:
+            self._event(name, data, found)  # type: ignore[arg-type]  # no end marker: a dict
+            if found and type(found[-1]) in ENDS:
+                return
 
     def _event(self, name: str | None, data: dict[str, Any], found: list[StreamEvent]) -> None:
         kind = data.get("type", name)
