@@ -32,21 +32,22 @@ from ..model.neutral import (
     FunctionTool,
     Part,
     Reasoning,
+    Refusal,
     Reply,
     Request,
     Started,
     Stop,
     Stopped,
     StreamEvent,
-    Text,
     Told,
     Usage,
 )
 from .sse import EventReader, NotUtf8
 
-_ENDS = (Ended, Failed)
-Content = Text | CallStarted | CallArguments | Reasoning
-_CONTENT = (Text, CallStarted, CallArguments, Reasoning)
+ENDS = (Ended, Failed)
+"""The events that end a stream: a reader reads nothing after one."""
+Content = str | Refusal | CallStarted | CallArguments | Reasoning
+_CONTENT = (str, Refusal, CallStarted, CallArguments, Reasoning)
 # The whole-answer writers render one reasoning part for us; they read no request field for it.
 _NO_REQUEST = Request(model=None, system=[], messages=[])
 
@@ -96,33 +97,42 @@ class StreamReader(ABC):
         found: list[StreamEvent] = []
         if self.ended or self.malformed:
             return found  # nothing after the end counts
-        # Each event is parsed here and handed to the protocol's ``_event`` whole: one call into
-        # the protocol's home an event, not one back out of it for the parsing.
+        # The piece's events are parsed here, then read by the protocol's home in one loop of
+        # its own (``_events``): control stays in the home for the whole piece, not in and out
+        # of it an event.
+        parsed: list[tuple[str | None, dict[str, Any] | None]] = []
+        not_json: str | None = None
         for name, payload in events:
             self.events += 1
+            if payload[:1] != "{" and payload.strip() == self.end_marker:
+                parsed.append((name, None))
+                break  # nothing after the end marker counts
             try:
-                if payload[:1] != "{" and payload.strip() == self.end_marker:
-                    self._marked_end(found)
-                else:
-                    self._event(name, self._object(payload), found)
-            except ValueError as exc:  # CodecError, bad JSON: the events before it stand
-                self.malformed = str(exc)
+                parsed.append((name, self._object(payload)))
+            except ValueError as exc:  # the events before it stand
+                not_json = str(exc)
                 break
-            if found and type(found[-1]) in _ENDS:
-                self.ended = True
-                break
+        try:
+            self._events(parsed, found)
+        except ValueError as exc:  # CodecError: the events before it stand
+            self.malformed = str(exc)
+            return found
+        if found and type(found[-1]) in ENDS:
+            self.ended = True
+        else:
+            self.malformed = not_json
         return found
 
     end_marker: str | None = None
-    """A protocol's end marker that is not JSON (Chat Completions' ``[DONE]``)."""
-
-    def _marked_end(self, found: list[StreamEvent]) -> None:
-        """The stream's ``end_marker`` was read (only a protocol that has one is asked)."""
-        raise NotImplementedError
+    """A protocol's end marker that is not JSON (Chat Completions' ``[DONE]``): its event
+    reaches ``_events`` as ``None``."""
 
     @abstractmethod
-    def _event(self, name: str | None, data: dict[str, Any], found: list[StreamEvent]) -> None:
-        """One event of the stream (``name``: its SSE event name), its payload parsed."""
+    def _events(
+        self, events: list[tuple[str | None, dict[str, Any] | None]], found: list[StreamEvent]
+    ) -> None:
+        """Read the events of one piece (each its SSE event name and its payload parsed) in
+        order, up to the stream's end (``ENDS``: nothing after it is read)."""
 
     def _object(self, payload: str) -> dict[str, Any]:
         """An event's payload parsed, and shown to ``watch`` if it tells usage (no event

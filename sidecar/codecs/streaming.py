@@ -12,16 +12,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..model.errors import ApiError
 from .sse import EventReader
 
 
-@dataclass(slots=True, frozen=True)
-class TextDelta:
-    """A piece of answer text of the turn being read."""
+class TextDelta(NamedTuple):
+    """A piece of answer text of the turn being read. A tuple, not a frozen dataclass: one is
+    made per text event, and a tuple is built in half the time (no ``object.__setattr__``)."""
 
     part: tuple[int, ...]
     """Where it goes in the upstream turn: a choice, a content block, an (item, part) pair."""

@@ -123,7 +123,8 @@ def text_of(parts: list[Part]) -> str:
 
 # A streamed answer, one event at a time: the stream counterpart of ``Reply``. A reader turns a
 # protocol's SSE into these events and a writer puts them out in another protocol's: the
-# answer's text and function-call argument pieces as they come, usage (``Usage``), why the model
+# answer's text (a plain ``str``: nearly every event is one, and a piece of text needs nothing
+# around it) and function-call argument pieces as they come, usage (``Usage``), why the model
 # stopped (``Stop``), failure. Provider-run tools have no event: no other protocol has a place
 # for them.
 # Not frozen: a frozen dataclass is built through object.__setattr__, twice the cost, and a
@@ -140,10 +141,10 @@ class Started:
 
 
 @dataclass(slots=True)
-class Text:
+class Refusal:
+    """A piece of the model's refusal (a Chat ``refusal`` delta, a Responses refusal part)."""
+
     text: str
-    refusal: bool = False
-    """The model's refusal (a Chat ``refusal`` delta, a Responses refusal part)."""
 
 
 @dataclass(slots=True)
@@ -198,5 +199,14 @@ class Failed:
 
 
 StreamEvent = (
-    Started | Text | CallStarted | CallArguments | Reasoning | Told | Stopped | Ended | Failed
+    Started
+    | str
+    | Refusal
+    | CallStarted
+    | CallArguments
+    | Reasoning
+    | Told
+    | Stopped
+    | Ended
+    | Failed
 )

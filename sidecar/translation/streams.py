@@ -37,13 +37,13 @@ from ..model.neutral import (
     FunctionTool,
     Part,
     Reasoning,
+    Refusal,
     Reply,
     Request,
     Started,
     Stop,
     Stopped,
     StreamEvent,
-    Text,
     Told,
     Usage,
 )
@@ -156,7 +156,7 @@ class StreamTranslator:
 
 
 # Events of the answer's content (the others tell about it).
-_CONTENT = frozenset({Text, CallStarted, CallArguments, Reasoning})
+_CONTENT = frozenset({str, Refusal, CallStarted, CallArguments, Reasoning})
 # Events that carry no answer: a Chat ``[DONE]`` alone reads as a stop and an end.
 _NO_ANSWER = frozenset({Started, Stopped, Told, Ended})
 
@@ -277,8 +277,8 @@ class TranslatedTurn:
 
     def _fold(self, events: list[StreamEvent], deltas: list[TextDelta]) -> None:
         for event in events:
-            if type(event) is Text and not event.refusal:  # the common case first
-                self._told(event.text, deltas)
+            if type(event) is str:  # the common case first: the answer's next text
+                self._told(event, deltas)
                 continue
             self._close_text()
             if type(event) in _CONTENT:
@@ -291,7 +291,7 @@ class TranslatedTurn:
                 case CallArguments(index, json):
                     if index in self._calls:  # arguments of a call never started: dropped
                         self._calls[index]["arguments"] += json
-                case Text(text):
+                case Refusal(text):
                     self._parts.append({"type": "refusal", "text": text})
                 case Reasoning(part):
                     self._parts.append(part)

@@ -14,7 +14,8 @@ import pytest
 from bench.streams import EVENTS as BENCH_EVENTS
 from clawpod.sidecar.codecs.sse import EventReader, parse_events
 from clawpod.sidecar.model.errors import ApiError
-from clawpod.sidecar.translation.streams import MAX_EVENT_BYTES, stream_translator
+from clawpod.sidecar.model.neutral import Request
+from clawpod.sidecar.translation.streams import MAX_EVENT_BYTES, stream_translator, translated_turn
 from tests.support import responses as scripted_responses
 from tests.support.codecs import codec_of
 from tests.support.upstream import Reply, StubUpstream
@@ -59,6 +60,7 @@ PROVIDER_ERROR = {
     ),
 }
 GARBAGE = b"data: <html>\x00not json{{\n\n"
+QUESTION = Request(model="m", system=[], messages=[])
 
 
 def translator(source: str, caller: str) -> Any:
@@ -106,6 +108,25 @@ def test_garbage_in_the_same_piece_keeps_what_came_before_it(source: str, caller
     out = translation.feed(OPENING[source] + GARBAGE + OPENING[source])
     assert translation.closed
     assert_ends_with_error(caller, out, "not valid")
+
+
+@pytest.mark.parametrize(("source", "caller"), DIRECTIONS)
+def test_garbage_after_the_end_in_the_same_piece_is_not_read(source: str, caller: str) -> None:
+    """A piece is parsed before its protocol's home reads it: what follows the end in the
+    same piece (garbage, another answer) still does not count."""
+    whole = b"".join(BENCH_EVENTS[source])
+    alone = translator(source, caller)
+    expected = alone.feed(whole) + alone.finish()
+    for after in (GARBAGE, whole, OPENING[source] + GARBAGE):
+        translation = translator(source, caller)
+        out = translation.feed(whole + after) + translation.finish()
+        assert translation.complete
+        assert translation.failure is None
+        assert out == expected
+        turn = translated_turn(source, codec_of(API_OF[caller]), QUESTION, provider="hostile")
+        turn.feed(whole + after)
+        assert turn.complete
+        assert turn.end() is None
 
 
 @pytest.mark.parametrize(("source", "caller"), DIRECTIONS)

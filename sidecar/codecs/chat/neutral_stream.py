@@ -13,11 +13,11 @@ from ...model.neutral import (
     CallStarted,
     Ended,
     Reasoning,
+    Refusal,
     Started,
     Stop,
     Stopped,
     StreamEvent,
-    Text,
     Told,
     Usage,
 )
@@ -57,15 +57,21 @@ class ChatStreamReader(StreamReader):
 
     end_marker = "[DONE]"
 
-    def _marked_end(self, found: list[StreamEvent]) -> None:
-        self._think(found)
-        stop = self._stop or "end"
-        found += [Stopped("tool_calls" if self._calls else stop), Ended()]
+    def _events(
+        self, events: list[tuple[str | None, dict[str, Any] | None]], found: list[StreamEvent]
+    ) -> None:
+        for _, chunk in events:
+            if chunk is None:  # [DONE]
+                self._think(found)
+                stop = self._stop or "end"
+                found += [Stopped("tool_calls" if self._calls else stop), Ended()]
+                return
+            if "error" in chunk:
+                found.append(failure_of(chunk["error"]))
+                return
+            self._chunk(chunk, found)
 
-    def _event(self, name: str | None, chunk: dict[str, Any], found: list[StreamEvent]) -> None:
-        if "error" in chunk:
-            found.append(failure_of(chunk["error"]))
-            return
+    def _chunk(self, chunk: dict[str, Any], found: list[StreamEvent]) -> None:
         if not self._started:
             self._started = True
             found.append(Started(chunk.get("id"), chunk.get("model"), as_int(chunk.get("created"))))
@@ -79,7 +85,7 @@ class ChatStreamReader(StreamReader):
             if type(delta) is dict:
                 content = delta.get("content")
                 if len(delta) == 1 and content and type(content) is str and not self._thought:
-                    found.append(Text(content))  # nearly every event: one piece of text
+                    found.append(content)  # nearly every event: one piece of text
                 else:
                     self._delta(delta, found)
             reason = choice.get("finish_reason")
@@ -93,11 +99,11 @@ class ChatStreamReader(StreamReader):
         content = delta.get("content")
         if content and isinstance(content, str):
             self._think(found)
-            found.append(Text(content))
+            found.append(content)
         refusal = delta.get("refusal")
         if refusal and isinstance(refusal, str):
             self._think(found)
-            found.append(Text(refusal, refusal=True))
+            found.append(Refusal(refusal))
         fragments = delta.get("tool_calls")
         for fragment in fragments or ():
             if isinstance(fragment, dict):
@@ -157,12 +163,12 @@ class ChatStreamWriter(StreamWriter):
         return opening
 
     def _content(self, event: Content) -> bytes:
-        if type(event) is Text and not event.refusal:
+        if type(event) is str:
             # The common chunk, written from its parts: its head is the same every time.
-            return self._text_head + orjson.dumps(event.text) + _CHAT_TEXT_TAIL
+            return self._text_head + orjson.dumps(event) + _CHAT_TEXT_TAIL
         if isinstance(event, Reasoning):
             return b""  # Chat Completions has no place for reasoning
-        if isinstance(event, Text):
+        if isinstance(event, Refusal):
             return self._chunk({"refusal": event.text})
         if isinstance(event, CallStarted):
             index = self._calls[event.index] = len(self._calls)

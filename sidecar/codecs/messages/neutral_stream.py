@@ -13,14 +13,15 @@ from ...model.neutral import (
     CallStarted,
     Ended,
     Reasoning,
+    Refusal,
     Started,
     Stopped,
     StreamEvent,
-    Text,
     Told,
 )
 from ..base import as_int
 from ..neutral_stream import (
+    ENDS,
     Caller,
     Content,
     StreamReader,
@@ -57,21 +58,35 @@ class MessagesStreamReader(StreamReader):
         self._thinking: dict[int, dict[str, Any]] = {}  # reasoning blocks being read
         self._usage: dict[str, Any] = {}
 
+    def _events(
+        self, events: list[tuple[str | None, dict[str, Any] | None]], found: list[StreamEvent]
+    ) -> None:
+        for name, data in events:
+            self._event(name, data, found)  # type: ignore[arg-type]  # no end marker: a dict
+            if found and type(found[-1]) in ENDS:
+                return
+
     def _event(self, name: str | None, data: dict[str, Any], found: list[StreamEvent]) -> None:
         kind = data.get("type", name)
-        index = as_int(data.get("index"))
         if kind == "content_block_delta":
             delta = data.get("delta")
-            if type(delta) is dict:
-                self._delta(index, delta, found)
+            if type(delta) is not dict:
+                return
+            if delta.get("type") == "text_delta":  # nearly every event: one piece of text
+                text = delta.get("text")
+                if text and type(text) is str:
+                    found.append(text)
+            else:
+                self._delta(as_int(data.get("index")), delta, found)
         elif kind == "message_start":
             message = dict_of(data.get("message"))
             found.append(Started(message.get("id"), message.get("model")))
             self._usage = dict_of(message.get("usage"))
         elif kind == "content_block_start":
-            self._block_start(index, dict_of(data.get("content_block")), found)
+            block = dict_of(data.get("content_block"))
+            self._block_start(as_int(data.get("index")), block, found)
         elif kind == "content_block_stop":
-            self._block_stop(index, found)
+            self._block_stop(as_int(data.get("index")), found)
         elif kind == "message_delta":
             self._usage = {**self._usage, **dict_of(data.get("usage"))}
             usage = read_usage(self._usage)
@@ -88,7 +103,7 @@ class MessagesStreamReader(StreamReader):
     def _block_start(self, index: int, block: dict[str, Any], found: list[StreamEvent]) -> None:
         kind = block.get("type")
         if kind == "text" and (text := str_of(block.get("text"))):
-            found.append(Text(text))
+            found.append(text)
         elif kind == "tool_use":
             self._calls[index] = bool(block.get("input"))
             call_id, name = str_of(block.get("id")), str_of(block.get("name"))
@@ -100,11 +115,7 @@ class MessagesStreamReader(StreamReader):
 
     def _delta(self, index: int, delta: dict[str, Any], found: list[StreamEvent]) -> None:
         kind = delta.get("type")
-        if kind == "text_delta":
-            text = delta.get("text")
-            if text and type(text) is str:  # nearly every event: one piece of text
-                found.append(Text(text))
-        elif kind == "input_json_delta" and index in self._calls:
+        if kind == "input_json_delta" and index in self._calls:
             piece = str_of(delta.get("partial_json"))
             if piece:
                 self._calls[index] = True
@@ -152,12 +163,14 @@ class MessagesStreamWriter(StreamWriter):
         return event_frame("message_start", {"type": "message_start", "message": message})
 
     def _content(self, event: Content) -> bytes:
-        if type(event) is Text:  # most events: the next piece of the open text block
+        if type(event) is Refusal:  # Messages has no refusal: it is the answer's text
+            event = event.text
+        if type(event) is str:  # most events: the next piece of the open text block
             if self._open_block is _TEXT_BLOCK:
-                return self._text_head + orjson.dumps(event.text) + TEXT_DELTA_TAIL
+                return self._text_head + orjson.dumps(event) + TEXT_DELTA_TAIL
             start = self._start({"type": "text", "text": ""}, _TEXT_BLOCK)
             self._text_head = TEXT_DELTA_HEAD % (self._blocks - 1)
-            return start + self._text_head + orjson.dumps(event.text) + TEXT_DELTA_TAIL
+            return start + self._text_head + orjson.dumps(event) + TEXT_DELTA_TAIL
         if isinstance(event, Reasoning):
             blocks = one_part_written(write_reply, event.part)["content"]
             return b"".join(self._whole_block(block) for block in blocks)

@@ -15,16 +15,17 @@ from ...model.neutral import (
     FunctionTool,
     Part,
     Reasoning,
+    Refusal,
     Reply,
     Request,
     Started,
     Stopped,
     StreamEvent,
-    Text,
     Told,
 )
 from ..base import as_int
 from ..neutral_stream import (
+    ENDS,
     Caller,
     Content,
     StreamReader,
@@ -38,17 +39,11 @@ from ..neutral_stream import (
 )
 from ..sse import event_frame
 from .neutral import INCOMPLETE_REASONS, read_reply, read_stop, read_usage, write_reply, write_usage
-from .stream import goes_before_text
+from .stream import TEXT_DELTA_TAIL, goes_before_text, text_delta_head
+
 
 # The text events every stream is mostly made of, written from bytes around the JSON-encoded
 # text (the same bytes orjson writes for the whole event): they cost the most per stream.
-_RESPONSES_TEXT_HEAD = (
-    b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":'
-)
-_RESPONSES_TEXT_AT = b',"output_index":%d,"content_index":0,"delta":'
-_RESPONSES_TEXT_TAIL = b',"logprobs":[],"sequence_number":%d}\n\n'
-
-
 class ResponsesStreamReader(StreamReader):
     """``response.created`` … ``response.completed``: message text, ``function_call`` items,
     ``reasoning`` items (whole, once done). Lenient as the assembler is with servers that leave
@@ -62,6 +57,14 @@ class ResponsesStreamReader(StreamReader):
         self._arguments: dict[int, int] = {}  # a call's output index -> argument chars passed
         self._refused = False
 
+    def _events(
+        self, events: list[tuple[str | None, dict[str, Any] | None]], found: list[StreamEvent]
+    ) -> None:
+        for name, data in events:
+            self._event(name, data, found)  # type: ignore[arg-type]  # no end marker: a dict
+            if found and type(found[-1]) in ENDS:
+                return
+
     def _event(self, name: str | None, data: dict[str, Any], found: list[StreamEvent]) -> None:
         kind = data.get("type", name)
         if kind == "response.created":
@@ -71,10 +74,10 @@ class ResponsesStreamReader(StreamReader):
         elif kind == "response.output_item.added":
             self._added(data, dict_of(data.get("item")), found)
         elif kind == "response.output_text.delta" and (text := str_of(data.get("delta"))):
-            found.append(Text(text))
+            found.append(text)
         elif kind == "response.refusal.delta" and (text := str_of(data.get("delta"))):
             self._refused = True
-            found.append(Text(text, refusal=True))
+            found.append(Refusal(text))
         elif kind == "response.function_call_arguments.delta":
             index = self._index(data)
             if index in self._arguments and (piece := str_of(data.get("delta"))):
@@ -160,10 +163,10 @@ class ResponsesStreamWriter(StreamWriter):
         self._calls: dict[int, int] = {}  # source call -> output index
         self._positions: dict[str, int] = {}  # item id -> output index
         self._held: tuple[int, Part] | None = None  # (source call, the call) of a custom tool
-        # The open message's text delta as a format of its text and sequence number, and its
+        # The open message's text delta up to its text (``stream.text_delta_head``), and its
         # text so far as the JSON strings its deltas carry (decoded and joined once it closes:
         # adding each piece to one string copies the answer once per event).
-        self._text_format: bytes | None = None
+        self._text_head: bytes | None = None
         self._text: list[bytes] = []
 
     def _open(self) -> bytes:
@@ -173,13 +176,15 @@ class ResponsesStreamWriter(StreamWriter):
         )
 
     def _content(self, event: Content) -> bytes:
-        if type(event) is Text:
+        if type(event) is Refusal:  # written as the message's text, as it always was
+            event = event.text
+        if type(event) is str:
             frames = b""
-            if self._text_format is None:
+            if self._text_head is None:
                 frames = self._open_message()
-            text = orjson.dumps(event.text)
+            text = orjson.dumps(event)
             self._text.append(text)
-            frame = self._text_format % (text, self._sequence)  # type: ignore[operator]
+            frame = self._text_head + text + TEXT_DELTA_TAIL % self._sequence
             self._sequence += 1
             return frames + frame
         if isinstance(event, Reasoning):
@@ -236,9 +241,7 @@ class ResponsesStreamWriter(StreamWriter):
         message["content"].append(part)
         where = self._where(message)
         at = {**where, "content_index": 0, "part": dict(part)}
-        item_id = orjson.dumps(where["item_id"]).replace(b"%", b"%%")
-        at_index = _RESPONSES_TEXT_AT % where["output_index"]
-        self._text_format = _RESPONSES_TEXT_HEAD + item_id + at_index + b"%b" + _RESPONSES_TEXT_TAIL
+        self._text_head = text_delta_head(where, 0)
         self._text = []
         return frames + self._event("response.content_part.added", at)
 
@@ -266,7 +269,7 @@ class ResponsesStreamWriter(StreamWriter):
         if item["type"] == "message":
             part = item["content"][0]
             part["text"] = "".join(orjson.loads(b"[%b]" % b",".join(self._text)))
-            self._text_format = None
+            self._text_head = None
             at = {**where, "content_index": 0}
             text = {**at, "text": part["text"], "logprobs": []}
             frames.append(self._event("response.output_text.done", text))

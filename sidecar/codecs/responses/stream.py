@@ -38,6 +38,9 @@ def has_text(item: dict[str, Any]) -> bool:
 class Lifecycle(Protocol):
     """Numbers the events of one stream (the codec's)."""
 
+    sequence: int
+    """The next event's ``sequence_number``."""
+
     def event(self, kind: str, fields: dict[str, Any]) -> bytes: ...
 
     def item(self, index: int, item: dict[str, Any]) -> list[bytes]: ...
@@ -118,6 +121,18 @@ def _identity(item: dict[str, Any]) -> str | None:
     return item.get("id") or item.get("call_id")
 
 
+TEXT_DELTA = "response.output_text.delta"
+TEXT_DELTA_TAIL = b',"logprobs":[],"sequence_number":%d}\n\n'
+
+
+def text_delta_head(where: dict[str, Any], content_index: int) -> bytes:
+    """A text part's ``response.output_text.delta`` frame up to its text: the same bytes
+    ``Lifecycle.event`` writes for the whole event (``{"type", **fields, "sequence_number"}``);
+    ``TEXT_DELTA_TAIL`` (with the event's number) ends it."""
+    fields = orjson.dumps({"type": TEXT_DELTA, **where, "content_index": content_index})
+    return b"event: " + TEXT_DELTA.encode() + b"\ndata: " + fields[:-1] + b',"delta":'
+
+
 class ResponsesClientStream(ClientStream):
     """Each upstream message item with text becomes a client message item, numbered across
     calls and closed when its call ends; the answer's other items follow at the end."""
@@ -142,7 +157,8 @@ class ResponsesClientStream(ClientStream):
         self._started: dict[str, Any] = {}
         self._items = 0  # client output items so far
         self._turn_items: dict[int, tuple[int, str | None]] = {}  # upstream -> client, item id
-        self._parts: dict[tuple[int, int], list[Any]] = {}  # upstream -> [client index, text]
+        # upstream part -> [client index, its text so far, its delta frame's head]
+        self._parts: dict[tuple[int, int], list[Any]] = {}
 
     def text(self, head: dict[str, Any], deltas: list[TextDelta]) -> bytes:
         return super().text(head, deltas) if self._live else b""
@@ -179,13 +195,16 @@ class ResponsesClientStream(ClientStream):
             part = self._parts.get(delta.part)
             if part is None:
                 position = sum(1 for i, _ in self._parts if i == upstream_item)
-                part = self._parts[delta.part] = [position, ""]
+                part = self._parts[delta.part] = [position, "", text_delta_head(where, position)]
                 empty = {"type": "output_text", "text": "", "annotations": []}
                 added = {**where, "content_index": position, "part": empty}
                 frames.append(event("response.content_part.added", added))
             part[1] += delta.text
-            change = {**where, "content_index": part[0], "delta": delta.text, "logprobs": []}
-            frames.append(event("response.output_text.delta", change))
+            # Most of a stream: the event written from bytes around its JSON-encoded text.
+            sequence = self._lifecycle.sequence
+            self._lifecycle.sequence = sequence + 1
+            text = orjson.dumps(delta.text)
+            frames.append(part[2] + text + TEXT_DELTA_TAIL % sequence)
         return b"".join(frames)
 
     def end_turn(self, body: dict[str, Any]) -> bytes:
@@ -197,7 +216,7 @@ class ResponsesClientStream(ClientStream):
             content = item.get("content") or []
             where = {"item_id": item_id, "output_index": index}
             shown = []
-            for (of_item, upstream_part), (position, text) in self._parts.items():
+            for (of_item, upstream_part), (position, text, _head) in self._parts.items():
                 if of_item != upstream_item:
                     continue
                 part = content[upstream_part] if upstream_part < len(content) else {}
