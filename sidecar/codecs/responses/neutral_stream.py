@@ -42,8 +42,6 @@ from .neutral import INCOMPLETE_REASONS, read_reply, read_stop, read_usage, writ
 from .stream import TEXT_DELTA_TAIL, goes_before_text, text_delta_head
 
 
-# The text events every stream is mostly made of, written from bytes around the JSON-encoded
-# text (the same bytes orjson writes for the whole event): they cost the most per stream.
 class ResponsesStreamReader(StreamReader):
     """``response.created`` … ``response.completed``: message text, ``function_call`` items,
     ``reasoning`` items (whole, once done). Lenient as the assembler is with servers that leave
