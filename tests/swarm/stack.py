@@ -108,6 +108,19 @@ class SwarmEngine:
                 docker_cli("network", "rm", GWBRIDGE, check=False)
 
 
+def compile_swarm(pod_file: Path, out: Path) -> str:
+    """``clawc compile --target swarm`` of ``pod_file`` into ``out`` with the suite's sidecar
+    image, as an operator runs it; what it warned."""
+    clawc = Path(sys.executable).parent / "clawc"
+    command = [str(clawc), "compile", str(pod_file), "-o", str(out), "--target", "swarm"]
+    result = subprocess.run(
+        [*command, "--sidecar-image", IMAGES["sidecar"]], capture_output=True, text=True
+    )
+    if result.returncode != 0:
+        raise AssertionError(f"clawc compile failed:\n{result.stdout}{result.stderr}")
+    return result.stderr
+
+
 class Stack(Pod):
     """A deployed stack; the compose tests' probes run in its tasks' containers."""
 
@@ -118,14 +131,7 @@ class Stack(Pod):
         example = repo / "compose" / "examples" / "trading-desk" / "pod.yml"
         pod_file.write_text(yaml.safe_dump(_swarm_test_pod(example, project, pod_file.parent)))
         out = directory / "build"
-        clawc = Path(sys.executable).parent / "clawc"
-        command = [str(clawc), "compile", str(pod_file), "-o", str(out), "--target", "swarm"]
-        result = subprocess.run(
-            [*command, "--sidecar-image", IMAGES["sidecar"]], capture_output=True, text=True
-        )
-        if result.returncode != 0:
-            raise AssertionError(f"clawc compile failed:\n{result.stdout}{result.stderr}")
-        self.warnings = result.stderr
+        self.warnings = compile_swarm(pod_file, out)
         (out / "stack.e2e.yml").write_text(yaml.safe_dump({"version": "3.8", **OVERRIDE}))
         credentials = {
             name: f"e2e-{name.lower()}-{secrets.token_hex(12)}" for name in CREDENTIAL_ENVS

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import secrets
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from tests.docker.test_shared_limits import (
     fleet_pod_file,
     second_sidecar,
 )
-from tests.swarm.stack import IMAGES, STACK_GUARD_S, Stack, _environ, docker_cli
+from tests.swarm.stack import IMAGES, STACK_GUARD_S, Stack, _environ, compile_swarm, docker_cli
 
 pytestmark = [pytest.mark.swarm, pytest.mark.timeout(600)]
 
@@ -53,13 +52,7 @@ class FleetStack(Stack):
         pod = fleet_pod_file(project, IMAGES["agent"], STORE_IMAGE)
         pod_file.write_text(yaml.safe_dump(pod, sort_keys=False))
         out = directory / "build"
-        clawc = Path(sys.executable).parent / "clawc"
-        command = [str(clawc), "compile", str(pod_file), "-o", str(out), "--target", "swarm"]
-        result = subprocess.run(
-            [*command, "--sidecar-image", IMAGES["sidecar"]], capture_output=True, text=True
-        )
-        if result.returncode != 0:
-            raise AssertionError(f"clawc compile failed:\n{result.stdout}{result.stderr}")
+        compile_swarm(pod_file, out)
         compiled = yaml.safe_load((out / "stack.yml").read_text())
         upstream = {
             "image": IMAGES["upstream"],
