@@ -25,12 +25,6 @@ def codec_for_path(path: str) -> Codec | None:
     return _BY_PATH.get(path)
 
 
-def codec_for_api(api: str) -> Codec:
-    """The first registered codec of a provider API: the one whose shapes a request without
-    a protocol route (the model list, an unknown route) is answered in."""
-    return next(codec for codec in CODECS if codec.api == api)
-
-
 def codec_for_caller(path: str, headers: Mapping[str, str]) -> WireCodec:
     """The protocol a request to any path speaks, to answer it in (a model list, an error): its
     route's (with or without ``/v1``); else one whose default headers the client sent

@@ -163,9 +163,6 @@ class NativeTasks:
     def kept(self, agent: str) -> int:
         return len(self._by_agent.get(agent, ()))
 
-    def kept_bytes(self, agent: str) -> int:
-        return self._bytes.get(agent, 0)
-
     # -- making and running -------------------------------------------------------------------
 
     async def create(
